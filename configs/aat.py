@@ -1,0 +1,80 @@
+"""AAT: Adaptive Attention Time on an Up-Down decoder (Huang et al., NeurIPS 2019).
+
+Variants through the config argument (``--config configs/aat.py:<arg>``):
+
+* ``synthetic`` (default): the CPU-sized adaptive run (M_min = 0, M_max = 4) on the synthetic
+  dataset; ``synthetic,attention=base`` and ``synthetic,attention=recurrent,steps=4`` are the
+  other rows of the paper's Table 1; ``max_steps=``, ``min_steps=``, ``epsilon=``,
+  ``time_cost_weight=`` (lambda), ``heads=`` select the rest.
+* ``coco``: the paper's settings (section 4.1): d = 1024, epsilon = 1e-4, lambda = 1e-4,
+  M_min = 0, M_max = 4, batch 10, Adam 1e-4 x 0.8 every 2 epochs for 25 epochs of
+  cross-entropy with scheduled sampling (+0.05 every 3 epochs), then 15 epochs of SCST at 1e-5.
+  8 heads as the authors' released code (the paper's text says 4: ``coco,heads=4``).
+"""
+
+from configs import common
+
+# Karpathy COCO training split: 113,287 images; at 10 images per step.
+_COCO_STEPS_PER_EPOCH = 11329
+
+
+def get_config(arg: str | None = None):
+  a = common.parse_arg(arg, attention="adaptive", steps=2, min_steps=0, max_steps=4,
+                       epsilon=1e-4, time_cost_weight=1e-4, heads=0)
+  c = common.base_config(a.dataset)
+  c.model.name = "aat"
+  c.model.attention = a.attention
+  c.model.steps = a.steps
+  c.model.min_steps = a.min_steps
+  c.model.max_steps = a.max_steps
+  c.model.epsilon = a.epsilon
+  c.model.time_cost_weight = a.time_cost_weight
+  c.model.dim = 1024
+  c.model.num_heads = a.heads or 8
+  c.model.confidence_dim = 0  # 0: the model width, as the released code
+  c.model.dropout = 0.5
+  c.model.dtype = c.get_ref("dtype")
+
+  # Paper section 4.1.
+  epoch = _COCO_STEPS_PER_EPOCH
+  c.batch_size = 10
+  c.learning_rate = 1e-4
+  c.schedule = "step"
+  c.decay_every_epochs = 2
+  c.decay_rate = 0.8
+  c.adam_b2 = 0.999
+  c.adam_eps = 1e-8
+  c.warmup_steps = 0
+  c.num_train_steps = 40 * epoch
+  c.eval_every_steps = 3000
+  c.checkpoint_every_steps = 3000
+  c.scst.start_step = 25 * epoch
+  c.scst.learning_rate = 1e-5
+  c.scheduled_sampling.start_epoch = 0
+  c.scheduled_sampling.increase_every_epochs = 3
+  c.scheduled_sampling.increase_prob = 0.05
+  c.scheduled_sampling.max_prob = 0.25
+  c.decode.method = "beam"
+  c.decode.beam_size = 2  # Table 1 reports beam 2
+
+  if a.dataset in ("synthetic", "flickr8k"):
+    c = common.cpu_sized(c)
+    c.model.dim = 128
+    c.model.num_heads = a.heads or 4
+    c.model.dropout = 0.1
+    c.learning_rate = 2e-3
+    c.schedule = "step"
+    c.decay_every_epochs = 3
+    c.decay_rate = 0.8
+    c.warmup_steps = 0
+    c.scst.start_step = -1
+    c.scheduled_sampling.start_epoch = -1
+    c.decode.method = "greedy"
+  if a.dataset == "flickr8k":
+    c.num_train_steps = 1200
+    c.eval_every_steps = 200
+    c.checkpoint_every_steps = 200
+    c.batch_size = 25
+    c.model.dropout = 0.3
+    c.data.min_word_count = 3
+  return c

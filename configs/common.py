@@ -1,0 +1,192 @@
+"""Shared pieces of the config files (ml_collections, big_vision style).
+
+Every config file defines ``get_config(arg)`` where ``arg`` is the text after the colon in
+``--config configs/<model>.py:<arg>``: a comma-separated list whose first bare word is the
+dataset (``synthetic`` | ``flickr8k`` | ``coco`` | ``multi30k``) and whose ``key=value`` items
+select a paper ablation, e.g. ``configs/eta.py:synthetic,variant=stacked_v,gbc=tanh``.
+Any field can then be overridden on the command line: ``--config.model.num_heads=4``.
+
+Every config has the top-level keys ``model.name``, ``data.name``, ``batch_size``,
+``num_train_steps``, ``eval_every_steps``, ``learning_rate`` and ``seed``.
+"""
+
+from __future__ import annotations
+
+import os
+
+import ml_collections
+
+DATASETS = ("synthetic", "flickr8k", "coco", "multi30k")
+
+# ../shared/data beside the repository (the project's small real data set), unless overridden.
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHARED_DATA = os.environ.get("JAXCAP_SHARED_DATA", os.path.join(os.path.dirname(_REPO), "shared", "data"))
+
+
+def parse_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:
+  """Parses ``"synthetic,variant=stacked_v,steps=4"`` into a ConfigDict.
+
+  The first bare word is ``dataset``; ``key=value`` values are converted to int, float or
+  bool when they look like one. Unknown keys are an error so that typos do not pass silently.
+  """
+  out = dict(defaults)
+  out.setdefault("dataset", "synthetic")
+  for item in (arg or "").split(","):
+    item = item.strip()
+    if not item:
+      continue
+    if "=" not in item:
+      out["dataset"] = item
+      continue
+    key, value = item.split("=", 1)
+    if key not in out:
+      raise ValueError(f"config argument {key!r}: unknown; expected one of {sorted(out)}")
+    out[key] = _convert(value)
+  if out["dataset"] not in DATASETS:
+    raise ValueError(f"config argument dataset: expected one of {DATASETS}, got {out['dataset']!r}")
+  return ml_collections.ConfigDict(out)
+
+
+def _convert(value: str):
+  low = value.lower()
+  if low in ("true", "false"):
+    return low == "true"
+  for typ in (int, float):
+    try:
+      return typ(value)
+    except ValueError:
+      pass
+  return value
+
+
+def data_config(dataset: str) -> ml_collections.ConfigDict:
+  """The data section for one of the known datasets (fields: docs/DESIGN.md section 2)."""
+  d = ml_collections.ConfigDict()
+  d.name = "synthetic_scenes"
+  d.format = "native"  # or "tfds": read a built TFDS array_record dataset from d.tfds_dir
+  d.tfds_dir = ""
+  d.root = ""
+  d.dataset_json = ""
+  d.att_dir = ""
+  d.fc_dir = ""
+  d.box_dir = ""
+  d.grid = False
+  d.max_len = 16
+  d.min_word_count = 5
+  d.max_regions = 10
+  d.seq_per_img = 5
+  d.num_attributes = 1000
+  d.max_attributes = 20
+  d.attributes = "none"  # "oracle" | "noisy" | "detected" | "none"
+  d.attributes_file = ""
+  d.task = "caption"  # or "translate"
+  d.num_train = 10000
+  d.num_val = 500
+  d.num_test = 500
+  d.seed = 0
+  d.feature_dim = 128
+  d.num_workers = 0
+  if dataset == "synthetic":
+    pass
+  elif dataset == "flickr8k":
+    d.name = "karpathy"
+    d.root = os.path.join(SHARED_DATA, "flickr8k_xception")
+    d.dataset_json = "dataset_flickr8k.json"
+    d.fc_dir = "fc"
+    d.max_regions = 1
+  elif dataset == "coco":
+    d.name = "karpathy"
+    d.root = "data/coco"
+    d.dataset_json = "dataset_coco.json"
+    d.att_dir = "cocobu_att"
+    d.fc_dir = "cocobu_fc"
+    d.box_dir = "cocobu_box"
+    d.max_regions = 100
+  elif dataset == "multi30k":
+    d.name = "multi30k"
+    d.root = os.path.join(SHARED_DATA, "multi30k")
+    d.task = "translate"
+    d.max_regions = 196
+    d.max_len = 50
+    d.min_word_count = 1
+    d.seq_per_img = 1
+  else:
+    raise ValueError(f"config argument dataset: expected one of {DATASETS}, got {dataset!r}")
+  return d
+
+
+def decode_config() -> ml_collections.ConfigDict:
+  c = ml_collections.ConfigDict()
+  c.method = "greedy"  # "greedy" | "beam" | "sample"
+  c.beam_size = 3
+  c.max_len = 16
+  c.length_penalty = "none"  # "none" | "gnmt" | "average"
+  c.alpha = 0.6
+  c.min_len = 0
+  c.block_trigrams = False
+  c.suppress_unk = False
+  c.temperature = 1.0
+  c.top_k = 0
+  c.top_p = 1.0
+  c.num_samples = 1
+  return c
+
+
+def base_config(dataset: str = "synthetic") -> ml_collections.ConfigDict:
+  """Training defaults shared by every model; model files override what their paper says."""
+  c = ml_collections.ConfigDict()
+  c.seed = 0
+  c.batch_size = 50  # images per step (each with data.seq_per_img captions), global over hosts
+  c.num_train_steps = 30000
+  c.eval_every_steps = 1000
+  c.log_every_steps = 50
+  c.checkpoint_every_steps = 1000
+  c.keep_checkpoints = 3
+  c.eval_batch_size = 100
+  c.eval_num_images = -1  # -1: the whole validation split
+  c.test_after_training = True
+  c.test_split = "test"
+  c.learning_rate = 5e-4
+  c.schedule = "noam"  # "noam" | "step" | "constant"
+  c.warmup_steps = 20000
+  c.decay_every_epochs = 3
+  c.decay_rate = 0.8
+  c.adam_b1 = 0.9
+  c.adam_b2 = 0.98
+  c.adam_eps = 1e-9
+  c.weight_decay = 0.0
+  c.grad_clip_norm = 0.0  # 0 disables global-norm clipping
+  c.grad_clip_value = 0.1  # self-critical.pytorch clips each gradient entry to [-0.1, 0.1]; 0 disables
+  c.label_smoothing = 0.0
+  c.dtype = "float32"  # compute dtype ("bfloat16" keeps float32 parameters)
+  c.spice = False
+  c.data = data_config(dataset)
+  c.model = ml_collections.ConfigDict({"name": "transformer"})
+  c.decode = decode_config()
+  c.decode.max_len = c.data.max_len
+  # Self-critical sequence training (Rennie et al.) after cross-entropy.
+  c.scst = ml_collections.ConfigDict()
+  c.scst.start_step = -1  # -1: never; otherwise the step at which SCST replaces cross-entropy
+  c.scst.learning_rate = 2e-5
+  c.scst.num_samples = 5
+  c.scst.baseline = "greedy"  # "greedy" (Rennie et al.) | "mean" (mean of the other samples)
+  c.scst.bleu_weight = 0.0
+  c.scst.cider_weight = 1.0
+  # Scheduled sampling (Bengio et al.): probability of feeding back a sampled word.
+  c.scheduled_sampling = ml_collections.ConfigDict()
+  c.scheduled_sampling.start_epoch = -1  # -1 disables
+  c.scheduled_sampling.increase_every_epochs = 3
+  c.scheduled_sampling.increase_prob = 0.05
+  c.scheduled_sampling.max_prob = 0.25
+  return c
+
+
+def cpu_sized(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """Shrinks the schedule for a ~5 minute run on a 2-core CPU (the synthetic default)."""
+  c.batch_size = 50
+  c.num_train_steps = 1500
+  c.eval_every_steps = 500
+  c.checkpoint_every_steps = 500
+  c.eval_num_images = 250
+  c.warmup_steps = 300
+  return c

@@ -1,0 +1,13 @@
+"""Nearest-neighbour retrieval baseline: the first caption of the closest training image
+(cosine on the global feature). ``python train.py --config configs/nearest_neighbour.py:flickr8k``."""
+
+from configs import common
+
+
+def get_config(arg: str | None = None):
+  a = common.parse_arg(arg)
+  c = common.base_config(a.dataset)
+  c.model.name = "nearest_neighbour"
+  c.model.chunk = 1024
+  c.num_train_steps = 0
+  return c

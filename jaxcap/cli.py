@@ -1,0 +1,25 @@
+"""Shared command-line behaviour: bad input ends with one line on stderr and exit code 2."""
+
+from __future__ import annotations
+
+import sys
+
+
+def quiet_logs() -> None:
+  """Orbax and absl log every checkpoint step at INFO; keep the console for progress and results."""
+  import logging
+  from absl import logging as absl_logging
+  absl_logging.set_verbosity(absl_logging.WARNING)
+  for name in ("orbax", "absl", "jax._src.xla_bridge"):
+    logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def run_main(fn):
+  quiet_logs()
+  try:
+    fn()
+  except (ValueError, FileNotFoundError, KeyError) as e:
+    msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    print(f"error: {msg}", file=sys.stderr, flush=True)
+    sys.exit(2)
+  return 0

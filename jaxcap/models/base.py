@@ -1,0 +1,70 @@
+"""The decoder protocol shared by every jaxcap model (see docs/DESIGN.md, section 3).
+
+Dimension legend: B images, S captions per image, T time steps, V vocabulary, K beams.
+
+A model implements ``encode``, ``init_cache``, ``decode_step`` and ``decode_train``;
+``__call__`` (teacher forcing for training) is provided here. Greedy decoding, sampling and
+beam search in :mod:`jaxcap.decoding` only ever call these methods, so one search serves
+Transformer key/value caches and recurrent states alike.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import flax.linen as nn
+
+from jaxcap.data.vocab import BOS
+
+
+def repeat_batch(tree, n: int):
+  """Repeats every leaf ``n`` times along axis 0: ``[B, ...] -> [B*n, ...]`` (image-major)."""
+  if n == 1:
+    return tree
+  return jax.tree.map(lambda x: jnp.repeat(x, n, axis=0), tree)
+
+
+def shift_right(captions):
+  """Decoder inputs: BOS followed by the captions without their last position."""
+  bos = jnp.full(captions.shape[:-1] + (1,), BOS, captions.dtype)
+  return jnp.concatenate([bos, captions[..., :-1]], axis=-1)
+
+
+class CaptionModel(nn.Module):
+  """Base class: subclasses implement the four protocol methods."""
+
+  trainable = True
+
+  @classmethod
+  def from_config(cls, model_config, info: dict):
+    raise NotImplementedError
+
+  def encode(self, batch: dict, train: bool = False) -> Any:
+    raise NotImplementedError
+
+  def init_cache(self, enc: Any, max_len: int) -> Any:
+    raise NotImplementedError
+
+  def decode_step(self, enc, cache, tokens, t, train: bool = False):
+    raise NotImplementedError
+
+  def decode_train(self, enc, tokens, train: bool = False):
+    raise NotImplementedError
+
+  def __call__(self, batch: dict, tokens, train: bool = False):
+    """Teacher-forced logits.
+
+    Args:
+      batch: a batch dict (docs/DESIGN.md, section 2).
+      tokens: int32 ``[B, S, T]`` decoder inputs (``shift_right(batch["captions"])``).
+      train: enables dropout.
+
+    Returns:
+      ``(logits [B, S, T, V] float32, aux dict)``.
+    """
+    b, s, t = tokens.shape
+    enc = repeat_batch(self.encode(batch, train=train), s)
+    logits, aux = self.decode_train(enc, tokens.reshape(b * s, t), train=train)
+    return logits.reshape(b, s, t, -1), aux

@@ -1,0 +1,211 @@
+"""Building blocks shared by the attention models: multi-head attention, FFN, positions.
+
+Dimension legend:
+  B batch, L query length, M key/value length, D model width, H heads, Dh = D / H,
+  F feed-forward width.
+
+Blocks follow Vaswani et al. (2017) exactly as the captioning papers restate it
+(ETA eqs. 1-3, 6): post-norm residual sub-layers ``LayerNorm(x + Dropout(Sublayer(x)))``.
+Attention scores, softmax and the output logits are computed in float32 whatever the
+compute dtype, because bfloat16 softmax over long key sets loses the small weights.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import jax
+import jax.numpy as jnp
+import flax.linen as nn
+
+Dtype = Any
+
+NEG_INF = -1e9
+
+
+def sinusoidal_positions(length: int, dim: int) -> np.ndarray:
+  """The fixed sinusoidal position table of Vaswani et al.: ``[length, dim]`` float32."""
+  pos = np.arange(length, dtype=np.float64)[:, None]
+  div = np.exp(np.arange(0, dim, 2, dtype=np.float64) * -(np.log(10000.0) / dim))
+  table = np.zeros((length, dim), np.float64)
+  table[:, 0::2] = np.sin(pos * div)
+  table[:, 1::2] = np.cos(pos * div)[:, : dim // 2]
+  return table.astype(np.float32)
+
+
+def causal_mask(length: int) -> jnp.ndarray:
+  """``[1, L, L]`` bool, True where query position i may attend to key j (j <= i)."""
+  return jnp.tril(jnp.ones((length, length), bool))[None]
+
+
+def attention_weights(q_BxLxHxDh, k_BxMxHxDh, mask_BxLxM=None):
+  """Scaled dot-product weights ``[B, H, L, M]`` in float32; masked keys get zero weight.
+
+  A query whose keys are all masked gets uniform weights over the (masked) keys instead of
+  NaN; callers that can produce such rows (e.g. an image whose attributes are all padding)
+  must not rely on the value.
+  """
+  depth = q_BxLxHxDh.shape[-1]
+  logits_BxHxLxM = jnp.einsum("blhd,bmhd->bhlm", q_BxLxHxDh.astype(jnp.float32),
+                              k_BxMxHxDh.astype(jnp.float32)) / np.sqrt(depth)
+  if mask_BxLxM is not None:
+    logits_BxHxLxM = jnp.where(mask_BxLxM[:, None], logits_BxHxLxM, NEG_INF)
+  return jax.nn.softmax(logits_BxHxLxM, axis=-1)
+
+
+class MultiHeadAttention(nn.Module):
+  """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O, head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V).
+
+  Split into ``project_kv`` and ``attend_kv`` so that image-side keys/values are computed once
+  per image (in ``encode``) and reused at every decoding step.
+  """
+
+  num_heads: int
+  dim: int
+  dropout: float = 0.0
+  dtype: Dtype = jnp.float32
+
+  def setup(self):
+    if self.dim % self.num_heads:
+      raise ValueError(f"model width {self.dim} is not divisible by heads={self.num_heads}")
+    head_dim = self.dim // self.num_heads
+    dense = lambda name: nn.DenseGeneral((self.num_heads, head_dim), dtype=self.dtype, name=name)
+    self.query = dense("query")
+    self.key = dense("key")
+    self.value = dense("value")
+    self.out = nn.DenseGeneral(self.dim, axis=(-2, -1), dtype=self.dtype, name="out")
+    self.attn_dropout = nn.Dropout(self.dropout)
+
+  def project_kv(self, kv_BxMxD):
+    """Keys and values ``([B, M, H, Dh], [B, M, H, Dh])``."""
+    return self.key(kv_BxMxD), self.value(kv_BxMxD)
+
+  def project_q(self, q_BxLxD):
+    return self.query(q_BxLxD)
+
+  def attend_kv(self, q_BxLxD, k_BxMxHxDh, v_BxMxHxDh, mask_BxLxM=None, train: bool = False,
+                return_weights: bool = False):
+    """Attends projected keys/values with raw queries ``[B, L, D] -> [B, L, D]``."""
+    q_BxLxHxDh = self.project_q(q_BxLxD)
+    w_BxHxLxM = attention_weights(q_BxLxHxDh, k_BxMxHxDh, mask_BxLxM)
+    w_drop = self.attn_dropout(w_BxHxLxM, deterministic=not train)
+    o_BxLxHxDh = jnp.einsum("bhlm,bmhd->blhd", w_drop.astype(self.dtype), v_BxMxHxDh.astype(self.dtype))
+    out_BxLxD = self.out(o_BxLxHxDh)
+    if return_weights:
+      return out_BxLxD, w_BxHxLxM
+    return out_BxLxD
+
+  def __call__(self, q_BxLxD, kv_BxMxD, mask_BxLxM=None, train: bool = False,
+               return_weights: bool = False):
+    k, v = self.project_kv(kv_BxMxD)
+    return self.attend_kv(q_BxLxD, k, v, mask_BxLxM, train=train, return_weights=return_weights)
+
+
+class FeedForward(nn.Module):
+  """FFN(x) = max(0, x W1 + b1) W2 + b2 (with dropout on the hidden layer)."""
+
+  dim: int
+  hidden: int
+  dropout: float = 0.0
+  dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x, train: bool = False):
+    h = nn.relu(nn.Dense(self.hidden, dtype=self.dtype, name="fc1")(x))
+    h = nn.Dropout(self.dropout)(h, deterministic=not train)
+    return nn.Dense(self.dim, dtype=self.dtype, name="fc2")(h)
+
+
+class AddNorm(nn.Module):
+  """Post-norm residual connection: ``LayerNorm(x + Dropout(y))``."""
+
+  dropout: float = 0.0
+  dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x, y, train: bool = False):
+    y = nn.Dropout(self.dropout)(y, deterministic=not train)
+    return nn.LayerNorm(dtype=self.dtype)(x + y)
+
+
+class EncoderBlock(nn.Module):
+  """Self-attention + FFN, each wrapped in AddNorm (ETA eq. 4-5 with one modality)."""
+
+  dim: int
+  num_heads: int
+  ff_dim: int
+  dropout: float = 0.1
+  dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x_BxMxD, mask_BxM, train: bool = False):
+    mask_BxMxM = mask_BxM[:, None, :] & mask_BxM[:, :, None]
+    att = MultiHeadAttention(self.num_heads, self.dim, self.dropout, self.dtype, name="self_attn")
+    x = AddNorm(self.dropout, self.dtype, name="norm1")(x_BxMxD, att(x_BxMxD, x_BxMxD, mask_BxMxM, train), train)
+    ffn = FeedForward(self.dim, self.ff_dim, self.dropout, self.dtype, name="ffn")
+    return AddNorm(self.dropout, self.dtype, name="norm2")(x, ffn(x, train), train)
+
+
+class Encoder(nn.Module):
+  """A stack of ``num_layers`` EncoderBlocks."""
+
+  num_layers: int
+  dim: int
+  num_heads: int
+  ff_dim: int
+  dropout: float = 0.1
+  dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x_BxMxD, mask_BxM, train: bool = False):
+    for i in range(self.num_layers):
+      x_BxMxD = EncoderBlock(self.dim, self.num_heads, self.ff_dim, self.dropout, self.dtype,
+                             name=f"layer_{i}")(x_BxMxD, mask_BxM, train)
+    return x_BxMxD
+
+
+class CausalSelfAttention(nn.Module):
+  """Masked self-attention (ETA eq. 7) with a key/value cache for step-wise decoding."""
+
+  num_heads: int
+  dim: int
+  dropout: float = 0.0
+  dtype: Dtype = jnp.float32
+
+  def setup(self):
+    self.mha = MultiHeadAttention(self.num_heads, self.dim, self.dropout, self.dtype)
+
+  def __call__(self, x_BxLxD, train: bool = False):
+    return self.mha(x_BxLxD, x_BxLxD, causal_mask(x_BxLxD.shape[1]), train)
+
+  def step(self, x_Bx1xD, cache, t, train: bool = False):
+    """One position: writes its key/value at ``t`` and attends to positions ``<= t``.
+
+    Args:
+      x_Bx1xD: the input at position t.
+      cache: ``{"k": [B, Tmax, H, Dh], "v": [B, Tmax, H, Dh]}``.
+      t: int32 scalar.
+    """
+    k_Bx1xHxDh, v_Bx1xHxDh = self.mha.project_kv(x_Bx1xD)
+    k = jax.lax.dynamic_update_slice_in_dim(cache["k"], k_Bx1xHxDh.astype(cache["k"].dtype), t, axis=1)
+    v = jax.lax.dynamic_update_slice_in_dim(cache["v"], v_Bx1xHxDh.astype(cache["v"].dtype), t, axis=1)
+    mask_Bx1xT = (jnp.arange(k.shape[1]) <= t)[None, None, :]
+    mask_Bx1xT = jnp.broadcast_to(mask_Bx1xT, (x_Bx1xD.shape[0], 1, k.shape[1]))
+    out = self.mha.attend_kv(x_Bx1xD, k, v, mask_Bx1xT, train)
+    return out, {"k": k, "v": v}
+
+
+def init_self_attention_cache(batch: int, max_len: int, num_heads: int, dim: int, dtype=jnp.float32):
+  shape = (batch, max_len, num_heads, dim // num_heads)
+  return {"k": jnp.zeros(shape, dtype), "v": jnp.zeros(shape, dtype)}
+
+
+def embed_tokens(embed: nn.Embed, tokens, positions_table, offset=0, scale=True):
+  """Token embedding times sqrt(D) plus sinusoidal position (Vaswani et al., sec. 3.4-3.5)."""
+  x = embed(tokens)
+  if scale:
+    x = x * np.sqrt(x.shape[-1]).astype(np.float32)
+  length = tokens.shape[-1]
+  pos = jax.lax.dynamic_slice_in_dim(jnp.asarray(positions_table), offset, length, axis=0)
+  return x + pos.astype(x.dtype)

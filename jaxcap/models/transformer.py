@@ -1,0 +1,149 @@
+"""The vanilla Transformer captioner ("Transformer_v" of the ETA paper's tables).
+
+Dimension legend:
+  B batch (images, or images x captions / beams), N regions, F region feature width,
+  T caption positions, D model width, H heads, Dh = D / H, V vocabulary.
+
+Encoder: region features -> Dense(D) + ReLU + Dropout (self-critical.pytorch's ``att_embed``)
+-> ``num_layers`` post-norm self-attention blocks with the padding regions masked.
+Decoder: token embedding x sqrt(D) + sinusoidal positions -> ``num_dec_layers`` blocks of
+masked self-attention, cross-attention to the regions and FFN, each ``LayerNorm(x + sublayer)``
+-> Dense(V). The cross-attention keys/values of every decoder layer are computed in
+``encode``, once per image, so step-wise decoding only projects the new token.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import flax.linen as nn
+
+from jaxcap.models import layers
+from jaxcap.models.base import CaptionModel
+from jaxcap.models.registry import register
+
+
+def compute_dtype(name: str):
+  try:
+    return {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}[name]
+  except KeyError:
+    raise ValueError(f"config field dtype: expected 'float32' or 'bfloat16', got {name!r}") from None
+
+
+class DecoderBlock(nn.Module):
+  """Masked self-attention -> cross-attention over regions -> FFN (post-norm residuals)."""
+
+  dim: int
+  num_heads: int
+  ff_dim: int
+  dropout: float = 0.1
+  dtype: Any = jnp.float32
+
+  def setup(self):
+    self.self_attn = layers.CausalSelfAttention(self.num_heads, self.dim, self.dropout, self.dtype)
+    self.cross_attn = layers.MultiHeadAttention(self.num_heads, self.dim, self.dropout, self.dtype)
+    self.ffn = layers.FeedForward(self.dim, self.ff_dim, self.dropout, self.dtype)
+    self.norm1 = layers.AddNorm(self.dropout, self.dtype)
+    self.norm2 = layers.AddNorm(self.dropout, self.dtype)
+    self.norm3 = layers.AddNorm(self.dropout, self.dtype)
+
+  def cross_kv(self, memory_BxNxD):
+    return self.cross_attn.project_kv(memory_BxNxD)
+
+  def _rest(self, x, k, v, mask_BxN, train):
+    mask_BxLxN = jnp.broadcast_to(mask_BxN[:, None, :], (x.shape[0], x.shape[1], mask_BxN.shape[1]))
+    x = self.norm2(x, self.cross_attn.attend_kv(x, k, v, mask_BxLxN, train), train)
+    return self.norm3(x, self.ffn(x, train), train)
+
+  def __call__(self, x_BxTxD, k, v, mask_BxN, train: bool = False):
+    x = self.norm1(x_BxTxD, self.self_attn(x_BxTxD, train), train)
+    return self._rest(x, k, v, mask_BxN, train)
+
+  def step(self, x_Bx1xD, cache, t, k, v, mask_BxN, train: bool = False):
+    h, cache = self.self_attn.step(x_Bx1xD, cache, t, train)
+    x = self.norm1(x_Bx1xD, h, train)
+    return self._rest(x, k, v, mask_BxN, train), cache
+
+
+@register("transformer")
+class TransformerCaptioner(CaptionModel):
+  """Transformer encoder over regions + Transformer decoder (Vaswani et al., 2017).
+
+  Attributes:
+    vocab_size: V.
+    max_len: longest caption in words; positions are tabulated for ``max_len + 1`` steps.
+    dim, num_layers, num_dec_layers, num_heads, ff_dim, dropout: the usual sizes
+      (defaults d=512, 6+6 layers, 8 heads, d_ff=2048, dropout 0.1).
+    share_embeddings: tie the output projection to the word embedding.
+    dtype: compute dtype; parameters stay float32, logits are float32.
+  """
+
+  vocab_size: int
+  max_len: int = 16
+  dim: int = 512
+  num_layers: int = 6
+  num_dec_layers: int = 6
+  num_heads: int = 8
+  ff_dim: int = 2048
+  dropout: float = 0.1
+  share_embeddings: bool = False
+  dtype: Any = jnp.float32
+
+  @classmethod
+  def from_config(cls, cfg, info):
+    return cls(vocab_size=info["vocab_size"], max_len=info["max_len"],
+               dim=cfg.get("dim", 512), num_layers=cfg.get("num_layers", 6),
+               num_dec_layers=cfg.get("num_dec_layers", cfg.get("num_layers", 6)),
+               num_heads=cfg.get("num_heads", 8), ff_dim=cfg.get("ff_dim", 2048),
+               dropout=cfg.get("dropout", 0.1), share_embeddings=cfg.get("share_embeddings", False),
+               dtype=compute_dtype(cfg.get("dtype", "float32")))
+
+  def setup(self):
+    self.feat_proj = nn.Dense(self.dim, dtype=self.dtype)
+    self.feat_dropout = nn.Dropout(self.dropout)
+    self.encoder = layers.Encoder(self.num_layers, self.dim, self.num_heads, self.ff_dim,
+                                  self.dropout, self.dtype)
+    self.embed = nn.Embed(self.vocab_size, self.dim, dtype=self.dtype)
+    self.emb_dropout = nn.Dropout(self.dropout)
+    self.dec_layers = [DecoderBlock(self.dim, self.num_heads, self.ff_dim, self.dropout, self.dtype)
+                       for _ in range(self.num_dec_layers)]
+    if not self.share_embeddings:
+      self.logits_proj = nn.Dense(self.vocab_size, dtype=self.dtype)
+    self.positions = layers.sinusoidal_positions(self.max_len + 2, self.dim)
+
+  def encode(self, batch, train: bool = False):
+    mask_BxN = batch["feats_mask"]
+    x = nn.relu(self.feat_proj(batch["feats"].astype(self.dtype)))
+    x = self.feat_dropout(x, deterministic=not train)
+    memory_BxNxD = self.encoder(x, mask_BxN, train)
+    kv = [layer.cross_kv(memory_BxNxD) for layer in self.dec_layers]
+    return {"mask": mask_BxN, "k": tuple(k for k, _ in kv), "v": tuple(v for _, v in kv)}
+
+  def _logits(self, x):
+    if self.share_embeddings:
+      return self.embed.attend(x).astype(jnp.float32)
+    return self.logits_proj(x).astype(jnp.float32)
+
+  def decode_train(self, enc, tokens_BxT, train: bool = False):
+    x = layers.embed_tokens(self.embed, tokens_BxT, self.positions)
+    x = self.emb_dropout(x, deterministic=not train)
+    for i, layer in enumerate(self.dec_layers):
+      x = layer(x, enc["k"][i], enc["v"][i], enc["mask"], train)
+    return self._logits(x), {}
+
+  def init_cache(self, enc, max_len: int):
+    b = enc["mask"].shape[0]
+    cache_dtype = self.dtype
+    return tuple(layers.init_self_attention_cache(b, max_len, self.num_heads, self.dim, cache_dtype)
+                 for _ in range(self.num_dec_layers))
+
+  def decode_step(self, enc, cache, tokens_B, t, train: bool = False):
+    x = layers.embed_tokens(self.embed, tokens_B[:, None], self.positions, offset=t)
+    x = self.emb_dropout(x, deterministic=not train)
+    new_cache = []
+    for i, layer in enumerate(self.dec_layers):
+      x, c = layer.step(x, cache[i], t, enc["k"][i], enc["v"][i], enc["mask"], train)
+      new_cache.append(c)
+    return self._logits(x[:, 0]), tuple(new_cache), {}

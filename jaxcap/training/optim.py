@@ -1,0 +1,53 @@
+"""Optimiser and learning-rate schedules (optax)."""
+
+from __future__ import annotations
+
+import optax
+
+
+def noam_schedule(scale: float, dim: int, warmup: int):
+  """Vaswani et al.: ``scale * d^-0.5 * min(step^-0.5, step * warmup^-1.5)`` (step from 1)."""
+  import jax.numpy as jnp
+
+  def fn(step):
+    s = jnp.maximum(step + 1, 1).astype(jnp.float32)
+    return scale * dim ** -0.5 * jnp.minimum(s ** -0.5, s * warmup ** -1.5)
+
+  return fn
+
+
+def step_decay_schedule(lr: float, rate: float, every_steps: int):
+  """``lr * rate^floor(step / every_steps)`` (self-critical's ×0.8 every k epochs)."""
+  return optax.exponential_decay(lr, transition_steps=max(1, every_steps), decay_rate=rate, staircase=True)
+
+
+def make_schedule(config, steps_per_epoch: int):
+  """The cross-entropy schedule, joined to the SCST learning rate at ``scst.start_step``."""
+  if config.schedule == "noam":
+    xe = noam_schedule(config.learning_rate, config.model.get("dim", 512), config.warmup_steps)
+  elif config.schedule == "step":
+    xe = step_decay_schedule(config.learning_rate, config.decay_rate,
+                             int(config.decay_every_epochs * steps_per_epoch))
+  elif config.schedule == "constant":
+    xe = optax.constant_schedule(config.learning_rate)
+  else:
+    raise ValueError(f"config field schedule: expected 'noam', 'step' or 'constant', got {config.schedule!r}")
+  if config.scst.start_step >= 0:
+    return optax.join_schedules([xe, optax.constant_schedule(config.scst.learning_rate)],
+                                [config.scst.start_step])
+  return xe
+
+
+def make_optimizer(config, steps_per_epoch: int):
+  schedule = make_schedule(config, steps_per_epoch)
+  parts = []
+  if config.grad_clip_value > 0:
+    parts.append(optax.clip(config.grad_clip_value))
+  if config.grad_clip_norm > 0:
+    parts.append(optax.clip_by_global_norm(config.grad_clip_norm))
+  if config.weight_decay > 0:
+    parts.append(optax.adamw(schedule, b1=config.adam_b1, b2=config.adam_b2, eps=config.adam_eps,
+                             weight_decay=config.weight_decay))
+  else:
+    parts.append(optax.adam(schedule, b1=config.adam_b1, b2=config.adam_b2, eps=config.adam_eps))
+  return optax.chain(*parts), schedule

@@ -1,0 +1,156 @@
+"""Self-critical sequence training (Rennie et al., 2017) with a vectorised CIDEr-D reward.
+
+Dimension legend: B images, n samples per image, T decoding steps, V vocabulary.
+
+One SCST step:
+  1. (device, jitted) sample n captions per image with the current parameters and, for the
+     greedy baseline, decode greedily;
+  2. (host, NumPy) reward = CIDEr-D in training mode (document frequencies of the training
+     references, cached on disk by :mod:`jaxcap.evaluation.cider`) + optional weighted BLEU-4,
+     with EOS counted as a word as self-critical.pytorch does;
+  3. (device, jitted) the loss ``-(r(w^s) - b) * log p(w^s)`` summed over the sampled tokens up
+     to and including the first EOS and divided by their number (self-critical.pytorch's
+     normalisation), plus the model's own ``extra_loss`` (e.g. AAT's attention-time cost,
+     eq. 17), and the optimiser update.
+
+Baselines: ``"greedy"`` — the reward of the greedy caption (Rennie et al.); ``"mean"`` — the
+mean reward of the other n - 1 samples of the same image ("new self-critical", Luo 2020).
+The log-probabilities are recomputed by teacher-forcing the samples in training mode, which
+is what gives the gradient; sampling itself runs without dropout.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import numpy as np
+import jax
+import jax.numpy as jnp
+import optax
+
+from jaxcap import decoding
+from jaxcap.data.vocab import PAD
+from jaxcap.models.base import repeat_batch, shift_right
+from jaxcap.training import parallel
+
+
+def scst_loss(logits_NxTxV, tokens_NxT, advantage_N, extra_NxT=None):
+  """``sum_t -(r - b) log p(w_t)`` over non-PAD sampled tokens, divided by their count.
+
+  Returns:
+    ``(loss, mask_sum)``.
+  """
+  logp_NxTxV = jax.nn.log_softmax(logits_NxTxV.astype(jnp.float32), axis=-1)
+  logp_NxT = jnp.take_along_axis(logp_NxTxV, tokens_NxT[..., None], axis=-1)[..., 0]
+  mask = (tokens_NxT != PAD).astype(jnp.float32)
+  total = jnp.maximum(jnp.sum(mask), 1.0)
+  loss = -jnp.sum(jax.lax.stop_gradient(advantage_N)[:, None] * logp_NxT * mask) / total
+  if extra_NxT is not None:
+    loss = loss + jnp.sum(extra_NxT.astype(jnp.float32) * mask) / total
+  return loss, total
+
+
+def scst_grad_step(state, batch, samples_BxnxT, advantage_Bxn, *, model, tx):
+  """The update of step 3 (pure; jitted by :func:`make_scst_step`)."""
+  b, n, t = samples_BxnxT.shape
+  rng = jax.random.fold_in(state.rng, state.step)
+  tokens = samples_BxnxT.reshape(b * n, t)
+
+  def loss_fn(params):
+    enc = repeat_batch(model.apply(params, batch, train=True, method="encode", rngs={"dropout": rng}), n)
+    logits, aux = model.apply(params, enc, shift_right(tokens), train=True, method="decode_train",
+                              rngs={"dropout": jax.random.fold_in(rng, 1)})
+    loss, _ = scst_loss(logits, tokens, advantage_Bxn.reshape(-1), (aux or {}).get("extra_loss"))
+    return loss
+
+  loss, grads = jax.value_and_grad(loss_fn)(state.params)
+  updates, opt_state = tx.update(grads, state.opt_state, state.params)
+  params = optax.apply_updates(state.params, updates)
+  metrics = {"scst_loss": loss, "grad_norm": optax.global_norm(grads), "steps": jnp.float32(1.0)}
+  return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
+
+
+def baseline_rewards(sample_r_Bxn: np.ndarray, greedy_r_B: np.ndarray | None, kind: str) -> np.ndarray:
+  """The baseline b per sample: greedy reward, or the mean of the image's other samples."""
+  if kind == "greedy":
+    return np.repeat(greedy_r_B[:, None], sample_r_Bxn.shape[1], axis=1)
+  if kind == "mean":
+    n = sample_r_Bxn.shape[1]
+    if n < 2:
+      raise ValueError("config field scst.num_samples: the 'mean' baseline needs at least 2 samples")
+    return (sample_r_Bxn.sum(axis=1, keepdims=True) - sample_r_Bxn) / (n - 1)
+  raise ValueError(f"config field scst.baseline: expected 'greedy' or 'mean', got {kind!r}")
+
+
+class Rewarder:
+  """CIDEr-D (training mode) + optional weighted BLEU-4 for sampled token ids."""
+
+  def __init__(self, dataset, cache_dir: str, cider_weight: float = 1.0, bleu_weight: float = 0.0):
+    from jaxcap.evaluation import cider
+    self.vocab = dataset.vocab
+    refs = dataset.train_references_ids()
+    self.scorer = cider.CiderD.for_training(refs, cache_dir, dataset.vocab)
+    self.refs = self.scorer.prepare_refs(refs)
+    self.cider_weight, self.bleu_weight = cider_weight, bleu_weight
+    self._ref_strings = None
+    if bleu_weight > 0:
+      train_refs = dataset.references("train")
+      self._ref_strings = [train_refs[i] for i in dataset.image_ids("train")]
+
+  def __call__(self, tokens_NxT: np.ndarray, image_index_N: np.ndarray) -> np.ndarray:
+    r = self.cider_weight * self.scorer.score(tokens_NxT, image_index_N, self.refs)
+    if self.bleu_weight > 0:
+      r = r + self.bleu_weight * self._bleu4(tokens_NxT, image_index_N)
+    return r
+
+  def _bleu4(self, tokens_NxT, image_index_N):
+    from pycocoevalcap.bleu.bleu import Bleu
+    res = {k: [self.vocab.decode(row) or "<empty>"] for k, row in enumerate(tokens_NxT)}
+    gts = {k: self._ref_strings[int(i)] for k, i in enumerate(image_index_N)}
+    _, per = Bleu(4).compute_score(gts, res, verbose=0)
+    return np.asarray(per[3], np.float64)
+
+
+def make_scst_step(trainer):
+  """Returns ``step(state, batch, step_index) -> (state, metrics)`` for the Trainer's run."""
+  config, model, mesh = trainer.config, trainer.model, trainer.mesh
+  sc = config.scst
+  cache_dir = config.data.get("cache_dir", "") or os.path.join(trainer.workdir, "cache")
+  rewarder = Rewarder(trainer.dataset, cache_dir, sc.cider_weight, sc.bleu_weight)
+  repl, data = parallel.replicated(mesh), parallel.batch_sharding(mesh)
+  max_len = config.decode.max_len
+
+  def sample_fn(params, batch, rng):
+    out = decoding.sample(model, params, batch, rng, max_len=max_len, num_samples=sc.num_samples)
+    greedy = None
+    if sc.baseline == "greedy":
+      greedy = decoding.greedy(model, params, batch, max_len=max_len).tokens
+    return out.tokens, greedy
+
+  sample_jit = jax.jit(sample_fn, in_shardings=(repl, data, None), out_shardings=(data, data))
+  grad_jit = jax.jit(functools.partial(scst_grad_step, model=model, tx=trainer.tx),
+                     in_shardings=(repl, data, data, data), out_shardings=(repl, repl), donate_argnums=0)
+  pi, local = jax.process_index(), None
+
+  def step(state, batch, step_index):
+    rng = jax.random.fold_in(jax.random.fold_in(state.rng, state.step), 7)
+    samples, greedy = sample_jit(state.params, batch, rng)
+    samples_h = parallel.to_host(samples)
+    index_h = parallel.to_host(batch["image_index"])
+    b, n, t = samples_h.shape
+    r_sample = rewarder(samples_h.reshape(b * n, t), np.repeat(index_h, n)).reshape(b, n)
+    r_greedy = rewarder(parallel.to_host(greedy), index_h) if greedy is not None else None
+    adv = (r_sample - baseline_rewards(r_sample, r_greedy, sc.baseline)).astype(np.float32)
+    lb = b // jax.process_count()
+    rows = slice(pi * lb, (pi + 1) * lb)
+    local_in = {"samples": samples_h[rows].astype(np.int32), "adv": adv[rows]}
+    g = parallel.shard_batch(local_in, mesh)
+    state, metrics = grad_jit(state, batch, g["samples"], g["adv"])
+    metrics = dict(metrics, reward=jnp.float32(r_sample.mean()),
+                   baseline=jnp.float32((r_sample - adv).mean()))
+    if r_greedy is not None:
+      metrics["greedy_reward"] = jnp.float32(r_greedy.mean())
+    return state, metrics
+
+  return step

@@ -1,0 +1,100 @@
+"""Pure, jittable training steps: ``train_step(state, batch, ...) -> (state, metrics)``.
+
+Dimension legend: B images, S captions per image, T caption positions, V vocabulary.
+
+The RNG of a step is ``fold_in(state.rng, state.step)``, so a resumed run draws exactly the
+numbers a straight run would. Metrics are sums and counts (averaged by the caller).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import struct
+
+from jaxcap.data.vocab import PAD
+from jaxcap.models.base import repeat_batch, shift_right
+from jaxcap.training import losses
+
+
+class TrainState(struct.PyTreeNode):
+  step: jax.Array
+  params: Any
+  opt_state: Any
+  rng: jax.Array
+
+
+def create_state(params, tx, rng) -> TrainState:
+  return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params), rng=rng)
+
+
+def teacher_forced_with_sampling(model, params, batch, inputs_BxSxT, prob, rng, train=True):
+  """Scheduled sampling (Bengio et al., 2015) through the decoder protocol.
+
+  At each step, with probability ``prob`` per caption, the input word is the model's own
+  sample from the previous step instead of the ground truth. Runs the model step by step
+  (``decode_step`` under ``lax.scan``), so it works for every model.
+
+  Returns:
+    ``(logits [B, S, T, V], aux)`` with aux holding the stacked per-step ``extra_loss``.
+  """
+  b, s, t = inputs_BxSxT.shape
+  rng_drop, rng_mix = jax.random.split(rng)
+  enc = repeat_batch(model.apply(params, batch, train=train, method="encode", rngs={"dropout": rng_drop}), s)
+  cache = model.apply(params, enc, t, method="init_cache")
+  gold_TxBS = inputs_BxSxT.reshape(b * s, t).T
+
+  def body(carry, xs):
+    cache, prev_sample = carry
+    step, gold_B = xs
+    k_mix, k_sample, k_drop = jax.random.split(jax.random.fold_in(rng_mix, step), 3)
+    use_sample = (jax.random.uniform(k_mix, gold_B.shape) < prob) & (step > 0)
+    tok = jnp.where(use_sample, prev_sample, gold_B)
+    logits, cache, aux = model.apply(params, enc, cache, tok, step, train=train, method="decode_step",
+                                     rngs={"dropout": k_drop})
+    sample = jax.random.categorical(k_sample, jax.lax.stop_gradient(logits.astype(jnp.float32)))
+    extra = aux.get("extra_loss", jnp.zeros(gold_B.shape, jnp.float32))
+    return (cache, sample.astype(gold_B.dtype)), (logits, extra)
+
+  init = (cache, jnp.zeros((b * s,), inputs_BxSxT.dtype))
+  _, (logits_TxBSxV, extra_TxBS) = jax.lax.scan(body, init, (jnp.arange(t), gold_TxBS))
+  logits = jnp.transpose(logits_TxBSxV, (1, 0, 2)).reshape(b, s, t, -1)
+  return logits, {"extra_loss": extra_TxBS.T.reshape(b, s, t)}
+
+
+def xe_loss_fn(params, model, batch, rng, label_smoothing=0.0, ss_prob=None):
+  """Cross-entropy (+ the model's own ``extra_loss``) per target token."""
+  targets = batch["captions"]
+  inputs = shift_right(targets)
+  if ss_prob is None:
+    logits, aux = model.apply(params, batch, inputs, train=True, rngs={"dropout": rng})
+  else:
+    logits, aux = teacher_forced_with_sampling(model, params, batch, inputs, ss_prob, rng)
+  loss_sum, count = losses.cross_entropy(logits, targets, label_smoothing)
+  extra_sum = losses.masked_extra_loss(aux, (targets != PAD).astype(jnp.float32))
+  count = jnp.maximum(count, 1.0)
+  return (loss_sum + extra_sum) / count, {"loss_sum": loss_sum, "token_count": count, "extra_sum": extra_sum}
+
+
+def train_step(state: TrainState, batch: dict, *, model, tx, label_smoothing: float = 0.0,
+               ss_prob=None):
+  """One cross-entropy step (optionally with scheduled sampling probability ``ss_prob``)."""
+  rng = jax.random.fold_in(state.rng, state.step)
+  grad_fn = jax.value_and_grad(xe_loss_fn, has_aux=True)
+  (_, metrics), grads = grad_fn(state.params, model, batch, rng, label_smoothing, ss_prob)
+  updates, opt_state = tx.update(grads, state.opt_state, state.params)
+  params = optax.apply_updates(state.params, updates)
+  metrics = dict(metrics, grad_norm=optax.global_norm(grads), steps=jnp.float32(1.0))
+  return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
+
+
+def eval_step(params, batch: dict, *, model):
+  """Teacher-forced validation loss sums (no dropout)."""
+  targets = batch["captions"]
+  logits, _ = model.apply(params, batch, shift_right(targets), train=False)
+  valid = batch["valid"][:, None, None] & (targets != PAD)
+  nll = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), targets)
+  return {"loss_sum": jnp.sum(nll * valid), "token_count": jnp.sum(valid.astype(jnp.float32))}

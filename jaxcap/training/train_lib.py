@@ -1,0 +1,376 @@
+"""The training loop: config -> data -> jitted data-parallel steps -> validation -> checkpoints.
+
+``train_and_evaluate(config, workdir)`` is what ``train.py`` runs. A workdir holds
+``config.json`` and ``vocab.json`` (written once, checked on every resume), ``checkpoints/``
+(latest k), ``best/`` (best validation CIDEr-D), ``metrics.jsonl`` and ``tensorboard/``, and after
+testing ``predictions_<split>.json`` and ``scores_<split>.json``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+import time
+from typing import Any
+
+import numpy as np
+import jax
+import jax.numpy as jnp
+import ml_collections
+
+from jaxcap import data as data_lib
+from jaxcap import decoding
+from jaxcap.data import pipeline
+from jaxcap.data.vocab import Vocab
+from jaxcap.models import registry
+from jaxcap.models.base import shift_right
+from jaxcap.training import checkpoint as ckpt_lib
+from jaxcap.training import optim, parallel, steps
+from jaxcap.training.writers import MetricWriter
+
+# Fields that may differ between the config a checkpoint was trained with and a resumed run.
+_RESUMABLE_MODEL_FIELDS = ("dropout", "dtype")
+
+
+def _write_json_atomic(path: str, obj) -> None:
+  tmp = f"{path}.tmp{os.getpid()}"
+  with open(tmp, "w") as f:
+    json.dump(obj, f, indent=1)
+  os.replace(tmp, path)
+
+
+def config_to_dict(config) -> dict:
+  return json.loads(config.to_json_best_effort())
+
+
+def check_workdir(workdir: str, config, vocab: Vocab) -> None:
+  """Refuses a workdir trained with another model/data or another vocabulary; writes nothing."""
+  cfg_path = os.path.join(workdir, "config.json")
+  if os.path.exists(cfg_path):
+    with open(cfg_path) as f:
+      try:
+        old = json.load(f)
+      except ValueError:
+        raise ValueError(f"{cfg_path}: not valid JSON; expected the config of the run in this workdir") from None
+    new = config_to_dict(config)
+    old_model = {k: v for k, v in old.get("model", {}).items() if k not in _RESUMABLE_MODEL_FIELDS}
+    new_model = {k: v for k, v in new["model"].items() if k not in _RESUMABLE_MODEL_FIELDS}
+    if old_model != new_model:
+      diff = sorted(k for k in set(old_model) | set(new_model) if old_model.get(k) != new_model.get(k))
+      raise ValueError(f"{cfg_path}: this workdir holds checkpoints of another model "
+                       f"(model.{diff[0]}: {old_model.get(diff[0])!r} there, {new_model.get(diff[0])!r} now); "
+                       "use another --workdir")
+    if old.get("data", {}).get("name") != new["data"]["name"]:
+      raise ValueError(f"{cfg_path}: this workdir was trained on data.name="
+                       f"{old.get('data', {}).get('name')!r}, not {new['data']['name']!r}; use another --workdir")
+  vocab_path = os.path.join(workdir, "vocab.json")
+  if os.path.exists(vocab_path):
+    saved = Vocab.load(vocab_path)
+    if saved != vocab:
+      raise ValueError(f"{vocab_path}: the checkpoint's vocabulary ({len(saved)} words) does not match "
+                       f"the data's ({len(vocab)} words); use the same data and data.min_word_count")
+
+
+def init_workdir(workdir: str, config, vocab: Vocab) -> None:
+  check_workdir(workdir, config, vocab)
+  if jax.process_index() != 0:
+    return
+  os.makedirs(workdir, exist_ok=True)
+  if not os.path.exists(os.path.join(workdir, "config.json")):
+    _write_json_atomic(os.path.join(workdir, "config.json"), config_to_dict(config))
+  if not os.path.exists(os.path.join(workdir, "vocab.json")):
+    vocab.save(os.path.join(workdir, "vocab.json"))
+
+
+def sample_batch(dataset, split: str, batch_size: int) -> dict:
+  """A deterministic batch for shape inference (model init)."""
+  return next(iter(pipeline.eval_batches(dataset.split(split), batch_size, num_threads=0)))
+
+
+def init_params(model, batch: dict, seed: int, mesh):
+  batch = jax.tree.map(jnp.asarray, batch)
+  tokens = shift_right(jnp.asarray(batch["captions"]))
+  init = jax.jit(functools.partial(model.init, train=False), out_shardings=parallel.replicated(mesh))
+  return init(jax.random.PRNGKey(seed), batch, tokens)
+
+
+class Trainer:
+  """Holds the jitted functions of one run; ``fit`` runs the loop."""
+
+  def __init__(self, config, workdir: str, dataset=None):
+    parallel.maybe_initialize_distributed()
+    self.config = config
+    self.workdir = workdir
+    self.dataset = dataset if dataset is not None else data_lib.get_dataset(config.data)
+    self.info = dict(self.dataset.info)
+    self.model = registry.build(config.model, self.info)
+    self.mesh = parallel.make_mesh()
+    n_dev = self.mesh.devices.size
+    self.eval_batch_size = int(math.ceil(config.eval_batch_size / n_dev) * n_dev)
+    self.num_train = len(self.dataset.split("train"))
+    self.steps_per_epoch = max(1, self.num_train // config.batch_size)
+    self.tx, self.schedule = optim.make_optimizer(config, self.steps_per_epoch)
+    self._decode_fns: dict = {}
+
+  # ---------------------------------------------------------------- state
+  def initial_state(self):
+    batch = sample_batch(self.dataset, "train", min(2, self.num_train))
+    params = init_params(self.model, batch, self.config.seed, self.mesh)
+    state = steps.create_state(params, self.tx, jax.random.PRNGKey(self.config.seed + 1))
+    return jax.device_put(state, parallel.replicated(self.mesh))
+
+  # ---------------------------------------------------------------- jitted steps
+  @functools.cached_property
+  def _train_step(self):
+    fn = functools.partial(steps.train_step, model=self.model, tx=self.tx,
+                           label_smoothing=self.config.label_smoothing)
+    repl, data = parallel.replicated(self.mesh), parallel.batch_sharding(self.mesh)
+    if self.config.scheduled_sampling.start_epoch >= 0:
+      return jax.jit(lambda s, b, p: fn(s, b, ss_prob=p), in_shardings=(repl, data, repl),
+                     out_shardings=(repl, repl), donate_argnums=0)
+    return jax.jit(lambda s, b, p: fn(s, b), in_shardings=(repl, data, repl),
+                   out_shardings=(repl, repl), donate_argnums=0)
+
+  @functools.cached_property
+  def _scst_step(self):
+    from jaxcap.training import scst
+    return scst.make_scst_step(self)
+
+  def ss_prob(self, step: int) -> float:
+    ss = self.config.scheduled_sampling
+    if ss.start_epoch < 0:
+      return 0.0
+    epoch = step // self.steps_per_epoch
+    if epoch < ss.start_epoch:
+      return 0.0
+    k = (epoch - ss.start_epoch) // max(1, ss.increase_every_epochs)
+    return float(min(ss.increase_prob * k, ss.max_prob))
+
+  def decode_fn(self, decode_config):
+    key = json.dumps(decode_config.to_dict(), sort_keys=True)
+    if key not in self._decode_fns:
+      model, cfg = self.model, decode_config
+      data = parallel.batch_sharding(self.mesh)
+
+      def run(params, batch, rng):
+        out = decoding.decode(model, params, batch, cfg, rng=rng)
+        tokens = out.tokens
+        if tokens.ndim == 3:  # beams / samples: the best (first) one
+          tokens = tokens[:, 0]
+        return tokens
+
+      self._decode_fns[key] = jax.jit(run, in_shardings=(parallel.replicated(self.mesh), data, None),
+                                      out_shardings=data)
+    return self._decode_fns[key]
+
+  # ---------------------------------------------------------------- evaluation
+  def predict(self, params, split: str, decode_config=None, num_images: int = -1, seed: int = 0):
+    """Decodes a split (or its first ``num_images``): ``{image_id: caption}``."""
+    decode_config = decode_config or self.config.decode
+    source = self.dataset.split(split)
+    if num_images and 0 < num_images < len(source):
+      source = _Prefix(source, num_images)
+    ids = self.dataset.image_ids(split)
+    fn = self.decode_fn(decode_config)
+    local_bs = self.eval_batch_size // jax.process_count()
+    preds = {}
+    rng = jax.random.PRNGKey(seed)
+    for k, batch in enumerate(pipeline.eval_batches(source, local_bs, shard_index=jax.process_index(),
+                                                    shard_count=jax.process_count())):
+      gbatch = parallel.shard_batch(batch, self.mesh)
+      tokens = parallel.to_host(fn(params, gbatch, jax.random.fold_in(rng, k)))
+      index = parallel.to_host(gbatch["image_index"])
+      valid = parallel.to_host(gbatch["valid"])
+      for row, i, ok in zip(tokens, index, valid):
+        if ok:
+          preds[ids[int(i)]] = self.dataset.vocab.decode(row)
+    return preds
+
+  def references(self, split: str, image_ids) -> dict:
+    refs = self.dataset.references(split)
+    return {i: refs[i] for i in image_ids}
+
+  def validate(self, params, step: int) -> dict:
+    from jaxcap.evaluation import coco_metrics
+    preds = self.predict(params, "val", num_images=self.config.eval_num_images)
+    refs = self.references("val", preds.keys())
+    scores = coco_metrics.score(refs, preds, metrics=("Bleu", "CIDEr"), tokenize=False, log=lambda *_: None)
+    return {"CIDEr": scores["overall"]["CIDEr"], "Bleu_4": scores["overall"]["Bleu_4"]}
+
+  # ---------------------------------------------------------------- loop
+  def fit(self):
+    config, workdir = self.config, self.workdir
+    init_workdir(workdir, config, self.dataset.vocab)
+    ckpts = ckpt_lib.Checkpoints(workdir, keep=config.keep_checkpoints)
+    writer = MetricWriter(workdir)
+    train_source = self.dataset.split("train")
+    local_bs = parallel.local_batch_size(config.batch_size, self.mesh)
+    it = pipeline.make_train_iterator(train_source, local_bs, seed=config.seed,
+                                      num_workers=config.data.get("num_workers", 0))
+    state = self.initial_state()
+    start = 0
+    if ckpts.latest_step() is not None:
+      restored, data_state = ckpts.restore(ckpt_lib.abstract(state))
+      state = jax.device_put(restored, parallel.replicated(self.mesh))
+      it.set_state(data_state)
+      start = int(state.step)
+      print(f"Resumed from {workdir}/checkpoints at step {start}.", flush=True)
+    scst_start = config.scst.start_step
+
+    bar = _progress(config.num_train_steps, start)
+    window, t_window, n_window = None, time.time(), 0
+    step = start
+    for step in range(start, config.num_train_steps):
+      batch = parallel.shard_batch(next(it), self.mesh)
+      if 0 <= scst_start <= step:
+        state, metrics = self._scst_step(state, batch, step)
+      else:
+        state, metrics = self._train_step(state, batch, jnp.float32(self.ss_prob(step)))
+      window = dict(metrics) if window is None else {k: window.get(k, 0.0) + v for k, v in metrics.items()} | {
+          k: v for k, v in window.items() if k not in metrics}
+      n_window += 1
+      done = step + 1
+      if done % config.log_every_steps == 0 or done == config.num_train_steps:
+        m = jax.device_get(window)
+        dt = time.time() - t_window
+        summary = _summarise(m)
+        summary.update(lr=float(self.schedule(step)), images_per_sec=n_window * config.batch_size / max(dt, 1e-9),
+                       epoch=done / self.steps_per_epoch)
+        writer.write(done, summary, prefix="train/")
+        if bar is not None:
+          bar.set_postfix(loss=f"{summary['loss']:.3f}", lr=f"{summary['lr']:.2e}",
+                          img_s=f"{summary['images_per_sec']:.0f}")
+        window, t_window, n_window = None, time.time(), 0
+      if bar is not None:
+        bar.update(1)
+      if done % config.eval_every_steps == 0 or done == config.num_train_steps:
+        val = self.validate(state.params, done)
+        writer.write(done, val, prefix="val/")
+        improved = ckpts.save_best_if_improved(done, state, it.get_state(), val)
+        msg = f"step {done}: val CIDEr-D {val['CIDEr']:.4f} BLEU-4 {val['Bleu_4']:.4f}" + (" (best)" if improved else "")
+        (bar.write if bar is not None else print)(msg)
+      if done % config.checkpoint_every_steps == 0 or done == config.num_train_steps:
+        ckpts.save_latest(done, state, it.get_state())
+    if bar is not None:
+      bar.close()
+    writer.close()
+    self.ckpts = ckpts
+    return state
+
+  # ---------------------------------------------------------------- test
+  def load(self, step: int | None = None):
+    """Parameters of the best checkpoint (or ``step``, from either manager)."""
+    ckpts = getattr(self, "ckpts", None) or ckpt_lib.Checkpoints(self.workdir, keep=self.config.keep_checkpoints)
+    state = self.initial_state()
+    which = "best"
+    if step is not None:
+      which = ckpts.find_step(step)
+      if which is None:
+        raise ValueError(f"{self.workdir}: no checkpoint at step {step}; have latest "
+                         f"{list(ckpts.latest.all_steps())} and best {list(ckpts.best.all_steps())}")
+    elif ckpts.best_step() is None:
+      which = "latest"
+    restored, _ = ckpts.restore(ckpt_lib.abstract(state), step=step, which=which)
+    if restored is None:
+      raise ValueError(f"{self.workdir}: no checkpoint found (expected checkpoints/ or best/)")
+    return jax.device_put(restored, parallel.replicated(self.mesh))
+
+  def test(self, params, split: str = "test", decode_config=None, spice: bool = False, tag: str = "") -> dict:
+    from jaxcap.evaluation import coco_metrics
+    preds = self.predict(params, split, decode_config)
+    return write_scores(self.workdir, split, preds, self.references(split, preds.keys()), spice, tag)
+
+
+def write_scores(workdir, split, preds, refs, spice=False, tag=""):
+  from jaxcap.evaluation import coco_metrics
+  scores = coco_metrics.score(refs, preds, spice=spice)
+  if jax.process_index() == 0:
+    os.makedirs(workdir, exist_ok=True)
+    _write_json_atomic(os.path.join(workdir, f"predictions_{split}{tag}.json"),
+                       [{"image_id": k, "caption": v} for k, v in preds.items()])
+    _write_json_atomic(os.path.join(workdir, f"scores_{split}{tag}.json"), scores)
+  print(format_table(scores["overall"], title=f"{split} ({len(preds)} images)"), flush=True)
+  return scores
+
+
+def format_table(overall: dict, title: str = "") -> str:
+  names = [k for k in ("Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "METEOR", "ROUGE_L", "CIDEr", "SPICE") if k in overall]
+  head = " | ".join(f"{n:>8}" for n in names)
+  vals = " | ".join(f"{overall[n]:8.4f}" for n in names)
+  return (f"{title}\n" if title else "") + head + "\n" + vals
+
+
+class _Prefix:
+  """The first ``n`` rows of a split source."""
+
+  def __init__(self, source, n):
+    self.source, self.n = source, n
+
+  def __len__(self):
+    return self.n
+
+  def __getitem__(self, i):
+    if i >= self.n:
+      raise IndexError(i)
+    return self.source[i]
+
+  def collate(self, *args, **kwargs):
+    return self.source.collate(*args, **kwargs)
+
+
+def _summarise(m: dict) -> dict:
+  out = {}
+  count = float(m.get("token_count", 0.0))
+  if count:
+    out["loss"] = float(m["loss_sum"]) / count
+    out["extra_loss"] = float(m.get("extra_sum", 0.0)) / count
+  n = float(m.get("steps", 1.0))
+  for k, v in m.items():
+    if k not in ("loss_sum", "token_count", "extra_sum", "steps"):
+      out[k] = float(v) / n
+  if "loss" not in out and "reward" in out:
+    out["loss"] = out.get("scst_loss", 0.0)
+  return out
+
+
+def _progress(total: int, initial: int):
+  if jax.process_index() != 0:
+    return None
+  try:
+    from tqdm import tqdm
+  except ImportError:  # pragma: no cover
+    return None
+  import sys
+  return tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True,
+              mininterval=1.0 if sys.stderr.isatty() else 30.0)
+
+
+def train_and_evaluate(config, workdir: str) -> dict:
+  """Trains (or resumes) and, when ``config.test_after_training``, tests the best checkpoint.
+
+  Returns:
+    ``{"overall": {...}, "per_image": {...}}`` of the test split (``{}`` when not tested).
+  """
+  model_cls = registry.get(config.model.name)
+  if not getattr(model_cls, "trainable", True):
+    return fit_non_trainable(config, workdir)
+  trainer = Trainer(config, workdir)
+  trainer.fit()
+  if not config.test_after_training:
+    return {}
+  state = trainer.load()
+  print(f"Testing the best checkpoint (step {int(state.step)}) on split {config.test_split!r}.", flush=True)
+  return trainer.test(state.params, config.test_split, spice=config.spice)
+
+
+def fit_non_trainable(config, workdir: str) -> dict:
+  """Baselines without parameters (nearest neighbour): fit on train, score the test split."""
+  dataset = data_lib.get_dataset(config.data)
+  init_workdir(workdir, config, dataset.vocab)
+  model = registry.build(config.model, dict(dataset.info))
+  model.fit(dataset)
+  preds = model.predict(dataset, config.test_split)
+  refs = dataset.references(config.test_split)
+  return write_scores(workdir, config.test_split, preds, {k: refs[k] for k in preds}, config.spice)

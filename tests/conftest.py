@@ -1,0 +1,23 @@
+"""Test setup: 8 fake CPU devices (so data parallelism is exercised on one CPU) and paths."""
+
+import os
+import sys
+from pathlib import Path
+
+# Must be set before JAX initialises its backends.
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data"
+if str(REPO) not in sys.path:
+  sys.path.insert(0, str(REPO))
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture
+def shared_data():
+  if not SHARED_DATA.exists():
+    pytest.skip(f"{SHARED_DATA} is absent")
+  return SHARED_DATA

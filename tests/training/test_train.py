@@ -1,0 +1,181 @@
+"""The training spine: data parallelism, exact resume after SIGKILL, bad input, end to end."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import jax
+import jax.numpy as jnp
+import ml_collections
+
+from configs import transformer as transformer_config
+from jaxcap import data as data_lib
+from jaxcap.models import registry
+from jaxcap.training import checkpoint as ckpt_lib
+from jaxcap.training import optim, parallel, steps, train_lib
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def tiny_config(**overrides) -> ml_collections.ConfigDict:
+  c = transformer_config.get_config("synthetic")
+  c.data.num_train, c.data.num_val, c.data.num_test = 96, 16, 16
+  c.model.dim, c.model.num_layers, c.model.num_dec_layers = 32, 1, 1
+  c.model.num_heads, c.model.ff_dim = 4, 64
+  c.batch_size = 8
+  c.eval_batch_size = 8
+  c.num_train_steps = 8
+  c.eval_every_steps = 1000
+  c.checkpoint_every_steps = 4
+  c.log_every_steps = 2
+  c.warmup_steps = 10
+  c.eval_num_images = 16
+  c.test_after_training = False
+  for k, v in overrides.items():
+    node = c
+    *path, last = k.split(".")
+    for p in path:
+      node = node[p]
+    node[last] = v
+  return c
+
+
+@pytest.fixture(scope="module")
+def tiny_dataset():
+  return data_lib.get_dataset(tiny_config().data)
+
+
+def test_one_and_eight_devices_give_the_same_loss_and_gradients(tiny_dataset):
+  assert jax.device_count() == 8, "tests/conftest.py sets 8 fake CPU devices"
+  config = tiny_config()
+  model = registry.build(config.model, dict(tiny_dataset.info))
+  batch = next(iter(data_lib.pipeline.eval_batches(tiny_dataset.split("train"), 8, num_threads=0)))
+  results = []
+  for devices in (jax.devices()[:1], jax.devices()):
+    mesh = parallel.make_mesh(devices)
+    params = train_lib.init_params(model, batch, 0, mesh)
+    gbatch = parallel.shard_batch(batch, mesh)
+    fn = jax.jit(jax.value_and_grad(steps.xe_loss_fn, has_aux=True), static_argnums=(1,),
+                 in_shardings=(parallel.replicated(mesh), parallel.batch_sharding(mesh), None),
+                 out_shardings=parallel.replicated(mesh))
+    (loss, _), grads = fn(params, model, gbatch, jax.random.PRNGKey(3))
+    results.append((float(loss), jax.device_get(grads)))
+  (l1, g1), (l8, g8) = results
+  assert np.isfinite(l1) and abs(l1 - l8) < 1e-5 * max(1.0, abs(l1))
+  flat1, flat8 = jax.tree.leaves(g1), jax.tree.leaves(g8)
+  assert len(flat1) == len(flat8) > 0
+  for a, b in zip(flat1, flat8):
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_noam_schedule_matches_the_formula():
+  fn = optim.noam_schedule(2.0, 64, 10)
+  for step in (0, 4, 9, 10, 50):
+    s = step + 1
+    assert abs(float(fn(step)) - 2.0 * 64 ** -0.5 * min(s ** -0.5, s * 10 ** -1.5)) < 1e-7
+
+
+def _params_of(workdir, config, dataset):
+  trainer = train_lib.Trainer(config, str(workdir), dataset=dataset)
+  ckpts = ckpt_lib.Checkpoints(str(workdir))
+  state, data_state = ckpts.restore(ckpt_lib.abstract(trainer.initial_state()))
+  return int(state.step), jax.device_get(state.params), data_state
+
+
+def _train_cmd(workdir, steps, extra=()):
+  return [sys.executable, str(REPO / "train.py"), f"--config={REPO}/configs/transformer.py:synthetic",
+          f"--workdir={workdir}", "--config.data.num_train=96", "--config.data.num_val=16",
+          "--config.data.num_test=16", "--config.model.dim=32", "--config.model.num_layers=1",
+          "--config.model.num_dec_layers=1", "--config.model.num_heads=4", "--config.model.ff_dim=64",
+          "--config.batch_size=8", "--config.eval_batch_size=8", f"--config.num_train_steps={steps}",
+          "--config.eval_every_steps=1000", "--config.checkpoint_every_steps=4", "--config.log_every_steps=2",
+          "--config.warmup_steps=10", "--config.test_after_training=False", *extra]
+
+
+def test_resume_after_sigkill_continues_identically(tmp_path, tiny_dataset):
+  total = 24
+  straight, killed = tmp_path / "straight", tmp_path / "killed"
+  env = dict(os.environ, PYTHONUNBUFFERED="1")
+  # A run that would go on for a long time, hard-killed as soon as a checkpoint exists.
+  proc = subprocess.Popen(_train_cmd(killed, 100000), env=env, cwd=REPO,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+  deadline = time.time() + 300
+  ckdir = killed / "checkpoints"
+  while time.time() < deadline and proc.poll() is None:
+    if ckdir.exists() and any(p.name.isdigit() for p in ckdir.iterdir()):
+      break
+    time.sleep(0.05)
+  assert proc.poll() is None, proc.stdout.read().decode()[-3000:]
+  proc.send_signal(signal.SIGKILL)
+  proc.wait()
+  config = tiny_config(num_train_steps=total)
+  first = ckpt_lib.Checkpoints(str(killed)).latest_step()
+  assert first is not None and first < total
+  # Resume to `total`, and compare with a straight run of `total` steps.
+  train_lib.Trainer(config, str(killed), dataset=tiny_dataset).fit()
+  train_lib.Trainer(config, str(straight), dataset=tiny_dataset).fit()
+  s1, p1, d1 = _params_of(straight, config, tiny_dataset)
+  s2, p2, d2 = _params_of(killed, config, tiny_dataset)
+  assert s1 == s2 == total and d1 == d2
+  for a, b in zip(jax.tree.leaves(p1), jax.tree.leaves(p2)):
+    np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+  lines = [json.loads(l) for l in (straight / "metrics.jsonl").read_text().splitlines()]
+  assert any("train/loss" in l for l in lines)
+  assert (straight / "tensorboard").is_dir() and any((straight / "tensorboard").iterdir())
+
+
+def _run(args, **kw):
+  return subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=600, **kw)
+
+
+def _snapshot(d: Path) -> dict:
+  return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--config.model.no_such_field=3"], "no_such_field"),
+    (["--config.batch_size=abc"], "batch_size"),
+    (["--config.data.name=karpathy", "--config.data.root=/nonexistent/jaxcap"], "/nonexistent/jaxcap"),
+])
+def test_bad_command_line_gives_one_line_and_nonzero_exit(tmp_path, args, needle):
+  r = _run(_train_cmd(tmp_path / "w", 2, args))
+  assert r.returncode != 0
+  err_lines = [l for l in r.stderr.strip().splitlines() if l.strip()]
+  assert needle in r.stderr, r.stderr[-2000:]
+  assert len([l for l in err_lines if needle in l]) >= 1
+  assert not (tmp_path / "w" / "checkpoints").exists()
+
+
+def test_workdir_of_another_model_or_vocab_is_refused_and_left_intact(tmp_path, tiny_dataset):
+  workdir = tmp_path / "run"
+  train_lib.Trainer(tiny_config(num_train_steps=4), str(workdir), dataset=tiny_dataset).fit()
+  before = _snapshot(workdir)
+  # Another model in the same workdir.
+  r = _run(_train_cmd(workdir, 4, ["--config.model.num_heads=2"]))
+  assert r.returncode == 2 and "another model" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+  # Same model, data with another vocabulary.
+  r = _run(_train_cmd(workdir, 4, ["--config.data.min_word_count=100000"]))
+  assert r.returncode == 2 and "vocabulary" in r.stderr, r.stderr[-2000:]
+  assert _snapshot(workdir) == before
+
+
+def test_train_checkpoint_evaluate_end_to_end(tmp_path):
+  workdir = tmp_path / "e2e"
+  r = _run(_train_cmd(workdir, 8, ["--config.test_after_training=True", "--config.eval_every_steps=4"]))
+  assert r.returncode == 0, r.stderr[-3000:]
+  scores = json.loads((workdir / "scores_test.json").read_text())
+  assert set(scores["overall"]) >= {"Bleu_1", "Bleu_4", "ROUGE_L", "CIDEr"}
+  assert len(scores["per_image"]) == 16
+  assert (workdir / "best").is_dir()
+  r = _run([sys.executable, str(REPO / "evaluate.py"), f"--workdir={workdir}", "--split=val",
+            "--beam_size=2", "--tag=_beam2"])
+  assert r.returncode == 0, r.stderr[-3000:]
+  preds = json.loads((workdir / "predictions_val_beam2.json").read_text())
+  assert len(preds) == 16 and all(set(p) == {"image_id", "caption"} for p in preds)
+  assert "CIDEr" in r.stdout

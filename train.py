@@ -1,0 +1,50 @@
+"""Trains a jaxcap model, then evaluates its best checkpoint on the test split.
+
+  python train.py                                   # Transformer on the embedded synthetic data
+  python train.py --config configs/eta.py:synthetic,variant=stacked_v --workdir runs/stacked_v
+  python train.py --config configs/transformer.py:coco --config.batch_size=100 --config.dtype=bfloat16
+
+The default workdir is ``runs/<config name>`` (e.g. ``runs/transformer_synthetic``). An
+interrupted run resumes from its latest checkpoint when started again with the same workdir.
+"""
+
+import os
+import sys
+
+from absl import app, flags
+from ml_collections import config_flags
+
+_REPO = os.path.dirname(os.path.abspath(__file__))
+if _REPO not in sys.path:
+  sys.path.insert(0, _REPO)
+
+DEFAULT_CONFIG = os.path.join(_REPO, "configs", "transformer.py") + ":synthetic"
+config_flags.DEFINE_config_file("config", DEFAULT_CONFIG, "Config file (file.py:arg).", lock_config=True)
+flags.DEFINE_string("workdir", None, "Run directory (default: runs/<config name>).")
+
+
+def default_workdir(config_arg: str) -> str:
+  path, _, arg = config_arg.partition(":")
+  name = os.path.splitext(os.path.basename(path))[0]
+  suffix = "_".join(p.replace("=", "-") for p in arg.split(",") if p)
+  return os.path.join("runs", f"{name}_{suffix}" if suffix else name)
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  from jaxcap.cli import run_main
+  from jaxcap.training import train_lib
+  config = flags.FLAGS.config
+  workdir = flags.FLAGS.workdir or default_workdir(config_flags.get_config_filename(flags.FLAGS["config"])
+                                                   + _config_arg_suffix())
+  return run_main(lambda: train_lib.train_and_evaluate(config, workdir))
+
+
+def _config_arg_suffix() -> str:
+  value = flags.FLAGS["config"].serialize().split("=", 1)[-1]
+  return ":" + value.split(":", 1)[1] if ":" in value else ""
+
+
+if __name__ == "__main__":
+  app.run(main)
