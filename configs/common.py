@@ -60,42 +60,18 @@ def _convert(value: str):
 
 
 def data_config(dataset: str) -> ml_collections.ConfigDict:
-  """The data section for one of the known datasets (fields: docs/DESIGN.md section 2)."""
-  d = ml_collections.ConfigDict()
-  d.name = "synthetic_scenes"
-  d.format = "native"  # or "tfds": read a built TFDS array_record dataset from d.tfds_dir
-  d.tfds_dir = ""
-  d.root = ""
-  d.dataset_json = ""
-  d.att_dir = ""
-  d.fc_dir = ""
-  d.box_dir = ""
-  d.grid = False
-  d.max_len = 16
-  d.min_word_count = 5
-  d.max_regions = 10
-  d.seq_per_img = 5
-  d.num_attributes = 1000
-  d.max_attributes = 20
-  d.attributes = "none"  # "oracle" | "noisy" | "detected" | "none"
-  d.attributes_file = ""
-  d.task = "caption"  # or "translate"
-  d.num_train = 10000
-  d.num_val = 500
-  d.num_test = 500
-  d.seed = 0
-  d.feature_dim = 128
-  d.num_workers = 0
+  """The data section for one of the known datasets (fields: ``jaxcap.data.get_dataset``)."""
+  from jaxcap.data import default_data_config
   if dataset == "synthetic":
-    pass
+    d = default_data_config("synthetic_scenes")
   elif dataset == "flickr8k":
-    d.name = "karpathy"
+    d = default_data_config("karpathy")
     d.root = os.path.join(SHARED_DATA, "flickr8k_xception")
     d.dataset_json = "dataset_flickr8k.json"
     d.fc_dir = "fc"
     d.max_regions = 1
   elif dataset == "coco":
-    d.name = "karpathy"
+    d = default_data_config("karpathy")
     d.root = "data/coco"
     d.dataset_json = "dataset_coco.json"
     d.att_dir = "cocobu_att"
@@ -103,15 +79,12 @@ def data_config(dataset: str) -> ml_collections.ConfigDict:
     d.box_dir = "cocobu_box"
     d.max_regions = 100
   elif dataset == "multi30k":
-    d.name = "multi30k"
+    d = default_data_config("multi30k")
     d.root = os.path.join(SHARED_DATA, "multi30k")
-    d.task = "translate"
-    d.max_regions = 196
-    d.max_len = 50
-    d.min_word_count = 1
-    d.seq_per_img = 1
   else:
     raise ValueError(f"config argument dataset: expected one of {DATASETS}, got {dataset!r}")
+  d.attributes = "none"  # models that read attributes (ETA) set their own mode
+  d.num_workers = 0
   return d
 
 

@@ -1,0 +1,466 @@
+"""CaptionDataset: vocabulary, encoded captions, attributes and random-access split sources.
+
+Every reader (:mod:`karpathy`, :mod:`cocotalk`, :mod:`multi30k`, the synthetic scenes, a
+built TFDS dir) only has to say, per split, which images exist, their reference tokens
+and how to read one image's features (a :class:`FeatureReader`). Everything else —
+vocabulary, truncation, attributes, validation, batch assembly — lives here, so every
+layout gives identical batches for identical content.
+
+Dimension legend: B images in a batch, N regions (``max_regions``), n regions of one image,
+D region-feature size, Dg global-feature size, S captions per image (``seq_per_img``),
+R references of one image, T = ``max_len + 1`` caption positions, A attributes per image,
+K attribute vocabulary size, Ls = ``src_max_len + 1`` source positions, g grid side.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Sequence
+
+import numpy as np
+
+from jaxcap.data import attributes as attributes_lib
+from jaxcap.data.vocab import EOS, PAD, UNK, Vocab
+
+SPLITS = ("train", "val", "test")
+
+
+def check_split(split: str, available: Sequence[str] = SPLITS) -> str:
+  if split not in available:
+    raise ValueError(f"split {split!r}: unknown, expected one of {', '.join(available)}")
+  return split
+
+
+def grid_boxes(g: int) -> np.ndarray:
+  """Boxes of a ``g x g`` grid's cells, row-major: float32 ``[g*g, 4]`` (x1, y1, x2, y2)."""
+  r, c = np.meshgrid(np.arange(g), np.arange(g), indexing="ij")
+  boxes = np.stack([c, r, c + 1, r + 1], axis=-1).reshape(g * g, 4)
+  return (boxes / g).astype(np.float32)
+
+
+def grid_to_regions(x: np.ndarray, name: str) -> np.ndarray:
+  """``[g, g, C]`` or ``[g*g, C]`` grid features -> ``[g*g, C]`` regions (row-major)."""
+  if x.ndim == 3:
+    if x.shape[0] != x.shape[1]:
+      raise ValueError(f"{name}: grid features must be [g, g, C], got shape {list(x.shape)}")
+    return x.reshape(x.shape[0] * x.shape[1], x.shape[2])
+  if x.ndim == 2:
+    g = int(round(np.sqrt(x.shape[0])))
+    if g * g != x.shape[0]:
+      raise ValueError(f"{name}: grid features [cells, C] need a square number of cells, "
+                       f"got {x.shape[0]}")
+    return x
+  raise ValueError(f"{name}: grid features must be [g, g, C] or [g*g, C], got shape {list(x.shape)}")
+
+
+def check_features(feats: np.ndarray, dim: int | None, name: str, field: str = "feat",
+                   ndim: int = 2) -> np.ndarray:
+  """Returns float32 features or raises a one-line ValueError naming ``name``."""
+  feats = np.asarray(feats)
+  if feats.ndim != ndim:
+    want = "[regions, D]" if ndim == 2 else "[D]"
+    raise ValueError(f"{name}: field {field!r} must be {want}, got shape {list(feats.shape)}")
+  if ndim == 2 and feats.shape[0] == 0:
+    raise ValueError(f"{name}: field {field!r} has zero regions, expected at least one")
+  if dim is not None and feats.shape[-1] != dim:
+    raise ValueError(f"{name}: field {field!r} has feature dimension {feats.shape[-1]}, "
+                     f"expected {dim}")
+  feats = np.asarray(feats, dtype=np.float32)
+  # The sum is finite iff every element is (inf - inf and nan propagate); one pass, no mask.
+  if not np.isfinite(feats.sum(dtype=np.float64)):
+    raise ValueError(f"{name}: field {field!r} contains NaN or Inf values, expected finite numbers")
+  return feats
+
+
+_UNIT_BOX = np.array([[0.0, 0.0, 1.0, 1.0]], np.float32)
+
+
+def resolve_features(raw: dict, name: str, feature_dim: int | None, global_dim: int | None):
+  """Validates a reader's output and fills the defaults: ``(feats [n, D], boxes [n, 4],
+  global_feat [Dg])`` float32. Unknown boxes span the whole image; a missing global feature
+  is the mean of the regions."""
+  feats = check_features(raw["feats"], feature_dim, name)
+  boxes = raw.get("boxes")
+  if boxes is None:
+    boxes = np.broadcast_to(_UNIT_BOX, (feats.shape[0], 4))
+  else:
+    boxes = np.asarray(boxes, np.float32)
+    if boxes.shape != (feats.shape[0], 4):
+      raise ValueError(f"{name}: field 'boxes' has shape {list(boxes.shape)}, expected "
+                       f"[{feats.shape[0]}, 4] to match the features")
+  glob = raw.get("global_feat")
+  if glob is None:
+    glob = feats.mean(axis=0)
+  else:
+    glob = check_features(glob, global_dim, name, field="fc", ndim=1)
+  return feats, boxes, glob
+
+
+class FeatureReader:
+  """Reads one image's features: ``read(i) -> {"feats" [n, D], "boxes" [n, 4] | None,
+  "global_feat" [Dg] | None}`` (numpy, possibly memory-mapped). ``name(i)`` names the
+  file or row for error messages."""
+
+  grid = False
+
+  def __len__(self) -> int:
+    raise NotImplementedError
+
+  def read(self, i: int) -> dict:
+    raise NotImplementedError
+
+  def name(self, i: int) -> str:
+    return f"row {i}"
+
+
+class ArrayFeatures(FeatureReader):
+  """Features held in arrays (in memory or ``np.load(..., mmap_mode="r")``).
+
+  Args:
+    feats: ``[I, n, D]``, ``[I, g, g, D]`` (grid, needs ``grid=True``) or a list of ``[n_i, D]``.
+    boxes: optional ``[I, n, 4]`` (or list), already normalised to [0, 1].
+    global_feats: optional ``[I, Dg]``.
+    grid: treat each image's features as grid cells (boxes derived from the grid).
+    label: names the array in error messages (e.g. the ``.npy`` path).
+  """
+
+  def __init__(self, feats, boxes=None, global_feats=None, grid: bool = False,
+               label: str = "features"):
+    self.feats, self.boxes, self.global_feats = feats, boxes, global_feats
+    self.grid, self.label = grid, label
+
+  def __len__(self) -> int:
+    return len(self.feats)
+
+  def name(self, i: int) -> str:
+    return f"{self.label}[{i}]"
+
+  def read(self, i: int) -> dict:
+    feats = self.feats[i]
+    boxes = None if self.boxes is None else self.boxes[i]
+    if self.grid:
+      feats = grid_to_regions(np.asarray(feats), self.name(i))
+      boxes = grid_boxes(int(round(np.sqrt(feats.shape[0]))))
+    glob = None if self.global_feats is None else self.global_feats[i]
+    return {"feats": feats, "boxes": boxes, "global_feat": glob}
+
+
+class TextOnlyFeatures(FeatureReader):
+  """No image: one all-zero region of size ``dim`` per example (text-only runs)."""
+
+  def __init__(self, num: int, dim: int = 1):
+    self.num, self.dim = num, dim
+
+  def __len__(self) -> int:
+    return self.num
+
+  def read(self, i: int) -> dict:
+    return {"feats": np.zeros((1, self.dim), np.float32), "boxes": None, "global_feat": None}
+
+
+@dataclasses.dataclass
+class SplitData:
+  """What a reader provides for one split (all lists are aligned, one entry per image).
+
+  Attributes:
+    image_ids: COCO-style ids (int or str), unique within the split.
+    refs: reference token lists per image (target language), unabridged.
+    features: reads image ``i``'s features.
+    src: translation-source tokens per image (one sentence), or None.
+    attributes: explicit attribute words per image (noisy / detected), or None.
+    oracle_attributes: reader-provided oracle attribute words, or None (then derived from refs).
+  """
+
+  image_ids: list
+  refs: list
+  features: FeatureReader
+  src: list | None = None
+  attributes: list | None = None
+  oracle_attributes: list | None = None
+
+
+_FIELDS = dict(max_len=16, min_word_count=5, max_regions=36, seq_per_img=5,
+               num_attributes=1000, max_attributes=20, attributes="oracle",
+               attributes_file="", src_max_len=0, src_min_word_count=0)
+
+
+def _cfg(config, key):
+  if config is None:
+    return _FIELDS[key]
+  try:
+    value = config[key]
+  except (KeyError, AttributeError):
+    return _FIELDS[key]
+  return _FIELDS[key] if value is None else value
+
+
+class CaptionDataset:
+  """A captioning (or multimodal translation) dataset: see docs/DESIGN.md, section 2.
+
+  Args:
+    splits: ``{split name: SplitData}``; must contain ``"train"`` (the vocabulary source).
+    config: data config (``max_len``, ``min_word_count``, ``max_regions``, ``seq_per_img``,
+      ``num_attributes``, ``max_attributes``, ``attributes``, ``attributes_file``,
+      ``src_max_len``, ``src_min_word_count``); missing fields take their defaults.
+    name: names the dataset in error messages.
+    feature_dim, global_dim: expected sizes; probed from the first training image when None.
+    max_regions: overrides ``config.max_regions`` (readers with one region per image pass 1).
+  """
+
+  def __init__(self, splits: dict[str, SplitData], config=None, name: str = "dataset",
+               feature_dim: int | None = None, global_dim: int | None = None,
+               max_regions: int | None = None):
+    if "train" not in splits:
+      raise ValueError(f"{name}: no 'train' split, expected one to build the vocabulary from")
+    self.name, self.config, self._splits = name, config, dict(splits)
+    self.max_len = int(_cfg(config, "max_len"))
+    self.seq_per_img = int(_cfg(config, "seq_per_img"))
+    self.max_regions = int(max_regions or _cfg(config, "max_regions"))
+    self.max_attributes = int(_cfg(config, "max_attributes"))
+    self.attr_mode = str(_cfg(config, "attributes"))
+    if self.attr_mode not in ("oracle", "noisy", "detected", "none"):
+      raise ValueError(f"{name}: field 'attributes' is {self.attr_mode!r}, expected one of "
+                       "oracle, noisy, detected, none")
+    for split, data in self._splits.items():
+      self._check_text(split, data)
+
+    train = self._splits["train"]
+    self.vocab = Vocab.build((t for refs in train.refs for t in refs),
+                             min_count=int(_cfg(config, "min_word_count")))
+    self.src_vocab = None
+    self.src_max_len = int(_cfg(config, "src_max_len")) or self.max_len
+    if train.src is not None:
+      src_min = int(_cfg(config, "src_min_word_count")) or int(_cfg(config, "min_word_count"))
+      self.src_vocab = Vocab.build(train.src, min_count=src_min)
+    self.attribute_words = attributes_lib.top_content_words(
+        (t for refs in train.refs for t in refs), int(_cfg(config, "num_attributes")),
+        allowed=self.vocab.stoi)
+    self.attribute_index = {w: j for j, w in enumerate(self.attribute_words)}
+    detected = self._load_detected() if self.attr_mode == "detected" else None
+
+    self._encoded = {}
+    for split, data in self._splits.items():
+      self._encoded[split] = self._encode_split(split, data, detected)
+    self._sources = {}
+
+    if feature_dim is None or global_dim is None:
+      probe = train.features.read(0)
+      feats = check_features(probe["feats"], feature_dim, train.features.name(0))
+      feature_dim = feats.shape[-1] if feature_dim is None else feature_dim
+      if global_dim is None:
+        global_dim = feature_dim if probe["global_feat"] is None else np.shape(probe["global_feat"])[-1]
+    self.info = {
+        "feature_dim": int(feature_dim), "global_dim": int(global_dim),
+        "max_regions": self.max_regions, "max_len": self.max_len,
+        "vocab_size": len(self.vocab),
+        "src_vocab_size": 0 if self.src_vocab is None else len(self.src_vocab),
+        "num_attributes": len(self.attribute_words),
+        "grid": bool(getattr(train.features, "grid", False)),
+        "seq_per_img": self.seq_per_img, "max_attributes": self.max_attributes,
+        "src_max_len": self.src_max_len if self.src_vocab is not None else 0,
+    }
+
+  # --- construction helpers -------------------------------------------------------------
+
+  def _check_text(self, split: str, data: SplitData) -> None:
+    n = len(data.image_ids)
+    if len(data.refs) != n or len(data.features) != n:
+      raise ValueError(f"{self.name} split {split!r}: {n} image ids, {len(data.refs)} reference "
+                       f"lists and {len(data.features)} feature entries, expected equal counts")
+    if len(set(data.image_ids)) != n:
+      raise ValueError(f"{self.name} split {split!r}: image ids are not unique")
+    for j, refs in enumerate(data.refs):
+      if not refs:
+        raise ValueError(f"{self.name} split {split!r} image {data.image_ids[j]}: field "
+                         "'captions' is empty, expected at least one reference")
+      for r, toks in enumerate(refs):
+        if not toks:
+          raise ValueError(f"{self.name} split {split!r} image {data.image_ids[j]}: caption {r} "
+                           "is empty, expected at least one word")
+    if data.src is not None:
+      for j, toks in enumerate(data.src):
+        if not toks:
+          raise ValueError(f"{self.name} split {split!r} image {data.image_ids[j]}: source "
+                           "sentence is empty, expected at least one word")
+
+  def _load_detected(self) -> dict:
+    path = str(_cfg(self.config, "attributes_file"))
+    try:
+      with open(path) as f:
+        table = json.load(f)
+      if not isinstance(table, dict):
+        raise TypeError("not an object")
+    except (OSError, ValueError, TypeError) as e:
+      raise ValueError(f"{path or '<attributes_file unset>'}: field 'attributes_file' must be a "
+                       f"JSON object {{image_id: [words]}} ({e})") from None
+    return {str(k): v for k, v in table.items()}
+
+  def _encode_split(self, split: str, data: SplitData, detected: dict | None) -> dict:
+    t = self.max_len + 1
+    caps, attrs, labels, srcs = [], [], [], []
+    for j, refs in enumerate(data.refs):
+      arr = np.zeros((len(refs), t), np.int32)
+      for r, toks in enumerate(refs):
+        ids = self.vocab.encode(toks, max_len=self.max_len, add_eos=True)
+        arr[r, :len(ids)] = ids
+      caps.append(arr)
+      labels.append(np.asarray(sorted({self.attribute_index[w] for toks in refs for w in toks
+                                       if w in self.attribute_index}), np.int32))
+      if self.attr_mode == "none":
+        words = []
+      elif self.attr_mode == "oracle":
+        words = (data.oracle_attributes[j] if data.oracle_attributes is not None else
+                 attributes_lib.oracle_attributes(refs, self.attribute_index, self.max_attributes))
+      elif self.attr_mode == "noisy":
+        if data.attributes is None:
+          raise ValueError(f"{self.name}: field 'attributes' is 'noisy', which only "
+                           "synthetic_scenes provides; expected oracle, detected or none")
+        words = data.attributes[j]
+      else:
+        key = str(data.image_ids[j])
+        if key not in detected:
+          raise ValueError(f"{_cfg(self.config, 'attributes_file')}: no attributes for image "
+                           f"{key!r} (split {split!r}), expected an entry for every image")
+        words = detected[key]
+      # Words outside the vocabulary carry no usable id: dropped rather than UNK.
+      ids = [i for i in self.vocab.encode(list(words)) if i > UNK][:self.max_attributes]
+      attrs.append(np.asarray(ids, np.int32))
+      if data.src is not None:
+        ids = self.src_vocab.encode(data.src[j], max_len=self.src_max_len, add_eos=True)
+        row = np.zeros((self.src_max_len + 1,), np.int32)
+        row[:len(ids)] = ids
+        srcs.append(row)
+    return {"captions": caps, "attributes": attrs, "labels": labels,
+            "src": srcs if data.src is not None else None}
+
+  # --- public API -----------------------------------------------------------------------
+
+  @property
+  def splits(self) -> tuple:
+    return tuple(s for s in SPLITS if s in self._splits)
+
+  def split(self, name: str) -> "SplitSource":
+    """Random-access source of split ``name`` (grain ``RandomAccessDataSource`` protocol)."""
+    check_split(name, self.splits)
+    if name not in self._sources:
+      self._sources[name] = SplitSource(self, name)
+    return self._sources[name]
+
+  def split_data(self, name: str) -> SplitData:
+    check_split(name, self.splits)
+    return self._splits[name]
+
+  def image_ids(self, split: str) -> list:
+    return list(self.split_data(split).image_ids)
+
+  def references(self, split: str) -> dict:
+    """``{image_id: [caption string]}`` from the unabridged (untruncated, un-UNK'd) tokens."""
+    data = self.split_data(split)
+    return {iid: [" ".join(toks) for toks in refs] for iid, refs in zip(data.image_ids, data.refs)}
+
+  def train_references_ids(self) -> list:
+    """Word ids (truncated to ``max_len``, no EOS/PAD) of each training image's references."""
+    out = []
+    for caps in self._encoded["train"]["captions"]:
+      out.append([row[(row != PAD) & (row != EOS)] for row in caps])
+    return out
+
+
+class SplitSource:
+  """One split as a random-access source: ``len(source)``, ``source[i] -> example``.
+
+  An example is a dict of unpadded numpy arrays: ``image_index`` int32 scalar, ``feats``
+  ``[n, D]``, ``boxes`` ``[n, 4]``, ``global_feat`` ``[Dg]``, ``captions`` ``[R, T]`` (ids,
+  EOS, PAD), ``attributes`` ``[a]`` (a <= A), ``attr_labels`` float32 ``[K]`` and, for
+  translation, ``src`` ``[Ls]``. Features are read (and validated) on each access.
+  """
+
+  def __init__(self, dataset: CaptionDataset, split: str):
+    self.dataset, self.split = dataset, split
+    self.data = dataset._splits[split]
+    self.enc = dataset._encoded[split]
+    self.info = dataset.info
+    self.seq_per_img = dataset.seq_per_img
+    self.max_regions = dataset.max_regions
+    self.max_attributes = dataset.max_attributes
+
+  def __len__(self) -> int:
+    return len(self.data.image_ids)
+
+  def __repr__(self) -> str:
+    return f"SplitSource({self.dataset.name}, {self.split!r}, {len(self)} images)"
+
+  def __getitem__(self, i: int) -> dict:
+    i = int(i)
+    if not 0 <= i < len(self):
+      raise IndexError(f"{self.dataset.name} split {self.split!r}: index {i} out of range "
+                       f"[0, {len(self)})")
+    reader = self.data.features
+    feats, boxes, glob = resolve_features(reader.read(i), reader.name(i),
+                                          self.info["feature_dim"], self.info["global_dim"])
+    labels = np.zeros((self.info["num_attributes"],), np.float32)
+    labels[self.enc["labels"][i]] = 1.0
+    ex = {"image_index": np.int32(i), "feats": feats, "boxes": boxes, "global_feat": glob,
+          "captions": self.enc["captions"][i], "attributes": self.enc["attributes"][i],
+          "attr_labels": labels}
+    if self.enc["src"] is not None:
+      ex["src"] = self.enc["src"][i]
+    return ex
+
+  def collate(self, examples: Sequence[dict], rng: np.random.Generator,
+              batch_size: int | None = None) -> dict:
+    """Pads examples into a batch (docs/DESIGN.md, section 2); pads to ``batch_size`` rows
+    with ``valid=False`` when fewer examples are given."""
+    return collate(examples, rng, info=self.info, seq_per_img=self.seq_per_img,
+                   batch_size=batch_size, has_src=self.enc["src"] is not None)
+
+
+def collate(examples: Sequence[dict], rng: np.random.Generator, *, info: dict,
+            seq_per_img: int, batch_size: int | None = None, has_src: bool = False) -> dict:
+  """Assembles unpadded examples into a fixed-shape numpy batch.
+
+  Regions beyond ``max_regions`` are dropped (bottom-up features come sorted by detector
+  confidence). Images with R < S references keep all R and fill the remaining rows by
+  sampling their references with replacement; with R > S a random subset of S is used.
+  """
+  nb = len(examples)
+  b = nb if batch_size is None else batch_size
+  n, d, dg = info["max_regions"], info["feature_dim"], info["global_dim"]
+  s, t, a = seq_per_img, info["max_len"] + 1, info["max_attributes"]
+  batch = {
+      "image_index": np.zeros((b,), np.int32),
+      "valid": np.zeros((b,), bool),
+      "feats": np.zeros((b, n, d), np.float32),
+      "feats_mask": np.zeros((b, n), bool),
+      "boxes": np.zeros((b, n, 4), np.float32),
+      "global_feat": np.zeros((b, dg), np.float32),
+      "captions": np.zeros((b, s, t), np.int32),
+      "attributes": np.zeros((b, a), np.int32),
+      "attr_labels": np.zeros((b, info["num_attributes"]), np.float32),
+  }
+  if has_src:
+    batch["src"] = np.zeros((b, info["src_max_len"] + 1), np.int32)
+  for j, ex in enumerate(examples):
+    batch["image_index"][j] = ex["image_index"]
+    batch["valid"][j] = True
+    k = min(ex["feats"].shape[0], n)
+    batch["feats"][j, :k] = ex["feats"][:k]
+    batch["feats_mask"][j, :k] = True
+    batch["boxes"][j, :k] = ex["boxes"][:k]
+    batch["global_feat"][j] = ex["global_feat"]
+    caps = ex["captions"]
+    r = caps.shape[0]
+    if r == s:
+      rows = np.arange(s)
+    elif r > s:
+      rows = rng.choice(r, size=s, replace=False)
+    else:
+      rows = np.concatenate([np.arange(r), rng.integers(0, r, size=s - r)])
+    batch["captions"][j] = caps[rows]
+    at = ex["attributes"][:a]
+    batch["attributes"][j, :len(at)] = at
+    batch["attr_labels"][j] = ex["attr_labels"]
+    if has_src:
+      batch["src"][j] = ex["src"]
+  return batch

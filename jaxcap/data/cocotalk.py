@@ -1,0 +1,101 @@
+"""self-critical.pytorch's preprocessed ``cocotalk.json`` + ``cocotalk_label.h5``.
+
+``cocotalk.json`` holds ``ix_to_word`` (``{"1": word, ...}``) and ``images`` (``split``,
+``id``, optional ``width`` / ``height``) in the same order as the h5 rows; the h5 holds
+``labels`` ``[M, L]`` (word ids, 0 = end/pad), ``label_start_ix`` / ``label_end_ix``
+(1-based, inclusive) per image. Captions are decoded back to words, self-critical's
+``UNK`` becomes jaxcap's UNK, and the vocabulary is rebuilt from the training words with
+``min_word_count`` (default 1 here: cocotalk's vocabulary is already thresholded).
+
+The references are the h5 labels, i.e. already truncated to the h5's ``L`` (16 in
+self-critical); score against the COCO annotations for official numbers.
+Features come from the same ``att_dir`` / ``fc_dir`` / ``box_dir`` layout as
+:mod:`jaxcap.data.karpathy`, keyed by ``id``. h5py is imported only here.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from jaxcap.data import base, karpathy
+
+
+def read_labels(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """``(labels [M, L], start [I], end [I])`` from a cocotalk label h5 (0-based start, end excl.)."""
+  try:
+    import h5py
+  except ImportError:
+    raise ValueError(f"{path}: reading cocotalk label files needs h5py (pip install h5py)") from None
+  try:
+    with h5py.File(path, "r") as f:
+      missing = [k for k in ("labels", "label_start_ix", "label_end_ix") if k not in f]
+      if missing:
+        raise ValueError(f"{path}: no dataset {missing[0]!r}, expected labels, label_start_ix, "
+                         "label_end_ix")
+      labels = np.asarray(f["labels"][()], np.int64)
+      start = np.asarray(f["label_start_ix"][()], np.int64) - 1
+      end = np.asarray(f["label_end_ix"][()], np.int64)
+  except ValueError:
+    raise
+  except Exception as e:
+    raise ValueError(f"{path}: unreadable cocotalk label file ({type(e).__name__}: {e})") from None
+  return labels, start, end
+
+
+def read_splits(config) -> dict[str, base.SplitData]:
+  root = config.root
+  json_path = karpathy._resolve(root, config.dataset_json or "cocotalk.json")
+  h5_path = karpathy._resolve(root, config.get("label_h5", "") or "cocotalk_label.h5")
+  try:
+    with open(json_path) as f:
+      info = json.load(f)
+    ix_to_word, images = info["ix_to_word"], info["images"]
+  except (OSError, ValueError, KeyError, TypeError) as e:
+    raise ValueError(f"{json_path}: not a cocotalk JSON with 'ix_to_word' and 'images' ({e})") from None
+  words = {int(k): ("<unk>" if w == "UNK" else w) for k, w in ix_to_word.items()}
+  labels, start, end = read_labels(h5_path)
+  if len(start) != len(images):
+    raise ValueError(f"{h5_path}: {len(start)} images in label_start_ix, expected {len(images)} "
+                     f"as in {json_path}")
+  use_restval = bool(config.get("use_restval", True))
+  by_split = {s: {"keys": [], "refs": [], "sizes": []} for s in base.SPLITS}
+  for j, img in enumerate(images):
+    split = img.get("split")
+    if split == "restval" and use_restval:
+      split = "train"
+    if split not in by_split:
+      continue
+    refs = []
+    for row in labels[start[j]:end[j]]:
+      toks = []
+      for i in row:
+        if i == 0:
+          break
+        if int(i) not in words:
+          raise ValueError(f"{h5_path}: label id {int(i)} of image {img.get('id')} is not in "
+                           f"{json_path} ix_to_word")
+        toks.append(words[int(i)])
+      refs.append(toks)
+    rec = by_split[split]
+    rec["keys"].append(int(img["id"]))
+    rec["refs"].append(refs)
+    w, h = img.get("width"), img.get("height")
+    rec["sizes"].append((float(w), float(h)) if w and h else None)
+  att_dir = karpathy._resolve(root, config.get("att_dir", ""))
+  fc_dir = karpathy._resolve(root, config.get("fc_dir", ""))
+  box_dir = karpathy._resolve(root, config.get("box_dir", ""))
+  out = {}
+  for split, rec in by_split.items():
+    if rec["keys"]:
+      feats = karpathy.DirFeatures([str(k) for k in rec["keys"]], att_dir, fc_dir, box_dir,
+                                   grid=bool(config.get("grid", False)), sizes=rec["sizes"])
+      out[split] = base.SplitData(image_ids=rec["keys"], refs=rec["refs"], features=feats)
+  return out
+
+
+def load(config) -> base.CaptionDataset:
+  return base.CaptionDataset(read_splits(config), config, name=f"cocotalk:{config.root}",
+                             feature_dim=config.get("feature_dim") or None,
+                             max_regions=None if config.get("att_dir") else 1)

@@ -1,0 +1,171 @@
+"""Karpathy ``dataset_{coco,flickr8k,flickr30k}.json`` + self-critical.pytorch feature dirs.
+
+Read in place, one file per image and per access (no conversion step):
+
+- ``att_dir/<id>.npz`` (key ``feat``, ``[n, D]``; bottom-up features have 10-100 regions), or
+  ``att_dir/<id>.npy``; with ``grid=True`` each file is a ``[g, g, C]`` or ``[g*g, C]`` grid
+  whose cells become regions with boxes derived from the grid;
+- ``fc_dir/<id>.npy`` (``[Dg]``); without ``att_dir`` it is the single region (N = 1);
+- ``box_dir/<id>.npy`` (``[n, 4]`` x1 y1 x2 y2 pixels), divided by the image's ``width`` /
+  ``height`` when the JSON entry has them, otherwise by the largest x2 / y2 of that image
+  (so boxes still land in [0, 1]).
+
+``<id>`` is ``cocoid`` for COCO and the file-name stem for Flickr. Images of split
+``restval`` join ``train`` (self-critical's 113,287 COCO training images) unless
+``use_restval=False``. Captions are the entries' ``tokens`` (or :func:`vocab.tokenize` of
+``raw`` when absent).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+from jaxcap.data import base
+from jaxcap.data.vocab import tokenize
+
+
+def _resolve(root: str, path: str) -> str:
+  if not path:
+    return ""
+  return path if os.path.isabs(path) else os.path.join(root, path)
+
+
+def load_array(path: str, key: str | None = None) -> np.ndarray:
+  """``np.load`` of one feature file with a one-line ValueError when missing or unreadable."""
+  try:
+    with open(path, "rb") as f:
+      if key is None:
+        return np.load(f, allow_pickle=False)
+      with np.load(f, allow_pickle=False) as z:
+        if key not in z.files:
+          raise ValueError(f"{path}: no key {key!r} (has {z.files}), expected the features "
+                           f"under {key!r}")
+        return z[key]
+  except FileNotFoundError:
+    raise ValueError(f"{path}: feature file is missing, expected one per image") from None
+  except ValueError as e:
+    if str(e).startswith(path):
+      raise
+    raise ValueError(f"{path}: unreadable feature file ({e})") from None
+  except Exception as e:  # zipfile.BadZipFile, EOFError, OSError ... all mean "corrupt".
+    raise ValueError(f"{path}: unreadable feature file ({type(e).__name__}: {e})") from None
+
+
+class DirFeatures(base.FeatureReader):
+  """Per-image feature files in self-critical.pytorch's directory layout."""
+
+  def __init__(self, keys: list[str], att_dir: str = "", fc_dir: str = "", box_dir: str = "",
+               grid: bool = False, sizes: list | None = None):
+    if not att_dir and not fc_dir:
+      raise ValueError("karpathy: fields 'att_dir' and 'fc_dir' are both empty, expected at "
+                       "least one feature directory")
+    for field, d in (("att_dir", att_dir), ("fc_dir", fc_dir), ("box_dir", box_dir)):
+      if d and not os.path.isdir(d):
+        raise ValueError(f"{d}: field {field!r} is not a directory")
+    self.keys, self.att_dir, self.fc_dir, self.box_dir = keys, att_dir, fc_dir, box_dir
+    self.grid, self.sizes = grid, sizes
+    self._att_ext = None
+    if grid and not att_dir:
+      raise ValueError("karpathy: field 'grid' is set but 'att_dir' is empty, expected grid "
+                       "feature files in att_dir")
+
+  def __len__(self) -> int:
+    return len(self.keys)
+
+  def name(self, i: int) -> str:
+    d = self.att_dir or self.fc_dir
+    ext = (self._att_ext or ".npz") if self.att_dir else ".npy"
+    return os.path.join(d, f"{self.keys[i]}{ext}")
+
+  def _read_att(self, key: str) -> np.ndarray:
+    stem = os.path.join(self.att_dir, key)
+    if self._att_ext is None:  # Decided once: a stat per read would cost on network disks.
+      self._att_ext = ".npy" if (not os.path.exists(stem + ".npz")
+                                 and os.path.exists(stem + ".npy")) else ".npz"
+    if self._att_ext == ".npz":
+      return load_array(stem + ".npz", "feat")
+    return load_array(stem + ".npy")
+
+  def read(self, i: int) -> dict:
+    key = self.keys[i]
+    glob = load_array(os.path.join(self.fc_dir, f"{key}.npy")) if self.fc_dir else None
+    if glob is not None and glob.ndim != 1:
+      glob = glob.reshape(-1) if glob.size == glob.shape[-1] else glob
+    if not self.att_dir:
+      return {"feats": glob[None, :] if glob.ndim == 1 else glob, "boxes": None,
+              "global_feat": glob}
+    feats = self._read_att(key)
+    boxes = None
+    if self.grid:
+      feats = base.grid_to_regions(feats, self.name(i))
+      boxes = base.grid_boxes(int(round(np.sqrt(feats.shape[0]))))
+    elif self.box_dir:
+      path = os.path.join(self.box_dir, f"{key}.npy")
+      boxes = load_array(path).astype(np.float32)
+      if boxes.ndim != 2 or boxes.shape[-1] != 4:
+        raise ValueError(f"{path}: boxes must be [regions, 4], got shape {list(boxes.shape)}")
+      size = self.sizes[i] if self.sizes else None
+      if size:
+        w, h = size
+      else:
+        w = max(float(boxes[:, 2].max(initial=0.0)), 1.0)
+        h = max(float(boxes[:, 3].max(initial=0.0)), 1.0)
+      boxes = np.clip(boxes / np.array([w, h, w, h], np.float32), 0.0, 1.0)
+    return {"feats": feats, "boxes": boxes, "global_feat": glob}
+
+
+def image_key(entry: dict) -> int | str:
+  """COCO ``cocoid``, else the file-name stem (Flickr)."""
+  if "cocoid" in entry:
+    return int(entry["cocoid"])
+  if "filename" in entry:
+    return os.path.splitext(os.path.basename(entry["filename"]))[0]
+  raise ValueError("karpathy: image entry has neither 'cocoid' nor 'filename'")
+
+
+def read_splits(config) -> dict[str, base.SplitData]:
+  """Parses the Karpathy JSON and returns ``{split: SplitData}``."""
+  root = config.root
+  path = _resolve(root, config.dataset_json)
+  try:
+    with open(path) as f:
+      images = json.load(f)["images"]
+  except (OSError, ValueError, KeyError, TypeError) as e:
+    raise ValueError(f"{path}: not a Karpathy dataset JSON with an 'images' list ({e})") from None
+  use_restval = bool(config.get("use_restval", True))
+  by_split = {s: {"keys": [], "refs": [], "sizes": []} for s in base.SPLITS}
+  for n, entry in enumerate(images):
+    split = entry.get("split")
+    if split == "restval" and use_restval:
+      split = "train"
+    if split not in by_split:
+      continue
+    if "sentences" not in entry:
+      raise ValueError(f"{path}: images[{n}] has no field 'sentences', expected a list")
+    refs = [list(s["tokens"]) if "tokens" in s else tokenize(s.get("raw", ""))
+            for s in entry["sentences"]]
+    rec = by_split[split]
+    rec["keys"].append(image_key(entry))
+    rec["refs"].append(refs)
+    w, h = entry.get("width"), entry.get("height")
+    rec["sizes"].append((float(w), float(h)) if w and h else None)
+  att_dir = _resolve(root, config.get("att_dir", ""))
+  fc_dir = _resolve(root, config.get("fc_dir", ""))
+  box_dir = _resolve(root, config.get("box_dir", ""))
+  out = {}
+  for split, rec in by_split.items():
+    if not rec["keys"]:
+      continue
+    feats = DirFeatures([str(k) for k in rec["keys"]], att_dir, fc_dir, box_dir,
+                        grid=bool(config.get("grid", False)), sizes=rec["sizes"])
+    out[split] = base.SplitData(image_ids=rec["keys"], refs=rec["refs"], features=feats)
+  return out
+
+
+def load(config) -> base.CaptionDataset:
+  return base.CaptionDataset(read_splits(config), config, name=f"karpathy:{config.dataset_json}",
+                             feature_dim=config.get("feature_dim") or None,
+                             max_regions=None if config.get("att_dir") else 1)

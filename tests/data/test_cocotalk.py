@@ -1,0 +1,67 @@
+"""self-critical's cocotalk.json + cocotalk_label.h5 (written here with h5py)."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from jaxcap import data
+
+from tests.data import fakes
+
+h5py = pytest.importorskip("h5py")
+
+
+def _write(root):
+  truth = fakes.write_karpathy(root, counts=(6, 2, 2))
+  words = sorted({w for t in truth.values() for r in t["refs"] for w in r})
+  ix_to_word = {str(i + 1): w for i, w in enumerate(words)}
+  ix_to_word[str(len(words) + 1)] = "UNK"
+  w2i = {w: int(i) for i, w in ix_to_word.items()}
+  rows, start, end, images = [], [], [], []
+  for key, t in truth.items():
+    start.append(len(rows) + 1)
+    for r in t["refs"]:
+      row = np.zeros(16, np.uint32)
+      ids = [w2i[w] for w in r][:16]
+      if key == 100:  # self-critical writes rare words as UNK
+        ids[0] = w2i["UNK"]
+      row[:len(ids)] = ids
+      rows.append(row)
+    end.append(len(rows))
+    images.append({"split": t["split"], "id": key, "file_path": f"x/{key}.jpg",
+                   "width": t["w"], "height": t["h"]})
+  with open(os.path.join(root, "cocotalk.json"), "w") as f:
+    json.dump({"ix_to_word": ix_to_word, "images": images}, f)
+  with h5py.File(os.path.join(root, "cocotalk_label.h5"), "w") as f:
+    f["labels"] = np.stack(rows)
+    f["label_start_ix"] = np.array(start, np.uint32)
+    f["label_end_ix"] = np.array(end, np.uint32)
+    f["label_length"] = np.array([min(len(r), 16) for t in truth.values() for r in t["refs"]])
+  return truth
+
+
+def test_cocotalk_matches_karpathy_reader(tmp_path):
+  truth = _write(tmp_path)
+  c = data.default_data_config("cocotalk")
+  c.root, c.att_dir, c.fc_dir, c.box_dir, c.max_regions = str(tmp_path), "att", "fc", "box", 5
+  ds = data.get_dataset(c)
+  assert [len(ds.split(s)) for s in ("train", "val", "test")] == [6, 2, 2]
+  refs = ds.references("train")
+  assert refs[101] == [" ".join(r[:16]) for r in truth[101]["refs"]]
+  assert refs[100][0].split()[0] == "<unk>"
+  kar = data.get_dataset(fakes.karpathy_config(tmp_path, max_regions=5))
+  a, b = ds.split("val")[1], kar.split("val")[1]
+  for k in ("feats", "boxes", "global_feat"):
+    np.testing.assert_array_equal(a[k], b[k])
+
+
+def test_missing_label_dataset(tmp_path):
+  _write(tmp_path)
+  with h5py.File(tmp_path / "cocotalk_label.h5", "a") as f:
+    del f["label_end_ix"]
+  c = data.default_data_config("cocotalk")
+  c.root, c.fc_dir = str(tmp_path), "fc"
+  with pytest.raises(ValueError, match=r"cocotalk_label\.h5: no dataset 'label_end_ix'"):
+    data.get_dataset(c)

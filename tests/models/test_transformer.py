@@ -1,0 +1,117 @@
+"""The Transformer baseline and the shared layers against NumPy, causality, cache, masking."""
+
+import numpy as np
+import pytest
+import jax
+import jax.numpy as jnp
+import ml_collections
+
+from jaxcap.models import layers, registry
+from jaxcap.models.base import shift_right
+
+V, B, N, F, T = 23, 3, 5, 12, 7
+
+
+def build(dropout=0.0, **kw):
+  cfg = ml_collections.ConfigDict(dict(name="transformer", dim=32, num_layers=2, num_dec_layers=2,
+                                       num_heads=4, ff_dim=48, dropout=dropout, **kw))
+  return registry.build(cfg, {"vocab_size": V, "max_len": T - 1, "feature_dim": F})
+
+
+def make_batch(seed=0):
+  r = np.random.RandomState(seed)
+  mask = np.ones((B, N), bool)
+  mask[1, 3:] = False
+  mask[2, 1:] = False
+  return {"feats": r.randn(B, N, F).astype(np.float32), "feats_mask": mask,
+          "captions": r.randint(4, V, (B, 2, T)).astype(np.int32)}
+
+
+@pytest.fixture(scope="module")
+def model_and_params():
+  model, batch = build(), make_batch()
+  params = model.init(jax.random.PRNGKey(0), batch, shift_right(batch["captions"]))
+  return model, params
+
+
+def np_mha(p, q_in, kv_in, mask, heads):
+  """MultiHead(Q, K, V) of Vaswani et al. in NumPy from the flax parameters."""
+  q = np.einsum("bld,dhk->blhk", q_in, p["query"]["kernel"]) + p["query"]["bias"]
+  k = np.einsum("bmd,dhk->bmhk", kv_in, p["key"]["kernel"]) + p["key"]["bias"]
+  v = np.einsum("bmd,dhk->bmhk", kv_in, p["value"]["kernel"]) + p["value"]["bias"]
+  s = np.einsum("blhk,bmhk->bhlm", q, k) / np.sqrt(q.shape[-1])
+  s = np.where(mask[:, None], s, -1e9)
+  w = np.exp(s - s.max(-1, keepdims=True))
+  w /= w.sum(-1, keepdims=True)
+  o = np.einsum("bhlm,bmhk->blhk", w, v)
+  return np.einsum("blhk,hkd->bld", o, p["out"]["kernel"]) + p["out"]["bias"]
+
+
+def test_multihead_attention_matches_numpy():
+  r = np.random.RandomState(1)
+  q_in, kv_in = r.randn(2, 3, 16).astype(np.float32), r.randn(2, 6, 16).astype(np.float32)
+  mask = r.rand(2, 3, 6) > 0.3
+  mask[..., 0] = True
+  mha = layers.MultiHeadAttention(num_heads=4, dim=16)
+  params = mha.init(jax.random.PRNGKey(0), q_in, kv_in, mask)
+  got = mha.apply(params, q_in, kv_in, mask)
+  p = jax.tree.map(np.asarray, params["params"])
+  np.testing.assert_allclose(got, np_mha(p, q_in, kv_in, mask, 4), rtol=1e-4, atol=1e-5)
+
+
+def test_sinusoidal_positions_match_the_formula():
+  table = layers.sinusoidal_positions(10, 8)
+  for pos in (0, 3, 9):
+    for i in range(4):
+      assert abs(table[pos, 2 * i] - np.sin(pos / 10000 ** (2 * i / 8))) < 1e-6
+      assert abs(table[pos, 2 * i + 1] - np.cos(pos / 10000 ** (2 * i / 8))) < 1e-6
+
+
+def test_decoder_is_causal(model_and_params):
+  model, params = model_and_params
+  batch = make_batch()
+  tokens = shift_right(batch["captions"])
+  logits, _ = model.apply(params, batch, tokens)
+  changed = tokens.at[:, :, 4:].set((tokens[:, :, 4:] + 5) % V)
+  logits2, _ = model.apply(params, batch, changed)
+  np.testing.assert_allclose(logits[:, :, :4], logits2[:, :, :4], atol=1e-5)
+  assert np.abs(np.asarray(logits[:, :, 4:] - logits2[:, :, 4:])).max() > 1e-3
+
+
+def test_cached_decode_step_reproduces_teacher_forced_logits(model_and_params):
+  model, params = model_and_params
+  batch = make_batch()
+  tokens = shift_right(batch["captions"])[:, 0]
+  full, _ = model.apply(params, model.apply(params, batch, method="encode"), tokens, method="decode_train")
+  enc = model.apply(params, batch, method="encode")
+  cache = model.apply(params, enc, T, method="init_cache")
+  step = jax.jit(lambda c, tok, t: model.apply(params, enc, c, tok, t, method="decode_step"))
+  outs = []
+  for t in range(T):
+    logits, cache, _ = step(cache, tokens[:, t], jnp.int32(t))
+    outs.append(logits)
+  np.testing.assert_allclose(np.stack(outs, 1), full, rtol=1e-4, atol=1e-5)
+
+
+def test_padding_regions_do_not_change_the_output(model_and_params):
+  model, params = model_and_params
+  batch = make_batch()
+  tokens = shift_right(batch["captions"])
+  base, _ = model.apply(params, batch, tokens)
+  noisy = dict(batch, feats=np.where(batch["feats_mask"][..., None], batch["feats"], 1e3).astype(np.float32))
+  other, _ = model.apply(params, noisy, tokens)
+  np.testing.assert_allclose(base, other, rtol=1e-4, atol=1e-4)
+
+
+def test_bfloat16_compute_keeps_float32_params_and_logits():
+  model, batch = build(dtype="bfloat16"), make_batch()
+  tokens = shift_right(batch["captions"])
+  params = model.init(jax.random.PRNGKey(0), batch, tokens)
+  assert all(x.dtype == jnp.float32 for x in jax.tree.leaves(params))
+  logits, _ = model.apply(params, batch, tokens)
+  assert logits.dtype == jnp.float32 and np.isfinite(np.asarray(logits)).all()
+
+
+def test_bad_dtype_is_a_one_line_error():
+  with pytest.raises(ValueError, match="dtype"):
+    build(dtype="float8")
