@@ -129,6 +129,11 @@ def image_key(entry: dict) -> int | str:
 def read_splits(config) -> dict[str, base.SplitData]:
   """Parses the Karpathy JSON and returns ``{split: SplitData}``."""
   root = config.root
+  if root and not os.path.isdir(root):
+    raise ValueError(f"{root}: field 'root' of the karpathy data config is not a directory")
+  if not config.dataset_json:
+    raise ValueError("karpathy: field 'dataset_json' is empty, expected the Karpathy JSON "
+                     "(e.g. dataset_coco.json)")
   path = _resolve(root, config.dataset_json)
   try:
     with open(path) as f:

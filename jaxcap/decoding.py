@@ -1,0 +1,524 @@
+"""Greedy decoding, sampling and beam search for every jaxcap model.
+
+Dimension legend:
+  B images, K beams, n samples per image, T = ``max_len`` decoding steps, V vocabulary.
+
+Every search talks to the model only through the protocol of docs/DESIGN.md, section 3:
+``model.apply(params, batch, method="encode")`` once per image,
+``model.apply(params, enc, max_len, method="init_cache")`` and
+``model.apply(params, enc, cache, tokens, t, method="decode_step")`` once per step, so the
+same code decodes Transformer key/value caches and recurrent states. ``params`` is the
+variables dict given to ``model.apply`` (``{"params": ...}``). Beam search and sampling repeat
+``enc`` from ``[B, ...]`` to ``[B*K, ...]`` (image-major, row ``b*K + k``) once, after encoding,
+and reorder the cache by gathering rows along axis 0. Every function is jitted with the model,
+the sizes and the options that change the program (``block_trigrams``, ``return_aux``, whether
+top-k/top-p filtering is on) static; option values (``alpha``, ``min_len``, ``temperature``, ...)
+are traced, so they never recompile. The loop over time is a ``lax.scan`` over ``max_len`` steps.
+
+Output conventions (:class:`DecodeOutput`):
+  * ``tokens`` int32 never contain BOS: the first position is the first word. A sequence is its
+    words, then EOS if the model emitted it within ``max_len`` steps, then PAD. A sequence
+    that reaches ``max_len`` steps without EOS ends there (no EOS). PAD and BOS are never
+    emitted; UNK only when ``suppress_unk`` is False.
+  * ``lengths`` int32: words + EOS (the number of non-PAD tokens).
+  * ``token_logprobs`` float32: ``log p(token_t | image, tokens_<t)`` under the model's own
+    distribution, ``log_softmax(logits)`` in float32, at temperature 1 and before any top-k /
+    top-p filtering; tokens banned by ``suppress_unk`` / ``min_len`` / trigram blocking are set
+    to -inf without renormalising the rest. 0 after EOS. ``logprobs`` is their sum over time.
+  * ``scores``: for greedy and sampling, equal to ``logprobs``. For beam search, the ranking
+    score of each finished hypothesis with L = ``lengths``:
+      - ``"none"``: ``logprobs``;
+      - ``"gnmt"``: ``logprobs / ((5 + L) / 6) ** alpha`` (Wu et al., 2016);
+      - ``"average"``: ``logprobs / L``.
+  * Shapes: greedy ``[B, T]``; sampling ``[B, n, T]``; beam search ``[B, K, T]`` with the K beams
+    of an image sorted best first (``scores`` descending, ties broken towards the hypothesis
+    that finished first). Scalars per sequence drop the trailing T.
+  * ``aux`` (only with ``return_aux=True``): the dict returned by ``decode_step`` with each
+    array stacked along time, ``[B, (n | K,) T, ...]``, following the beam's own history; zeros
+    after EOS. Otherwise None.
+
+Beam search keeps two sets per image (the alive/finished formulation): up to K alive
+hypotheses that have not ended, and the K best finished ones. At step t every alive beam
+proposes every word; the K best of these K*V candidates by log-probability, EOS included, are
+taken. Those that end (EOS, or any word at the last step, where sequences are cut at
+``max_len``) compete with the finished set for its K places by score; the others stay alive,
+and a place freed by EOS is refilled at the next step from the live beams' candidates. With
+K = 1 this is exactly greedy decoding (flax's WMT variant, which always keeps K alive beams
+besides the finished ones, is not). The search space is every sequence that ends with EOS within
+``max_len`` steps or has exactly ``max_len`` words; with K at least the number of candidates
+at every step the search is exhaustive. Once no alive beam can beat the worst finished one
+(log-probabilities only decrease and the length penalty grows with length, so a bound is
+known), an image is done: the scan keeps running and its sequences, scores and finished set
+stay frozen (its cache keeps being computed but is never read again). If fewer than K
+hypotheses exist at all, the missing places have score -inf and length 0.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+from flax import struct
+
+from jaxcap.data.vocab import BOS, EOS, PAD, UNK
+from jaxcap.models.base import repeat_batch
+
+LENGTH_PENALTIES = ("none", "gnmt", "average")
+METHODS = ("greedy", "beam", "sample")
+
+
+class DecodeOutput(struct.PyTreeNode):
+  """Decoded sequences; see the module docstring for the conventions.
+
+  Attributes:
+    tokens: int32 ``[B, (K | n,) T]``.
+    token_logprobs: float32 ``[B, (K | n,) T]``.
+    logprobs: float32 ``[B, (K | n)]``.
+    lengths: int32 ``[B, (K | n)]``.
+    scores: float32 ``[B, (K | n)]``.
+    aux: dict of ``[B, (K | n,) T, ...]`` arrays, or None.
+  """
+
+  tokens: jax.Array
+  token_logprobs: jax.Array
+  logprobs: jax.Array
+  lengths: jax.Array
+  scores: jax.Array
+  aux: Any = None
+
+
+def default_decode_config() -> ml_collections.ConfigDict:
+  """The decoding options read by :func:`decode` (beam search of size 3 by default)."""
+  return ml_collections.ConfigDict({
+      "method": "beam",
+      "beam_size": 3,
+      "max_len": 16,
+      "length_penalty": "none",
+      "alpha": 0.6,
+      "min_len": 0,
+      "block_trigrams": False,
+      "suppress_unk": False,
+      "temperature": 1.0,
+      "top_k": 0,
+      "top_p": 1.0,
+      "num_samples": 1,
+  })
+
+
+# ---------------------------------------------------------------------------------------------
+# Shared pieces.
+
+
+def _batch_size(tree) -> int:
+  leaves = jax.tree.leaves(tree)
+  if not leaves:
+    raise ValueError("model.encode returned an empty pytree; expected arrays with leading axis B")
+  return leaves[0].shape[0]
+
+
+def _step_logprobs(model, params, enc, cache, tokens, t):
+  logits, cache, aux = model.apply(params, enc, cache, tokens, t, method="decode_step")
+  return jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1), cache, aux
+
+
+def _banned_tokens(lp_NxV, t, opts):
+  """Sets tokens that may not be emitted at step ``t`` to -inf (no renormalisation).
+
+  ``opts["min_len"]`` and ``opts["suppress_unk"]`` are traced, so they do not recompile.
+  """
+  v = lp_NxV.shape[-1]
+  if v <= UNK + 1:
+    raise ValueError(f"decode_step logits: vocabulary of {v} has no words; expected V > {UNK + 1}")
+  ids_V = jnp.arange(v)
+  banned_V = ((ids_V == PAD) | (ids_V == BOS) | ((ids_V == UNK) & opts["suppress_unk"])
+              | ((ids_V == EOS) & (t < opts["min_len"])))
+  return jnp.where(banned_V, -jnp.inf, lp_NxV)
+
+
+def _common_opts(min_len, suppress_unk):
+  return {"min_len": jnp.int32(min_len), "suppress_unk": jnp.bool_(suppress_unk)}
+
+
+def _trigram_blocked(seq_NxT, t, vocab_size: int):
+  """True at ``[n, w]`` when emitting ``w`` at step ``t`` repeats a trigram of ``seq[n, :t]``.
+
+  Trigram ``j`` is ``seq[j:j+3]``; it is complete before step t when ``j + 2 < t``, and ``w``
+  repeats it when ``(seq[t-2], seq[t-1]) == (seq[j], seq[j+1])`` and ``w == seq[j+2]``.
+  """
+  n, length = seq_NxT.shape
+  if length < 4:
+    return jnp.zeros((n, vocab_size), bool)
+  prev2_N = jnp.take(seq_NxT, jnp.maximum(t - 2, 0), axis=1)
+  prev1_N = jnp.take(seq_NxT, jnp.maximum(t - 1, 0), axis=1)
+  j = jnp.arange(length - 2)
+  match_NxJ = ((seq_NxT[:, :-2] == prev2_N[:, None]) & (seq_NxT[:, 1:-1] == prev1_N[:, None])
+               & (j[None, :] + 2 < t))
+  # Scatter-add (not set): several trigrams may point at the same word.
+  hits_NxV = jnp.zeros((n, vocab_size), jnp.int32).at[
+      jnp.arange(n)[:, None], seq_NxT[:, 2:]].add(match_NxJ.astype(jnp.int32))
+  return hits_NxV > 0
+
+
+def _set_at(x_NxTx, t, value_Nx):
+  """``x[:, t] = value`` for a traced t (a select, which XLA fuses; no scatter)."""
+  at_t = (jnp.arange(x_NxTx.shape[1]) == t).reshape((1, -1) + (1,) * (x_NxTx.ndim - 2))
+  return jnp.where(at_t, jnp.expand_dims(value_Nx, 1).astype(x_NxTx.dtype), x_NxTx)
+
+
+def _aux_template(model, params, enc, cache, n: int):
+  """Shapes/dtypes of ``decode_step``'s aux for ``n`` rows, without running it."""
+  tokens = jnp.full((n,), BOS, jnp.int32)
+  return jax.eval_shape(
+      lambda: model.apply(params, enc, cache, tokens, jnp.int32(0), method="decode_step")[2])
+
+
+def _penalty_coefficients(kind: str, alpha: float):
+  """(a, b, e) with penalty(L) = ((a + L) / b) ** e: one traced formula for every kind."""
+  return jnp.asarray({"none": (0.0, 1.0, 0.0), "gnmt": (5.0, 6.0, alpha),
+                      "average": (0.0, 1.0, 1.0)}[kind], jnp.float32)
+
+
+def _length_penalty(length, coef):
+  return ((coef[0] + jnp.asarray(length, jnp.float32)) / coef[1]) ** coef[2]
+
+
+# ---------------------------------------------------------------------------------------------
+# Greedy decoding and sampling: one hypothesis per row.
+
+
+def _filter_logits(logits_NxV, top_k, top_p):
+  """Top-k, then nucleus (top-p) filtering: excluded tokens get -inf. Ties with a cut stay.
+
+  ``top_k`` (0: off) and ``top_p`` (1: off) are traced; one descending sort serves both.
+  """
+  v = logits_NxV.shape[-1]
+  sorted_NxV = -jnp.sort(-logits_NxV, axis=-1)
+  pos_V = jnp.arange(v)
+  k = jnp.where(top_k > 0, jnp.minimum(top_k, v), v)
+  sorted_NxV = jnp.where(pos_V < k, sorted_NxV, -jnp.inf)
+  probs_NxV = jax.nn.softmax(sorted_NxV, axis=-1)
+  # Nucleus: a token is kept while the mass strictly before it is below p, the smallest set
+  # whose mass reaches p (at least one token). top_p = 1 must keep every token even when the
+  # float32 cumulative sum reaches 1 early.
+  keep_NxV = ((jnp.cumsum(probs_NxV, axis=-1) - probs_NxV) < top_p) | (top_p >= 1.0)
+  num_keep_N = jnp.clip((keep_NxV & (pos_V < k)).sum(-1), 1, k)
+  cutoff_Nx1 = jnp.take_along_axis(sorted_NxV, num_keep_N[:, None] - 1, axis=-1)
+  return jnp.where(logits_NxV < cutoff_Nx1, -jnp.inf, logits_NxV)
+
+
+def _sequential(model, params, enc, rng, *, max_len, pick, opts, return_aux):
+  """Runs one hypothesis per row of ``enc``; ``pick(lp_NxV, key) -> tokens_N``."""
+  n = _batch_size(enc)
+  cache = model.apply(params, enc, max_len, method="init_cache")
+  keys = jax.random.split(rng, max_len) if rng is not None else jnp.zeros((max_len, 2), jnp.uint32)
+
+  def body(carry, xs):
+    cache, prev_N, done_N = carry
+    t, key = xs
+    lp_NxV, cache, aux = _step_logprobs(model, params, enc, cache, prev_N, t)
+    lp_NxV = _banned_tokens(lp_NxV, t, opts)
+    tok_N = pick(lp_NxV, key).astype(jnp.int32)
+    tok_lp_N = jnp.take_along_axis(lp_NxV, tok_N[:, None], axis=-1)[:, 0]
+    tok_N = jnp.where(done_N, PAD, tok_N)
+    tok_lp_N = jnp.where(done_N, 0.0, tok_lp_N)
+    out = (tok_N, tok_lp_N)
+    if return_aux:
+      out += (jax.tree.map(
+          lambda a: jnp.where(done_N.reshape((-1,) + (1,) * (a.ndim - 1)), jnp.zeros_like(a), a),
+          aux),)
+    return (cache, tok_N, done_N | (tok_N == EOS)), out
+
+  init = (cache, jnp.full((n,), BOS, jnp.int32), jnp.zeros((n,), bool))
+  _, outs = jax.lax.scan(body, init, (jnp.arange(max_len, dtype=jnp.int32), keys))
+  tokens_NxT = outs[0].T
+  tok_lp_NxT = outs[1].T
+  aux = jax.tree.map(lambda a: jnp.moveaxis(a, 0, 1), outs[2]) if return_aux else None
+  logprobs_N = tok_lp_NxT.sum(-1)
+  return DecodeOutput(tokens=tokens_NxT, token_logprobs=tok_lp_NxT, logprobs=logprobs_N,
+                      lengths=(tokens_NxT != PAD).sum(-1).astype(jnp.int32), scores=logprobs_N,
+                      aux=aux)
+
+
+# Sizes and the options that change the program are static; option values are traced, so
+# changing min_len, suppress_unk, temperature, top_k, top_p or alpha never recompiles.
+@functools.partial(jax.jit, static_argnums=0, static_argnames=("max_len", "return_aux"))
+def _greedy_jit(model, params, batch, opts, *, max_len, return_aux):
+  enc = model.apply(params, batch, method="encode")
+  return _sequential(model, params, enc, None, max_len=max_len,
+                     pick=lambda lp, key: jnp.argmax(lp, axis=-1), opts=opts,
+                     return_aux=return_aux)
+
+
+@functools.partial(jax.jit, static_argnums=0,
+                   static_argnames=("max_len", "num_samples", "filtered", "return_aux"))
+def _sample_jit(model, params, batch, rng, opts, *, max_len, num_samples, filtered, return_aux):
+  enc = model.apply(params, batch, method="encode")
+  b = _batch_size(enc)
+  enc = repeat_batch(enc, num_samples)
+  temperature = opts["temperature"]
+
+  def pick(lp_NxV, key):
+    logits_NxV = lp_NxV / jnp.where(temperature > 0, temperature, 1.0)
+    if filtered:  # Static: the common unfiltered case pays for no sort.
+      logits_NxV = _filter_logits(logits_NxV, opts["top_k"], opts["top_p"])
+    sampled_N = jax.random.categorical(key, logits_NxV, axis=-1)
+    return jnp.where(temperature > 0, sampled_N, jnp.argmax(lp_NxV, axis=-1))
+
+  out = _sequential(model, params, enc, rng, max_len=max_len, pick=pick, opts=opts,
+                    return_aux=return_aux)
+  return jax.tree.map(lambda x: x.reshape((b, num_samples) + x.shape[1:]), out)
+
+
+def greedy(model, params, batch, *, max_len: int, suppress_unk: bool = False, min_len: int = 0,
+           return_aux: bool = False) -> DecodeOutput:
+  """Arg-max decoding.
+
+  Args:
+    model: a CaptionModel (static: its fields key the compilation cache).
+    params: the variables dict for ``model.apply``.
+    batch: a batch dict (docs/DESIGN.md, section 2); only what ``encode`` reads matters.
+    max_len: T, the number of decoding steps (words + EOS at most).
+    suppress_unk: never emit UNK.
+    min_len: EOS is banned before step ``min_len`` (at least that many words).
+    return_aux: also return the per-step aux outputs.
+
+  Returns:
+    DecodeOutput with ``tokens [B, T]``.
+  """
+  _check_common(max_len, min_len)
+  return _greedy_jit(model, params, batch, _common_opts(min_len, suppress_unk),
+                     max_len=int(max_len), return_aux=bool(return_aux))
+
+
+def sample(model, params, batch, rng, *, max_len: int, num_samples: int = 1,
+           temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
+           suppress_unk: bool = False, min_len: int = 0, return_aux: bool = False) -> DecodeOutput:
+  """Ancestral sampling from ``softmax(logits / temperature)``, optionally top-k / top-p filtered.
+
+  Args:
+    rng: a PRNG key; the same key gives the same samples.
+    num_samples: n sequences per image (rows ``b*n .. b*n + n-1`` share one encoding).
+    temperature: > 0, or 0 for arg-max.
+    top_k: keep the k most probable tokens (0: all).
+    top_p: keep the smallest set of most probable tokens with mass >= p (1: all).
+    Other arguments as in :func:`greedy`.
+
+  Returns:
+    DecodeOutput with ``tokens [B, n, T]``; ``token_logprobs`` are under the unfiltered model
+    distribution at temperature 1 (what self-critical training needs).
+  """
+  _check_common(max_len, min_len)
+  if num_samples < 1:
+    raise ValueError(f"decode option num_samples: expected >= 1, got {num_samples}")
+  if not temperature >= 0.0:
+    raise ValueError(f"decode option temperature: expected >= 0, got {temperature}")
+  if top_k < 0:
+    raise ValueError(f"decode option top_k: expected >= 0 (0 disables), got {top_k}")
+  if not 0.0 < top_p <= 1.0:
+    raise ValueError(f"decode option top_p: expected in (0, 1], got {top_p}")
+  opts = dict(_common_opts(min_len, suppress_unk), temperature=jnp.float32(temperature),
+              top_k=jnp.int32(top_k), top_p=jnp.float32(top_p))
+  return _sample_jit(model, params, batch, rng, opts, max_len=int(max_len),
+                     num_samples=int(num_samples), filtered=bool(top_k > 0 or top_p < 1.0),
+                     return_aux=bool(return_aux))
+
+
+# ---------------------------------------------------------------------------------------------
+# Beam search.
+
+
+def _gather_beams(x_BxKx, idx_BxM):
+  """``x[b, idx[b, m]]`` for every b, m."""
+  idx = idx_BxM.reshape(idx_BxM.shape + (1,) * (x_BxKx.ndim - 2))
+  return jnp.take_along_axis(x_BxKx, idx, axis=1)
+
+
+@functools.partial(jax.jit, static_argnums=0,
+                   static_argnames=("beam_size", "max_len", "block_trigrams", "return_aux"))
+def _beam_search_jit(model, params, batch, opts, *, beam_size, max_len, block_trigrams, return_aux):
+  k, big_t = beam_size, max_len
+  enc = model.apply(params, batch, method="encode")
+  b = _batch_size(enc)
+  # The image side is expanded once; every step reuses it.
+  enc = repeat_batch(enc, k)
+  cache = model.apply(params, enc, big_t, method="init_cache")
+  penalty = functools.partial(_length_penalty, coef=opts["penalty"])
+  # Only beam 0 is alive at t = 0, so the K first continuations are K different words.
+  alive_logp_BxK = jnp.where(jnp.arange(k) == 0, 0.0, -jnp.inf)[None].repeat(b, 0)
+  seq0 = jnp.full((b, k, big_t), PAD, jnp.int32)
+  lp0 = jnp.zeros((b, k, big_t), jnp.float32)
+  if return_aux:
+    aux0 = jax.tree.map(
+        lambda s: jnp.zeros((b, k, big_t) + s.shape[1:], s.dtype),
+        _aux_template(model, params, enc, cache, b * k))
+  else:
+    aux0 = None
+  state = {
+      "cache": cache,
+      "last": jnp.full((b, k), BOS, jnp.int32),
+      "alive_seq": seq0, "alive_tok_lp": lp0, "alive_logp": alive_logp_BxK, "alive_aux": aux0,
+      "fin_seq": seq0, "fin_tok_lp": lp0, "fin_aux": aux0,
+      "fin_logp": jnp.full((b, k), -jnp.inf), "fin_score": jnp.full((b, k), -jnp.inf),
+      "fin_len": jnp.zeros((b, k), jnp.int32),
+      "done": jnp.zeros((b,), bool),
+  }
+
+  def body(s, t):
+    lp_NxV, new_cache, aux = _step_logprobs(model, params, enc, s["cache"],
+                                            s["last"].reshape(b * k), t)
+    v = lp_NxV.shape[-1]
+    lp_NxV = _banned_tokens(lp_NxV, t, opts)
+    if block_trigrams:
+      blocked = _trigram_blocked(s["alive_seq"].reshape(b * k, big_t), t, v)
+      lp_NxV = jnp.where(blocked, -jnp.inf, lp_NxV)
+    lp_BxKxV = lp_NxV.reshape(b, k, v)
+    aux_BxK = (jax.tree.map(lambda a: a.reshape((b, k) + a.shape[1:]), aux)
+               if return_aux else None)
+    cand_BxKxV = s["alive_logp"][..., None] + lp_BxKxV
+
+    # The K best candidates of all K*V, EOS included (so K = 1 is greedy decoding): those that
+    # end here (EOS, or any word at the last step) leave for the finished set, the others stay
+    # alive. A slot freed by EOS is dead (-inf) and refilled at the next step from the live
+    # beams' candidates.
+    top_logp_BxK, top_idx_BxK = jax.lax.top_k(cand_BxKxV.reshape(b, k * v), k)
+    parent_BxK, word_BxK = top_idx_BxK // v, top_idx_BxK % v
+    word_lp_BxK = jnp.take_along_axis(lp_BxKxV.reshape(b, k * v), top_idx_BxK, axis=1)
+    ends_BxK = (word_BxK == EOS) | (t == big_t - 1)
+    seq_BxKxT = _set_at(_gather_beams(s["alive_seq"], parent_BxK).reshape(b * k, big_t), t,
+                        word_BxK.reshape(-1)).reshape(b, k, big_t)
+    tok_lp_BxKxT = _set_at(_gather_beams(s["alive_tok_lp"], parent_BxK).reshape(b * k, big_t), t,
+                           word_lp_BxK.reshape(-1)).reshape(b, k, big_t)
+    def extend(hist_BxKxT, x_BxK):
+      # The parents' histories, with this step's value of the chosen parent written at t.
+      hist_NxT = _gather_beams(hist_BxKxT, parent_BxK).reshape((b * k,) + hist_BxKxT.shape[2:])
+      x_N = _gather_beams(x_BxK, parent_BxK).reshape((b * k,) + x_BxK.shape[2:])
+      return _set_at(hist_NxT, t, x_N).reshape(hist_BxKxT.shape)
+
+    aux_hist = jax.tree.map(extend, s["alive_aux"], aux_BxK) if return_aux else None
+    alive_logp_BxK = jnp.where(ends_BxK, -jnp.inf, top_logp_BxK)
+
+    # The finishers compete with the finished set for its K places by score.
+    length = t + 1
+    new_score_BxK = jnp.where(ends_BxK, top_logp_BxK / penalty(length), -jnp.inf)
+    fin_score_BxK, pick_BxK = jax.lax.top_k(
+        jnp.concatenate([s["fin_score"], new_score_BxK], axis=1), k)
+
+    def merge(old, new):
+      return _gather_beams(jnp.concatenate([old, new], axis=1), pick_BxK)
+
+    new_fin = {
+        "fin_seq": merge(s["fin_seq"], seq_BxKxT),
+        "fin_tok_lp": merge(s["fin_tok_lp"], tok_lp_BxKxT),
+        "fin_logp": merge(s["fin_logp"], top_logp_BxK),
+        "fin_len": merge(s["fin_len"], jnp.full((b, k), length, jnp.int32)),
+        "fin_score": fin_score_BxK,
+    }
+    if return_aux:
+      new_fin["fin_aux"] = jax.tree.map(merge, s["fin_aux"], aux_hist)
+
+    # An image is done when its finished set is full and no alive beam can still beat its
+    # worst member: log-probabilities only decrease and the penalty is largest at max_len.
+    best_bound_B = alive_logp_BxK.max(-1) / penalty(jnp.int32(big_t))
+    done_B = s["done"] | (fin_score_BxK[:, -1] >= best_bound_B)
+
+    frozen_B = s["done"]
+
+    def keep(old, new):
+      return jnp.where(frozen_B.reshape((-1,) + (1,) * (old.ndim - 1)), old, new)
+
+    out = {
+        "cache": jax.tree.map(lambda c: c[(jnp.arange(b)[:, None] * k + parent_BxK).reshape(-1)],
+                              new_cache),
+        "last": keep(s["last"], word_BxK),
+        "alive_seq": keep(s["alive_seq"], seq_BxKxT),
+        "alive_tok_lp": keep(s["alive_tok_lp"], tok_lp_BxKxT),
+        "alive_logp": keep(s["alive_logp"], alive_logp_BxK),
+        "alive_aux": jax.tree.map(keep, s["alive_aux"], aux_hist) if return_aux else None,
+        "done": done_B,
+    }
+    for name, value in new_fin.items():
+      out[name] = jax.tree.map(keep, s[name], value)
+    if not return_aux:
+      out["fin_aux"] = None
+    return out, None
+
+  s, _ = jax.lax.scan(body, state, jnp.arange(big_t, dtype=jnp.int32))
+  return DecodeOutput(tokens=s["fin_seq"], token_logprobs=s["fin_tok_lp"], logprobs=s["fin_logp"],
+                      lengths=s["fin_len"], scores=s["fin_score"], aux=s["fin_aux"])
+
+
+def beam_search(model, params, batch, *, beam_size: int, max_len: int,
+                length_penalty: str = "none", alpha: float = 0.6, min_len: int = 0,
+                block_trigrams: bool = False, suppress_unk: bool = False,
+                return_aux: bool = False) -> DecodeOutput:
+  """Beam search (alive/finished formulation, see the module docstring).
+
+  Args:
+    model: a CaptionModel (static).
+    params: the variables dict for ``model.apply``.
+    batch: a batch dict; only what ``encode`` reads matters.
+    beam_size: K.
+    max_len: T, the number of decoding steps.
+    length_penalty: ``"none"``, ``"gnmt"`` or ``"average"`` (how finished hypotheses are
+      ranked; alive ones are always ranked by log-probability).
+    alpha: the GNMT exponent (>= 0).
+    min_len: EOS is banned before step ``min_len``.
+    block_trigrams: a word that would repeat a trigram already in its beam gets -inf.
+    suppress_unk: never emit UNK.
+    return_aux: also return the per-step aux outputs along each returned beam.
+
+  Returns:
+    DecodeOutput with ``tokens [B, K, T]``, best first.
+  """
+  _check_common(max_len, min_len)
+  if beam_size < 1:
+    raise ValueError(f"decode option beam_size: expected >= 1, got {beam_size}")
+  if length_penalty not in LENGTH_PENALTIES:
+    raise ValueError(f"decode option length_penalty: expected one of {LENGTH_PENALTIES}, "
+                     f"got {length_penalty!r}")
+  if length_penalty == "gnmt" and not alpha >= 0.0:
+    raise ValueError(f"decode option alpha: expected >= 0 for the GNMT penalty, got {alpha}")
+  opts = dict(_common_opts(min_len, suppress_unk),
+              penalty=_penalty_coefficients(length_penalty, float(alpha)))
+  return _beam_search_jit(model, params, batch, opts, beam_size=int(beam_size),
+                          max_len=int(max_len), block_trigrams=bool(block_trigrams),
+                          return_aux=bool(return_aux))
+
+
+def _check_common(max_len, min_len):
+  if max_len < 1:
+    raise ValueError(f"decode option max_len: expected >= 1, got {max_len}")
+  if not 0 <= min_len < max_len:
+    raise ValueError(f"decode option min_len: expected in [0, max_len={max_len}), got {min_len}")
+
+
+def decode(model, params, batch, decode_config, rng=None, *, return_aux: bool = False
+           ) -> DecodeOutput:
+  """Dispatches on ``decode_config.method`` (fields as in :func:`default_decode_config`).
+
+  Missing fields take their defaults. ``"sample"`` needs ``rng``.
+  """
+  given = dict(decode_config.items())
+  unknown = sorted(set(given) - set(default_decode_config().keys()))
+  if unknown:
+    raise ValueError(f"decode config: unknown fields {unknown}; expected a subset of "
+                     f"{sorted(default_decode_config().keys())}")
+  cfg = ml_collections.ConfigDict({**default_decode_config().to_dict(), **given})
+  if cfg.method == "greedy":
+    return greedy(model, params, batch, max_len=cfg.max_len, suppress_unk=cfg.suppress_unk,
+                  min_len=cfg.min_len, return_aux=return_aux)
+  if cfg.method == "beam":
+    return beam_search(model, params, batch, beam_size=cfg.beam_size, max_len=cfg.max_len,
+                       length_penalty=cfg.length_penalty, alpha=cfg.alpha, min_len=cfg.min_len,
+                       block_trigrams=cfg.block_trigrams, suppress_unk=cfg.suppress_unk,
+                       return_aux=return_aux)
+  if cfg.method == "sample":
+    if rng is None:
+      raise ValueError("decode option method='sample' needs an rng key")
+    return sample(model, params, batch, rng, max_len=cfg.max_len, num_samples=cfg.num_samples,
+                  temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p,
+                  suppress_unk=cfg.suppress_unk, min_len=cfg.min_len, return_aux=return_aux)
+  raise ValueError(f"decode option method: expected one of {METHODS}, got {cfg.method!r}")

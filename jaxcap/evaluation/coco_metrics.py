@@ -1,0 +1,237 @@
+"""COCO caption metrics (BLEU 1-4, METEOR, ROUGE-L, CIDEr, SPICE) through pycocoevalcap, robustly.
+
+``COCOEvalCap.evaluate()`` tokenises with the Java PTB tokenizer and then runs every scorer in
+one loop, so one failing scorer (typically SPICE without its Stanford CoreNLP jars) loses all of
+them. :func:`score` tokenises exactly as ``COCOEvalCap`` does (references and predictions
+separately, ``PTBTokenizer``) and then calls each scorer on its own: a metric that cannot run
+is reported in one line and the others still come out, with the values pycocoevalcap gives.
+
+Without Java, METEOR and SPICE are skipped and tokenisation falls back to
+:func:`python_ptb_tokenize`, a pure-Python approximation of PTBTokenizer followed by the same
+punctuation removal (lowercase; split off punctuation, brackets, quotes and the clitics
+``'s 're 've 'll 'd 'm n't``; drop the tokens pycocoevalcap drops). It agrees with the Java
+tokenizer on plain captions but not on every corner of PTB tokenisation, so scores computed
+that way are labelled as such in the log.
+
+pycocoevalcap is imported lazily inside functions: a host without it can still import jaxcap.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from typing import Callable, Hashable, Mapping, Sequence
+
+import numpy as np
+
+METRIC_NAMES = {
+    "Bleu": ("Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4"),
+    "METEOR": ("METEOR",),
+    "ROUGE_L": ("ROUGE_L",),
+    "CIDEr": ("CIDEr",),
+    "SPICE": ("SPICE",),
+}
+DEFAULT_METRICS = ("Bleu", "METEOR", "ROUGE_L", "CIDEr")
+
+# pycocoevalcap.tokenizer.ptbtokenizer.PUNCTUATIONS, repeated here so the fallback needs no import.
+PTB_PUNCTUATIONS = frozenset(["''", "'", "``", "`", "-LRB-", "-RRB-", "-LCB-", "-RCB-", ".", "?",
+                              "!", ",", ":", "-", "--", "...", ";"])
+_BRACKET_TOKENS = {"(": "-lrb-", ")": "-rrb-", "[": "-lsb-", "]": "-rsb-", "{": "-lcb-",
+                   "}": "-rcb-"}
+_CLITICS = frozenset(["'s", "'re", "'ve", "'ll", "'d", "'m", "n't"])
+_CLITIC = re.compile(r"(?<=\w)('s|'re|'ve|'ll|'d|'m|n't)\b")
+_ABBREVIATIONS = frozenset(
+    "dr st ave mr mrs ms jr sr vs etc inc co corp ltd mt ft rd blvd hwy no jan feb mar apr aug "
+    "sept sep oct nov dec".split())
+
+
+def _keeps_period(token: str) -> bool:
+  """PTB keeps the final period of abbreviations (``dr.``, ``t.v.``, ``b.``)."""
+  base = token[:-1]
+  return "." in base or (len(base) == 1 and base.isalpha()) or base in _ABBREVIATIONS
+
+
+def python_ptb_tokenize(text: str) -> str:
+  """Pure-Python stand-in for PTBTokenizer (``-lowerCase``) + pycocoevalcap's punctuation removal.
+
+  Mirrors what the Java tokenizer does to captions: brackets become ``-lrb-`` etc. (which
+  pycocoevalcap's upper-case list then fails to remove, so they stay), ``, ; :`` split off
+  except between digits, a final period splits off except after abbreviations, clitics and
+  ``cannot`` split, quotes go. Tokens in pycocoevalcap's punctuation list are dropped.
+
+  Args:
+    text: one raw caption.
+
+  Returns:
+    Space-joined lowercase tokens.
+  """
+  text = text.replace("\n", " ").lower()
+  text = re.sub(r"\.\.\.|--|[\"!?]", lambda m: f" {m.group()} ", text)
+  text = re.sub(r"[()\[\]{}]", lambda m: f" {_BRACKET_TOKENS[m.group()]} ", text)
+  text = re.sub(r"(?<!\d)[,;:]|[,;:](?!\d)", lambda m: f" {m.group()} ", text)
+  text = re.sub(r"\bcannot\b", "can not", text)
+  out = []
+  for tok in text.split():
+    # A final period (or a run of them) splits off, except after abbreviations.
+    if len(tok) > 1 and tok.endswith(".") and (tok.endswith("..") or not _keeps_period(tok)):
+      tok = tok.rstrip(".-")
+    for part in _CLITIC.sub(r" \1", tok).split():
+      if part not in _CLITICS:
+        # PTB splits quotes off word edges ("'hello'" -> ` hello '), which are then dropped.
+        part = part.strip("'`")
+      if part and part not in PTB_PUNCTUATIONS and part != '"':
+        out.append(part)
+  return " ".join(out)
+
+
+def _ptb_tokenize(captions: Mapping[Hashable, Sequence[str]]) -> dict:
+  """pycocoevalcap's PTBTokenizer on ``{id: [caption]}`` (as ``COCOEvalCap`` calls it)."""
+  from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer  # lazy: optional dependency
+
+  out = PTBTokenizer().tokenize({k: [{"caption": c} for c in v] for k, v in captions.items()})
+  for k, v in captions.items():
+    if len(out.get(k, ())) != len(v):
+      raise RuntimeError(f"PTBTokenizer returned {len(out.get(k, ()))} captions for image {k!r}, "
+                         f"expected {len(v)}")
+  return {k: out[k] for k in captions}
+
+
+def spice_available() -> tuple[bool, str]:
+  """Whether SPICE can run here, and why not when it cannot."""
+  if shutil.which("java") is None:
+    return False, "no 'java' on PATH"
+  try:
+    import pycocoevalcap.spice as spice_pkg  # lazy: optional dependency
+  except ImportError as e:
+    return False, f"pycocoevalcap is not installed ({e})"
+  lib = os.path.join(os.path.dirname(spice_pkg.__file__), "lib")
+  missing = [j for j in ("stanford-corenlp-3.6.0.jar", "stanford-corenlp-3.6.0-models.jar")
+             if not os.path.exists(os.path.join(lib, j))]
+  if missing:
+    return False, (f"{', '.join(missing)} missing from {lib} (run pycocoevalcap/spice/"
+                   "get_stanford_models.py once with network access)")
+  return True, ""
+
+
+def _make_scorer(name: str):
+  # Imports stay here so importing this module never needs pycocoevalcap or Java.
+  if name == "Bleu":
+    from pycocoevalcap.bleu.bleu import Bleu
+    return Bleu(4)
+  if name == "METEOR":
+    from pycocoevalcap.meteor.meteor import Meteor
+    return Meteor()
+  if name == "ROUGE_L":
+    from pycocoevalcap.rouge.rouge import Rouge
+    return Rouge()
+  if name == "CIDEr":
+    from pycocoevalcap.cider.cider import Cider
+    return Cider()
+  from pycocoevalcap.spice.spice import Spice
+  return Spice()
+
+
+def _run_scorer(name: str, gts: dict, res: dict):
+  """``(overall {metric: float}, per-image {metric: [float]})`` of one pycocoevalcap scorer."""
+  scorer = _make_scorer(name)
+  try:
+    if name == "Bleu":
+      try:
+        overall, per_image = scorer.compute_score(gts, res, verbose=0)
+      except TypeError:  # older pycocoevalcap without the verbose argument
+        overall, per_image = scorer.compute_score(gts, res)
+      keys = METRIC_NAMES["Bleu"]
+      return ({k: float(v) for k, v in zip(keys, overall)},
+              {k: [float(x) for x in v] for k, v in zip(keys, per_image)})
+    overall, per_image = scorer.compute_score(gts, res)
+    if name == "SPICE":
+      per_image = [float(s["All"]["f"]) for s in per_image]
+    return {name: float(overall)}, {name: [float(x) for x in per_image]}
+  finally:
+    del scorer  # METEOR's __del__ stops its Java process now rather than at exit
+
+
+def score(references: Mapping[Hashable, Sequence[str]], predictions: Mapping[Hashable, str], *,
+          metrics: Sequence[str] = DEFAULT_METRICS, spice: bool = False, tokenize: bool = True,
+          log: Callable[[str], None] = print) -> dict:
+  """Scores predicted captions against references with pycocoevalcap's scorers.
+
+  Args:
+    references: ``{image_id: [reference caption, ...]}`` raw text (or tokenised, see
+      ``tokenize``); may hold more images than ``predictions``.
+    predictions: ``{image_id: caption}``; exactly these images are scored (as the usual
+      ``cocoEval.params['image_id'] = cocoRes.getImgIds()`` does).
+    metrics: groups among ``Bleu``, ``METEOR``, ``ROUGE_L``, ``CIDEr``, ``SPICE``.
+    spice: also compute SPICE (needs Java and the Stanford CoreNLP 3.6.0 jars).
+    tokenize: PTB-tokenise first, as ``COCOEvalCap`` does; False scores the strings as given.
+    log: receives one line per skipped or failed metric.
+
+  Returns:
+    ``{"overall": {metric: float}, "per_image": {image_id: {metric: float}}}`` with
+    pycocoevalcap's names (``Bleu_1..Bleu_4``, ``METEOR``, ``ROUGE_L``, ``CIDEr``, ``SPICE``).
+  """
+  groups = list(dict.fromkeys(list(metrics) + (["SPICE"] if spice else [])))
+  unknown = [m for m in groups if m not in METRIC_NAMES]
+  if unknown:
+    raise ValueError(f"coco_metrics: unknown metric(s) {unknown}, expected some of "
+                     f"{list(METRIC_NAMES)}")
+  if not predictions:
+    raise ValueError("coco_metrics: predictions are empty, expected at least one image")
+  ids = list(predictions)
+  for i in ids:
+    if i not in references:
+      raise ValueError(f"coco_metrics: predicted image_id {i!r} has no references")
+    refs = references[i]
+    if isinstance(refs, str) or not len(refs):
+      raise ValueError(f"coco_metrics: references[{i!r}] must be a non-empty list of captions")
+    if not isinstance(predictions[i], str):
+      raise ValueError(f"coco_metrics: predictions[{i!r}] must be a string, got "
+                       f"{type(predictions[i]).__name__}")
+  gts = {i: [str(c) for c in references[i]] for i in ids}
+  res = {i: [predictions[i]] for i in ids}
+
+  have_java = shutil.which("java") is not None
+  if tokenize:
+    if have_java:
+      try:
+        gts, res = _ptb_tokenize(gts), _ptb_tokenize(res)
+      except Exception as e:  # noqa: BLE001 - any tokenizer failure falls back the same way
+        log(f"coco_metrics: PTBTokenizer failed ({type(e).__name__}: {e}); using the "
+            "pure-Python approximation instead")
+        have_tok = False
+      else:
+        have_tok = True
+    else:
+      log("coco_metrics: no 'java' on PATH: tokenising with the pure-Python approximation of "
+          "PTBTokenizer (scores may differ slightly from official ones)")
+      have_tok = False
+    if not have_tok:
+      gts = {i: [python_ptb_tokenize(c) for c in v] for i, v in gts.items()}
+      res = {i: [python_ptb_tokenize(c) for c in v] for i, v in res.items()}
+
+  overall: dict = {}
+  per_metric: dict = {}
+  for group in groups:
+    if group == "METEOR" and not have_java:
+      log("coco_metrics: METEOR skipped: no 'java' on PATH")
+      continue
+    if group == "SPICE":
+      ok, why = spice_available()
+      if not ok:
+        log(f"coco_metrics: SPICE skipped: {why}")
+        continue
+    try:
+      o, p = _run_scorer(group, gts, res)
+    except Exception as e:  # noqa: BLE001 - report and keep the other metrics
+      log(f"coco_metrics: {group} failed ({type(e).__name__}: {e}); other metrics still reported")
+      continue
+    overall.update(o)
+    per_metric.update(p)
+  per_image = {i: {m: v[k] for m, v in per_metric.items()} for k, i in enumerate(ids)}
+  return {"overall": overall, "per_image": per_image}
+
+
+def format_scores(overall: Mapping[str, float]) -> str:
+  """One line, e.g. ``Bleu_4 0.3012  METEOR 0.2551  CIDEr 1.0523``."""
+  return "  ".join(f"{k} {v:.4f}" for k, v in overall.items() if np.isfinite(v))

@@ -1,0 +1,151 @@
+"""Caption files in, score files out: COCO annotations, COCO results, scores JSON.
+
+Backs ``evaluate.py --predictions P.json --references R.json --out S.json`` through
+:func:`score_files`. Every malformed input raises a one-line ``ValueError`` naming the file and,
+where there is one, the entry at fault.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import Callable, Hashable, Mapping
+
+from jaxcap.evaluation import coco_metrics
+
+
+def _read_json(path: str, what: str):
+  try:
+    with open(path) as f:
+      return json.load(f)
+  except OSError as e:
+    raise ValueError(f"{path}: cannot read {what} ({e.strerror or e})") from None
+  except json.JSONDecodeError as e:
+    raise ValueError(
+        f"{path}: not valid JSON ({e.msg} at line {e.lineno}); expected {what}") from None
+
+
+def _image_id(value, path: str, where: str):
+  # COCO ids are ints; Flickr/Karpathy-style ids may be strings. Anything else is a mistake.
+  if isinstance(value, bool) or not isinstance(value, (int, str)):
+    raise ValueError(f"{path}: {where} 'image_id' must be an int or a string, got "
+                     f"{type(value).__name__}")
+  return value
+
+
+def load_coco_references(path: str) -> dict[Hashable, list[str]]:
+  """Reads a COCO annotation file (``{"annotations": [{"image_id", "caption"}, ...]}``).
+
+  Args:
+    path: e.g. ``captions_karpathy_test2014.json``.
+
+  Returns:
+    ``{image_id: [caption, ...]}`` in file order; every image has at least one caption.
+
+  Raises:
+    ValueError: naming the file (and annotation index) when the layout is not COCO's.
+  """
+  data = _read_json(path, "a COCO annotation file with an 'annotations' list")
+  if not isinstance(data, dict) or not isinstance(data.get("annotations"), list):
+    raise ValueError(f"{path}: expected a COCO annotation file: a JSON object with an "
+                     "'annotations' list of {'image_id', 'caption'}")
+  refs: dict[Hashable, list[str]] = {}
+  for k, ann in enumerate(data["annotations"]):
+    if not isinstance(ann, dict) or "image_id" not in ann or "caption" not in ann:
+      raise ValueError(f"{path}: annotations[{k}] must be an object with 'image_id' and "
+                       "'caption'")
+    if not isinstance(ann["caption"], str):
+      raise ValueError(f"{path}: annotations[{k}] 'caption' must be a string, got "
+                       f"{type(ann['caption']).__name__}")
+    refs.setdefault(_image_id(ann["image_id"], path, f"annotations[{k}]"), []).append(
+        ann["caption"])
+  if not refs:
+    raise ValueError(f"{path}: 'annotations' is empty, expected reference captions")
+  return refs
+
+
+def load_predictions(path: str, references: Mapping | None = None) -> dict[Hashable, str]:
+  """Reads a COCO results file (``[{"image_id", "caption"}, ...]``).
+
+  Args:
+    path: the predictions JSON.
+    references: when given, every predicted ``image_id`` must be one of its keys.
+
+  Returns:
+    ``{image_id: caption}`` in file order.
+
+  Raises:
+    ValueError: naming the file and entry index for a malformed entry, a repeated image id, or
+      an image id absent from ``references``.
+  """
+  data = _read_json(path, "a COCO results list of {'image_id', 'caption'}")
+  if not isinstance(data, list):
+    raise ValueError(f"{path}: expected a COCO results file: a JSON list of "
+                     f"{{'image_id', 'caption'}}, got a {type(data).__name__}")
+  preds: dict[Hashable, str] = {}
+  for k, entry in enumerate(data):
+    if not isinstance(entry, dict) or "image_id" not in entry or "caption" not in entry:
+      raise ValueError(f"{path}: entry {k} must be an object with 'image_id' and 'caption'")
+    if not isinstance(entry["caption"], str):
+      raise ValueError(f"{path}: entry {k} 'caption' must be a string, got "
+                       f"{type(entry['caption']).__name__}")
+    image_id = _image_id(entry["image_id"], path, f"entry {k}")
+    if image_id in preds:
+      raise ValueError(f"{path}: entry {k} repeats image_id {image_id!r}; expected one caption "
+                       "per image")
+    if references is not None and image_id not in references:
+      raise ValueError(f"{path}: entry {k} has image_id {image_id!r}, which is not among the "
+                       "references")
+    preds[image_id] = entry["caption"]
+  if not preds:
+    raise ValueError(f"{path}: no predictions, expected at least one {{'image_id', 'caption'}}")
+  return preds
+
+
+def _finite_or_none(x):
+  return x if not isinstance(x, float) or math.isfinite(x) else None
+
+
+def write_json_atomic(obj, path: str) -> None:
+  """Writes ``obj`` as JSON through a temporary file and ``os.replace`` (never half-written)."""
+  directory = os.path.dirname(os.path.abspath(path))
+  os.makedirs(directory, exist_ok=True)
+  tmp = f"{path}.tmp{os.getpid()}"
+  try:
+    with open(tmp, "w") as f:
+      json.dump(obj, f, indent=1)
+    os.replace(tmp, path)
+  finally:
+    if os.path.exists(tmp):
+      os.remove(tmp)
+
+
+def score_files(predictions_path: str, references_path: str, out_path: str, spice: bool = False,
+                *, metrics=coco_metrics.DEFAULT_METRICS,
+                log: Callable[[str], None] = print) -> dict:
+  """Scores a COCO results file against a COCO annotation file and writes the scores.
+
+  Args:
+    predictions_path: ``[{"image_id", "caption"}]``.
+    references_path: COCO annotations (``{"annotations": [{"image_id", "caption"}]}``).
+    out_path: where ``{"overall": {...}, "per_image": {image_id: {...}}}`` is written (atomically;
+      JSON object keys are strings, so integer image ids appear as strings there; a metric that
+      is NaN for an image, as SPICE can be, is written as null).
+    spice: also compute SPICE when it can run.
+    metrics: metric groups, as in :func:`jaxcap.evaluation.coco_metrics.score`.
+    log: one line per skipped or failed metric.
+
+  Returns:
+    The result of :func:`jaxcap.evaluation.coco_metrics.score` (with the original image ids).
+  """
+  references = load_coco_references(references_path)
+  predictions = load_predictions(predictions_path, references)
+  result = coco_metrics.score(references, predictions, metrics=metrics, spice=spice, log=log)
+  out = {
+      "overall": {k: _finite_or_none(v) for k, v in result["overall"].items()},
+      "per_image": {str(i): {k: _finite_or_none(v) for k, v in m.items()}
+                    for i, m in result["per_image"].items()},
+  }
+  write_json_atomic(out, out_path)
+  return result

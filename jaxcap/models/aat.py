@@ -1,0 +1,355 @@
+"""AAT: Adaptive Attention Time on an Up-Down style two-LSTM decoder (Huang et al., 2019).
+
+Dimension legend:
+  B batch (images, or images x captions / beams), N regions, F region feature width,
+  T caption positions, D model width (= LSTM width = word embedding width, paper d),
+  H heads, Dh = D / H, M = M_max (adaptive) or M_r (recurrent) attention steps,
+  S = M + 1 step slots (slot 0 is the non-visual step h1), V vocabulary.
+
+Section 3 of the paper, equation by equation:
+
+* Encoder: region features are projected to D by a linear layer (+ dropout); the mean
+  ``a_bar`` runs over the real regions only; the image keys/values of the multi-head attention
+  are projected once, in ``encode``.
+* Input module (eq. 1): ``(h1_t, m1_t) = LSTM_1([W_e y_t, a_bar + c_{t-1}], (h1_{t-1}, m1_{t-1}))``.
+* Output module (eq. 2): ``softmax(W_p Dropout(c_t) + b_p)``.
+* Attention module, ``attention=``
+  - ``"base"`` (eqs. 4-7): ``a_hat = MHA(h1_t, A, A)``, ``(h2, m2) = LSTM_2([a_hat, h1_t], state_{t-1})``.
+  - ``"recurrent"`` (eqs. 8-9): ``M_r = steps`` attention steps with query
+    ``q_{t,n} = W_q [h1_t, h2_{t,n-1}] + b_q``; LSTM_2 is chained through the steps starting
+    from ``(h2_{t-1}, m2_{t-1})``; ``c_t = h2_{t,M_r}``.
+  - ``"adaptive"`` (eqs. 10-15): the same steps, plus the confidence network
+    ``p_{t,n} = sigmoid(W_2 relu(W_1 x_{t,n} + b_1) + b_2)`` on ``x_{t,0} = h1_t``,
+    ``x_{t,n} = h2_{t,n}``; ``p_{t,n} = 0`` for ``n < M_min``; ``N(t) = min(M_max,
+    min{n': prod_{n<=n'} (1 - p_{t,n}) < epsilon})``; ``beta_{t,n} = p_{t,n} prod_{n'<n}
+    (1 - p_{t,n'})`` normalised over ``n <= N(t)``; ``h2_t = beta_0 h1_t + sum_n beta_n h2_{t,n}``,
+    ``m2_t = beta_0 m2_{t-1} + sum_n beta_n m2_{t,n}``, ``c_t = h2_t``; and the time cost
+    ``L^a_t = N(t) + sum_{n<=N(t)} n (1 - p_{t,n})`` (eq. 14), returned times ``lambda``
+    (``time_cost_weight``) as ``aux["extra_loss"]`` so that both the cross-entropy and the
+    self-critical loss add it (eqs. 16-17).
+  ``h2_{t,n}`` and ``m2_{t,n}`` go through LayerNorm_h / LayerNorm_m after every LSTM_2 step,
+  in all three modes, so that *base* is exactly *recurrent* with one step and the paper's
+  special cases (section 3.2.4) hold with the same weights.
+
+How the adaptive loop runs inside ``jit``: all ``M_max`` attention steps are computed (an
+unrolled loop of fixed length); the halting step ``N(t)`` of every example is then found from
+the cumulative ``log(1 - p)`` and the steps after it are masked out of the weights and the
+cost, so a batch whose examples halt at different steps is handled exactly, with no Python
+control flow on values. The normalised weights are computed as a softmax over
+``log beta_n = log p_n + sum_{n'<n} log(1 - p_n')`` of the taken steps (``log_sigmoid`` of the
+confidence logits): this is algebraically the paper's ``beta_n / sum beta``, but stays finite,
+with finite gradients, when ``p`` saturates at 0 or 1 in float32.
+
+Deviations from the paper, and choices it leaves open (the authors' released code settles
+the latter):
+  * ``num_heads`` defaults to 8: the released code (and the benchmark settings) use 8; the
+    paper's text says 4. Set ``num_heads=4`` for the paper's text.
+  * The attention scale is ``1/sqrt(Dh)`` per head (Vaswani et al.), not eq. 4's ``1/sqrt(d)``.
+  * LSTM_2's input is ``[a_hat, h1_t]`` as in eqs. 7 and 9 (the released code feeds
+    ``[a_hat, q_{t,n}]``); the query is linear as in eq. 8 (the released code adds a ReLU);
+    h1 is not layer-normalised (the released code normalises it); the feature projection is
+    linear (the released code adds a ReLU). The time cost is eq. 14 (the released code
+    counts ``(N+1) + sum (n+1)(1-p_n)``, which has the same gradient up to the factor on
+    ``(1 - p_n)``). M_min (eq. 15) is implemented although the released code has none.
+  * Dropout (rate ``dropout``, unspecified in the paper) on the word embedding, the projected
+    features and ``c_t`` before the output layer, as the released code does.
+  * Both LSTMs are flax's ``OptimizedLSTMCell`` (the standard LSTM of the paper); everything
+    else is custom because the paper's modules have no flax counterpart.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import jax
+import jax.numpy as jnp
+import flax.linen as nn
+
+from jaxcap.models import layers
+from jaxcap.models.base import CaptionModel
+from jaxcap.models.registry import register
+from jaxcap.models.transformer import compute_dtype
+
+ATTENTION_KINDS = ("base", "recurrent", "adaptive")
+
+# Stands in for log(0) in the weight softmax: finite so that gradients through the masked
+# slots are exactly zero rather than NaN.
+_LOG_ZERO = -1e30
+
+
+def masked_mean(x_BxNxD, mask_BxN):
+  """Mean over the real regions ``[B, D]`` (an image with no real region gives zeros)."""
+  w_BxN = mask_BxN.astype(jnp.float32)
+  total_BxD = jnp.einsum("bnd,bn->bd", x_BxNxD.astype(jnp.float32), w_BxN)
+  return (total_BxD / jnp.maximum(w_BxN.sum(1, keepdims=True), 1.0)).astype(x_BxNxD.dtype)
+
+
+def num_slots(attention: str, steps: int, max_steps: int) -> int:
+  """S = number of step slots in the per-word aux arrays (slot 0: the non-visual step)."""
+  if attention == "base":
+    return 2
+  if attention == "recurrent":
+    return steps + 1
+  return max_steps + 1
+
+
+class AATAttention(nn.Module):
+  """The attention module of section 3.2 (base / recurrent / adaptive).
+
+  Attributes:
+    dim: D.
+    num_heads: H.
+    attention: "base" | "recurrent" | "adaptive".
+    steps: M_r (recurrent).
+    min_steps, max_steps: M_min, M_max (adaptive).
+    epsilon: the halting threshold of eq. 11.
+    confidence_dim: hidden width of the confidence network (0: D, as the released code).
+    dtype: compute dtype; weights, costs and confidences are float32.
+  """
+
+  dim: int
+  num_heads: int = 8
+  attention: str = "adaptive"
+  steps: int = 2
+  min_steps: int = 0
+  max_steps: int = 4
+  epsilon: float = 1e-4
+  confidence_dim: int = 0
+  dtype: Any = jnp.float32
+
+  def setup(self):
+    if self.attention not in ATTENTION_KINDS:
+      raise ValueError(f"config field model.attention: expected one of {ATTENTION_KINDS}, "
+                       f"got {self.attention!r}")
+    self.mha = layers.MultiHeadAttention(self.num_heads, self.dim, 0.0, self.dtype)
+    self.lstm = nn.OptimizedLSTMCell(self.dim, dtype=self.dtype)
+    self.norm_h = nn.LayerNorm(dtype=self.dtype)
+    self.norm_m = nn.LayerNorm(dtype=self.dtype)
+    if self.attention != "base":
+      self.query = nn.Dense(self.dim, dtype=self.dtype)
+    if self.attention == "adaptive":
+      self.conf_hidden = nn.Dense(self.confidence_dim or self.dim, dtype=self.dtype)
+      self.conf_out = nn.Dense(1, dtype=self.dtype)
+
+  def project_kv(self, a_BxNxD):
+    """Image keys and values ``([B, N, H, Dh], [B, N, H, Dh])``, once per image."""
+    return self.mha.project_kv(a_BxNxD)
+
+  def confidence_logit(self, x_BxD):
+    """``W_2 relu(W_1 x + b_1) + b_2`` float32 ``[B]``: eq. 10 before the sigmoid."""
+    z_Bx1 = self.conf_out(nn.relu(self.conf_hidden(x_BxD)))
+    return z_Bx1[:, 0].astype(jnp.float32)
+
+  def attend_step(self, h1_BxD, h2_BxD, m2_BxD, k_BxNxHxDh, v_BxNxHxDh, mask_BxN):
+    """One attention step: query, MHA over the regions, LSTM_2, LayerNorms (eqs. 6-9)."""
+    if self.attention == "base":
+      q_BxD = h1_BxD
+    else:
+      q_BxD = self.query(jnp.concatenate([h1_BxD, h2_BxD], axis=-1))
+    a_hat_BxD = self.mha.attend_kv(q_BxD[:, None], k_BxNxHxDh, v_BxNxHxDh, mask_BxN[:, None, :])[:, 0]
+    (m_BxD, h_BxD), _ = self.lstm((m2_BxD, h2_BxD), jnp.concatenate([a_hat_BxD, h1_BxD], axis=-1))
+    return self.norm_h(h_BxD), self.norm_m(m_BxD)
+
+  def __call__(self, h1_BxD, h2_BxD, m2_BxD, k_BxNxHxDh, v_BxNxHxDh, mask_BxN):
+    """One decoding step of the attention module.
+
+    Args:
+      h1_BxD: the input module's output h1_t.
+      h2_BxD, m2_BxD: LSTM_2's state after the previous word (h2_{t-1}, m2_{t-1}).
+      k_BxNxHxDh, v_BxNxHxDh: projected image keys/values.
+      mask_BxN: True for real regions.
+
+    Returns:
+      ``(h2_t [B, D], m2_t [B, D], aux)`` with ``c_t = h2_t`` and aux float32/int32:
+      ``attention_steps`` int32 ``[B]`` (N(t)), ``confidences`` ``[B, S]`` (p_{t,n}, 0 where
+      not taken), ``beta`` ``[B, S]`` (normalised weights, sum 1), ``time_cost`` ``[B]``
+      (eq. 14, unweighted; 0 for base / recurrent). Base and recurrent report all their
+      weight on the last slot.
+    """
+    b = h1_BxD.shape[0]
+    kv = (k_BxNxHxDh, v_BxNxHxDh, mask_BxN)
+    if self.attention != "adaptive":
+      n_steps = 1 if self.attention == "base" else self.steps
+      h, m = h2_BxD, m2_BxD
+      for _ in range(n_steps):
+        h, m = self.attend_step(h1_BxD, h, m, *kv)
+      aux = {
+          "attention_steps": jnp.full((b,), n_steps, jnp.int32),
+          "confidences": jnp.zeros((b, n_steps + 1), jnp.float32),
+          "beta": jax.nn.one_hot(jnp.full((b,), n_steps), n_steps + 1, dtype=jnp.float32),
+          "time_cost": jnp.zeros((b,), jnp.float32),
+      }
+      return h, m, aux
+    return self._adaptive(h1_BxD, h2_BxD, m2_BxD, *kv)
+
+  def _adaptive(self, h1_BxD, h2_BxD, m2_BxD, k_BxNxHxDh, v_BxNxHxDh, mask_BxN):
+    big_m = self.max_steps
+    # Every step is computed; halted examples' later steps are masked below.
+    hs, ms, zs = [h1_BxD], [m2_BxD], [self.confidence_logit(h1_BxD)]
+    h, m = h2_BxD, m2_BxD
+    for _ in range(big_m):
+      h, m = self.attend_step(h1_BxD, h, m, k_BxNxHxDh, v_BxNxHxDh, mask_BxN)
+      hs.append(h)
+      ms.append(m)
+      zs.append(self.confidence_logit(h))
+    z_BxS = jnp.stack(zs, axis=1)
+    n_S = jnp.arange(big_m + 1)
+    forced_S = n_S < self.min_steps  # eq. 15: p = 0 before M_min
+    log_p_BxS = jnp.where(forced_S, _LOG_ZERO, jax.nn.log_sigmoid(z_BxS))
+    log_q_BxS = jnp.where(forced_S, 0.0, jax.nn.log_sigmoid(-z_BxS))  # log(1 - p)
+    cum_q_BxS = jnp.cumsum(log_q_BxS, axis=1)  # log prod_{n' <= n} (1 - p_n')
+    # Eqs. 11 and 15: the first n whose remaining mass drops below epsilon, at most M_max.
+    below_BxS = jax.lax.stop_gradient(cum_q_BxS) < np.log(self.epsilon)
+    halt_B = jnp.where(below_BxS.any(axis=1), jnp.argmax(below_BxS, axis=1), big_m)
+    halt_B = jnp.minimum(halt_B, big_m).astype(jnp.int32)
+    taken_BxS = n_S[None, :] <= halt_B[:, None]
+    excl_q_BxS = jnp.pad(cum_q_BxS[:, :-1], ((0, 0), (1, 0)))  # log prod_{n' < n} (1 - p_n')
+    log_beta_BxS = jnp.where(taken_BxS, log_p_BxS + excl_q_BxS, _LOG_ZERO)
+    beta_BxS = jax.nn.softmax(log_beta_BxS, axis=1)  # beta_n / sum_{n <= N} beta_n
+    hs_SxBxD = jnp.stack(hs).astype(jnp.float32)
+    ms_SxBxD = jnp.stack(ms).astype(jnp.float32)
+    h2_BxD = jnp.einsum("bs,sbd->bd", beta_BxS, hs_SxBxD).astype(h1_BxD.dtype)
+    m2_out_BxD = jnp.einsum("bs,sbd->bd", beta_BxS, ms_SxBxD).astype(m2_BxD.dtype)
+    p_BxS = jnp.where(forced_S, 0.0, jax.nn.sigmoid(z_BxS))
+    one_minus_p_BxS = jnp.where(forced_S, 1.0, jax.nn.sigmoid(-z_BxS))
+    cost_B = halt_B.astype(jnp.float32) + jnp.sum(
+        jnp.where(taken_BxS, n_S * one_minus_p_BxS, 0.0), axis=1)
+    aux = {
+        "attention_steps": halt_B,
+        "confidences": jnp.where(taken_BxS, p_BxS, 0.0),
+        "beta": beta_BxS,
+        "time_cost": cost_B,
+    }
+    return h2_BxD, m2_out_BxD, aux
+
+
+@register("aat")
+class AATCaptioner(CaptionModel):
+  """Up-Down decoder with base / recurrent / adaptive (AAT) attention; see the module docstring.
+
+  Attributes:
+    vocab_size: V.
+    dim: D (paper 1024): feature projection, both LSTMs, word embedding.
+    num_heads: H (default 8 as the released code; the paper's text says 4).
+    attention: "base" | "recurrent" | "adaptive".
+    steps: M_r for "recurrent".
+    min_steps, max_steps: M_min, M_max for "adaptive" (paper 0 and 4).
+    epsilon: halting threshold (paper 1e-4).
+    time_cost_weight: lambda of eqs. 16-17 (paper 1e-4).
+    confidence_dim: hidden width of the confidence network (0: D).
+    dropout: rate on word embeddings, projected features and c_t.
+    dtype: compute dtype; parameters stay float32, logits are float32.
+  """
+
+  vocab_size: int
+  dim: int = 1024
+  num_heads: int = 8
+  attention: str = "adaptive"
+  steps: int = 2
+  min_steps: int = 0
+  max_steps: int = 4
+  epsilon: float = 1e-4
+  time_cost_weight: float = 1e-4
+  confidence_dim: int = 0
+  dropout: float = 0.5
+  dtype: Any = jnp.float32
+
+  @classmethod
+  def from_config(cls, cfg, info):
+    attention = cfg.get("attention", "adaptive")
+    if attention not in ATTENTION_KINDS:
+      raise ValueError(f"config field model.attention: expected one of {ATTENTION_KINDS}, got {attention!r}")
+    ints = {f: cfg.get(f, d) for f, d in (("dim", 1024), ("num_heads", 8), ("steps", 2),
+                                          ("min_steps", 0), ("max_steps", 4), ("confidence_dim", 0))}
+    for field, value in ints.items():
+      if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"config field model.{field}: expected a non-negative int, got {value!r}")
+    for field in ("dim", "num_heads", "steps", "max_steps"):
+      if ints[field] < 1:
+        raise ValueError(f"config field model.{field}: expected a positive int, got {ints[field]!r}")
+    if ints["dim"] % ints["num_heads"]:
+      raise ValueError(f"config field model.num_heads: {ints['num_heads']} does not divide dim={ints['dim']}")
+    if ints["min_steps"] > ints["max_steps"]:
+      raise ValueError(f"config fields model.min_steps / max_steps: expected min_steps <= max_steps, "
+                       f"got {ints['min_steps']} > {ints['max_steps']}")
+    epsilon = float(cfg.get("epsilon", 1e-4))
+    if not 0.0 < epsilon < 1.0:
+      raise ValueError(f"config field model.epsilon: expected a threshold in (0, 1), got {epsilon!r}")
+    rate = float(cfg.get("dropout", 0.5))
+    if not 0.0 <= rate < 1.0:
+      raise ValueError(f"config field model.dropout: expected a rate in [0, 1), got {rate!r}")
+    return cls(vocab_size=int(info["vocab_size"]), attention=attention, epsilon=epsilon,
+               time_cost_weight=float(cfg.get("time_cost_weight", 1e-4)), dropout=rate,
+               dtype=compute_dtype(cfg.get("dtype", "float32")), **ints)
+
+  def setup(self):
+    self.feat_proj = nn.Dense(self.dim, dtype=self.dtype)
+    self.embed = nn.Embed(self.vocab_size, self.dim, dtype=self.dtype)
+    self.lstm1 = nn.OptimizedLSTMCell(self.dim, dtype=self.dtype)
+    self.core = AATAttention(self.dim, self.num_heads, self.attention, self.steps, self.min_steps,
+                             self.max_steps, self.epsilon, self.confidence_dim, self.dtype)
+    self.logits_proj = nn.Dense(self.vocab_size, dtype=self.dtype)
+    self.drop = nn.Dropout(self.dropout)
+
+  @property
+  def num_slots(self) -> int:
+    return num_slots(self.attention, self.steps, self.max_steps)
+
+  def encode(self, batch, train: bool = False):
+    """``{"mean": a_bar [B, D], "k", "v": [B, N, H, Dh], "mask": [B, N]}``."""
+    mask_BxN = batch["feats_mask"].astype(bool)
+    a_BxNxD = self.drop(self.feat_proj(batch["feats"].astype(self.dtype)), deterministic=not train)
+    k, v = self.core.project_kv(a_BxNxD)
+    return {"mean": masked_mean(a_BxNxD, mask_BxN), "k": k, "v": v, "mask": mask_BxN}
+
+  def init_cache(self, enc, max_len: int):
+    """LSTM states ``{"h1", "m1", "h2", "m2"}``, zeros ``[B, D]`` (``c_0 = h2_0 = 0``)."""
+    del max_len  # a recurrent state does not grow with the caption
+    zeros = jnp.zeros((enc["mean"].shape[0], self.dim), self.dtype)
+    return {"h1": zeros, "m1": zeros, "h2": zeros, "m2": zeros}
+
+  def _context(self, enc, cache, tokens_B, train: bool):
+    """Input module + attention module: ``(Dropout(c_t) [B, D], new cache, aux)``."""
+    e_BxD = self.drop(self.embed(tokens_B), deterministic=not train)
+    x_BxD2 = jnp.concatenate([e_BxD, (enc["mean"] + cache["h2"]).astype(e_BxD.dtype)], axis=-1)
+    (m1_BxD, h1_BxD), _ = self.lstm1((cache["m1"], cache["h1"]), x_BxD2)
+    h2_BxD, m2_BxD, aux = self.core(h1_BxD, cache["h2"], cache["m2"], enc["k"], enc["v"], enc["mask"])
+    cost_B = aux.pop("time_cost")
+    aux["extra_loss"] = (self.time_cost_weight * cost_B if self.attention == "adaptive"
+                         else jnp.zeros_like(cost_B))
+    new_cache = {"h1": h1_BxD.astype(self.dtype), "m1": m1_BxD.astype(self.dtype),
+                 "h2": h2_BxD.astype(self.dtype), "m2": m2_BxD.astype(self.dtype)}
+    return self.drop(h2_BxD, deterministic=not train), new_cache, aux
+
+  def _logits(self, c):
+    return self.logits_proj(c).astype(jnp.float32)
+
+  def decode_step(self, enc, cache, tokens_B, t, train: bool = False):
+    """One word: ``(logits [B, V] float32, cache, aux)``.
+
+    aux: ``extra_loss`` ``[B]`` (lambda x eq. 14; 0 unless adaptive), ``attention_steps``
+    int32 ``[B]``, ``confidences`` / ``beta`` float32 ``[B, S]``.
+    """
+    del t  # the recurrent state carries the position
+    c_BxD, cache, aux = self._context(enc, cache, tokens_B, train)
+    return self._logits(c_BxD), cache, aux
+
+  def decode_train(self, enc, tokens_BxT, train: bool = False):
+    """Teacher forcing: a ``scan`` over time of the same step as ``decode_step``.
+
+    Returns ``(logits [B, T, V] float32, aux)`` with aux ``extra_loss`` ``[B, T]``,
+    ``attention_steps`` ``[B, T]``, ``confidences`` / ``beta`` ``[B, T, S]``.
+    """
+
+    def body(mdl, cache, tokens_B):
+      c_BxD, cache, aux = mdl._context(enc, cache, tokens_B, train)
+      return cache, (c_BxD, aux)
+
+    scan = nn.scan(body, variable_broadcast="params", split_rngs={"params": False, "dropout": True},
+                   in_axes=0, out_axes=0)
+    cache0 = self.init_cache(enc, tokens_BxT.shape[1])
+    _, (c_TxBxD, aux) = scan(self, cache0, jnp.swapaxes(tokens_BxT, 0, 1))
+    # The output layer is time-independent, so it runs once on all steps (one large matmul).
+    logits_BxTxV = self._logits(jnp.swapaxes(c_TxBxD, 0, 1))
+    return logits_BxTxV, jax.tree.map(lambda a: jnp.swapaxes(a, 0, 1), aux)

@@ -1,0 +1,126 @@
+"""A Show, Attend and Tell style LSTM captioner (Xu et al., 2015) with soft attention.
+
+Dimension legend:
+  B batch (images, or images x captions / beams), N regions, F region feature width,
+  T caption positions, H LSTM width, E word embedding width, A attention width, V vocabulary.
+
+Encoder (once per image): ``v = Dropout(ReLU(Dense_H(feats)))``, the attention keys
+``W_v v`` and the initial state ``h0 = tanh(W_h mean(v))``, ``c0 = tanh(W_c mean(v))`` (mean
+over real regions).
+Decoder step, from the previous token ``y`` and state ``(c, h)``:
+  ``e_n = w^T tanh(W_v v_n + W_q h)`` (padding regions masked), ``alpha = softmax(e)``,
+  ``z = sum_n alpha_n v_n``, ``(c, h) = LSTM((c, h), [Dropout(Embed(y)); z])``,
+  ``logits = Dense_V(Dropout(h + z))``.
+The cache is the LSTM state; ``aux["attention"]`` holds ``alpha`` ``[B, N]``.
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from jaxcap.models.base import CaptionModel
+from jaxcap.models.registry import register
+
+
+def _masked_mean(x_BxNxH, mask_BxN):
+  w_BxN = mask_BxN.astype(x_BxNxH.dtype)
+  return (x_BxNxH * w_BxN[..., None]).sum(1) / jnp.maximum(w_BxN.sum(1, keepdims=True), 1.0)
+
+
+@register("lstm")
+class LSTMCaptioner(CaptionModel):
+  """Soft-attention LSTM decoder over region features.
+
+  Attributes:
+    vocab_size: V.
+    hidden_dim: H, the LSTM width (region features are projected to it too).
+    embed_dim: E.
+    att_dim: A.
+    dropout: rate on region features, word embeddings and the output layer input.
+  """
+
+  vocab_size: int
+  hidden_dim: int = 512
+  embed_dim: int = 512
+  att_dim: int = 512
+  dropout: float = 0.5
+
+  @classmethod
+  def from_config(cls, cfg, info):
+    for field in ("hidden_dim", "embed_dim", "att_dim"):
+      value = cfg.get(field, 512)
+      if not (isinstance(value, int) and value > 0):
+        raise ValueError(f"config field model.{field}: expected a positive int, got {value!r}")
+    rate = cfg.get("dropout", 0.5)
+    if not 0.0 <= rate < 1.0:
+      raise ValueError(f"config field model.dropout: expected a rate in [0, 1), got {rate!r}")
+    return cls(vocab_size=int(info["vocab_size"]), hidden_dim=cfg.get("hidden_dim", 512),
+               embed_dim=cfg.get("embed_dim", 512), att_dim=cfg.get("att_dim", 512),
+               dropout=float(rate))
+
+  def setup(self):
+    self.feat_proj = nn.Dense(self.hidden_dim)
+    self.key_proj = nn.Dense(self.att_dim)
+    self.query_proj = nn.Dense(self.att_dim, use_bias=False)
+    self.att_score = nn.Dense(1, use_bias=False)
+    self.init_h = nn.Dense(self.hidden_dim)
+    self.init_c = nn.Dense(self.hidden_dim)
+    self.embed = nn.Embed(self.vocab_size, self.embed_dim)
+    self.cell = nn.OptimizedLSTMCell(self.hidden_dim)
+    self.out_proj = nn.Dense(self.vocab_size)
+    self.drop = nn.Dropout(self.dropout)
+
+  def encode(self, batch, train: bool = False):
+    mask_BxN = batch["feats_mask"].astype(bool)
+    v_BxNxH = nn.relu(self.feat_proj(batch["feats"].astype(jnp.float32)))
+    v_BxNxH = self.drop(v_BxNxH, deterministic=not train)
+    pooled_BxH = _masked_mean(v_BxNxH, mask_BxN)
+    return {
+        "values": v_BxNxH,
+        "keys": self.key_proj(v_BxNxH),
+        "mask": mask_BxN,
+        "h0": jnp.tanh(self.init_h(pooled_BxH)),
+        "c0": jnp.tanh(self.init_c(pooled_BxH)),
+    }
+
+  def init_cache(self, enc, max_len: int):
+    del max_len  # A recurrent state does not grow with time.
+    return {"c": enc["c0"], "h": enc["h0"]}
+
+  def _attend(self, enc, h_BxH):
+    e_BxN = self.att_score(jnp.tanh(enc["keys"] + self.query_proj(h_BxH)[:, None, :]))[..., 0]
+    # A large finite mask value keeps an image without regions finite (uniform weights).
+    e_BxN = jnp.where(enc["mask"], e_BxN.astype(jnp.float32), -1e9)
+    alpha_BxN = jax.nn.softmax(e_BxN, axis=-1)
+    z_BxH = jnp.einsum("bn,bnh->bh", alpha_BxN, enc["values"])
+    return z_BxH, alpha_BxN
+
+  def _step(self, enc, cache, tokens_B, train: bool):
+    x_BxE = self.drop(self.embed(tokens_B), deterministic=not train)
+    z_BxH, alpha_BxN = self._attend(enc, cache["h"])
+    (c_BxH, h_BxH), _ = self.cell((cache["c"], cache["h"]), jnp.concatenate([x_BxE, z_BxH], -1))
+    out_BxH = self.drop(h_BxH + z_BxH, deterministic=not train)
+    logits_BxV = self.out_proj(out_BxH).astype(jnp.float32)
+    return logits_BxV, {"c": c_BxH, "h": h_BxH}, {"attention": alpha_BxN}
+
+  def decode_step(self, enc, cache, tokens, t, train: bool = False):
+    del t  # The state carries the position.
+    return self._step(enc, cache, tokens, train)
+
+  def decode_train(self, enc, tokens, train: bool = False):
+    """Teacher forcing: the same step, scanned over T (parameters shared with decode_step).
+
+    Returns:
+      ``(logits [B, T, V] float32, {"attention": [B, T, N]})``.
+    """
+
+    def body(mdl, cache, enc, tokens_B):
+      logits_BxV, cache, aux = mdl._step(enc, cache, tokens_B, train)
+      return cache, (logits_BxV, aux["attention"])
+
+    scan = nn.scan(body, variable_broadcast="params", split_rngs={"params": False, "dropout": True},
+                   in_axes=(nn.broadcast, 1), out_axes=1)
+    _, (logits_BxTxV, alpha_BxTxN) = scan(self, self.init_cache(enc, tokens.shape[1]), enc, tokens)
+    return logits_BxTxV, {"attention": alpha_BxTxN}

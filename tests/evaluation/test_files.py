@@ -1,0 +1,98 @@
+"""Reading COCO annotation / results files and writing score files."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from jaxcap.evaluation import coco_metrics, files
+
+
+def _write(path, obj):
+  with open(path, "w") as f:
+    f.write(obj if isinstance(obj, str) else json.dumps(obj))
+  return str(path)
+
+
+REFS = {"images": [{"id": 1}, {"id": 2}],
+        "annotations": [{"image_id": 1, "id": 10, "caption": "A dog runs on the grass."},
+                        {"image_id": 2, "id": 11, "caption": "Two cats sleep on a sofa."},
+                        {"image_id": 1, "id": 12, "caption": "A brown dog running."}]}
+
+
+def test_load_coco_references_groups_by_image(tmp_path):
+  refs = files.load_coco_references(_write(tmp_path / "r.json", REFS))
+  assert refs == {1: ["A dog runs on the grass.", "A brown dog running."],
+                  2: ["Two cats sleep on a sofa."]}
+
+
+@pytest.mark.parametrize("content,message", [
+    ("{not json", "not valid JSON"),
+    ([1, 2], "'annotations' list"),
+    ({"annotations": [{"image_id": 1}]}, r"annotations\[0\] must be an object"),
+    ({"annotations": [{"image_id": 1, "caption": 3}]}, r"annotations\[0\] 'caption' must be"),
+    ({"annotations": [{"image_id": [1], "caption": "a"}]}, r"'image_id' must be an int"),
+    ({"annotations": []}, "is empty"),
+])
+def test_load_coco_references_errors_name_the_file(tmp_path, content, message):
+  path = _write(tmp_path / "bad.json", content)
+  with pytest.raises(ValueError, match=message) as e:
+    files.load_coco_references(path)
+  assert str(e.value).startswith(path) and "\n" not in str(e.value)
+
+
+def test_load_coco_references_missing_file(tmp_path):
+  with pytest.raises(ValueError, match="cannot read"):
+    files.load_coco_references(str(tmp_path / "nope.json"))
+
+
+@pytest.mark.parametrize("content,message", [
+    ({"image_id": 1, "caption": "a"}, "JSON list"),
+    ([{"image_id": 1, "caption": "a"}, {"caption": "b"}], "entry 1 must be an object"),
+    ([{"image_id": 1, "caption": None}], "entry 0 'caption' must be a string"),
+    ([{"image_id": 1, "caption": "a"}, {"image_id": 1, "caption": "b"}],
+     "entry 1 repeats image_id 1"),
+    ([{"image_id": 1, "caption": "a"}, {"image_id": 99, "caption": "b"}],
+     "entry 1 has image_id 99, which is not among the references"),
+    ([], "no predictions"),
+])
+def test_load_predictions_errors_name_file_and_index(tmp_path, content, message):
+  path = _write(tmp_path / "p.json", content)
+  with pytest.raises(ValueError, match=message) as e:
+    files.load_predictions(path, {1: ["x"], 2: ["y"]})
+  assert str(e.value).startswith(path)
+
+
+def test_score_files_writes_scores_atomically(tmp_path):
+  refs_path = _write(tmp_path / "r.json", REFS)
+  preds_path = _write(tmp_path / "p.json", [{"image_id": 2, "caption": "Two cats on a sofa."},
+                                            {"image_id": 1, "caption": "A dog running."}])
+  out = tmp_path / "out" / "scores.json"
+  metrics = ("Bleu", "ROUGE_L", "CIDEr")
+  result = files.score_files(preds_path, refs_path, str(out), metrics=metrics, log=lambda s: None)
+  written = json.loads(out.read_text())
+  assert written["overall"] == pytest.approx(result["overall"])
+  assert set(written["per_image"]) == {"1", "2"}
+  assert written["per_image"]["1"] == pytest.approx(result["per_image"][1])
+  direct = coco_metrics.score(files.load_coco_references(refs_path),
+                              files.load_predictions(preds_path), metrics=metrics,
+                              log=lambda s: None)
+  assert result["overall"] == pytest.approx(direct["overall"])
+  assert os.listdir(out.parent) == ["scores.json"]
+
+
+def test_failed_write_leaves_previous_file(tmp_path, monkeypatch):
+  out = tmp_path / "scores.json"
+  out.write_text('{"old": true}')
+
+  def explode(obj, f, **kw):
+    f.write("{partial")
+    raise OSError("disk full")
+
+  monkeypatch.setattr(files.json, "dump", explode)
+  with pytest.raises(OSError):
+    files.write_json_atomic({"overall": {}}, str(out))
+  assert json.loads(out.read_text()) == {"old": True}
+  assert os.listdir(tmp_path) == ["scores.json"]

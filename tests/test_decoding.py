@@ -1,0 +1,530 @@
+"""Tests of jaxcap.decoding against exhaustive enumeration and a NumPy reference beam search.
+
+Two decoders are used through the protocol only: ``MarkovToy``, a cache-based model (a token
+history written at position t, as a Transformer's key/value cache) whose log-probabilities are
+a known function of the previous two tokens and t, and the recurrent LSTM captioner.
+"""
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import pytest
+
+from jaxcap import decoding
+from jaxcap.data.vocab import BOS, EOS, PAD, UNK
+from jaxcap.models import registry
+from jaxcap.models.base import CaptionModel, shift_right
+
+
+class MarkovToy(CaptionModel):
+  """logits[b] at step t = t1[b, t, prev] + t2[b, t, prev2], prev2 read back from the cache."""
+
+  tag: int = 0  # Distinct tags are distinct static arguments: a fresh trace.
+
+  trace_log = []  # (method, leading dim) per trace, to check where encode/decode_step run.
+
+  def encode(self, batch, train=False):
+    MarkovToy.trace_log.append(("encode", batch["t1"].shape[0]))
+    return {"t1": batch["t1"], "t2": batch["t2"]}
+
+  def init_cache(self, enc, max_len):
+    return {"hist": jnp.full((enc["t1"].shape[0], max_len), BOS, jnp.int32)}
+
+  def decode_step(self, enc, cache, tokens, t, train=False):
+    MarkovToy.trace_log.append(("decode_step", enc["t1"].shape[0]))
+    hist = jax.lax.dynamic_update_slice_in_dim(cache["hist"], tokens[:, None], t, axis=1)
+    prev2 = jnp.where(t > 0, jnp.take(hist, jnp.maximum(t - 1, 0), axis=1), BOS)
+    rows = jnp.arange(tokens.shape[0])
+    t1 = jnp.take(enc["t1"], t, axis=1)  # [B, V, V]
+    t2 = jnp.take(enc["t2"], t, axis=1)
+    logits = t1[rows, tokens] + t2[rows, prev2]
+    aux = {"prev": tokens, "prev2_onehot": jax.nn.one_hot(prev2, t1.shape[-1])}
+    return logits, {"hist": hist}, aux
+
+
+TOY = MarkovToy()
+# Most tests use these shapes, so that they share compiled functions (compiling dominates).
+B, T, V, K, NS = 4, 6, 8, 3, 2000
+
+
+def toy_batch(seed, b, t, v, scale=2.0, eos_bias=0.0, unk_bias=0.0, special_bias=-3.0):
+  rng = np.random.default_rng(seed)
+  t1 = rng.normal(size=(b, t, v, v)).astype(np.float32) * scale
+  t2 = rng.normal(size=(b, t, v, v)).astype(np.float32) * scale
+  t1[..., EOS] += eos_bias
+  t1[..., UNK] += unk_bias
+  # PAD/BOS carry real probability mass in the model; the decoders must still never emit them.
+  t1[..., PAD] += special_bias
+  t1[..., BOS] += special_bias
+  return {"t1": t1, "t2": t2}
+
+
+def np_log_softmax(x):
+  x = x.astype(np.float64)
+  m = x.max(-1, keepdims=True)
+  return x - m - np.log(np.exp(x - m).sum(-1, keepdims=True))
+
+
+def toy_step_logprobs(batch, b, words, t):
+  """NumPy log p(. | image b, words[:t]) of MarkovToy."""
+  inputs = [BOS] + list(words[:t])
+  prev = inputs[t]
+  prev2 = inputs[t - 1] if t > 0 else BOS
+  return np_log_softmax(batch["t1"][b, t, prev] + batch["t2"][b, t, prev2])
+
+
+def banned(v, t, min_len=0, suppress_unk=False):
+  out = np.zeros(v, bool)
+  out[[PAD, BOS]] = True
+  if suppress_unk:
+    out[UNK] = True
+  if t < min_len:
+    out[EOS] = True
+  return out
+
+
+def penalised(logp, length, kind, alpha):
+  if kind == "none":
+    return logp
+  if kind == "gnmt":
+    return logp / ((5.0 + length) / 6.0) ** alpha
+  return logp / length
+
+
+def enumerate_sequences(batch, b, v, max_len, min_len=0, suppress_unk=False):
+  """Every decodable sequence: words then EOS within max_len steps, or max_len words."""
+  words = [w for w in range(v) if w not in (PAD, BOS, EOS) and not (suppress_unk and w == UNK)]
+  out = []
+  for length in range(1, max_len + 1):
+    for body in itertools.product(words, repeat=length - 1):
+      endings = [EOS] + (words if length == max_len else [])
+      for last in endings:
+        seq = list(body) + [last]
+        if last == EOS and length - 1 < min_len:
+          continue
+        lps = [toy_step_logprobs(batch, b, seq, t)[w] for t, w in enumerate(seq)]
+        out.append((seq, np.array(lps)))
+  return out
+
+
+def reference_beam_search(batch, b, v, k, max_len, kind="none", alpha=0.6, min_len=0,
+                          suppress_unk=False, block_trigrams=False):
+  """Plain-Python beam search with the semantics documented in jaxcap.decoding."""
+  alive = [(0.0, [], [])]
+  finished = []
+  for t in range(max_len):
+    cands = []
+    for logp, seq, lps in alive:
+      lp = toy_step_logprobs(batch, b, seq, t)
+      lp[banned(v, t, min_len, suppress_unk)] = -np.inf
+      if block_trigrams:
+        for j in range(len(seq) - 2):
+          if seq[j] == seq[-2] and seq[j + 1] == seq[-1]:
+            lp[seq[j + 2]] = -np.inf
+      for w in range(v):
+        if np.isfinite(lp[w]):
+          cands.append((logp + lp[w], seq + [w], lps + [lp[w]]))
+    cands.sort(key=lambda c: -c[0])
+    alive = []
+    for c in cands[:k]:
+      if c[1][-1] == EOS or t == max_len - 1:
+        finished.append((penalised(c[0], t + 1, kind, alpha),) + c)
+      else:
+        alive.append(c)
+  finished.sort(key=lambda c: -c[0])
+  return finished[:k]
+
+
+def strip(tokens):
+  """Sequence as a list up to and including EOS (PAD dropped)."""
+  out = []
+  for w in np.asarray(tokens).tolist():
+    if w == PAD:
+      break
+    out.append(w)
+    if w == EOS:
+      break
+  return out
+
+
+def check_conventions(out, max_len, v):
+  """Words, then EOS when emitted, then PAD; lengths and log-probs consistent with that."""
+  tokens = np.asarray(out.tokens).reshape(-1, max_len)
+  tok_lp = np.asarray(out.token_logprobs).reshape(-1, max_len)
+  lengths = np.asarray(out.lengths).reshape(-1)
+  for row, lp, length in zip(tokens, tok_lp, lengths):
+    seq = strip(row)
+    assert len(seq) == length
+    assert np.all(row[length:] == PAD), row
+    assert not np.isin(row[:length], [PAD, BOS]).any(), row
+    assert EOS not in seq[:-1]
+    assert seq[-1] == EOS or length == max_len
+    assert np.all(lp[length:] == 0.0)
+    assert np.all(np.isfinite(lp[:length])) and np.all(lp[:length] <= 0.0)
+    assert row.max() < v
+  np.testing.assert_allclose(np.asarray(out.logprobs), tok_lp.sum(-1).reshape(out.logprobs.shape),
+                             rtol=1e-5, atol=1e-5)
+
+
+def toy_allowed(batch, temperature, top_k, top_p):
+  """allowed[b, t, prev, prev2, w]: whether filtered sampling may emit w (NumPy)."""
+  b, t, v = batch["t1"].shape[:3]
+  out = np.zeros((b, t, v, v, v), bool)
+  for i, step, prev, prev2 in itertools.product(range(b), range(t), range(v), range(v)):
+    lp = np_log_softmax(batch["t1"][i, step, prev] + batch["t2"][i, step, prev2])
+    lp[banned(v, step)] = -np.inf
+    out[i, step, prev, prev2] = np_filtered_probs(lp, temperature, top_k, top_p) > 0
+  return out
+
+
+def np_filtered_probs(lp, temperature, top_k, top_p):
+  logits = lp / temperature
+  if top_k:
+    kth = np.sort(logits)[::-1][top_k - 1]
+    logits = np.where(logits < kth, -np.inf, logits)
+  p = np.exp(logits - logits.max())
+  p /= p.sum()
+  if top_p < 1.0:
+    order = np.argsort(-p)
+    before = np.cumsum(p[order]) - p[order]
+    keep = np.zeros_like(p, bool)
+    keep[order[before < top_p]] = True
+    p = np.where(keep, p, 0.0)
+    p /= p.sum()
+  return p
+
+
+@pytest.fixture(scope="module")
+def lstm():
+  cfg = ml_collections.ConfigDict({"name": "lstm", "hidden_dim": 24, "embed_dim": 16,
+                                   "att_dim": 16, "dropout": 0.3})
+  model = registry.build(cfg, {"vocab_size": 11, "feature_dim": 6, "max_regions": 5})
+  rng = np.random.default_rng(0)
+  b, n = 4, 5
+  mask = np.ones((b, n), bool)
+  mask[1, 3:] = False
+  batch = {"feats": rng.normal(size=(b, n, 6)).astype(np.float32), "feats_mask": mask,
+           "image_index": np.arange(b, dtype=np.int32)}
+  caps = rng.integers(4, 11, size=(b, 1, 7)).astype(np.int32)
+  # Random parameters of the right shapes: tracing init (no compile) keeps the test fast.
+  shapes = jax.eval_shape(model.init, jax.random.key(0), batch, shift_right(caps))
+  params = jax.tree.map(lambda s: jnp.asarray(rng.normal(size=s.shape) * 0.4, s.dtype), shapes)
+  # Make EOS likely enough that some, but not all, sequences end before max_len.
+  params["params"]["out_proj"]["bias"] = params["params"]["out_proj"]["bias"].at[EOS].add(1.5)
+  return model, params, batch
+
+
+LSTM_T, LSTM_V = 7, 11
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def test_beam_size_one_equals_greedy_toy():
+  batch = toy_batch(1, B, T, V, eos_bias=1.0)
+  g = decoding.greedy(TOY, {}, batch, max_len=T)
+  b1 = decoding.beam_search(TOY, {}, batch, beam_size=1, max_len=T)
+  np.testing.assert_array_equal(b1.tokens[:, 0], g.tokens)
+  np.testing.assert_allclose(b1.token_logprobs[:, 0], g.token_logprobs, rtol=1e-6, atol=1e-6)
+  np.testing.assert_allclose(b1.scores[:, 0], g.scores, rtol=1e-6)
+  # Greedy agrees with an independent NumPy arg-max decoder.
+  for b in range(B):
+    seq = []
+    for t in range(T):
+      lp = toy_step_logprobs(batch, b, seq, t)
+      lp[banned(V, t)] = -np.inf
+      seq.append(int(np.argmax(lp)))
+      if seq[-1] == EOS:
+        break
+    assert strip(g.tokens[b]) == seq
+  check_conventions(g, T, V)
+
+
+def test_beam_size_one_equals_greedy_lstm(lstm):
+  model, params, batch = lstm
+  g = decoding.greedy(model, params, batch, max_len=LSTM_T)
+  b1 = decoding.beam_search(model, params, batch, beam_size=1, max_len=LSTM_T)
+  np.testing.assert_array_equal(b1.tokens[:, 0], g.tokens)
+  np.testing.assert_allclose(b1.logprobs[:, 0], g.logprobs, rtol=1e-5)
+  check_conventions(g, LSTM_T, LSTM_V)
+
+
+@pytest.mark.parametrize("kind", ["none", "gnmt", "average"])
+def test_wide_beam_is_exhaustive(kind):
+  v, max_len, b = 5, 4, 3
+  batch = toy_batch(2, b, max_len, v, eos_bias=0.5)
+  # At most 2**3 alive prefixes x 3 emittable tokens: K = 24 keeps every candidate.
+  out = decoding.beam_search(TOY, {}, batch, beam_size=24, max_len=max_len, length_penalty=kind,
+                             alpha=0.9)
+  check_conventions(out, max_len, v)
+  for i in range(b):
+    seqs = enumerate_sequences(batch, i, v, max_len)
+    scores = np.array([penalised(lps.sum(), len(s), kind, 0.9) for s, lps in seqs])
+    order = np.argsort(-scores)
+    best, best_lps = seqs[order[0]]
+    assert strip(out.tokens[i, 0]) == best
+    np.testing.assert_allclose(out.scores[i, 0], scores[order[0]], rtol=1e-5)
+    np.testing.assert_allclose(out.token_logprobs[i, 0, :len(best)], best_lps, rtol=1e-5, atol=1e-6)
+    # The whole returned list is the exhaustive top 24, in order.
+    np.testing.assert_allclose(out.scores[i], scores[order[:24]], rtol=1e-5)
+    if kind == "none":
+      np.testing.assert_allclose(out.scores[i], out.token_logprobs[i].sum(-1), rtol=1e-5)
+      np.testing.assert_allclose(out.scores[i], out.logprobs[i], rtol=1e-6)
+
+
+def test_wide_beam_is_exhaustive_with_min_len():
+  v, max_len = 5, 4  # the shapes of the test above: the same compiled search
+  batch = toy_batch(3, 3, max_len, v, eos_bias=2.5)
+  out = decoding.beam_search(TOY, {}, batch, beam_size=24, max_len=max_len, min_len=2)
+  for i in range(3):
+    seqs = enumerate_sequences(batch, i, v, max_len, min_len=2)
+    scores = np.array([lps.sum() for _, lps in seqs])
+    order = np.argsort(-scores)
+    assert strip(out.tokens[i, 0]) == seqs[order[0]][0]
+    np.testing.assert_allclose(out.scores[i, :len(seqs)], scores[order[:24]], rtol=1e-5)
+    assert np.all(np.asarray(out.lengths[i]) >= 3)
+  # Without the constraint the EOS-biased table does prefer short captions.
+  free = decoding.beam_search(TOY, {}, batch, beam_size=24, max_len=max_len)
+  assert (np.asarray(free.lengths[:, 0]) < 3).any()
+
+
+def cycle_batch(seed):
+  """A table with a strong 4 <-> 5 cycle: repeated trigrams are the likeliest continuations."""
+  batch = toy_batch(seed, B, T, V, scale=1.0, eos_bias=-2.0)
+  batch["t1"][:, :, 4, 5] += 6.0
+  batch["t1"][:, :, 5, 4] += 6.0
+  batch["t1"][:, :, BOS, 4] += 6.0
+  return batch
+
+
+@pytest.mark.parametrize("kind,extra", [
+    ("none", {}), ("gnmt", {}), ("average", {}),
+    ("none", {"min_len": 2, "suppress_unk": True}), ("gnmt", {"block_trigrams": True}),
+])
+def test_matches_reference_beam_search(kind, extra):
+  if extra.get("block_trigrams"):
+    batch = cycle_batch(4)
+  else:
+    batch = toy_batch(4, B, T, V, scale=1.5, eos_bias=-0.5)
+  out = decoding.beam_search(TOY, {}, batch, beam_size=K, max_len=T, length_penalty=kind,
+                             alpha=0.7, **extra)
+  check_conventions(out, T, V)
+  for i in range(B):
+    ref = reference_beam_search(batch, i, V, K, T, kind, 0.7, **extra)
+    assert len(ref) == K
+    for j, (score, logp, seq, lps) in enumerate(ref):
+      assert strip(out.tokens[i, j]) == seq, (i, j)
+      np.testing.assert_allclose(out.scores[i, j], score, rtol=1e-5)
+      np.testing.assert_allclose(out.logprobs[i, j], logp, rtol=1e-5)
+      np.testing.assert_allclose(out.token_logprobs[i, j, :len(seq)], lps, rtol=1e-5, atol=1e-6)
+
+
+def test_trigram_blocking():
+  batch = cycle_batch(5)
+  plain = decoding.beam_search(TOY, {}, batch, beam_size=K, max_len=T)
+  blocked = decoding.beam_search(TOY, {}, batch, beam_size=K, max_len=T, block_trigrams=True)
+  assert strip(plain.tokens[0, 0])[:5] == [4, 5, 4, 5, 4]
+  for seq in np.asarray(blocked.tokens).reshape(-1, T):
+    seq = strip(seq)
+    trigrams = [tuple(seq[x:x + 3]) for x in range(len(seq) - 2)]
+    assert len(trigrams) == len(set(trigrams)), seq
+
+
+def test_score_is_sum_of_token_logprobs_lstm(lstm):
+  """Scores and per-token log-probs agree with teacher-forced rescoring of the returned beams."""
+  model, params, batch = lstm
+  out = decoding.beam_search(model, params, batch, beam_size=K, max_len=LSTM_T)
+  check_conventions(out, LSTM_T, LSTM_V)
+  np.testing.assert_allclose(out.scores, out.token_logprobs.sum(-1), rtol=1e-5)
+  lengths = np.asarray(out.lengths)
+  assert (lengths < LSTM_T).any()
+  logits, _ = model.apply(params, batch, shift_right(out.tokens))
+  lp = np_log_softmax(np.asarray(logits))
+  tf_lp = np.take_along_axis(lp, np.asarray(out.tokens)[..., None], -1)[..., 0]
+  tf_lp = np.where(np.arange(LSTM_T) < lengths[..., None], tf_lp, 0.0)
+  np.testing.assert_allclose(out.token_logprobs, tf_lp, rtol=1e-4, atol=1e-5)
+  assert np.all(np.diff(np.asarray(out.scores), axis=-1) <= 1e-6)
+
+
+def test_aux_follows_the_beams():
+  batch = toy_batch(6, B, T, V, eos_bias=0.5)
+  out = decoding.beam_search(TOY, {}, batch, beam_size=K, max_len=T, return_aux=True)
+  plain = decoding.beam_search(TOY, {}, batch, beam_size=K, max_len=T)
+  np.testing.assert_array_equal(out.tokens, plain.tokens)
+  assert out.aux["prev"].shape == (B, K, T)
+  assert out.aux["prev2_onehot"].shape == (B, K, T, V)
+  tokens, lengths = np.asarray(out.tokens), np.asarray(out.lengths)
+  inputs = np.asarray(shift_right(tokens))
+  valid = np.arange(T) < lengths[..., None]
+  np.testing.assert_array_equal(np.asarray(out.aux["prev"]), np.where(valid, inputs, 0))
+  prev2 = np.asarray(shift_right(inputs))
+  expect = np.where(valid[..., None], np.eye(V)[prev2], 0.0)
+  np.testing.assert_array_equal(np.asarray(out.aux["prev2_onehot"]), expect)
+  g = decoding.greedy(TOY, {}, batch, max_len=T, return_aux=True)
+  valid_g = np.arange(T) < np.asarray(g.lengths)[:, None]
+  np.testing.assert_array_equal(np.asarray(g.aux["prev"]),
+                                np.where(valid_g, np.asarray(shift_right(g.tokens)), 0))
+
+
+def test_aux_attention_lstm(lstm):
+  model, params, batch = lstm
+  out = decoding.beam_search(model, params, batch, beam_size=K, max_len=LSTM_T, return_aux=True)
+  att = np.asarray(out.aux["attention"])
+  assert att.shape == (4, K, LSTM_T, 5)
+  valid = np.arange(LSTM_T) < np.asarray(out.lengths)[..., None]
+  np.testing.assert_allclose(att.sum(-1), valid.astype(np.float32), atol=1e-5)
+  assert np.all(att[1, :, :, 3:] == 0.0)  # image 1 has 3 real regions
+
+
+def test_encode_once_and_enc_expanded_before_the_loop():
+  MarkovToy.trace_log.clear()
+  batch = toy_batch(7, 2, 3, 6)
+  # Tracing is enough (no compile): every decode_step sees the [B*K] expanded encoding.
+  jax.eval_shape(lambda b: decoding.beam_search(MarkovToy(tag=1), {}, b, beam_size=5, max_len=3),
+                 batch)
+  calls = MarkovToy.trace_log
+  assert [c for c in calls if c[0] == "encode"] == [("encode", 2)]
+  steps = [rows for name, rows in calls if name == "decode_step"]
+  assert steps and all(rows == 2 * 5 for rows in steps)
+
+
+def test_eos_handling_all_methods(lstm):
+  model, params, batch = lstm
+  toy_b = toy_batch(8, B, T, V, eos_bias=0.5)
+  rng = jax.random.key(3)
+  for mdl, prm, bat, v, t in ((TOY, {}, toy_b, V, T), (model, params, batch, LSTM_V, LSTM_T)):
+    outs = [decoding.greedy(mdl, prm, bat, max_len=t),
+            decoding.beam_search(mdl, prm, bat, beam_size=K, max_len=t),
+            decoding.beam_search(mdl, prm, bat, beam_size=K, max_len=t, length_penalty="average"),
+            decoding.sample(mdl, prm, bat, rng, max_len=t, num_samples=NS)]
+    for out in outs:
+      check_conventions(out, t, v)
+    lengths = np.concatenate([np.asarray(o.lengths).reshape(-1) for o in outs])
+    assert (lengths < t).any() and (lengths > 1).any()
+
+
+def test_sampling_at_low_temperature_is_greedy(lstm):
+  model, params, batch = lstm
+  g = decoding.greedy(model, params, batch, max_len=LSTM_T)
+  for temperature in (0.0, 1e-4):
+    s = decoding.sample(model, params, batch, jax.random.key(0), max_len=LSTM_T, num_samples=NS,
+                        temperature=temperature)
+    np.testing.assert_array_equal(s.tokens, np.repeat(np.asarray(g.tokens)[:, None], NS, 1))
+    np.testing.assert_allclose(s.token_logprobs[:, 0], g.token_logprobs, rtol=1e-5, atol=1e-6)
+  toy_b = toy_batch(9, B, T, V)
+  s = decoding.sample(TOY, {}, toy_b, jax.random.key(1), max_len=T, num_samples=NS,
+                      temperature=1e-3)
+  g = decoding.greedy(TOY, {}, toy_b, max_len=T)
+  np.testing.assert_array_equal(s.tokens, np.repeat(np.asarray(g.tokens)[:, None], NS, 1))
+
+
+@pytest.mark.parametrize("temperature,top_k,top_p", [
+    (1.0, 0, 1.0), (0.6, 0, 1.0), (1.0, 3, 1.0), (1.3, 0, 0.7), (0.9, 4, 0.8), (0.8, 0, 0.4)])
+def test_sampling_frequencies_and_exclusions(temperature, top_k, top_p):
+  batch = toy_batch(10, B, T, V, scale=1.0, eos_bias=-1.0)
+  out = decoding.sample(TOY, {}, batch, jax.random.key(11), max_len=T, num_samples=NS,
+                        temperature=temperature, top_k=top_k, top_p=top_p)
+  check_conventions(out, T, V)
+  tokens = np.asarray(out.tokens)
+  # First-token frequencies of every image against the filtered model distribution.
+  for i in range(B):
+    lp = toy_step_logprobs(batch, i, [], 0)
+    lp[banned(V, 0)] = -np.inf
+    p = np_filtered_probs(lp, temperature, top_k, top_p)
+    freq = np.bincount(tokens[i, :, 0], minlength=V) / NS
+    # 5 standard errors per token: seeded, and a wrong distribution fails by far.
+    tol = 5 * np.sqrt(p * (1 - p) / NS) + 1e-9
+    assert np.all(np.abs(freq - p) <= tol), (i, freq, p)
+    # Reported log-probs are the model's own, unfiltered and at temperature 1.
+    np.testing.assert_allclose(np.asarray(out.token_logprobs)[i, :, 0], lp[tokens[i, :, 0]],
+                               rtol=1e-5)
+  # No token at any step is one the filters exclude.
+  allowed = toy_allowed(batch, temperature, top_k, top_p)
+  inputs = np.asarray(shift_right(tokens))
+  prev2 = np.asarray(shift_right(inputs))
+  b_idx, n_idx, t_idx = np.nonzero(tokens != PAD)
+  assert len(b_idx) > B * NS
+  ok = allowed[b_idx, t_idx, inputs[b_idx, n_idx, t_idx], prev2[b_idx, n_idx, t_idx],
+               tokens[b_idx, n_idx, t_idx]]
+  assert ok.all()
+  if top_k or top_p < 1.0:
+    assert not allowed[..., 4:].all()  # the filters do exclude something here
+
+
+def test_sampling_is_seeded(lstm):
+  model, params, batch = lstm
+  a = decoding.sample(model, params, batch, jax.random.key(7), max_len=LSTM_T, num_samples=NS)
+  b = decoding.sample(model, params, batch, jax.random.key(7), max_len=LSTM_T, num_samples=NS)
+  c = decoding.sample(model, params, batch, jax.random.key(8), max_len=LSTM_T, num_samples=NS)
+  np.testing.assert_array_equal(a.tokens, b.tokens)
+  assert a.tokens.shape == (4, NS, LSTM_T)
+  assert not np.array_equal(np.asarray(a.tokens), np.asarray(c.tokens))
+  # Samples of one image differ from each other.
+  assert len({tuple(r) for r in np.asarray(a.tokens[0]).tolist()}) > 1
+
+
+def test_decode_dispatch(lstm):
+  model, params, batch = lstm
+  cfg = decoding.default_decode_config()
+  cfg.max_len = LSTM_T
+  cfg.beam_size = K
+  np.testing.assert_array_equal(
+      decoding.decode(model, params, batch, cfg).tokens,
+      decoding.beam_search(model, params, batch, beam_size=K, max_len=LSTM_T).tokens)
+  cfg.method = "greedy"
+  np.testing.assert_array_equal(decoding.decode(model, params, batch, cfg).tokens,
+                                decoding.greedy(model, params, batch, max_len=LSTM_T).tokens)
+  sample_cfg = {"method": "sample", "max_len": LSTM_T, "num_samples": NS, "temperature": 0.7}
+  np.testing.assert_array_equal(
+      decoding.decode(model, params, batch, sample_cfg, rng=jax.random.key(2)).tokens,
+      decoding.sample(model, params, batch, jax.random.key(2), max_len=LSTM_T, num_samples=NS,
+                      temperature=0.7).tokens)
+  with pytest.raises(ValueError, match="rng"):
+    decoding.decode(model, params, batch, sample_cfg)
+  with pytest.raises(ValueError, match="beamsize"):
+    decoding.decode(model, params, batch, {"beamsize": 3})
+  with pytest.raises(ValueError, match="method"):
+    decoding.decode(model, params, batch, {"method": "viterbi"})
+  with pytest.raises(ValueError, match="length_penalty"):
+    decoding.beam_search(model, params, batch, beam_size=2, max_len=LSTM_T, length_penalty="wu")
+  with pytest.raises(ValueError, match="top_p"):
+    decoding.sample(model, params, batch, jax.random.key(0), max_len=LSTM_T, top_p=0.0)
+  with pytest.raises(ValueError, match="min_len"):
+    decoding.greedy(model, params, batch, max_len=LSTM_T, min_len=LSTM_T)
+
+
+@pytest.mark.slow
+def test_transformer_through_the_same_search():
+  """The registry's Transformer (key/value caches) through the same functions, tiny sizes."""
+  if "transformer" not in registry.names():
+    pytest.skip("jaxcap.models.transformer is not available")
+  cfg = ml_collections.ConfigDict({"name": "transformer", "dim": 16, "num_layers": 1,
+                                   "num_dec_layers": 2, "num_heads": 2, "ff_dim": 32,
+                                   "dropout": 0.1})
+  max_len, v = 6, 13
+  model = registry.build(cfg, {"vocab_size": v, "max_len": max_len, "feature_dim": 8,
+                               "max_regions": 4})
+  rng = np.random.default_rng(1)
+  batch = {"feats": rng.normal(size=(3, 4, 8)).astype(np.float32),
+           "feats_mask": np.array([[1, 1, 1, 1], [1, 1, 0, 0], [1, 0, 0, 0]], bool)}
+  caps = np.full((3, 1, max_len), EOS, np.int32)
+  shapes = jax.eval_shape(model.init, jax.random.key(0), batch, shift_right(caps))
+  params = jax.tree.map(lambda s: jnp.asarray(rng.normal(size=s.shape) * 0.5, s.dtype), shapes)
+  g = decoding.greedy(model, params, batch, max_len=max_len)
+  out = decoding.beam_search(model, params, batch, beam_size=K, max_len=max_len)
+  np.testing.assert_array_equal(
+      decoding.beam_search(model, params, batch, beam_size=1, max_len=max_len).tokens[:, 0],
+      g.tokens)
+  check_conventions(g, max_len, v)
+  check_conventions(out, max_len, v)
+  # Teacher-forced rescoring of the returned beams gives the same per-token log-probs, so the
+  # key/value caches were reordered with their beams.
+  logits, _ = model.apply(params, batch, shift_right(out.tokens))
+  lp = np_log_softmax(np.asarray(logits))
+  tf_lp = np.take_along_axis(lp, np.asarray(out.tokens)[..., None], -1)[..., 0]
+  tf_lp = np.where(np.arange(max_len) < np.asarray(out.lengths)[..., None], tf_lp, 0.0)
+  np.testing.assert_allclose(out.token_logprobs, tf_lp, rtol=1e-4, atol=1e-4)
+  np.testing.assert_allclose(out.scores, out.token_logprobs.sum(-1), rtol=1e-5)
