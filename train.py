@@ -23,27 +23,24 @@ config_flags.DEFINE_config_file("config", DEFAULT_CONFIG, "Config file (file.py:
 flags.DEFINE_string("workdir", None, "Run directory (default: runs/<config name>).")
 
 
-def default_workdir(config_arg: str) -> str:
-  path, _, arg = config_arg.partition(":")
-  name = os.path.splitext(os.path.basename(path))[0]
-  suffix = "_".join(p.replace("=", "-") for p in arg.split(",") if p)
-  return os.path.join("runs", f"{name}_{suffix}" if suffix else name)
-
-
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  from jaxcap.cli import run_main
+  from jaxcap.cli import default_workdir, run_main
   from jaxcap.training import train_lib
   config = flags.FLAGS.config
-  workdir = flags.FLAGS.workdir or default_workdir(config_flags.get_config_filename(flags.FLAGS["config"])
-                                                   + _config_arg_suffix())
+  workdir = flags.FLAGS.workdir or default_workdir(_config_argument())
+  print(f"workdir: {workdir}", flush=True)
   return run_main(lambda: train_lib.train_and_evaluate(config, workdir))
 
 
-def _config_arg_suffix() -> str:
-  value = flags.FLAGS["config"].serialize().split("=", 1)[-1]
-  return ":" + value.split(":", 1)[1] if ":" in value else ""
+def _config_argument() -> str:
+  """The ``--config`` value as given: ``path/file.py[:arg]``."""
+  name = config_flags.get_config_filename(flags.FLAGS["config"])
+  if ":" in name:
+    return name
+  value = flags.FLAGS["config"].serialize().split("=", 1)[-1]  # older ml_collections
+  return name + (":" + value.split(":", 1)[1] if ":" in value else "")
 
 
 if __name__ == "__main__":

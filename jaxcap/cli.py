@@ -2,7 +2,20 @@
 
 from __future__ import annotations
 
+import os
 import sys
+
+
+def default_workdir(config_arg: str) -> str:
+  """``runs/<config file stem>[_<arg>]`` for ``--config path/<stem>.py[:<arg>]``.
+
+  ``configs/transformer.py:synthetic`` -> ``runs/transformer_synthetic``;
+  ``configs/eta.py:synthetic,variant=stacked_v`` -> ``runs/eta_synthetic_variant-stacked_v``.
+  """
+  path, _, arg = config_arg.partition(":")
+  name = os.path.splitext(os.path.basename(path))[0]
+  suffix = "_".join(p.strip().replace("=", "-").replace("/", "-") for p in arg.split(",") if p.strip())
+  return os.path.join("runs", f"{name}_{suffix}" if suffix else name)
 
 
 def quiet_logs() -> None:

@@ -21,8 +21,20 @@ def step_decay_schedule(lr: float, rate: float, every_steps: int):
   return optax.exponential_decay(lr, transition_steps=max(1, every_steps), decay_rate=rate, staircase=True)
 
 
+def scst_start_step(config, steps_per_epoch: int) -> int:
+  """The step at which self-critical training replaces cross-entropy (-1: never).
+
+  ``scst.start_epoch`` (when >= 0) counts epochs of the training split and takes precedence
+  over ``scst.start_step``.
+  """
+  epoch = int(config.scst.get("start_epoch", -1))
+  if epoch >= 0:
+    return epoch * int(steps_per_epoch)
+  return int(config.scst.start_step)
+
+
 def make_schedule(config, steps_per_epoch: int):
-  """The cross-entropy schedule, joined to the SCST learning rate at ``scst.start_step``."""
+  """The cross-entropy schedule, joined to the SCST learning rate at the SCST start step."""
   if config.schedule == "noam":
     xe = noam_schedule(config.learning_rate, config.model.get("dim", 512), config.warmup_steps)
   elif config.schedule == "step":
@@ -32,9 +44,11 @@ def make_schedule(config, steps_per_epoch: int):
     xe = optax.constant_schedule(config.learning_rate)
   else:
     raise ValueError(f"config field schedule: expected 'noam', 'step' or 'constant', got {config.schedule!r}")
-  if config.scst.start_step >= 0:
-    return optax.join_schedules([xe, optax.constant_schedule(config.scst.learning_rate)],
-                                [config.scst.start_step])
+  start = scst_start_step(config, steps_per_epoch)
+  if start == 0:
+    return optax.constant_schedule(config.scst.learning_rate)
+  if start > 0:
+    return optax.join_schedules([xe, optax.constant_schedule(config.scst.learning_rate)], [start])
   return xe
 
 

@@ -202,6 +202,8 @@ class Trainer:
   # ---------------------------------------------------------------- loop
   def fit(self):
     config, workdir = self.config, self.workdir
+    if config.get("init_from", ""):  # Checked before anything is written.
+      _check_init_from(config.init_from, config, self.dataset.vocab)
     init_workdir(workdir, config, self.dataset.vocab)
     ckpts = ckpt_lib.Checkpoints(workdir, keep=config.keep_checkpoints)
     writer = MetricWriter(workdir)
@@ -217,7 +219,9 @@ class Trainer:
       it.set_state(data_state)
       start = int(state.step)
       print(f"Resumed from {workdir}/checkpoints at step {start}.", flush=True)
-    scst_start = config.scst.start_step
+    elif config.get("init_from", ""):
+      state = self.init_from(state, config.init_from)
+    scst_start = optim.scst_start_step(config, self.steps_per_epoch)
 
     bar = _progress(config.num_train_steps, start)
     window, t_window, n_window = None, time.time(), 0
@@ -258,6 +262,24 @@ class Trainer:
     writer.close()
     self.ckpts = ckpts
     return state
+
+  def init_from(self, state, source_workdir: str):
+    """``state`` with the parameters of another run's best (else latest) checkpoint.
+
+    The source must hold the same model (``config.json``) and vocabulary (``vocab.json``);
+    nothing is written to it. The optimiser state and the step stay those of ``state``.
+    """
+    _check_init_from(source_workdir, self.config, self.dataset.vocab)
+    src = ckpt_lib.Checkpoints(source_workdir, keep=self.config.keep_checkpoints)
+    which = "best" if src.best_step() is not None else "latest"
+    restored, _ = src.restore(ckpt_lib.abstract(state), which=which)
+    if restored is None:
+      raise ValueError(f"{source_workdir}: config field init_from names a workdir with no "
+                       "checkpoint (expected checkpoints/ or best/)")
+    print(f"Initialised from {source_workdir} ({which} checkpoint, step {int(restored.step)}).",
+          flush=True)
+    params = jax.device_put(restored.params, parallel.replicated(self.mesh))
+    return state.replace(params=params)
 
   # ---------------------------------------------------------------- test
   def load(self, step: int | None = None):
@@ -300,6 +322,16 @@ def format_table(overall: dict, title: str = "") -> str:
   head = " | ".join(f"{n:>8}" for n in names)
   vals = " | ".join(f"{overall[n]:8.4f}" for n in names)
   return (f"{title}\n" if title else "") + head + "\n" + vals
+
+
+def _check_init_from(source_workdir: str, config, vocab: Vocab) -> None:
+  if not os.path.isdir(source_workdir):
+    raise ValueError(f"{source_workdir}: config field init_from is not a directory; expected "
+                     "the workdir of a finished run")
+  if not os.path.exists(os.path.join(source_workdir, "config.json")):
+    raise ValueError(f"{source_workdir}/config.json: not found; config field init_from expects "
+                     "a workdir written by train.py")
+  check_workdir(source_workdir, config, vocab)
 
 
 class _Prefix:

@@ -79,3 +79,43 @@ def test_scst_phase_runs_in_the_trainer_and_reports_rewards(tmp_path):
   assert any("train/reward" in r for r in recs if r["step"] > 2)
   assert any("train/loss" in r for r in recs if r["step"] <= 2)
   assert any(p.name.startswith("cider_df") for p in (tmp_path / "cache").iterdir())
+
+
+def test_scst_start_epoch_sets_the_switch_step():
+  from jaxcap.training import optim
+  config = tiny_config()
+  config.scst.start_step = 7
+  assert optim.scst_start_step(config, 12) == 7
+  config.scst.start_epoch = 2
+  assert optim.scst_start_step(config, 12) == 24
+  sched = optim.make_schedule(config, 12)
+  assert float(sched(23)) != config.scst.learning_rate
+  assert abs(float(sched(24)) - config.scst.learning_rate) < 1e-12
+
+
+def test_scst_from_a_cross_entropy_workdir_starts_from_its_parameters(tmp_path):
+  from jaxcap.training import checkpoint as ckpt_lib
+  xe = tiny_config(num_train_steps=4, eval_every_steps=4)
+  xe.data.cache_dir = str(tmp_path / "cache")
+  xe_trainer = train_lib.Trainer(xe, str(tmp_path / "xe"))
+  xe_trainer.fit()
+  xe_params = jax.device_get(xe_trainer.load().params)
+  # SCST with a zero learning rate from the XE run: the parameters must be the XE ones.
+  sc = tiny_config(num_train_steps=2, log_every_steps=1, eval_every_steps=1000)
+  sc.data.cache_dir = str(tmp_path / "cache")
+  sc.init_from = str(tmp_path / "xe")
+  sc.scst.start_step = 0
+  sc.scst.num_samples = 2
+  sc.scst.learning_rate = 0.0
+  state = train_lib.Trainer(sc, str(tmp_path / "scst")).fit()
+  for a, b in zip(jax.tree.leaves(xe_params), jax.tree.leaves(jax.device_get(state.params))):
+    np.testing.assert_array_equal(a, b)
+  import json
+  recs = [json.loads(l) for l in (tmp_path / "scst" / "metrics.jsonl").read_text().splitlines()]
+  assert any("train/reward" in r for r in recs)
+  # A source that is not a run is refused before anything is written.
+  bad = tiny_config(num_train_steps=2)
+  bad.init_from = str(tmp_path / "nope")
+  with pytest.raises(ValueError, match="init_from"):
+    train_lib.Trainer(bad, str(tmp_path / "scst2")).fit()
+  assert not (tmp_path / "scst2").exists()
