@@ -1,6 +1,6 @@
 """Evaluates a checkpoint, or scores any captioner's predictions file.
 
-  python evaluate.py --workdir runs/transformer_synthetic [--split test] [--step N] [--beam-size 3]
+  python evaluate.py --workdir runs/transformer_synthetic [--split test] [--step N] [--beam-size 3] [--block-trigrams]
   python evaluate.py --predictions P.json --references R.json --out S.json
 
 The first form loads the best checkpoint (or ``--step``), decodes the split, prints the metric
@@ -38,6 +38,11 @@ flags.DEFINE_string("tag", "", "Suffix of the output file names, e.g. _beam3.")
 flags.DEFINE_string("predictions", None, "Score this COCO results file instead of a checkpoint.")
 flags.DEFINE_string("references", None, "COCO annotation file with the references (with --predictions).")
 flags.DEFINE_string("out", None, "Where to write the scores JSON (with --predictions).")
+
+# The spellings with dashes work too (--beam-size 3, --length-penalty gnmt, --block-trigrams).
+for _name in ("beam_size", "length_penalty", "min_len", "block_trigrams", "suppress_unk", "top_k",
+              "top_p", "max_len", "batch_size"):
+  flags.DEFINE_alias(_name.replace("_", "-"), _name)
 
 FLAGS = flags.FLAGS
 

@@ -24,7 +24,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
-import ml_collections  # noqa: E402
 import numpy as np  # noqa: E402
 
 from jaxcap import decoding  # noqa: E402
@@ -35,14 +34,21 @@ INFO = {"feature_dim": 2048, "global_dim": 2048, "max_regions": 36, "max_len": 1
         "vocab_size": 9487, "src_vocab_size": 0, "num_attributes": 1000, "grid": False}
 
 
-def model_config(name: str, dtype: str) -> ml_collections.ConfigDict:
+class _Config(dict):
+  """``cfg.name`` and ``cfg.get(...)``: all a model's ``from_config`` reads (no ml_collections,
+  so this benchmark runs on a bare JAX + flax image)."""
+
+  __getattr__ = dict.__getitem__
+
+
+def model_config(name: str, dtype: str) -> _Config:
   if name == "transformer":
-    return ml_collections.ConfigDict({"name": name, "dim": 512, "num_layers": 6,
-                                      "num_dec_layers": 6, "num_heads": 8, "ff_dim": 2048,
-                                      "dropout": 0.1, "share_embeddings": False, "dtype": dtype})
+    return _Config({"name": name, "dim": 512, "num_layers": 6, "num_dec_layers": 6,
+                    "num_heads": 8, "ff_dim": 2048, "dropout": 0.1, "share_embeddings": False,
+                    "dtype": dtype})
   if name == "lstm":
-    return ml_collections.ConfigDict({"name": name, "hidden_dim": 512, "embed_dim": 512,
-                                      "att_dim": 512, "dropout": 0.5})
+    return _Config({"name": name, "hidden_dim": 512, "embed_dim": 512, "att_dim": 512,
+                    "dropout": 0.5})
   raise ValueError(f"--model: expected 'transformer' or 'lstm', got {name!r}")
 
 

@@ -56,11 +56,11 @@ hypotheses exist at all, the missing places have score -inf and length 0.
 from __future__ import annotations
 
 import functools
+import types
 from typing import Any
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 from flax import struct
 
 from jaxcap.data.vocab import BOS, EOS, PAD, UNK
@@ -90,22 +90,30 @@ class DecodeOutput(struct.PyTreeNode):
   aux: Any = None
 
 
-def default_decode_config() -> ml_collections.ConfigDict:
-  """The decoding options read by :func:`decode` (beam search of size 3 by default)."""
-  return ml_collections.ConfigDict({
-      "method": "beam",
-      "beam_size": 3,
-      "max_len": 16,
-      "length_penalty": "none",
-      "alpha": 0.6,
-      "min_len": 0,
-      "block_trigrams": False,
-      "suppress_unk": False,
-      "temperature": 1.0,
-      "top_k": 0,
-      "top_p": 1.0,
-      "num_samples": 1,
-  })
+_DEFAULTS = {
+    "method": "beam",
+    "beam_size": 3,
+    "max_len": 16,
+    "length_penalty": "none",
+    "alpha": 0.6,
+    "min_len": 0,
+    "block_trigrams": False,
+    "suppress_unk": False,
+    "temperature": 1.0,
+    "top_k": 0,
+    "top_p": 1.0,
+    "num_samples": 1,
+}
+
+
+def default_decode_config():
+  """The decoding options read by :func:`decode` (beam search of size 3 by default).
+
+  An ``ml_collections.ConfigDict`` (imported here only, so that decoding itself needs nothing
+  beyond jax and flax).
+  """
+  import ml_collections
+  return ml_collections.ConfigDict(dict(_DEFAULTS))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -499,14 +507,16 @@ def decode(model, params, batch, decode_config, rng=None, *, return_aux: bool = 
            ) -> DecodeOutput:
   """Dispatches on ``decode_config.method`` (fields as in :func:`default_decode_config`).
 
+  ``decode_config`` is any mapping with ``items()`` (a ConfigDict or a dict).
+
   Missing fields take their defaults. ``"sample"`` needs ``rng``.
   """
   given = dict(decode_config.items())
-  unknown = sorted(set(given) - set(default_decode_config().keys()))
+  unknown = sorted(set(given) - set(_DEFAULTS))
   if unknown:
     raise ValueError(f"decode config: unknown fields {unknown}; expected a subset of "
-                     f"{sorted(default_decode_config().keys())}")
-  cfg = ml_collections.ConfigDict({**default_decode_config().to_dict(), **given})
+                     f"{sorted(_DEFAULTS)}")
+  cfg = types.SimpleNamespace(**{**_DEFAULTS, **given})
   if cfg.method == "greedy":
     return greedy(model, params, batch, max_len=cfg.max_len, suppress_unk=cfg.suppress_unk,
                   min_len=cfg.min_len, return_aux=return_aux)

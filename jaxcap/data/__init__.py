@@ -6,16 +6,15 @@
 
 from __future__ import annotations
 
-import ml_collections
-
 from jaxcap.data.base import CaptionDataset, SplitData, SplitSource, collate  # noqa: F401
 from jaxcap.data.vocab import Vocab, tokenize  # noqa: F401
 
 NAMES = ("synthetic_scenes", "karpathy", "cocotalk", "multi30k")
 
 
-def default_data_config(name: str = "synthetic_scenes") -> ml_collections.ConfigDict:
-  """A data config with every field :func:`get_dataset` reads (see its docstring)."""
+def default_data_config(name: str = "synthetic_scenes"):
+  """A data config (``ml_collections.ConfigDict``) with every field :func:`get_dataset` reads."""
+  import ml_collections
   if name not in NAMES:
     raise ValueError(f"data.name {name!r}: unknown, expected one of {', '.join(NAMES)}")
   c = ml_collections.ConfigDict()

@@ -174,7 +174,7 @@ def test_train_checkpoint_evaluate_end_to_end(tmp_path):
   assert len(scores["per_image"]) == 16
   assert (workdir / "best").is_dir()
   r = _run([sys.executable, str(REPO / "evaluate.py"), f"--workdir={workdir}", "--split=val",
-            "--beam_size=2", "--tag=_beam2"])
+            "--beam-size=2", "--length-penalty=gnmt", "--block-trigrams", "--tag=_beam2"])
   assert r.returncode == 0, r.stderr[-3000:]
   preds = json.loads((workdir / "predictions_val_beam2.json").read_text())
   assert len(preds) == 16 and all(set(p) == {"image_id", "caption"} for p in preds)
