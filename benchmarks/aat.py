@@ -41,7 +41,7 @@ def make_batch(rng, images, regions, feat_dim, seq_per_img, words, vocab):
   """A random batch in the layout of docs/DESIGN.md section 2 (captions of random lengths)."""
   feats = rng.normal(size=(images, regions, feat_dim)).astype(np.float32)
   caps = rng.integers(4, vocab, size=(images, seq_per_img, words + 1)).astype(np.int32)
-  lengths = rng.integers(8, words + 1, size=(images, seq_per_img))
+  lengths = rng.integers(min(8, words), words + 1, size=(images, seq_per_img))
   pos = np.arange(words + 1)
   caps = np.where(pos == lengths[..., None], 2, caps)  # EOS
   caps = np.where(pos > lengths[..., None], PAD, caps)

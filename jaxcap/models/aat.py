@@ -47,7 +47,7 @@ the latter):
   * The attention scale is ``1/sqrt(Dh)`` per head (Vaswani et al.), not eq. 4's ``1/sqrt(d)``.
   * LSTM_2's input is ``[a_hat, h1_t]`` as in eqs. 7 and 9 (the released code feeds
     ``[a_hat, q_{t,n}]``); the query is linear as in eq. 8 (the released code adds a ReLU);
-    h1 is not layer-normalised (the released code normalises it); the feature projection is
+    h1 is not layer-normalised (the released code normalises it: ``norm_h1=True``); the feature projection is
     linear (the released code adds a ReLU). The time cost is eq. 14 (the released code
     counts ``(N+1) + sum (n+1)(1-p_n)``, which has the same gradient up to the factor on
     ``(1 - p_n)``). M_min (eq. 15) is implemented although the released code has none.
@@ -239,6 +239,9 @@ class AATCaptioner(CaptionModel):
     time_cost_weight: lambda of eqs. 16-17 (paper 1e-4).
     confidence_dim: hidden width of the confidence network (0: D).
     dropout: rate on word embeddings, projected features and c_t.
+    norm_h1: LayerNorm on h1_t after LSTM_1, as the released code does (not in the paper);
+      then every slot that the adaptive weights mix (h1 and the normalised h2_{t,n}) has the
+      same scale.
     dtype: compute dtype; parameters stay float32, logits are float32.
   """
 
@@ -253,6 +256,7 @@ class AATCaptioner(CaptionModel):
   time_cost_weight: float = 1e-4
   confidence_dim: int = 0
   dropout: float = 0.5
+  norm_h1: bool = False
   dtype: Any = jnp.float32
 
   @classmethod
@@ -279,14 +283,19 @@ class AATCaptioner(CaptionModel):
     rate = float(cfg.get("dropout", 0.5))
     if not 0.0 <= rate < 1.0:
       raise ValueError(f"config field model.dropout: expected a rate in [0, 1), got {rate!r}")
+    norm_h1 = cfg.get("norm_h1", False)
+    if not isinstance(norm_h1, bool):
+      raise ValueError(f"config field model.norm_h1: expected True or False, got {norm_h1!r}")
     return cls(vocab_size=int(info["vocab_size"]), attention=attention, epsilon=epsilon,
-               time_cost_weight=float(cfg.get("time_cost_weight", 1e-4)), dropout=rate,
+               time_cost_weight=float(cfg.get("time_cost_weight", 1e-4)), dropout=rate, norm_h1=norm_h1,
                dtype=compute_dtype(cfg.get("dtype", "float32")), **ints)
 
   def setup(self):
     self.feat_proj = nn.Dense(self.dim, dtype=self.dtype)
     self.embed = nn.Embed(self.vocab_size, self.dim, dtype=self.dtype)
     self.lstm1 = nn.OptimizedLSTMCell(self.dim, dtype=self.dtype)
+    if self.norm_h1:
+      self.norm1 = nn.LayerNorm(dtype=self.dtype)
     self.core = AATAttention(self.dim, self.num_heads, self.attention, self.steps, self.min_steps,
                              self.max_steps, self.epsilon, self.confidence_dim, self.dtype)
     self.logits_proj = nn.Dense(self.vocab_size, dtype=self.dtype)
@@ -314,6 +323,8 @@ class AATCaptioner(CaptionModel):
     e_BxD = self.drop(self.embed(tokens_B), deterministic=not train)
     x_BxD2 = jnp.concatenate([e_BxD, (enc["mean"] + cache["h2"]).astype(e_BxD.dtype)], axis=-1)
     (m1_BxD, h1_BxD), _ = self.lstm1((cache["m1"], cache["h1"]), x_BxD2)
+    if self.norm_h1:
+      h1_BxD = self.norm1(h1_BxD)
     h2_BxD, m2_BxD, aux = self.core(h1_BxD, cache["h2"], cache["m2"], enc["k"], enc["v"], enc["mask"])
     cost_B = aux.pop("time_cost")
     aux["extra_loss"] = (self.time_cost_weight * cost_B if self.attention == "adaptive"

@@ -45,6 +45,34 @@ def config_to_dict(config) -> dict:
   return json.loads(config.to_json_best_effort())
 
 
+_MISSING = object()
+
+
+def _model_config_diff(old: dict, new: dict) -> list[str]:
+  """Model config keys whose values differ. A key that only one side has (a field added to a
+  model after the run started) counts as equal when that side's value is the model's default,
+  since the model built from the other side gets that default too."""
+  defaults = {}
+  try:
+    import dataclasses
+    cls = registry.get(new.get("name", old.get("name")))
+    defaults = {f.name: f.default for f in dataclasses.fields(cls)
+                if f.default is not dataclasses.MISSING}
+  except (KeyError, ValueError, TypeError):
+    pass
+  diff = []
+  for k in sorted(set(old) | set(new)):
+    a, b = old.get(k, _MISSING), new.get(k, _MISSING)
+    if a == b:
+      continue
+    if _MISSING in (a, b):
+      present = b if a is _MISSING else a
+      if k in defaults and defaults[k] == present:
+        continue
+    diff.append(k)
+  return diff
+
+
 def check_workdir(workdir: str, config, vocab: Vocab) -> None:
   """Refuses a workdir trained with another model/data or another vocabulary; writes nothing."""
   cfg_path = os.path.join(workdir, "config.json")
@@ -57,8 +85,8 @@ def check_workdir(workdir: str, config, vocab: Vocab) -> None:
     new = config_to_dict(config)
     old_model = {k: v for k, v in old.get("model", {}).items() if k not in _RESUMABLE_MODEL_FIELDS}
     new_model = {k: v for k, v in new["model"].items() if k not in _RESUMABLE_MODEL_FIELDS}
-    if old_model != new_model:
-      diff = sorted(k for k in set(old_model) | set(new_model) if old_model.get(k) != new_model.get(k))
+    diff = _model_config_diff(old_model, new_model)
+    if diff:
       raise ValueError(f"{cfg_path}: this workdir holds checkpoints of another model "
                        f"(model.{diff[0]}: {old_model.get(diff[0])!r} there, {new_model.get(diff[0])!r} now); "
                        "use another --workdir")

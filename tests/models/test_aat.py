@@ -361,6 +361,29 @@ def test_decode_step_loop_equals_decode_train(attention):
     np.testing.assert_array_equal(aux["extra_loss"], 0.0)
 
 
+def test_norm_h1_normalises_the_input_module_output():
+  """``norm_h1`` (the released code's LayerNorm on h1): the h1 carried in the cache, which is
+  also what the attention module receives, has zero mean and unit variance per row."""
+  batch, tokens = _tiny_batch()
+  b, s, t = tokens.shape
+  for norm_h1 in (False, True):
+    model = _model("adaptive", norm_h1=norm_h1, epsilon=0.3)
+    params = _jit(model.init)(jax.random.key(0), batch, tokens)
+    assert ("norm1" in params["params"]) == norm_h1
+    enc = model.apply(params, batch, method="encode")
+    cache = model.apply(params, enc, t, method="init_cache")
+    _, cache, _ = _decode_step(model, params, enc, cache, tokens[:, 0, 0], jnp.int32(0))
+    h1 = np.asarray(cache["h1"], np.float64)
+    normalised = np.allclose(h1.mean(-1), 0, atol=1e-4) and np.allclose(h1.std(-1), 1, atol=1e-2)
+    assert normalised == norm_h1
+    logits, _ = _train_logits(model, params, batch, tokens)
+    enc = jax.tree.map(lambda x: jnp.repeat(x, s, axis=0), enc)
+    cache = model.apply(params, enc, t, method="init_cache")
+    for i in range(t):
+      lg, cache, _ = _decode_step(model, params, enc, cache, tokens.reshape(b * s, t)[:, i], jnp.int32(i))
+      np.testing.assert_allclose(lg, logits.reshape(b * s, t, -1)[:, i], rtol=1e-5, atol=1e-5)
+
+
 def test_causality():
   model, params = _model_and_params("adaptive")
   batch, tokens = _tiny_batch()
@@ -431,7 +454,8 @@ def test_configs_build(arg, attention, steps):
 
 
 @pytest.mark.parametrize("field,value", [("attention", "sparse"), ("min_steps", 5), ("num_heads", 3),
-                                         ("epsilon", 0.0), ("dropout", 1.0), ("steps", 0)])
+                                         ("epsilon", 0.0), ("dropout", 1.0), ("steps", 0),
+                                         ("norm_h1", "yes")])
 def test_bad_config_is_a_one_line_value_error(field, value):
   import ml_collections
   cfg = ml_collections.ConfigDict({"name": "aat", "dim": 16, "num_heads": 4, field: value})

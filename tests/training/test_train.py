@@ -179,3 +179,24 @@ def test_train_checkpoint_evaluate_end_to_end(tmp_path):
   preds = json.loads((workdir / "predictions_val_beam2.json").read_text())
   assert len(preds) == 16 and all(set(p) == {"image_id", "caption"} for p in preds)
   assert "CIDEr" in r.stdout
+
+
+def test_a_model_field_added_later_with_its_default_keeps_the_workdir_resumable(tmp_path, tiny_dataset):
+  """A workdir whose config.json predates a model field (e.g. AAT's ``norm_h1``) resumes when the
+  new field holds the model's default, and is refused when it does not."""
+  from configs import aat as aat_config
+  workdir = tmp_path / "old"
+  workdir.mkdir()
+  config = aat_config.get_config("synthetic")
+  saved = train_lib.config_to_dict(config)
+  del saved["model"]["norm_h1"]
+  (workdir / "config.json").write_text(json.dumps(saved))
+  train_lib.check_workdir(str(workdir), config, tiny_dataset.vocab)  # default False: accepted
+  config.model.norm_h1 = True
+  with pytest.raises(ValueError, match="another model.*norm_h1"):
+    train_lib.check_workdir(str(workdir), config, tiny_dataset.vocab)
+  del config.model["norm_h1"]  # absent now, set before: refused unless it was the default
+  saved["model"]["norm_h1"] = True
+  (workdir / "config.json").write_text(json.dumps(saved))
+  with pytest.raises(ValueError, match="another model.*norm_h1"):
+    train_lib.check_workdir(str(workdir), config, tiny_dataset.vocab)

@@ -1,0 +1,148 @@
+"""Self-critical training step time in images/s, split into its three parts.
+
+  python benchmarks/scst_step.py [--model transformer] [--batch 50] [--samples 5] [--steps 3]
+
+One SCST step (:mod:`jaxcap.training.scst`) at COCO shapes by default (36 x 2048 regions,
+vocabulary 9,487, 16 words, the paper-sized model): (1) on the device, ``n`` sampled captions
+per image plus the greedy baseline caption; (2) on the host, the training-mode CIDEr-D reward of
+every sample and of the greedy caption against the image's 5 references, with document
+frequencies of a 5,000-image random reference set (the role of COCO's training references);
+(3) on the device, the gradient of the SCST loss over the ``B * n`` samples and the Adam update.
+Inputs and references are random token ids (the time does not depend on their values, only on
+the caption lengths, which are drawn uniformly from 8-16 words). The step is the same code
+the trainer runs (``decoding.sample``/``greedy``, ``CiderD.score``, ``scst.scst_grad_step``).
+Needs jax, flax and optax only (it runs on a bare GPU image).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import sys
+import time
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, _REPO)
+sys.path.insert(0, os.path.join(_REPO, "benchmarks"))
+
+import numpy as np
+import jax
+import optax
+
+from train_throughput import make_batch, model_config  # noqa: E402
+
+
+def random_refs(rng: np.random.Generator, images: int, per_image: int, vocab: int, max_words: int):
+  """``[images, per_image, max_words + 1]`` reference ids ending in EOS (2) and PAD (0)."""
+  from jaxcap.data.vocab import EOS, PAD
+  out = np.full((images, per_image, max_words + 1), PAD, np.int32)
+  lengths = rng.integers(min(8, max_words), max_words + 1, size=(images, per_image))
+  words = rng.integers(4, vocab, size=out.shape, dtype=np.int32)
+  pos = np.arange(max_words + 1)
+  out = np.where(pos < lengths[..., None], words, out)
+  out = np.where(pos == lengths[..., None], EOS, out)
+  return out
+
+
+def main():
+  p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  p.add_argument("--model", default="transformer")
+  p.add_argument("--batch", type=int, default=50, help="images per step")
+  p.add_argument("--samples", type=int, default=5, help="sampled captions per image")
+  p.add_argument("--baseline", default="greedy", choices=("greedy", "mean"))
+  p.add_argument("--dtype", default="float32")
+  p.add_argument("--steps", type=int, default=3)
+  p.add_argument("--regions", type=int, default=36)
+  p.add_argument("--feat_dim", type=int, default=2048)
+  p.add_argument("--vocab", type=int, default=9487)
+  p.add_argument("--words", type=int, default=16)
+  p.add_argument("--train_images", type=int, default=5000, help="images behind the document frequencies")
+  p.add_argument("--layers", type=int, default=0, help="override encoder/decoder depth (0: config)")
+  args = p.parse_args()
+
+  from jaxcap import decoding
+  from jaxcap.evaluation import cider
+  from jaxcap.models import registry
+  from jaxcap.models.base import shift_right
+  from jaxcap.training import parallel, scst, steps
+
+  mesh = parallel.make_mesh()
+  if args.batch % jax.device_count():
+    raise SystemExit(f"--batch: {args.batch} images do not split evenly over {jax.device_count()} devices")
+  info = {"feature_dim": args.feat_dim, "global_dim": args.feat_dim, "max_regions": args.regions,
+          "max_len": args.words, "vocab_size": args.vocab, "num_attributes": 1000, "src_vocab_size": 0,
+          "grid": False, "seq_per_img": 5, "max_attributes": 20}
+  cfg = model_config(args.model, args.dtype, args)
+  model = registry.build(cfg, info)
+  b, n, max_len = args.batch, args.samples, args.words + 1
+
+  rng = np.random.default_rng(0)
+  train_refs = random_refs(rng, args.train_images, 5, args.vocab, args.words)
+  t0 = time.perf_counter()
+  table = cider.build_doc_freq(train_refs, args.vocab, count_eos=True)
+  scorer = cider.CiderD(args.vocab, doc_freq=table, count_eos=True)
+  refs = scorer.prepare_refs(train_refs)
+  prep_s = time.perf_counter() - t0
+
+  repl, data = parallel.replicated(mesh), parallel.batch_sharding(mesh)
+  batch = make_batch(jax.random.PRNGKey(0), b, 5, args.regions, args.feat_dim, args.vocab, max_len)
+  batch["image_index"] = jax.numpy.asarray(rng.integers(0, args.train_images, size=b), jax.numpy.int32)
+  batch = jax.device_put(batch, data)
+  params = jax.jit(lambda r, bt: model.init(r, bt, shift_right(bt["captions"])),
+                   out_shardings=repl)(jax.random.PRNGKey(1), batch)
+  tx = optax.adam(1e-5)
+  state = jax.device_put(steps.create_state(params, tx, jax.random.PRNGKey(2)), repl)
+
+  def sample_fn(params, batch, key):
+    out = decoding.sample(model, params, batch, key, max_len=max_len, num_samples=n)
+    greedy = decoding.greedy(model, params, batch, max_len=max_len).tokens if args.baseline == "greedy" else None
+    return out.tokens, greedy
+
+  # The trainer's shardings, so the state returned by one step is reused without recompiling.
+  sample_jit = jax.jit(sample_fn, in_shardings=(repl, data, None), out_shardings=(data, data))
+  grad_jit = jax.jit(functools.partial(scst.scst_grad_step, model=model, tx=tx),
+                     in_shardings=(repl, data, data, data), out_shardings=(repl, repl), donate_argnums=0)
+
+  def one_step(state, key):
+    times = {}
+    t = time.perf_counter()
+    samples, greedy = jax.block_until_ready(sample_jit(state.params, batch, key))
+    times["sample"] = time.perf_counter() - t
+    t = time.perf_counter()
+    samples_h, index_h = np.asarray(samples), np.asarray(batch["image_index"])
+    r = scorer.score(samples_h.reshape(b * n, -1), np.repeat(index_h, n), refs).reshape(b, n)
+    r_greedy = scorer.score(np.asarray(greedy), index_h, refs) if greedy is not None else None
+    adv = (r - scst.baseline_rewards(r, r_greedy, args.baseline)).astype(np.float32)
+    times["reward"] = time.perf_counter() - t
+    t = time.perf_counter()
+    state, metrics = grad_jit(state, batch, jax.device_put(samples_h, data), jax.device_put(adv, data))
+    jax.block_until_ready(metrics)
+    times["grad"] = time.perf_counter() - t
+    return state, times
+
+  t0 = time.perf_counter()
+  state, _ = one_step(state, jax.random.PRNGKey(3))  # compiles
+  compile_s = time.perf_counter() - t0
+  runs = []
+  for i in range(args.steps):
+    state, times = one_step(state, jax.random.PRNGKey(10 + i))
+    runs.append(times)
+  med = {k: float(np.median([r[k] for r in runs])) for k in runs[0]}
+  total = sum(med.values())
+  nparams = sum(x.size for x in jax.tree.leaves(params)) / 1e6
+  print(f"device: {jax.devices()[0].platform} ({jax.device_count()} x {jax.devices()[0].device_kind}), "
+        f"jax {jax.__version__}")
+  print(f"model: {args.model} ({nparams:.1f}M parameters, {args.dtype}), batch {b} images x {n} samples, "
+        f"baseline {args.baseline}, {args.regions}x{args.feat_dim} regions, V={args.vocab}, "
+        f"{args.words} words; reward tables for {args.train_images} images {prep_s:.1f}s; "
+        f"first step (compile) {compile_s:.1f}s")
+  for k, v in med.items():
+    print(f"  {k:>7}: {v * 1e3:9.1f} ms  ({100 * v / total:4.1f}%)")
+  print(f"  {'step':>7}: {total * 1e3:9.1f} ms  -> {b / total:.1f} images/s, "
+        f"reward {b * (n + (args.baseline == 'greedy')) / med['reward']:,.0f} captions/s "
+        f"(median of {args.steps})")
+
+
+if __name__ == "__main__":
+  main()
