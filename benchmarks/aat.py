@@ -30,6 +30,9 @@ import jax.numpy as jnp
 import optax
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from common import add_shape_args  # noqa: E402
 
 from jaxcap.data.vocab import PAD  # noqa: E402
 from jaxcap.models.aat import AATCaptioner  # noqa: E402
@@ -88,10 +91,7 @@ def main(argv=None):
   ap.add_argument("--max_steps", type=int, default=4)
   ap.add_argument("--batch", type=int, default=50, help="images per training step")
   ap.add_argument("--seq_per_img", type=int, default=5)
-  ap.add_argument("--regions", type=int, default=36)
-  ap.add_argument("--feat_dim", type=int, default=2048)
-  ap.add_argument("--vocab", type=int, default=9487)
-  ap.add_argument("--words", type=int, default=16)
+  add_shape_args(ap)
   ap.add_argument("--beam", type=int, default=3)
   ap.add_argument("--eval_batch", type=int, default=100, help="images per beam-search call")
   ap.add_argument("--iters", type=int, default=0, help="timed iterations (0: 20 on GPU/TPU, 2 on CPU)")

@@ -21,6 +21,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -29,26 +30,20 @@ import numpy as np  # noqa: E402
 from jaxcap import decoding  # noqa: E402
 from jaxcap.models import registry  # noqa: E402
 from jaxcap.models.base import shift_right  # noqa: E402
+from common import Config  # noqa: E402
 
 INFO = {"feature_dim": 2048, "global_dim": 2048, "max_regions": 36, "max_len": 16,
         "vocab_size": 9487, "src_vocab_size": 0, "num_attributes": 1000, "grid": False}
 
 
-class _Config(dict):
-  """``cfg.name`` and ``cfg.get(...)``: all a model's ``from_config`` reads (no ml_collections,
-  so this benchmark runs on a bare JAX + flax image)."""
-
-  __getattr__ = dict.__getitem__
-
-
-def model_config(name: str, dtype: str) -> _Config:
+def model_config(name: str, dtype: str) -> Config:
   if name == "transformer":
-    return _Config({"name": name, "dim": 512, "num_layers": 6, "num_dec_layers": 6,
-                    "num_heads": 8, "ff_dim": 2048, "dropout": 0.1, "share_embeddings": False,
-                    "dtype": dtype})
+    return Config({"name": name, "dim": 512, "num_layers": 6, "num_dec_layers": 6,
+                   "num_heads": 8, "ff_dim": 2048, "dropout": 0.1, "share_embeddings": False,
+                   "dtype": dtype})
   if name == "lstm":
-    return _Config({"name": name, "hidden_dim": 512, "embed_dim": 512, "att_dim": 512,
-                    "dropout": 0.5})
+    return Config({"name": name, "hidden_dim": 512, "embed_dim": 512, "att_dim": 512,
+                   "dropout": 0.5})
   raise ValueError(f"--model: expected 'transformer' or 'lstm', got {name!r}")
 
 

@@ -10,7 +10,8 @@ frequencies of a 5,000-image random reference set (the role of COCO's training r
 (3) on the device, the gradient of the SCST loss over the ``B * n`` samples and the Adam update.
 Inputs and references are random token ids (the time does not depend on their values, only on
 the caption lengths, which are drawn uniformly from 8-16 words). The step is the same code
-the trainer runs (``decoding.sample``/``greedy``, ``CiderD.score``, ``scst.scst_grad_step``).
+the trainer runs (``scst.sample_with_baseline``, ``scst.advantages`` with ``CiderD.score``,
+``scst.scst_grad_step``), timed part by part.
 Needs jax, flax and optax only (it runs on a bare GPU image).
 """
 
@@ -28,8 +29,10 @@ sys.path.insert(0, os.path.join(_REPO, "benchmarks"))
 
 import numpy as np
 import jax
+import jax.numpy as jnp
 import optax
 
+from common import add_shape_args, check_batches, data_info  # noqa: E402
 from train_throughput import make_batch, model_config  # noqa: E402
 
 
@@ -53,28 +56,19 @@ def main():
   p.add_argument("--baseline", default="greedy", choices=("greedy", "mean"))
   p.add_argument("--dtype", default="float32")
   p.add_argument("--steps", type=int, default=3)
-  p.add_argument("--regions", type=int, default=36)
-  p.add_argument("--feat_dim", type=int, default=2048)
-  p.add_argument("--vocab", type=int, default=9487)
-  p.add_argument("--words", type=int, default=16)
+  add_shape_args(p)
   p.add_argument("--train_images", type=int, default=5000, help="images behind the document frequencies")
   p.add_argument("--layers", type=int, default=0, help="override encoder/decoder depth (0: config)")
   args = p.parse_args()
 
-  from jaxcap import decoding
   from jaxcap.evaluation import cider
   from jaxcap.models import registry
   from jaxcap.models.base import shift_right
   from jaxcap.training import parallel, scst, steps
 
   mesh = parallel.make_mesh()
-  if args.batch % jax.device_count():
-    raise SystemExit(f"--batch: {args.batch} images do not split evenly over {jax.device_count()} devices")
-  info = {"feature_dim": args.feat_dim, "global_dim": args.feat_dim, "max_regions": args.regions,
-          "max_len": args.words, "vocab_size": args.vocab, "num_attributes": 1000, "src_vocab_size": 0,
-          "grid": False, "seq_per_img": 5, "max_attributes": 20}
-  cfg = model_config(args.model, args.dtype, args)
-  model = registry.build(cfg, info)
+  check_batches([args.batch], jax.device_count())
+  model = registry.build(model_config(args.model, args.dtype, args), data_info(args))
   b, n, max_len = args.batch, args.samples, args.words + 1
 
   rng = np.random.default_rng(0)
@@ -87,22 +81,22 @@ def main():
 
   repl, data = parallel.replicated(mesh), parallel.batch_sharding(mesh)
   batch = make_batch(jax.random.PRNGKey(0), b, 5, args.regions, args.feat_dim, args.vocab, max_len)
-  batch["image_index"] = jax.numpy.asarray(rng.integers(0, args.train_images, size=b), jax.numpy.int32)
+  batch["image_index"] = jnp.asarray(rng.integers(0, args.train_images, size=b), jnp.int32)
   batch = jax.device_put(batch, data)
   params = jax.jit(lambda r, bt: model.init(r, bt, shift_right(bt["captions"])),
                    out_shardings=repl)(jax.random.PRNGKey(1), batch)
   tx = optax.adam(1e-5)
   state = jax.device_put(steps.create_state(params, tx, jax.random.PRNGKey(2)), repl)
 
-  def sample_fn(params, batch, key):
-    out = decoding.sample(model, params, batch, key, max_len=max_len, num_samples=n)
-    greedy = decoding.greedy(model, params, batch, max_len=max_len).tokens if args.baseline == "greedy" else None
-    return out.tokens, greedy
-
-  # The trainer's shardings, so the state returned by one step is reused without recompiling.
+  # The trainer's jitted pieces and shardings (jaxcap.training.scst.make_scst_step), so the
+  # state returned by one step is reused without recompiling.
+  sample_fn = functools.partial(scst.sample_with_baseline, model, max_len=max_len, num_samples=n,
+                                baseline=args.baseline)
   sample_jit = jax.jit(sample_fn, in_shardings=(repl, data, None), out_shardings=(data, data))
   grad_jit = jax.jit(functools.partial(scst.scst_grad_step, model=model, tx=tx),
                      in_shardings=(repl, data, data, data), out_shardings=(repl, repl), donate_argnums=0)
+  reward_fn = lambda tokens, image: scorer.score(tokens, image, refs)  # noqa: E731
+  index_h = np.asarray(batch["image_index"])
 
   def one_step(state, key):
     times = {}
@@ -110,10 +104,9 @@ def main():
     samples, greedy = jax.block_until_ready(sample_jit(state.params, batch, key))
     times["sample"] = time.perf_counter() - t
     t = time.perf_counter()
-    samples_h, index_h = np.asarray(samples), np.asarray(batch["image_index"])
-    r = scorer.score(samples_h.reshape(b * n, -1), np.repeat(index_h, n), refs).reshape(b, n)
-    r_greedy = scorer.score(np.asarray(greedy), index_h, refs) if greedy is not None else None
-    adv = (r - scst.baseline_rewards(r, r_greedy, args.baseline)).astype(np.float32)
+    samples_h = np.asarray(samples)
+    greedy_h = np.asarray(greedy) if greedy is not None else None
+    adv, _, _ = scst.advantages(reward_fn, samples_h, index_h, greedy_h, args.baseline)
     times["reward"] = time.perf_counter() - t
     t = time.perf_counter()
     state, metrics = grad_jit(state, batch, jax.device_put(samples_h, data), jax.device_put(adv, data))

@@ -19,11 +19,14 @@ import time
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, _REPO)
+sys.path.insert(0, os.path.join(_REPO, "benchmarks"))
 
 import numpy as np
 import jax
 import jax.numpy as jnp
 import optax
+
+from common import Config, add_shape_args, check_batches, data_info  # noqa: E402
 
 # Dense peak TFLOP/s per device (bfloat16, float32) of accelerators we know.
 PEAK_TFLOPS = {"H100": (989.0, 67.0), "H200": (989.0, 67.0), "A100": (312.0, 19.5),
@@ -54,20 +57,13 @@ def make_batch(rng, b, s, n, d_feat, vocab, t):
   }
 
 
-class _Config(dict):
-  """``cfg.name`` / ``cfg.get(...)`` / attribute assignment: all a model's ``from_config`` needs."""
-
-  __getattr__ = dict.__getitem__
-  __setattr__ = dict.__setitem__
-
-
 def model_config(name: str, dtype: str, args):
   """The paper-sized model: the models' ``from_config`` defaults are the papers' settings
   (d=512, 6+6 layers, 8 heads for the Transformer and ETA; d=1024, 8 heads, M_max=4 for AAT),
   so a plain dict is enough and ml_collections is not needed."""
   if name not in ("transformer", "aat", "eta", "lstm"):
     raise SystemExit(f"--model: expected transformer, aat, eta or lstm, got {name!r}")
-  c = _Config(name=name, dtype=dtype)
+  c = Config(name=name, dtype=dtype)
   if args.layers:
     c.num_layers = c.num_dec_layers = args.layers
   return c
@@ -79,10 +75,7 @@ def main():
   p.add_argument("--batch", default="50", help="images per step; comma-separated to sweep")
   p.add_argument("--dtype", default="float32,bfloat16")
   p.add_argument("--steps", type=int, default=5)
-  p.add_argument("--regions", type=int, default=36)
-  p.add_argument("--feat_dim", type=int, default=2048)
-  p.add_argument("--vocab", type=int, default=9487)
-  p.add_argument("--words", type=int, default=16)
+  add_shape_args(p)
   p.add_argument("--layers", type=int, default=0, help="override encoder/decoder depth (0: config)")
   p.add_argument("--peak_tflops", type=float, default=None)
   args = p.parse_args()
@@ -91,12 +84,8 @@ def main():
   from jaxcap.training import parallel, steps
 
   mesh = parallel.make_mesh()
-  bad = [b for b in args.batch.split(",") if int(b) % jax.device_count()]
-  if bad:
-    raise SystemExit(f"--batch: {','.join(bad)} images do not split evenly over {jax.device_count()} devices")
-  info = {"feature_dim": args.feat_dim, "global_dim": args.feat_dim, "max_regions": args.regions,
-          "max_len": args.words, "vocab_size": args.vocab, "num_attributes": 1000, "src_vocab_size": 0,
-          "grid": False, "seq_per_img": 5, "max_attributes": 20}
+  check_batches(args.batch.split(","), jax.device_count())
+  info = data_info(args)
   print(f"devices: {jax.device_count()} x {jax.devices()[0].device_kind}; jax {jax.__version__}")
   print(f"{'model':>12} {'dtype':>9} {'batch':>6} {'compile s':>9} {'step ms':>9} {'images/s':>9} "
         f"{'GFLOP/img':>9} {'TFLOP/s':>8} {'MFU':>6}")

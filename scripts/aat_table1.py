@@ -5,8 +5,9 @@ decoding, counted over the generated words and EOS).
 
   python scripts/aat_table1.py --workdir /tmp/aat_table1 [--steps 1500] [--rows base,adaptive]
 
-``--rows ...,adaptive_ln`` adds a row that is not in the paper: adaptive with the released code's
-LayerNorm on h1 (``norm_h1=True``). Each row trains in its own sub-directory (a finished run is resumed, i.e. only tested again).
+``--rows ...,adaptive_ln`` adds a row that is not in the paper: adaptive with the released
+code's LayerNorm on h1 (``norm_h1=True``). Each row trains in its own sub-directory (a finished
+run is resumed, i.e. only tested again).
 The table is also written to ``<workdir>/table1.json``.
 """
 

@@ -47,8 +47,8 @@ the latter):
   * The attention scale is ``1/sqrt(Dh)`` per head (Vaswani et al.), not eq. 4's ``1/sqrt(d)``.
   * LSTM_2's input is ``[a_hat, h1_t]`` as in eqs. 7 and 9 (the released code feeds
     ``[a_hat, q_{t,n}]``); the query is linear as in eq. 8 (the released code adds a ReLU);
-    h1 is not layer-normalised (the released code normalises it: ``norm_h1=True``); the feature projection is
-    linear (the released code adds a ReLU). The time cost is eq. 14 (the released code
+    h1 is not layer-normalised (the released code normalises it: ``norm_h1=True``); the feature
+    projection is linear (the released code adds a ReLU). The time cost is eq. 14 (the released code
     counts ``(N+1) + sum (n+1)(1-p_n)``, which has the same gradient up to the factor on
     ``(1 - p_n)``). M_min (eq. 15) is implemented although the released code has none.
   * Dropout (rate ``dropout``, unspecified in the paper) on the word embedding, the projected
@@ -287,7 +287,8 @@ class AATCaptioner(CaptionModel):
     if not isinstance(norm_h1, bool):
       raise ValueError(f"config field model.norm_h1: expected True or False, got {norm_h1!r}")
     return cls(vocab_size=int(info["vocab_size"]), attention=attention, epsilon=epsilon,
-               time_cost_weight=float(cfg.get("time_cost_weight", 1e-4)), dropout=rate, norm_h1=norm_h1,
+               time_cost_weight=float(cfg.get("time_cost_weight", 1e-4)), dropout=rate,
+               norm_h1=norm_h1,
                dtype=compute_dtype(cfg.get("dtype", "float32")), **ints)
 
   def setup(self):

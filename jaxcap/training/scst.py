@@ -83,6 +83,37 @@ def baseline_rewards(sample_r_Bxn: np.ndarray, greedy_r_B: np.ndarray | None, ki
   raise ValueError(f"config field scst.baseline: expected 'greedy' or 'mean', got {kind!r}")
 
 
+def sample_with_baseline(model, params, batch, rng, *, max_len: int, num_samples: int, baseline: str):
+  """Step 1 (pure; jit it): ``(samples [B, n, T], greedy [B, T] or None)``.
+
+  The greedy captions are decoded only for the ``"greedy"`` baseline.
+  """
+  out = decoding.sample(model, params, batch, rng, max_len=max_len, num_samples=num_samples)
+  greedy = None
+  if baseline == "greedy":
+    greedy = decoding.greedy(model, params, batch, max_len=max_len).tokens
+  return out.tokens, greedy
+
+
+def advantages(reward_fn, samples_BxnxT: np.ndarray, image_index_B: np.ndarray,
+               greedy_BxT: np.ndarray | None, baseline: str):
+  """Step 2 (host): rewards and ``r(w^s) - b`` per sample.
+
+  Args:
+    reward_fn: ``(tokens [N, T], image_index [N]) -> rewards [N]`` (e.g. a :class:`Rewarder`).
+    samples_BxnxT, image_index_B, greedy_BxT: host arrays from :func:`sample_with_baseline`.
+    baseline: ``"greedy"`` or ``"mean"`` (:func:`baseline_rewards`).
+
+  Returns:
+    ``(advantage float32 [B, n], sample rewards [B, n], greedy rewards [B] or None)``.
+  """
+  b, n, t = samples_BxnxT.shape
+  r_sample = np.asarray(reward_fn(samples_BxnxT.reshape(b * n, t), np.repeat(image_index_B, n))).reshape(b, n)
+  r_greedy = reward_fn(greedy_BxT, image_index_B) if greedy_BxT is not None else None
+  adv = (r_sample - baseline_rewards(r_sample, r_greedy, baseline)).astype(np.float32)
+  return adv, r_sample, r_greedy
+
+
 class Rewarder:
   """CIDEr-D (training mode) + optional weighted BLEU-4 for sampled token ids."""
 
@@ -121,28 +152,21 @@ def make_scst_step(trainer):
   repl, data = parallel.replicated(mesh), parallel.batch_sharding(mesh)
   max_len = config.decode.max_len
 
-  def sample_fn(params, batch, rng):
-    out = decoding.sample(model, params, batch, rng, max_len=max_len, num_samples=sc.num_samples)
-    greedy = None
-    if sc.baseline == "greedy":
-      greedy = decoding.greedy(model, params, batch, max_len=max_len).tokens
-    return out.tokens, greedy
-
+  sample_fn = functools.partial(sample_with_baseline, model, max_len=max_len,
+                                num_samples=sc.num_samples, baseline=sc.baseline)
   sample_jit = jax.jit(sample_fn, in_shardings=(repl, data, None), out_shardings=(data, data))
   grad_jit = jax.jit(functools.partial(scst_grad_step, model=model, tx=trainer.tx),
                      in_shardings=(repl, data, data, data), out_shardings=(repl, repl), donate_argnums=0)
-  pi, local = jax.process_index(), None
+  pi = jax.process_index()
 
   def step(state, batch, step_index):
     rng = jax.random.fold_in(jax.random.fold_in(state.rng, state.step), 7)
     samples, greedy = sample_jit(state.params, batch, rng)
     samples_h = parallel.to_host(samples)
     index_h = parallel.to_host(batch["image_index"])
-    b, n, t = samples_h.shape
-    r_sample = rewarder(samples_h.reshape(b * n, t), np.repeat(index_h, n)).reshape(b, n)
-    r_greedy = rewarder(parallel.to_host(greedy), index_h) if greedy is not None else None
-    adv = (r_sample - baseline_rewards(r_sample, r_greedy, sc.baseline)).astype(np.float32)
-    lb = b // jax.process_count()
+    greedy_h = parallel.to_host(greedy) if greedy is not None else None
+    adv, r_sample, r_greedy = advantages(rewarder, samples_h, index_h, greedy_h, sc.baseline)
+    lb = samples_h.shape[0] // jax.process_count()
     rows = slice(pi * lb, (pi + 1) * lb)
     local_in = {"samples": samples_h[rows].astype(np.int32), "adv": adv[rows]}
     g = parallel.shard_batch(local_in, mesh)

@@ -8,6 +8,7 @@ testing ``predictions_<split>.json`` and ``scores_<split>.json``.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
@@ -52,14 +53,11 @@ def _model_config_diff(old: dict, new: dict) -> list[str]:
   """Model config keys whose values differ. A key that only one side has (a field added to a
   model after the run started) counts as equal when that side's value is the model's default,
   since the model built from the other side gets that default too."""
-  defaults = {}
   try:
-    import dataclasses
-    cls = registry.get(new.get("name", old.get("name")))
-    defaults = {f.name: f.default for f in dataclasses.fields(cls)
+    defaults = {f.name: f.default for f in dataclasses.fields(registry.get(new.get("name")))
                 if f.default is not dataclasses.MISSING}
-  except (KeyError, ValueError, TypeError):
-    pass
+  except (ValueError, TypeError):  # unknown model name / not a dataclass: no key may be missing
+    defaults = {}
   diff = []
   for k in sorted(set(old) | set(new)):
     a, b = old.get(k, _MISSING), new.get(k, _MISSING)
@@ -88,7 +86,8 @@ def check_workdir(workdir: str, config, vocab: Vocab) -> None:
     diff = _model_config_diff(old_model, new_model)
     if diff:
       raise ValueError(f"{cfg_path}: this workdir holds checkpoints of another model "
-                       f"(model.{diff[0]}: {old_model.get(diff[0])!r} there, {new_model.get(diff[0])!r} now); "
+                       f"(model.{diff[0]}: {old_model.get(diff[0], '<absent>')!r} there, "
+                       f"{new_model.get(diff[0], '<absent>')!r} now); "
                        "use another --workdir")
     if old.get("data", {}).get("name") != new["data"]["name"]:
       raise ValueError(f"{cfg_path}: this workdir was trained on data.name="

@@ -40,6 +40,30 @@ def test_baselines():
     scst.baseline_rewards(r[:, :1], None, "mean")
 
 
+def test_advantages_pair_each_sample_with_its_image():
+  """Sample k of image b is rewarded against image b; the greedy row against the same image."""
+  rng = np.random.default_rng(0)
+  samples = rng.integers(4, 20, size=(3, 2, 5)).astype(np.int32)
+  greedy = rng.integers(4, 20, size=(3, 5)).astype(np.int32)
+  index = np.array([7, 2, 9])
+  calls = []
+
+  def reward_fn(tokens, image):  # reward = image id + first token / 100, so pairing shows
+    calls.append(len(tokens))
+    return image + tokens[:, 0] / 100.0
+
+  adv, r, rg = scst.advantages(reward_fn, samples, index, greedy, "greedy")
+  want_r = index[:, None] + samples[:, :, 0] / 100.0
+  want_g = index + greedy[:, 0] / 100.0
+  np.testing.assert_allclose(r, want_r)
+  np.testing.assert_allclose(rg, want_g)
+  np.testing.assert_allclose(adv, want_r - want_g[:, None], rtol=1e-6)
+  assert adv.dtype == np.float32 and calls == [6, 3]
+  adv, r, rg = scst.advantages(reward_fn, samples, index, None, "mean")
+  assert rg is None
+  np.testing.assert_allclose(adv, want_r - want_r[:, ::-1], rtol=1e-6)  # n = 2: the other sample
+
+
 @pytest.mark.parametrize("advantage,direction", [(1.0, +1), (-1.0, -1)])
 def test_gradient_moves_log_probability_with_the_advantage(advantage, direction):
   cfg = ml_collections.ConfigDict(dict(name="transformer", dim=16, num_layers=1, num_dec_layers=1,
