@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 
 class Config(dict):
@@ -32,3 +33,61 @@ def check_batches(batches, device_count: int) -> None:
   bad = [str(b) for b in batches if int(b) % device_count]
   if bad:
     raise SystemExit(f"--batch: {','.join(bad)} images do not split evenly over {device_count} devices")
+
+
+def busy_time(spans) -> float:
+  """Length of the union of ``(start, end)`` intervals (kernels on several streams overlap)."""
+  total, cur_s, cur_e = 0.0, None, None
+  for s, e in sorted(spans):
+    if cur_e is None or s > cur_e:
+      if cur_e is not None:
+        total += cur_e - cur_s
+      cur_s, cur_e = s, e
+    else:
+      cur_e = max(cur_e, e)
+  return total + (cur_e - cur_s if cur_e is not None else 0.0)
+
+
+def summarize_trace(trace_dir: str, top: int = 15) -> str:
+  """Device time by op name from a ``jax.profiler.trace`` directory (no TensorBoard needed).
+
+  Reads the newest ``*.xplane.pb`` with ``jax.profiler.ProfileData``. On a GPU the kernels are
+  the events of the device plane's stream lines; their union over the traced wall time says
+  how busy the device was (the rest is launch gaps or the host). On a CPU, the XLA thunks of
+  the host plane are listed instead. Returns the table as text.
+  """
+  import collections
+  import glob
+
+  from jax.profiler import ProfileData
+
+  files = sorted(glob.glob(os.path.join(trace_dir, "**", "*.xplane.pb"), recursive=True), key=os.path.getmtime)
+  if not files:
+    return f"no *.xplane.pb under {trace_dir}"
+  data = ProfileData.from_file(files[-1])
+  totals, counts, spans = collections.Counter(), collections.Counter(), []
+  for plane in data.planes:
+    if not plane.name.startswith("/device:"):
+      continue
+    for line in plane.lines:
+      if not line.name.startswith("Stream"):
+        continue
+      for ev in line.events:
+        totals[ev.name] += ev.duration_ns
+        counts[ev.name] += 1
+        spans.append((ev.start_ns, ev.end_ns))
+  if not spans:
+    return "no device stream events in the trace (CPU run?)"
+  spans.sort()
+  busy = busy_time(spans)
+  wall = max(e for _, e in spans) - spans[0][0]
+  kernel_sum = sum(totals.values())
+  matmul = sum(ns for name, ns in totals.items()
+               if any(k in name.lower() for k in ("gemm", "xmma", "cutlass", "cublas", "sm90", "wgmma")))
+  lines = [f"device busy {busy / 1e6:.2f} ms of {wall / 1e6:.2f} ms traced ({100 * busy / max(wall, 1):.0f}%), "
+           f"{sum(counts.values())} kernels, kernel time {kernel_sum / 1e6:.2f} ms "
+           f"(matrix-library kernels {matmul / 1e6:.2f} ms)",
+           f"{'ms':>8} {'%':>5} {'calls':>6}  kernel"]
+  for name, ns in totals.most_common(top):
+    lines.append(f"{ns / 1e6:8.3f} {100 * ns / kernel_sum:5.1f} {counts[name]:6d}  {name[:110]}")
+  return "\n".join(lines)

@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from common import Config, add_shape_args, check_batches, data_info  # noqa: E402
+from common import Config, add_shape_args, check_batches, data_info, summarize_trace  # noqa: E402
 
 # Dense peak TFLOP/s per device (bfloat16, float32) of accelerators we know.
 PEAK_TFLOPS = {"H100": (989.0, 67.0), "H200": (989.0, 67.0), "A100": (312.0, 19.5),
@@ -66,6 +66,8 @@ def model_config(name: str, dtype: str, args):
   c = Config(name=name, dtype=dtype)
   if args.layers:
     c.num_layers = c.num_dec_layers = args.layers
+  if args.dropout is not None:
+    c.dropout = args.dropout
   return c
 
 
@@ -74,12 +76,21 @@ def main():
   p.add_argument("--model", default="transformer")
   p.add_argument("--batch", default="50", help="images per step; comma-separated to sweep")
   p.add_argument("--dtype", default="float32,bfloat16")
-  p.add_argument("--steps", type=int, default=5)
+  p.add_argument("--steps", type=int, default=10, help="steps per timed window")
+  p.add_argument("--windows", type=int, default=3, help="timed windows; the median window is reported")
+  p.add_argument("--warmup", type=int, default=3, help="untimed steps after compilation")
   add_shape_args(p)
   p.add_argument("--layers", type=int, default=0, help="override encoder/decoder depth (0: config)")
   p.add_argument("--peak_tflops", type=float, default=None)
+  p.add_argument("--dropout", type=float, default=None, help="override the model's dropout rate")
+  p.add_argument("--prng", default=None, choices=("threefry2x32", "rbg", "unsafe_rbg"),
+                 help="jax_default_prng_impl for the dropout masks (default: JAX's)")
+  p.add_argument("--profile", default="", help="trace 3 steps of each row under this directory and "
+                 "print the device time by kernel")
   args = p.parse_args()
 
+  if args.prng:
+    jax.config.update("jax_default_prng_impl", args.prng)
   from jaxcap.models import registry
   from jaxcap.training import parallel, steps
 
@@ -88,7 +99,7 @@ def main():
   info = data_info(args)
   print(f"devices: {jax.device_count()} x {jax.devices()[0].device_kind}; jax {jax.__version__}")
   print(f"{'model':>12} {'dtype':>9} {'batch':>6} {'compile s':>9} {'step ms':>9} {'images/s':>9} "
-        f"{'GFLOP/img':>9} {'TFLOP/s':>8} {'MFU':>6}")
+        f"{'GFLOP/img':>9} {'TFLOP/s':>8} {'MFU':>6} {'spread':>6}")
   for dtype in args.dtype.split(","):
     cfg = model_config(args.model, dtype, args)
     model = registry.build(cfg, info)
@@ -110,18 +121,30 @@ def main():
       cost = lowered.cost_analysis()
       cost = cost[0] if isinstance(cost, (list, tuple)) else cost
       flops = float(cost.get("flops", 0.0)) if cost else 0.0
-      state, m = compiled(state, batch)  # warm-up
-      jax.block_until_ready(m)
-      t0 = time.perf_counter()
-      for _ in range(args.steps):
+      for _ in range(args.warmup):  # also lets the GPU clocks come up after compilation
         state, m = compiled(state, batch)
       jax.block_until_ready(m)
-      dt = (time.perf_counter() - t0) / args.steps
+      windows = []
+      for _ in range(args.windows):
+        t0 = time.perf_counter()
+        for _ in range(args.steps):
+          state, m = compiled(state, batch)
+        jax.block_until_ready(m)
+        windows.append((time.perf_counter() - t0) / args.steps)
+      dt = float(np.median(windows))
+      spread = 100 * (max(windows) - min(windows)) / dt
       tflops = flops / dt / 1e12
       peak = peak_tflops(dtype, args.peak_tflops)
       mfu = f"{100 * tflops / (peak * jax.device_count()):5.1f}%" if peak else "  n/a"
       print(f"{args.model:>12} {dtype:>9} {b:>6} {compile_s:9.1f} {dt * 1e3:9.1f} {b / dt:9.1f} "
-            f"{flops / b / 1e9:9.2f} {tflops:8.3f} {mfu:>6}", flush=True)
+            f"{flops / b / 1e9:9.2f} {tflops:8.3f} {mfu:>6} {spread:5.1f}%", flush=True)
+      if args.profile:
+        trace_dir = os.path.join(args.profile, f"{args.model}_{dtype}_{b}")
+        with jax.profiler.trace(trace_dir):
+          for _ in range(3):
+            state, m = compiled(state, batch)
+          jax.block_until_ready(m)
+        print(summarize_trace(trace_dir), flush=True)
       del state, params
 
 

@@ -3,7 +3,7 @@
 Dimension legend: B images, S captions per image, T time steps, V vocabulary, K beams.
 
 A model implements ``encode``, ``init_cache``, ``decode_step`` and ``decode_train``;
-``__call__`` (teacher forcing for training) is provided here. Greedy decoding, sampling and
+``decode_train_grouped`` and ``__call__`` (teacher forcing for training) are provided here. Greedy decoding, sampling and
 beam search in :mod:`jaxcap.decoding` only ever call these methods, so one search serves
 Transformer key/value caches and recurrent states alike.
 """
@@ -53,6 +53,25 @@ class CaptionModel(nn.Module):
   def decode_train(self, enc, tokens, train: bool = False):
     raise NotImplementedError
 
+  def decode_train_grouped(self, enc, tokens_BxSxT, train: bool = False):
+    """Teacher-forced logits of S captions per image from the per-image encoding.
+
+    The default repeats ``enc`` S times (image-major) and calls ``decode_train``. A model whose
+    image side enters the decoder only through attention (each query attends on its own) can
+    override this to attend the S captions' queries to one copy of the image keys/values,
+    which saves the S-fold copy and its gradient (the Transformer does).
+
+    Args:
+      enc: ``encode``'s output for B images.
+      tokens_BxSxT: int32 decoder inputs.
+
+    Returns:
+      ``(logits [B, S, T, V] float32, aux dict with [B*S, ...] leaves)``.
+    """
+    b, s, t = tokens_BxSxT.shape
+    logits, aux = self.decode_train(repeat_batch(enc, s), tokens_BxSxT.reshape(b * s, t), train=train)
+    return logits.reshape(b, s, t, -1), aux
+
   def __call__(self, batch: dict, tokens, train: bool = False):
     """Teacher-forced logits.
 
@@ -64,7 +83,4 @@ class CaptionModel(nn.Module):
     Returns:
       ``(logits [B, S, T, V] float32, aux dict)``.
     """
-    b, s, t = tokens.shape
-    enc = repeat_batch(self.encode(batch, train=train), s)
-    logits, aux = self.decode_train(enc, tokens.reshape(b * s, t), train=train)
-    return logits.reshape(b, s, t, -1), aux
+    return self.decode_train_grouped(self.encode(batch, train=train), tokens, train=train)

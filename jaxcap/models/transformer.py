@@ -9,7 +9,10 @@ Encoder: region features -> Dense(D) + ReLU + Dropout (self-critical.pytorch's `
 Decoder: token embedding x sqrt(D) + sinusoidal positions -> ``num_dec_layers`` blocks of
 masked self-attention, cross-attention to the regions and FFN, each ``LayerNorm(x + sublayer)``
 -> Dense(V). The cross-attention keys/values of every decoder layer are computed in
-``encode``, once per image, so step-wise decoding only projects the new token.
+``encode``, once per image, so step-wise decoding only projects the new token. In training
+(``decode_train_grouped``) the queries of an image's S captions attend to that one copy as
+one query set of length S*T (``group=S``): the same attention, without the S-fold copy of the
+keys/values and the reduction of its gradient.
 """
 
 from __future__ import annotations
@@ -52,14 +55,19 @@ class DecoderBlock(nn.Module):
   def cross_kv(self, memory_BxNxD):
     return self.cross_attn.project_kv(memory_BxNxD)
 
-  def _rest(self, x, k, v, mask_BxN, train):
-    mask_BxLxN = jnp.broadcast_to(mask_BxN[:, None, :], (x.shape[0], x.shape[1], mask_BxN.shape[1]))
-    x = self.norm2(x, self.cross_attn.attend_kv(x, k, v, mask_BxLxN, train), train)
+  def _rest(self, x_BxTxD, k, v, mask_GxN, train, group: int = 1):
+    """Cross-attention + FFN. ``k``, ``v``, ``mask_GxN`` hold G = B / group images; the
+    ``group`` consecutive rows of ``x`` that belong to one image attend to it together."""
+    bs, t, d = x_BxTxD.shape
+    x_GxLxD = x_BxTxD.reshape(bs // group, group * t, d)
+    mask_GxLxN = jnp.broadcast_to(mask_GxN[:, None, :], (bs // group, group * t, mask_GxN.shape[1]))
+    x_GxLxD = self.norm2(x_GxLxD, self.cross_attn.attend_kv(x_GxLxD, k, v, mask_GxLxN, train), train)
+    x = x_GxLxD.reshape(bs, t, d)
     return self.norm3(x, self.ffn(x, train), train)
 
-  def __call__(self, x_BxTxD, k, v, mask_BxN, train: bool = False):
+  def __call__(self, x_BxTxD, k, v, mask_BxN, train: bool = False, group: int = 1):
     x = self.norm1(x_BxTxD, self.self_attn(x_BxTxD, train), train)
-    return self._rest(x, k, v, mask_BxN, train)
+    return self._rest(x, k, v, mask_BxN, train, group)
 
   def step(self, x_Bx1xD, cache, t, k, v, mask_BxN, train: bool = False):
     h, cache = self.self_attn.step(x_Bx1xD, cache, t, train)
@@ -126,12 +134,19 @@ class TransformerCaptioner(CaptionModel):
       return self.embed.attend(x).astype(jnp.float32)
     return self.logits_proj(x).astype(jnp.float32)
 
-  def decode_train(self, enc, tokens_BxT, train: bool = False):
+  def decode_train(self, enc, tokens_BxT, train: bool = False, group: int = 1):
+    """Teacher-forced logits ``[B, T, V]``; with ``group > 1``, ``enc`` holds B / group images
+    and each ``group`` consecutive rows of ``tokens_BxT`` are captions of one of them."""
     x = layers.embed_tokens(self.embed, tokens_BxT, self.positions)
     x = self.emb_dropout(x, deterministic=not train)
     for i, layer in enumerate(self.dec_layers):
-      x = layer(x, enc["k"][i], enc["v"][i], enc["mask"], train)
+      x = layer(x, enc["k"][i], enc["v"][i], enc["mask"], train, group)
     return self._logits(x), {}
+
+  def decode_train_grouped(self, enc, tokens_BxSxT, train: bool = False):
+    b, s, t = tokens_BxSxT.shape
+    logits, aux = self.decode_train(enc, tokens_BxSxT.reshape(b * s, t), train, group=s)
+    return logits.reshape(b, s, t, -1), aux
 
   def init_cache(self, enc, max_len: int):
     b = enc["mask"].shape[0]

@@ -31,7 +31,7 @@ import optax
 
 from jaxcap import decoding
 from jaxcap.data.vocab import PAD
-from jaxcap.models.base import repeat_batch, shift_right
+from jaxcap.models.base import shift_right
 from jaxcap.training import parallel
 
 
@@ -58,9 +58,10 @@ def scst_grad_step(state, batch, samples_BxnxT, advantage_Bxn, *, model, tx):
   tokens = samples_BxnxT.reshape(b * n, t)
 
   def loss_fn(params):
-    enc = repeat_batch(model.apply(params, batch, train=True, method="encode", rngs={"dropout": rng}), n)
-    logits, aux = model.apply(params, enc, shift_right(tokens), train=True, method="decode_train",
-                              rngs={"dropout": jax.random.fold_in(rng, 1)})
+    enc = model.apply(params, batch, train=True, method="encode", rngs={"dropout": rng})
+    logits, aux = model.apply(params, enc, shift_right(samples_BxnxT), train=True,
+                              method="decode_train_grouped", rngs={"dropout": jax.random.fold_in(rng, 1)})
+    logits = logits.reshape(b * n, t, -1)
     loss, _ = scst_loss(logits, tokens, advantage_Bxn.reshape(-1), (aux or {}).get("extra_loss"))
     return loss
 

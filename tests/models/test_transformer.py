@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import ml_collections
 
 from jaxcap.models import layers, registry
-from jaxcap.models.base import shift_right
+from jaxcap.models.base import repeat_batch, shift_right
 
 V, B, N, F, T = 23, 3, 5, 12, 7
 
@@ -91,6 +91,29 @@ def test_cached_decode_step_reproduces_teacher_forced_logits(model_and_params):
     logits, cache, _ = step(cache, tokens[:, t], jnp.int32(t))
     outs.append(logits)
   np.testing.assert_allclose(np.stack(outs, 1), full, rtol=1e-4, atol=1e-5)
+
+
+def test_grouped_cross_attention_equals_repeating_the_image(model_and_params):
+  """Training attends each image's S captions to one copy of its keys/values (group=S); it
+  must give the logits and parameter gradients of the S-fold repeated encoding."""
+  model, params = model_and_params
+  batch = make_batch(3)
+  tokens = shift_right(batch["captions"])
+  b, s, t = tokens.shape
+
+  def grouped(p):
+    return model.apply(p, batch, tokens)[0]
+
+  def repeated(p):
+    enc = repeat_batch(model.apply(p, batch, method="encode"), s)
+    return model.apply(p, enc, tokens.reshape(b * s, t), method="decode_train")[0].reshape(b, s, t, -1)
+
+  np.testing.assert_allclose(grouped(params), repeated(params), rtol=1e-5, atol=1e-5)
+  w = jax.random.normal(jax.random.PRNGKey(5), (b, s, t, V))
+  g1 = jax.grad(lambda p: jnp.sum(w * jax.nn.log_softmax(grouped(p))))(params)
+  g2 = jax.grad(lambda p: jnp.sum(w * jax.nn.log_softmax(repeated(p))))(params)
+  for (path, a), c in zip(jax.tree_util.tree_leaves_with_path(g1), jax.tree.leaves(g2)):
+    np.testing.assert_allclose(a, c, rtol=1e-4, atol=1e-5, err_msg=jax.tree_util.keystr(path))
 
 
 def test_padding_regions_do_not_change_the_output(model_and_params):
