@@ -21,6 +21,12 @@ def add_shape_args(p: argparse.ArgumentParser) -> None:
   p.add_argument("--words", type=int, default=16)
 
 
+def add_model_args(p: argparse.ArgumentParser) -> None:
+  """``--layers --dropout``: overrides of the paper-sized model (0 / unset: the model's own)."""
+  p.add_argument("--layers", type=int, default=0, help="override encoder/decoder depth (0: config)")
+  p.add_argument("--dropout", type=float, default=None, help="override the model's dropout rate")
+
+
 def data_info(args) -> dict:
   """The dataset description ``registry.build`` needs, for the shapes of :func:`add_shape_args`."""
   return {"feature_dim": args.feat_dim, "global_dim": args.feat_dim, "max_regions": args.regions,

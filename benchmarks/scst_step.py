@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from common import add_shape_args, check_batches, data_info  # noqa: E402
+from common import add_model_args, add_shape_args, check_batches, data_info  # noqa: E402
 from train_throughput import make_batch, model_config  # noqa: E402
 
 
@@ -58,7 +58,7 @@ def main():
   p.add_argument("--steps", type=int, default=3)
   add_shape_args(p)
   p.add_argument("--train_images", type=int, default=5000, help="images behind the document frequencies")
-  p.add_argument("--layers", type=int, default=0, help="override encoder/decoder depth (0: config)")
+  add_model_args(p)
   args = p.parse_args()
 
   from jaxcap.evaluation import cider

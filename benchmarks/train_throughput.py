@@ -26,7 +26,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from common import Config, add_shape_args, check_batches, data_info, summarize_trace  # noqa: E402
+from common import (Config, add_model_args, add_shape_args, check_batches, data_info,  # noqa: E402
+                    summarize_trace)
 
 # Dense peak TFLOP/s per device (bfloat16, float32) of accelerators we know.
 PEAK_TFLOPS = {"H100": (989.0, 67.0), "H200": (989.0, 67.0), "A100": (312.0, 19.5),
@@ -80,9 +81,8 @@ def main():
   p.add_argument("--windows", type=int, default=3, help="timed windows; the median window is reported")
   p.add_argument("--warmup", type=int, default=3, help="untimed steps after compilation")
   add_shape_args(p)
-  p.add_argument("--layers", type=int, default=0, help="override encoder/decoder depth (0: config)")
+  add_model_args(p)
   p.add_argument("--peak_tflops", type=float, default=None)
-  p.add_argument("--dropout", type=float, default=None, help="override the model's dropout rate")
   p.add_argument("--prng", default=None, choices=("threefry2x32", "rbg", "unsafe_rbg"),
                  help="jax_default_prng_impl for the dropout masks (default: JAX's)")
   p.add_argument("--profile", default="", help="trace 3 steps of each row under this directory and "
