@@ -54,6 +54,9 @@ Deviations and choices the paper leaves open (documented here so ablations stay 
 ``force_gate`` (tests only) replaces ``c`` by a constant, e.g. 1.0 to keep the visual pathway.
 ``decode_step`` returns ``aux["gbc_gate"]`` ``[B]`` (mean of c over channels and layers) and
 ``aux["gbc_gate_layers"]`` ``[B, L]``; ``decode_train`` returns ``aux["gbc_gate"]`` ``[B, T]``.
+In training (``decode_train_grouped``) everything after a block's self-attention acts on each
+position alone, so an image's S captions run it as one sequence of S*T positions against one
+copy of the image's keys/values (no S-fold copy; same result).
 """
 
 from __future__ import annotations
@@ -192,16 +195,21 @@ class ETADecoderBlock(nn.Module):
     e, c = self.entangle(a, kv, masks, train)
     return self.ffn_norm(e, self.ffn(e, train), train), c
 
-  def __call__(self, x_BxTxD, kv, masks, train: bool = False):
+  def __call__(self, x_BxTxD, kv, masks, train: bool = False, group: int = 1):
     """Teacher-forced block: ``(h [B, T, D], c [B, T, D] or None)``.
 
     Args:
       x_BxTxD: the block input (embeddings or the previous block's output).
-      kv: this block's ``cross_kv``.
-      masks: ``{"v": bool [B, N], "s": bool [B, A]}`` (True on real regions / attributes).
+      kv: this block's ``cross_kv``, for G = B / group images.
+      masks: ``{"v": bool [G, N], "s": bool [G, A]}`` (True on real regions / attributes).
+      group: consecutive rows of ``x`` that are captions of one image. Everything after the
+        self-attention acts on each position alone, so those rows run as one sequence of
+        length group*T against one copy of the image's keys/values.
     """
     a = self.self_norm(x_BxTxD, self.self_attn(x_BxTxD, train), train)
-    return self._rest(a, kv, masks, train)
+    bs, t, d = a.shape
+    h, c = self._rest(a.reshape(bs // group, group * t, d), kv, masks, train)
+    return h.reshape(bs, t, d), (None if c is None else c.reshape(bs, t, -1))
 
   def step(self, x_Bx1xD, cache, t, kv, masks, train: bool = False):
     h, cache = self.self_attn.step(x_Bx1xD, cache, t, train)
@@ -331,20 +339,27 @@ class ETACaptioner(CaptionModel):
 
   # --- decoder ----------------------------------------------------------------------------
 
-  def decode_train(self, enc, tokens_BxT, train: bool = False):
+  def decode_train(self, enc, tokens_BxT, train: bool = False, group: int = 1):
+    """Teacher-forced logits ``[B, T, V]``; with ``group > 1``, ``enc`` holds B / group images
+    and each ``group`` consecutive rows of ``tokens_BxT`` are captions of one of them."""
     if self.variant == "late_fusion":
-      lv, _ = self.member_v.decode_train(enc["v"], tokens_BxT, train)
-      ls, _ = self.member_s.decode_train(enc["s"], tokens_BxT, train)
+      lv, _ = self.member_v.decode_train(enc["v"], tokens_BxT, train, group=group)
+      ls, _ = self.member_s.decode_train(enc["s"], tokens_BxT, train, group=group)
       return _fuse(lv, ls), {}
     x = layers.embed_tokens(self.embed, tokens_BxT, self.positions)
     x = self.in_dropout(x, deterministic=not train)
     masks, gates = self._masks(enc), []
     for i, layer in enumerate(self.dec_layers):
-      x, c = layer(x, enc["kv"][i], masks, train)
+      x, c = layer(x, enc["kv"][i], masks, train, group)
       if c is not None:
         gates.append(jnp.mean(c, axis=-1))
     aux = {"gbc_gate": jnp.mean(jnp.stack(gates, 0), 0)} if gates else {}
     return self._logits(x), aux
+
+  def decode_train_grouped(self, enc, tokens_BxSxT, train: bool = False):
+    b, s, t = tokens_BxSxT.shape
+    logits, aux = self.decode_train(enc, tokens_BxSxT.reshape(b * s, t), train, group=s)
+    return logits.reshape(b, s, t, -1), aux
 
   def init_cache(self, enc, max_len: int):
     if self.variant == "late_fusion":

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import pytest
 
 from jaxcap.models import registry
-from jaxcap.models.base import shift_right
+from jaxcap.models.base import repeat_batch, shift_right
 from jaxcap.models.eta import ETACaptioner, ETADecoderBlock
 from jaxcap.models.transformer import TransformerCaptioner
 
@@ -352,6 +352,35 @@ def test_call_gives_logits_for_every_caption():
   assert logits.shape == (2, 2, MAXLEN + 1, V) and logits.dtype == jnp.float32
   assert aux["gbc_gate"].shape == (4, MAXLEN + 1)
   assert ((aux["gbc_gate"] > 0) & (aux["gbc_gate"] < 1)).all()
+
+
+@pytest.mark.parametrize("variant", ["eta", "stacked_v", "late_fusion"])
+def test_grouped_training_equals_repeating_the_image(variant):
+  """``__call__`` runs each image's captions as one sequence against one copy of its
+  keys/values; logits, gates and parameter gradients must equal the S-fold repeated path."""
+  model, params, batch = make_model(variant)
+  tokens = shift_right(jnp.asarray(batch["captions"]))
+  b, s, t = tokens.shape
+  # Image 0 keeps 3 of its N regions (make_batch), so its masks differ from image 1's.
+
+  def grouped(p):
+    return model.apply(p, batch, tokens)
+
+  def repeated(p):
+    enc = repeat_batch(model.apply(p, batch, method=model.encode), s)
+    logits, aux = model.apply(p, enc, tokens.reshape(b * s, t), method=model.decode_train)
+    return logits.reshape(b, s, t, -1), aux
+
+  (lg, ag), (lr, ar) = grouped(params), repeated(params)
+  np.testing.assert_allclose(lg, lr, rtol=1e-5, atol=1e-5)
+  assert ag.keys() == ar.keys()
+  for k in ag:
+    np.testing.assert_allclose(ag[k], ar[k], rtol=1e-5, atol=1e-6)
+  w = jax.random.normal(jax.random.PRNGKey(5), lg.shape)
+  g1 = jax.grad(lambda p: jnp.sum(w * grouped(p)[0]))(params)
+  g2 = jax.grad(lambda p: jnp.sum(w * repeated(p)[0]))(params)
+  for (path, x), y in zip(jax.tree_util.tree_leaves_with_path(g1), jax.tree.leaves(g2)):
+    np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-5, err_msg=jax.tree_util.keystr(path))
 
 
 # --- configs ----------------------------------------------------------------------------------
