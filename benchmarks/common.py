@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 import os
 
+import jax
+import jax.numpy as jnp
+
 
 class Config(dict):
   """``cfg.name`` / ``cfg.get(...)`` / attribute assignment: all a model's ``from_config`` reads."""
@@ -41,6 +44,36 @@ def check_batches(batches, device_count: int) -> None:
     raise SystemExit(f"--batch: {','.join(bad)} images do not split evenly over {device_count} devices")
 
 
+def make_batch(rng, b, s, n, d_feat, vocab, t):
+  """A random batch made on the device: ``b`` images of ``n`` x ``d_feat`` regions, ``s``
+  captions of ``t`` random tokens each (docs/DESIGN.md, section 2)."""
+  k1, k2 = jax.random.split(rng)
+  return {
+      "feats": jax.random.normal(k1, (b, n, d_feat), jnp.float32),
+      "feats_mask": jnp.ones((b, n), bool),
+      "boxes": jnp.zeros((b, n, 4), jnp.float32),
+      "global_feat": jnp.zeros((b, d_feat), jnp.float32),
+      "captions": jax.random.randint(k2, (b, s, t), 4, vocab, jnp.int32),
+      "attributes": jnp.zeros((b, 20), jnp.int32),
+      "valid": jnp.ones((b,), bool),
+      "image_index": jnp.arange(b, dtype=jnp.int32),
+  }
+
+
+def model_config(name: str, dtype: str, args=None) -> Config:
+  """The paper-sized model: the models' ``from_config`` defaults are the papers' settings
+  (d=512, 6+6 layers, 8 heads for the Transformer and ETA; d=1024, 8 heads, M_max=4 for AAT),
+  so a plain dict is enough and ml_collections is not needed."""
+  if name not in ("transformer", "aat", "eta", "lstm"):
+    raise SystemExit(f"--model: expected transformer, aat, eta or lstm, got {name!r}")
+  c = Config(name=name, dtype=dtype)
+  if args is not None and args.layers:
+    c.num_layers = c.num_dec_layers = args.layers
+  if args is not None and args.dropout is not None:
+    c.dropout = args.dropout
+  return c
+
+
 def busy_time(spans) -> float:
   """Length of the union of ``(start, end)`` intervals (kernels on several streams overlap)."""
   total, cur_s, cur_e = 0.0, None, None
@@ -59,8 +92,8 @@ def summarize_trace(trace_dir: str, top: int = 15) -> str:
 
   Reads the newest ``*.xplane.pb`` with ``jax.profiler.ProfileData``. On a GPU the kernels are
   the events of the device plane's stream lines; their union over the traced wall time says
-  how busy the device was (the rest is launch gaps or the host). On a CPU, the XLA thunks of
-  the host plane are listed instead. Returns the table as text.
+  how busy the device was (the rest is launch gaps or the host). A CPU trace has no device
+  plane, which the returned text says. Returns the table as text.
   """
   import collections
   import glob
@@ -84,9 +117,8 @@ def summarize_trace(trace_dir: str, top: int = 15) -> str:
         spans.append((ev.start_ns, ev.end_ns))
   if not spans:
     return "no device stream events in the trace (CPU run?)"
-  spans.sort()
   busy = busy_time(spans)
-  wall = max(e for _, e in spans) - spans[0][0]
+  wall = max(e for _, e in spans) - min(s for s, _ in spans)
   kernel_sum = sum(totals.values())
   matmul = sum(ns for name, ns in totals.items()
                if any(k in name.lower() for k in ("gemm", "xmma", "cutlass", "cublas", "sm90", "wgmma")))

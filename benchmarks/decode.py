@@ -30,21 +30,10 @@ import numpy as np  # noqa: E402
 from jaxcap import decoding  # noqa: E402
 from jaxcap.models import registry  # noqa: E402
 from jaxcap.models.base import shift_right  # noqa: E402
-from common import Config  # noqa: E402
+from common import model_config  # noqa: E402
 
 INFO = {"feature_dim": 2048, "global_dim": 2048, "max_regions": 36, "max_len": 16,
         "vocab_size": 9487, "src_vocab_size": 0, "num_attributes": 1000, "grid": False}
-
-
-def model_config(name: str, dtype: str) -> Config:
-  if name == "transformer":
-    return Config({"name": name, "dim": 512, "num_layers": 6, "num_dec_layers": 6,
-                   "num_heads": 8, "ff_dim": 2048, "dropout": 0.1, "share_embeddings": False,
-                   "dtype": dtype})
-  if name == "lstm":
-    return Config({"name": name, "hidden_dim": 512, "embed_dim": 512, "att_dim": 512,
-                   "dropout": 0.5})
-  raise ValueError(f"--model: expected 'transformer' or 'lstm', got {name!r}")
 
 
 def coco_batch(batch_size: int, seed: int = 0) -> dict:

@@ -32,8 +32,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from common import add_model_args, add_shape_args, check_batches, data_info  # noqa: E402
-from train_throughput import make_batch, model_config  # noqa: E402
+from common import add_model_args, add_shape_args, check_batches, data_info, make_batch, model_config  # noqa: E402
 
 
 def random_refs(rng: np.random.Generator, images: int, per_image: int, vocab: int, max_words: int):

@@ -26,13 +26,12 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from common import (Config, add_model_args, add_shape_args, check_batches, data_info,  # noqa: E402
-                    summarize_trace)
+from common import (add_model_args, add_shape_args, check_batches, data_info, make_batch,  # noqa: E402
+                    model_config, summarize_trace)
 
 # Dense peak TFLOP/s per device (bfloat16, float32) of accelerators we know.
 PEAK_TFLOPS = {"H100": (989.0, 67.0), "H200": (989.0, 67.0), "A100": (312.0, 19.5),
                "TPU v4": (275.0, 275.0), "TPU v5": (197.0, 197.0)}
-
 
 def peak_tflops(dtype: str, override: float | None):
   if override:
@@ -42,35 +41,6 @@ def peak_tflops(dtype: str, override: float | None):
     if name.lower() in kind.lower():
       return bf16 if dtype == "bfloat16" else fp32
   return None
-
-
-def make_batch(rng, b, s, n, d_feat, vocab, t):
-  k1, k2 = jax.random.split(rng)
-  return {
-      "feats": jax.random.normal(k1, (b, n, d_feat), jnp.float32),
-      "feats_mask": jnp.ones((b, n), bool),
-      "boxes": jnp.zeros((b, n, 4), jnp.float32),
-      "global_feat": jnp.zeros((b, d_feat), jnp.float32),
-      "captions": jax.random.randint(k2, (b, s, t), 4, vocab, jnp.int32),
-      "attributes": jnp.zeros((b, 20), jnp.int32),
-      "valid": jnp.ones((b,), bool),
-      "image_index": jnp.arange(b, dtype=jnp.int32),
-  }
-
-
-def model_config(name: str, dtype: str, args):
-  """The paper-sized model: the models' ``from_config`` defaults are the papers' settings
-  (d=512, 6+6 layers, 8 heads for the Transformer and ETA; d=1024, 8 heads, M_max=4 for AAT),
-  so a plain dict is enough and ml_collections is not needed."""
-  if name not in ("transformer", "aat", "eta", "lstm"):
-    raise SystemExit(f"--model: expected transformer, aat, eta or lstm, got {name!r}")
-  c = Config(name=name, dtype=dtype)
-  if args.layers:
-    c.num_layers = c.num_dec_layers = args.layers
-  if args.dropout is not None:
-    c.dropout = args.dropout
-  return c
-
 
 def main():
   p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -146,7 +116,6 @@ def main():
           jax.block_until_ready(m)
         print(summarize_trace(trace_dir), flush=True)
       del state, params
-
 
 if __name__ == "__main__":
   main()

@@ -3,8 +3,8 @@
 Dimension legend: B images, S captions per image, T time steps, V vocabulary, K beams.
 
 A model implements ``encode``, ``init_cache``, ``decode_step`` and ``decode_train``;
-``decode_train_grouped`` and ``__call__`` (teacher forcing for training) are provided here. Greedy decoding, sampling and
-beam search in :mod:`jaxcap.decoding` only ever call these methods, so one search serves
+``decode_train_grouped`` and ``__call__`` (teacher forcing for training) are provided here.
+Greedy decoding, sampling and beam search in :mod:`jaxcap.decoding` only ever call these methods, so one search serves
 Transformer key/value caches and recurrent states alike.
 """
 
@@ -36,6 +36,9 @@ class CaptionModel(nn.Module):
   """Base class: subclasses implement the four protocol methods."""
 
   trainable = True
+  # True when ``decode_train(enc, tokens, train, group=S)`` accepts ``enc`` for B / S images,
+  # each serving S consecutive rows of ``tokens`` (see ``decode_train_grouped``).
+  decode_train_groups = False
 
   @classmethod
   def from_config(cls, model_config, info: dict):
@@ -56,10 +59,10 @@ class CaptionModel(nn.Module):
   def decode_train_grouped(self, enc, tokens_BxSxT, train: bool = False):
     """Teacher-forced logits of S captions per image from the per-image encoding.
 
-    The default repeats ``enc`` S times (image-major) and calls ``decode_train``. A model whose
-    image side enters the decoder only through attention (each query attends on its own) can
-    override this to attend the S captions' queries to one copy of the image keys/values,
-    which saves the S-fold copy and its gradient (the Transformer does).
+    A model whose image side enters the decoder only through attention (each query attends on
+    its own) sets ``decode_train_groups``: its ``decode_train(..., group=S)`` attends the S
+    captions' queries to one copy of the image keys/values, which saves the S-fold copy and its
+    gradient (the Transformer and ETA do). Otherwise ``enc`` is repeated S times (image-major).
 
     Args:
       enc: ``encode``'s output for B images.
@@ -69,7 +72,11 @@ class CaptionModel(nn.Module):
       ``(logits [B, S, T, V] float32, aux dict with [B*S, ...] leaves)``.
     """
     b, s, t = tokens_BxSxT.shape
-    logits, aux = self.decode_train(repeat_batch(enc, s), tokens_BxSxT.reshape(b * s, t), train=train)
+    tokens = tokens_BxSxT.reshape(b * s, t)
+    if self.decode_train_groups:
+      logits, aux = self.decode_train(enc, tokens, train=train, group=s)
+    else:
+      logits, aux = self.decode_train(repeat_batch(enc, s), tokens, train=train)
     return logits.reshape(b, s, t, -1), aux
 
   def __call__(self, batch: dict, tokens, train: bool = False):

@@ -257,6 +257,8 @@ class ETACaptioner(CaptionModel):
   force_gate: float | None = None
   dtype: Any = jnp.float32
 
+  decode_train_groups = True
+
   @classmethod
   def from_config(cls, cfg, info):
     variant = cfg.get("variant", "eta")
@@ -355,11 +357,6 @@ class ETACaptioner(CaptionModel):
         gates.append(jnp.mean(c, axis=-1))
     aux = {"gbc_gate": jnp.mean(jnp.stack(gates, 0), 0)} if gates else {}
     return self._logits(x), aux
-
-  def decode_train_grouped(self, enc, tokens_BxSxT, train: bool = False):
-    b, s, t = tokens_BxSxT.shape
-    logits, aux = self.decode_train(enc, tokens_BxSxT.reshape(b * s, t), train, group=s)
-    return logits.reshape(b, s, t, -1), aux
 
   def init_cache(self, enc, max_len: int):
     if self.variant == "late_fusion":

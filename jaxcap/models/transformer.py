@@ -55,19 +55,18 @@ class DecoderBlock(nn.Module):
   def cross_kv(self, memory_BxNxD):
     return self.cross_attn.project_kv(memory_BxNxD)
 
-  def _rest(self, x_BxTxD, k, v, mask_GxN, train, group: int = 1):
-    """Cross-attention + FFN. ``k``, ``v``, ``mask_GxN`` hold G = B / group images; the
-    ``group`` consecutive rows of ``x`` that belong to one image attend to it together."""
-    bs, t, d = x_BxTxD.shape
-    x_GxLxD = x_BxTxD.reshape(bs // group, group * t, d)
-    mask_GxLxN = jnp.broadcast_to(mask_GxN[:, None, :], (bs // group, group * t, mask_GxN.shape[1]))
-    x_GxLxD = self.norm2(x_GxLxD, self.cross_attn.attend_kv(x_GxLxD, k, v, mask_GxLxN, train), train)
-    x = x_GxLxD.reshape(bs, t, d)
+  def _rest(self, x, k, v, mask_BxN, train):
+    mask_BxLxN = jnp.broadcast_to(mask_BxN[:, None, :], (x.shape[0], x.shape[1], mask_BxN.shape[1]))
+    x = self.norm2(x, self.cross_attn.attend_kv(x, k, v, mask_BxLxN, train), train)
     return self.norm3(x, self.ffn(x, train), train)
 
-  def __call__(self, x_BxTxD, k, v, mask_BxN, train: bool = False, group: int = 1):
+  def __call__(self, x_BxTxD, k, v, mask_GxN, train: bool = False, group: int = 1):
+    """Teacher-forced block. ``k``, ``v``, ``mask_GxN`` hold G = B / group images; after the
+    self-attention every sub-layer acts on each position alone, so the ``group`` consecutive
+    rows of an image run as one sequence of length group*T against one copy of its keys/values."""
     x = self.norm1(x_BxTxD, self.self_attn(x_BxTxD, train), train)
-    return self._rest(x, k, v, mask_BxN, train, group)
+    bs, t, d = x.shape
+    return self._rest(x.reshape(bs // group, group * t, d), k, v, mask_GxN, train).reshape(bs, t, d)
 
   def step(self, x_Bx1xD, cache, t, k, v, mask_BxN, train: bool = False):
     h, cache = self.self_attn.step(x_Bx1xD, cache, t, train)
@@ -98,6 +97,8 @@ class TransformerCaptioner(CaptionModel):
   dropout: float = 0.1
   share_embeddings: bool = False
   dtype: Any = jnp.float32
+
+  decode_train_groups = True
 
   @classmethod
   def from_config(cls, cfg, info):
@@ -142,11 +143,6 @@ class TransformerCaptioner(CaptionModel):
     for i, layer in enumerate(self.dec_layers):
       x = layer(x, enc["k"][i], enc["v"][i], enc["mask"], train, group)
     return self._logits(x), {}
-
-  def decode_train_grouped(self, enc, tokens_BxSxT, train: bool = False):
-    b, s, t = tokens_BxSxT.shape
-    logits, aux = self.decode_train(enc, tokens_BxSxT.reshape(b * s, t), train, group=s)
-    return logits.reshape(b, s, t, -1), aux
 
   def init_cache(self, enc, max_len: int):
     b = enc["mask"].shape[0]
