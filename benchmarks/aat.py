@@ -94,14 +94,15 @@ def main(argv=None):
   add_shape_args(ap)
   ap.add_argument("--beam", type=int, default=3)
   ap.add_argument("--eval_batch", type=int, default=100, help="images per beam-search call")
-  ap.add_argument("--iters", type=int, default=0, help="timed iterations (0: 20 on GPU/TPU, 2 on CPU)")
+  ap.add_argument("--steps", "--iters", dest="steps", type=int, default=0,
+                  help="timed iterations (0: 20 on GPU/TPU, 2 on CPU)")
   ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
   ap.add_argument("--skip_train", action="store_true")
   ap.add_argument("--skip_beam", action="store_true")
   args = ap.parse_args(argv)
 
   platform = jax.devices()[0].platform
-  iters = args.iters or (2 if platform == "cpu" else 20)
+  iters = args.steps or (2 if platform == "cpu" else 20)
   model = AATCaptioner(vocab_size=args.vocab, dim=args.dim, num_heads=args.heads,
                        attention=args.attention, steps=args.max_steps, max_steps=args.max_steps,
                        dropout=0.5, dtype=compute_dtype(args.dtype))

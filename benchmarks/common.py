@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
+import numpy as np
 import jax
 import jax.numpy as jnp
 
@@ -33,7 +34,8 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
 def data_info(args) -> dict:
   """The dataset description ``registry.build`` needs, for the shapes of :func:`add_shape_args`."""
   return {"feature_dim": args.feat_dim, "global_dim": args.feat_dim, "max_regions": args.regions,
-          "max_len": args.words, "vocab_size": args.vocab, "num_attributes": 1000, "src_vocab_size": 0,
+          "max_len": args.words, "vocab_size": args.vocab, "num_attributes": 1000,
+          "src_vocab_size": args.vocab, "max_src_len": args.words,
           "grid": False, "seq_per_img": 5, "max_attributes": 20}
 
 
@@ -44,17 +46,23 @@ def check_batches(batches, device_count: int) -> None:
     raise SystemExit(f"--batch: {','.join(bad)} images do not split evenly over {device_count} devices")
 
 
-def make_batch(rng, b, s, n, d_feat, vocab, t):
-  """A random batch made on the device: ``b`` images of ``n`` x ``d_feat`` regions, ``s``
-  captions of ``t`` random tokens each (docs/DESIGN.md, section 2)."""
-  k1, k2 = jax.random.split(rng)
+def make_batch(rng, b, s, n, d_feat, vocab, t, src_len: int = 16):
+  """A random batch made on the device: ``b`` images of ``n`` x ``d_feat`` regions with valid
+  random boxes, ``s`` captions of ``t`` random tokens each, and a translation source of
+  ``src_len`` random tokens + EOS (docs/DESIGN.md, section 2)."""
+  k1, k2, k3, k4 = jax.random.split(rng, 4)
+  corners = jax.random.uniform(k3, (b, n, 2, 2), jnp.float32)
+  boxes = jnp.concatenate([corners.min(axis=2), corners.max(axis=2)], axis=-1)  # x1 <= x2, y1 <= y2
+  src = jax.random.randint(k4, (b, src_len + 1), 4, vocab, jnp.int32).at[:, -1].set(2)  # EOS
+  feats = jax.random.normal(k1, (b, n, d_feat), jnp.float32)
   return {
-      "feats": jax.random.normal(k1, (b, n, d_feat), jnp.float32),
+      "feats": feats,
       "feats_mask": jnp.ones((b, n), bool),
-      "boxes": jnp.zeros((b, n, 4), jnp.float32),
-      "global_feat": jnp.zeros((b, d_feat), jnp.float32),
+      "boxes": boxes,
+      "global_feat": feats.mean(axis=1),
       "captions": jax.random.randint(k2, (b, s, t), 4, vocab, jnp.int32),
       "attributes": jnp.zeros((b, 20), jnp.int32),
+      "src": src,
       "valid": jnp.ones((b,), bool),
       "image_index": jnp.arange(b, dtype=jnp.int32),
   }
@@ -64,8 +72,10 @@ def model_config(name: str, dtype: str, args=None) -> Config:
   """The paper-sized model: the models' ``from_config`` defaults are the papers' settings
   (d=512, 6+6 layers, 8 heads for the Transformer and ETA; d=1024, 8 heads, M_max=4 for AAT),
   so a plain dict is enough and ml_collections is not needed."""
-  if name not in ("transformer", "aat", "eta", "lstm"):
-    raise SystemExit(f"--model: expected transformer, aat, eta or lstm, got {name!r}")
+  from jaxcap.models import registry
+  trainable = [n for n in registry.names() if getattr(registry.get(n), "trainable", True)]
+  if name not in trainable:
+    raise SystemExit(f"--model: expected one of {','.join(trainable)}, got {name!r}")
   c = Config(name=name, dtype=dtype)
   if args is not None and args.layers:
     c.num_layers = c.num_dec_layers = args.layers
@@ -129,3 +139,58 @@ def summarize_trace(trace_dir: str, top: int = 15) -> str:
   for name, ns in totals.most_common(top):
     lines.append(f"{ns / 1e6:8.3f} {100 * ns / kernel_sum:5.1f} {counts[name]:6d}  {name[:110]}")
   return "\n".join(lines)
+
+
+def _dot_flops(eqn) -> float:
+  (lc, rc), (lb, _) = eqn.params["dimension_numbers"]
+  lhs, rhs = eqn.invars[0].aval.shape, eqn.invars[1].aval.shape
+  contract = float(np.prod([lhs[i] for i in lc])) if lc else 1.0
+  batch = float(np.prod([lhs[i] for i in lb])) if lb else 1.0
+  free_l = float(np.prod(lhs)) / contract / batch
+  free_r = float(np.prod(rhs)) / contract / batch
+  return 2.0 * batch * free_l * free_r * contract
+
+
+def _conv_flops(eqn) -> float:
+  out = eqn.outvars[0].aval.shape
+  rhs = eqn.invars[1].aval.shape  # kernel: its elements per output feature are the MACs per output
+  # A grouped kernel's input-feature axis is already in / groups, so this holds for groups too.
+  out_feat = rhs[eqn.params["dimension_numbers"].rhs_spec[0]]
+  return 2.0 * float(np.prod(out)) * float(np.prod(rhs)) / out_feat
+
+
+def jaxpr_matmul_flops(jaxpr) -> float:
+  """Matrix-multiply FLOPs of a (closed) jaxpr, with scan bodies counted ``length`` times.
+
+  ``while`` bodies (unknown trip count) count once; ``cond`` counts its most expensive branch.
+  """
+  jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
+  total = 0.0
+  for eqn in jaxpr.eqns:
+    name = eqn.primitive.name
+    if name == "dot_general":
+      total += _dot_flops(eqn)
+    elif name == "conv_general_dilated":
+      total += _conv_flops(eqn)
+    elif name == "scan":
+      total += eqn.params["length"] * jaxpr_matmul_flops(eqn.params["jaxpr"])
+    elif name == "cond":
+      total += max(jaxpr_matmul_flops(b) for b in eqn.params["branches"])
+    else:
+      for p in eqn.params.values():
+        for sub in (p if isinstance(p, (tuple, list)) else (p,)):
+          if hasattr(sub, "eqns") or hasattr(getattr(sub, "jaxpr", None), "eqns"):
+            total += jaxpr_matmul_flops(sub)
+  return total
+
+
+def step_flops(fn, *args) -> tuple[float, float]:
+  """``(matmul FLOPs from the jaxpr, all-op FLOPs from the lowered HLO)`` of one call."""
+  matmul = jaxpr_matmul_flops(jax.make_jaxpr(fn)(*args))
+  try:
+    cost = jax.jit(fn).lower(*args).cost_analysis()
+    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+    hlo = float(cost.get("flops", 0.0)) if cost else 0.0
+  except Exception:  # noqa: BLE001 - cost analysis is optional on some backends
+    hlo = float("nan")
+  return matmul, hlo

@@ -3,13 +3,13 @@
 Usage:
   python benchmarks/decode.py                       # Transformer baseline, d=512, 6+6 layers
   python benchmarks/decode.py --model lstm          # the soft-attention LSTM
-  python benchmarks/decode.py --dtype bfloat16 --iters 20   # e.g. on a GPU
+  python benchmarks/decode.py --dtype bfloat16 --steps 20   # e.g. on a GPU
 
 Inputs are random COCO-shaped batches (36 x 2048 regions, vocabulary 9,487, 16 words) already
 on the device, as a prefetching input pipeline delivers them; parameters are randomly
 initialised. Runs on whatever ``jax.devices()[0]`` is. Compilation is timed separately: the
 first call of each method (compile + one run) is excluded from the steady-state numbers,
-which are the median over ``--iters`` calls.
+which are the median over ``--steps`` calls.
 """
 
 from __future__ import annotations
@@ -65,11 +65,14 @@ def timed(fn, iters: int):
 
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--model", default="transformer", choices=("transformer", "lstm"))
-  parser.add_argument("--batch-size", type=int, default=100)
-  parser.add_argument("--beam-size", type=int, default=3)
-  parser.add_argument("--max-len", type=int, default=16)
-  parser.add_argument("--iters", type=int, default=3)
+  parser.add_argument("--model", default="transformer", help="a registered model name (the paper-sized model)")
+  # The flag names of every benchmark script (--batch, --beam, --words, --steps); the old
+  # spellings stay as aliases.
+  parser.add_argument("--batch", "--batch-size", dest="batch", type=int, default=100)
+  parser.add_argument("--beam", "--beam-size", dest="beam", type=int, default=3)
+  parser.add_argument("--words", "--max-len", dest="words", type=int, default=16)
+  parser.add_argument("--steps", "--iters", dest="steps", type=int, default=3,
+                      help="timed calls; the median is reported")
   parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
                       help="compute dtype of the Transformer (parameters stay float32)")
   parser.add_argument("--methods", default="greedy,beam",
@@ -77,8 +80,8 @@ def main(argv=None):
   args = parser.parse_args(argv)
 
   model = registry.build(model_config(args.model, args.dtype), INFO)
-  batch = coco_batch(args.batch_size)
-  tokens = np.zeros((1, 1, args.max_len + 1), np.int32)
+  batch = coco_batch(args.batch)
+  tokens = np.zeros((1, 1, args.words + 1), np.int32)
   start = time.perf_counter()
   params = jax.jit(model.init)(jax.random.key(0), jax.tree.map(lambda x: x[:1], batch),
                                shift_right(tokens))
@@ -86,25 +89,25 @@ def main(argv=None):
   num_params = sum(x.size for x in jax.tree.leaves(params))
   print(f"device: {jax.devices()[0].device_kind} ({jax.default_backend()}), jax {jax.__version__}")
   print(f"model: {args.model} ({num_params / 1e6:.1f}M parameters, dtype {args.dtype}), "
-        f"batch {args.batch_size}, 36x2048 regions, V={INFO['vocab_size']}, "
-        f"max_len {args.max_len}; init {time.perf_counter() - start:.1f}s")
+        f"batch {args.batch}, 36x2048 regions, V={INFO['vocab_size']}, "
+        f"max_len {args.words}; init {time.perf_counter() - start:.1f}s")
   batch = jax.device_put(batch)
 
   runs = {
-      "greedy": ("greedy", lambda: decoding.greedy(model, params, batch, max_len=args.max_len)),
-      "beam": (f"beam-{args.beam_size}",
-               lambda: decoding.beam_search(model, params, batch, beam_size=args.beam_size,
-                                            max_len=args.max_len)),
+      "greedy": ("greedy", lambda: decoding.greedy(model, params, batch, max_len=args.words)),
+      "beam": (f"beam-{args.beam}",
+               lambda: decoding.beam_search(model, params, batch, beam_size=args.beam,
+                                            max_len=args.words)),
       "sample": ("sample x5", lambda: decoding.sample(model, params, batch, jax.random.key(1),
-                                                      max_len=args.max_len, num_samples=5)),
+                                                      max_len=args.words, num_samples=5)),
   }
   for method in args.methods.split(","):
     if method not in runs:
       raise ValueError(f"--methods: unknown {method!r}; expected a subset of {sorted(runs)}")
     label, fn = runs[method]
-    first, steady = timed(fn, args.iters)
-    print(f"{label:>10}: {args.batch_size / steady:9.1f} images/s  "
-          f"({steady * 1e3:8.1f} ms/batch, median of {args.iters}; "
+    first, steady = timed(fn, args.steps)
+    print(f"{label:>10}: {args.batch / steady:9.1f} images/s  "
+          f"({steady * 1e3:8.1f} ms/batch, median of {args.steps}; "
           f"compile + first run {first:.1f}s)")
 
 

@@ -93,7 +93,7 @@ def main():
       flops = float(cost.get("flops", 0.0)) if cost else 0.0
       for _ in range(args.warmup):  # also lets the GPU clocks come up after compilation
         state, m = compiled(state, batch)
-      jax.block_until_ready(m)
+        jax.block_until_ready(m)
       windows = []
       for _ in range(args.windows):
         t0 = time.perf_counter()

@@ -9,15 +9,22 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 TINY = {
-    "decode.py": ["--batch-size", "2", "--max-len", "4", "--iters", "1"],
+    "decode.py": ["--batch", "8", "--words", "4", "--steps", "1"],
     "train_throughput.py": ["--batch", "8", "--layers", "1", "--steps", "1", "--windows", "1", "--warmup", "1",
                             "--dtype", "float32", "--regions", "4", "--feat_dim", "16", "--vocab", "50",
                             "--words", "5", "--prng", "rbg", "--profile", "{tmp}"],
     "scst_step.py": ["--batch", "8", "--samples", "2", "--layers", "1", "--steps", "1", "--regions", "4",
                      "--feat_dim", "16", "--vocab", "50", "--words", "5", "--train_images", "20"],
     "aat.py": ["--dim", "32", "--heads", "2", "--batch", "2", "--regions", "4", "--feat_dim", "16",
-               "--vocab", "50", "--words", "5", "--eval_batch", "2", "--iters", "1"],
+               "--vocab", "50", "--words", "5", "--eval_batch", "2", "--steps", "1"],
     "input_pipeline.py": ["--images", "100", "--batches", "2", "--threads", "0"],
+    # Every registered model, every step kind, at tiny sizes (the JSON is checked below).
+    "run.py": ["--models", "all", "--batch", "8", "--eval_batch", "8", "--steps", "1", "--windows", "1",
+               "--warmup", "0", "--layers", "1", "--regions", "4", "--feat_dim", "16", "--vocab", "50",
+               "--words", "5", "--samples", "2", "--train_images", "20", "--out", "{tmp}/bench.json",
+               "--set", ",".join(f"{k}={v}" for k, v in {
+                   "dim": 16, "num_heads": 2, "ff_dim": 32, "hidden_dim": 16, "embed_dim": 16, "att_dim": 16,
+                   "max_steps": 2, "steps": 2}.items())],
 }
 
 
@@ -30,3 +37,13 @@ def test_benchmark_runs(script, tmp_path):
                        capture_output=True, text=True, timeout=600, cwd=ROOT)
   assert out.returncode == 0, out.stderr[-3000:]
   assert "images" in out.stdout.lower() or "img" in out.stdout.lower(), out.stdout
+  if script == "run.py":
+    import json
+    from jaxcap.models import registry
+    record = json.loads((tmp_path / "bench.json").read_text())
+    assert record["environment"]["jax"] and record["environment"]["device_kind"]
+    rows = {(r["model"], r["what"]) for r in record["rows"]}
+    trainable = [n for n in registry.names() if getattr(registry.get(n), "trainable", True)]
+    assert rows == {(m, w) for m in trainable for w in ("train", "greedy", "beam", "scst")}
+    for r in record["rows"]:
+      assert r["images_per_s"] > 0 and r["gflop_per_image"] > 0 and r["step_ms"] > 0, r
