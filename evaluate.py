@@ -1,6 +1,7 @@
 """Evaluates a checkpoint, or scores any captioner's predictions file.
 
   python evaluate.py --workdir runs/transformer_synthetic [--split test] [--step N] [--beam-size 3] [--block-trigrams]
+  python evaluate.py --workdir runs/transformer_synthetic --beam-size 3 --beam-mode self_critical --tag _sc3
   python evaluate.py --predictions P.json --references R.json --out S.json
 
 The first form loads the best checkpoint (or ``--step``), decodes the split, prints the metric
@@ -21,7 +22,11 @@ if _REPO not in sys.path:
 flags.DEFINE_string("workdir", None, "Run directory written by train.py.")
 flags.DEFINE_string("split", "test", "Split to decode: train, val or test.")
 flags.DEFINE_integer("step", None, "Checkpoint step (default: the best by validation CIDEr-D).")
-flags.DEFINE_integer("beam_size", None, "Beam size (1 = greedy; default: the config's decode settings).")
+flags.DEFINE_integer("beam_size", None, "Beam size (default: the config's decode settings; 1 with --beam-mode self_critical = greedy).")
+flags.DEFINE_enum("beam_mode", None, ["live", "self_critical"],
+                  "Beam search: 'live' keeps K live hypotheses (flax/t5x, the default); "
+                  "'self_critical' takes the K best candidates, finished ones included "
+                  "(self-critical.pytorch).")
 flags.DEFINE_enum("length_penalty", None, ["none", "gnmt", "average"], "Beam length penalty.")
 flags.DEFINE_float("alpha", None, "GNMT length-penalty exponent.")
 flags.DEFINE_integer("min_len", None, "Minimum caption length in words.")
@@ -40,7 +45,7 @@ flags.DEFINE_string("references", None, "COCO annotation file with the reference
 flags.DEFINE_string("out", None, "Where to write the scores JSON (with --predictions).")
 
 # The spellings with dashes work too (--beam-size 3, --length-penalty gnmt, --block-trigrams).
-for _name in ("beam_size", "length_penalty", "min_len", "block_trigrams", "suppress_unk", "top_k",
+for _name in ("beam_size", "beam_mode", "length_penalty", "min_len", "block_trigrams", "suppress_unk", "top_k",
               "top_p", "max_len", "batch_size"):
   flags.DEFINE_alias(_name.replace("_", "-"), _name)
 
@@ -52,9 +57,11 @@ def decode_overrides(config):
   if FLAGS.sample:
     d.method = "sample"
   elif FLAGS.beam_size is not None:
-    d.method = "greedy" if FLAGS.beam_size == 1 else "beam"
+    # One self-critical beam is greedy decoding; one live beam also keeps finished captions.
+    mode = FLAGS.beam_mode or d.get("beam_mode", "live")
+    d.method = "greedy" if FLAGS.beam_size == 1 and mode == "self_critical" else "beam"
     d.beam_size = FLAGS.beam_size
-  for name in ("length_penalty", "alpha", "min_len", "block_trigrams", "suppress_unk", "temperature",
+  for name in ("beam_mode", "length_penalty", "alpha", "min_len", "block_trigrams", "suppress_unk", "temperature",
                "top_k", "top_p", "max_len"):
     value = getattr(FLAGS, name)
     if value is not None:

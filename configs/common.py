@@ -92,6 +92,9 @@ def decode_config() -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.method = "greedy"  # "greedy" | "beam" | "sample"
   c.beam_size = 3
+  # "live": K live hypotheses from the 2K best candidates (flax / t5x); "self_critical": the K
+  # best candidates, finished ones included (self-critical.pytorch). See jaxcap/decoding.py.
+  c.beam_mode = "live"
   c.max_len = 16
   c.length_penalty = "none"  # "none" | "gnmt" | "average"
   c.alpha = 0.6
@@ -150,6 +153,9 @@ def base_config(dataset: str = "synthetic") -> ml_collections.ConfigDict:
   c.scst.baseline = "greedy"  # "greedy" (Rennie et al.) | "mean" (mean of the other samples)
   c.scst.bleu_weight = 0.0
   c.scst.cider_weight = 1.0
+  # False: the gradient pass runs without dropout, like sampling (on-policy; see
+  # jaxcap/training/scst.py). True: fresh dropout masks in the gradient pass (off-policy).
+  c.scst.dropout = False
   # Scheduled sampling (Bengio et al.): probability of feeding back a sampled word.
   c.scheduled_sampling = ml_collections.ConfigDict()
   c.scheduled_sampling.start_epoch = -1  # -1 disables

@@ -15,8 +15,18 @@ One SCST step:
 
 Baselines: ``"greedy"`` — the reward of the greedy caption (Rennie et al.); ``"mean"`` — the
 mean reward of the other n - 1 samples of the same image ("new self-critical", Luo 2020).
-The log-probabilities are recomputed by teacher-forcing the samples in training mode, which
-is what gives the gradient; sampling itself runs without dropout.
+On-policy gradient (issue 17): the log-probabilities in the gradient must be those of the
+policy that drew the samples. Sampling (``decoding.sample``) runs the model without dropout,
+so by default (``scst.dropout = False``) the gradient pass, which recomputes the samples'
+log-probabilities by teacher forcing (:func:`sample_logits`), runs without dropout too: the
+recomputed log-probabilities equal the sampling-time ones (tests/training/test_scst.py), and
+the estimator is the unbiased REINFORCE gradient of the policy that is evaluated and decoded.
+This differs from self-critical.pytorch, which samples in training mode and differentiates
+that same pass with its dropout masks; replaying the masks here would mean differentiating
+the step-by-step sampling loop instead of the one-pass teacher-forced ``decode_train``, and a
+model that never uses dropout at test time gains nothing from it. ``scst.dropout = True``
+keeps jaxcap's pre-issue-17 behaviour (fresh dropout masks in the gradient pass: a
+regulariser, slightly off-policy).
 """
 
 from __future__ import annotations
@@ -51,17 +61,29 @@ def scst_loss(logits_NxTxV, tokens_NxT, advantage_N, extra_NxT=None):
   return loss, total
 
 
-def scst_grad_step(state, batch, samples_BxnxT, advantage_Bxn, *, model, tx):
+def sample_logits(model, params, batch, samples_BxnxT, rng, dropout: bool = False):
+  """Teacher-forced logits of the samples: ``(logits [B*n, T, V], aux)`` (the gradient pass).
+
+  Args:
+    dropout: False (default): no dropout, the policy :func:`sample_with_baseline` sampled
+      from; True: training mode with dropout masks drawn from ``rng`` (off-policy).
+  """
+  b, n, t = samples_BxnxT.shape
+  rngs = lambda i: {"dropout": jax.random.fold_in(rng, i)} if dropout else {}
+  enc = model.apply(params, batch, train=dropout, method="encode", rngs=rngs(0))
+  logits, aux = model.apply(params, enc, shift_right(samples_BxnxT), train=dropout,
+                            method="decode_train_grouped", rngs=rngs(1))
+  return logits.reshape(b * n, t, -1), aux
+
+
+def scst_grad_step(state, batch, samples_BxnxT, advantage_Bxn, *, model, tx, dropout=False):
   """The update of step 3 (pure; jitted by :func:`make_scst_step`)."""
   b, n, t = samples_BxnxT.shape
   rng = jax.random.fold_in(state.rng, state.step)
   tokens = samples_BxnxT.reshape(b * n, t)
 
   def loss_fn(params):
-    enc = model.apply(params, batch, train=True, method="encode", rngs={"dropout": rng})
-    logits, aux = model.apply(params, enc, shift_right(samples_BxnxT), train=True,
-                              method="decode_train_grouped", rngs={"dropout": jax.random.fold_in(rng, 1)})
-    logits = logits.reshape(b * n, t, -1)
+    logits, aux = sample_logits(model, params, batch, samples_BxnxT, rng, dropout)
     loss, _ = scst_loss(logits, tokens, advantage_Bxn.reshape(-1), (aux or {}).get("extra_loss"))
     return loss
 
@@ -156,7 +178,8 @@ def make_scst_step(trainer):
   sample_fn = functools.partial(sample_with_baseline, model, max_len=max_len,
                                 num_samples=sc.num_samples, baseline=sc.baseline)
   sample_jit = jax.jit(sample_fn, in_shardings=(repl, data, None), out_shardings=(data, data))
-  grad_jit = jax.jit(functools.partial(scst_grad_step, model=model, tx=trainer.tx),
+  dropout = bool(sc.get("dropout", False))
+  grad_jit = jax.jit(functools.partial(scst_grad_step, model=model, tx=trainer.tx, dropout=dropout),
                      in_shardings=(repl, data, data, data), out_shardings=(repl, repl), donate_argnums=0)
   pi = jax.process_index()
 
