@@ -153,6 +153,10 @@ def base_config(dataset: str = "synthetic") -> ml_collections.ConfigDict:
   c.scst.baseline = "greedy"  # "greedy" (Rennie et al.) | "mean" (mean of the other samples)
   c.scst.bleu_weight = 0.0
   c.scst.cider_weight = 1.0
+  # CIDEr-D reward: "jaxcap" (df on references truncated to max_len, every reference ends with
+  # EOS) | "self_critical" (self-critical.pytorch's CiderD exactly: df on full captions, no EOS
+  # after a reference at the length limit). See jaxcap/evaluation/cider.py.
+  c.scst.cider_compat = "jaxcap"
   # False: the gradient pass runs without dropout, like sampling (on-policy; see
   # jaxcap/training/scst.py). True: fresh dropout masks in the gradient pass (off-policy).
   c.scst.dropout = False

@@ -359,8 +359,17 @@ class CaptionDataset:
     data = self.split_data(split)
     return {iid: [" ".join(toks) for toks in refs] for iid, refs in zip(data.image_ids, data.refs)}
 
-  def train_references_ids(self) -> list:
-    """Word ids (truncated to ``max_len``, no EOS/PAD) of each training image's references."""
+  def train_references_ids(self, full: bool = False) -> list:
+    """Word ids (no EOS/PAD) of each training image's references.
+
+    Args:
+      full: False: truncated to ``max_len`` words (the training captions); True: whole
+        captions (words outside the vocabulary as UNK), as self-critical.pytorch's
+        ``prepro_ngrams.py`` counts CIDEr-D document frequencies.
+    """
+    if full:
+      return [[np.asarray(self.vocab.encode(toks), np.int32) for toks in refs]
+              for refs in self._splits["train"].refs]
     out = []
     for caps in self._encoded["train"]["captions"]:
       out.append([row[(row != PAD) & (row != EOS)] for row in caps])

@@ -140,11 +140,17 @@ def advantages(reward_fn, samples_BxnxT: np.ndarray, image_index_B: np.ndarray,
 class Rewarder:
   """CIDEr-D (training mode) + optional weighted BLEU-4 for sampled token ids."""
 
-  def __init__(self, dataset, cache_dir: str, cider_weight: float = 1.0, bleu_weight: float = 0.0):
+  def __init__(self, dataset, cache_dir: str, cider_weight: float = 1.0, bleu_weight: float = 0.0,
+               cider_compat: str = "jaxcap"):
     from jaxcap.evaluation import cider
     self.vocab = dataset.vocab
-    refs = dataset.train_references_ids()
-    self.scorer = cider.CiderD.for_training(refs, cache_dir, dataset.vocab)
+    if cider_compat not in cider.COMPAT_MODES:
+      raise ValueError(f"config field scst.cider_compat: expected one of {cider.COMPAT_MODES}, "
+                       f"got {cider_compat!r}")
+    # self-critical.pytorch: df on full captions, references cut to max_len by the scorer.
+    refs = dataset.train_references_ids(full=cider_compat == "self_critical")
+    self.scorer = cider.CiderD.for_training(refs, cache_dir, dataset.vocab, compat=cider_compat,
+                                            max_len=dataset.max_len)
     self.refs = self.scorer.prepare_refs(refs)
     self.cider_weight, self.bleu_weight = cider_weight, bleu_weight
     self._ref_strings = None
@@ -171,7 +177,8 @@ def make_scst_step(trainer):
   config, model, mesh = trainer.config, trainer.model, trainer.mesh
   sc = config.scst
   cache_dir = config.data.get("cache_dir", "") or os.path.join(trainer.workdir, "cache")
-  rewarder = Rewarder(trainer.dataset, cache_dir, sc.cider_weight, sc.bleu_weight)
+  rewarder = Rewarder(trainer.dataset, cache_dir, sc.cider_weight, sc.bleu_weight,
+                      sc.get("cider_compat", "jaxcap"))
   repl, data = parallel.replicated(mesh), parallel.batch_sharding(mesh)
   max_len = config.decode.max_len
 
