@@ -32,6 +32,9 @@ flags.DEFINE_float("alpha", None, "GNMT length-penalty exponent.")
 flags.DEFINE_integer("min_len", None, "Minimum caption length in words.")
 flags.DEFINE_bool("block_trigrams", None, "Block repeated trigrams in beam search.")
 flags.DEFINE_bool("suppress_unk", None, "Never emit UNK.")
+flags.DEFINE_enum("attributes", None, ["oracle", "noisy", "detected", "none"],
+                  "Attributes the evaluated split reads (models with attributes, e.g. ETA; default: "
+                  "the run's data config): oracle = ground truth, e.g. to test ETA^oracle.")
 flags.DEFINE_bool("sample", False, "Sample instead of greedy / beam search.")
 flags.DEFINE_float("temperature", None, "Sampling temperature.")
 flags.DEFINE_integer("top_k", None, "Sample among the k most likely words (0: all).")
@@ -69,6 +72,14 @@ def decode_overrides(config):
   return d
 
 
+def data_overrides(config):
+  """``--attributes``: the attribute mode of the evaluated split (vocabulary and attribute
+  words do not depend on it, so the model's inputs keep their meaning)."""
+  if FLAGS.attributes:
+    config.data["test_attributes" if FLAGS.split == "test" else "attributes"] = FLAGS.attributes
+  return config.data
+
+
 def evaluate_workdir():
   import json
   import ml_collections
@@ -80,6 +91,7 @@ def evaluate_workdir():
     config = ml_collections.ConfigDict(json.load(f))
   if FLAGS.batch_size:
     config.eval_batch_size = FLAGS.batch_size
+  data_overrides(config)
   trainer = train_lib.Trainer(config, FLAGS.workdir)
   train_lib.check_workdir(FLAGS.workdir, config, trainer.dataset.vocab)
   state = trainer.load(FLAGS.step)

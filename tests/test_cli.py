@@ -50,3 +50,26 @@ def test_evaluate_beam_mode_flag():
       "method": "beam", "beam_size": 3, "beam_mode": "self_critical"}
   assert overrides("--beam-size=1") == {"method": "beam", "beam_size": 1, "beam_mode": "live"}
   assert overrides("--beam-size=1", "--beam-mode=self_critical")["method"] == "greedy"
+
+
+def test_evaluate_attributes_flag():
+  """--attributes sets the evaluated split's attribute mode (test: data.test_attributes)."""
+  code = (
+      "import json, sys, ml_collections\n"
+      "from absl import flags\n"
+      "import evaluate\n"
+      "flags.FLAGS(['evaluate.py'] + sys.argv[1:])\n"
+      "from configs import eta\n"
+      "d = evaluate.data_overrides(eta.get_config('synthetic'))\n"
+      "print(json.dumps({'attributes': d.attributes, 'test_attributes': d.test_attributes}))\n")
+
+  def overrides(*args):
+    r = subprocess.run([sys.executable, "-c", code, *args], cwd=REPO, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+  assert overrides() == {"attributes": "noisy", "test_attributes": ""}
+  assert overrides("--attributes=oracle") == {"attributes": "noisy", "test_attributes": "oracle"}
+  assert overrides("--attributes=none", "--split=val") == {"attributes": "none",
+                                                           "test_attributes": ""}
