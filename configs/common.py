@@ -105,6 +105,8 @@ def decode_config() -> ml_collections.ConfigDict:
   c.top_k = 0
   c.top_p = 1.0
   c.num_samples = 1
+  # self-critical.pytorch's remove_bad_endings: no caption ends with "a", "the", "of", ...
+  c.remove_bad_endings = False
   return c
 
 

@@ -70,7 +70,7 @@ from __future__ import annotations
 
 import functools
 import types
-from typing import Any
+from typing import Any, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -118,7 +118,17 @@ _DEFAULTS = {
     "top_k": 0,
     "top_p": 1.0,
     "num_samples": 1,
+    "remove_bad_endings": False,
 }
+
+# self-critical.pytorch's ``bad_endings`` (misc/utils.py): words a caption should not end with.
+BAD_ENDINGS = ("a", "an", "the", "in", "for", "at", "of", "with", "before", "after", "on", "upon",
+               "near", "to", "is", "are", "am")
+
+
+def bad_ending_ids(vocab, words: Sequence[str] = BAD_ENDINGS) -> tuple:
+  """The ids of ``words`` in ``vocab`` (a ``Vocab`` with ``stoi``), skipping absent ones."""
+  return tuple(sorted(vocab.stoi[w] for w in words if w in vocab.stoi))
 
 
 def default_decode_config():
@@ -147,10 +157,12 @@ def _step_logprobs(model, params, enc, cache, tokens, t):
   return jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1), cache, aux
 
 
-def _banned_tokens(lp_NxV, t, opts):
-  """Sets tokens that may not be emitted at step ``t`` to -inf (no renormalisation).
+def _banned_tokens(lp_NxV, t, opts, prev_N):
+  """Sets tokens that may not be emitted at step ``t`` after ``prev_N`` to -inf (no
+  renormalisation).
 
-  ``opts["min_len"]`` and ``opts["suppress_unk"]`` are traced, so they do not recompile.
+  ``opts["min_len"]``, ``opts["suppress_unk"]`` and ``opts["bad_endings"]`` are traced, so
+  they do not recompile (the bad-ending ids only when their number changes).
   """
   v = lp_NxV.shape[-1]
   if v <= UNK + 1:
@@ -158,11 +170,17 @@ def _banned_tokens(lp_NxV, t, opts):
   ids_V = jnp.arange(v)
   banned_V = ((ids_V == PAD) | (ids_V == BOS) | ((ids_V == UNK) & opts["suppress_unk"])
               | ((ids_V == EOS) & (t < opts["min_len"])))
-  return jnp.where(banned_V, -jnp.inf, lp_NxV)
+  # EOS right after a bad ending ("a", "the", "of", ...: self-critical.pytorch's
+  # remove_bad_endings) is banned; -1 pads the id list and matches no token.
+  bad_prev_N = (prev_N[:, None] == opts["bad_endings"][None, :]).any(-1)
+  banned_NxV = banned_V[None, :] | (bad_prev_N[:, None] & (ids_V == EOS)[None, :])
+  return jnp.where(banned_NxV, -jnp.inf, lp_NxV)
 
 
-def _common_opts(min_len, suppress_unk):
-  return {"min_len": jnp.int32(min_len), "suppress_unk": jnp.bool_(suppress_unk)}
+def _common_opts(min_len, suppress_unk, bad_endings=()):
+  bad = [int(i) for i in bad_endings] or [-1]
+  return {"min_len": jnp.int32(min_len), "suppress_unk": jnp.bool_(suppress_unk),
+          "bad_endings": jnp.asarray(bad, jnp.int32)}
 
 
 def _trigram_blocked(seq_NxT, t, vocab_size: int):
@@ -242,7 +260,7 @@ def _sequential(model, params, enc, rng, *, max_len, pick, opts, return_aux):
     cache, prev_N, done_N = carry
     t, key = xs
     lp_NxV, cache, aux = _step_logprobs(model, params, enc, cache, prev_N, t)
-    lp_NxV = _banned_tokens(lp_NxV, t, opts)
+    lp_NxV = _banned_tokens(lp_NxV, t, opts, prev_N)
     tok_N = pick(lp_NxV, key).astype(jnp.int32)
     tok_lp_N = jnp.take_along_axis(lp_NxV, tok_N[:, None], axis=-1)[:, 0]
     tok_N = jnp.where(done_N, PAD, tok_N)
@@ -296,7 +314,7 @@ def _sample_jit(model, params, batch, rng, opts, *, max_len, num_samples, filter
 
 
 def greedy(model, params, batch, *, max_len: int, suppress_unk: bool = False, min_len: int = 0,
-           return_aux: bool = False) -> DecodeOutput:
+           bad_endings: Sequence[int] = (), return_aux: bool = False) -> DecodeOutput:
   """Arg-max decoding.
 
   Args:
@@ -306,19 +324,23 @@ def greedy(model, params, batch, *, max_len: int, suppress_unk: bool = False, mi
     max_len: T, the number of decoding steps (words + EOS at most).
     suppress_unk: never emit UNK.
     min_len: EOS is banned before step ``min_len`` (at least that many words).
+    bad_endings: token ids after which EOS is banned (self-critical.pytorch's
+      ``remove_bad_endings``: no caption ends with "a", "the", "of", ...; see
+      :func:`bad_ending_ids`). A caption cut at ``max_len`` may still end with one.
     return_aux: also return the per-step aux outputs.
 
   Returns:
     DecodeOutput with ``tokens [B, T]``.
   """
   _check_common(max_len, min_len)
-  return _greedy_jit(model, params, batch, _common_opts(min_len, suppress_unk),
+  return _greedy_jit(model, params, batch, _common_opts(min_len, suppress_unk, bad_endings),
                      max_len=int(max_len), return_aux=bool(return_aux))
 
 
 def sample(model, params, batch, rng, *, max_len: int, num_samples: int = 1,
            temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
-           suppress_unk: bool = False, min_len: int = 0, return_aux: bool = False) -> DecodeOutput:
+           suppress_unk: bool = False, min_len: int = 0, bad_endings: Sequence[int] = (),
+           return_aux: bool = False) -> DecodeOutput:
   """Ancestral sampling from ``softmax(logits / temperature)``, optionally top-k / top-p filtered.
 
   Args:
@@ -342,7 +364,8 @@ def sample(model, params, batch, rng, *, max_len: int, num_samples: int = 1,
     raise ValueError(f"decode option top_k: expected >= 0 (0 disables), got {top_k}")
   if not 0.0 < top_p <= 1.0:
     raise ValueError(f"decode option top_p: expected in (0, 1], got {top_p}")
-  opts = dict(_common_opts(min_len, suppress_unk), temperature=jnp.float32(temperature),
+  opts = dict(_common_opts(min_len, suppress_unk, bad_endings),
+              temperature=jnp.float32(temperature),
               top_k=jnp.int32(top_k), top_p=jnp.float32(top_p))
   return _sample_jit(model, params, batch, rng, opts, max_len=int(max_len),
                      num_samples=int(num_samples), filtered=bool(top_k > 0 or top_p < 1.0),
@@ -398,7 +421,7 @@ def _beam_search_jit(model, params, batch, opts, *, beam_size, max_len, beam_mod
     lp_NxV, new_cache, aux = _step_logprobs(model, params, enc, s["cache"],
                                             s["last"].reshape(b * k), t)
     v = lp_NxV.shape[-1]
-    lp_NxV = _banned_tokens(lp_NxV, t, opts)
+    lp_NxV = _banned_tokens(lp_NxV, t, opts, s["last"].reshape(b * k))
     if block_trigrams:
       blocked = _trigram_blocked(s["alive_seq"].reshape(b * k, big_t), t, v)
       lp_NxV = jnp.where(blocked, -jnp.inf, lp_NxV)
@@ -497,7 +520,7 @@ def _beam_search_jit(model, params, batch, opts, *, beam_size, max_len, beam_mod
 def beam_search(model, params, batch, *, beam_size: int, max_len: int,
                 beam_mode: str = "live", length_penalty: str = "none", alpha: float = 0.6,
                 min_len: int = 0, block_trigrams: bool = False, suppress_unk: bool = False,
-                return_aux: bool = False) -> DecodeOutput:
+                bad_endings: Sequence[int] = (), return_aux: bool = False) -> DecodeOutput:
   """Beam search (alive/finished formulation, see the module docstring).
 
   Args:
@@ -515,6 +538,7 @@ def beam_search(model, params, batch, *, beam_size: int, max_len: int,
     min_len: EOS is banned before step ``min_len``.
     block_trigrams: a word that would repeat a trigram already in its beam gets -inf.
     suppress_unk: never emit UNK.
+    bad_endings: token ids after which EOS is banned (as in :func:`greedy`).
     return_aux: also return the per-step aux outputs along each returned beam.
 
   Returns:
@@ -530,7 +554,7 @@ def beam_search(model, params, batch, *, beam_size: int, max_len: int,
                      f"got {length_penalty!r}")
   if length_penalty == "gnmt" and not alpha >= 0.0:
     raise ValueError(f"decode option alpha: expected >= 0 for the GNMT penalty, got {alpha}")
-  opts = dict(_common_opts(min_len, suppress_unk),
+  opts = dict(_common_opts(min_len, suppress_unk, bad_endings),
               penalty=_penalty_coefficients(length_penalty, float(alpha)))
   return _beam_search_jit(model, params, batch, opts, beam_size=int(beam_size),
                           max_len=int(max_len), beam_mode=str(beam_mode),
@@ -544,13 +568,15 @@ def _check_common(max_len, min_len):
     raise ValueError(f"decode option min_len: expected in [0, max_len={max_len}), got {min_len}")
 
 
-def decode(model, params, batch, decode_config, rng=None, *, return_aux: bool = False
-           ) -> DecodeOutput:
+def decode(model, params, batch, decode_config, rng=None, *,
+           bad_endings: Sequence[int] | None = None, return_aux: bool = False) -> DecodeOutput:
   """Dispatches on ``decode_config.method`` (fields as in :func:`default_decode_config`).
 
   ``decode_config`` is any mapping with ``items()`` (a ConfigDict or a dict).
 
-  Missing fields take their defaults. ``"sample"`` needs ``rng``.
+  Missing fields take their defaults. ``"sample"`` needs ``rng``. With
+  ``remove_bad_endings`` the ids ``bad_endings`` (:func:`bad_ending_ids` of the vocabulary)
+  may not end a caption.
   """
   given = dict(decode_config.items())
   unknown = sorted(set(given) - set(_DEFAULTS))
@@ -558,19 +584,24 @@ def decode(model, params, batch, decode_config, rng=None, *, return_aux: bool = 
     raise ValueError(f"decode config: unknown fields {unknown}; expected a subset of "
                      f"{sorted(_DEFAULTS)}")
   cfg = types.SimpleNamespace(**{**_DEFAULTS, **given})
+  if cfg.remove_bad_endings and bad_endings is None:
+    raise ValueError("decode option remove_bad_endings needs the bad-ending token ids "
+                     "(decoding.bad_ending_ids(vocab))")
+  bad = tuple(bad_endings) if cfg.remove_bad_endings else ()
   if cfg.method == "greedy":
     return greedy(model, params, batch, max_len=cfg.max_len, suppress_unk=cfg.suppress_unk,
-                  min_len=cfg.min_len, return_aux=return_aux)
+                  min_len=cfg.min_len, bad_endings=bad, return_aux=return_aux)
   if cfg.method == "beam":
     return beam_search(model, params, batch, beam_size=cfg.beam_size, max_len=cfg.max_len,
                        beam_mode=cfg.beam_mode, length_penalty=cfg.length_penalty,
                        alpha=cfg.alpha, min_len=cfg.min_len,
                        block_trigrams=cfg.block_trigrams, suppress_unk=cfg.suppress_unk,
-                       return_aux=return_aux)
+                       bad_endings=bad, return_aux=return_aux)
   if cfg.method == "sample":
     if rng is None:
       raise ValueError("decode option method='sample' needs an rng key")
     return sample(model, params, batch, rng, max_len=cfg.max_len, num_samples=cfg.num_samples,
                   temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p,
-                  suppress_unk=cfg.suppress_unk, min_len=cfg.min_len, return_aux=return_aux)
+                  suppress_unk=cfg.suppress_unk, min_len=cfg.min_len, bad_endings=bad,
+                  return_aux=return_aux)
   raise ValueError(f"decode option method: expected one of {METHODS}, got {cfg.method!r}")

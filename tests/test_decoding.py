@@ -124,7 +124,7 @@ def enumerate_sequences(batch, b, v, max_len, min_len=0, suppress_unk=False):
 
 
 def reference_beam_search(batch, b, v, k, max_len, kind="none", alpha=0.6, min_len=0,
-                          suppress_unk=False, block_trigrams=False, mode="live"):
+                          suppress_unk=False, block_trigrams=False, mode="live", bad_endings=()):
   """Plain-Python beam search with the semantics documented in jaxcap.decoding.
 
   ``mode="self_critical"``: the K best candidates, finishers included; ``"live"``: the 2K best,
@@ -137,6 +137,8 @@ def reference_beam_search(batch, b, v, k, max_len, kind="none", alpha=0.6, min_l
     for logp, seq, lps in alive:
       lp = toy_step_logprobs(batch, b, seq, t)
       lp[banned(v, t, min_len, suppress_unk)] = -np.inf
+      if seq and seq[-1] in bad_endings:
+        lp[EOS] = -np.inf  # no caption ends with a bad-ending word
       if block_trigrams:
         for j in range(len(seq) - 2):
           if seq[j] == seq[-2] and seq[j + 1] == seq[-1]:
@@ -352,6 +354,7 @@ def cycle_batch(seed):
 @pytest.mark.parametrize("kind,extra", [
     ("none", {}), ("gnmt", {}), ("average", {}),
     ("none", {"min_len": 2, "suppress_unk": True}), ("gnmt", {"block_trigrams": True}),
+    ("none", {"bad_endings": (4, 6)}),
 ])
 def test_matches_reference_beam_search(kind, extra, mode):
   if extra.get("block_trigrams"):
@@ -613,3 +616,45 @@ def test_transformer_through_the_same_search():
   tf_lp = np.where(np.arange(max_len) < np.asarray(out.lengths)[..., None], tf_lp, 0.0)
   np.testing.assert_allclose(out.token_logprobs, tf_lp, rtol=1e-4, atol=1e-4)
   np.testing.assert_allclose(out.scores, out.token_logprobs.sum(-1), rtol=1e-5)
+
+
+def test_bad_endings_greedy_and_sampling():
+  """No caption ends with a bad-ending word (EOS banned right after it); others unchanged."""
+  batch = toy_batch(12, B, T, V, eos_bias=1.0)
+  bad = (4, 6)
+  batch["t1"][:, :, 4, EOS] += 4.0  # EOS would follow word 4 often
+  g = decoding.greedy(TOY, {}, batch, max_len=T, bad_endings=bad)
+  for i in range(B):  # a NumPy arg-max decoder with the rule
+    seq = []
+    for t in range(T):
+      lp = toy_step_logprobs(batch, i, seq, t)
+      lp[banned(V, t)] = -np.inf
+      if seq and seq[-1] in bad:
+        lp[EOS] = -np.inf
+      seq.append(int(np.argmax(lp)))
+      if seq[-1] == EOS:
+        break
+    assert strip(g.tokens[i]) == seq
+  s = decoding.sample(TOY, {}, batch, jax.random.key(5), max_len=T, num_samples=NS,
+                      bad_endings=bad)
+  free = decoding.sample(TOY, {}, batch, jax.random.key(5), max_len=T, num_samples=NS)
+  def ends_bad(out):
+    n = 0
+    for row in np.asarray(out.tokens).reshape(-1, T):
+      seq = strip(row)
+      n += len(seq) > 1 and seq[-1] == EOS and seq[-2] in bad
+    return n
+  assert ends_bad(s) == 0 and ends_bad(free) > 0
+  check_conventions(s, T, V)
+  with pytest.raises(ValueError, match="remove_bad_endings"):
+    decoding.decode(TOY, {}, batch, {"method": "greedy", "max_len": T, "remove_bad_endings": True})
+  via_config = decoding.decode(TOY, {}, batch, {"method": "greedy", "max_len": T,
+                                                "remove_bad_endings": True}, bad_endings=bad)
+  np.testing.assert_array_equal(via_config.tokens, g.tokens)
+
+
+def test_bad_ending_ids_from_a_vocabulary():
+  from jaxcap.data.vocab import Vocab
+  vocab = Vocab.build([["a", "dog", "on", "the", "grass"]], min_count=1)
+  ids = decoding.bad_ending_ids(vocab)
+  assert sorted(vocab.itos[i] for i in ids) == ["a", "on", "the"]
