@@ -103,8 +103,10 @@ class TransformerCaptioner(CaptionModel):
   ff_dim: int = 2048
   dropout: float = 0.1
   share_embeddings: bool = False
-  region_activation: str = "relu"
   dtype: Any = jnp.float32
+  # After dtype: models that build a TransformerCaptioner positionally (ETA's late fusion)
+  # keep their meaning.
+  region_activation: str = "relu"
 
   decode_train_groups = True
 
