@@ -92,6 +92,9 @@ def decode_config() -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.method = "greedy"  # "greedy" | "beam" | "sample"
   c.beam_size = 3
+  # "live": K live hypotheses from the 2K best candidates (flax / t5x); "self_critical": the K
+  # best candidates, finished ones included (self-critical.pytorch). See jaxcap/decoding.py.
+  c.beam_mode = "live"
   c.max_len = 16
   c.length_penalty = "none"  # "none" | "gnmt" | "average"
   c.alpha = 0.6
@@ -102,6 +105,8 @@ def decode_config() -> ml_collections.ConfigDict:
   c.top_k = 0
   c.top_p = 1.0
   c.num_samples = 1
+  # self-critical.pytorch's remove_bad_endings: no caption ends with "a", "the", "of", ...
+  c.remove_bad_endings = False
   return c
 
 
@@ -150,6 +155,13 @@ def base_config(dataset: str = "synthetic") -> ml_collections.ConfigDict:
   c.scst.baseline = "greedy"  # "greedy" (Rennie et al.) | "mean" (mean of the other samples)
   c.scst.bleu_weight = 0.0
   c.scst.cider_weight = 1.0
+  # CIDEr-D reward: "jaxcap" (df on references truncated to max_len, every reference ends with
+  # EOS) | "self_critical" (self-critical.pytorch's CiderD exactly: df on full captions, no EOS
+  # after a reference at the length limit). See jaxcap/evaluation/cider.py.
+  c.scst.cider_compat = "jaxcap"
+  # False: the gradient pass runs without dropout, like sampling (on-policy; see
+  # jaxcap/training/scst.py). True: fresh dropout masks in the gradient pass (off-policy).
+  c.scst.dropout = False
   # Scheduled sampling (Bengio et al.): probability of feeding back a sampled word.
   c.scheduled_sampling = ml_collections.ConfigDict()
   c.scheduled_sampling.start_epoch = -1  # -1 disables

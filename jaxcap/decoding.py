@@ -38,15 +38,28 @@ Output conventions (:class:`DecodeOutput`):
     after EOS. Otherwise None.
 
 Beam search keeps two sets per image (the alive/finished formulation): up to K alive
-hypotheses that have not ended, and the K best finished ones. At step t every alive beam
-proposes every word; the K best of these K*V candidates by log-probability, EOS included, are
-taken. Those that end (EOS, or any word at the last step, where sequences are cut at
-``max_len``) compete with the finished set for its K places by score; the others stay alive,
-and a place freed by EOS is refilled at the next step from the live beams' candidates. With
-K = 1 this is exactly greedy decoding (flax's WMT variant, which always keeps K alive beams
-besides the finished ones, is not). The search space is every sequence that ends with EOS within
-``max_len`` steps or has exactly ``max_len`` words; with K at least the number of candidates
-at every step the search is exhaustive. Once no alive beam can beat the worst finished one
+hypotheses that have not ended, and the K best finished ones. A hypothesis ends with EOS, or
+with any word at the last step (sequences are cut at ``max_len``); an ending hypothesis
+competes with the finished set for its K places by score, the others stay alive. The search
+space is every sequence that ends with EOS within ``max_len`` steps or has exactly
+``max_len`` words; with K at least the number of candidates at every step the search is
+exhaustive. ``beam_mode`` chooses how the alive set is refilled at step t, when every alive
+beam proposes every word (K*V candidates ranked by log-probability):
+
+  * ``"live"`` (default; flax's WMT example and t5x's ``beam_search``): the 2K best
+    candidates are taken. Those that end go to the finished set; the K best of the others
+    stay alive, so K hypotheses stay alive whatever finishes (at most K of the 2K end with
+    EOS, one per parent). Unlike t5x, a caption cut at ``max_len`` counts as finished (t5x
+    returns unfinished beams only when nothing finished), so every candidate t5x's search
+    finds is found here too, and the top-1 is at least as probable as t5x's.
+  * ``"self_critical"`` (self-critical.pytorch's ``beam_search``, jaxcap's search before
+    issue 17): the K best candidates, EOS included, are taken; a hypothesis that ends takes a
+    place of the K and leaves its slot dead (-inf) until the next step, so a finished caption
+    costs a live hypothesis. With K = 1 this is exactly greedy decoding.
+
+On random tiny models (tests/test_decoding.py) ``"live"`` is never worse than
+``"self_critical"`` on the top-1 log-probability; it is often better, since an early EOS no
+longer removes a live beam. Once no alive beam can beat the worst finished one
 (log-probabilities only decrease and the length penalty grows with length, so a bound is
 known), an image is done: the scan keeps running and its sequences, scores and finished set
 stay frozen (its cache keeps being computed but is never read again). If fewer than K
@@ -57,7 +70,7 @@ from __future__ import annotations
 
 import functools
 import types
-from typing import Any
+from typing import Any, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -67,6 +80,7 @@ from jaxcap.data.vocab import BOS, EOS, PAD, UNK
 from jaxcap.models.base import repeat_batch
 
 LENGTH_PENALTIES = ("none", "gnmt", "average")
+BEAM_MODES = ("live", "self_critical")
 METHODS = ("greedy", "beam", "sample")
 
 
@@ -93,6 +107,7 @@ class DecodeOutput(struct.PyTreeNode):
 _DEFAULTS = {
     "method": "beam",
     "beam_size": 3,
+    "beam_mode": "live",
     "max_len": 16,
     "length_penalty": "none",
     "alpha": 0.6,
@@ -103,7 +118,17 @@ _DEFAULTS = {
     "top_k": 0,
     "top_p": 1.0,
     "num_samples": 1,
+    "remove_bad_endings": False,
 }
+
+# self-critical.pytorch's ``bad_endings`` (misc/utils.py): words a caption should not end with.
+BAD_ENDINGS = ("a", "an", "the", "in", "for", "at", "of", "with", "before", "after", "on", "upon",
+               "near", "to", "is", "are", "am")
+
+
+def bad_ending_ids(vocab, words: Sequence[str] = BAD_ENDINGS) -> tuple:
+  """The ids of ``words`` in ``vocab`` (a ``Vocab`` with ``stoi``), skipping absent ones."""
+  return tuple(sorted(vocab.stoi[w] for w in words if w in vocab.stoi))
 
 
 def default_decode_config():
@@ -132,10 +157,12 @@ def _step_logprobs(model, params, enc, cache, tokens, t):
   return jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1), cache, aux
 
 
-def _banned_tokens(lp_NxV, t, opts):
-  """Sets tokens that may not be emitted at step ``t`` to -inf (no renormalisation).
+def _banned_tokens(lp_NxV, t, opts, prev_N):
+  """Sets tokens that may not be emitted at step ``t`` after ``prev_N`` to -inf (no
+  renormalisation).
 
-  ``opts["min_len"]`` and ``opts["suppress_unk"]`` are traced, so they do not recompile.
+  ``opts["min_len"]``, ``opts["suppress_unk"]`` and ``opts["bad_endings"]`` are traced, so
+  they do not recompile (the bad-ending ids only when their number changes).
   """
   v = lp_NxV.shape[-1]
   if v <= UNK + 1:
@@ -143,11 +170,17 @@ def _banned_tokens(lp_NxV, t, opts):
   ids_V = jnp.arange(v)
   banned_V = ((ids_V == PAD) | (ids_V == BOS) | ((ids_V == UNK) & opts["suppress_unk"])
               | ((ids_V == EOS) & (t < opts["min_len"])))
-  return jnp.where(banned_V, -jnp.inf, lp_NxV)
+  # EOS right after a bad ending ("a", "the", "of", ...: self-critical.pytorch's
+  # remove_bad_endings) is banned; -1 pads the id list and matches no token.
+  bad_prev_N = (prev_N[:, None] == opts["bad_endings"][None, :]).any(-1)
+  banned_NxV = banned_V[None, :] | (bad_prev_N[:, None] & (ids_V == EOS)[None, :])
+  return jnp.where(banned_NxV, -jnp.inf, lp_NxV)
 
 
-def _common_opts(min_len, suppress_unk):
-  return {"min_len": jnp.int32(min_len), "suppress_unk": jnp.bool_(suppress_unk)}
+def _common_opts(min_len, suppress_unk, bad_endings=()):
+  bad = [int(i) for i in bad_endings] or [-1]
+  return {"min_len": jnp.int32(min_len), "suppress_unk": jnp.bool_(suppress_unk),
+          "bad_endings": jnp.asarray(bad, jnp.int32)}
 
 
 def _trigram_blocked(seq_NxT, t, vocab_size: int):
@@ -227,7 +260,7 @@ def _sequential(model, params, enc, rng, *, max_len, pick, opts, return_aux):
     cache, prev_N, done_N = carry
     t, key = xs
     lp_NxV, cache, aux = _step_logprobs(model, params, enc, cache, prev_N, t)
-    lp_NxV = _banned_tokens(lp_NxV, t, opts)
+    lp_NxV = _banned_tokens(lp_NxV, t, opts, prev_N)
     tok_N = pick(lp_NxV, key).astype(jnp.int32)
     tok_lp_N = jnp.take_along_axis(lp_NxV, tok_N[:, None], axis=-1)[:, 0]
     tok_N = jnp.where(done_N, PAD, tok_N)
@@ -281,7 +314,7 @@ def _sample_jit(model, params, batch, rng, opts, *, max_len, num_samples, filter
 
 
 def greedy(model, params, batch, *, max_len: int, suppress_unk: bool = False, min_len: int = 0,
-           return_aux: bool = False) -> DecodeOutput:
+           bad_endings: Sequence[int] = (), return_aux: bool = False) -> DecodeOutput:
   """Arg-max decoding.
 
   Args:
@@ -291,19 +324,23 @@ def greedy(model, params, batch, *, max_len: int, suppress_unk: bool = False, mi
     max_len: T, the number of decoding steps (words + EOS at most).
     suppress_unk: never emit UNK.
     min_len: EOS is banned before step ``min_len`` (at least that many words).
+    bad_endings: token ids after which EOS is banned (self-critical.pytorch's
+      ``remove_bad_endings``: no caption ends with "a", "the", "of", ...; see
+      :func:`bad_ending_ids`). A caption cut at ``max_len`` may still end with one.
     return_aux: also return the per-step aux outputs.
 
   Returns:
     DecodeOutput with ``tokens [B, T]``.
   """
   _check_common(max_len, min_len)
-  return _greedy_jit(model, params, batch, _common_opts(min_len, suppress_unk),
+  return _greedy_jit(model, params, batch, _common_opts(min_len, suppress_unk, bad_endings),
                      max_len=int(max_len), return_aux=bool(return_aux))
 
 
 def sample(model, params, batch, rng, *, max_len: int, num_samples: int = 1,
            temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
-           suppress_unk: bool = False, min_len: int = 0, return_aux: bool = False) -> DecodeOutput:
+           suppress_unk: bool = False, min_len: int = 0, bad_endings: Sequence[int] = (),
+           return_aux: bool = False) -> DecodeOutput:
   """Ancestral sampling from ``softmax(logits / temperature)``, optionally top-k / top-p filtered.
 
   Args:
@@ -327,7 +364,8 @@ def sample(model, params, batch, rng, *, max_len: int, num_samples: int = 1,
     raise ValueError(f"decode option top_k: expected >= 0 (0 disables), got {top_k}")
   if not 0.0 < top_p <= 1.0:
     raise ValueError(f"decode option top_p: expected in (0, 1], got {top_p}")
-  opts = dict(_common_opts(min_len, suppress_unk), temperature=jnp.float32(temperature),
+  opts = dict(_common_opts(min_len, suppress_unk, bad_endings),
+              temperature=jnp.float32(temperature),
               top_k=jnp.int32(top_k), top_p=jnp.float32(top_p))
   return _sample_jit(model, params, batch, rng, opts, max_len=int(max_len),
                      num_samples=int(num_samples), filtered=bool(top_k > 0 or top_p < 1.0),
@@ -345,16 +383,21 @@ def _gather_beams(x_BxKx, idx_BxM):
 
 
 @functools.partial(jax.jit, static_argnums=0,
-                   static_argnames=("beam_size", "max_len", "block_trigrams", "return_aux"))
-def _beam_search_jit(model, params, batch, opts, *, beam_size, max_len, block_trigrams, return_aux):
+                   static_argnames=("beam_size", "max_len", "beam_mode", "block_trigrams",
+                                    "return_aux"))
+def _beam_search_jit(model, params, batch, opts, *, beam_size, max_len, beam_mode, block_trigrams,
+                     return_aux):
   k, big_t = beam_size, max_len
+  # C candidates per image and step: K for "self_critical", 2K for "live" (at most K of them
+  # end with EOS, one per parent, so K non-EOS ones always remain to stay alive).
+  c = k if beam_mode == "self_critical" else 2 * k
   enc = model.apply(params, batch, method="encode")
   b = _batch_size(enc)
   # The image side is expanded once; every step reuses it.
   enc = repeat_batch(enc, k)
   cache = model.apply(params, enc, big_t, method="init_cache")
   penalty = functools.partial(_length_penalty, coef=opts["penalty"])
-  # Only beam 0 is alive at t = 0, so the K first continuations are K different words.
+  # Only beam 0 is alive at t = 0, so the first continuations are different words.
   alive_logp_BxK = jnp.where(jnp.arange(k) == 0, 0.0, -jnp.inf)[None].repeat(b, 0)
   seq0 = jnp.full((b, k, big_t), PAD, jnp.int32)
   lp0 = jnp.zeros((b, k, big_t), jnp.float32)
@@ -378,7 +421,7 @@ def _beam_search_jit(model, params, batch, opts, *, beam_size, max_len, block_tr
     lp_NxV, new_cache, aux = _step_logprobs(model, params, enc, s["cache"],
                                             s["last"].reshape(b * k), t)
     v = lp_NxV.shape[-1]
-    lp_NxV = _banned_tokens(lp_NxV, t, opts)
+    lp_NxV = _banned_tokens(lp_NxV, t, opts, s["last"].reshape(b * k))
     if block_trigrams:
       blocked = _trigram_blocked(s["alive_seq"].reshape(b * k, big_t), t, v)
       lp_NxV = jnp.where(blocked, -jnp.inf, lp_NxV)
@@ -387,41 +430,56 @@ def _beam_search_jit(model, params, batch, opts, *, beam_size, max_len, block_tr
                if return_aux else None)
     cand_BxKxV = s["alive_logp"][..., None] + lp_BxKxV
 
-    # The K best candidates of all K*V, EOS included (so K = 1 is greedy decoding): those that
-    # end here (EOS, or any word at the last step) leave for the finished set, the others stay
-    # alive. A slot freed by EOS is dead (-inf) and refilled at the next step from the live
-    # beams' candidates.
-    top_logp_BxK, top_idx_BxK = jax.lax.top_k(cand_BxKxV.reshape(b, k * v), k)
-    parent_BxK, word_BxK = top_idx_BxK // v, top_idx_BxK % v
-    word_lp_BxK = jnp.take_along_axis(lp_BxKxV.reshape(b, k * v), top_idx_BxK, axis=1)
-    ends_BxK = (word_BxK == EOS) | (t == big_t - 1)
-    seq_BxKxT = _set_at(_gather_beams(s["alive_seq"], parent_BxK).reshape(b * k, big_t), t,
-                        word_BxK.reshape(-1)).reshape(b, k, big_t)
-    tok_lp_BxKxT = _set_at(_gather_beams(s["alive_tok_lp"], parent_BxK).reshape(b * k, big_t), t,
-                           word_lp_BxK.reshape(-1)).reshape(b, k, big_t)
-    def extend(hist_BxKxT, x_BxK):
-      # The parents' histories, with this step's value of the chosen parent written at t.
-      hist_NxT = _gather_beams(hist_BxKxT, parent_BxK).reshape((b * k,) + hist_BxKxT.shape[2:])
-      x_N = _gather_beams(x_BxK, parent_BxK).reshape((b * k,) + x_BxK.shape[2:])
-      return _set_at(hist_NxT, t, x_N).reshape(hist_BxKxT.shape)
+    # The C best candidates of all K*V by log-probability, EOS included. Those that end here
+    # (EOS, or any word at the last step) go to the finished set, the others may stay alive.
+    top_logp_BxC, top_idx_BxC = jax.lax.top_k(cand_BxKxV.reshape(b, k * v), c)
+    parent_BxC, word_BxC = top_idx_BxC // v, top_idx_BxC % v
+    word_lp_BxC = jnp.take_along_axis(lp_BxKxV.reshape(b, k * v), top_idx_BxC, axis=1)
+    ends_BxC = (word_BxC == EOS) | (t == big_t - 1)
 
-    aux_hist = jax.tree.map(extend, s["alive_aux"], aux_BxK) if return_aux else None
-    alive_logp_BxK = jnp.where(ends_BxK, -jnp.inf, top_logp_BxK)
+    def extend(hist_BxKxT, x_BxC):
+      # The parents' histories, with the candidate's own value of this step written at t.
+      hist_NxT = _gather_beams(hist_BxKxT, parent_BxC).reshape((b * c,) + hist_BxKxT.shape[2:])
+      x_N = x_BxC.reshape((b * c,) + x_BxC.shape[2:])
+      return _set_at(hist_NxT, t, x_N).reshape((b, c) + hist_BxKxT.shape[2:])
 
-    # The finishers compete with the finished set for its K places by score.
+    seq_BxCxT = extend(s["alive_seq"], word_BxC)
+    tok_lp_BxCxT = extend(s["alive_tok_lp"], word_lp_BxC)
+    # decode_step's aux belongs to the parent (it was computed before the word was chosen).
+    aux_hist = (jax.tree.map(lambda h, a: extend(h, _gather_beams(a, parent_BxC)),
+                             s["alive_aux"], aux_BxK) if return_aux else None)
+    cont_logp_BxC = jnp.where(ends_BxC, -jnp.inf, top_logp_BxC)
+
+    if beam_mode == "self_critical":
+      # The K candidates keep their slots; a slot that ended is dead (-inf) and is refilled
+      # at the next step from the live beams' candidates.
+      def alive(x_BxC):
+        return x_BxC
+    else:
+      # The K best candidates that did not end stay alive (-inf ones only when fewer exist).
+      _, alive_pick_BxK = jax.lax.top_k(cont_logp_BxC, k)
+
+      def alive(x_BxC):
+        return _gather_beams(x_BxC, alive_pick_BxK)
+
+    alive_logp_BxK = alive(cont_logp_BxC)
+    alive_parent_BxK = alive(parent_BxC)
+
+    # The finishers compete with the finished set for its K places by score (ties: the
+    # finished set first, so the hypothesis that finished first wins).
     length = t + 1
-    new_score_BxK = jnp.where(ends_BxK, top_logp_BxK / penalty(length), -jnp.inf)
+    new_score_BxC = jnp.where(ends_BxC, top_logp_BxC / penalty(length), -jnp.inf)
     fin_score_BxK, pick_BxK = jax.lax.top_k(
-        jnp.concatenate([s["fin_score"], new_score_BxK], axis=1), k)
+        jnp.concatenate([s["fin_score"], new_score_BxC], axis=1), k)
 
     def merge(old, new):
       return _gather_beams(jnp.concatenate([old, new], axis=1), pick_BxK)
 
     new_fin = {
-        "fin_seq": merge(s["fin_seq"], seq_BxKxT),
-        "fin_tok_lp": merge(s["fin_tok_lp"], tok_lp_BxKxT),
-        "fin_logp": merge(s["fin_logp"], top_logp_BxK),
-        "fin_len": merge(s["fin_len"], jnp.full((b, k), length, jnp.int32)),
+        "fin_seq": merge(s["fin_seq"], seq_BxCxT),
+        "fin_tok_lp": merge(s["fin_tok_lp"], tok_lp_BxCxT),
+        "fin_logp": merge(s["fin_logp"], top_logp_BxC),
+        "fin_len": merge(s["fin_len"], jnp.full((b, c), length, jnp.int32)),
         "fin_score": fin_score_BxK,
     }
     if return_aux:
@@ -438,13 +496,14 @@ def _beam_search_jit(model, params, batch, opts, *, beam_size, max_len, block_tr
       return jnp.where(frozen_B.reshape((-1,) + (1,) * (old.ndim - 1)), old, new)
 
     out = {
-        "cache": jax.tree.map(lambda c: c[(jnp.arange(b)[:, None] * k + parent_BxK).reshape(-1)],
-                              new_cache),
-        "last": keep(s["last"], word_BxK),
-        "alive_seq": keep(s["alive_seq"], seq_BxKxT),
-        "alive_tok_lp": keep(s["alive_tok_lp"], tok_lp_BxKxT),
+        "cache": jax.tree.map(
+            lambda x: x[(jnp.arange(b)[:, None] * k + alive_parent_BxK).reshape(-1)], new_cache),
+        "last": keep(s["last"], alive(word_BxC)),
+        "alive_seq": keep(s["alive_seq"], alive(seq_BxCxT)),
+        "alive_tok_lp": keep(s["alive_tok_lp"], alive(tok_lp_BxCxT)),
         "alive_logp": keep(s["alive_logp"], alive_logp_BxK),
-        "alive_aux": jax.tree.map(keep, s["alive_aux"], aux_hist) if return_aux else None,
+        "alive_aux": (jax.tree.map(lambda o, n: keep(o, alive(n)), s["alive_aux"], aux_hist)
+                      if return_aux else None),
         "done": done_B,
     }
     for name, value in new_fin.items():
@@ -459,9 +518,9 @@ def _beam_search_jit(model, params, batch, opts, *, beam_size, max_len, block_tr
 
 
 def beam_search(model, params, batch, *, beam_size: int, max_len: int,
-                length_penalty: str = "none", alpha: float = 0.6, min_len: int = 0,
-                block_trigrams: bool = False, suppress_unk: bool = False,
-                return_aux: bool = False) -> DecodeOutput:
+                beam_mode: str = "live", length_penalty: str = "none", alpha: float = 0.6,
+                min_len: int = 0, block_trigrams: bool = False, suppress_unk: bool = False,
+                bad_endings: Sequence[int] = (), return_aux: bool = False) -> DecodeOutput:
   """Beam search (alive/finished formulation, see the module docstring).
 
   Args:
@@ -470,12 +529,16 @@ def beam_search(model, params, batch, *, beam_size: int, max_len: int,
     batch: a batch dict; only what ``encode`` reads matters.
     beam_size: K.
     max_len: T, the number of decoding steps.
+    beam_mode: ``"live"`` (K live hypotheses from the 2K best candidates, as flax/t5x) or
+      ``"self_critical"`` (the K best candidates, finished ones included, as
+      self-critical.pytorch; K = 1 is greedy).
     length_penalty: ``"none"``, ``"gnmt"`` or ``"average"`` (how finished hypotheses are
       ranked; alive ones are always ranked by log-probability).
     alpha: the GNMT exponent (>= 0).
     min_len: EOS is banned before step ``min_len``.
     block_trigrams: a word that would repeat a trigram already in its beam gets -inf.
     suppress_unk: never emit UNK.
+    bad_endings: token ids after which EOS is banned (as in :func:`greedy`).
     return_aux: also return the per-step aux outputs along each returned beam.
 
   Returns:
@@ -484,16 +547,18 @@ def beam_search(model, params, batch, *, beam_size: int, max_len: int,
   _check_common(max_len, min_len)
   if beam_size < 1:
     raise ValueError(f"decode option beam_size: expected >= 1, got {beam_size}")
+  if beam_mode not in BEAM_MODES:
+    raise ValueError(f"decode option beam_mode: expected one of {BEAM_MODES}, got {beam_mode!r}")
   if length_penalty not in LENGTH_PENALTIES:
     raise ValueError(f"decode option length_penalty: expected one of {LENGTH_PENALTIES}, "
                      f"got {length_penalty!r}")
   if length_penalty == "gnmt" and not alpha >= 0.0:
     raise ValueError(f"decode option alpha: expected >= 0 for the GNMT penalty, got {alpha}")
-  opts = dict(_common_opts(min_len, suppress_unk),
+  opts = dict(_common_opts(min_len, suppress_unk, bad_endings),
               penalty=_penalty_coefficients(length_penalty, float(alpha)))
   return _beam_search_jit(model, params, batch, opts, beam_size=int(beam_size),
-                          max_len=int(max_len), block_trigrams=bool(block_trigrams),
-                          return_aux=bool(return_aux))
+                          max_len=int(max_len), beam_mode=str(beam_mode),
+                          block_trigrams=bool(block_trigrams), return_aux=bool(return_aux))
 
 
 def _check_common(max_len, min_len):
@@ -503,13 +568,15 @@ def _check_common(max_len, min_len):
     raise ValueError(f"decode option min_len: expected in [0, max_len={max_len}), got {min_len}")
 
 
-def decode(model, params, batch, decode_config, rng=None, *, return_aux: bool = False
-           ) -> DecodeOutput:
+def decode(model, params, batch, decode_config, rng=None, *,
+           bad_endings: Sequence[int] | None = None, return_aux: bool = False) -> DecodeOutput:
   """Dispatches on ``decode_config.method`` (fields as in :func:`default_decode_config`).
 
   ``decode_config`` is any mapping with ``items()`` (a ConfigDict or a dict).
 
-  Missing fields take their defaults. ``"sample"`` needs ``rng``.
+  Missing fields take their defaults. ``"sample"`` needs ``rng``. With
+  ``remove_bad_endings`` the ids ``bad_endings`` (:func:`bad_ending_ids` of the vocabulary)
+  may not end a caption.
   """
   given = dict(decode_config.items())
   unknown = sorted(set(given) - set(_DEFAULTS))
@@ -517,18 +584,24 @@ def decode(model, params, batch, decode_config, rng=None, *, return_aux: bool = 
     raise ValueError(f"decode config: unknown fields {unknown}; expected a subset of "
                      f"{sorted(_DEFAULTS)}")
   cfg = types.SimpleNamespace(**{**_DEFAULTS, **given})
+  if cfg.remove_bad_endings and bad_endings is None:
+    raise ValueError("decode option remove_bad_endings needs the bad-ending token ids "
+                     "(decoding.bad_ending_ids(vocab))")
+  bad = tuple(bad_endings) if cfg.remove_bad_endings else ()
   if cfg.method == "greedy":
     return greedy(model, params, batch, max_len=cfg.max_len, suppress_unk=cfg.suppress_unk,
-                  min_len=cfg.min_len, return_aux=return_aux)
+                  min_len=cfg.min_len, bad_endings=bad, return_aux=return_aux)
   if cfg.method == "beam":
     return beam_search(model, params, batch, beam_size=cfg.beam_size, max_len=cfg.max_len,
-                       length_penalty=cfg.length_penalty, alpha=cfg.alpha, min_len=cfg.min_len,
+                       beam_mode=cfg.beam_mode, length_penalty=cfg.length_penalty,
+                       alpha=cfg.alpha, min_len=cfg.min_len,
                        block_trigrams=cfg.block_trigrams, suppress_unk=cfg.suppress_unk,
-                       return_aux=return_aux)
+                       bad_endings=bad, return_aux=return_aux)
   if cfg.method == "sample":
     if rng is None:
       raise ValueError("decode option method='sample' needs an rng key")
     return sample(model, params, batch, rng, max_len=cfg.max_len, num_samples=cfg.num_samples,
                   temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p,
-                  suppress_unk=cfg.suppress_unk, min_len=cfg.min_len, return_aux=return_aux)
+                  suppress_unk=cfg.suppress_unk, min_len=cfg.min_len, bad_endings=bad,
+                  return_aux=return_aux)
   raise ValueError(f"decode option method: expected one of {METHODS}, got {cfg.method!r}")

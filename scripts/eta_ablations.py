@@ -10,7 +10,9 @@ whose workdir already holds ``scores.json`` from a finished run is read back, no
 so an interrupted comparison resumes. Rows:
 
   transformer_v, transformer_s, late_fusion, parallel, stacked_v, stacked_s, eta,
-  eta_oracle (ETA trained and tested with oracle attributes: the paper's ETA^oracle),
+  eta_oracle (the paper's ETA^oracle: trained on the default noisy / detected attributes,
+  tested on the ground-truth ones), eta_oracle_all (trained and tested on the ground truth,
+  what eta_oracle meant before issue 17),
   and any ``eta_gbc_<f>`` (Table 6) or ``<variant>_noenc_v`` / ``_noenc_s`` (Table 4).
 """
 
@@ -43,6 +45,8 @@ def row_arg(row: str, dataset: str, extra: str) -> str:
   parts = [dataset]
   if row == "eta_oracle":
     parts += ["variant=eta", "attributes=oracle"]
+  elif row == "eta_oracle_all":
+    parts += ["variant=eta", "attributes=oracle_all"]
   elif row.startswith("eta_gbc_"):
     parts += ["variant=eta", f"gbc={row[len('eta_gbc_'):]}"]
   elif row.endswith("_noenc_v") or row.endswith("_noenc_s"):

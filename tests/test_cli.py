@@ -1,5 +1,6 @@
 """Command-line helpers shared by train.py and evaluate.py."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -25,3 +26,50 @@ def test_train_py_default_workdir(tmp_path):
   assert r.returncode == 2 and "/nonexistent/x" in r.stderr
   assert "workdir: runs/eta_synthetic_variant-stacked_v\n" in r.stdout
   assert not list(tmp_path.iterdir())
+
+
+def test_evaluate_beam_mode_flag():
+  """--beam-mode reaches the decode config; one beam is greedy only in the self-critical mode."""
+  code = (
+      "import json, sys, ml_collections\n"
+      "from absl import flags\n"
+      "import evaluate\n"
+      "flags.FLAGS(['evaluate.py'] + sys.argv[1:])\n"
+      "from configs import common\n"
+      "d = evaluate.decode_overrides(ml_collections.ConfigDict({'decode': common.decode_config()}))\n"
+      "print(json.dumps({'method': d.method, 'beam_size': d.beam_size, 'beam_mode': d.beam_mode}))\n")
+
+  def overrides(*args):
+    r = subprocess.run([sys.executable, "-c", code, *args], cwd=REPO, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+  assert overrides("--beam-size=3") == {"method": "beam", "beam_size": 3, "beam_mode": "live"}
+  assert overrides("--beam-size", "3", "--beam-mode", "self_critical") == {
+      "method": "beam", "beam_size": 3, "beam_mode": "self_critical"}
+  assert overrides("--beam-size=1") == {"method": "beam", "beam_size": 1, "beam_mode": "live"}
+  assert overrides("--beam-size=1", "--beam-mode=self_critical")["method"] == "greedy"
+
+
+def test_evaluate_attributes_flag():
+  """--attributes sets the evaluated split's attribute mode (test: data.test_attributes)."""
+  code = (
+      "import json, sys, ml_collections\n"
+      "from absl import flags\n"
+      "import evaluate\n"
+      "flags.FLAGS(['evaluate.py'] + sys.argv[1:])\n"
+      "from configs import eta\n"
+      "d = evaluate.data_overrides(eta.get_config('synthetic'))\n"
+      "print(json.dumps({'attributes': d.attributes, 'test_attributes': d.test_attributes}))\n")
+
+  def overrides(*args):
+    r = subprocess.run([sys.executable, "-c", code, *args], cwd=REPO, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+  assert overrides() == {"attributes": "noisy", "test_attributes": ""}
+  assert overrides("--attributes=oracle") == {"attributes": "noisy", "test_attributes": "oracle"}
+  assert overrides("--attributes=none", "--split=val") == {"attributes": "none",
+                                                           "test_attributes": ""}

@@ -3,6 +3,19 @@
 Two decoders are used through the protocol only: ``MarkovToy``, a cache-based model (a token
 history written at position t, as a Transformer's key/value cache) whose log-probabilities are
 a known function of the previous two tokens and t, and the recurrent LSTM captioner.
+
+Beam search is checked in both modes against ``reference_beam_search`` (plain Python, the
+documented semantics), and the default ``"live"`` mode against ``t5x_reference`` (t5x's
+``beam_search`` written from its definition: top 2K candidates, K live non-EOS ones, finished
+ones only with EOS, live ones returned only when nothing finished) and against the
+``"self_critical"`` mode on 144 random tables per beam size.
+
+Mutants tried on jaxcap/decoding.py, each failing the tests named: live mode taking the top K
+instead of 2K candidates (test_matches_reference_beam_search[*-live],
+test_live_at_least_as_probable_as_t5x); the alive set not re-ranked after the finishers leave
+(the first K of the 2K kept, finished slots dead: test_matches_reference_beam_search[*-live]);
+the cache reordered by the parents of the first K of the 2K candidates instead of the alive
+picks (test_matches_reference_beam_search[*-live]: MarkovToy reads its history from the cache).
 """
 
 import itertools
@@ -111,8 +124,12 @@ def enumerate_sequences(batch, b, v, max_len, min_len=0, suppress_unk=False):
 
 
 def reference_beam_search(batch, b, v, k, max_len, kind="none", alpha=0.6, min_len=0,
-                          suppress_unk=False, block_trigrams=False):
-  """Plain-Python beam search with the semantics documented in jaxcap.decoding."""
+                          suppress_unk=False, block_trigrams=False, mode="live", bad_endings=()):
+  """Plain-Python beam search with the semantics documented in jaxcap.decoding.
+
+  ``mode="self_critical"``: the K best candidates, finishers included; ``"live"``: the 2K best,
+  finishers leave, the K best of the rest stay alive.
+  """
   alive = [(0.0, [], [])]
   finished = []
   for t in range(max_len):
@@ -120,6 +137,8 @@ def reference_beam_search(batch, b, v, k, max_len, kind="none", alpha=0.6, min_l
     for logp, seq, lps in alive:
       lp = toy_step_logprobs(batch, b, seq, t)
       lp[banned(v, t, min_len, suppress_unk)] = -np.inf
+      if seq and seq[-1] in bad_endings:
+        lp[EOS] = -np.inf  # no caption ends with a bad-ending word
       if block_trigrams:
         for j in range(len(seq) - 2):
           if seq[j] == seq[-2] and seq[j + 1] == seq[-1]:
@@ -129,13 +148,39 @@ def reference_beam_search(batch, b, v, k, max_len, kind="none", alpha=0.6, min_l
           cands.append((logp + lp[w], seq + [w], lps + [lp[w]]))
     cands.sort(key=lambda c: -c[0])
     alive = []
-    for c in cands[:k]:
+    for c in cands[:k if mode == "self_critical" else 2 * k]:
       if c[1][-1] == EOS or t == max_len - 1:
         finished.append((penalised(c[0], t + 1, kind, alpha),) + c)
       else:
         alive.append(c)
+    alive = alive[:k]
   finished.sort(key=lambda c: -c[0])
   return finished[:k]
+
+
+def t5x_reference(batch, b, v, k, max_len, kind="none", alpha=0.6):
+  """t5x's ``beam_search`` (its definition, in plain Python): the best (score, logp, seq).
+
+  Each step takes the 2K best of all live candidates by log-probability; those ending in EOS
+  join the finished list scored ``logp / penalty(length)``, and the K best others stay live.
+  After ``max_len`` steps the best finished sequence is returned, or, when none finished, the
+  best live one (a caption cut at the length limit).
+  """
+  live = [(0.0, [])]
+  finished = []
+  for t in range(max_len):
+    cands = []
+    for logp, seq in live:
+      lp = toy_step_logprobs(batch, b, seq, t)
+      lp[banned(v, t)] = -np.inf
+      cands += [(logp + lp[w], seq + [w]) for w in range(v) if np.isfinite(lp[w])]
+    cands.sort(key=lambda c: -c[0])
+    top = cands[:2 * k]
+    finished += [(penalised(c[0], t + 1, kind, alpha), c[0], c[1]) for c in top if c[1][-1] == EOS]
+    live = [c for c in top if c[1][-1] != EOS][:k]
+  if finished:
+    return max(finished, key=lambda c: c[0])
+  return (penalised(live[0][0], max_len, kind, alpha), live[0][0], live[0][1])
 
 
 def strip(tokens):
@@ -226,7 +271,7 @@ LSTM_T, LSTM_V = 7, 11
 def test_beam_size_one_equals_greedy_toy():
   batch = toy_batch(1, B, T, V, eos_bias=1.0)
   g = decoding.greedy(TOY, {}, batch, max_len=T)
-  b1 = decoding.beam_search(TOY, {}, batch, beam_size=1, max_len=T)
+  b1 = decoding.beam_search(TOY, {}, batch, beam_size=1, max_len=T, beam_mode="self_critical")
   np.testing.assert_array_equal(b1.tokens[:, 0], g.tokens)
   np.testing.assert_allclose(b1.token_logprobs[:, 0], g.token_logprobs, rtol=1e-6, atol=1e-6)
   np.testing.assert_allclose(b1.scores[:, 0], g.scores, rtol=1e-6)
@@ -246,10 +291,15 @@ def test_beam_size_one_equals_greedy_toy():
 def test_beam_size_one_equals_greedy_lstm(lstm):
   model, params, batch = lstm
   g = decoding.greedy(model, params, batch, max_len=LSTM_T)
-  b1 = decoding.beam_search(model, params, batch, beam_size=1, max_len=LSTM_T)
+  b1 = decoding.beam_search(model, params, batch, beam_size=1, max_len=LSTM_T,
+                            beam_mode="self_critical")
   np.testing.assert_array_equal(b1.tokens[:, 0], g.tokens)
   np.testing.assert_allclose(b1.logprobs[:, 0], g.logprobs, rtol=1e-5)
   check_conventions(g, LSTM_T, LSTM_V)
+  # The live search with one beam still collects the greedy caption when it ends: never worse.
+  live = decoding.beam_search(model, params, batch, beam_size=1, max_len=LSTM_T)
+  check_conventions(live, LSTM_T, LSTM_V)
+  assert np.all(np.asarray(live.logprobs[:, 0]) >= np.asarray(g.logprobs) - 1e-5)
 
 
 @pytest.mark.parametrize("kind", ["none", "gnmt", "average"])
@@ -300,26 +350,61 @@ def cycle_batch(seed):
   return batch
 
 
+@pytest.mark.parametrize("mode", ["live", "self_critical"])
 @pytest.mark.parametrize("kind,extra", [
     ("none", {}), ("gnmt", {}), ("average", {}),
     ("none", {"min_len": 2, "suppress_unk": True}), ("gnmt", {"block_trigrams": True}),
+    ("none", {"bad_endings": (4, 6)}),
 ])
-def test_matches_reference_beam_search(kind, extra):
+def test_matches_reference_beam_search(kind, extra, mode):
   if extra.get("block_trigrams"):
     batch = cycle_batch(4)
   else:
     batch = toy_batch(4, B, T, V, scale=1.5, eos_bias=-0.5)
   out = decoding.beam_search(TOY, {}, batch, beam_size=K, max_len=T, length_penalty=kind,
-                             alpha=0.7, **extra)
+                             alpha=0.7, beam_mode=mode, **extra)
   check_conventions(out, T, V)
   for i in range(B):
-    ref = reference_beam_search(batch, i, V, K, T, kind, 0.7, **extra)
+    ref = reference_beam_search(batch, i, V, K, T, kind, 0.7, mode=mode, **extra)
     assert len(ref) == K
     for j, (score, logp, seq, lps) in enumerate(ref):
       assert strip(out.tokens[i, j]) == seq, (i, j)
       np.testing.assert_allclose(out.scores[i, j], score, rtol=1e-5)
       np.testing.assert_allclose(out.logprobs[i, j], logp, rtol=1e-5)
       np.testing.assert_allclose(out.token_logprobs[i, j, :len(seq)], lps, rtol=1e-5, atol=1e-6)
+
+
+def _top1_cases(k, mode, kind="none", alpha=0.6, seeds=36):
+  """(batch, out) over ``seeds`` random B-image tables: 144 tiny models per call with B = 4."""
+  for seed in range(seeds):
+    batch = toy_batch(1000 + seed, B, T, V, scale=1.5, eos_bias=-0.5 + (seed % 3) * 0.5)
+    yield batch, decoding.beam_search(TOY, {}, batch, beam_size=k, max_len=T, beam_mode=mode,
+                                      length_penalty=kind, alpha=alpha)
+
+
+@pytest.mark.parametrize("k", [1, 3, 5])
+def test_live_never_worse_than_self_critical(k):
+  """Top-1 log-probability of the default search >= the old (self-critical.pytorch) search."""
+  better = 0
+  for (batch, live), (_, old) in zip(_top1_cases(k, "live"), _top1_cases(k, "self_critical")):
+    live_lp, old_lp = np.asarray(live.logprobs[:, 0]), np.asarray(old.logprobs[:, 0])
+    assert np.all(live_lp >= old_lp - 1e-5), (k, live_lp, old_lp)
+    better += int((live_lp > old_lp + 1e-5).sum())
+  assert better > 0  # the tables are hard enough for the two searches to differ
+
+
+@pytest.mark.parametrize("k,kind", [(1, "none"), (3, "none"), (5, "none"), (3, "gnmt")])
+def test_live_at_least_as_probable_as_t5x(k, kind):
+  """Never below t5x's search; above it only where a caption cut at max_len wins."""
+  for batch, out in _top1_cases(k, "live", kind, alpha=0.6):
+    for i in range(B):
+      score, logp, seq = t5x_reference(batch, i, V, k, T, kind, 0.6)
+      got = float(out.scores[i, 0])
+      assert got >= score - 1e-5 * abs(score), (k, i, got, score, seq)
+      if got > score + 1e-5 * abs(score):
+        assert len(strip(out.tokens[i, 0])) == T and strip(out.tokens[i, 0])[-1] != EOS
+      else:
+        assert strip(out.tokens[i, 0]) == seq
 
 
 def test_trigram_blocking():
@@ -490,6 +575,8 @@ def test_decode_dispatch(lstm):
     decoding.decode(model, params, batch, {"method": "viterbi"})
   with pytest.raises(ValueError, match="length_penalty"):
     decoding.beam_search(model, params, batch, beam_size=2, max_len=LSTM_T, length_penalty="wu")
+  with pytest.raises(ValueError, match="beam_mode"):
+    decoding.decode(model, params, batch, {"beam_mode": "t5"})
   with pytest.raises(ValueError, match="top_p"):
     decoding.sample(model, params, batch, jax.random.key(0), max_len=LSTM_T, top_p=0.0)
   with pytest.raises(ValueError, match="min_len"):
@@ -516,7 +603,8 @@ def test_transformer_through_the_same_search():
   g = decoding.greedy(model, params, batch, max_len=max_len)
   out = decoding.beam_search(model, params, batch, beam_size=K, max_len=max_len)
   np.testing.assert_array_equal(
-      decoding.beam_search(model, params, batch, beam_size=1, max_len=max_len).tokens[:, 0],
+      decoding.beam_search(model, params, batch, beam_size=1, max_len=max_len,
+                           beam_mode="self_critical").tokens[:, 0],
       g.tokens)
   check_conventions(g, max_len, v)
   check_conventions(out, max_len, v)
@@ -528,3 +616,45 @@ def test_transformer_through_the_same_search():
   tf_lp = np.where(np.arange(max_len) < np.asarray(out.lengths)[..., None], tf_lp, 0.0)
   np.testing.assert_allclose(out.token_logprobs, tf_lp, rtol=1e-4, atol=1e-4)
   np.testing.assert_allclose(out.scores, out.token_logprobs.sum(-1), rtol=1e-5)
+
+
+def test_bad_endings_greedy_and_sampling():
+  """No caption ends with a bad-ending word (EOS banned right after it); others unchanged."""
+  batch = toy_batch(12, B, T, V, eos_bias=1.0)
+  bad = (4, 6)
+  batch["t1"][:, :, 4, EOS] += 4.0  # EOS would follow word 4 often
+  g = decoding.greedy(TOY, {}, batch, max_len=T, bad_endings=bad)
+  for i in range(B):  # a NumPy arg-max decoder with the rule
+    seq = []
+    for t in range(T):
+      lp = toy_step_logprobs(batch, i, seq, t)
+      lp[banned(V, t)] = -np.inf
+      if seq and seq[-1] in bad:
+        lp[EOS] = -np.inf
+      seq.append(int(np.argmax(lp)))
+      if seq[-1] == EOS:
+        break
+    assert strip(g.tokens[i]) == seq
+  s = decoding.sample(TOY, {}, batch, jax.random.key(5), max_len=T, num_samples=NS,
+                      bad_endings=bad)
+  free = decoding.sample(TOY, {}, batch, jax.random.key(5), max_len=T, num_samples=NS)
+  def ends_bad(out):
+    n = 0
+    for row in np.asarray(out.tokens).reshape(-1, T):
+      seq = strip(row)
+      n += len(seq) > 1 and seq[-1] == EOS and seq[-2] in bad
+    return n
+  assert ends_bad(s) == 0 and ends_bad(free) > 0
+  check_conventions(s, T, V)
+  with pytest.raises(ValueError, match="remove_bad_endings"):
+    decoding.decode(TOY, {}, batch, {"method": "greedy", "max_len": T, "remove_bad_endings": True})
+  via_config = decoding.decode(TOY, {}, batch, {"method": "greedy", "max_len": T,
+                                                "remove_bad_endings": True}, bad_endings=bad)
+  np.testing.assert_array_equal(via_config.tokens, g.tokens)
+
+
+def test_bad_ending_ids_from_a_vocabulary():
+  from jaxcap.data.vocab import Vocab
+  vocab = Vocab.build([["a", "dog", "on", "the", "grass"]], min_count=1)
+  ids = decoding.bad_ending_ids(vocab)
+  assert sorted(vocab.itos[i] for i in ids) == ["a", "on", "the"]

@@ -36,6 +36,7 @@ def default_data_config(name: str = "synthetic_scenes"):
   c.num_attributes = 1000
   c.max_attributes = 20
   c.attributes = "oracle"
+  c.test_attributes = ""
   c.attributes_file = ""
   c.task = "caption"
   c.feature_dim = 0
@@ -90,6 +91,8 @@ def get_dataset(data_config) -> CaptionDataset:
     num_attributes: K, attribute vocabulary (top content words of the training refs).
     max_attributes: A, attribute ids per image.
     attributes: ``oracle`` | ``noisy`` (synthetic only) | ``detected`` | ``none``.
+    test_attributes: the same for the test split ("" = ``attributes``); e.g. ETA^oracle trains
+      on ``detected`` / ``noisy`` and tests on ``oracle``.
     attributes_file: JSON ``{image_id: [words]}`` used when ``attributes == "detected"``.
     task: ``caption`` | ``translate`` (synthetic_scenes: English source -> German target;
       multi30k always translates ``src_lang`` -> ``tgt_lang``).
@@ -165,6 +168,8 @@ def synthetic_splits(data_config) -> dict[str, SplitData]:
       refs = [scenes.captions(split, i) for i in range(n)]
       src = None
       mode = data_config.get("attributes", "oracle")
+      if split == "test":
+        mode = data_config.get("test_attributes", "") or mode
       oracle = [scenes.attributes(split, i) for i in range(n)] if mode == "oracle" else None
       noisy = ([scenes.attributes(split, i, noisy=True) for i in range(n)]
                if mode == "noisy" else None)

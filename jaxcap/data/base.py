@@ -180,9 +180,11 @@ class SplitData:
   oracle_attributes: list | None = None
 
 
+ATTRIBUTE_MODES = ("oracle", "noisy", "detected", "none")
+
 _FIELDS = dict(max_len=16, min_word_count=5, max_regions=36, seq_per_img=5,
                num_attributes=1000, max_attributes=20, attributes="oracle",
-               attributes_file="", src_max_len=0, src_min_word_count=0)
+               test_attributes="", attributes_file="", src_max_len=0, src_min_word_count=0)
 
 
 def _cfg(config, key):
@@ -201,7 +203,8 @@ class CaptionDataset:
   Args:
     splits: ``{split name: SplitData}``; must contain ``"train"`` (the vocabulary source).
     config: data config (``max_len``, ``min_word_count``, ``max_regions``, ``seq_per_img``,
-      ``num_attributes``, ``max_attributes``, ``attributes``, ``attributes_file``,
+      ``num_attributes``, ``max_attributes``, ``attributes``, ``test_attributes`` (the test
+      split's mode, "" = ``attributes``), ``attributes_file``,
       ``src_max_len``, ``src_min_word_count``); missing fields take their defaults.
     name: names the dataset in error messages.
     feature_dim, global_dim: expected sizes; probed from the first training image when None.
@@ -219,9 +222,13 @@ class CaptionDataset:
     self.max_regions = int(max_regions or _cfg(config, "max_regions"))
     self.max_attributes = int(_cfg(config, "max_attributes"))
     self.attr_mode = str(_cfg(config, "attributes"))
-    if self.attr_mode not in ("oracle", "noisy", "detected", "none"):
-      raise ValueError(f"{name}: field 'attributes' is {self.attr_mode!r}, expected one of "
-                       "oracle, noisy, detected, none")
+    # The test split may read other attributes than train/val (ETA^oracle: trained on
+    # detected ones, tested on the ground truth).
+    self.test_attr_mode = str(_cfg(config, "test_attributes")) or self.attr_mode
+    for field, mode in (("attributes", self.attr_mode), ("test_attributes", self.test_attr_mode)):
+      if mode not in ATTRIBUTE_MODES:
+        raise ValueError(f"{name}: field '{field}' is {mode!r}, expected one of "
+                         "oracle, noisy, detected, none")
     for split, data in self._splits.items():
       self._check_text(split, data)
 
@@ -237,7 +244,8 @@ class CaptionDataset:
         (t for refs in train.refs for t in refs), int(_cfg(config, "num_attributes")),
         allowed=self.vocab.stoi)
     self.attribute_index = {w: j for j, w in enumerate(self.attribute_words)}
-    detected = self._load_detected() if self.attr_mode == "detected" else None
+    detected = (self._load_detected() if "detected" in (self.attr_mode, self.test_attr_mode)
+                else None)
 
     self._encoded = {}
     for split, data in self._splits.items():
@@ -299,6 +307,7 @@ class CaptionDataset:
   def _encode_split(self, split: str, data: SplitData, detected: dict | None) -> dict:
     t = self.max_len + 1
     caps, attrs, labels, srcs = [], [], [], []
+    mode = self.attribute_mode(split)
     for j, refs in enumerate(data.refs):
       arr = np.zeros((len(refs), t), np.int32)
       for r, toks in enumerate(refs):
@@ -307,12 +316,12 @@ class CaptionDataset:
       caps.append(arr)
       labels.append(np.asarray(sorted({self.attribute_index[w] for toks in refs for w in toks
                                        if w in self.attribute_index}), np.int32))
-      if self.attr_mode == "none":
+      if mode == "none":
         words = []
-      elif self.attr_mode == "oracle":
+      elif mode == "oracle":
         words = (data.oracle_attributes[j] if data.oracle_attributes is not None else
                  attributes_lib.oracle_attributes(refs, self.attribute_index, self.max_attributes))
-      elif self.attr_mode == "noisy":
+      elif mode == "noisy":
         if data.attributes is None:
           raise ValueError(f"{self.name}: field 'attributes' is 'noisy', which only "
                            "synthetic_scenes provides; expected oracle, detected or none")
@@ -351,6 +360,10 @@ class CaptionDataset:
     check_split(name, self.splits)
     return self._splits[name]
 
+  def attribute_mode(self, split: str) -> str:
+    """The attribute mode of ``split``: ``test_attributes`` for "test", else ``attributes``."""
+    return self.test_attr_mode if split == "test" else self.attr_mode
+
   def image_ids(self, split: str) -> list:
     return list(self.split_data(split).image_ids)
 
@@ -359,8 +372,17 @@ class CaptionDataset:
     data = self.split_data(split)
     return {iid: [" ".join(toks) for toks in refs] for iid, refs in zip(data.image_ids, data.refs)}
 
-  def train_references_ids(self) -> list:
-    """Word ids (truncated to ``max_len``, no EOS/PAD) of each training image's references."""
+  def train_references_ids(self, full: bool = False) -> list:
+    """Word ids (no EOS/PAD) of each training image's references.
+
+    Args:
+      full: False: truncated to ``max_len`` words (the training captions); True: whole
+        captions (words outside the vocabulary as UNK), as self-critical.pytorch's
+        ``prepro_ngrams.py`` counts CIDEr-D document frequencies.
+    """
+    if full:
+      return [[np.asarray(self.vocab.encode(toks), np.int32) for toks in refs]
+              for refs in self._splits["train"].refs]
     out = []
     for caps in self._encoded["train"]["captions"]:
       out.append([row[(row != PAD) & (row != EOS)] for row in caps])

@@ -29,6 +29,20 @@ convention for the SCST reward) EOS is one more word: a candidate includes its E
 emitted one, and every reference ends with exactly one EOS (appended when it stops at PAD or at
 the end of its array), as in that code's ``prepro_ngrams.py`` and ``array_to_str``.
 
+Training-mode compatibility (:meth:`CiderD.for_training`, ``compat``; config field
+``scst.cider_compat``):
+
+* ``"jaxcap"`` (default, jaxcap's behaviour before issue 17): the caller passes the training
+  references truncated to ``max_len`` words (``CaptionDataset.train_references_ids()``); the
+  document frequencies are counted on them and every reference, truncated or not, ends with
+  an EOS.
+* ``"self_critical"``: self-critical.pytorch's ``CiderD`` exactly. The caller passes the full
+  training captions (``train_references_ids(full=True)``): the document frequencies are counted
+  on full captions each ending with EOS (``prepro_ngrams.py``), and the reward's references are
+  that code's 16-wide label rows read by ``array_to_str``: at most ``max_len`` words, followed
+  by EOS only when the caption is shorter than ``max_len`` (a caption at or over the limit has
+  no EOS). Rewards differ from ``"jaxcap"`` by up to ~0.1 on Flickr8k (issue 17).
+
 Exactness: an n-gram of ids ``w_1..w_n`` is the int64 key ``sum_j (w_j + 1) * (V + 1)^(j-1)``:
 digits are never zero, so keys of every order are distinct without collisions as long as
 ``(V + 1)^4 < 2^63`` (V <= 55107). Counting uses ``np.unique`` and the whole batch is scored
@@ -46,6 +60,7 @@ import numpy as np
 
 PAD, EOS = 0, 2
 _FORMAT_VERSION = 1
+COMPAT_MODES = ("jaxcap", "self_critical")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -77,7 +92,8 @@ def _as_matrix(seqs) -> np.ndarray:
   return out
 
 
-def _truncate(x_MxL: np.ndarray, vocab_size: int, count_eos: bool, force_eos: bool, what: str):
+def _truncate(x_MxL: np.ndarray, vocab_size: int, count_eos: bool, force_eos: bool, what: str,
+              max_words: int | None = None):
   """Applies the EOS/PAD rule; returns ``(tokens [M, L'], lengths [M])``.
 
   Args:
@@ -87,6 +103,8 @@ def _truncate(x_MxL: np.ndarray, vocab_size: int, count_eos: bool, force_eos: bo
     force_eos: (with ``count_eos``) end every row with exactly one EOS, appending one when the
       row stops at PAD or at the end of the array (the reference-side convention).
     what: names the input in errors.
+    max_words: (references, ``compat="self_critical"``) keep at most this many words, and
+      append EOS only to captions shorter than that, as self-critical.pytorch's label rows.
   """
   m, l = x_MxL.shape
   if x_MxL.size and (x_MxL.min() < 0 or x_MxL.max() >= vocab_size):
@@ -95,6 +113,8 @@ def _truncate(x_MxL: np.ndarray, vocab_size: int, count_eos: bool, force_eos: bo
   term = (x_MxL == PAD) | (x_MxL == EOS)
   has_term = term.any(axis=1)
   first = np.where(has_term, term.argmax(axis=1), l)
+  if max_words is not None:
+    first = np.minimum(first, max_words)
   if not count_eos:
     return x_MxL, first
   ends_eos = has_term & (x_MxL[np.arange(m), np.minimum(first, max(l - 1, 0))] == EOS)
@@ -102,8 +122,9 @@ def _truncate(x_MxL: np.ndarray, vocab_size: int, count_eos: bool, force_eos: bo
     return x_MxL, first + ends_eos
   # Appending needs room for one more column when a row fills the array.
   out = np.concatenate([x_MxL, np.full((m, 1), PAD, np.int64)], axis=1)
-  out[np.arange(m), first] = EOS
-  return out, first + 1
+  gets_eos = first < max_words if max_words is not None else np.ones(m, bool)
+  out[np.arange(m)[gets_eos], first[gets_eos]] = EOS
+  return out, first + gets_eos
 
 
 def _term_counts(x_MxL: np.ndarray, len_M: np.ndarray, vocab_size: int, n: int):
@@ -400,7 +421,7 @@ class CiderD:
   """
 
   def __init__(self, vocab_size: int, *, doc_freq: DocFreq | None = None, n: int = 4,
-               sigma: float = 6.0, count_eos: bool = False):
+               sigma: float = 6.0, count_eos: bool = False, ref_max_len: int | None = None):
     """Corpus mode when ``doc_freq`` is None, training mode otherwise.
 
     Args:
@@ -409,11 +430,18 @@ class CiderD:
       n: largest n-gram order (4 for CIDEr-D).
       sigma: standard deviation of the Gaussian length penalty.
       count_eos: count EOS as a word (self-critical.pytorch's reward convention).
+      ref_max_len: None: references are used as given (each ends with EOS under
+        ``count_eos``). An int: :meth:`prepare_refs` keeps at most that many words of each
+        reference and, under ``count_eos``, appends EOS only to shorter ones
+        (``compat="self_critical"``).
     """
     self.vocab_size = _check_vocab_size(vocab_size, n)
     self.n = int(n)
     self.sigma = float(sigma)
     self.count_eos = bool(count_eos)
+    if ref_max_len is not None and int(ref_max_len) < 1:
+      raise ValueError(f"cider: ref_max_len must be >= 1 or None, got {ref_max_len}")
+    self.ref_max_len = None if ref_max_len is None else int(ref_max_len)
     if doc_freq is not None and (doc_freq.vocab_size, doc_freq.n, doc_freq.count_eos) != (
         self.vocab_size, self.n, self.count_eos):
       raise ValueError(
@@ -424,11 +452,30 @@ class CiderD:
 
   @classmethod
   def for_training(cls, train_refs_ids, cache_dir: str, vocab, *, n: int = 4, sigma: float = 6.0,
-                   count_eos: bool = True, log=print) -> "CiderD":
-    """Training mode with the document-frequency table loaded from, or built into, ``cache_dir``."""
+                   count_eos: bool = True, compat: str = "jaxcap", max_len: int | None = None,
+                   log=print) -> "CiderD":
+    """Training mode with the document-frequency table loaded from, or built into, ``cache_dir``.
+
+    Args:
+      train_refs_ids: the training references per image the table is counted on: truncated to
+        ``max_len`` words for ``compat="jaxcap"``, full captions for ``"self_critical"``.
+      compat: ``"jaxcap"`` (default) or ``"self_critical"`` (see the module docstring).
+      max_len: the caption length limit (``data.max_len``); needed by ``"self_critical"``,
+        whose references are then cut to it by :meth:`prepare_refs` (pass them full there too).
+      Others as in :meth:`__init__` and :func:`load_or_build_doc_freq`.
+    """
+    if compat not in COMPAT_MODES:
+      raise ValueError(f"cider: compat must be one of {COMPAT_MODES}, got {compat!r}")
+    ref_max_len = None
+    if compat == "self_critical":
+      if not count_eos or max_len is None:
+        raise ValueError("cider: compat='self_critical' needs count_eos=True and max_len "
+                         f"(got count_eos={count_eos}, max_len={max_len})")
+      ref_max_len = int(max_len)
     table = load_or_build_doc_freq(train_refs_ids, cache_dir, vocab, n=n, count_eos=count_eos,
                                    log=log)
-    return cls(table.vocab_size, doc_freq=table, n=n, sigma=sigma, count_eos=count_eos)
+    return cls(table.vocab_size, doc_freq=table, n=n, sigma=sigma, count_eos=count_eos,
+               ref_max_len=ref_max_len)
 
   @property
   def mode(self) -> str:
@@ -459,7 +506,7 @@ class CiderD:
     if num_images == 0:
       raise ValueError("cider: references are empty, expected at least one image")
     x_MxL, len_M = _truncate(x_MxL, self.vocab_size, self.count_eos, force_eos=True,
-                             what="references")
+                             what="references", max_words=self.ref_max_len)
     owner_M = np.repeat(np.arange(num_images), nref_I)
     slot_M = np.arange(len(owner_M)) - np.concatenate([[0], np.cumsum(nref_I)[:-1]])[owner_M]
     row_G, key_G, order_G, tf_G = _term_counts(x_MxL, len_M, self.vocab_size, self.n)
@@ -606,5 +653,5 @@ def cider_from_dicts(references: Mapping, predictions: Mapping) -> tuple[float, 
 
 
 __all__: Iterable[str] = (
-    "CiderD", "DocFreq", "RefCache", "build_doc_freq", "load_or_build_doc_freq",
+    "COMPAT_MODES", "CiderD", "DocFreq", "RefCache", "build_doc_freq", "load_or_build_doc_freq",
     "doc_freq_cache_path", "encode_strings", "corpus_cider_strings", "cider_from_dicts")

@@ -4,7 +4,9 @@ Dimension legend:
   B batch (images, or images x captions / beams), N regions, F region feature width,
   T caption positions, D model width, H heads, Dh = D / H, V vocabulary.
 
-Encoder: region features -> Dense(D) + ReLU + Dropout (self-critical.pytorch's ``att_embed``)
+Encoder: region features -> Dense(D) + ReLU + Dropout (self-critical.pytorch's ``att_embed``;
+``region_activation="linear"`` drops the ReLU, the linear projection of ETA's section 4.1, so
+that ETA's ``transformer_v`` rows differ from its ETA rows only where the paper says)
 -> ``num_layers`` post-norm self-attention blocks with the padding regions masked.
 Decoder: token embedding x sqrt(D) + sinusoidal positions -> ``num_dec_layers`` blocks of
 masked self-attention, cross-attention to the regions and FFN, each ``LayerNorm(x + sublayer)``
@@ -26,6 +28,9 @@ import flax.linen as nn
 from jaxcap.models import layers
 from jaxcap.models.base import CaptionModel
 from jaxcap.models.registry import register
+
+
+REGION_ACTIVATIONS = ("relu", "linear")
 
 
 def compute_dtype(name: str):
@@ -84,6 +89,8 @@ class TransformerCaptioner(CaptionModel):
     dim, num_layers, num_dec_layers, num_heads, ff_dim, dropout: the usual sizes
       (defaults d=512, 6+6 layers, 8 heads, d_ff=2048, dropout 0.1).
     share_embeddings: tie the output projection to the word embedding.
+    region_activation: ``"relu"`` (default, self-critical.pytorch's ``att_embed``) or
+      ``"linear"`` (ETA's region projection, sec. 4.1) after the region projection.
     dtype: compute dtype; parameters stay float32, logits are float32.
   """
 
@@ -97,16 +104,24 @@ class TransformerCaptioner(CaptionModel):
   dropout: float = 0.1
   share_embeddings: bool = False
   dtype: Any = jnp.float32
+  # After dtype: models that build a TransformerCaptioner positionally (ETA's late fusion)
+  # keep their meaning.
+  region_activation: str = "relu"
 
   decode_train_groups = True
 
   @classmethod
   def from_config(cls, cfg, info):
+    region_activation = cfg.get("region_activation", "relu")
+    if region_activation not in REGION_ACTIVATIONS:
+      raise ValueError(f"config field model.region_activation: expected one of "
+                       f"{REGION_ACTIVATIONS}, got {region_activation!r}")
     return cls(vocab_size=info["vocab_size"], max_len=info["max_len"],
                dim=cfg.get("dim", 512), num_layers=cfg.get("num_layers", 6),
                num_dec_layers=cfg.get("num_dec_layers", cfg.get("num_layers", 6)),
                num_heads=cfg.get("num_heads", 8), ff_dim=cfg.get("ff_dim", 2048),
                dropout=cfg.get("dropout", 0.1), share_embeddings=cfg.get("share_embeddings", False),
+               region_activation=region_activation,
                dtype=compute_dtype(cfg.get("dtype", "float32")))
 
   def setup(self):
@@ -124,7 +139,9 @@ class TransformerCaptioner(CaptionModel):
 
   def encode(self, batch, train: bool = False):
     mask_BxN = batch["feats_mask"]
-    x = nn.relu(self.feat_proj(batch["feats"].astype(self.dtype)))
+    x = self.feat_proj(batch["feats"].astype(self.dtype))
+    if self.region_activation == "relu":
+      x = nn.relu(x)
     x = self.feat_dropout(x, deterministic=not train)
     memory_BxNxD = self.encoder(x, mask_BxN, train)
     kv = [layer.cross_kv(memory_BxNxD) for layer in self.dec_layers]

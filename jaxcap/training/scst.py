@@ -15,8 +15,18 @@ One SCST step:
 
 Baselines: ``"greedy"`` — the reward of the greedy caption (Rennie et al.); ``"mean"`` — the
 mean reward of the other n - 1 samples of the same image ("new self-critical", Luo 2020).
-The log-probabilities are recomputed by teacher-forcing the samples in training mode, which
-is what gives the gradient; sampling itself runs without dropout.
+On-policy gradient (issue 17): the log-probabilities in the gradient must be those of the
+policy that drew the samples. Sampling (``decoding.sample``) runs the model without dropout,
+so by default (``scst.dropout = False``) the gradient pass, which recomputes the samples'
+log-probabilities by teacher forcing (:func:`sample_logits`), runs without dropout too: the
+recomputed log-probabilities equal the sampling-time ones (tests/training/test_scst.py), and
+the estimator is the unbiased REINFORCE gradient of the policy that is evaluated and decoded.
+This differs from self-critical.pytorch, which samples in training mode and differentiates
+that same pass with its dropout masks; replaying the masks here would mean differentiating
+the step-by-step sampling loop instead of the one-pass teacher-forced ``decode_train``, and a
+model that never uses dropout at test time gains nothing from it. ``scst.dropout = True``
+keeps jaxcap's pre-issue-17 behaviour (fresh dropout masks in the gradient pass: a
+regulariser, slightly off-policy).
 """
 
 from __future__ import annotations
@@ -51,17 +61,29 @@ def scst_loss(logits_NxTxV, tokens_NxT, advantage_N, extra_NxT=None):
   return loss, total
 
 
-def scst_grad_step(state, batch, samples_BxnxT, advantage_Bxn, *, model, tx):
+def sample_logits(model, params, batch, samples_BxnxT, rng, dropout: bool = False):
+  """Teacher-forced logits of the samples: ``(logits [B*n, T, V], aux)`` (the gradient pass).
+
+  Args:
+    dropout: False (default): no dropout, the policy :func:`sample_with_baseline` sampled
+      from; True: training mode with dropout masks drawn from ``rng`` (off-policy).
+  """
+  b, n, t = samples_BxnxT.shape
+  rngs = lambda i: {"dropout": jax.random.fold_in(rng, i)} if dropout else {}
+  enc = model.apply(params, batch, train=dropout, method="encode", rngs=rngs(0))
+  logits, aux = model.apply(params, enc, shift_right(samples_BxnxT), train=dropout,
+                            method="decode_train_grouped", rngs=rngs(1))
+  return logits.reshape(b * n, t, -1), aux
+
+
+def scst_grad_step(state, batch, samples_BxnxT, advantage_Bxn, *, model, tx, dropout=False):
   """The update of step 3 (pure; jitted by :func:`make_scst_step`)."""
   b, n, t = samples_BxnxT.shape
   rng = jax.random.fold_in(state.rng, state.step)
   tokens = samples_BxnxT.reshape(b * n, t)
 
   def loss_fn(params):
-    enc = model.apply(params, batch, train=True, method="encode", rngs={"dropout": rng})
-    logits, aux = model.apply(params, enc, shift_right(samples_BxnxT), train=True,
-                              method="decode_train_grouped", rngs={"dropout": jax.random.fold_in(rng, 1)})
-    logits = logits.reshape(b * n, t, -1)
+    logits, aux = sample_logits(model, params, batch, samples_BxnxT, rng, dropout)
     loss, _ = scst_loss(logits, tokens, advantage_Bxn.reshape(-1), (aux or {}).get("extra_loss"))
     return loss
 
@@ -118,11 +140,17 @@ def advantages(reward_fn, samples_BxnxT: np.ndarray, image_index_B: np.ndarray,
 class Rewarder:
   """CIDEr-D (training mode) + optional weighted BLEU-4 for sampled token ids."""
 
-  def __init__(self, dataset, cache_dir: str, cider_weight: float = 1.0, bleu_weight: float = 0.0):
+  def __init__(self, dataset, cache_dir: str, cider_weight: float = 1.0, bleu_weight: float = 0.0,
+               cider_compat: str = "jaxcap"):
     from jaxcap.evaluation import cider
     self.vocab = dataset.vocab
-    refs = dataset.train_references_ids()
-    self.scorer = cider.CiderD.for_training(refs, cache_dir, dataset.vocab)
+    if cider_compat not in cider.COMPAT_MODES:
+      raise ValueError(f"config field scst.cider_compat: expected one of {cider.COMPAT_MODES}, "
+                       f"got {cider_compat!r}")
+    # self-critical.pytorch: df on full captions, references cut to max_len by the scorer.
+    refs = dataset.train_references_ids(full=cider_compat == "self_critical")
+    self.scorer = cider.CiderD.for_training(refs, cache_dir, dataset.vocab, compat=cider_compat,
+                                            max_len=dataset.max_len)
     self.refs = self.scorer.prepare_refs(refs)
     self.cider_weight, self.bleu_weight = cider_weight, bleu_weight
     self._ref_strings = None
@@ -149,14 +177,16 @@ def make_scst_step(trainer):
   config, model, mesh = trainer.config, trainer.model, trainer.mesh
   sc = config.scst
   cache_dir = config.data.get("cache_dir", "") or os.path.join(trainer.workdir, "cache")
-  rewarder = Rewarder(trainer.dataset, cache_dir, sc.cider_weight, sc.bleu_weight)
+  rewarder = Rewarder(trainer.dataset, cache_dir, sc.cider_weight, sc.bleu_weight,
+                      sc.get("cider_compat", "jaxcap"))
   repl, data = parallel.replicated(mesh), parallel.batch_sharding(mesh)
   max_len = config.decode.max_len
 
   sample_fn = functools.partial(sample_with_baseline, model, max_len=max_len,
                                 num_samples=sc.num_samples, baseline=sc.baseline)
   sample_jit = jax.jit(sample_fn, in_shardings=(repl, data, None), out_shardings=(data, data))
-  grad_jit = jax.jit(functools.partial(scst_grad_step, model=model, tx=trainer.tx),
+  dropout = bool(sc.get("dropout", False))
+  grad_jit = jax.jit(functools.partial(scst_grad_step, model=model, tx=trainer.tx, dropout=dropout),
                      in_shardings=(repl, data, data, data), out_shardings=(repl, repl), donate_argnums=0)
   pi = jax.process_index()
 

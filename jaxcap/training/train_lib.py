@@ -175,16 +175,17 @@ class Trainer:
     k = (epoch - ss.start_epoch) // max(1, ss.increase_every_epochs)
     return float(min(ss.increase_prob * k, ss.max_prob))
 
-  def decode_fn(self, decode_config):
-    key = json.dumps(decode_config.to_dict(), sort_keys=True)
+  def decode_fn(self, decode_config, all_sequences: bool = False):
+    key = json.dumps(decode_config.to_dict(), sort_keys=True) + f";all={all_sequences}"
     if key not in self._decode_fns:
       model, cfg = self.model, decode_config
       data = parallel.batch_sharding(self.mesh)
+      bad = decoding.bad_ending_ids(self.dataset.vocab)
 
       def run(params, batch, rng):
-        out = decoding.decode(model, params, batch, cfg, rng=rng)
+        out = decoding.decode(model, params, batch, cfg, rng=rng, bad_endings=bad)
         tokens = out.tokens
-        if tokens.ndim == 3:  # beams / samples: the best (first) one
+        if tokens.ndim == 3 and not all_sequences:  # beams / samples: the best (first) one
           tokens = tokens[:, 0]
         return tokens
 
@@ -193,14 +194,16 @@ class Trainer:
     return self._decode_fns[key]
 
   # ---------------------------------------------------------------- evaluation
-  def predict(self, params, split: str, decode_config=None, num_images: int = -1, seed: int = 0):
-    """Decodes a split (or its first ``num_images``): ``{image_id: caption}``."""
+  def predict(self, params, split: str, decode_config=None, num_images: int = -1, seed: int = 0,
+              all_sequences: bool = False):
+    """Decodes a split (or its first ``num_images``): ``{image_id: caption}``, or with
+    ``all_sequences`` ``{image_id: [caption, ...]}`` (every beam / sample, best first)."""
     decode_config = decode_config or self.config.decode
     source = self.dataset.split(split)
     if num_images and 0 < num_images < len(source):
       source = _Prefix(source, num_images)
     ids = self.dataset.image_ids(split)
-    fn = self.decode_fn(decode_config)
+    fn = self.decode_fn(decode_config, all_sequences)
     local_bs = self.eval_batch_size // jax.process_count()
     preds = {}
     rng = jax.random.PRNGKey(seed)
@@ -212,8 +215,31 @@ class Trainer:
       valid = parallel.to_host(gbatch["valid"])
       for row, i, ok in zip(tokens, index, valid):
         if ok:
-          preds[ids[int(i)]] = self.dataset.vocab.decode(row)
+          if all_sequences:
+            rows = row.reshape(-1, row.shape[-1])
+            preds[ids[int(i)]] = [self.dataset.vocab.decode(r) for r in rows]
+          else:
+            preds[ids[int(i)]] = self.dataset.vocab.decode(row)
     return preds
+
+  def predict_n(self, params, split: str, n: int, method: str = "sample", decode_config=None,
+                seed: int = 0) -> dict:
+    """``n`` captions per image (self-critical.pytorch's ``sample_n``): ``{image_id: [...]}``.
+
+    Args:
+      method: ``"sample"`` (n samples with the decode config's temperature / top-k / top-p)
+        or ``"beam"`` (the n best hypotheses of a beam search of size n).
+    """
+    if n < 1 or method not in ("sample", "beam"):
+      raise ValueError(f"sample_n: expected n >= 1 and method 'sample' or 'beam', got {n}, "
+                       f"{method!r}")
+    cfg = ml_collections.ConfigDict((decode_config or self.config.decode).to_dict())
+    cfg.method = method
+    if method == "sample":
+      cfg.num_samples = n
+    else:
+      cfg.beam_size = n
+    return self.predict(params, split, cfg, seed=seed, all_sequences=True)
 
   def references(self, split: str, image_ids) -> dict:
     refs = self.dataset.references(split)
@@ -330,6 +356,13 @@ class Trainer:
     from jaxcap.evaluation import coco_metrics
     preds = self.predict(params, split, decode_config)
     return write_scores(self.workdir, split, preds, self.references(split, preds.keys()), spice, tag)
+
+
+def write_json_atomic(path: str, obj) -> None:
+  """Writes ``obj`` as JSON to ``path`` (process 0 only), atomically."""
+  if jax.process_index() == 0:
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    _write_json_atomic(path, obj)
 
 
 def write_scores(workdir, split, preds, refs, spice=False, tag=""):

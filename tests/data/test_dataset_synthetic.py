@@ -110,3 +110,27 @@ def test_train_references_ids():
   refs = list(ds.references("train").values())
   for r, row in zip(refs[0], ids[0]):
     assert ds.vocab.decode(row) == " ".join(r.split()[:16])
+
+
+def test_test_split_may_read_other_attributes():
+  """ETA^oracle: train/val on noisy attributes, test on the ground truth (data.test_attributes)."""
+  c = fakes.synthetic_config(attributes="noisy", test_attributes="oracle", attr_noise=0.5)
+  ds = data.get_dataset(c)
+  scenes = SyntheticScenes(num_train=c.num_train, num_val=c.num_val, num_test=c.num_test,
+                           seed=c.seed, feature_dim=c.feature_dim, attr_noise=0.5)
+  assert (ds.attribute_mode("train"), ds.attribute_mode("val"), ds.attribute_mode("test")) == (
+      "noisy", "noisy", "oracle")
+
+  def words(split, i):
+    return [ds.vocab.itos[a] for a in ds.split(split)[i]["attributes"]]
+
+  changed = 0
+  for i in range(scenes.num_images("train")):
+    assert words("train", i) == [w for w in scenes.attributes("train", i, noisy=True)
+                                 if w in ds.vocab.stoi][:20]
+    changed += words("train", i) != scenes.attributes("train", i)[:20]
+  assert changed > 0
+  for i in range(scenes.num_images("test")):
+    assert words("test", i) == scenes.attributes("test", i)[:20]
+  with pytest.raises(ValueError, match="test_attributes"):
+    data.get_dataset(fakes.synthetic_config(test_attributes="perfect"))

@@ -1,4 +1,12 @@
-"""CIDEr-D: corpus mode against pycocoevalcap's Cider, training mode against a NumPy reference."""
+"""CIDEr-D: corpus mode against pycocoevalcap's Cider, training mode against a NumPy reference.
+
+``compat="self_critical"`` is checked against ``self_critical_ciderd``, self-critical.pytorch's
+pipeline written from its definition. Mutants tried on jaxcap/evaluation/cider.py and
+jaxcap/training/scst.py, each failing the test named: EOS appended to every reference
+(test_self_critical_compat_*), references not cut at ``max_len`` (test_self_critical_compat_*),
+the Rewarder counting df on the truncated references
+(test_self_critical_compat_from_a_dataset).
+"""
 
 from __future__ import annotations
 
@@ -314,3 +322,150 @@ def test_bad_inputs_raise_clear_errors():
     scorer.corpus_score(np.array([[4, 5]]), [[np.array([4])], [np.array([5])]])
   with pytest.raises(ValueError, match="doc_freq was counted"):
     cider.CiderD(10, doc_freq=cider.build_doc_freq([[np.array([4])]], 11))
+
+
+# ---------------------------------------------------------------------------------------------
+# compat="self_critical": self-critical.pytorch's CiderD pipeline, written from its definition.
+
+
+def self_critical_ciderd(cands, ref_index, full_refs, full_train_refs, max_len, n=4, sigma=6.0):
+  """self-critical.pytorch's SCST reward, step by step (strings of ids, ``"0"`` = its EOS/PAD).
+
+  * ``prepro_ngrams.py``: every full training caption + ``<eos>``; df = number of images whose
+    captions hold the n-gram; ``ref_len = log(#images)``.
+  * ``prepro_labels.py`` + the loader: a reference is a ``max_len``-wide label row (words cut
+    there, 0 after); ``array_to_str`` writes ids up to and including the first 0, so a caption
+    of ``max_len`` words or more has no end token.
+  * A sample row (ids, 0 after its end token) through ``array_to_str`` likewise.
+  * ``CiderScorer``: tf-idf per order, "length" = number of bigrams, clipped cosine, Gaussian
+    penalty, mean over orders and references, times 10.
+  """
+
+  def words(ids):
+    return [str(int(i)) for i in ids if int(i) not in (PAD, EOS)]
+
+  def array_to_str(row):
+    out = []
+    for x in row:
+      out.append(x)
+      if x == "0":
+        break
+    return out
+
+  def label_row(ids):
+    w = words(ids)[:max_len]
+    return w + ["0"] * (max_len - len(w))
+
+  def cand_row(ids):
+    out = []
+    for i in ids:
+      i = int(i)
+      if i in (PAD, EOS):
+        out.append("0")  # the end token; PAD only ever follows it
+        break
+      out.append(str(i))
+    return out
+
+  def precook(toks):
+    c = collections.Counter()
+    for k in range(1, n + 1):
+      for i in range(len(toks) - k + 1):
+        c[tuple(toks[i:i + k])] += 1
+    return c
+
+  df = collections.Counter()
+  for image_refs in full_train_refs:
+    df.update(set().union(*[set(precook(words(r) + ["0"])) for r in image_refs]))
+  ref_len = np.log(float(len(full_train_refs)))
+
+  def counts2vec(cnts):
+    vec = [dict() for _ in range(n)]
+    norm = [0.0] * n
+    length = 0
+    for gram, tf in cnts.items():
+      k = len(gram) - 1
+      vec[k][gram] = float(tf) * (ref_len - np.log(max(1.0, df[gram])))
+      norm[k] += vec[k][gram] ** 2
+      if k == 1:
+        length += tf
+    return vec, [np.sqrt(x) for x in norm], length
+
+  out = []
+  for c, i in zip(cands, ref_index):
+    vh, nh, lh = counts2vec(precook(array_to_str(cand_row(c))))
+    score = np.zeros(n)
+    for r in full_refs[i]:
+      vr, nr, lr = counts2vec(precook(array_to_str(label_row(r))))
+      val = np.zeros(n)
+      for k in range(n):
+        for gram in vh[k]:
+          val[k] += min(vh[k][gram], vr[k].get(gram, 0.0)) * vr[k].get(gram, 0.0)
+        if nh[k] != 0 and nr[k] != 0:
+          val[k] /= nh[k] * nr[k]
+        val[k] *= np.e ** (-(float(lh - lr) ** 2) / (2 * sigma ** 2))
+      score += val
+    out.append(np.mean(score) / len(full_refs[i]) * 10.0)
+  return np.asarray(out)
+
+
+def _sc_data(seed, vocab, max_len):
+  """Full captions of 0..2*max_len words: many at, over and under the limit."""
+  rng = np.random.default_rng(seed)
+
+  def cap():
+    length = int(rng.choice([max_len, max_len + 1, rng.integers(0, 2 * max_len + 1)]))
+    return rng.integers(4, vocab, size=length)
+
+  train = [[cap() for _ in range(rng.integers(1, 6))] for _ in range(60)]
+  samples = []
+  for _ in range(40):  # decoder rows: max_len wide, EOS then PAD, or no EOS at the limit
+    row = rng.integers(4, vocab, size=max_len)
+    k = int(rng.integers(0, max_len + 1))
+    if k < max_len:
+      row[k], row[k + 1:] = EOS, PAD
+    samples.append(row)
+  return train, np.stack(samples), rng.integers(0, 60, size=40)
+
+
+def test_self_critical_compat_matches_its_definition(tmp_path):
+  vocab, max_len = 12, 6
+  train, samples, ref_index = _sc_data(7, vocab, max_len)
+  scorer = cider.CiderD.for_training(train, str(tmp_path), vocab, compat="self_critical",
+                                     max_len=max_len, log=lambda s: None)
+  got = scorer.score(samples, ref_index, scorer.prepare_refs(train))
+  want = self_critical_ciderd(samples, ref_index, train, train, max_len)
+  assert want.max() > 0.5
+  np.testing.assert_allclose(got, want, rtol=0, atol=1e-9)
+  # The default ("jaxcap": df on references cut to max_len, EOS after every reference) is
+  # another reward on the same data.
+  cut = [[r[:max_len] for r in refs] for refs in train]
+  default = cider.CiderD.for_training(cut, str(tmp_path), vocab, log=lambda s: None)
+  other = default.score(samples, ref_index, default.prepare_refs(cut))
+  assert np.abs(other - want).max() > 1e-3
+
+
+def test_self_critical_compat_from_a_dataset(tmp_path):
+  """Rewarder with scst.cider_compat='self_critical' reads the full captions of the dataset."""
+  from jaxcap.data import synthetic
+  from jaxcap.training import scst
+  from tests.training.test_train import tiny_config
+  from jaxcap import data as data_lib
+  config = tiny_config()
+  config.data.max_len = 5  # most synthetic captions are longer: truncation matters
+  ds = data_lib.get_dataset(config.data)
+  full = ds.train_references_ids(full=True)
+  assert max(len(r) for refs in full for r in refs) > 5
+  assert all(len(r) <= 5 for refs in ds.train_references_ids() for r in refs)
+  rw = scst.Rewarder(ds, str(tmp_path), cider_compat="self_critical")
+  rng = np.random.default_rng(0)
+  index = rng.integers(0, len(full), size=16)
+  samples = np.full((16, 5), PAD, np.int64)  # a reference's first words, some ended by EOS
+  for row, i in enumerate(index):
+    words = full[i][rng.integers(len(full[i]))][:rng.integers(2, 6)]
+    samples[row, :len(words)] = words
+    if len(words) < 5:
+      samples[row, len(words)] = EOS
+  want = self_critical_ciderd(samples, index, full, full, 5)
+  np.testing.assert_allclose(rw(samples, index), want, rtol=0, atol=1e-9)
+  with pytest.raises(ValueError, match="scst.cider_compat"):
+    scst.Rewarder(ds, str(tmp_path), cider_compat="pytorch")

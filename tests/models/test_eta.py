@@ -2,13 +2,18 @@
 paper's eqs. 7-12 (every variant, every f), gate overrides, masking, causality, caching.
 
 Dimension legend: B batch, T positions, N regions, A attributes, D width, H heads, V vocab.
+
+Mutant tried (issue 17): the Transformer's ReLU after the region projection kept for
+``region_activation="linear"`` fails test_transformer_region_activation[linear].
 """
 
 import numpy as np
 import jax
 import jax.numpy as jnp
+import ml_collections
 import pytest
 
+from jaxcap.data.vocab import EOS
 from jaxcap.models import registry
 from jaxcap.models.base import repeat_batch, shift_right
 from jaxcap.models.eta import ETACaptioner, ETADecoderBlock
@@ -418,7 +423,55 @@ def test_config_defaults_follow_the_paper():
   assert c.data.attributes == "detected" and 0 < c.scst.start_step < c.num_train_steps
   s = eta_config.get_config("synthetic")
   assert s.data.attributes == "noisy" and s.data.attr_noise > 0 and s.model.dim < 512
-  assert eta_config.get_config("synthetic,attributes=oracle").data.attributes == "oracle"
+  # ETA^oracle: trained on the default (noisy / detected) attributes, tested on ground truth.
+  o = eta_config.get_config("synthetic,attributes=oracle").data
+  assert (o.attributes, o.test_attributes, o.attr_noise) == ("noisy", "oracle", 0.3)
+  o = eta_config.get_config("coco,attributes=oracle").data
+  assert (o.attributes, o.test_attributes) == ("detected", "oracle")
+  o = eta_config.get_config("synthetic,attributes=oracle_all").data  # before issue 17
+  assert (o.attributes, o.test_attributes, o.attr_noise) == ("oracle", "", 0.0)
+  assert eta_config.get_config("coco").data.test_attributes == ""
+
+
+def test_config_transformer_v_has_eta_s_linear_region_projection_and_xe_only_switch():
+  from configs import eta as eta_config
+  from configs import transformer as transformer_config
+  c = eta_config.get_config("synthetic,variant=transformer_v")
+  assert registry.build(c.model, INFO).region_activation == "linear"
+  assert registry.build(transformer_config.get_config("synthetic").model,
+                        INFO).region_activation == "relu"
+  assert eta_config.get_config("coco").scst.start_step > 0
+  for arg in ("coco,xe_only=True", "coco,variant=transformer_v,xe_only=True"):
+    c = eta_config.get_config(arg)
+    assert c.scst.start_step == -1 and c.scst.start_epoch == -1
+
+
+@pytest.mark.parametrize("activation", ["relu", "linear"])
+def test_transformer_region_activation(activation):
+  """The encoder input is Dense(feats), through a ReLU only for ``region_activation="relu"``."""
+  cfg = ml_collections.ConfigDict({"name": "transformer", "dim": 8, "num_layers": 0,
+                                   "num_dec_layers": 1, "num_heads": 2, "ff_dim": 16,
+                                   "region_activation": activation})
+  model = registry.build(cfg, INFO)
+  rng = np.random.default_rng(0)
+  batch = {"feats": rng.normal(size=(2, 3, F_IN)).astype(np.float32),
+           "feats_mask": np.ones((2, 3), bool)}
+  params = model.init(jax.random.key(0), batch, np.full((2, 1, 4), EOS, np.int32))
+  _, inter = model.apply(params, batch, method="encode", capture_intermediates=True,
+                         mutable=["intermediates"])
+  # With no encoder blocks the encoder's output is its input, the projected regions.
+  memory = np.asarray(inter["intermediates"]["encoder"]["__call__"][0])
+  w = params["params"]["feat_proj"]
+  pre = batch["feats"] @ np.asarray(w["kernel"]) + np.asarray(w["bias"])
+  want = np.maximum(pre, 0.0) if activation == "relu" else pre
+  assert (pre < 0).any()
+  np.testing.assert_allclose(memory, want, rtol=1e-5, atol=1e-5)
+
+
+def test_transformer_rejects_unknown_region_activation():
+  cfg = ml_collections.ConfigDict({"name": "transformer", "region_activation": "gelu"})
+  with pytest.raises(ValueError, match="model.region_activation"):
+    registry.build(cfg, INFO)
 
 
 @pytest.mark.parametrize("arg", ["synthetic,variant=bogus", "synthetic,gbc=swish",

@@ -1,4 +1,9 @@
-"""Self-critical sequence training: loss, baselines, gradient direction, a run in the trainer."""
+"""Self-critical sequence training: loss, baselines, gradient direction, a run in the trainer.
+
+Mutants tried on jaxcap/training/scst.py: ``sample_logits`` encoding in training mode (fresh
+dropout masks on the image side, as before issue 17) fails
+test_gradient_pass_log_probs_equal_sampling_log_probs.
+"""
 
 import numpy as np
 import pytest
@@ -86,6 +91,39 @@ def test_gradient_moves_log_probability_with_the_advantage(advantage, direction)
   grads = jax.grad(loss)(params)
   new = jax.tree.map(lambda w, g: w - 0.05 * g, params, grads)
   assert direction * (float(logp(new)) - float(logp(params))) > 1e-4
+
+
+def test_gradient_pass_log_probs_equal_sampling_log_probs():
+  """On-policy: the gradient pass recomputes exactly the log-probs the samples were drawn with.
+
+  A Transformer with heavy dropout: by default (no dropout in the gradient pass) the
+  teacher-forced log-probs of the sampled tokens equal ``decoding.sample``'s per-token
+  log-probs; the opt-in ``dropout=True`` pass (fresh masks) does not, so the check can fail.
+  """
+  from jaxcap import decoding
+  cfg = ml_collections.ConfigDict(dict(name="transformer", dim=16, num_layers=1, num_dec_layers=2,
+                                       num_heads=2, ff_dim=32, dropout=0.5))
+  t = 6
+  model = registry.build(cfg, {"vocab_size": 11, "max_len": t, "feature_dim": 6})
+  r = np.random.RandomState(2)
+  batch = {"feats": r.randn(2, 3, 6).astype(np.float32), "feats_mask": np.ones((2, 3), bool)}
+  # Random parameters of the right shapes: tracing init (no compile) keeps the test fast.
+  shapes = jax.eval_shape(model.init, jax.random.PRNGKey(0), batch,
+                          np.full((2, 1, t), EOS, np.int32))
+  params = jax.tree.map(lambda x: jnp.asarray(r.randn(*x.shape) * 0.5, x.dtype), shapes)
+  out = decoding.sample(model, params, batch, jax.random.key(3), max_len=t, num_samples=4)
+  tokens = np.asarray(out.tokens)
+  assert (tokens != PAD).sum() > 12
+
+  def recomputed(dropout):
+    logits, _ = scst.sample_logits(model, params, batch, out.tokens, jax.random.key(4), dropout)
+    lp = np.asarray(jax.nn.log_softmax(logits, -1))
+    lp = np.take_along_axis(lp, tokens.reshape(8, t)[..., None], -1)[..., 0]
+    return np.where(tokens.reshape(8, t) != PAD, lp, 0.0)
+
+  want = np.asarray(out.token_logprobs).reshape(8, t)
+  np.testing.assert_allclose(recomputed(False), want, rtol=1e-5, atol=1e-5)
+  assert np.abs(recomputed(True) - want).max() > 1e-2
 
 
 def test_scst_phase_runs_in_the_trainer_and_reports_rewards(tmp_path):

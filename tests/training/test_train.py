@@ -174,11 +174,15 @@ def test_train_checkpoint_evaluate_end_to_end(tmp_path):
   assert len(scores["per_image"]) == 16
   assert (workdir / "best").is_dir()
   r = _run([sys.executable, str(REPO / "evaluate.py"), f"--workdir={workdir}", "--split=val",
-            "--beam-size=2", "--length-penalty=gnmt", "--block-trigrams", "--tag=_beam2"])
+            "--beam-size=2", "--length-penalty=gnmt", "--block-trigrams", "--tag=_beam2",
+            "--beam-mode=self_critical", "--remove-bad-endings", "--sample-n=3"])
   assert r.returncode == 0, r.stderr[-3000:]
   preds = json.loads((workdir / "predictions_val_beam2.json").read_text())
   assert len(preds) == 16 and all(set(p) == {"image_id", "caption"} for p in preds)
   assert "CIDEr" in r.stdout
+  # --sample-n: 3 sampled captions per image in their own file (self-critical.pytorch's sample_n).
+  many = json.loads((workdir / "predictions_val_beam2_n3.json").read_text())
+  assert len(many) == 16 * 3 and len({p["image_id"] for p in many}) == 16
 
 
 def test_a_model_field_added_later_with_its_default_keeps_the_workdir_resumable(tmp_path, tiny_dataset):

@@ -1,0 +1,65 @@
+"""Compares the two beam-search modes of a trained run on the log-probability of their top-1.
+
+  python scripts/beam_modes.py --workdir runs/transformer_synthetic --beam_size 3 [--split test]
+
+Decodes the split with ``beam_mode="live"`` (K live hypotheses, flax / t5x) and
+``"self_critical"`` (self-critical.pytorch) and prints, per image, how often each finds the more
+probable top-1 caption, the mean top-1 log-probability and the mean caption length. The
+CIDEr-D of each mode comes from ``evaluate.py --beam-mode``.
+"""
+
+import os
+import sys
+
+from absl import app, flags
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if _REPO not in sys.path:
+  sys.path.insert(0, _REPO)
+
+flags.DEFINE_string("workdir", None, "Run directory written by train.py.")
+flags.DEFINE_string("split", "test", "Split to decode.")
+flags.DEFINE_integer("beam_size", 3, "K.")
+FLAGS = flags.FLAGS
+
+
+def main(argv):
+  del argv
+  import json
+  import jax
+  import ml_collections
+  import numpy as np
+  from jaxcap import decoding
+  from jaxcap.data import pipeline
+  from jaxcap.training import train_lib
+  with open(os.path.join(FLAGS.workdir, "config.json")) as f:
+    config = ml_collections.ConfigDict(json.load(f))
+  trainer = train_lib.Trainer(config, FLAGS.workdir)
+  params = jax.device_get(trainer.load().params)
+  model, max_len = trainer.model, int(config.decode.max_len)
+  fns = {mode: jax.jit(lambda p, b, mode=mode: decoding.beam_search(
+      model, p, b, beam_size=FLAGS.beam_size, max_len=max_len, beam_mode=mode))
+         for mode in decoding.BEAM_MODES}
+  logp = {m: [] for m in fns}
+  length = {m: [] for m in fns}
+  for batch in pipeline.eval_batches(trainer.dataset.split(FLAGS.split), config.eval_batch_size,
+                                     num_threads=0):
+    valid = np.asarray(batch["valid"])
+    for mode, fn in fns.items():
+      out = fn(params, batch)
+      logp[mode].append(np.asarray(out.logprobs[:, 0])[valid])
+      length[mode].append(np.asarray(out.lengths[:, 0])[valid])
+  live, sc = (np.concatenate(logp[m]) for m in ("live", "self_critical"))
+  n = len(live)
+  print(f"{FLAGS.workdir} split={FLAGS.split} K={FLAGS.beam_size}: {n} images")
+  print(f"  live more probable: {int((live > sc + 1e-4).sum())}, self_critical more probable: "
+        f"{int((sc > live + 1e-4).sum())}, equal: {int((abs(live - sc) <= 1e-4).sum())}")
+  for m in fns:
+    lp, ln = np.concatenate(logp[m]), np.concatenate(length[m])
+    print(f"  {m:>13}: mean top-1 log-prob {lp.mean():.4f}, mean length {ln.mean():.2f} tokens")
+  print(f"  largest gain of live: {float((live - sc).max()):.3f} nats")
+
+
+if __name__ == "__main__":
+  flags.mark_flag_as_required("workdir")
+  app.run(main)
