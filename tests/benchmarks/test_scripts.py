@@ -18,6 +18,8 @@ TINY = {
     "aat.py": ["--dim", "32", "--heads", "2", "--batch", "2", "--regions", "4", "--feat_dim", "16",
                "--vocab", "50", "--words", "5", "--eval_batch", "2", "--iters", "1"],
     "input_pipeline.py": ["--images", "100", "--batches", "2", "--threads", "0"],
+    "image_transformer.py": ["--dim", "32", "--heads", "2", "--batch", "8", "--regions", "5", "--feat_dim", "16",
+                             "--vocab", "50", "--words", "5", "--eval_batch", "8", "--steps", "1"],
 }
 
 
