@@ -391,7 +391,7 @@ class ImageTransformer(CaptionModel):
     w_BxMxHxN = self.drop(jax.nn.softmax(logits_BxMxHxN, axis=-1), deterministic=not train)
     # Mean over the M sub-transformers (eq. 10), heads concatenated.
     o_BxHxDh = jnp.einsum("bmhn,bnmhd->bhd", w_BxMxHxN.astype(self.dtype),
-                          enc["v"].astype(self.dtype))
+                          enc["v"].astype(self.dtype)) / self.num_sub
     att_BxD = o_BxHxDh.reshape(o_BxHxDh.shape[0], self.dim)
     c_BxD = nn.glu(self.glu_proj(jnp.concatenate([att_BxD, h_BxD.astype(att_BxD.dtype)], -1)), axis=-1)
     new_cache = {"h": h_BxD.astype(self.dtype), "m": m_BxD.astype(self.dtype),
