@@ -7,7 +7,8 @@ after an LSTM on ``[W_e y_t, Ā + c_{t-1}]`` — the reference functions are the
 test_image_transformer.py (relations = 1, AoA, no FFN; M = 1).
 
 Mutants tried by hand (each failed a test here; then restored): AoA inputs swapped
-(``[A; att]``), GLU replaced by its linear half, no residual around the refiner attention.
+(``[A; att]``), GLU replaced by its linear half. The residual / norm / nonlinearity mutants of
+test_image_transformer.py's docstring also fail its whole-model test of the ``aoanet`` row.
 """
 
 from __future__ import annotations
