@@ -467,7 +467,6 @@ def test_causality_and_dropout_stream():
   np.testing.assert_array_equal(run(1), run(1))
 
 
-@pytest.mark.slow
 def test_beam_search_runs_through_the_protocol():
   from jaxcap import decoding
   model, params = _model_and_params("it")
