@@ -5,7 +5,7 @@ Variants through the config argument (``--config configs/image_transformer.py:<a
 * ``synthetic`` (default): a CPU-sized run (D = 128, 4 heads, 3 spatial layers, M = 3) on the
   synthetic scenes, whose captions name relations that only the boxes reveal.
 * Table 3's ablations: ``spatial_layers=1|2|3|all|none`` (which encoder layers are spatial;
-  also ``1,3``), ``spatial=False`` ("w/o spatial relations": plain softmax and the mean of the
+  also ``1+3``), ``spatial=False`` ("w/o spatial relations": plain softmax and the mean of the
   three sub-transformers), ``M=1..4`` (sub-transformers in the decoder), ``graph_mask=softmax``
   (mask the logits instead of multiplying the weights after the softmax, eq. 6),
   ``epsilon=`` (eq. 5), ``graph=all_neighbour`` (the graph replaced by "all neighbours").
