@@ -86,15 +86,16 @@ def load_config(path: str, arg: str):
   return importlib.import_module(f"configs.{name}").get_config(arg)
 
 
-_REFS = {}
+_DATASETS = {}
 
 
-def _references(data_config, split):
-  key = (data_config.to_json(), split)
-  if key not in _REFS:
+def _dataset(data_config):
+  """One dataset per data config for the whole table (the scenes are generated once)."""
+  key = data_config.to_json()
+  if key not in _DATASETS:
     from jaxcap import data as data_lib
-    _REFS[key] = data_lib.get_dataset(data_config).references(split)
-  return _REFS[key]
+    _DATASETS[key] = data_lib.get_dataset(data_config)
+  return _DATASETS[key]
 
 
 def run_row(key, seed, args):
@@ -110,15 +111,20 @@ def run_row(key, seed, args):
     config.checkpoint_every_steps = args.steps
   if args.batch:
     config.batch_size = args.batch
+  if args.test_images:
+    config.data.num_test = args.test_images
   config.eval_num_images = args.eval_images
   workdir = os.path.join(args.workdir, key, f"seed{seed}")
   print(f"=== {key} seed {seed} ({path}:{arg}) -> {workdir}", flush=True)
-  scores = train_lib.train_and_evaluate(config, workdir)
+  dataset = _dataset(config.data)
+  trainer = train_lib.Trainer(config, workdir, dataset=dataset)
+  trainer.fit()
+  state = trainer.load()
+  scores = trainer.test(state.params, config.test_split)
   with open(os.path.join(workdir, f"predictions_{config.test_split}.json")) as f:
     preds = {p["image_id"]: p["caption"] for p in json.load(f)}
-  refs = _references(config.data, config.test_split)
   out = {m: scores.get("overall", {}).get(m) for m, _ in METRICS}
-  out["relation_acc"] = relation_accuracy(preds, refs)
+  out["relation_acc"] = relation_accuracy(preds, dataset.references(config.test_split))
   return out, f"{path}:{arg}"
 
 
@@ -131,6 +137,7 @@ def main(argv=None):
   ap.add_argument("--dim", type=int, default=0, help="model width (0: the config's 128)")
   ap.add_argument("--batch", type=int, default=0, help="images per step (0: the config's 50)")
   ap.add_argument("--eval_images", type=int, default=250, help="validation images per evaluation")
+  ap.add_argument("--test_images", type=int, default=0, help="size of the test split (0: the config's 500)")
   args = ap.parse_args(argv)
   rows = args.rows.split(",")
   for key in rows:
