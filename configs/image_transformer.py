@@ -102,4 +102,8 @@ def build(a, name: str, num_layers: int = 3, cpu_layers: int = 3):
     c.batch_size = 25
     c.model.dropout = 0.3
     c.data.min_word_count = 3
+    # 700 training images = 28 steps per epoch: at lr 2e-3 decayed every 3 epochs the decoder
+    # collapsed to one caption for every image (test CIDEr-D 0.067); a gentler schedule.
+    c.learning_rate = 5e-4
+    c.decay_every_epochs = 10
   return c
