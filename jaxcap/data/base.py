@@ -74,6 +74,36 @@ def check_features(feats: np.ndarray, dim: int | None, name: str, field: str = "
 
 
 _UNIT_BOX = np.array([[0.0, 0.0, 1.0, 1.0]], np.float32)
+# Normalised coordinates may overshoot [0, 1] by float rounding (pixels / image size).
+BOX_TOLERANCE = 1e-5
+
+
+def check_boxes(boxes, name: str, field: str = "boxes", mask=None) -> np.ndarray:
+  """Validates ``[..., n, 4]`` boxes (x1, y1, x2, y2, normalised): finite, ``x1 <= x2``,
+  ``y1 <= y2``, inside ``[0, 1]`` (up to ``BOX_TOLERANCE``); returns them as float32 or raises
+  a one-line ValueError naming ``name`` and ``field``.
+
+  Degenerate boxes (``x1 == x2`` or ``y1 == y2``: zero area) are valid. The rule for them,
+  used by the Image Transformer's spatial graph: a zero-area box overlaps nothing, so it is
+  neither parent nor child of any region — a neighbour of every region (and of itself).
+  ``mask`` (bool ``[..., n]``, True for real regions) skips padding rows.
+  """
+  b = np.asarray(boxes, np.float32)
+  if b.ndim < 2 or b.shape[-1] != 4:
+    raise ValueError(f"{name}: field {field!r} must be [..., regions, 4], got shape {list(b.shape)}")
+  real = np.ones(b.shape[:-1], bool) if mask is None else np.asarray(mask, bool)
+  r = b[real]
+  if not np.all(np.isfinite(r)):
+    raise ValueError(f"{name}: field {field!r} contains NaN or Inf values, expected finite numbers")
+  bad = (r[:, 0] > r[:, 2]) | (r[:, 1] > r[:, 3])
+  if bad.any():
+    raise ValueError(f"{name}: field {field!r} has {int(bad.sum())} box(es) with x1 > x2 or "
+                     f"y1 > y2 (first {r[bad][0].tolist()}), expected x1 <= x2 and y1 <= y2")
+  out = (r < -BOX_TOLERANCE) | (r > 1.0 + BOX_TOLERANCE)
+  if out.any():
+    raise ValueError(f"{name}: field {field!r} has coordinates outside [0, 1] (first box "
+                     f"{r[out.any(-1)][0].tolist()}), expected boxes normalised to the image")
+  return b
 
 
 def resolve_features(raw: dict, name: str, feature_dim: int | None, global_dim: int | None):

@@ -25,6 +25,8 @@ TINY = {
                "--set", ",".join(f"{k}={v}" for k, v in {
                    "dim": 16, "num_heads": 2, "ff_dim": 32, "hidden_dim": 16, "embed_dim": 16, "att_dim": 16,
                    "max_steps": 2, "steps": 2}.items())],
+    "image_transformer.py": ["--dim", "32", "--heads", "2", "--batch", "8", "--regions", "5", "--feat_dim", "16",
+                             "--vocab", "50", "--words", "5", "--eval_batch", "8", "--steps", "1"],
 }
 
 

@@ -1,0 +1,178 @@
+"""The Image Transformer paper's Table 3 (ablations) on the synthetic scenes.
+
+Rows (cross-entropy only, as the paper's Table 3; greedy decoding of the test split):
+
+  aoanet     configs/aoanet.py:synthetic                       the AoANet baseline
+  layer1     configs/image_transformer.py:synthetic,baseline=True,M=1,spatial_layers=1
+  layer2     ... spatial_layers=2          layer3   ... spatial_layers=3
+  all        ... spatial_layers=all        no_rel   ... spatial_layers=all,spatial=False
+  M2 / M3 / M4  ... spatial_layers=all,M=2|3|4
+  it         configs/image_transformer.py:synthetic  (not in Table 3: eqs. 4 and 7 as written,
+             FFN and W_O instead of AoA in the encoder, M = 3)
+
+``baseline=True`` keeps AoANet's encoder layers (attention on attention, no feed-forward
+sub-layer), so each "+layer k" row is the baseline with layer k replaced by a spatial-graph
+layer, as the paper describes its rows; every row has 3 encoder layers (the baseline too, so
+that the rows differ only in what the paper varies).
+
+Each row is trained for every seed (``--seeds``) in ``<workdir>/<row>/seed<k>``; a finished run
+is resumed (only tested again). Printed: CIDEr-D, BLEU-4, METEOR, ROUGE-L as mean ± std over the
+seeds, and the relation accuracy: the fraction of test images whose caption names the relation
+of the references (left / right / above / below / in; synonyms grouped) — the relations are
+in the boxes only, so this is what the spatial graph can help with. The table is also written
+to ``<workdir>/table3.json``.
+
+  python scripts/image_transformer_table3.py --workdir /tmp/it_table3 --steps 300 --dim 64
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+_IT = "configs/image_transformer.py"
+_B = "synthetic,baseline=True,M=1"
+ROWS = {
+    "aoanet": ("configs/aoanet.py", "synthetic", "baseline (AoA)"),
+    "layer1": (_IT, _B + ",spatial_layers=1", "baseline+layer1"),
+    "layer2": (_IT, _B + ",spatial_layers=2", "baseline+layer2"),
+    "layer3": (_IT, _B + ",spatial_layers=3", "baseline+layer3"),
+    "all": (_IT, _B + ",spatial_layers=all", "baseline+layer1,2,3"),
+    "no_rel": (_IT, _B + ",spatial_layers=all,spatial=False", "+layer1,2,3 w/o spatial rel."),
+    "M2": (_IT, "synthetic,baseline=True,M=2", "+layer1,2,3 (M=2)"),
+    "M3": (_IT, "synthetic,baseline=True,M=3", "+layer1,2,3 (M=3)"),
+    "M4": (_IT, "synthetic,baseline=True,M=4", "+layer1,2,3 (M=4)"),
+    "it": (_IT, "synthetic", "image transformer (eqs. 4, 7)"),
+}
+DEFAULT_ROWS = ("aoanet", "layer1", "layer2", "layer3", "all", "no_rel", "M2", "M3", "M4")
+METRICS = (("CIDEr", "CIDEr-D"), ("Bleu_4", "BLEU-4"), ("METEOR", "METEOR"), ("ROUGE_L", "ROUGE-L"))
+
+# Relation words of the synthetic grammar (jaxcap/data/synthetic.py), grouped by meaning.
+RELATIONS = {"left": "left", "right": "right", "above": "above", "over": "above", "below": "below",
+             "under": "below", "beneath": "below", "in": "in", "inside": "in"}
+
+
+def relation_of(caption: str):
+  """The first relation word's class, or None."""
+  for w in caption.split():
+    if w in RELATIONS:
+      return RELATIONS[w]
+  return None
+
+
+def relation_accuracy(predictions: dict, references: dict) -> float:
+  """Fraction of images whose caption's relation equals the references' majority relation."""
+  hits = total = 0
+  for image_id, caption in predictions.items():
+    refs = [r for r in (relation_of(c) for c in references[image_id]) if r is not None]
+    if not refs:
+      continue
+    want = collections.Counter(refs).most_common(1)[0][0]
+    hits += relation_of(caption) == want
+    total += 1
+  return hits / max(total, 1)
+
+
+def load_config(path: str, arg: str):
+  import importlib
+  name = os.path.splitext(os.path.basename(path))[0]
+  return importlib.import_module(f"configs.{name}").get_config(arg)
+
+
+_DATASETS = {}
+
+
+def _dataset(data_config):
+  """One dataset per data config for the whole table (the scenes are generated once)."""
+  key = data_config.to_json()
+  if key not in _DATASETS:
+    from jaxcap import data as data_lib
+    _DATASETS[key] = data_lib.get_dataset(data_config)
+  return _DATASETS[key]
+
+
+def run_row(key, seed, args):
+  from jaxcap.training import train_lib
+  path, arg, _ = ROWS[key]
+  if args.dim:
+    arg += f",dim={args.dim}"
+  config = load_config(path, arg)
+  config.seed = seed
+  if args.steps:
+    config.num_train_steps = args.steps
+    config.eval_every_steps = args.steps
+    config.checkpoint_every_steps = args.steps
+  if args.batch:
+    config.batch_size = args.batch
+  if args.test_images:
+    config.data.num_test = args.test_images
+  config.eval_num_images = args.eval_images
+  workdir = os.path.join(args.workdir, key, f"seed{seed}")
+  print(f"=== {key} seed {seed} ({path}:{arg}) -> {workdir}", flush=True)
+  dataset = _dataset(config.data)
+  trainer = train_lib.Trainer(config, workdir, dataset=dataset)
+  trainer.fit()
+  state = trainer.load()
+  scores = trainer.test(state.params, config.test_split)
+  with open(os.path.join(workdir, f"predictions_{config.test_split}.json")) as f:
+    preds = {p["image_id"]: p["caption"] for p in json.load(f)}
+  out = {m: scores.get("overall", {}).get(m) for m, _ in METRICS}
+  out["relation_acc"] = relation_accuracy(preds, dataset.references(config.test_split))
+  return out, f"{path}:{arg}"
+
+
+def main(argv=None):
+  ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  ap.add_argument("--workdir", required=True)
+  ap.add_argument("--rows", default=",".join(DEFAULT_ROWS), help=f"comma-separated subset of {list(ROWS)}")
+  ap.add_argument("--seeds", default="0,1,2")
+  ap.add_argument("--steps", type=int, default=0, help="training steps per run (0: the config's)")
+  ap.add_argument("--dim", type=int, default=0, help="model width (0: the config's 128)")
+  ap.add_argument("--batch", type=int, default=0, help="images per step (0: the config's 50)")
+  ap.add_argument("--eval_images", type=int, default=250, help="validation images per evaluation")
+  ap.add_argument("--test_images", type=int, default=0, help="size of the test split (0: the config's 500)")
+  args = ap.parse_args(argv)
+  rows = args.rows.split(",")
+  for key in rows:
+    if key not in ROWS:
+      raise SystemExit(f"--rows: unknown row {key!r}; expected a subset of {list(ROWS)}")
+  seeds = [int(s) for s in args.seeds.split(",")]
+  results = []
+  for key in rows:
+    runs, cfg = [], None
+    for seed in seeds:
+      scores, cfg = run_row(key, seed, args)
+      runs.append(scores)
+    row = {"row": key, "model": ROWS[key][2], "config": cfg, "seeds": seeds, "runs": runs}
+    for m in [m for m, _ in METRICS] + ["relation_acc"]:
+      vals = [r[m] for r in runs if r[m] is not None]
+      row[m] = [float(np.mean(vals)), float(np.std(vals))] if vals else None
+    results.append(row)
+    os.makedirs(args.workdir, exist_ok=True)
+    with open(os.path.join(args.workdir, "table3.json.tmp"), "w") as f:
+      json.dump(results, f, indent=1)
+    os.replace(os.path.join(args.workdir, "table3.json.tmp"), os.path.join(args.workdir, "table3.json"))
+  print_table(results, len(seeds))
+  return results
+
+
+def print_table(results, n_seeds):
+  heads = [h for _, h in METRICS] + ["relation acc."]
+  print(f"\nmodel (mean ± std over {n_seeds} seeds) | " + " | ".join(heads))
+  for r in results:
+    cells = []
+    for m in [m for m, _ in METRICS] + ["relation_acc"]:
+      v = r[m]
+      cells.append("-" if v is None else f"{100 * v[0]:.1f} ± {100 * v[1]:.1f}")
+    print(f"{r['model']:<30} | " + " | ".join(cells))
+
+
+if __name__ == "__main__":
+  main()
