@@ -18,6 +18,9 @@ TINY = {
     "aat.py": ["--dim", "32", "--heads", "2", "--batch", "2", "--regions", "4", "--feat_dim", "16",
                "--vocab", "50", "--words", "5", "--eval_batch", "2", "--iters", "1"],
     "input_pipeline.py": ["--images", "100", "--batches", "2", "--threads", "0"],
+    "mnmt.py": ["--embed", "8", "--hidden", "8", "--batch", "8", "--cells", "4", "--feat_dim", "16",
+                "--vocab", "50", "--src_vocab", "40", "--src_words", "5", "--words", "5",
+                "--beam", "3", "--eval_batch", "8", "--steps", "1"],
 }
 
 
