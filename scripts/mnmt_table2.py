@@ -88,7 +88,12 @@ def main(argv=None):
   print(f"data: {args.num_train} train / {len(test)} test images, {len(omitted)} test sources omit a "
         f"colour; V_de={info['vocab_size']} V_en={info['src_vocab_size']}", flush=True)
 
-  for row in rows:
+  fns = {}
+
+  def row_fns(row):
+    """Model, jitted train step, init and greedy decoding of a row (built once, reused per seed)."""
+    if row in fns:
+      return fns[row]
     cfg = mnmt_config.get_config(f"synthetic,variant={row}")
     if args.hidden:
       cfg.model.hidden_dim = args.hidden
@@ -97,14 +102,19 @@ def main(argv=None):
     model = registry.build(cfg.model, info)
     tx, _ = optim.make_optimizer(cfg, max(1, args.num_train // args.batch))
     train_step = jax.jit(functools.partial(steps.train_step, model=model, tx=tx), donate_argnums=0)
-    init = jax.jit(model.init)
     greedy = jax.jit(lambda prm, b: decoding.greedy(model, prm, b, max_len=cfg.decode.max_len))
 
     def decode(prm, b):
       o = greedy(prm, b)
       return np.asarray(o.tokens), np.asarray(o.logprobs)
 
-    for seed in seeds:
+    fns[row] = (tx, train_step, jax.jit(model.init), decode)
+    return fns[row]
+
+  # Seeds outer, rows inner: an interrupted run still has every row for its first seeds.
+  for seed in seeds:
+    for row in rows:
+      tx, train_step, init, decode = row_fns(row)
       key = f"{row}/seed{seed}"
       if key in results:
         continue
