@@ -21,7 +21,7 @@ from typing import Sequence
 import numpy as np
 
 from jaxcap.data import attributes as attributes_lib
-from jaxcap.data.vocab import EOS, PAD, UNK, Vocab
+from jaxcap.data.vocab import EOS, PAD, SPECIALS, UNK, Vocab
 
 SPLITS = ("train", "val", "test")
 
@@ -214,7 +214,8 @@ ATTRIBUTE_MODES = ("oracle", "noisy", "detected", "none")
 
 _FIELDS = dict(max_len=16, min_word_count=5, max_regions=36, seq_per_img=5,
                num_attributes=1000, max_attributes=20, attributes="oracle",
-               test_attributes="", attributes_file="", src_max_len=0, src_min_word_count=0)
+               test_attributes="", attributes_file="", src_max_len=0, src_min_word_count=0,
+               max_vocab_size=0)
 
 
 def _cfg(config, key):
@@ -263,8 +264,11 @@ class CaptionDataset:
       self._check_text(split, data)
 
     train = self._splits["train"]
+    # max_vocab_size: the most frequent words kept (specials not counted; 0: no cap).
+    max_words = int(_cfg(config, "max_vocab_size"))
     self.vocab = Vocab.build((t for refs in train.refs for t in refs),
-                             min_count=int(_cfg(config, "min_word_count")))
+                             min_count=int(_cfg(config, "min_word_count")),
+                             max_size=max_words + len(SPECIALS) if max_words > 0 else None)
     self.src_vocab = None
     self.src_max_len = int(_cfg(config, "src_max_len")) or self.max_len
     if train.src is not None:

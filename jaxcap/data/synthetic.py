@@ -246,6 +246,10 @@ class SyntheticScenes:
     """The English translation source, paired with every German reference."""
     return list(self._data[self._check(split, i)]["src"][i])
 
+  def source_omits_colour(self, split: str, i: int) -> bool:
+    """True when ``source_en`` leaves out a colour that the German references name."""
+    return bool(self._data[self._check(split, i)]["omitted"][i])
+
   def attributes(self, split: str, i: int, noisy: bool = False) -> list[str]:
     """Sorted content words of the English references (oracle attributes).
 
@@ -587,7 +591,7 @@ class SyntheticScenes:
   def _generate_split(self, split_index: int, num: int) -> dict:
     r = random.Random(self.seed * 7919 + split_index)
     rnd = r.random
-    en, de, src, attrs, meta = [], [], [], [], []
+    en, de, src, attrs, meta, omitted = [], [], [], [], [], []
     offsets, codes, boxes = [0], [], []
     nref = self.num_refs
     nm, nz, nc = len(MATERIALS), len(SIZES), len(COLOURS)
@@ -598,6 +602,7 @@ class SyntheticScenes:
       plan = self._plan(r, group)
       omit = int(rnd() * 2) if rnd() < self.p_omit_colour else -1
       src.append(_short(lambda: self._en_sentence(r, objs, rel, group, plan, omit)))
+      omitted.append(omit >= 0)
       de.append(tuple(_short(lambda: self._de_sentence(r, objs, rel, group, plan))
                       for _ in range(nref)))
       en.append(refs)
@@ -619,7 +624,7 @@ class SyntheticScenes:
       offsets.append(offsets[-1] + len(order))
       g = None if group is None else (group[0], COLOURS[group[2]], SHAPES[group[1]])
       meta.append((pos[0], rel, pos[1], g, len(objs)))
-    return {"en": en, "de": de, "src": src, "attrs": attrs, "meta": meta,
+    return {"en": en, "de": de, "src": src, "attrs": attrs, "meta": meta, "omitted": omitted,
             "offsets": np.asarray(offsets, np.int64),
             "codes": np.asarray(codes, np.int64),
             "boxes": np.asarray(boxes, np.float32).reshape(-1, 4)}

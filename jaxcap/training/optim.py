@@ -55,6 +55,10 @@ def make_schedule(config, steps_per_epoch: int):
 def make_optimizer(config, steps_per_epoch: int):
   schedule = make_schedule(config, steps_per_epoch)
   parts = []
+  l2 = float(config.get("l2", 0.0))
+  if l2 > 0:
+    # L2 on the cost, lambda * sum(w^2) (coupled, before Adam's scaling): gradient + 2 lambda w.
+    parts.append(optax.add_decayed_weights(2.0 * l2))
   if config.grad_clip_value > 0:
     parts.append(optax.clip(config.grad_clip_value))
   if config.grad_clip_norm > 0:

@@ -258,7 +258,8 @@ class Trainer:
     if config.get("init_from", ""):  # Checked before anything is written.
       _check_init_from(config.init_from, config, self.dataset.vocab)
     init_workdir(workdir, config, self.dataset.vocab)
-    ckpts = ckpt_lib.Checkpoints(workdir, keep=config.keep_checkpoints)
+    ckpts = ckpt_lib.Checkpoints(workdir, keep=config.keep_checkpoints, best_metric=_best_metric(config))
+    patience, stale = int(config.get("early_stopping_patience", 0)), 0
     writer = MetricWriter(workdir)
     train_source = self.dataset.split("train")
     local_bs = parallel.local_batch_size(config.batch_size, self.mesh)
@@ -308,6 +309,12 @@ class Trainer:
         improved = ckpts.save_best_if_improved(done, state, it.get_state(), val)
         msg = f"step {done}: val CIDEr-D {val['CIDEr']:.4f} BLEU-4 {val['Bleu_4']:.4f}" + (" (best)" if improved else "")
         (bar.write if bar is not None else print)(msg)
+        stale = 0 if improved else stale + 1
+        if patience and stale >= patience:  # early stopping on the best metric
+          ckpts.save_latest(done, state, it.get_state())
+          (bar.write if bar is not None else print)(
+              f"step {done}: early stop, no {_best_metric(config)} improvement in {patience} evaluations")
+          break
       if done % config.checkpoint_every_steps == 0 or done == config.num_train_steps:
         ckpts.save_latest(done, state, it.get_state())
     if bar is not None:
@@ -337,7 +344,8 @@ class Trainer:
   # ---------------------------------------------------------------- test
   def load(self, step: int | None = None):
     """Parameters of the best checkpoint (or ``step``, from either manager)."""
-    ckpts = getattr(self, "ckpts", None) or ckpt_lib.Checkpoints(self.workdir, keep=self.config.keep_checkpoints)
+    ckpts = getattr(self, "ckpts", None) or ckpt_lib.Checkpoints(
+        self.workdir, keep=self.config.keep_checkpoints, best_metric=_best_metric(self.config))
     state = self.initial_state()
     which = "best"
     if step is not None:
@@ -355,7 +363,8 @@ class Trainer:
   def test(self, params, split: str = "test", decode_config=None, spice: bool = False, tag: str = "") -> dict:
     from jaxcap.evaluation import coco_metrics
     preds = self.predict(params, split, decode_config)
-    return write_scores(self.workdir, split, preds, self.references(split, preds.keys()), spice, tag)
+    return write_scores(self.workdir, split, preds, self.references(split, preds.keys()), spice, tag,
+                        translation=self.dataset.src_vocab is not None)
 
 
 def write_json_atomic(path: str, obj) -> None:
@@ -365,9 +374,16 @@ def write_json_atomic(path: str, obj) -> None:
     _write_json_atomic(path, obj)
 
 
-def write_scores(workdir, split, preds, refs, spice=False, tag=""):
+def write_scores(workdir, split, preds, refs, spice=False, tag="", translation=False):
+  """Scores and writes predictions; ``translation``: German-output metrics
+  (:mod:`jaxcap.evaluation.translation`: sacreBLEU with its signature, METEOR ``-l de``, CIDEr-D)."""
   from jaxcap.evaluation import coco_metrics
-  scores = coco_metrics.score(refs, preds, spice=spice)
+  if translation:
+    from jaxcap.evaluation import translation as translation_metrics
+    scores = translation_metrics.score(refs, preds)
+    print(f"sacreBLEU signature: {scores['sacrebleu_signature']}", flush=True)
+  else:
+    scores = coco_metrics.score(refs, preds, spice=spice)
   if jax.process_index() == 0:
     os.makedirs(workdir, exist_ok=True)
     _write_json_atomic(os.path.join(workdir, f"predictions_{split}{tag}.json"),
@@ -378,7 +394,8 @@ def write_scores(workdir, split, preds, refs, spice=False, tag=""):
 
 
 def format_table(overall: dict, title: str = "") -> str:
-  names = [k for k in ("Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "METEOR", "ROUGE_L", "CIDEr", "SPICE") if k in overall]
+  names = [k for k in ("Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "METEOR", "ROUGE_L", "CIDEr", "SPICE",
+                       "sacreBLEU") if k in overall]
   head = " | ".join(f"{n:>8}" for n in names)
   vals = " | ".join(f"{overall[n]:8.4f}" for n in names)
   return (f"{title}\n" if title else "") + head + "\n" + vals
@@ -410,6 +427,14 @@ class _Prefix:
 
   def collate(self, *args, **kwargs):
     return self.source.collate(*args, **kwargs)
+
+
+def _best_metric(config) -> str:
+  """The validation metric that selects ``best/`` (``CIDEr`` or ``Bleu_4``)."""
+  name = config.get("best_metric", "CIDEr")
+  if name not in ("CIDEr", "Bleu_4"):
+    raise ValueError(f"config field best_metric: expected 'CIDEr' or 'Bleu_4', got {name!r}")
+  return name
 
 
 def _summarise(m: dict) -> dict:

@@ -27,6 +27,9 @@ TINY = {
                    "max_steps": 2, "steps": 2}.items())],
     "image_transformer.py": ["--dim", "32", "--heads", "2", "--batch", "8", "--regions", "5", "--feat_dim", "16",
                              "--vocab", "50", "--words", "5", "--eval_batch", "8", "--steps", "1"],
+    "mnmt.py": ["--embed", "8", "--hidden", "8", "--batch", "8", "--cells", "4", "--feat_dim", "16",
+                "--vocab", "50", "--src_vocab", "40", "--src_words", "5", "--words", "5",
+                "--beam", "3", "--eval_batch", "8", "--steps", "1"],
 }
 
 

@@ -1,0 +1,309 @@
+"""Multimodal attention NMT (Caglayan et al., 2016, "Multimodal Attention for Neural Machine
+Translation"): an English source sentence and the image's convolutional features are attended
+by one conditional-GRU decoder that writes the German description.
+
+Dimension legend:
+  B batch (images, or images x captions / beams), Ls source positions (words, EOS, PAD),
+  N image grid cells (196 in the paper), C image feature width, T target positions,
+  E word embedding width (620), H GRU width (1000), A attention width (2H by default),
+  V target vocabulary, Vs source vocabulary.
+
+Textual encoder (section 3.1, eq. 3): a bidirectional GRU over the source embeddings,
+``a_i^txt = [h->_i; h<-_i]`` in R^{2H}. flax's ``nn.Bidirectional`` of two ``nn.RNN(GRUCell)``
+with ``seq_lengths`` = the number of non-PAD source tokens, so the backward GRU starts at the
+last real token and a padded source gives the same annotations as the unpadded one.
+Visual encoder (section 3.2): the batch's ``feats`` (grid cells) through a linear ``W_im``
+(no bias) to 2H: ``A^im``.
+
+Conditional GRU decoder (section 3.3), at target step t (1-based) with the previous word
+``y_{t-1}`` (BOS at t = 1):
+  ``h_0^(1) = tanh(W_init mean_i(a_i^txt) + b_init)``  (eq. 4; mean over non-PAD tokens)
+  ``h_t^(1) = g1(h_{t-1}^(1), E y_{t-1})``
+  ``alpha_t^m = softmax(U_A^m tanh(W_D^m h_t^(1) + W_C^m A^m))``, m in {txt, im}   (eqs. 9-10)
+  ``c_t^m = sum_i alpha_ti^m a_i^m``                                              (eq. 11)
+  ``c_t = tanh(c^txt + c^im)`` (SUM, eq. 5) or ``tanh(W_fus [c^txt; c^im] + b_fus)`` (CONCAT, eq. 6)
+  ``h_t^(2) = g2(h_{t-1}^(2), c_t)`` with ``h_0^(2) = h_1^(1)``                         (eqs. 4, 7)
+  ``logits_t = L_o tanh(L_s h_t^(2) + L_c c_t + E y_{t-1})``                            (eq. 8)
+Encoder-(in)dependent attention: one shared ``{W_C, U_A}`` (parameters ``W_C``, ``U_A``) or one
+per modality (``W_C_txt``, ``U_A_txt``, ``W_C_im``, ``U_A_im``); decoder-(in)dependent: one
+``W_D`` or ``W_D_txt`` / ``W_D_im``. A shared projection is one module applied to both
+modalities, so it is a single array in the parameter tree. Padded source tokens (and padded
+regions) get zero attention weight. ``W_C A^m`` is computed once in ``encode``.
+
+Variants (Table 2 order, :data:`VARIANTS`): MNMT1-4 SUM, MNMT5-8 CONCAT, each with encoder
+IND/IND/DEP/DEP x decoder IND/DEP/IND/DEP; ``nmt`` (text only: ``c_t = c_t^txt``) and
+``imgtxt`` (image only: ``c_t = c_t^im``, ``h_0^(1)`` from the mean visual annotation).
+
+Deviations and choices where the paper is silent (each documented against lium-lst/nmtpy,
+whose CGRU follows dl4mt's ``gru_cond_layer``):
+
+* **Two recurrent states (paper) vs one (nmtpy).** The paper keeps two GRU states: g1 runs on
+  the target embeddings only and g2 on the contexts, ``h_t^(2) = g2(h_{t-1}^(2), c_t)``, with
+  ``h_0^(2) = h_1^(1)``. nmtpy/dl4mt's CGRU has one state: ``h'_t = g1(h_{t-1}, E y_{t-1})``,
+  attention from ``h'_t``, then ``h_t = g2(h'_t, c_t)`` (g2's previous state is g1's *output*
+  at the same step) and ``h_t`` feeds the next g1. The two agree at t = 1 only. We follow the
+  paper; the cache holds both states.
+* **GRU equations.** flax's ``GRUCell`` (the reset gate multiplies ``W_hn h + b_hn``, as in
+  dl4mt / nmtpy) rather than Cho et al.'s ``r * h`` inside the matrix product.
+* **Biases.** Eqs. 8-10 have none; we add none there except ``b`` of ``L_o`` (a per-word prior,
+  nmtpy has it). ``W_im`` and ``W_C`` are bias-free, ``W_init``/``W_fus`` carry ``b_init``/``b_fus``.
+  nmtpy's attention has a bias inside the tanh and on ``U_A``; the latter cancels in the softmax.
+* **CONCAT tanh.** Eq. 6 puts a tanh on ``W_fus [c^txt; c^im] + b_fus``; nmtpy's
+  ``fusion_concat_*`` is linear. ``fusion_tanh=False`` gives nmtpy's form (default: the paper).
+* **Monomodal baselines.** The paper gives them "exactly the same architecture but with a single
+  source modality" and no fusion; we use the modality's context as ``c_t`` without a tanh
+  (as nmtpy's ``attention`` model), and IMGTXT initialises ``h_0^(1)`` from the mean visual
+  annotation (it has no text).
+* **Source EOS.** The mean in eq. 4 and the attention run over every non-PAD source token,
+  the final EOS included (nmtpy appends ``<eos>`` to the source too).
+* **Attention width.** ``A = 2H`` by default (dl4mt projects to the context width); configurable.
+* **Initialisation.** Xavier-uniform for every kernel and embedding (the paper), recurrent
+  kernels included (nmtpy uses orthogonal ones); biases zero.
+* **Dropout** is not in the paper (default 0); when set it acts on both embeddings and on the
+  input of ``L_o`` (nmtpy's ``dropout_emb`` / ``dropout_out``).
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from jaxcap.data.vocab import PAD
+from jaxcap.models.base import CaptionModel
+from jaxcap.models.registry import register
+
+# Table 2: variant -> (fusion, encoder-dependent attention, decoder-dependent projection).
+VARIANTS = {
+    "mnmt1": ("sum", False, False),
+    "mnmt2": ("sum", False, True),
+    "mnmt3": ("sum", True, False),
+    "mnmt4": ("sum", True, True),
+    "mnmt5": ("concat", False, False),
+    "mnmt6": ("concat", False, True),
+    "mnmt7": ("concat", True, False),
+    "mnmt8": ("concat", True, True),
+}
+MODALITIES = ("both", "text", "image")
+FUSIONS = ("sum", "concat")
+_XAVIER = nn.initializers.xavier_uniform()
+
+
+def masked_mean(x_BxLxD, mask_BxL):
+  """Mean over the positions where ``mask`` is True (1 position when none is)."""
+  w_BxL = mask_BxL.astype(x_BxLxD.dtype)
+  return (x_BxLxD * w_BxL[..., None]).sum(1) / jnp.maximum(w_BxL.sum(1, keepdims=True), 1.0)
+
+
+def _gru(features: int, dtype):
+  return nn.GRUCell(features, kernel_init=_XAVIER, recurrent_kernel_init=_XAVIER, dtype=dtype,
+                    param_dtype=jnp.float32)
+
+
+def _dense(features: int, dtype, use_bias: bool = False):
+  return nn.Dense(features, use_bias=use_bias, kernel_init=_XAVIER, dtype=dtype,
+                  param_dtype=jnp.float32)
+
+
+@register("mnmt")
+class MultimodalNMT(CaptionModel):
+  """Bi-GRU text encoder, linear visual encoder, conditional GRU with multimodal attention.
+
+  Attributes:
+    vocab_size: V (target).
+    src_vocab_size: Vs (source; unused when ``modalities == "image"``).
+    embed_dim: E.
+    hidden_dim: H.
+    att_dim: A (0: 2H).
+    modalities: ``both`` (MNMT), ``text`` (NMT) or ``image`` (IMGTXT).
+    fusion: ``sum`` (eq. 5) or ``concat`` (eq. 6); only with both modalities.
+    fusion_tanh: the tanh of eq. 6 (False: nmtpy's linear CONCAT).
+    encoder_dependent: one ``{W_C, U_A}`` per modality (else shared).
+    decoder_dependent: one ``W_D`` per modality (else shared).
+    dropout: rate on embeddings and the output layer's input (not in the paper).
+    dtype: compute dtype (parameters stay float32; softmax and logits float32).
+  """
+
+  vocab_size: int
+  src_vocab_size: int = 0
+  embed_dim: int = 620
+  hidden_dim: int = 1000
+  att_dim: int = 0
+  modalities: str = "both"
+  fusion: str = "concat"
+  fusion_tanh: bool = True
+  encoder_dependent: bool = True
+  decoder_dependent: bool = False
+  dropout: float = 0.0
+  dtype: str = "float32"
+
+  @classmethod
+  def from_config(cls, cfg, info):
+    get = cfg.get
+    variant = get("variant", "")
+    fusion, enc_dep, dec_dep = get("fusion", "concat"), get("encoder_dependent", True), get(
+        "decoder_dependent", False)
+    modalities = get("modalities", "both")
+    if variant:
+      if variant == "nmt":
+        modalities = "text"
+      elif variant == "imgtxt":
+        modalities = "image"
+      elif variant in VARIANTS:
+        modalities = "both"
+        fusion, enc_dep, dec_dep = VARIANTS[variant]
+      else:
+        raise ValueError(f"config field model.variant: expected one of "
+                         f"{sorted(VARIANTS) + ['nmt', 'imgtxt']}, got {variant!r}")
+    for field, default in (("embed_dim", 620), ("hidden_dim", 1000)):
+      value = get(field, default)
+      if not (isinstance(value, int) and value > 0):
+        raise ValueError(f"config field model.{field}: expected a positive int, got {value!r}")
+    att_dim = get("att_dim", 0)
+    if not (isinstance(att_dim, int) and att_dim >= 0):
+      raise ValueError(f"config field model.att_dim: expected an int >= 0 (0: 2 x hidden_dim), "
+                       f"got {att_dim!r}")
+    if modalities not in MODALITIES:
+      raise ValueError(f"config field model.modalities: expected one of {MODALITIES}, got {modalities!r}")
+    if fusion not in FUSIONS:
+      raise ValueError(f"config field model.fusion: expected one of {FUSIONS}, got {fusion!r}")
+    rate = get("dropout", 0.0)
+    if not 0.0 <= rate < 1.0:
+      raise ValueError(f"config field model.dropout: expected a rate in [0, 1), got {rate!r}")
+    src_vocab = int(info.get("src_vocab_size", 0) or 0)
+    if modalities != "image" and src_vocab <= 0:
+      raise ValueError("config field data.task: the mnmt model reads a translation source "
+                       f"(info src_vocab_size > 0), got {src_vocab}; use task='translate'")
+    return cls(vocab_size=int(info["vocab_size"]), src_vocab_size=src_vocab,
+               embed_dim=get("embed_dim", 620), hidden_dim=get("hidden_dim", 1000), att_dim=att_dim,
+               modalities=modalities, fusion=fusion, fusion_tanh=bool(get("fusion_tanh", True)),
+               encoder_dependent=bool(enc_dep), decoder_dependent=bool(dec_dep),
+               dropout=float(rate), dtype=get("dtype", "float32"))
+
+  # ------------------------------------------------------------------------------ modules
+  @property
+  def _mods(self) -> tuple[str, ...]:
+    return {"both": ("txt", "im"), "text": ("txt",), "image": ("im",)}[self.modalities]
+
+  def setup(self):
+    dt = jnp.dtype(self.dtype)
+    h2 = 2 * self.hidden_dim
+    att = self.att_dim or h2
+    both = self.modalities == "both"
+    if "txt" in self._mods:
+      self.src_embed = nn.Embed(self.src_vocab_size, self.embed_dim, embedding_init=_XAVIER,
+                                dtype=dt, param_dtype=jnp.float32)
+      self.encoder = nn.Bidirectional(nn.RNN(_gru(self.hidden_dim, dt)),
+                                      nn.RNN(_gru(self.hidden_dim, dt)))
+    if "im" in self._mods:
+      self.W_im = _dense(h2, dt)
+    self.W_init = _dense(self.hidden_dim, dt, use_bias=True)
+    self.trg_embed = nn.Embed(self.vocab_size, self.embed_dim, embedding_init=_XAVIER, dtype=dt,
+                              param_dtype=jnp.float32)
+    self.g1 = _gru(self.hidden_dim, dt)
+    self.g2 = _gru(self.hidden_dim, dt)
+    # Shared projections are one module (one array) used for both modalities.
+    if both and self.encoder_dependent:
+      self.W_C_txt, self.W_C_im = _dense(att, dt), _dense(att, dt)
+      self.U_A_txt, self.U_A_im = _dense(1, dt), _dense(1, dt)
+    else:
+      self.W_C, self.U_A = _dense(att, dt), _dense(1, dt)
+    if both and self.decoder_dependent:
+      self.W_D_txt, self.W_D_im = _dense(att, dt), _dense(att, dt)
+    else:
+      self.W_D = _dense(att, dt)
+    if both and self.fusion == "concat":
+      self.W_fus = _dense(h2, dt, use_bias=True)
+    self.L_s = _dense(self.embed_dim, dt)
+    self.L_c = _dense(self.embed_dim, dt)
+    self.L_o = _dense(self.vocab_size, dt, use_bias=True)
+    self.drop = nn.Dropout(self.dropout)
+
+  def _proj(self, name: str, m: str, dependent: bool):
+    both = self.modalities == "both"
+    return getattr(self, f"{name}_{m}") if both and dependent else getattr(self, name)
+
+  # ------------------------------------------------------------------------------ protocol
+  def encode(self, batch, train: bool = False):
+    """Annotations, their attention keys ``W_C A^m`` and ``h_0^(1)``; leaves ``[B, ...]``."""
+    det = not train
+    enc = {}
+    if "txt" in self._mods:
+      src_BxL = batch["src"]
+      mask_BxL = src_BxL != PAD
+      x_BxLxE = self.drop(self.src_embed(src_BxL), deterministic=det)
+      a_BxLx2H = self.encoder(x_BxLxE, seq_lengths=mask_BxL.sum(-1).astype(jnp.int32))
+      enc.update(txt=a_BxLx2H, txt_mask=mask_BxL,
+                 txt_keys=self._proj("W_C", "txt", self.encoder_dependent)(a_BxLx2H))
+      pooled_Bx2H = masked_mean(a_BxLx2H, mask_BxL)
+    if "im" in self._mods:
+      mask_BxN = batch["feats_mask"].astype(bool)
+      a_BxNx2H = self.W_im(batch["feats"].astype(jnp.float32))
+      enc.update(im=a_BxNx2H, im_mask=mask_BxN,
+                 im_keys=self._proj("W_C", "im", self.encoder_dependent)(a_BxNx2H))
+      if "txt" not in self._mods:
+        pooled_Bx2H = masked_mean(a_BxNx2H, mask_BxN)
+    enc["h0"] = jnp.tanh(self.W_init(pooled_Bx2H))
+    return enc
+
+  def init_cache(self, enc, max_len: int):
+    del max_len  # Recurrent states do not grow with time.
+    # h2 is replaced by h_1^(1) at the first step (eq. 4).
+    return {"h1": enc["h0"], "h2": jnp.zeros_like(enc["h0"])}
+
+  def _attend(self, enc, m: str, h1_BxH):
+    """Eqs. 9-11 for modality ``m``: ``(c [B, 2H], alpha [B, L] float32)``."""
+    q_BxA = self._proj("W_D", m, self.decoder_dependent)(h1_BxH)
+    u_A = self._proj("U_A", m, self.encoder_dependent)
+    e_BxL = u_A(jnp.tanh(enc[f"{m}_keys"] + q_BxA[:, None, :]))[..., 0].astype(jnp.float32)
+    # A large finite value keeps an all-padding row (evaluation padding) finite.
+    e_BxL = jnp.where(enc[f"{m}_mask"], e_BxL, -1e9)
+    alpha_BxL = jax.nn.softmax(e_BxL, axis=-1)
+    c_Bx2H = jnp.einsum("bl,bld->bd", alpha_BxL.astype(enc[m].dtype), enc[m])
+    return c_Bx2H, alpha_BxL
+
+  def _fuse(self, ctx: dict):
+    if self.modalities != "both":
+      return ctx[self._mods[0]]
+    if self.fusion == "sum":
+      return jnp.tanh(ctx["txt"] + ctx["im"])  # eq. 5
+    z = self.W_fus(jnp.concatenate([ctx["txt"], ctx["im"]], axis=-1))  # eq. 6
+    return jnp.tanh(z) if self.fusion_tanh else z
+
+  def _core(self, enc, cache, tokens_B, t, train: bool):
+    """g1, attention, fusion and g2 of one step (no output layer)."""
+    y_BxE = self.drop(self.trg_embed(tokens_B), deterministic=not train)
+    h1_BxH, _ = self.g1(cache["h1"], y_BxE)
+    h2_prev_BxH = jnp.where(t == 0, h1_BxH, cache["h2"])  # h_0^(2) = h_1^(1) (eq. 4)
+    ctx, aux = {}, {}
+    for m in self._mods:
+      ctx[m], aux[f"attention_{m}"] = self._attend(enc, m, h1_BxH)
+    c_Bx2H = self._fuse(ctx)
+    h2_BxH, _ = self.g2(h2_prev_BxH, c_Bx2H)  # eq. 7
+    return {"h1": h1_BxH, "h2": h2_BxH}, (h2_BxH, c_Bx2H, y_BxE), aux
+
+  def _output(self, h2, c, y, train: bool):
+    """Eq. 8 (logits; the softmax is the loss's / the search's)."""
+    hid = jnp.tanh(self.L_s(h2) + self.L_c(c) + y)
+    return self.L_o(self.drop(hid, deterministic=not train)).astype(jnp.float32)
+
+  def decode_step(self, enc, cache, tokens, t, train: bool = False):
+    cache, (h2, c, y), aux = self._core(enc, cache, tokens, t, train)
+    return self._output(h2, c, y, train), cache, aux
+
+  def decode_train(self, enc, tokens, train: bool = False):
+    """Teacher forcing: the recurrent core scanned over T, then eq. 8 on all steps at once.
+
+    Returns:
+      ``(logits [B, T, V] float32, {"attention_<m>": [B, T, L_m]})``.
+    """
+
+    def body(mdl, cache, enc, tokens_B, t):
+      cache, out, aux = mdl._core(enc, cache, tokens_B, t, train)
+      return cache, (out, aux)
+
+    scan = nn.scan(body, variable_broadcast="params", split_rngs={"params": False, "dropout": True},
+                   in_axes=(nn.broadcast, 1, 0), out_axes=1)
+    steps_T = jnp.arange(tokens.shape[1], dtype=jnp.int32)
+    _, ((h2, c, y), aux) = scan(self, self.init_cache(enc, tokens.shape[1]), enc, tokens, steps_T)
+    return self._output(h2, c, y, train), aux

@@ -1,0 +1,177 @@
+"""The multimodal-attention NMT paper's Table 2 on the synthetic bilingual scenes.
+
+Rows in the table's order: NMT, IMGTXT, MNMT1-8 (``configs/mnmt.py:synthetic,variant=...``),
+each trained with ``--seeds`` seeds on the same data and tested on the test split with greedy
+decoding. Columns: sacreBLEU / METEOR (``-l de``, exact+stem) / CIDEr-D of the first source (the
+image's ``source_en``) and, in parentheses as in the paper, of best-source selection (the
+image's ``source_en`` and its 5 English captions are each translated; the hypothesis with the
+fewest UNK and then the highest log-likelihood is kept; IMGTXT has no source, so one column).
+A second table scores the test images whose English source omits a colour that the German
+references name (BLEU and CIDEr-D, first source; the image is the only way to get it right).
+
+  python scripts/mnmt_table2.py --workdir /tmp/mnmt_table2 [--steps 400] [--seeds 0,1,2]
+      [--rows nmt,mnmt7] [--num_train 2000] [--num_test 300] [--hidden 64] [--embed 48]
+
+The training loop is inlined (one jit per row, reused across seeds) to keep the CPU time of
+30 runs small; it is the trainer's cross-entropy step (``jaxcap.training.steps.train_step``) and
+optimiser (``optim.make_optimizer``) on the config's batches. Results: ``<workdir>/table2.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _mean_std(xs):
+  xs = [x for x in xs if x is not None]
+  if not xs:
+    return "n/a"
+  return f"{np.mean(xs):.2f} ± {np.std(xs):.2f}"
+
+
+def main(argv=None):
+  p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  p.add_argument("--workdir", required=True)
+  p.add_argument("--rows", default="nmt,imgtxt,mnmt1,mnmt2,mnmt3,mnmt4,mnmt5,mnmt6,mnmt7,mnmt8")
+  p.add_argument("--seeds", default="0,1,2")
+  p.add_argument("--steps", type=int, default=400)
+  p.add_argument("--batch", type=int, default=50)
+  p.add_argument("--num_train", type=int, default=2000)
+  p.add_argument("--num_test", type=int, default=300)
+  p.add_argument("--hidden", type=int, default=0, help="GRU width (0: the config's)")
+  p.add_argument("--embed", type=int, default=0, help="embedding width (0: the config's)")
+  p.add_argument("--no_meteor", action="store_true")
+  args = p.parse_args(argv)
+
+  import jax
+  import jax.numpy as jnp
+  from configs import mnmt as mnmt_config
+  from jaxcap import data as data_lib
+  from jaxcap import decoding
+  from jaxcap.data import pipeline
+  from jaxcap.data.synthetic import SyntheticScenes
+  from jaxcap.evaluation import best_source, translation
+  from jaxcap.models import registry
+  from jaxcap.models.base import shift_right
+  from jaxcap.training import optim, steps
+
+  rows = [r for r in args.rows.split(",") if r]
+  seeds = [int(s) for s in args.seeds.split(",")]
+  os.makedirs(args.workdir, exist_ok=True)
+  out_path = os.path.join(args.workdir, "table2.json")
+  results = json.load(open(out_path)) if os.path.exists(out_path) else {}
+
+  base = mnmt_config.get_config("synthetic")
+  base.data.num_train, base.data.num_val, base.data.num_test = args.num_train, 10, args.num_test
+  dataset = data_lib.get_dataset(base.data)
+  scenes = SyntheticScenes(num_train=args.num_train, num_val=10, num_test=args.num_test,
+                           seed=base.data.seed, feature_dim=base.data.feature_dim)
+  info = dict(dataset.info)
+  test = dataset.split("test")
+  ids = dataset.image_ids("test")
+  refs = dataset.references("test")
+  omitted = {ids[i] for i in range(len(test)) if scenes.source_omits_colour("test", i)}
+  cands = np.stack([best_source.encode_sources(
+      dataset.src_vocab, [scenes.source_en("test", i)] + scenes.captions("test", i), info["src_max_len"])
+      for i in range(len(test))])  # [n, 6, Ls]
+  test_batches = list(pipeline.eval_batches(test, 100, num_threads=0))
+  train_batches = None
+  print(f"data: {args.num_train} train / {len(test)} test images, {len(omitted)} test sources omit a "
+        f"colour; V_de={info['vocab_size']} V_en={info['src_vocab_size']}", flush=True)
+
+  fns = {}
+
+  def row_fns(row):
+    """Model, jitted train step, init and greedy decoding of a row (built once, reused per seed)."""
+    if row in fns:
+      return fns[row]
+    cfg = mnmt_config.get_config(f"synthetic,variant={row}")
+    if args.hidden:
+      cfg.model.hidden_dim = args.hidden
+    if args.embed:
+      cfg.model.embed_dim = args.embed
+    model = registry.build(cfg.model, info)
+    tx, _ = optim.make_optimizer(cfg, max(1, args.num_train // args.batch))
+    train_step = jax.jit(functools.partial(steps.train_step, model=model, tx=tx), donate_argnums=0)
+    greedy = jax.jit(lambda prm, b: decoding.greedy(model, prm, b, max_len=cfg.decode.max_len))
+
+    def decode(prm, b):
+      o = greedy(prm, b)
+      return np.asarray(o.tokens), np.asarray(o.logprobs)
+
+    fns[row] = (tx, train_step, jax.jit(model.init), decode)
+    return fns[row]
+
+  # Seeds outer, rows inner: an interrupted run still has every row for its first seeds.
+  for seed in seeds:
+    for row in rows:
+      tx, train_step, init, decode = row_fns(row)
+      key = f"{row}/seed{seed}"
+      if key in results:
+        continue
+      t0 = time.time()
+      it = pipeline.make_train_iterator(dataset.split("train"), args.batch, seed=seed, num_threads=0)
+      first = next(it)
+      params = init(jax.random.PRNGKey(seed), first, shift_right(jnp.asarray(first["captions"])))
+      state = steps.create_state(params, tx, jax.random.PRNGKey(seed + 1))
+      batch = first
+      for _ in range(args.steps):
+        state, metrics = train_step(state, batch)
+        batch = next(it)
+      loss = float(metrics["loss_sum"] / metrics["token_count"])
+      t_train = time.time() - t0
+      first_p, best_p = {}, {}
+      for b in test_batches:
+        toks, _ = decode(state.params, b)
+        valid = b["valid"]
+        if row != "imgtxt":
+          btoks, _ = best_source.best_source_tokens(lambda bb: decode(state.params, bb), b,
+                                                    cands[b["image_index"]])
+        for j in np.nonzero(valid)[0]:
+          i = ids[int(b["image_index"][j])]
+          first_p[i] = dataset.vocab.decode(toks[j])
+          best_p[i] = dataset.vocab.decode(btoks[j]) if row != "imgtxt" else first_p[i]
+      res = {"loss": loss, "train_s": t_train}
+      for name, preds in (("first", first_p), ("best", best_p)):
+        if name == "best" and row == "imgtxt":
+          res["best"] = res["first"]
+          continue
+        s = translation.score(refs, preds, log=lambda *_: None, meteor=not args.no_meteor)["overall"]
+        sub = translation.score(refs, {i: preds[i] for i in omitted}, log=lambda *_: None,
+                                meteor=False)["overall"]
+        res[name] = {"BLEU": s.get("sacreBLEU"), "METEOR": 100 * s["METEOR"] if "METEOR" in s else None,
+                     "CIDEr": 100 * s["CIDEr"], "omit_BLEU": sub.get("sacreBLEU"),
+                     "omit_CIDEr": 100 * sub["CIDEr"]}
+      res["time_s"] = time.time() - t0
+      results[key] = res
+      print(f"{key}: loss {loss:.3f} first {res['first']} best {res['best']} ({res['time_s']:.0f} s)",
+            flush=True)
+      with open(out_path, "w") as f:
+        json.dump(results, f, indent=1)
+
+  def cell(row, metric):
+    runs = [results[f"{row}/seed{s}"] for s in seeds if f"{row}/seed{s}" in results]
+    a = _mean_std([r["first"][metric] for r in runs])
+    b = _mean_std([r["best"][metric] for r in runs])
+    return a if row == "imgtxt" else f"{a} ({b})"
+
+  print(f"\nTable 2 analog (synthetic bilingual scenes, test split, {len(seeds)} seeds, mean ± std; "
+        "first source (best source))")
+  print("| Model | METEOR | BLEU | CIDEr-D | BLEU, colour omitted | CIDEr-D, colour omitted |")
+  print("|---|---|---|---|---|---|")
+  for row in rows:
+    print(f"| {row.upper()} | {cell(row, 'METEOR')} | {cell(row, 'BLEU')} | {cell(row, 'CIDEr')} | "
+          f"{cell(row, 'omit_BLEU')} | {cell(row, 'omit_CIDEr')} |")
+
+
+if __name__ == "__main__":
+  main()
