@@ -341,6 +341,22 @@ def test_prepare_variables_stores_the_training_mean(tiny_synthetic):
   np.testing.assert_array_equal(out["params"]["U_1"], variables["params"]["U_1"])
 
 
+def test_prepare_variables_loads_a_fixed_glove_embedding(tiny_synthetic, tmp_path):
+  path = tmp_path / "glove.txt"
+  path.write_text("red 1 2\ncircle 3 5\nzebra 7 7\n")
+  info = dict(tiny_synthetic.info)
+  model = TPGN(vocab_size=info["vocab_size"], feature_dim=info["global_dim"], d=2,
+               glove_path=str(path), train_embedding=False)
+  variables = _jit(model.init)(jax.random.key(0), {"global_feat": np.zeros((2, info["global_dim"]), np.float32)},
+                               jnp.zeros((2, 1, 3), jnp.int32))
+  assert "embedding" not in variables["params"]
+  out = model.prepare_variables(jax.device_get(variables), tiny_synthetic)
+  table = np.asarray(out["constants"]["embedding"])
+  stoi = tiny_synthetic.vocab.stoi
+  np.testing.assert_allclose(table[stoi["circle"]] - table[stoi["red"]], [2, 3], atol=1e-5)
+  np.testing.assert_allclose(table.mean(0), 0.0, atol=1e-5)
+
+
 @pytest.fixture(scope="module")
 def tiny_synthetic():
   from configs import common
