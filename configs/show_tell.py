@@ -2,7 +2,7 @@
 
 * ``synthetic`` (default): CPU-sized (LSTM and embeddings 128, Adam 2e-3, 500 steps of 50
   images, the same schedule as ``configs/tpgn.py:synthetic``).
-* ``flickr8k``: LSTM 512 as the paper, dropout 0.5, 800 steps of 25 images (as
+* ``flickr8k``: LSTM 512 as the paper, dropout 0.5, 500 steps of 25 images (as
   ``configs/tpgn.py:flickr8k``).
 * ``coco``: LSTM 512, embeddings 512, dropout 0.5; Adam 5e-4 x0.8 every 3 epochs, batch 50,
   30 epochs, beam 3 (the same schedule as ``configs/tpgn.py:coco``; NIC itself used SGD).
@@ -45,9 +45,9 @@ def get_config(arg: str | None = None):
     c.model.hidden_dim = c.model.embed_dim = a.dim or 128
     c.model.dropout = 0.2 if a.dropout < 0 else a.dropout
   if a.dataset == "flickr8k":
-    c.num_train_steps = 800
-    c.eval_every_steps = 200
-    c.checkpoint_every_steps = 200
+    c.num_train_steps = 500
+    c.eval_every_steps = 100
+    c.checkpoint_every_steps = 100
     c.batch_size = 25
     c.data.min_word_count = 3
   return c

@@ -5,8 +5,8 @@ Variants through the config argument (``--config configs/tpgn.py:<arg>``):
 * ``synthetic`` (default): CPU-sized run on ``synthetic_scenes``' global feature (d = 16,
   Adam 2e-3 with x0.8 every 3 epochs, 500 steps of 50 images); ``d=25`` gives the paper's size.
 * ``flickr8k``: ``../shared/data/flickr8k_xception`` (1000-d Xception class probabilities, 700
-  training images): d = 25 as the paper, dropout 0.3 (the tiny split overfits), 800 steps of 25
-  images.
+  training images): d = 25 as the paper, dropout 0.3 (the tiny split overfits), 500 steps of 25
+  images (18 epochs; sized for a 2-core CPU).
 * ``coco``: the paper's settings (sections 4-5.2): d = 25 (Ŝ 25 x 25, u_t and f_t 625-d),
   2048-d ResNet-152 global feature (``cocobu_fc``), W_e from GloVe when ``glove=<file>`` is given
   (then fixed, as the paper: ``train_embedding=False``), else learned. The paper gives no
@@ -63,9 +63,9 @@ def get_config(arg: str | None = None):
   if a.dataset == "flickr8k":
     c.model.d = a.d or 25
     c.model.dropout = 0.3 if a.dropout < 0 else a.dropout
-    c.num_train_steps = 800
-    c.eval_every_steps = 200
-    c.checkpoint_every_steps = 200
+    c.num_train_steps = 500
+    c.eval_every_steps = 100
+    c.checkpoint_every_steps = 100
     c.batch_size = 25
     c.data.min_word_count = 3
   return c
