@@ -116,6 +116,33 @@ EN_NUMBER = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six"}
 EN_STOPWORDS = frozenset(("a", "an", "is", "of", "to", "the", "on", "there", "with", "it",
                           "and", "including", "in"))
 
+# Part of speech of every English word the grammar produces (Universal POS tags), exact because
+# each word has one use in the grammar: articles DET; size, colour and material words ADJ
+# (``metal``/``glass`` only ever modify a shape); shapes, ``shapes`` and the relational nouns
+# ``left``/``right`` (``to the left of``; ``left of`` is its short form) NOUN; counts NUM;
+# ``is`` VERB; ``there`` (existential) and ``it`` PRON; ``and`` CCONJ; every relation and
+# linking word ADP (``including`` introduces a noun phrase as a preposition does here).
+EN_POS = {
+    **{w: "DET" for w in ("a", "an", "the")},
+    **{w: "ADJ" for w in COLOURS + ("small", "little", "tiny", "large", "big", "wooden", "metal",
+                                    "glass")},
+    **{w: "NOUN" for syn in EN_SHAPE.values() for pair in syn for w in pair},
+    "shapes": "NOUN", "left": "NOUN", "right": "NOUN",
+    **{w: "NUM" for w in EN_NUMBER.values()},
+    **{w: "ADP" for w in ("of", "to", "on", "above", "over", "below", "under", "beneath", "in",
+                          "inside", "with", "including")},
+    "is": "VERB", "there": "PRON", "it": "PRON", "and": "CCONJ",
+}
+# TPGN's Table 2 split of parts of speech: nominal (nouns, pronouns, articles, adjectives; numerals
+# join them) vs verbal (verbs, prepositions, conjunctions, adverbs).
+POS_NOMINAL = frozenset(("NOUN", "PRON", "DET", "ADJ", "NUM"))
+
+
+def english_pos(word: str) -> str:
+  """The part of speech of an English word of the grammar (``EN_POS``); ``"X"`` otherwise."""
+  return EN_POS.get(word, "X")
+
+
 # German lexicon: shape -> ((singular, plural nom/acc, plural dative, gender), ...).
 DE_SHAPE = {
     "circle": (("kreis", "kreise", "kreisen", "m"), ("scheibe", "scheiben", "scheiben", "f")),

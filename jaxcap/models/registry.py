@@ -41,7 +41,8 @@ def build(model_config, info: dict):
 def _import_all():
   # Importing the modules runs their @register decorators.
   import importlib
-  for mod in ("transformer", "nearest_neighbour", "lstm", "eta", "aat", "image_transformer", "mnmt"):
+  for mod in ("transformer", "nearest_neighbour", "lstm", "eta", "aat", "image_transformer", "mnmt", "tpgn",
+              "show_tell"):
     try:
       importlib.import_module(f"jaxcap.models.{mod}")
     except ModuleNotFoundError as e:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import jax
 import optax
 
 
@@ -52,7 +53,20 @@ def make_schedule(config, steps_per_epoch: int):
   return xe
 
 
-def make_optimizer(config, steps_per_epoch: int):
+def _zero_collections(names):
+  """Sets the updates of the variable collections ``names`` to zero (non-trainable constants,
+  e.g. TPGN's mean training feature), whatever the gradient or the weight decay says."""
+  names = tuple(names)
+
+  def mask(params):
+    return {k: jax.tree.map(lambda _: k in names, v) for k, v in params.items()}
+
+  return optax.masked(optax.set_to_zero(), mask)
+
+
+def make_optimizer(config, steps_per_epoch: int, frozen_collections=()):
+  """The optimiser of ``config``; updates of ``frozen_collections`` (top-level keys of the
+  variables dict) are zeroed."""
   schedule = make_schedule(config, steps_per_epoch)
   parts = []
   l2 = float(config.get("l2", 0.0))
@@ -68,4 +82,6 @@ def make_optimizer(config, steps_per_epoch: int):
                              weight_decay=config.weight_decay))
   else:
     parts.append(optax.adam(schedule, b1=config.adam_b1, b2=config.adam_b2, eps=config.adam_eps))
+  if frozen_collections:
+    parts.append(_zero_collections(frozen_collections))
   return optax.chain(*parts), schedule

@@ -138,7 +138,8 @@ class Trainer:
     self.eval_batch_size = int(math.ceil(config.eval_batch_size / n_dev) * n_dev)
     self.num_train = len(self.dataset.split("train"))
     self.steps_per_epoch = max(1, self.num_train // config.batch_size)
-    self.tx, self.schedule = optim.make_optimizer(config, self.steps_per_epoch)
+    self.tx, self.schedule = optim.make_optimizer(
+        config, self.steps_per_epoch, frozen_collections=getattr(self.model, "frozen_collections", ()))
     self._decode_fns: dict = {}
 
   # ---------------------------------------------------------------- state
@@ -275,6 +276,8 @@ class Trainer:
       print(f"Resumed from {workdir}/checkpoints at step {start}.", flush=True)
     elif config.get("init_from", ""):
       state = self.init_from(state, config.init_from)
+    else:
+      state = self.prepare_variables(state)
     scst_start = optim.scst_start_step(config, self.steps_per_epoch)
 
     bar = _progress(config.num_train_steps, start)
@@ -322,6 +325,20 @@ class Trainer:
     writer.close()
     self.ckpts = ckpts
     return state
+
+  def prepare_variables(self, state):
+    """A fresh run's state with the model's data-derived constants filled in (once).
+
+    A model with a ``prepare_variables(variables, dataset)`` method (TPGN: the mean training
+    feature v̄ of its eq. 9) computes them here, before the first step; from then on they are
+    part of the checkpointed state, so resuming, ``init_from`` and evaluation never recompute them.
+    """
+    prepare = getattr(self.model, "prepare_variables", None)
+    if prepare is None:
+      return state
+    params = jax.device_put(prepare(jax.device_get(state.params), self.dataset),
+                            parallel.replicated(self.mesh))
+    return state.replace(params=params)
 
   def init_from(self, state, source_workdir: str):
     """``state`` with the parameters of another run's best (else latest) checkpoint.

@@ -17,6 +17,8 @@ TINY = {
                      "--feat_dim", "16", "--vocab", "50", "--words", "5", "--train_images", "20"],
     "aat.py": ["--dim", "32", "--heads", "2", "--batch", "2", "--regions", "4", "--feat_dim", "16",
                "--vocab", "50", "--words", "5", "--eval_batch", "2", "--steps", "1"],
+    "tpgn.py": ["--d", "3", "--batch", "8", "--feat_dim", "16", "--vocab", "50", "--words", "5",
+                "--eval_batch", "8", "--steps", "1"],
     "input_pipeline.py": ["--images", "100", "--batches", "2", "--threads", "0"],
     # Every registered model, every step kind, at tiny sizes (the JSON is checked below).
     "run.py": ["--models", "all", "--batch", "8", "--eval_batch", "8", "--steps", "1", "--windows", "1",

@@ -329,3 +329,24 @@ def test_default_size_is_fast_to_build():
   for i in range(200):
     ds.features("train", i)
   assert (time.perf_counter() - t0) / 200 < 0.005  # generous: ~0.2 ms measured
+
+
+def test_every_english_word_has_its_part_of_speech(ds):
+  from jaxcap.data import synthetic
+  seen = set()
+  for split in ds.splits:
+    for i in range(ds.num_images(split)):
+      for ref in ds.captions(split, i) + [ds.source_en(split, i)]:
+        seen.update(ref)
+  assert {synthetic.english_pos(w) for w in seen} <= set(synthetic.EN_POS.values())
+  assert "X" not in {synthetic.english_pos(w) for w in seen}
+  # Spot checks of the grammar's roles.
+  tags = {w: synthetic.english_pos(w) for w in ("a", "an", "red", "tiny", "wooden", "circles", "box",
+                                                  "left", "three", "is", "there", "it", "and",
+                                                  "beneath", "inside", "including")}
+  assert tags == {"a": "DET", "an": "DET", "red": "ADJ", "tiny": "ADJ", "wooden": "ADJ",
+                  "circles": "NOUN", "box": "NOUN", "left": "NOUN", "three": "NUM", "is": "VERB",
+                  "there": "PRON", "it": "PRON", "and": "CCONJ", "beneath": "ADP",
+                  "inside": "ADP", "including": "ADP"}
+  assert synthetic.english_pos("zebra") == "X"
+  assert set(synthetic.SyntheticScenes.content_words()) <= set(synthetic.EN_POS)

@@ -1,0 +1,1 @@
+"""Analyses of trained models (TPGN role vectors, ...)."""

@@ -1,0 +1,95 @@
+"""Show and Tell (Vinyals et al., CVPR 2015): the CNN-LSTM baseline of TPGN's Table 1.
+
+Dimension legend:
+  B batch (images, or images x captions / beams), F global image feature width,
+  T caption positions, H LSTM width (512), E word / image embedding width (512), V vocabulary.
+
+The image is the LSTM's first input, once (eqs. 10-12 of Vinyals et al.):
+  ``x_{-1} = W_I v + b_I``, ``(c_0, h_0) = LSTM(x_{-1}, (0, 0))`` (its output is not scored);
+  then for each word ``x_t = W_e y_t``, ``(c, h) = LSTM(x_t, (c, h))``,
+  ``logits = W_o Dropout(h) + b_o``.
+``encode`` runs the image step, so the cache starts at ``(c_0, h_0)``; the LSTM is flax's
+``OptimizedLSTMCell`` (the standard LSTM of the paper), one cell shared by the image and the
+word steps. Dropout (rate ``dropout``) on the image embedding, the word embeddings and the LSTM
+output, as NIC uses dropout; its rate is not given in the paper (0.5 as self-critical.pytorch's
+``fc`` model). TPGN's authors re-implemented this model with ResNet-152 features (Table 1,
+"CNN-LSTM"); here ``v`` is ``batch["global_feat"]``.
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+from jaxcap.models.base import CaptionModel
+from jaxcap.models.registry import register
+
+
+@register("show_tell")
+class ShowTell(CaptionModel):
+  """CNN-LSTM captioner: image feature as the first LSTM input.
+
+  Attributes:
+    vocab_size: V.
+    hidden_dim: H (paper 512).
+    embed_dim: E, the word and image embedding width (paper 512).
+    dropout: rate on the embeddings and the LSTM output.
+  """
+
+  vocab_size: int
+  hidden_dim: int = 512
+  embed_dim: int = 512
+  dropout: float = 0.5
+
+  @classmethod
+  def from_config(cls, cfg, info):
+    for field in ("hidden_dim", "embed_dim"):
+      value = cfg.get(field, 512)
+      if not (isinstance(value, int) and not isinstance(value, bool) and value > 0):
+        raise ValueError(f"config field model.{field}: expected a positive int, got {value!r}")
+    rate = cfg.get("dropout", 0.5)
+    if not (isinstance(rate, (int, float)) and 0.0 <= rate < 1.0):
+      raise ValueError(f"config field model.dropout: expected a rate in [0, 1), got {rate!r}")
+    return cls(vocab_size=int(info["vocab_size"]), hidden_dim=cfg.get("hidden_dim", 512),
+               embed_dim=cfg.get("embed_dim", 512), dropout=float(rate))
+
+  def setup(self):
+    self.img_embed = nn.Dense(self.embed_dim)
+    self.embed = nn.Embed(self.vocab_size, self.embed_dim)
+    self.cell = nn.OptimizedLSTMCell(self.hidden_dim)
+    self.out_proj = nn.Dense(self.vocab_size)
+    self.drop = nn.Dropout(self.dropout)
+
+  def encode(self, batch, train: bool = False):
+    v_BxF = batch["global_feat"].astype(jnp.float32)
+    x_BxE = self.drop(self.img_embed(v_BxF), deterministic=not train)
+    b = x_BxE.shape[0]
+    zeros = jnp.zeros((b, self.hidden_dim), jnp.float32)
+    (c_BxH, h_BxH), _ = self.cell((zeros, zeros), x_BxE)
+    return {"c0": c_BxH, "h0": h_BxH}
+
+  def init_cache(self, enc, max_len: int):
+    del max_len  # A recurrent state does not grow with time.
+    return {"c": enc["c0"], "h": enc["h0"]}
+
+  def _step(self, cache, tokens_B, train: bool):
+    x_BxE = self.drop(self.embed(tokens_B), deterministic=not train)
+    (c_BxH, h_BxH), _ = self.cell((cache["c"], cache["h"]), x_BxE)
+    logits_BxV = self.out_proj(self.drop(h_BxH, deterministic=not train)).astype(jnp.float32)
+    return logits_BxV, {"c": c_BxH, "h": h_BxH}, {}
+
+  def decode_step(self, enc, cache, tokens, t, train: bool = False):
+    del enc, t  # The state carries the image and the position.
+    return self._step(cache, tokens, train)
+
+  def decode_train(self, enc, tokens, train: bool = False):
+    """Teacher forcing: the same step scanned over T. Returns ``(logits [B, T, V], {})``."""
+
+    def body(mdl, cache, tokens_B):
+      logits_BxV, cache, _ = mdl._step(cache, tokens_B, train)
+      return cache, logits_BxV
+
+    scan = nn.scan(body, variable_broadcast="params", split_rngs={"params": False, "dropout": True},
+                   in_axes=1, out_axes=1)
+    _, logits_BxTxV = scan(self, self.init_cache(enc, tokens.shape[1]), tokens)
+    return logits_BxTxV, {}
