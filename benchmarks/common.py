@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import time
 
 import numpy as np
 import jax
 import jax.numpy as jnp
+import optax
 
 
 class Config(dict):
@@ -194,3 +196,60 @@ def step_flops(fn, *args) -> tuple[float, float]:
   except Exception:  # noqa: BLE001 - cost analysis is optional on some backends
     hlo = float("nan")
   return matmul, hlo
+
+
+def build_train_step(model, tx):
+  """One jitted Adam step on the masked cross-entropy plus the model's own ``extra_loss`` (e.g.
+  AAT's attention-time cost), for the per-model scripts:
+  ``step(params, opt_state, batch, rng) -> (params, opt_state, loss, rng)``."""
+  from jaxcap.data.vocab import PAD
+  from jaxcap.models.base import shift_right
+
+  def loss_fn(params, batch, rng):
+    tokens = shift_right(batch["captions"])
+    logits, aux = model.apply(params, batch, tokens, train=True, rngs={"dropout": rng})
+    targets = batch["captions"]
+    mask = (targets != PAD).astype(jnp.float32)
+    nll = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), targets)
+    extra = (aux or {}).get("extra_loss")
+    if extra is not None:
+      nll = nll + extra.reshape(mask.shape)
+    return jnp.sum(nll * mask) / jnp.sum(mask)
+
+  @jax.jit
+  def step(params, opt_state, batch, rng):
+    rng, sub = jax.random.split(rng)
+    loss, grads = jax.value_and_grad(loss_fn)(params, batch, sub)
+    updates, opt_state = tx.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state, loss, rng
+
+  return step
+
+
+def timed(fn, iters):
+  """Seconds per call after one warm-up (compile) call, and that first call's seconds; results
+  blocked on."""
+  t0 = time.perf_counter()
+  jax.block_until_ready(fn())
+  compile_s = time.perf_counter() - t0
+  t0 = time.perf_counter()
+  for _ in range(iters):
+    out = fn()
+  jax.block_until_ready(out)
+  return (time.perf_counter() - t0) / iters, compile_s
+
+
+# Dense peak TFLOP/s per device (bfloat16, float32 without TF32) of accelerators we know.
+PEAK_TFLOPS = {"H100": (989.0, 67.0), "H200": (989.0, 67.0), "A100": (312.0, 19.5),
+               "TPU v4": (275.0, 275.0), "TPU v5": (197.0, 197.0)}
+
+
+def peak_tflops(dtype: str, override: float | None):
+  """Dense peak TFLOP/s of one device (bfloat16, else float32 without TF32), or None."""
+  if override:
+    return override
+  kind = jax.devices()[0].device_kind
+  for name, (bf16, fp32) in PEAK_TFLOPS.items():
+    if name.lower() in kind.lower():
+      return bf16 if dtype == "bfloat16" else fp32
+  return None

@@ -31,6 +31,7 @@ import optax
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from common import timed  # noqa: E402
 from jaxcap.data.vocab import PAD  # noqa: E402
 from jaxcap.models.base import shift_right  # noqa: E402
 from jaxcap.models.mnmt import VARIANTS, MultimodalNMT  # noqa: E402
@@ -48,18 +49,6 @@ def make_batch(rng, b, cells, feat_dim, src_words, words, src_vocab, vocab):
           "feats_mask": np.ones((b, cells), bool),
           "src": sentences(1, src_words, src_vocab)[:, 0],
           "captions": sentences(1, words, vocab)}
-
-
-def timed(fn, iters):
-  """Seconds per call after one warm-up (compile) call; results blocked on."""
-  t0 = time.perf_counter()
-  jax.block_until_ready(fn())
-  compile_s = time.perf_counter() - t0
-  t0 = time.perf_counter()
-  for _ in range(iters):
-    out = fn()
-  jax.block_until_ready(out)
-  return (time.perf_counter() - t0) / iters, compile_s
 
 
 def main(argv=None):

@@ -117,21 +117,6 @@ def compiled_bytes(compiled):
   return int(sum(getattr(m, f, 0) or 0 for f in fields) - (getattr(m, "alias_size_in_bytes", 0) or 0))
 
 
-PEAK_TFLOPS = {"H100": (989.0, 67.0), "H200": (989.0, 67.0), "A100": (312.0, 19.5),
-               "TPU v4": (275.0, 275.0), "TPU v5": (197.0, 197.0)}
-
-
-def peak_tflops(dtype: str, override: float | None):
-  """Dense peak TFLOP/s of one device (bfloat16, else float32 without TF32), or None."""
-  if override:
-    return override
-  kind = jax.devices()[0].device_kind
-  for name, (bf16, fp32) in PEAK_TFLOPS.items():
-    if name.lower() in kind.lower():
-      return bf16 if dtype == "bfloat16" else fp32
-  return None
-
-
 # ----------------------------------------------------------------------------------------------
 # The benchmarked steps
 
@@ -371,7 +356,7 @@ def main(argv=None):
           compile_s, dt, spread, times = timing
           matmul, hlo = flops
           tflops = matmul / dt / 1e12
-          peak = peak_tflops(dtype, args.peak_tflops)
+          peak = common.peak_tflops(dtype, args.peak_tflops)
           mfu = tflops / (peak * jax.device_count()) if peak else None
           row = {"model": name, "what": what, "dtype": dtype, "batch": b,
                  "beam": args.beam if what == "beam" else None,

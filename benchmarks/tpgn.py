@@ -40,7 +40,7 @@ import optax
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import add_shape_args  # noqa: E402
+from common import add_shape_args, build_train_step, timed  # noqa: E402
 
 from jaxcap.data.vocab import PAD  # noqa: E402
 from jaxcap.models.base import shift_right  # noqa: E402
@@ -57,38 +57,6 @@ def make_batch(rng, images, feat_dim, seq_per_img, words, vocab):
   caps = np.where(pos == lengths[..., None], 2, caps)
   caps = np.where(pos > lengths[..., None], PAD, caps)
   return {"global_feat": rng.normal(size=(images, feat_dim)).astype(np.float32), "captions": caps}
-
-
-def build_train_step(model, tx):
-  """One jitted Adam step on the masked cross-entropy (benchmarks/aat.py without extra_loss)."""
-
-  def loss_fn(params, batch, rng):
-    logits, _ = model.apply(params, batch, shift_right(batch["captions"]), train=True, rngs={"dropout": rng})
-    targets = batch["captions"]
-    mask = (targets != PAD).astype(jnp.float32)
-    nll = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), targets)
-    return jnp.sum(nll * mask) / jnp.sum(mask)
-
-  @jax.jit
-  def step(params, opt_state, batch, rng):
-    rng, sub = jax.random.split(rng)
-    loss, grads = jax.value_and_grad(loss_fn)(params, batch, sub)
-    updates, opt_state = tx.update(grads, opt_state, params)
-    return optax.apply_updates(params, updates), opt_state, loss, rng
-
-  return step
-
-
-def timed(fn, iters):
-  """Seconds per call after one warm-up (compile) call; results blocked on."""
-  t0 = time.perf_counter()
-  jax.block_until_ready(fn())
-  compile_s = time.perf_counter() - t0
-  t0 = time.perf_counter()
-  for _ in range(iters):
-    out = fn()
-  jax.block_until_ready(out)
-  return (time.perf_counter() - t0) / iters, compile_s
 
 
 def flops_of(fn, *args) -> float:

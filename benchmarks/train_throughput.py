@@ -27,20 +27,7 @@ import jax.numpy as jnp
 import optax
 
 from common import (add_model_args, add_shape_args, check_batches, data_info, make_batch,  # noqa: E402
-                    model_config, summarize_trace)
-
-# Dense peak TFLOP/s per device (bfloat16, float32) of accelerators we know.
-PEAK_TFLOPS = {"H100": (989.0, 67.0), "H200": (989.0, 67.0), "A100": (312.0, 19.5),
-               "TPU v4": (275.0, 275.0), "TPU v5": (197.0, 197.0)}
-
-def peak_tflops(dtype: str, override: float | None):
-  if override:
-    return override
-  kind = jax.devices()[0].device_kind
-  for name, (bf16, fp32) in PEAK_TFLOPS.items():
-    if name.lower() in kind.lower():
-      return bf16 if dtype == "bfloat16" else fp32
-  return None
+                    model_config, peak_tflops, summarize_trace)
 
 def main():
   p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
