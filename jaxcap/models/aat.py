@@ -67,6 +67,7 @@ import jax.numpy as jnp
 import flax.linen as nn
 
 from jaxcap.models import layers
+from jaxcap.models.layers import masked_mean
 from jaxcap.models.base import CaptionModel
 from jaxcap.models.registry import register
 from jaxcap.models.transformer import compute_dtype
@@ -76,13 +77,6 @@ ATTENTION_KINDS = ("base", "recurrent", "adaptive")
 # Stands in for log(0) in the weight softmax: finite so that gradients through the masked
 # slots are exactly zero rather than NaN.
 _LOG_ZERO = -1e30
-
-
-def masked_mean(x_BxNxD, mask_BxN):
-  """Mean over the real regions ``[B, D]`` (an image with no real region gives zeros)."""
-  w_BxN = mask_BxN.astype(jnp.float32)
-  total_BxD = jnp.einsum("bnd,bn->bd", x_BxNxD.astype(jnp.float32), w_BxN)
-  return (total_BxD / jnp.maximum(w_BxN.sum(1, keepdims=True), 1.0)).astype(x_BxNxD.dtype)
 
 
 def num_slots(attention: str, steps: int, max_steps: int) -> int:

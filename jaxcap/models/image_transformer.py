@@ -86,7 +86,7 @@ import jax.numpy as jnp
 import flax.linen as nn
 
 from jaxcap.models import layers
-from jaxcap.models.aat import masked_mean
+from jaxcap.models.layers import masked_mean
 from jaxcap.models.base import CaptionModel
 from jaxcap.models.registry import register
 from jaxcap.models.transformer import compute_dtype

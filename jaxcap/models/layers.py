@@ -34,6 +34,14 @@ def sinusoidal_positions(length: int, dim: int) -> np.ndarray:
   return table.astype(np.float32)
 
 
+def masked_mean(x_BxNxD, mask_BxN):
+  """Mean over the positions where ``mask`` is True, ``[B, D]``, accumulated in float32 (a row
+  with no True position gives zeros)."""
+  w_BxN = mask_BxN.astype(jnp.float32)
+  total_BxD = jnp.einsum("bnd,bn->bd", x_BxNxD.astype(jnp.float32), w_BxN)
+  return (total_BxD / jnp.maximum(w_BxN.sum(1, keepdims=True), 1.0)).astype(x_BxNxD.dtype)
+
+
 def causal_mask(length: int) -> jnp.ndarray:
   """``[1, L, L]`` bool, True where query position i may attend to key j (j <= i)."""
   return jnp.tril(jnp.ones((length, length), bool))[None]

@@ -21,12 +21,8 @@ import jax
 import jax.numpy as jnp
 
 from jaxcap.models.base import CaptionModel
+from jaxcap.models.layers import masked_mean
 from jaxcap.models.registry import register
-
-
-def _masked_mean(x_BxNxH, mask_BxN):
-  w_BxN = mask_BxN.astype(x_BxNxH.dtype)
-  return (x_BxNxH * w_BxN[..., None]).sum(1) / jnp.maximum(w_BxN.sum(1, keepdims=True), 1.0)
 
 
 @register("lstm")
@@ -76,7 +72,7 @@ class LSTMCaptioner(CaptionModel):
     mask_BxN = batch["feats_mask"].astype(bool)
     v_BxNxH = nn.relu(self.feat_proj(batch["feats"].astype(jnp.float32)))
     v_BxNxH = self.drop(v_BxNxH, deterministic=not train)
-    pooled_BxH = _masked_mean(v_BxNxH, mask_BxN)
+    pooled_BxH = masked_mean(v_BxNxH, mask_BxN)
     return {
         "values": v_BxNxH,
         "keys": self.key_proj(v_BxNxH),

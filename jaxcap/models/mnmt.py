@@ -71,6 +71,7 @@ import jax.numpy as jnp
 
 from jaxcap.data.vocab import PAD
 from jaxcap.models.base import CaptionModel
+from jaxcap.models.layers import masked_mean
 from jaxcap.models.registry import register
 
 # Table 2: variant -> (fusion, encoder-dependent attention, decoder-dependent projection).
@@ -87,12 +88,6 @@ VARIANTS = {
 MODALITIES = ("both", "text", "image")
 FUSIONS = ("sum", "concat")
 _XAVIER = nn.initializers.xavier_uniform()
-
-
-def masked_mean(x_BxLxD, mask_BxL):
-  """Mean over the positions where ``mask`` is True (1 position when none is)."""
-  w_BxL = mask_BxL.astype(x_BxLxD.dtype)
-  return (x_BxLxD * w_BxL[..., None]).sum(1) / jnp.maximum(w_BxL.sum(1, keepdims=True), 1.0)
 
 
 def _gru(features: int, dtype):
