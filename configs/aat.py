@@ -5,8 +5,11 @@ Variants through the config argument (``--config configs/aat.py:<arg>``):
 * ``synthetic`` (default): the CPU-sized adaptive run (M_min = 0, M_max = 4) on the synthetic
   dataset; ``synthetic,attention=base`` and ``synthetic,attention=recurrent,steps=4`` are the
   other rows of the paper's Table 1; ``max_steps=``, ``min_steps=``, ``epsilon=``,
-  ``time_cost_weight=`` (lambda), ``heads=`` select the rest; ``norm_h1=True`` adds the
-  released code's LayerNorm on h1 (not in the paper).
+  ``time_cost_weight=`` (lambda), ``heads=`` select the rest. Switches for the released code's
+  departures from the paper (defaults: the paper; see the model docstring's "Deviations and
+  choices"): ``norm_h1=True`` (LayerNorm on h1), ``norm_query=True`` (LayerNorm on the
+  attention query), ``attention_out_proj=False`` (no W^O in the multi-head attention),
+  ``embed_relu=True`` (ReLU on the word embedding).
 * ``coco``: the paper's settings (section 4.1): d = 1024, epsilon = 1e-4, lambda = 1e-4,
   M_min = 0, M_max = 4, batch 10, Adam 1e-4 x 0.8 every 2 epochs for 25 epochs of
   cross-entropy with scheduled sampling (+0.05 every 3 epochs), then 15 epochs of SCST at 1e-5.
@@ -21,7 +24,8 @@ _COCO_STEPS_PER_EPOCH = 11329
 
 def get_config(arg: str | None = None):
   a = common.parse_arg(arg, attention="adaptive", steps=2, min_steps=0, max_steps=4,
-                       epsilon=1e-4, time_cost_weight=1e-4, heads=0, norm_h1=False)
+                       epsilon=1e-4, time_cost_weight=1e-4, heads=0, norm_h1=False,
+                       norm_query=False, attention_out_proj=True, embed_relu=False)
   c = common.base_config(a.dataset)
   c.model.name = "aat"
   c.model.attention = a.attention
@@ -34,7 +38,11 @@ def get_config(arg: str | None = None):
   c.model.num_heads = a.heads or 8
   c.model.confidence_dim = 0  # 0: the model width, as the released code
   c.model.dropout = 0.5
-  c.model.norm_h1 = a.norm_h1  # LayerNorm on h1 as the released code (not in the paper)
+  # The released code's departures from the paper, off by default (model docstring).
+  c.model.norm_h1 = a.norm_h1  # LayerNorm on h1
+  c.model.norm_query = a.norm_query  # LayerNorm on the attention query
+  c.model.attention_out_proj = a.attention_out_proj  # eq. 5's W^O (the released code has none)
+  c.model.embed_relu = a.embed_relu  # ReLU on the word embedding
   c.model.dtype = c.get_ref("dtype")
 
   # Paper section 4.1.

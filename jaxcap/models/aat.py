@@ -40,21 +40,67 @@ control flow on values. The normalised weights are computed as a softmax over
 confidence logits): this is algebraically the paper's ``beta_n / sum beta``, but stays finite,
 with finite gradients, when ``p`` saturates at 0 or 1 in float32.
 
-Deviations from the paper, and choices it leaves open (the authors' released code settles
-the latter):
-  * ``num_heads`` defaults to 8: the released code (and the benchmark settings) use 8; the
-    paper's text says 4. Set ``num_heads=4`` for the paper's text.
-  * The attention scale is ``1/sqrt(Dh)`` per head (Vaswani et al.), not eq. 4's ``1/sqrt(d)``.
-  * LSTM_2's input is ``[a_hat, h1_t]`` as in eqs. 7 and 9 (the released code feeds
-    ``[a_hat, q_{t,n}]``); the query is linear as in eq. 8 (the released code adds a ReLU);
-    h1 is not layer-normalised (the released code normalises it: ``norm_h1=True``); the feature
-    projection is linear (the released code adds a ReLU). The time cost is eq. 14 (the released code
-    counts ``(N+1) + sum (n+1)(1-p_n)``, which has the same gradient up to the factor on
-    ``(1 - p_n)``). M_min (eq. 15) is implemented although the released code has none.
-  * Dropout (rate ``dropout``, unspecified in the paper) on the word embedding, the projected
-    features and ``c_t`` before the output layer, as the released code does.
-  * Both LSTMs are flax's ``OptimizedLSTMCell`` (the standard LSTM of the paper); everything
-    else is custom because the paper's modules have no flax counterpart.
+Deviations and choices. The rule: follow the paper where it speaks; where it is silent,
+choose, with the authors' released code (husthuaan/AAT, ``models/AATModel.py`` and
+``misc/loss_wrapper.py``) as the tie-breaker. The released code differs from the paper on
+several points the paper does state; jaxcap follows the paper on those, and the ones worth an
+ablation are model switches whose defaults are the paper's reading.
+
+  Where the paper speaks (jaxcap = paper; the released code differs):
+  1. Output projection ``W^O`` of the multi-head attention: eq. 5 has it (``W^O in R^{d x d}``);
+     the released code has none (``use_output_layer=0``). Switch ``attention_out_proj``
+     (default True; False concatenates the heads, as the released code).
+  2. No LayerNorm on the attention query: eq. 6 queries with ``h1_t`` and eq. 8 with the
+     linear ``W_q [h1_t, h2_{t,n-1}] + b_q``; the released code layer-normalises the query
+     inside the attention (``norm_q=1``). Switch ``norm_query`` (default False).
+  3. The query of eq. 8 is linear; the released code adds a ReLU. No switch.
+  4. No ReLU on the word embedding: eq. 1 feeds ``W_e Pi_t``, a plain lookup; the released
+     code's embedding is Embedding -> ReLU -> Dropout. Switch ``embed_relu`` (default False).
+  5. ``a_bar`` is the mean of the projected regions: section 3.1 defines ``a_bar = (1/k)
+     sum_i a_i``, the mean-pooling of ``A`` after the linear projection to ``d`` (it is added
+     to ``c_{t-1}``, so it must be d-wide). The released code instead feeds a separate
+     ``fc_embed`` (Linear -> ReLU -> Dropout) of the dataset's fc feature (for bottom-up
+     features, the mean of the *raw* regions), i.e. other weights and a nonlinearity. No
+     switch: with a linear projection, a separate linear map of the raw mean would only add
+     ``F x D`` parameters to what the paper's mean already expresses. The mean runs over the
+     real regions only (``k`` counts regions, not padding) and after the projected features'
+     dropout, so ``a_bar`` is the mean of the very ``A`` that is attended.
+  6. The feature projection is linear ("via a linear transformation", section 3.1); the
+     released code adds ReLU (+ dropout). No switch.
+  7. LSTM_2's input is ``[a_hat, h1_t]`` (eqs. 7 and 9); the released code feeds
+     ``[a_hat, q_{t,n}]``. No switch.
+  8. ``h1_t`` is not layer-normalised (eq. 1 has no norm; section 3.2.3 normalises only
+     ``h2_{t,n}`` and ``m2_{t,n}``); the released code normalises it. Switch ``norm_h1``
+     (default False); with it every slot the adaptive weights mix has the same scale.
+  9. The time cost is eq. 14, ``N(t) + sum_{n<=N(t)} n (1 - p_{t,n})``; the released code
+     counts ``(N+1) + sum (n+1)(1 - p_n)`` (same gradient up to the factor on ``1 - p_n``).
+  10. The time cost is weighted per word, as eqs. 16-17 write it: both the cross-entropy and
+      ``lambda sum_t L^a_t`` are sums over the words of a caption, so their ratio is
+      ``lambda`` per word. jaxcap returns ``lambda L^a_t`` per token as ``aux["extra_loss"]``
+      and the trainers divide the summed cross-entropy (or the summed REINFORCE term) and the
+      summed extra loss by the same token count (``training/steps.py::xe_loss_fn``,
+      ``training/scst.py::scst_loss``): eq. 16 / eq. 17 up to one common factor, the same for
+      every caption in the batch. The released code divides the cross-entropy by the token
+      count but sums the time cost over the words and averages it over captions, which
+      weights it about ``T_bar`` times (the mean number of target tokens per caption, ~10 on
+      COCO) more than eq. 16; ``time_cost_weight = T_bar * lambda`` approximates that. No
+      switch (it is that factor on lambda).
+  11. M_min (eq. 15, ``p_{t,n} = 0`` for ``n < M_min``) is implemented although the released
+      code has none.
+
+  Where the paper is silent, or where jaxcap departs from it knowingly:
+  12. ``num_heads`` defaults to 8: the released code (and the benchmark settings) use 8; the
+      paper's text says 4. Set ``num_heads=4`` for the paper's text.
+  13. The attention scale is ``1/sqrt(Dh)`` per head (Vaswani et al., and the released code),
+      not eq. 4's ``1/sqrt(d)``.
+  14. Dropout (rate ``dropout``, unspecified in the paper) on the word embedding, the projected
+      features and ``c_t`` before the output layer, as the released code does.
+  15. LayerNorm_h / LayerNorm_m run after every LSTM_2 step in all three modes (the paper
+      states them for the adaptive model); so base is exactly recurrent with one step and
+      section 3.2.4's special cases hold with the same weights.
+  16. The state is zero before the first word (``h, m, c_0 = 0``), as the released code.
+  17. Both LSTMs are flax's ``OptimizedLSTMCell`` (the standard LSTM of the paper); everything
+      else is custom because the paper's modules have no flax counterpart.
 """
 
 from __future__ import annotations
@@ -99,6 +145,10 @@ class AATAttention(nn.Module):
     min_steps, max_steps: M_min, M_max (adaptive).
     epsilon: the halting threshold of eq. 11.
     confidence_dim: hidden width of the confidence network (0: D, as the released code).
+    norm_query: LayerNorm on the query before the head projections (the released code's
+      ``norm_q``; not in the paper: deviation 2).
+    out_proj: the output projection ``W^O`` of eq. 5 (False: heads concatenated, as the
+      released code; deviation 1).
     dtype: compute dtype; weights, costs and confidences are float32.
   """
 
@@ -110,6 +160,8 @@ class AATAttention(nn.Module):
   max_steps: int = 4
   epsilon: float = 1e-4
   confidence_dim: int = 0
+  norm_query: bool = False
+  out_proj: bool = True
   dtype: Any = jnp.float32
 
   def setup(self):
@@ -120,6 +172,8 @@ class AATAttention(nn.Module):
     self.lstm = nn.OptimizedLSTMCell(self.dim, dtype=self.dtype)
     self.norm_h = nn.LayerNorm(dtype=self.dtype)
     self.norm_m = nn.LayerNorm(dtype=self.dtype)
+    if self.norm_query:
+      self.norm_q = nn.LayerNorm(dtype=self.dtype)
     if self.attention != "base":
       self.query = nn.Dense(self.dim, dtype=self.dtype)
     if self.attention == "adaptive":
@@ -135,13 +189,26 @@ class AATAttention(nn.Module):
     z_Bx1 = self.conf_out(nn.relu(self.conf_hidden(x_BxD)))
     return z_Bx1[:, 0].astype(jnp.float32)
 
+  def mha_attend(self, q_BxD, k_BxNxHxDh, v_BxNxHxDh, mask_BxN):
+    """``a_hat = f_mha(q, A, A)`` (eqs. 4-5) for one query per example, ``[B, D]``."""
+    if self.norm_query:
+      q_BxD = self.norm_q(q_BxD)
+    if self.out_proj:
+      return self.mha.attend_kv(q_BxD[:, None], k_BxNxHxDh, v_BxNxHxDh, mask_BxN[:, None, :])[:, 0]
+    # Without W^O: eq. 5's Concat(head_1, ..., head_h) itself (the released code's variant).
+    q_BxHxDh = self.mha.project_q(q_BxD[:, None])
+    w_BxHx1xN = layers.attention_weights(q_BxHxDh, k_BxNxHxDh, mask_BxN[:, None, :])
+    o_BxHxDh = jnp.einsum("bhn,bnhd->bhd", w_BxHx1xN[:, :, 0].astype(self.dtype),
+                          v_BxNxHxDh.astype(self.dtype))
+    return o_BxHxDh.reshape(q_BxD.shape[0], self.dim)
+
   def attend_step(self, h1_BxD, h2_BxD, m2_BxD, k_BxNxHxDh, v_BxNxHxDh, mask_BxN):
     """One attention step: query, MHA over the regions, LSTM_2, LayerNorms (eqs. 6-9)."""
     if self.attention == "base":
       q_BxD = h1_BxD
     else:
       q_BxD = self.query(jnp.concatenate([h1_BxD, h2_BxD], axis=-1))
-    a_hat_BxD = self.mha.attend_kv(q_BxD[:, None], k_BxNxHxDh, v_BxNxHxDh, mask_BxN[:, None, :])[:, 0]
+    a_hat_BxD = self.mha_attend(q_BxD, k_BxNxHxDh, v_BxNxHxDh, mask_BxN)
     (m_BxD, h_BxD), _ = self.lstm((m2_BxD, h2_BxD), jnp.concatenate([a_hat_BxD, h1_BxD], axis=-1))
     return self.norm_h(h_BxD), self.norm_m(m_BxD)
 
@@ -235,7 +302,11 @@ class AATCaptioner(CaptionModel):
     dropout: rate on word embeddings, projected features and c_t.
     norm_h1: LayerNorm on h1_t after LSTM_1, as the released code does (not in the paper);
       then every slot that the adaptive weights mix (h1 and the normalised h2_{t,n}) has the
-      same scale.
+      same scale (deviation 8).
+    norm_query: LayerNorm on the attention query, as the released code (deviation 2).
+    attention_out_proj: the output projection W^O of eq. 5 (default True, the paper; False:
+      the released code; deviation 1).
+    embed_relu: ReLU on the word embedding, as the released code (not in eq. 1; deviation 4).
     dtype: compute dtype; parameters stay float32, logits are float32.
   """
 
@@ -251,6 +322,9 @@ class AATCaptioner(CaptionModel):
   confidence_dim: int = 0
   dropout: float = 0.5
   norm_h1: bool = False
+  norm_query: bool = False
+  attention_out_proj: bool = True
+  embed_relu: bool = False
   dtype: Any = jnp.float32
 
   @classmethod
@@ -277,12 +351,15 @@ class AATCaptioner(CaptionModel):
     rate = float(cfg.get("dropout", 0.5))
     if not 0.0 <= rate < 1.0:
       raise ValueError(f"config field model.dropout: expected a rate in [0, 1), got {rate!r}")
-    norm_h1 = cfg.get("norm_h1", False)
-    if not isinstance(norm_h1, bool):
-      raise ValueError(f"config field model.norm_h1: expected True or False, got {norm_h1!r}")
+    # The paper's reading is every switch's default (module docstring, deviations 1, 2, 4, 8).
+    switches = {f: cfg.get(f, d) for f, d in (("norm_h1", False), ("norm_query", False),
+                                              ("attention_out_proj", True), ("embed_relu", False))}
+    for field, value in switches.items():
+      if not isinstance(value, bool):
+        raise ValueError(f"config field model.{field}: expected True or False, got {value!r}")
     return cls(vocab_size=int(info["vocab_size"]), attention=attention, epsilon=epsilon,
                time_cost_weight=float(cfg.get("time_cost_weight", 1e-4)), dropout=rate,
-               norm_h1=norm_h1,
+               **switches,
                dtype=compute_dtype(cfg.get("dtype", "float32")), **ints)
 
   def setup(self):
@@ -292,7 +369,9 @@ class AATCaptioner(CaptionModel):
     if self.norm_h1:
       self.norm1 = nn.LayerNorm(dtype=self.dtype)
     self.core = AATAttention(self.dim, self.num_heads, self.attention, self.steps, self.min_steps,
-                             self.max_steps, self.epsilon, self.confidence_dim, self.dtype)
+                             self.max_steps, self.epsilon, self.confidence_dim,
+                             norm_query=self.norm_query, out_proj=self.attention_out_proj,
+                             dtype=self.dtype)
     self.logits_proj = nn.Dense(self.vocab_size, dtype=self.dtype)
     self.drop = nn.Dropout(self.dropout)
 
@@ -315,7 +394,10 @@ class AATCaptioner(CaptionModel):
 
   def _context(self, enc, cache, tokens_B, train: bool):
     """Input module + attention module: ``(Dropout(c_t) [B, D], new cache, aux)``."""
-    e_BxD = self.drop(self.embed(tokens_B), deterministic=not train)
+    e_BxD = self.embed(tokens_B)  # W_e Pi_t (eq. 1)
+    if self.embed_relu:
+      e_BxD = nn.relu(e_BxD)
+    e_BxD = self.drop(e_BxD, deterministic=not train)
     x_BxD2 = jnp.concatenate([e_BxD, (enc["mean"] + cache["h2"]).astype(e_BxD.dtype)], axis=-1)
     (m1_BxD, h1_BxD), _ = self.lstm1((cache["m1"], cache["h1"]), x_BxD2)
     if self.norm_h1:

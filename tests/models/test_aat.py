@@ -48,23 +48,30 @@ def _np_layer_norm(p, x, eps=1e-6):
   return (x - mu) / np.sqrt(var + eps) * p["scale"] + p["bias"]
 
 
-def _np_mha(p, q, a, mask):
-  """Eqs. 4-5 for one query vector ``q [D]`` over regions ``a [N, D]``."""
-  qh = np.einsum("d,dhk->hk", q, p["query"]["kernel"]) + p["query"]["bias"]
-  kh = np.einsum("nd,dhk->nhk", a, p["key"]["kernel"]) + p["key"]["bias"]
-  vh = np.einsum("nd,dhk->nhk", a, p["value"]["kernel"]) + p["value"]["bias"]
+def _np_dense_heads(p, x):
+  """``x W + b`` into heads; a projection without a bias (e.g. keys) adds none."""
+  return np.einsum("...d,dhk->...hk", x, p["kernel"]) + p.get("bias", 0.0)
+
+
+def _np_mha(p, q, a, mask, out_proj=True):
+  """Eqs. 4-5 for one query vector ``q [D]`` over regions ``a [N, D]``: Concat(heads) W^O."""
+  qh, kh, vh = _np_dense_heads(p["query"], q), _np_dense_heads(p["key"], a), _np_dense_heads(p["value"], a)
   logits = np.einsum("hk,nhk->hn", qh, kh) / np.sqrt(qh.shape[-1])
   logits = np.where(mask[None], logits, -np.inf)
   w = np.exp(logits - logits.max(-1, keepdims=True))
   w /= w.sum(-1, keepdims=True)
   o = np.einsum("hn,nhk->hk", w, vh)
+  if not out_proj:
+    return o.reshape(-1)  # Concat(head_1, ..., head_h)
   return np.einsum("hk,hkd->d", o, p["out"]["kernel"]) + p["out"]["bias"]
 
 
-def _np_attention_step(p, kind, h1, h, m, a, mask):
+def _np_attention_step(p, kind, h1, h, m, a, mask, norm_query=False, out_proj=True):
   q = h1 if kind == "base" else np.concatenate([h1, h]) @ p["query"]["kernel"] + p["query"]["bias"]
-  a_hat = _np_mha(p["mha"], q, a, mask)
-  h, m = _np_lstm(p["lstm"], np.concatenate([a_hat, h1]), h, m)
+  if norm_query:
+    q = _np_layer_norm(p["norm_q"], q)
+  a_hat = _np_mha(p["mha"], q, a, mask, out_proj)  # eqs. 6 / 8
+  h, m = _np_lstm(p["lstm"], np.concatenate([a_hat, h1]), h, m)  # eqs. 7 / 9
   return _np_layer_norm(p["norm_h"], h), _np_layer_norm(p["norm_m"], m)
 
 
@@ -73,7 +80,7 @@ def _np_confidence(p, x):  # eq. 10
   return _sigmoid(hid @ p["conf_out"]["kernel"] + p["conf_out"]["bias"])[0]
 
 
-def np_adaptive(p, h1, h_prev, m_prev, a, mask, *, min_steps, max_steps, epsilon):
+def np_adaptive(p, h1, h_prev, m_prev, a, mask, *, min_steps, max_steps, epsilon, **step_kw):
   """Eqs. 8-15 for one example, halting with a ``break``."""
   ps = [0.0 if min_steps > 0 else _np_confidence(p, h1)]
   betas, hs, ms = [ps[0]], [h1], [m_prev]
@@ -82,7 +89,7 @@ def np_adaptive(p, h1, h_prev, m_prev, a, mask, *, min_steps, max_steps, epsilon
   if remaining >= epsilon:
     h, m = h_prev, m_prev
     for n in range(1, max_steps + 1):
-      h, m = _np_attention_step(p, "adaptive", h1, h, m, a, mask)
+      h, m = _np_attention_step(p, "adaptive", h1, h, m, a, mask, **step_kw)
       p_n = 0.0 if n < min_steps else _np_confidence(p, h)
       betas.append(p_n * remaining)
       remaining *= 1.0 - p_n
@@ -99,10 +106,71 @@ def np_adaptive(p, h1, h_prev, m_prev, a, mask, *, min_steps, max_steps, epsilon
   return h2, m2, n_t, np.array(ps), beta, cost
 
 
-def np_fixed(p, kind, steps, h1, h, m, a, mask):
+def np_fixed(p, kind, steps, h1, h, m, a, mask, **step_kw):
   for _ in range(steps):
-    h, m = _np_attention_step(p, kind, h1, h, m, a, mask)
+    h, m = _np_attention_step(p, kind, h1, h, m, a, mask, **step_kw)
   return h, m
+
+
+def np_project(p, feats, mask):
+  """Section 3.1: ``A`` = the linear projection of the regions to d; ``a_bar`` = their mean
+  over the k real regions."""
+  a = feats @ p["feat_proj"]["kernel"] + p["feat_proj"]["bias"]
+  return a, a[mask].mean(0)
+
+
+def np_input_module(p, token, a_bar, c_prev, h1, m1, *, embed_relu=False, norm_h1=False):
+  """Eq. 1: ``LSTM_1([W_e Pi_t, a_bar + c_{t-1}], (h1, m1))`` (+ the released code's options)."""
+  e = p["embed"]["embedding"][token]
+  if embed_relu:
+    e = np.maximum(e, 0.0)
+  h1, m1 = _np_lstm(p["lstm1"], np.concatenate([e, a_bar + c_prev]), h1, m1)
+  if norm_h1:
+    h1 = _np_layer_norm(p["norm1"], h1)
+  return h1, m1
+
+
+def np_output_module(p, c):
+  """Eq. 2 before the softmax: ``W_p c_t + b_p``."""
+  return c @ p["logits_proj"]["kernel"] + p["logits_proj"]["bias"]
+
+
+def np_captioner(p, feats, mask, tokens, model):
+  """The whole model for one caption (teacher forcing), from section 3's equations.
+
+  Args:
+    p: the captioner's float64 params; feats ``[N, F]``, mask ``[N]``, tokens ``[T]`` inputs.
+    model: the :class:`AATCaptioner` whose hyper-parameters and switches to follow.
+
+  Returns:
+    ``(logits [T, V], extra [T] = lambda L^a_t (eq. 14; 0 unless adaptive), N(t) [T],
+    beta [T, S])``.
+  """
+  a, a_bar = np_project(p, feats, mask)
+  z = np.zeros(model.dim)
+  h1, m1, h2, m2 = z, z, z, z  # c_0 = h2_0 = 0
+  step_kw = dict(norm_query=model.norm_query, out_proj=model.attention_out_proj)
+  core = p["core"]
+  logits, extra, n_t, betas = [], [], [], []
+  for token in tokens:
+    # c_{t-1} = h2_{t-1}: the attention module's previous output (sections 3.2.1-3.2.3).
+    h1, m1 = np_input_module(p, token, a_bar, h2, h1, m1, embed_relu=model.embed_relu,
+                             norm_h1=model.norm_h1)
+    if model.attention == "adaptive":
+      h2, m2, n, _, beta, cost = np_adaptive(core, h1, h2, m2, a, mask, min_steps=model.min_steps,
+                                             max_steps=model.max_steps, epsilon=model.epsilon,
+                                             **step_kw)
+      beta = np.pad(beta, (0, model.max_steps + 1 - len(beta)))
+      extra.append(model.time_cost_weight * cost)
+    else:
+      n = 1 if model.attention == "base" else model.steps
+      h2, m2 = np_fixed(core, model.attention, n, h1, h2, m2, a, mask, **step_kw)
+      beta = np.eye(n + 1)[n]
+      extra.append(0.0)
+    logits.append(np_output_module(p, h2))  # c_t = h2_t
+    n_t.append(n)
+    betas.append(beta)
+  return np.array(logits), np.array(extra), np.array(n_t), np.array(betas)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -323,9 +391,19 @@ def _decode_step(model, params, enc, cache, tokens, t):
   return model.apply(params, enc, cache, tokens, t, method="decode_step")
 
 
-_MODELS = {"adaptive": ("adaptive", dict(epsilon=0.3, time_cost_weight=0.5)),
-           "adaptive_ln": ("adaptive", dict(epsilon=0.3, time_cost_weight=0.5, norm_h1=True)),
-           "recurrent": ("recurrent", dict(steps=2)), "base": ("base", {})}
+# Hyper-parameters of the whole-model tests. epsilon = 0.3 makes the random confidences halt
+# words at different steps; lambda = 0.5 makes the time cost visible next to the
+# cross-entropy. "released" turns on every switch for the released code's departures from the
+# paper (model docstring, deviations 1, 2, 4, 8).
+_MODELS = {
+    "adaptive": ("adaptive", dict(epsilon=0.3, time_cost_weight=0.5)),
+    "adaptive_min1": ("adaptive", dict(epsilon=0.3, time_cost_weight=0.5, min_steps=1)),
+    "released": ("adaptive", dict(epsilon=0.3, time_cost_weight=0.5, norm_h1=True, norm_query=True,
+                                  attention_out_proj=False, embed_relu=True)),
+    "recurrent2": ("recurrent", dict(steps=2)),
+    "recurrent4": ("recurrent", dict(steps=4)),
+    "base": ("base", {}),
+}
 
 
 @functools.lru_cache(maxsize=None)
@@ -337,46 +415,128 @@ def _model_and_params(key):
   return model, params
 
 
-@pytest.mark.parametrize("key", ["adaptive", "adaptive_ln", "recurrent", "base"])
-def test_decode_step_loop_equals_decode_train(key):
+def _reference(model, params, batch, tokens_BxSxT):
+  """np_captioner for every caption: ``(logits [B*S, T, V], extra, N(t) [B*S, T], beta)``."""
+  p64 = _np_params(params["params"])
+  b, s, _ = tokens_BxSxT.shape
+  feats, mask = np.asarray(batch["feats"], np.float64), np.asarray(batch["feats_mask"])
+  tokens = np.asarray(tokens_BxSxT)
+  outs = [np_captioner(p64, feats[i], mask[i], tokens[i, j], model) for i in range(b) for j in range(s)]
+  return tuple(np.stack(x) for x in zip(*outs))
+
+
+@pytest.mark.parametrize("key", list(_MODELS))
+def test_whole_model_matches_numpy_reference(key):
+  """decode_train logits and the decode_step loop against np_captioner (section 3, eqs. 1-15),
+  for base, recurrent with 2 and 4 steps, adaptive with M_min = 0 and 1, and the released
+  code's variant."""
   model, params = _model_and_params(key)
   attention = model.attention
   batch, tokens = _tiny_batch()
   b, s, t = tokens.shape
+  ref_logits, ref_extra, ref_steps, ref_beta = _reference(model, params, batch, tokens)
   logits, aux = _train_logits(model, params, batch, tokens)
   assert logits.shape == (b, s, t, 23) and logits.dtype == jnp.float32
   assert aux["extra_loss"].shape == (b * s, t)
+  np.testing.assert_allclose(logits.reshape(b * s, t, -1), ref_logits, rtol=2e-4, atol=2e-4)
+  np.testing.assert_array_equal(aux["attention_steps"], ref_steps)
+  np.testing.assert_allclose(aux["beta"], ref_beta, atol=1e-5)
+  np.testing.assert_allclose(aux["extra_loss"], ref_extra, rtol=1e-5, atol=1e-6)
+  # decode_step, one word at a time from init_cache, gives the same words.
   enc = model.apply(params, batch, method="encode")
   enc = jax.tree.map(lambda x: jnp.repeat(x, s, axis=0), enc)
   cache = model.apply(params, enc, t, method="init_cache")
   for i in range(t):
     lg, cache, a = _decode_step(model, params, enc, cache, tokens.reshape(b * s, t)[:, i], jnp.int32(i))
+    np.testing.assert_allclose(lg, ref_logits[:, i], rtol=2e-4, atol=2e-4)
     np.testing.assert_allclose(lg, logits.reshape(b * s, t, -1)[:, i], rtol=1e-5, atol=1e-5)
-    for key in ("extra_loss", "attention_steps", "confidences", "beta"):
-      np.testing.assert_allclose(a[key], aux[key][:, i], rtol=1e-5, atol=1e-6)
-  slots = np.arange(aux["beta"].shape[-1])
+    for name in ("extra_loss", "attention_steps", "confidences", "beta"):
+      np.testing.assert_allclose(a[name], aux[name][:, i], rtol=1e-5, atol=1e-6)
   if attention == "adaptive":
-    assert len(np.unique(aux["attention_steps"])) >= 2  # words that halt at different steps
-    n_t = aux["attention_steps"][..., None]
-    cost = aux["attention_steps"] + np.sum(np.where(slots <= n_t, slots * (1 - aux["confidences"]), 0), -1)
-    np.testing.assert_allclose(aux["extra_loss"], 0.5 * cost, rtol=1e-5)
+    assert len(np.unique(ref_steps)) >= 2, ref_steps  # words that halt at different steps
+    assert ref_steps.min() >= model.min_steps
   else:
     np.testing.assert_array_equal(aux["extra_loss"], 0.0)
+  if model.min_steps == 1:  # eq. 15 with M_min = 1: p_0 = 0, so the non-visual step has no weight
+    np.testing.assert_array_equal(aux["beta"][..., 0], 0.0)
+    np.testing.assert_array_equal(aux["confidences"][..., 0], 0.0)
 
 
-def test_norm_h1_normalises_the_input_module_output():
-  """``norm_h1`` (the released code's LayerNorm on h1): the h1 carried in the cache, which is
-  also what the attention module receives, has zero mean and unit variance per row."""
+def test_input_output_modules_and_mean_one_step_from_a_random_state():
+  """Eq. 1 (LSTM_1 on [W_e Pi_t, a_bar + c_{t-1}]), a_bar over the real regions only, and
+  eq. 2 (W_p c_t + b_p) for one decode_step from a random (non-zero) state."""
+  model, params = _model_and_params("adaptive")
+  p64 = _np_params(params["params"])
   batch, tokens = _tiny_batch()
-  for key, norm_h1 in (("adaptive", False), ("adaptive_ln", True)):
-    model, params = _model_and_params(key)
-    assert ("norm1" in params["params"]) == norm_h1
-    enc = model.apply(params, batch, method="encode")
-    cache = model.apply(params, enc, tokens.shape[-1], method="init_cache")
-    _, cache, _ = _decode_step(model, params, enc, cache, tokens[:, 0, 0], jnp.int32(0))
-    h1 = np.asarray(cache["h1"], np.float64)
-    normalised = np.allclose(h1.mean(-1), 0, atol=1e-4) and np.allclose(h1.std(-1), 1, atol=1e-2)
-    assert normalised == norm_h1
+  batch = dict(batch, feats_mask=np.array([[True] * 4 + [False] * 2, [True] * 2 + [False] * 4]))
+  enc = model.apply(params, batch, method="encode")
+  enc = jax.tree.map(lambda x: jnp.repeat(x, 2, axis=0), enc)  # the 2 captions per image
+  rng = np.random.default_rng(5)
+  cache = {k: rng.normal(size=(4, D)).astype(np.float32) for k in ("h1", "m1", "h2", "m2")}
+  toks = tokens.reshape(4, -1)[:, 2]
+  logits, new, _ = _decode_step(model, params, enc, cache, toks, jnp.int32(2))
+  for r in range(4):
+    i = r // 2
+    a, a_bar = np_project(p64, np.asarray(batch["feats"][i], np.float64), batch["feats_mask"][i])
+    np.testing.assert_allclose(enc["mean"][r], a_bar, rtol=1e-5, atol=1e-5)
+    h1, m1 = np_input_module(p64, int(toks[r]), a_bar, cache["h2"][r], cache["h1"][r], cache["m1"][r])
+    np.testing.assert_allclose(new["h1"][r], h1, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(new["m1"][r], m1, rtol=1e-4, atol=1e-5)
+    h2, m2, *_ = np_adaptive(p64["core"], h1, cache["h2"][r], cache["m2"][r], a, batch["feats_mask"][i],
+                             min_steps=0, max_steps=4, epsilon=model.epsilon)
+    np.testing.assert_allclose(new["h2"][r], h2, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(new["m2"][r], m2, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(logits[r], np_output_module(p64, np.asarray(new["h2"][r], np.float64)),
+                               rtol=1e-4, atol=1e-4)
+
+
+# ----------------------------------------------------------------------------------------------
+# Eqs. 16-17: the time cost through the training losses.
+
+
+@functools.partial(_jit, static_argnums=0)
+def _train_losses(model, params, batch, samples, advantage):
+  from jaxcap.training import scst, steps
+  xe, metrics = steps.xe_loss_fn(params, model, batch, jax.random.key(0))
+  logits, aux = scst.sample_logits(model, params, batch, samples, jax.random.key(1))
+  rl, _ = scst.scst_loss(logits, samples.reshape(-1, samples.shape[-1]), advantage.reshape(-1),
+                         aux["extra_loss"])
+  return xe, metrics, rl
+
+
+def test_time_cost_enters_both_losses_as_eqs_16_and_17():
+  """The cross-entropy step's loss is eq. 16 summed over the captions, and the SCST loss eq. 17
+  (with eq. 18's gradient term), each divided by the token count: lambda weighs the time cost
+  of every word against that word's log-likelihood, as the paper writes it."""
+  from jaxcap.data.vocab import EOS, PAD
+  model, params = _model_and_params("adaptive")
+  lam = model.time_cost_weight
+  batch, inputs = _tiny_batch()
+  targets = np.concatenate([np.asarray(inputs)[..., 1:], np.full((2, 2, 1), EOS, np.int32)], -1)
+  targets[0, 1, 3], targets[0, 1, 4:] = EOS, PAD  # a shorter caption: PAD targets do not count
+  targets[1, 0, 5] = 7  # one that fills max_len without EOS
+  samples = targets.copy()
+  samples[1, 1, 2], samples[1, 1, 3:] = EOS, PAD
+  advantage = np.array([[0.5, -1.0], [2.0, 0.25]], np.float32)
+  xe, metrics, rl = _train_losses(model, params, dict(batch, captions=targets), samples, advantage)
+
+  def log_probs(tokens):  # NumPy teacher forcing on shift_right(tokens)
+    logits, extra, _, _ = _reference(model, params, batch, shift_right(jnp.asarray(tokens)))
+    logits = logits - logits.max(-1, keepdims=True)
+    logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    flat = tokens.reshape(4, -1)
+    return np.take_along_axis(logp, flat[..., None], -1)[..., 0], extra, flat != PAD
+
+  logp, extra, mask = log_probs(targets)
+  # Eq. 16 per caption: -sum_t log p(y*_t) + lambda sum_t L^a_t, over the target words.
+  eq16 = -np.sum(logp * mask, 1) + np.sum(extra * mask, 1)
+  np.testing.assert_allclose(xe, eq16.sum() / mask.sum(), rtol=1e-4)
+  np.testing.assert_allclose(metrics["extra_sum"], np.sum(extra * mask), rtol=1e-4)
+  assert np.sum(extra * mask) > 0.1 * np.sum(-logp * mask)  # the time cost does matter here
+  logp, extra, mask = log_probs(samples)
+  # Eq. 17 with eq. 18's surrogate per sample: -(r - b) sum_t log p(w_t) + lambda sum_t L^a_t.
+  eq17 = -advantage.reshape(-1) * np.sum(logp * mask, 1) + np.sum(extra * mask, 1)
+  np.testing.assert_allclose(rl, eq17.sum() / mask.sum(), rtol=1e-4)
 
 
 def test_causality():
