@@ -1,8 +1,58 @@
-"""AAT (jaxcap/models/aat.py) against an independent NumPy loop implementation of section 3.
+"""AAT (jaxcap/models/aat.py) against independent NumPy implementations of section 3.
 
-The NumPy reference runs one example at a time with real halting (a Python ``break``) and the
-paper's product form of eqs. 11-15, so it shares nothing with the masked, log-space
-implementation beyond the weights.
+Two references, both fed the model's own parameters and written from the paper's equations:
+
+* The attention module (eqs. 4-15): one example at a time with real halting (a Python
+  ``break``) and the paper's product form of eqs. 11-15, so it shares nothing with the masked,
+  log-space implementation beyond the weights (``np_adaptive``, ``np_fixed``).
+* The whole model (issue 17, ``np_captioner``): the linear projection of the regions and their
+  mean ``a_bar`` over the real regions (section 3.1), the input module (eq. 1, with
+  ``c_{t-1} = h2_{t-1}``), the attention module, the output layer (eq. 2) and the time cost
+  ``lambda L^a_t`` (eq. 14), one caption at a time from a zero state. It is compared with
+  ``decode_train``'s logits and with the ``decode_step`` loop for base, recurrent with 2 and 4
+  steps, adaptive with M_min = 0 and with M_min = 1 (words halting at different steps), and the
+  released code's variant (every switch of the model docstring's deviations 1, 2, 4, 8 on).
+  ``test_time_cost_enters_both_losses_as_eqs_16_and_17`` checks the training losses
+  (``training/steps.py::xe_loss_fn``, ``training/scst.py``) against eqs. 16-17 built from the
+  reference's log-probabilities and time costs.
+
+Mutation check (issue 17): each mutant was applied to the code by hand (a script replacing one
+line, then restoring it), and the whole-model / module / loss tests were run with ``-x``;
+the first failing test is listed (all 38 were caught; [k] = test_whole_model_matches_numpy_reference[k]).
+
+  eq. 1's two inputs swapped ([a_bar + c, W_e y])          [adaptive]
+  a_bar dropped from eq. 1                                 [adaptive]
+  c_{t-1} dropped from eq. 1                               [adaptive]
+  c_{t-1} taken from h1_{t-1} instead of h2_{t-1}          [adaptive]
+  a_bar averaged over padded regions too                   [adaptive]
+  ReLU after the feature projection                        [adaptive]
+  ReLU on the word embedding always / never (switch)       [adaptive] / [released]
+  LayerNorm on h1 ignored (norm_h1 switch)                 [released]
+  output layer fed h1_t instead of c_t = h2_t              [adaptive]
+  tanh before the output layer                             [adaptive]
+  LSTM_2 fed [a_hat, q] instead of [a_hat, h1] (eq. 9)     [adaptive]
+  LSTM_2's two inputs swapped                              [adaptive]
+  LayerNorm_h dropped / LayerNorm_m dropped                [adaptive] / [adaptive]
+  ReLU on the query of eq. 8                               [adaptive]
+  eq. 8's query inputs swapped ([h2, h1])                  [adaptive]
+  LayerNorm on the query ignored (norm_query switch)       [released]
+  W^O never / always applied (attention_out_proj switch)   [adaptive] / [released]
+  recurrent steps not chained (each from h2_{t-1})         [recurrent2]
+  recurrent: one step fewer / capped at 2 steps            [recurrent2] / [recurrent4]
+  base: query h2_{t-1} instead of h1_t (eq. 6)             [base]
+  halting one step late (N(t) + 1)                         [adaptive]
+  halting ignores epsilon (always M_max)                   [adaptive]
+  halting on 1 - p_n instead of the product (eq. 11)       [adaptive]
+  M_min ignored (p_0 not forced to 0)                      [adaptive_min1]
+  beta not normalised                                      [adaptive]
+  beta without the remaining mass prod (1 - p_n')          [adaptive]
+  slot 0's memory zero instead of m2_{t-1} (eq. 13)        [adaptive]
+  slot 0's hidden h2_{t-1} instead of h1_t (eq. 12)        [adaptive]
+  time cost without N(t) / counting (n + 1)(1 - p_n)       [adaptive] / [adaptive]
+  time cost not multiplied by lambda                       [adaptive]
+  cross-entropy loss without the extra loss                test_time_cost_enters_both_losses_as_eqs_16_and_17
+  extra loss averaged per caption instead of per word      test_time_cost_enters_both_losses_as_eqs_16_and_17
+  SCST loss without the extra loss                         test_time_cost_enters_both_losses_as_eqs_16_and_17
 """
 
 from __future__ import annotations
@@ -593,7 +643,8 @@ def test_beam_search_runs():
 
 @pytest.mark.parametrize("arg,attention,steps", [
     ("synthetic", "adaptive", 4), ("synthetic,attention=base", "base", 1),
-    ("synthetic,attention=recurrent,steps=4", "recurrent", 4), ("coco", "adaptive", 4)])
+    ("synthetic,attention=recurrent,steps=4", "recurrent", 4), ("coco", "adaptive", 4),
+    ("synthetic,norm_h1=True,norm_query=True,attention_out_proj=False,embed_relu=True", "adaptive", 4)])
 def test_configs_build(arg, attention, steps):
   from configs import aat as aat_config
   cfg = aat_config.get_config(arg)
@@ -602,6 +653,9 @@ def test_configs_build(arg, attention, steps):
   model = registry.build(cfg.model, info)
   assert isinstance(model, AATCaptioner)
   assert model.num_slots == steps + 1
+  released = "norm_query" in arg  # the released code's variants; otherwise the paper's reading
+  assert (model.norm_h1, model.norm_query, model.attention_out_proj, model.embed_relu) == (
+      released, released, not released, released)
   if arg == "coco":
     assert (model.dim, model.epsilon, model.time_cost_weight, model.min_steps, model.max_steps) == (
         1024, 1e-4, 1e-4, 0, 4)
@@ -610,7 +664,8 @@ def test_configs_build(arg, attention, steps):
 
 @pytest.mark.parametrize("field,value", [("attention", "sparse"), ("min_steps", 5), ("num_heads", 3),
                                          ("epsilon", 0.0), ("dropout", 1.0), ("steps", 0),
-                                         ("norm_h1", "yes")])
+                                         ("norm_h1", "yes"), ("norm_query", 1),
+                                         ("attention_out_proj", "no"), ("embed_relu", None)])
 def test_bad_config_is_a_one_line_value_error(field, value):
   import ml_collections
   cfg = ml_collections.ConfigDict({"name": "aat", "dim": 16, "num_heads": 4, field: value})
