@@ -8,7 +8,7 @@ import optax
 import pytest
 
 from jaxcap import decoding
-from jaxcap.data.vocab import EOS, PAD
+from jaxcap.data.vocab import BOS, EOS, PAD
 from jaxcap.models import registry
 from jaxcap.models.base import shift_right
 from jaxcap.models.lstm import LSTMCaptioner
@@ -110,6 +110,24 @@ def test_steps_match_numpy(small):
     np.testing.assert_allclose(cache["c"], c, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(aux["attention"], alpha, rtol=1e-4, atol=1e-6)
   assert np.all(np.asarray(aux["attention"])[0, 2:] == 0.0)
+
+
+def test_greedy_decode_steps_match_numpy(small):
+  """``decode_step`` along 4 greedy steps from BOS (each step fed the previous argmax) equals
+  the reference run on the same tokens."""
+  model, params, batch, caps, apply = small
+  p = jax.tree.map(np.asarray, params["params"])
+  enc = model.apply(params, batch, method="encode")
+  cache = model.apply(params, enc, 4, method="init_cache")
+  ref = np_encode(p, batch)
+  c, h = ref["c"], ref["h"]
+  tokens = np.full((3,), BOS, np.int32)
+  for t in range(4):
+    logits, cache, _ = model.apply(params, enc, cache, jnp.asarray(tokens), t, method="decode_step")
+    ref_logits, c, h, _ = np_step(p, ref, c, h, tokens)
+    np.testing.assert_allclose(logits, ref_logits, rtol=1e-4, atol=1e-5, err_msg=f"step {t}")
+    tokens = np.asarray(logits).argmax(-1).astype(np.int32)
+    np.testing.assert_array_equal(tokens, ref_logits.argmax(-1))
 
 
 def test_teacher_forcing_matches_steps(small):
