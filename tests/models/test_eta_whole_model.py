@@ -21,7 +21,49 @@ Mutants tried by hand on jaxcap/models/{eta,layers}.py, one at a time, each rest
 test_greedy_decode_steps_match_numpy, in brackets the cases that failed). The first three
 are the issue's one-line bugs that passed all 43 ETA tests before:
 
-MUTANT_TABLE
+Case names: eta, par (parallel, f = relu, no visual encoder), sv (stacked_v, tied classifier),
+ss (stacked_s, no semantic encoder), ts (transformer_s), tv (transformer_v), lf (late_fusion);
+"all" = every case of that test.
+
+==  ===========================================================================  ==================
+ #  mutant                                                                       caught by
+==  ===========================================================================  ==================
+ 1  encoder self-attention sub-layer without its residual (layers.EncoderBlock)  TF all; GR all
+ 2  ReLU after the region projection (``nn.relu(self.feat_proj(...))``)         TF eta,par,ss,sv,tv;
+                                                                                 GR eta,ss
+ 3  no positional encoding in the decoder (``embed_tokens`` returns ``x``)       TF all; GR all
+ 4  encoder FFN sub-layer without its residual                                   TF all; GR all
+ 5  attribute embeddings not scaled by sqrt(D)                                   TF all but tv;
+                                                                                 GR all
+ 6  GBC gate arguments swapped (``[g_v, g_s, a]``)                               TF eta,par; GR eta
+ 7  GBC: c and 1 - c swapped in eq. 12                                           TF eta,par; GR eta
+ 8  ETA guidance swapped (v from g_v, s from g_s, eq. 10)                        TF eta; GR eta
+ 9  decoder attention sub-layers without their residual (``_attend``)            TF all; GR all
+10  decoder attention sub-layers without LayerNorm (``q + y``)                   TF all; GR all
+11  decoder FFN sub-layer without its residual                                   TF all; GR all
+12  padding not masked in the decoder's attentions over V^N / S^N                TF all; GR all
+13  attribute padding not masked in the semantic encoder                         TF all with an
+                                                                                 S-encoder; GR eta,lf
+14  stacked_v without the semantic guidance (``att("gs_v", a)``)                 TF sv
+15  late fusion: raw logits of the visual member instead of its log-softmax      equivalent mutant
+    (differs by a per-row constant, which the outer log_softmax removes)         (survives, rightly)
+16  ``visual_encoder=False`` ignored (the visual encoder still runs)             TF par
+17  decoder self-attention sub-layer without its residual (teacher forcing)      TF all
+18  empty attribute set not zeroed (uniform average of padding embeddings)       TF all but tv;
+                                                                                 GR all
+19  ``decode_step`` always at position 0 (``offset=0``)                          GR all
+20  f of eq. 12 applied to v only                                                TF par
+21  region padding not masked in the visual encoder                              TF eta,ss,sv,tv;
+                                                                                 GR eta,ss
+22  GBC gate through tanh instead of the sigmoid (eq. 11)                        TF eta,par; GR eta
+23  no sqrt(D) scale on the decoder's word embeddings (teacher forcing)          TF all
+24  stacked_s attends in the wrong order (``att("a_v", att("gv_s", a))``)        TF ss; GR ss
+25  late fusion: the sum instead of the mean of the log-probabilities            TF lf; GR lf
+==  ===========================================================================  ==================
+
+Mutants 1-3 are the issue's; mutant 3 (no positions) and 2 (ReLU on the regions) never reach
+the tests of single blocks, and 1 is outside them. Equivalence between teacher forcing and
+``decode_step`` (test_eta.py) cannot catch 1-5, which both paths share.
 """
 
 from __future__ import annotations
