@@ -199,11 +199,12 @@ def eta_decoder_block(p, h_TxD, v_mem, s_mem, variant, f="identity"):
 
 
 def eta_logits(p, feats_NxF, mask_N, attributes_A, tokens_T, variant="eta", f="identity",
-               visual_encoder=True, semantic_encoder=True, member_v_activation="relu"):
+               visual_encoder=True, semantic_encoder=True):
   """Teacher-forced logits ``[T, V]`` of one image for any ETA variant (late fusion: the
   normalised mean of its two members' log-probabilities)."""
   if variant == "late_fusion":
-    lv = transformer_logits(p["member_v"], feats_NxF, mask_N, tokens_T, member_v_activation)
+    # Transformer_v: the linear region projection of sec. 4.1 / 5.2, as in every other row.
+    lv = transformer_logits(p["member_v"], feats_NxF, mask_N, tokens_T, "linear")
     ls = eta_logits(p["member_s"], feats_NxF, mask_N, attributes_A, tokens_T, "transformer_s",
                     semantic_encoder=semantic_encoder)
     return log_softmax(0.5 * (log_softmax(lv) + log_softmax(ls)))
