@@ -1,4 +1,26 @@
-"""Tests of the soft-attention LSTM captioner against a NumPy implementation of its equations."""
+"""Tests of the soft-attention LSTM captioner against a NumPy implementation of its equations.
+
+The whole model is checked against the NumPy reference (``np_encode`` + ``np_step``: the
+region projection with its ReLU, the masked mean and the tanh initial states, Xu et al.'s soft
+attention ``w^T tanh(W_v v + W_q h)`` over the real regions, the LSTM gate by gate, the output
+layer on ``h + z``), fed the model's own random parameters: ``decode_step`` on teacher tokens
+(test_steps_match_numpy) and along greedy steps from BOS (test_greedy_decode_steps_match_numpy),
+and ``decode_train`` for every caption (test_teacher_forcing_matches_steps).
+
+Mutants tried by hand on jaxcap/models/lstm.py (one at a time, restored with ``git checkout``);
+each failed test_steps_match_numpy, test_greedy_decode_steps_match_numpy and
+test_teacher_forcing_matches_steps, and 3 and 5 also test_padding_regions_are_ignored:
+  1. no ReLU on the region projection;
+  2. no tanh in the attention score;
+  3. padding regions not masked in the attention;
+  4. h_0 = 0 instead of tanh(W_h mean(v));
+  5. the mean for the initial state over all regions, padding included;
+  6. LSTM input ``[z; E y]`` instead of ``[E y; z]`` (same width, so only the values tell);
+  7. output layer on ``h`` instead of ``h + z``;
+  8. attention queried with the cell state c instead of h;
+  9. c_0 computed with W_h (init_h) instead of W_c;
+ 10. c and h swapped in the initial cache.
+"""
 
 import jax
 import jax.numpy as jnp
