@@ -59,6 +59,8 @@ ss (stacked_s, no semantic encoder), ts (transformer_s), tv (transformer_v), lf 
 23  no sqrt(D) scale on the decoder's word embeddings (teacher forcing)          TF all
 24  stacked_s attends in the wrong order (``att("a_v", att("gv_s", a))``)        TF ss; GR ss
 25  late fusion: the sum instead of the mean of the log-probabilities            TF lf; GR lf
+26  late fusion's Transformer_v member with a ReLU after its region projection   TF lf; GR lf
+    (the model's behaviour before this change; sec. 4.1's projection is linear)
 ==  ===========================================================================  ==================
 
 Mutants 1-3 are the issue's; mutant 3 (no positions) and 2 (ReLU on the regions) never reach
