@@ -70,7 +70,7 @@ class LSTMCaptioner(CaptionModel):
 
   def encode(self, batch, train: bool = False):
     mask_BxN = batch["feats_mask"].astype(bool)
-    v_BxNxH = self.feat_proj(batch["feats"].astype(jnp.float32))
+    v_BxNxH = nn.relu(self.feat_proj(batch["feats"].astype(jnp.float32)))
     v_BxNxH = self.drop(v_BxNxH, deterministic=not train)
     pooled_BxH = masked_mean(v_BxNxH, mask_BxN)
     return {
