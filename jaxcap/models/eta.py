@@ -30,7 +30,8 @@ Variants (``variant``; every ablation of Tables 2, 4, 5, 6):
 - ``transformer_s`` (Table 2, 4, 5): attributes only, ``e = g_s`` (the vanilla decoder block
   over ``S^N``). ``transformer_v`` (``e = g_v``) exists for completeness, but the configs
   select the ``transformer`` model for that row.
-- ``late_fusion`` ("T_v & T_s fuse", Table 5): a ``transformer`` model and a
+- ``late_fusion`` ("T_v & T_s fuse", Table 5): a ``transformer`` model (with
+  ``region_activation="linear"``, the Transformer_v of the configs) and a
   ``transformer_s`` model side by side; the logits returned are
   ``log_softmax((log p_v + log p_s) / 2)``, i.e. normalised log-probabilities, so the
   decoder's own ``log_softmax`` leaves them unchanged.
@@ -281,7 +282,8 @@ class ETACaptioner(CaptionModel):
       self.member_v = TransformerCaptioner(
           self.vocab_size, self.max_len, self.dim,
           self.num_layers if self.visual_encoder else 0, self.num_dec_layers, self.num_heads,
-          self.ff_dim, self.dropout, self.share_embeddings, self.dtype)
+          self.ff_dim, self.dropout, self.share_embeddings, self.dtype,
+          region_activation="linear")  # Transformer_v with ETA's linear projection (sec. 4.1)
       self.member_s = ETACaptioner(
           self.vocab_size, self.max_len, self.dim, self.num_layers, self.num_dec_layers,
           self.num_heads, self.ff_dim, self.dropout, "transformer_s", self.gbc_activation,

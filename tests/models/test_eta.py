@@ -333,7 +333,7 @@ def test_late_fusion_averages_member_log_probabilities():
   model, params, batch = make_model("late_fusion")
   tokens = shift_right(jnp.asarray(batch["captions"][:, 0]))
   fused, _ = teacher_forced(model, params, batch, tokens)
-  member_v = TransformerCaptioner(V, MAXLEN, D, 1, 2, H, FF, 0.0)
+  member_v = TransformerCaptioner(V, MAXLEN, D, 1, 2, H, FF, 0.0, region_activation="linear")
   member_s = ETACaptioner(V, max_len=MAXLEN, dim=D, num_layers=1, num_dec_layers=2, num_heads=H,
                           ff_dim=FF, dropout=0.0, variant="transformer_s")
   lv, _ = teacher_forced(member_v, {"params": params["params"]["member_v"]}, batch, tokens)

@@ -18,6 +18,17 @@ Mutants tried by hand (each made at least one test here fail; then restored):
   7. decoder: LSTM input ``[e_t, Ā]`` without ``c_{t-1}``;
   8. decoder: GLU inputs swapped (``[h_t; att]`` instead of ``[att; h_t]``);
   9. Ω_c not transposed (``child = parent``).
+
+Issue 17 audit (further mutants, each failed every test_whole_model_matches_numpy case and
+AoANet's whole-model test unless noted; decode_step is checked through its equality with
+teacher forcing on arbitrary tokens, which covers greedy decoding — the step never sees where
+its token came from):
+ 10. decoder attention without its 1/sqrt(Dh) scale;
+ 11. decoder attention over padding regions (mask dropped; also fails the decode-step test);
+ 12. encoder attention scores transposed (queries and keys swapped, ``->brhml``);
+ 13. Ā over all regions, padding included (also fails the decode-step test);
+ 14. decoder LSTM state (m, h) swapped on input;
+ 15. AoA's GLU replaced by its linear half (fails the aoanet, it_layer2_baseline and AoANet cases).
 """
 
 from __future__ import annotations

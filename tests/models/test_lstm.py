@@ -1,4 +1,26 @@
-"""Tests of the soft-attention LSTM captioner against a NumPy implementation of its equations."""
+"""Tests of the soft-attention LSTM captioner against a NumPy implementation of its equations.
+
+The whole model is checked against the NumPy reference (``np_encode`` + ``np_step``: the
+region projection with its ReLU, the masked mean and the tanh initial states, Xu et al.'s soft
+attention ``w^T tanh(W_v v + W_q h)`` over the real regions, the LSTM gate by gate, the output
+layer on ``h + z``), fed the model's own random parameters: ``decode_step`` on teacher tokens
+(test_steps_match_numpy) and along greedy steps from BOS (test_greedy_decode_steps_match_numpy),
+and ``decode_train`` for every caption (test_teacher_forcing_matches_steps).
+
+Mutants tried by hand on jaxcap/models/lstm.py (one at a time, restored with ``git checkout``);
+each failed test_steps_match_numpy, test_greedy_decode_steps_match_numpy and
+test_teacher_forcing_matches_steps, and 3 and 5 also test_padding_regions_are_ignored:
+  1. no ReLU on the region projection;
+  2. no tanh in the attention score;
+  3. padding regions not masked in the attention;
+  4. h_0 = 0 instead of tanh(W_h mean(v));
+  5. the mean for the initial state over all regions, padding included;
+  6. LSTM input ``[z; E y]`` instead of ``[E y; z]`` (same width, so only the values tell);
+  7. output layer on ``h`` instead of ``h + z``;
+  8. attention queried with the cell state c instead of h;
+  9. c_0 computed with W_h (init_h) instead of W_c;
+ 10. c and h swapped in the initial cache.
+"""
 
 import jax
 import jax.numpy as jnp
@@ -8,7 +30,7 @@ import optax
 import pytest
 
 from jaxcap import decoding
-from jaxcap.data.vocab import EOS, PAD
+from jaxcap.data.vocab import BOS, EOS, PAD
 from jaxcap.models import registry
 from jaxcap.models.base import shift_right
 from jaxcap.models.lstm import LSTMCaptioner
@@ -110,6 +132,24 @@ def test_steps_match_numpy(small):
     np.testing.assert_allclose(cache["c"], c, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(aux["attention"], alpha, rtol=1e-4, atol=1e-6)
   assert np.all(np.asarray(aux["attention"])[0, 2:] == 0.0)
+
+
+def test_greedy_decode_steps_match_numpy(small):
+  """``decode_step`` along 4 greedy steps from BOS (each step fed the previous argmax) equals
+  the reference run on the same tokens."""
+  model, params, batch, caps, apply = small
+  p = jax.tree.map(np.asarray, params["params"])
+  enc = model.apply(params, batch, method="encode")
+  cache = model.apply(params, enc, 4, method="init_cache")
+  ref = np_encode(p, batch)
+  c, h = ref["c"], ref["h"]
+  tokens = np.full((3,), BOS, np.int32)
+  for t in range(4):
+    logits, cache, _ = model.apply(params, enc, cache, jnp.asarray(tokens), t, method="decode_step")
+    ref_logits, c, h, _ = np_step(p, ref, c, h, tokens)
+    np.testing.assert_allclose(logits, ref_logits, rtol=1e-4, atol=1e-5, err_msg=f"step {t}")
+    tokens = np.asarray(logits).argmax(-1).astype(np.int32)
+    np.testing.assert_array_equal(tokens, ref_logits.argmax(-1))
 
 
 def test_teacher_forcing_matches_steps(small):

@@ -7,6 +7,12 @@ Mutants tried by hand (each made the forward test here fail, then was reverted):
   * the image step skipped (the cache starts at zeros);
   * the output layer reading the cell state c instead of h;
   * the LSTM state not carried from step to step (``_step`` returns the old cache).
+
+Issue 17 audit (each failed the forward test here):
+  * c_0 and h_0 swapped after the image step;
+  * the image feature zeroed before W_I (the image never reaches the LSTM);
+  * the cell state reset to zero after the image step.
+decode_step is checked against teacher forcing on arbitrary tokens in the same test.
 """
 
 from __future__ import annotations
