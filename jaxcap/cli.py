@@ -186,7 +186,15 @@ def parse_flags(argv, flag_values=None) -> list[str]:
       culprit = next((c for c in configs if f"--{c}" in text or "config file" in text
                       or isinstance(e, (AttributeError, KeyError))), None)
       if culprit is None:
-        raise BadInput(text.strip().splitlines()[0] if text.strip() else type(e).__name__) from None
+        first = text.strip().splitlines()[0] if text.strip() else type(e).__name__
+        m = re.match(r"flag (--[\w.-]+)=(.*?): (.*)", first)
+        if m:
+          kind = type(flag_values[m.group(1)[2:]].value).__name__ if m.group(1)[2:] in flag_values else ""
+          want = {"int": "an int", "float": "a number", "bool": "true or false"}.get(
+              kind, getattr(flag_values[m.group(1)[2:]], "flag_type", lambda: "a valid value")()
+              if m.group(1)[2:] in flag_values else "a valid value")
+          first = f"{m.group(1)}={m.group(2)}: expected {want} ({m.group(3)})"
+        raise BadInput(first) from None
       raise BadInput(_explain_config_error(argv, culprit, flag_values, e)) from None
     for c in configs:  # ml_collections defers a missing config file's error to the first access.
       try:

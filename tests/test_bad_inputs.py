@@ -312,12 +312,26 @@ _TRAINED: dict = {}
 
 @pytest.fixture(scope="module")
 def trained_workdir(tmp_path_factory):
-  """A tiny run (4 steps; checkpoint and best at step 4) that workdir cases copy."""
+  """A workdir as a tiny run leaves it (config.json, vocab.json, a checkpoint and best at step
+  4), written through the training library without training (the cases need only its files)."""
   import train  # noqa: F401  (defines the flags)
-  d = tmp_path_factory.mktemp("trained")
-  code, err = _cli("train", [CONFIG, *TINY, f"--workdir={d / 'wd'}"])
-  assert code == 0, err
-  _TRAINED["dir"] = d / "wd"
+  from absl import flags
+  from jaxcap import cli
+  from jaxcap.data import pipeline
+  from jaxcap.training import checkpoint as ckpt_lib
+  from jaxcap.training import train_lib
+  wd = tmp_path_factory.mktemp("trained") / "wd"
+  cli.parse_flags(["train.py", CONFIG, *TINY])
+  config = flags.FLAGS.config
+  trainer = train_lib.Trainer(config, str(wd))
+  train_lib.init_workdir(str(wd), config, trainer.dataset.vocab)
+  state = trainer.initial_state().replace(step=4)
+  it = pipeline.make_train_iterator(trainer.dataset.split("train"), 8, seed=0)
+  ckpts = ckpt_lib.Checkpoints(str(wd), keep=config.keep_checkpoints)
+  ckpts.save_latest(4, state, it.get_state())
+  assert ckpts.save_best_if_improved(4, state, it.get_state(), {"CIDEr": 0.5, "Bleu_4": 0.1})
+  ckpts.close()
+  _TRAINED["dir"] = wd
   yield
 
 

@@ -90,7 +90,7 @@ def check_workdir(workdir: str, config, vocab: Vocab) -> None:
       raise ValueError(f"{cfg_path}: this workdir holds checkpoints of another model "
                        f"(model.{diff[0]}: {old_model.get(diff[0], '<absent>')!r} there, "
                        f"{new_model.get(diff[0], '<absent>')!r} now); "
-                       "use another --workdir")
+                       "expected the same model config, or use another --workdir")
     if old.get("data", {}).get("name") != new["data"]["name"]:
       raise ValueError(f"{cfg_path}: this workdir was trained on data.name="
                        f"{old.get('data', {}).get('name')!r}, not {new['data']['name']!r}; use another --workdir")
@@ -394,15 +394,15 @@ class Trainer:
     """Parameters of the best checkpoint (or ``step``, from either manager)."""
     ckpts = getattr(self, "ckpts", None) or ckpt_lib.Checkpoints(
         self.workdir, keep=self.config.keep_checkpoints, best_metric=_best_metric(self.config))
-    state = self.initial_state()
     which = "best"
     if step is not None:
       which = ckpts.find_step(step)
       if which is None:
-        raise ValueError(f"{self.workdir}: no checkpoint at step {step}; have latest "
+        raise ValueError(f"{self.workdir}: no checkpoint at step {step}; expected one of latest "
                          f"{list(ckpts.latest.all_steps())} and best {list(ckpts.best.all_steps())}")
     elif ckpts.best_step() is None:
       which = "latest"
+    state = self.initial_state()
     restored, _ = _restore_or_fail(ckpts, ckpt_lib.abstract(state), step=step, which=which)
     if restored is None:
       raise ValueError(f"{self.workdir}: no checkpoint found (expected checkpoints/ or best/)")
