@@ -532,9 +532,9 @@ def train_and_evaluate(config, workdir: str) -> dict:
   Returns:
     ``{"overall": {...}, "per_image": {...}}`` of the test split (``{}`` when not tested).
   """
-  validation.check_config(config)
-  validation.check_workdir_writable(workdir)
   model_cls = registry.get(config.model.name)
+  validation.check_config(config, trainable=getattr(model_cls, "trainable", True))
+  validation.check_workdir_writable(workdir)
   if not getattr(model_cls, "trainable", True):
     return fit_non_trainable(config, workdir)
   trainer = Trainer(config, workdir)
@@ -549,6 +549,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
 def fit_non_trainable(config, workdir: str) -> dict:
   """Baselines without parameters (nearest neighbour): fit on train, score the test split."""
   dataset = data_lib.get_dataset(config.data)
+  validation.check_data(dataset, config, splits=["train", config.test_split])
   init_workdir(workdir, config, dataset.vocab)
   model = registry.build(config.model, dict(dataset.info))
   model.fit(dataset)

@@ -31,7 +31,7 @@ _MISSING = object()
 
 # (field, kind, lower bound): "int" fields are ints >= bound, "float" finite numbers >= bound.
 _NUMBERS = (
-    ("batch_size", "int", 1), ("eval_batch_size", "int", 1), ("num_train_steps", "int", 1),
+    ("batch_size", "int", 1), ("eval_batch_size", "int", 1), ("num_train_steps", "int", 0),
     ("eval_every_steps", "int", 1), ("log_every_steps", "int", 1),
     ("checkpoint_every_steps", "int", 1), ("keep_checkpoints", "int", 1),
     ("warmup_steps", "int", 0), ("early_stopping_patience", "int", 0), ("seed", "int", None),
@@ -66,9 +66,13 @@ def _get(config, path: str):
   return node
 
 
-def check_config(config) -> None:
+def check_config(config, trainable: bool = True) -> None:
   """Raises a one-line ``ValueError`` (``config field X: expected ..., got ...``) for the first
-  training field of the wrong type or out of range. Fields a config does not have are skipped."""
+  training field of the wrong type or out of range. Fields a config does not have are skipped.
+  ``trainable``: the model trains (``num_train_steps >= 1``; the nearest neighbour has 0)."""
+  steps = _get(config, "num_train_steps")
+  if trainable and isinstance(steps, int) and not isinstance(steps, bool) and steps < 1:
+    raise ValueError(f"config field num_train_steps: expected an int >= 1, got {steps}")
   for path, kind, low in _NUMBERS:
     v = _get(config, path)
     if v is _MISSING:
