@@ -25,7 +25,8 @@ Classes of the corpus (``CASES``):
   negative / zero-area / outside-image boxes, boxes of the wrong shape or count, a missing
   feature file, truncated ``.npy`` and ``.npz`` files, a file that is not numpy at all, a
   missing dataset JSON or root;
-- workdir: the workdir is a file, its parent is a file, it is read-only, its ``config.json``
+- workdir: the workdir is a file, its parent is a file, it is read-only, the disk is full
+  while resuming (``test_full_disk_while_resuming``), its ``config.json``
   is valid JSON of the wrong shape (a list, ``model`` a string, no ``data``) or not JSON,
   it holds another model's run;
 - checkpoints: corrupted arrays with no intact step to fall back to (resume and evaluate),
@@ -449,4 +450,21 @@ def test_real_process(tmp_path, script, args, needle):
                      cwd=tmp_path, capture_output=True, text=True, timeout=300)
   assert "Traceback" not in r.stderr
   _assert_one_line(r.returncode, r.stderr, needle)
+  assert _snapshot(tmp_path) == before
+
+
+def test_full_disk_while_resuming(request, tmp_path, monkeypatch):
+  """ENOSPC when the resumed run opens its metrics: one line naming the path, exit 2."""
+  import errno
+  from jaxcap.training import train_lib
+  request.getfixturevalue("trained_workdir")
+  _trained(tmp_path)
+
+  def full(self, workdir, enabled=None):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), os.path.join(workdir, "metrics.jsonl"))
+
+  monkeypatch.setattr(train_lib.MetricWriter, "__init__", full)
+  before = _snapshot(tmp_path)
+  code, err = _cli("train", [CONFIG, *TINY, "--config.num_train_steps=8", f"--workdir={tmp_path}/wd"])
+  _assert_one_line(code, err, "metrics.jsonl: No space left on device")
   assert _snapshot(tmp_path) == before
