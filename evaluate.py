@@ -19,7 +19,8 @@ _REPO = os.path.dirname(os.path.abspath(__file__))
 if _REPO not in sys.path:
   sys.path.insert(0, _REPO)
 
-flags.DEFINE_string("workdir", None, "Run directory written by train.py.")
+if "workdir" not in flags.FLAGS:  # train.py defines the same flag (both load in one test process)
+  flags.DEFINE_string("workdir", None, "Run directory written by train.py.")
 flags.DEFINE_string("split", "test", "Split to decode: train, val or test.")
 flags.DEFINE_integer("step", None, "Checkpoint step (default: the best by validation CIDEr-D).")
 flags.DEFINE_integer("beam_size", None, "Beam size (default: the config's decode settings; 1 with --beam-mode self_critical = greedy).")
@@ -95,12 +96,22 @@ def evaluate_workdir():
   if not os.path.exists(cfg_path):
     raise ValueError(f"{cfg_path}: not found; expected a workdir written by train.py")
   with open(cfg_path) as f:
-    config = ml_collections.ConfigDict(json.load(f))
+    try:
+      saved = json.load(f)
+    except ValueError:
+      raise ValueError(f"{cfg_path}: not valid JSON; expected the config of the run in this workdir") from None
+  train_lib._check_saved_config_shape(cfg_path, saved)
+  config = ml_collections.ConfigDict(saved)
+  if FLAGS.batch_size is not None and FLAGS.batch_size < 1:
+    raise ValueError(f"--batch_size={FLAGS.batch_size}: expected an int >= 1")
   if FLAGS.batch_size:
     config.eval_batch_size = FLAGS.batch_size
   data_overrides(config)
   trainer = train_lib.Trainer(config, FLAGS.workdir)
   train_lib.check_workdir(FLAGS.workdir, config, trainer.dataset.vocab)
+  if FLAGS.split not in trainer.dataset.splits:  # before loading (and compiling) anything
+    raise ValueError(f"--split={FLAGS.split}: not a split of {trainer.dataset.name}; expected one "
+                     f"of {', '.join(trainer.dataset.splits)}")
   state = trainer.load(FLAGS.step)
   print(f"Evaluating step {int(state.step)} of {FLAGS.workdir} on split {FLAGS.split!r}.", flush=True)
   decode_config = decode_overrides(config)
@@ -118,7 +129,8 @@ def score_predictions():
   from jaxcap.evaluation import files
   from jaxcap.training.train_lib import format_table
   if not FLAGS.references or not FLAGS.out:
-    raise ValueError("--predictions needs --references R.json (COCO annotation format) and --out S.json")
+    raise ValueError("--predictions needs --references R.json (COCO annotation format) and --out S.json; "
+                     "expected all three")
   result = files.score_files(FLAGS.predictions, FLAGS.references, FLAGS.out, spice=FLAGS.spice)
   print(format_table(result["overall"], title=f"{FLAGS.predictions} ({len(result['per_image'])} images)"))
 
@@ -130,9 +142,19 @@ def main(argv):
   if FLAGS.predictions:
     return run_main(score_predictions)
   if not FLAGS.workdir:
-    raise app.UsageError("give --workdir (a checkpoint to evaluate) or --predictions/--references/--out")
+    raise app.UsageError("no --workdir; expected --workdir (a checkpoint to evaluate) or "
+                         "--predictions/--references/--out")
+  if not os.path.isdir(FLAGS.workdir):
+    raise app.UsageError(f"--workdir={FLAGS.workdir}: not a directory; expected a workdir "
+                         "written by train.py")
   return run_main(evaluate_workdir)
 
 
+def cli(argv=None):
+  """The command line (``python evaluate.py ...``); ``argv`` for in-process use. Exits."""
+  from jaxcap.cli import run_app
+  run_app(main, argv)
+
+
 if __name__ == "__main__":
-  app.run(main)
+  cli()

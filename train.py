@@ -20,7 +20,8 @@ if _REPO not in sys.path:
 
 DEFAULT_CONFIG = os.path.join(_REPO, "configs", "transformer.py") + ":synthetic"
 config_flags.DEFINE_config_file("config", DEFAULT_CONFIG, "Config file (file.py:arg).", lock_config=True)
-flags.DEFINE_string("workdir", None, "Run directory (default: runs/<config name>).")
+if "workdir" not in flags.FLAGS:  # evaluate.py defines the same flag (both load in one test process)
+  flags.DEFINE_string("workdir", None, "Run directory (default: runs/<config name>).")
 
 
 def main(argv):
@@ -43,5 +44,11 @@ def _config_argument() -> str:
   return name + (":" + value.split(":", 1)[1] if ":" in value else "")
 
 
+def cli(argv=None):
+  """The command line (``python train.py ...``); ``argv`` for in-process use. Exits."""
+  from jaxcap.cli import run_app
+  run_app(main, argv)
+
+
 if __name__ == "__main__":
-  app.run(main)
+  cli()

@@ -85,6 +85,18 @@ def data_config(dataset: str) -> ml_collections.ConfigDict:
     raise ValueError(f"config argument dataset: expected one of {DATASETS}, got {dataset!r}")
   d.attributes = "none"  # models that read attributes (ETA) set their own mode
   d.num_workers = 0
+  # Checked before the first step (jaxcap/training/validation.py): every feature file's header
+  # (shape, dtype; the arrays are not read) and boxes of the splits in use. "all" | "sample"
+  # (validate_sample images per split, evenly spread: datasets too large to scan) | "off".
+  d.validate_features = "all"
+  d.validate_sample = 100
+  # An image with more regions than max_regions is an error before training; True keeps its
+  # first max_regions (bottom-up features come sorted by detector confidence).
+  d.truncate_regions = False
+  # Zero-area boxes (x1 == x2 or y1 == y2) in box files: "error" (a detector never emits one;
+  # it means broken coordinates) | "allow" (the Image Transformer treats such a box as
+  # overlapping nothing: a neighbour of every region; see jaxcap/data/base.py::check_boxes).
+  d.degenerate_boxes = "error"
   return d
 
 
@@ -136,6 +148,11 @@ def base_config(dataset: str = "synthetic") -> ml_collections.ConfigDict:
   c.l2 = 0.0  # lambda of an L2 term lambda * sum(w^2) on the cost (coupled; unlike weight_decay)
   c.best_metric = "CIDEr"  # validation metric that selects best/: "CIDEr" | "Bleu_4"
   c.early_stopping_patience = 0  # stop after this many evaluations without improvement (0: never)
+  # A non-finite loss or gradient norm (jaxcap/training/guard.py): "stop" the run (exit code
+  # 3, one line with the step, loss, gradient norm and the batch's image ids; nothing is saved,
+  # the previous checkpoint stays latest and best) | "skip" the update (parameters and
+  # optimiser state unchanged; counted as train/skipped in metrics.jsonl).
+  c.nonfinite = "stop"
   c.grad_clip_norm = 0.0  # 0 disables global-norm clipping
   c.grad_clip_value = 0.1  # self-critical.pytorch clips each gradient entry to [-0.1, 0.1]; 0 disables
   c.label_smoothing = 0.0

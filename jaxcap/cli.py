@@ -1,9 +1,31 @@
-"""Shared command-line behaviour: bad input ends with one line on stderr and exit code 2."""
+"""Shared command-line behaviour: bad input ends with one line on stderr and exit code 2.
+
+``run_app(main, argv)`` replaces ``absl.app.run`` for ``train.py`` and ``evaluate.py``: it parses
+the flags itself so that absl's and ml_collections' flag and config errors (an unknown or
+misspelt ``--config.`` key, a value of the wrong type, a missing config file, a bad
+``file.py:arg`` argument, an unknown flag, stray arguments) become one line
+``error: ...`` on stderr and exit code 2 instead of a traceback or absl's usage text and exit
+code 1. It can be called again in the same process (the tests drive both scripts in-process).
+
+Exit codes: 0 success; 2 bad input (config, data, workdir, checkpoints, predictions); 3 the
+run stopped on a non-finite loss or gradient norm (``config.nonfinite="stop"``, see
+:mod:`jaxcap.training.guard`).
+"""
 
 from __future__ import annotations
 
+import difflib
+import importlib.util
 import os
+import re
 import sys
+
+EXIT_BAD_INPUT = 2
+EXIT_NONFINITE = 3
+
+
+class BadInput(ValueError):
+  """A one-line bad-input error raised by the command-line layer itself."""
 
 
 def default_workdir(config_arg: str) -> str:
@@ -27,12 +49,177 @@ def quiet_logs() -> None:
     logging.getLogger(name).setLevel(logging.WARNING)
 
 
+def fail(msg: str, code: int = EXIT_BAD_INPUT):
+  """Prints ``error: <first line of msg>`` on stderr and exits with ``code``."""
+  msg = str(msg).strip()
+  msg = msg.splitlines()[0] if msg else "unknown error"
+  print(f"error: {msg}", file=sys.stderr, flush=True)
+  sys.exit(code)
+
+
 def run_main(fn):
+  """Runs ``fn()``; bad input -> one line and exit 2, a non-finite stop -> one line and exit 3."""
+  from jaxcap.training.guard import NonFiniteError
   quiet_logs()
   try:
     fn()
+  except NonFiniteError as e:
+    fail(str(e), EXIT_NONFINITE)
   except (ValueError, FileNotFoundError, KeyError) as e:
-    msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    print(f"error: {msg}", file=sys.stderr, flush=True)
-    sys.exit(2)
+    fail(str(e) if str(e).strip() else type(e).__name__)
+  except OSError as e:  # read-only or full disk, a workdir that is a file, ...
+    where = f"{e.filename}: " if getattr(e, "filename", None) else ""
+    fail(f"{where}{e.strerror or e}; expected a writable workdir with free space")
   return 0
+
+
+# ------------------------------------------------------------------------------- flag parsing
+def _config_flag_names(flag_values) -> list[str]:
+  from ml_collections.config_flags import config_flags
+  return [name for name in set(flag_values) if isinstance(flag_values[name], config_flags._ConfigFlag)]
+
+
+def _load_config(arg: str):
+  """``get_config(arg)`` of ``path.py[:arg]`` (only to explain an error), or None."""
+  path, _, rest = arg.partition(":")
+  try:
+    spec = importlib.util.spec_from_file_location("_jaxcap_config_probe", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.get_config(rest) if rest else module.get_config()
+  except Exception:  # pylint: disable=broad-except
+    return None
+
+
+def _config_arg(argv, name: str, flag_values) -> str:
+  for i in reversed(range(len(argv))):  # the last --config wins, as in absl
+    a = argv[i]
+    if a.startswith(f"--{name}="):
+      return a.split("=", 1)[1]
+    if a == f"--{name}" and i + 1 < len(argv):
+      return argv[i + 1]
+  return str(flag_values[name].default or "")
+
+
+def _lookup(config, path: str):
+  """(found, value_or_missing_key, siblings) for a dotted path."""
+  node = config
+  parts = path.split(".")
+  for j, p in enumerate(parts):
+    try:
+      keys = list(node.keys())
+    except AttributeError:
+      return False, ".".join(parts[:j + 1]), []
+    if p not in keys:
+      return False, ".".join(parts[:j + 1]), keys
+    node = node[p]
+  return True, node, []
+
+
+def _explain_config_error(argv, name: str, flag_values, err: Exception) -> str:
+  """One line for an error raised while parsing ``--<name>`` and its ``--<name>.x=v`` overrides."""
+  arg = _config_arg(argv, name, flag_values)
+  text = str(err)
+  # The config file itself: missing, or its get_config(arg) raised (ml_collections wraps the
+  # original error and its traceback; the last "XError: message" line is the message).
+  if "Failed loading config file" in text or "earlier failure to load" in text:
+    return (f"--{name}={arg}: config file {arg.partition(':')[0]!r} not found; expected "
+            "path/to/config.py[:arg]")
+  if "Error whilst parsing config file" in text:
+    lines = [l.strip() for l in text.splitlines() if re.match(r"\s*\w+(Error|Exception): ", l)]
+    msg = re.sub(r"^\w+(Error|Exception): ", "", lines[-1]) if lines else text.splitlines()[-1]
+    return f"--{name}={arg}: {msg}"
+  config = _load_config(arg)
+  overrides = [a.split("=", 1)[0][len(name) + 3:] for a in argv if re.match(rf"--(no)?{re.escape(name)}\.", a)]
+  if config is not None:
+    for path in overrides:
+      found, what, keys = _lookup(config, path)
+      if not found:
+        leaf = what.rsplit(".", 1)[-1]
+        close = difflib.get_close_matches(leaf, [str(k) for k in keys], n=1)
+        hint = f" (did you mean {what.rsplit('.', 1)[0] + '.' if '.' in what else ''}{close[0]}?)" if close else ""
+        return (f"config field {what}: unknown key in --{name}.{path}{hint}; expected a field of "
+                f"{arg.partition(':')[0]}")
+  m = re.search(rf"flag --{re.escape(name)}\.([\w.]+)=(.*?): (.*)", text)
+  if m:
+    path, value, why = m.groups()
+    want = "a value"
+    if config is not None:
+      found, current, _ = _lookup(config, path)
+      if found:
+        tname = type(current).__name__
+        want = f"{'an' if tname[0] in 'aeiou' else 'a'} {tname}" if not hasattr(current, "keys") else "a nested config (set its fields)"
+    return f"config field {path}: expected {want}, got {value!r} ({why.strip()})"
+  m = re.search(rf"Flag --({re.escape(name)}\.[\w.]+) is provided after --({re.escape(name)}\.[\w.]+)", text)
+  if m:
+    return (f"{m.group(1)} would overwrite {m.group(2)} given before it; expected a section's "
+            "value before the overrides of its fields")
+  last = text.strip().splitlines()[-1] if text.strip() else type(err).__name__
+  return f"--{name}: {last} (expected a config file and --{name}.<field>=<value> overrides)"
+
+
+def parse_flags(argv, flag_values=None) -> list[str]:
+  """Parses ``argv`` into ``flag_values`` (absl's global FLAGS by default), re-entrantly.
+
+  Returns the positional arguments; raises :class:`BadInput` with one line on any flag or
+  config error.
+  """
+  from absl import app, flags
+  flag_values = flag_values or flags.FLAGS
+  app.define_help_flags()
+  configs = _config_flag_names(flag_values)
+  # A second parse in the same process: forget the last values and the --config.x flags that
+  # ml_collections defined for the last command line's overrides.
+  flag_values.unparse_flags()
+  for fname in list(flag_values):
+    if any(fname.startswith(c + ".") for c in configs):
+      delattr(flag_values, fname)
+  saved = sys.argv
+  sys.argv = list(argv)  # ml_collections reads the overrides from sys.argv
+  try:
+    try:
+      rest = flag_values(list(argv))
+    except flags.UnrecognizedFlagError as e:
+      raise BadInput(f"--{e.flagname}: unknown flag; expected one of the flags of --helpfull") from None
+    except Exception as e:  # pylint: disable=broad-except
+      text = str(e)
+      culprit = next((c for c in configs if f"--{c}" in text or "config file" in text
+                      or isinstance(e, (AttributeError, KeyError))), None)
+      if culprit is None:
+        first = text.strip().splitlines()[0] if text.strip() else type(e).__name__
+        m = re.match(r"flag (--[\w.-]+)=(.*?): (.*)", first)
+        if m:
+          kind = type(flag_values[m.group(1)[2:]].value).__name__ if m.group(1)[2:] in flag_values else ""
+          want = {"int": "an int", "float": "a number", "bool": "true or false"}.get(
+              kind, getattr(flag_values[m.group(1)[2:]], "flag_type", lambda: "a valid value")()
+              if m.group(1)[2:] in flag_values else "a valid value")
+          first = f"{m.group(1)}={m.group(2)}: expected {want} ({m.group(3)})"
+        raise BadInput(first) from None
+      raise BadInput(_explain_config_error(argv, culprit, flag_values, e)) from None
+    for c in configs:  # ml_collections defers a missing config file's error to the first access.
+      try:
+        flag_values[c].value.get("model", None)
+      except AttributeError:
+        pass
+      except Exception as e:  # pylint: disable=broad-except
+        raise BadInput(_explain_config_error(argv, c, flag_values, e)) from None
+  finally:
+    sys.argv = saved
+  if len(rest) > 1:
+    raise BadInput(f"unexpected arguments {rest[1:]}; expected only --flags")
+  return rest
+
+
+def run_app(main, argv=None):
+  """``absl.app.run(main)`` with bad flags and configs as one line and exit code 2."""
+  from absl import app
+  argv = list(sys.argv if argv is None else argv)
+  try:
+    rest = parse_flags(argv)
+  except BadInput as e:
+    fail(str(e))
+  try:
+    code = main(rest)
+  except app.UsageError as e:
+    fail(str(e))
+  sys.exit(code or 0)

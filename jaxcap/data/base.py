@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from typing import Sequence
 
 import numpy as np
@@ -66,6 +67,9 @@ def check_features(feats: np.ndarray, dim: int | None, name: str, field: str = "
   if dim is not None and feats.shape[-1] != dim:
     raise ValueError(f"{name}: field {field!r} has feature dimension {feats.shape[-1]}, "
                      f"expected {dim}")
+  if not (np.issubdtype(feats.dtype, np.floating) or feats.dtype == np.float32):
+    raise ValueError(f"{name}: field {field!r} has dtype {feats.dtype}, expected floating-point "
+                     "features (float16 / float32 / float64)")
   feats = np.asarray(feats, dtype=np.float32)
   # The sum is finite iff every element is (inf - inf and nan propagate); one pass, no mask.
   if not np.isfinite(feats.sum(dtype=np.float64)):
@@ -78,14 +82,18 @@ _UNIT_BOX = np.array([[0.0, 0.0, 1.0, 1.0]], np.float32)
 BOX_TOLERANCE = 1e-5
 
 
-def check_boxes(boxes, name: str, field: str = "boxes", mask=None) -> np.ndarray:
+def check_boxes(boxes, name: str, field: str = "boxes", mask=None,
+                allow_degenerate: bool = True) -> np.ndarray:
   """Validates ``[..., n, 4]`` boxes (x1, y1, x2, y2, normalised): finite, ``x1 <= x2``,
   ``y1 <= y2``, inside ``[0, 1]`` (up to ``BOX_TOLERANCE``); returns them as float32 or raises
   a one-line ValueError naming ``name`` and ``field``.
 
-  Degenerate boxes (``x1 == x2`` or ``y1 == y2``: zero area) are valid. The rule for them,
-  used by the Image Transformer's spatial graph: a zero-area box overlaps nothing, so it is
-  neither parent nor child of any region — a neighbour of every region (and of itself).
+  Degenerate boxes (``x1 == x2`` or ``y1 == y2``: zero area) are valid here when
+  ``allow_degenerate``. The rule for them, used by the Image Transformer's spatial graph: a
+  zero-area box overlaps nothing, so it is neither parent nor child of any region — a
+  neighbour of every region (and of itself). The data readers call this with
+  ``allow_degenerate=False`` unless ``data.degenerate_boxes="allow"``: a detector never emits
+  a zero-area box, so one in a box file means broken coordinates (e.g. an all-zero row).
   ``mask`` (bool ``[..., n]``, True for real regions) skips padding rows.
   """
   b = np.asarray(boxes, np.float32)
@@ -103,7 +111,58 @@ def check_boxes(boxes, name: str, field: str = "boxes", mask=None) -> np.ndarray
   if out.any():
     raise ValueError(f"{name}: field {field!r} has coordinates outside [0, 1] (first box "
                      f"{r[out.any(-1)][0].tolist()}), expected boxes normalised to the image")
+  if not allow_degenerate:
+    flat = (r[:, 0] == r[:, 2]) | (r[:, 1] == r[:, 3])
+    if flat.any():
+      raise ValueError(f"{name}: field {field!r} has {int(flat.sum())} zero-area box(es) (first "
+                       f"{r[flat][0].tolist()}), expected x1 < x2 and y1 < y2 (or set "
+                       "data.degenerate_boxes='allow')")
   return b
+
+
+def npy_header(path: str, key: str | None = None) -> tuple[tuple, np.dtype]:
+  """``(shape, dtype)`` of a ``.npy`` file (or array ``key`` of an ``.npz``) from its header,
+  without reading the array. Raises a one-line ValueError naming the file when it is missing,
+  not a numpy file, or shorter than its header says (truncated)."""
+  import zipfile
+  try:
+    if key is None:
+      with open(path, "rb") as f:
+        shape, dtype, offset = _read_npy_header(f)
+      want = offset + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+      size = os.path.getsize(path)
+      if size < want:
+        raise ValueError(f"{path}: truncated feature file ({size} bytes, its header says "
+                         f"{want}), expected a complete .npy")
+      return shape, dtype
+    with zipfile.ZipFile(path) as z:
+      member = f"{key}.npy"
+      if member not in z.namelist():
+        raise ValueError(f"{path}: no key {key!r} (has {[n[:-4] for n in z.namelist()]}), "
+                         f"expected the features under {key!r}")
+      with z.open(member) as f:
+        shape, dtype, _ = _read_npy_header(f)
+      return shape, dtype
+  except FileNotFoundError:
+    raise ValueError(f"{path}: feature file is missing, expected one per image") from None
+  except ValueError as e:
+    if str(e).startswith(path):
+      raise
+    raise ValueError(f"{path}: unreadable feature file ({e}); expected a numpy .npy / .npz "
+                     "file") from None
+  except Exception as e:  # zipfile.BadZipFile, EOFError, OSError ... all mean "corrupt".
+    raise ValueError(f"{path}: unreadable feature file ({type(e).__name__}: {e}); expected a "
+                     "numpy .npy / .npz file") from None
+
+
+def _read_npy_header(f):
+  version = np.lib.format.read_magic(f)
+  if version == (1, 0):
+    shape, _, dtype = np.lib.format.read_array_header_1_0(f)
+  else:
+    shape, _, dtype = np.lib.format.read_array_header_2_0(f)
+  offset = f.tell()
+  return tuple(shape), np.dtype(dtype), offset
 
 
 def resolve_features(raw: dict, name: str, feature_dim: int | None, global_dim: int | None):
@@ -143,6 +202,13 @@ class FeatureReader:
   def name(self, i: int) -> str:
     return f"row {i}"
 
+  def header(self, i: int) -> dict | None:
+    """What image ``i``'s files say without reading the feature arrays, for the check before
+    training (:mod:`jaxcap.training.validation`): ``{"feats": (shape, dtype, name),
+    "global_feat": (shape, dtype, name) | None, "boxes": (boxes [n, 4] normalised, name) |
+    None}``; None when the features are generated in memory (checked when read)."""
+    return None
+
 
 class ArrayFeatures(FeatureReader):
   """Features held in arrays (in memory or ``np.load(..., mmap_mode="r")``).
@@ -174,6 +240,22 @@ class ArrayFeatures(FeatureReader):
       boxes = grid_boxes(int(round(np.sqrt(feats.shape[0]))))
     glob = None if self.global_feats is None else self.global_feats[i]
     return {"feats": feats, "boxes": boxes, "global_feat": glob}
+
+  def header(self, i: int) -> dict:
+    def meta(a, field):
+      if a is None:
+        return None
+      if hasattr(a, "shape") and hasattr(a, "dtype") and not isinstance(a, list):
+        return tuple(a.shape[1:]), np.dtype(a.dtype), f"{self.label}[{i}] ({field})"
+      x = a[i]
+      return tuple(np.shape(x)), np.asarray(x[:0] if np.ndim(x) else x).dtype, f"{self.name(i)} ({field})"
+    feats = meta(self.feats, "feats")
+    if self.grid:
+      feats = ((int(np.prod(feats[0][:-1])),) + feats[0][-1:], feats[1], feats[2])
+    boxes = None
+    if self.boxes is not None and not self.grid:
+      boxes = (np.asarray(self.boxes[i], np.float32), self.name(i))
+    return {"feats": feats, "global_feat": meta(self.global_feats, "global_feat"), "boxes": boxes}
 
 
 class TextOnlyFeatures(FeatureReader):
@@ -215,7 +297,7 @@ ATTRIBUTE_MODES = ("oracle", "noisy", "detected", "none")
 _FIELDS = dict(max_len=16, min_word_count=5, max_regions=36, seq_per_img=5,
                num_attributes=1000, max_attributes=20, attributes="oracle",
                test_attributes="", attributes_file="", src_max_len=0, src_min_word_count=0,
-               max_vocab_size=0)
+               max_vocab_size=0, degenerate_boxes="error")
 
 
 def _cfg(config, key):
@@ -440,6 +522,7 @@ class SplitSource:
     self.seq_per_img = dataset.seq_per_img
     self.max_regions = dataset.max_regions
     self.max_attributes = dataset.max_attributes
+    self.allow_degenerate = str(_cfg(dataset.config, "degenerate_boxes")) == "allow"
 
   def __len__(self) -> int:
     return len(self.data.image_ids)
@@ -453,8 +536,11 @@ class SplitSource:
       raise IndexError(f"{self.dataset.name} split {self.split!r}: index {i} out of range "
                        f"[0, {len(self)})")
     reader = self.data.features
-    feats, boxes, glob = resolve_features(reader.read(i), reader.name(i),
+    raw = reader.read(i)
+    feats, boxes, glob = resolve_features(raw, reader.name(i),
                                           self.info["feature_dim"], self.info["global_dim"])
+    if raw.get("boxes") is not None and not reader.grid:  # boxes from the data, not derived
+      check_boxes(boxes, reader.name(i), allow_degenerate=self.allow_degenerate)
     labels = np.zeros((self.info["num_attributes"],), np.float32)
     labels[self.enc["labels"][i]] = 1.0
     ex = {"image_index": np.int32(i), "feats": feats, "boxes": boxes, "global_feat": glob,

@@ -65,8 +65,11 @@ def read_splits(config) -> dict[str, base.SplitData]:
     split = img.get("split")
     if split == "restval" and use_restval:
       split = "train"
+    if split == "restval":
+      continue  # use_restval=False
     if split not in by_split:
-      continue
+      raise ValueError(f"{json_path}: images[{j}] has split {split!r}, expected one of train, "
+                       "val, test, restval")
     refs = []
     for row in labels[start[j]:end[j]]:
       toks = []

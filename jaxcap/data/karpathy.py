@@ -49,9 +49,11 @@ def load_array(path: str, key: str | None = None) -> np.ndarray:
   except ValueError as e:
     if str(e).startswith(path):
       raise
-    raise ValueError(f"{path}: unreadable feature file ({e})") from None
+    raise ValueError(f"{path}: unreadable feature file ({e}); expected a numpy .npy / .npz "
+                     "file") from None
   except Exception as e:  # zipfile.BadZipFile, EOFError, OSError ... all mean "corrupt".
-    raise ValueError(f"{path}: unreadable feature file ({type(e).__name__}: {e})") from None
+    raise ValueError(f"{path}: unreadable feature file ({type(e).__name__}: {e}); expected a "
+                     "numpy .npy / .npz file") from None
 
 
 class DirFeatures(base.FeatureReader):
@@ -64,7 +66,8 @@ class DirFeatures(base.FeatureReader):
                        "least one feature directory")
     for field, d in (("att_dir", att_dir), ("fc_dir", fc_dir), ("box_dir", box_dir)):
       if d and not os.path.isdir(d):
-        raise ValueError(f"{d}: field {field!r} is not a directory")
+        raise ValueError(f"{d}: field {field!r} is not a directory, expected the feature files' "
+                         "directory")
     self.keys, self.att_dir, self.fc_dir, self.box_dir = keys, att_dir, fc_dir, box_dir
     self.grid, self.sizes = grid, sizes
     self._att_ext = None
@@ -103,18 +106,60 @@ class DirFeatures(base.FeatureReader):
       feats = base.grid_to_regions(feats, self.name(i))
       boxes = base.grid_boxes(int(round(np.sqrt(feats.shape[0]))))
     elif self.box_dir:
-      path = os.path.join(self.box_dir, f"{key}.npy")
-      boxes = load_array(path).astype(np.float32)
-      if boxes.ndim != 2 or boxes.shape[-1] != 4:
-        raise ValueError(f"{path}: boxes must be [regions, 4], got shape {list(boxes.shape)}")
-      size = self.sizes[i] if self.sizes else None
-      if size:
-        w, h = size
-      else:
-        w = max(float(boxes[:, 2].max(initial=0.0)), 1.0)
-        h = max(float(boxes[:, 3].max(initial=0.0)), 1.0)
-      boxes = np.clip(boxes / np.array([w, h, w, h], np.float32), 0.0, 1.0)
+      boxes = self.read_boxes(i)
     return {"feats": feats, "boxes": boxes, "global_feat": glob}
+
+  def read_boxes(self, i: int, allow_degenerate: bool = True) -> np.ndarray:
+    """Image ``i``'s boxes normalised to [0, 1], validated with :func:`base.check_boxes`
+    (finite, x1 <= x2, y1 <= y2, inside the image up to ``base.BOX_TOLERANCE``; a box outside
+    the image is an error, not clipped). Zero-area boxes are checked by the caller (the split
+    source, with ``data.degenerate_boxes``)."""
+    path = os.path.join(self.box_dir, f"{self.keys[i]}.npy")
+    boxes = load_array(path)
+    if boxes.ndim != 2 or boxes.shape[-1] != 4:
+      raise ValueError(f"{path}: boxes must be [regions, 4], got shape {list(boxes.shape)} "
+                       "(expected x1, y1, x2, y2 per region)")
+    boxes = boxes.astype(np.float32)
+    if not np.all(np.isfinite(boxes)):
+      raise ValueError(f"{path}: field 'boxes' contains NaN or Inf values, expected finite "
+                       "pixel coordinates")
+    size = self.sizes[i] if self.sizes else None
+    if size:
+      w, h = size
+    else:
+      w = max(float(boxes[:, 2].max(initial=0.0)), 1.0)
+      h = max(float(boxes[:, 3].max(initial=0.0)), 1.0)
+    boxes = base.check_boxes(boxes / np.array([w, h, w, h], np.float32), path,
+                             allow_degenerate=allow_degenerate)
+    return np.clip(boxes, 0.0, 1.0)  # only float rounding (<= BOX_TOLERANCE) is clipped
+
+  def header(self, i: int) -> dict:
+    key = self.keys[i]
+    glob = None
+    if self.fc_dir:
+      path = os.path.join(self.fc_dir, f"{key}.npy")
+      shape, dtype = base.npy_header(path)
+      if len(shape) != 1 and int(np.prod(shape)) == (shape[-1] if shape else 0):
+        shape = (shape[-1],)  # [1, Dg] is read as [Dg]
+      glob = (shape, dtype, path)
+    if not self.att_dir:
+      return {"feats": ((1,) + glob[0][-1:] if len(glob[0]) == 1 else glob[0], glob[1], glob[2]),
+              "global_feat": glob, "boxes": None}
+    stem = os.path.join(self.att_dir, key)
+    if self._att_ext is None:
+      self._att_ext = ".npy" if (not os.path.exists(stem + ".npz")
+                                 and os.path.exists(stem + ".npy")) else ".npz"
+    path = stem + self._att_ext
+    shape, dtype = base.npy_header(path, "feat" if self._att_ext == ".npz" else None)
+    if self.grid:
+      if len(shape) not in (2, 3) or (len(shape) == 3 and shape[0] != shape[1]):
+        raise ValueError(f"{path}: grid features must be [g, g, C] or [g*g, C], got shape "
+                         f"{list(shape)}")
+      shape = (int(np.prod(shape[:-1])), shape[-1])
+    boxes = None
+    if self.box_dir and not self.grid:
+      boxes = (self.read_boxes(i), os.path.join(self.box_dir, f"{key}.npy"))
+    return {"feats": (shape, dtype, path), "global_feat": glob, "boxes": boxes}
 
 
 def image_key(entry: dict) -> int | str:
@@ -130,7 +175,8 @@ def read_splits(config) -> dict[str, base.SplitData]:
   """Parses the Karpathy JSON and returns ``{split: SplitData}``."""
   root = config.root
   if root and not os.path.isdir(root):
-    raise ValueError(f"{root}: field 'root' of the karpathy data config is not a directory")
+    raise ValueError(f"{root}: field 'root' of the karpathy data config is not a directory, "
+                     "expected the dataset directory")
   if not config.dataset_json:
     raise ValueError("karpathy: field 'dataset_json' is empty, expected the Karpathy JSON "
                      "(e.g. dataset_coco.json)")
@@ -139,19 +185,34 @@ def read_splits(config) -> dict[str, base.SplitData]:
     with open(path) as f:
       images = json.load(f)["images"]
   except (OSError, ValueError, KeyError, TypeError) as e:
-    raise ValueError(f"{path}: not a Karpathy dataset JSON with an 'images' list ({e})") from None
+    raise ValueError(f"{path}: not a Karpathy dataset JSON with an 'images' list ({e}); "
+                     "expected e.g. dataset_coco.json") from None
   use_restval = bool(config.get("use_restval", True))
   by_split = {s: {"keys": [], "refs": [], "sizes": []} for s in base.SPLITS}
   for n, entry in enumerate(images):
     split = entry.get("split")
     if split == "restval" and use_restval:
       split = "train"
+    if split == "restval":
+      continue  # use_restval=False: Karpathy's extra training images are left out on purpose
     if split not in by_split:
-      continue
-    if "sentences" not in entry:
-      raise ValueError(f"{path}: images[{n}] has no field 'sentences', expected a list")
-    refs = [list(s["tokens"]) if "tokens" in s else tokenize(s.get("raw", ""))
-            for s in entry["sentences"]]
+      raise ValueError(f"{path}: images[{n}] has split {split!r}, expected one of train, val, "
+                       "test, restval")
+    if not isinstance(entry.get("sentences"), list):
+      raise ValueError(f"{path}: images[{n}] has no list 'sentences', expected a list")
+    refs = []
+    for k, s in enumerate(entry["sentences"]):
+      if not isinstance(s, dict):
+        raise ValueError(f"{path}: images[{n}].sentences[{k}] is a {type(s).__name__}, expected "
+                         "an object with 'tokens' or 'raw'")
+      if "tokens" in s:
+        toks = s["tokens"]
+        if not isinstance(toks, list) or not all(isinstance(t, str) for t in toks):
+          raise ValueError(f"{path}: images[{n}].sentences[{k}].tokens is a "
+                           f"{type(toks).__name__}, expected a list of words (strings)")
+        refs.append(list(toks))
+      else:
+        refs.append(tokenize(s.get("raw", "")))
     rec = by_split[split]
     rec["keys"].append(image_key(entry))
     rec["refs"].append(refs)

@@ -20,7 +20,8 @@ def _read_json(path: str, what: str):
     with open(path) as f:
       return json.load(f)
   except OSError as e:
-    raise ValueError(f"{path}: cannot read {what} ({e.strerror or e})") from None
+    raise ValueError(f"{path}: cannot read {what} ({e.strerror or e}); expected an existing, "
+                     "readable file") from None
   except json.JSONDecodeError as e:
     raise ValueError(
         f"{path}: not valid JSON ({e.msg} at line {e.lineno}); expected {what}") from None
@@ -54,7 +55,7 @@ def load_coco_references(path: str) -> dict[Hashable, list[str]]:
   for k, ann in enumerate(data["annotations"]):
     if not isinstance(ann, dict) or "image_id" not in ann or "caption" not in ann:
       raise ValueError(f"{path}: annotations[{k}] must be an object with 'image_id' and "
-                       "'caption'")
+                       "'caption' (expected COCO annotations)")
     if not isinstance(ann["caption"], str):
       raise ValueError(f"{path}: annotations[{k}] 'caption' must be a string, got "
                        f"{type(ann['caption']).__name__}")
@@ -86,7 +87,8 @@ def load_predictions(path: str, references: Mapping | None = None) -> dict[Hasha
   preds: dict[Hashable, str] = {}
   for k, entry in enumerate(data):
     if not isinstance(entry, dict) or "image_id" not in entry or "caption" not in entry:
-      raise ValueError(f"{path}: entry {k} must be an object with 'image_id' and 'caption'")
+      raise ValueError(f"{path}: entry {k} must be an object with 'image_id' and 'caption' "
+                       "(expected a COCO results list)")
     if not isinstance(entry["caption"], str):
       raise ValueError(f"{path}: entry {k} 'caption' must be a string, got "
                        f"{type(entry['caption']).__name__}")
@@ -96,7 +98,7 @@ def load_predictions(path: str, references: Mapping | None = None) -> dict[Hasha
                        "per image")
     if references is not None and image_id not in references:
       raise ValueError(f"{path}: entry {k} has image_id {image_id!r}, which is not among the "
-                       "references")
+                       "references; expected only the references' image ids")
     preds[image_id] = entry["caption"]
   if not preds:
     raise ValueError(f"{path}: no predictions, expected at least one {{'image_id', 'caption'}}")
@@ -141,6 +143,11 @@ def score_files(predictions_path: str, references_path: str, out_path: str, spic
   """
   references = load_coco_references(references_path)
   predictions = load_predictions(predictions_path, references)
+  missing = [i for i in references if i not in predictions]
+  if missing:  # A score over a subset of the images is not the split's score.
+    raise ValueError(f"{predictions_path}: captions for {len(predictions)} of the "
+                     f"{len(references)} images in {references_path} (first missing image_id "
+                     f"{missing[0]!r}); expected one caption for every reference image")
   result = coco_metrics.score(references, predictions, metrics=metrics, spice=spice, log=log)
   out = {
       "overall": {k: _finite_or_none(v) for k, v in result["overall"].items()},

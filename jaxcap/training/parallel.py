@@ -46,7 +46,7 @@ def local_batch_size(global_batch: int, mesh: Mesh) -> int:
   """This process's share of a global batch; the global batch must split evenly over devices."""
   n = mesh.devices.size
   if global_batch % n:
-    raise ValueError(f"config field batch_size: {global_batch} is not divisible by the {n} devices")
+    raise ValueError(f"config field batch_size: {global_batch} is not divisible by the {n} devices; expected a multiple of {n}")
   return global_batch // jax.process_count()
 
 

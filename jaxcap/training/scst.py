@@ -186,7 +186,9 @@ def make_scst_step(trainer):
                                 num_samples=sc.num_samples, baseline=sc.baseline)
   sample_jit = jax.jit(sample_fn, in_shardings=(repl, data, None), out_shardings=(data, data))
   dropout = bool(sc.get("dropout", False))
-  grad_jit = jax.jit(functools.partial(scst_grad_step, model=model, tx=trainer.tx, dropout=dropout),
+  from jaxcap.training import guard  # a non-finite update is not applied (see guard.py)
+  grad_jit = jax.jit(functools.partial(guard.guarded(scst_grad_step), model=model, tx=trainer.tx,
+                                       dropout=dropout),
                      in_shardings=(repl, data, data, data), out_shardings=(repl, repl), donate_argnums=0)
   pi = jax.process_index()
 

@@ -28,7 +28,8 @@ from jaxcap.data.vocab import Vocab
 from jaxcap.models import registry
 from jaxcap.models.base import shift_right
 from jaxcap.training import checkpoint as ckpt_lib
-from jaxcap.training import optim, parallel, steps
+from jaxcap.training import guard as guard_lib
+from jaxcap.training import optim, parallel, steps, validation
 from jaxcap.training.writers import MetricWriter
 
 # Fields that may differ between the config a checkpoint was trained with and a resumed run.
@@ -80,6 +81,7 @@ def check_workdir(workdir: str, config, vocab: Vocab) -> None:
         old = json.load(f)
       except ValueError:
         raise ValueError(f"{cfg_path}: not valid JSON; expected the config of the run in this workdir") from None
+    _check_saved_config_shape(cfg_path, old)
     new = config_to_dict(config)
     old_model = {k: v for k, v in old.get("model", {}).items() if k not in _RESUMABLE_MODEL_FIELDS}
     new_model = {k: v for k, v in new["model"].items() if k not in _RESUMABLE_MODEL_FIELDS}
@@ -88,7 +90,7 @@ def check_workdir(workdir: str, config, vocab: Vocab) -> None:
       raise ValueError(f"{cfg_path}: this workdir holds checkpoints of another model "
                        f"(model.{diff[0]}: {old_model.get(diff[0], '<absent>')!r} there, "
                        f"{new_model.get(diff[0], '<absent>')!r} now); "
-                       "use another --workdir")
+                       "expected the same model config, or use another --workdir")
     if old.get("data", {}).get("name") != new["data"]["name"]:
       raise ValueError(f"{cfg_path}: this workdir was trained on data.name="
                        f"{old.get('data', {}).get('name')!r}, not {new['data']['name']!r}; use another --workdir")
@@ -98,6 +100,17 @@ def check_workdir(workdir: str, config, vocab: Vocab) -> None:
     if saved != vocab:
       raise ValueError(f"{vocab_path}: the checkpoint's vocabulary ({len(saved)} words) does not match "
                        f"the data's ({len(vocab)} words); use the same data and data.min_word_count")
+
+
+def _check_saved_config_shape(cfg_path: str, old) -> None:
+  """A workdir's config.json must be an object with ``model`` and ``data`` objects."""
+  if not isinstance(old, dict):
+    raise ValueError(f"{cfg_path}: a JSON {type(old).__name__}, expected the config object of "
+                     "the run in this workdir")
+  for key in ("model", "data"):
+    if not isinstance(old.get(key), dict) or not isinstance(old[key].get("name"), str):
+      raise ValueError(f"{cfg_path}: field {key!r} is {old.get(key)!r:.60}, expected an object "
+                       f"with a 'name' (the config of the run in this workdir)")
 
 
 def init_workdir(workdir: str, config, vocab: Vocab) -> None:
@@ -152,8 +165,8 @@ class Trainer:
   # ---------------------------------------------------------------- jitted steps
   @functools.cached_property
   def _train_step(self):
-    fn = functools.partial(steps.train_step, model=self.model, tx=self.tx,
-                           label_smoothing=self.config.label_smoothing)
+    fn = guard_lib.guarded(functools.partial(steps.train_step, model=self.model, tx=self.tx,
+                                             label_smoothing=self.config.label_smoothing))
     repl, data = parallel.replicated(self.mesh), parallel.batch_sharding(self.mesh)
     if self.config.scheduled_sampling.start_epoch >= 0:
       return jax.jit(lambda s, b, p: fn(s, b, ss_prob=p), in_shardings=(repl, data, repl),
@@ -258,18 +271,18 @@ class Trainer:
     config, workdir = self.config, self.workdir
     if config.get("init_from", ""):  # Checked before anything is written.
       _check_init_from(config.init_from, config, self.dataset.vocab)
+    validation.check_data(self.dataset, config)  # Splits, feature headers, boxes: before writing.
+    local_bs = parallel.local_batch_size(config.batch_size, self.mesh)
     init_workdir(workdir, config, self.dataset.vocab)
     ckpts = ckpt_lib.Checkpoints(workdir, keep=config.keep_checkpoints, best_metric=_best_metric(config))
     patience, stale = int(config.get("early_stopping_patience", 0)), 0
-    writer = MetricWriter(workdir)
     train_source = self.dataset.split("train")
-    local_bs = parallel.local_batch_size(config.batch_size, self.mesh)
     it = pipeline.make_train_iterator(train_source, local_bs, seed=config.seed,
                                       num_workers=config.data.get("num_workers", 0))
     state = self.initial_state()
     start = 0
     if ckpts.latest_step() is not None:
-      restored, data_state = ckpts.restore(ckpt_lib.abstract(state))
+      restored, data_state = _restore_or_fail(ckpts, ckpt_lib.abstract(state))
       state = jax.device_put(restored, parallel.replicated(self.mesh))
       it.set_state(data_state)
       start = int(state.step)
@@ -279,29 +292,47 @@ class Trainer:
     else:
       state = self.prepare_variables(state)
     scst_start = optim.scst_start_step(config, self.steps_per_epoch)
+    writer = MetricWriter(workdir)  # after the restore: a damaged checkpoint adds no event file
 
+    monitor = guard_lib.Monitor(config.get("nonfinite", "stop"), self.dataset.image_ids("train"), writer)
     bar = _progress(config.num_train_steps, start)
     window, t_window, n_window = None, time.time(), 0
     step = start
     for step in range(start, config.num_train_steps):
-      batch = parallel.shard_batch(next(it), self.mesh)
+      host_batch = next(it)
+      batch = parallel.shard_batch(host_batch, self.mesh)
       if 0 <= scst_start <= step:
         state, metrics = self._scst_step(state, batch, step)
       else:
         state, metrics = self._train_step(state, batch, jnp.float32(self.ss_prob(step)))
+      metrics, guard = guard_lib.split_metrics(metrics)
+      monitor.add(step + 1, guard, host_batch)
       window = dict(metrics) if window is None else {k: window.get(k, 0.0) + v for k, v in metrics.items()} | {
           k: v for k, v in window.items() if k not in metrics}
       n_window += 1
       done = step + 1
+      if (done % config.log_every_steps == 0 or done % config.eval_every_steps == 0
+          or done % config.checkpoint_every_steps == 0 or done == config.num_train_steps):
+        try:  # Before anything is logged, validated or saved (jaxcap/training/guard.py).
+          skipped = monitor.check(ckpts.latest_step())
+        except guard_lib.NonFiniteError:
+          if bar is not None:
+            bar.close()
+          writer.close()
+          raise
+        window["skipped"] = window.get("skipped", 0.0) + skipped
       if done % config.log_every_steps == 0 or done == config.num_train_steps:
+        skipped = window.pop("skipped", 0.0)
         m = jax.device_get(window)
         dt = time.time() - t_window
         summary = _summarise(m)
         summary.update(lr=float(self.schedule(step)), images_per_sec=n_window * config.batch_size / max(dt, 1e-9),
                        epoch=done / self.steps_per_epoch)
+        if monitor.skipped_total:
+          summary.update(skipped=skipped, skipped_total=monitor.skipped_total)
         writer.write(done, summary, prefix="train/")
         if bar is not None:
-          bar.set_postfix(loss=f"{summary['loss']:.3f}", lr=f"{summary['lr']:.2e}",
+          bar.set_postfix(loss=f"{summary.get('loss', float('nan')):.3f}", lr=f"{summary['lr']:.2e}",
                           img_s=f"{summary['images_per_sec']:.0f}")
         window, t_window, n_window = None, time.time(), 0
       if bar is not None:
@@ -363,16 +394,16 @@ class Trainer:
     """Parameters of the best checkpoint (or ``step``, from either manager)."""
     ckpts = getattr(self, "ckpts", None) or ckpt_lib.Checkpoints(
         self.workdir, keep=self.config.keep_checkpoints, best_metric=_best_metric(self.config))
-    state = self.initial_state()
     which = "best"
     if step is not None:
       which = ckpts.find_step(step)
       if which is None:
-        raise ValueError(f"{self.workdir}: no checkpoint at step {step}; have latest "
+        raise ValueError(f"{self.workdir}: no checkpoint at step {step}; expected one of latest "
                          f"{list(ckpts.latest.all_steps())} and best {list(ckpts.best.all_steps())}")
     elif ckpts.best_step() is None:
       which = "latest"
-    restored, _ = ckpts.restore(ckpt_lib.abstract(state), step=step, which=which)
+    state = self.initial_state()
+    restored, _ = _restore_or_fail(ckpts, ckpt_lib.abstract(state), step=step, which=which)
     if restored is None:
       raise ValueError(f"{self.workdir}: no checkpoint found (expected checkpoints/ or best/)")
     return jax.device_put(restored, parallel.replicated(self.mesh))
@@ -446,6 +477,20 @@ class _Prefix:
     return self.source.collate(*args, **kwargs)
 
 
+def _restore_or_fail(ckpts, abstract_state, **kwargs):
+  """``ckpts.restore(...)`` with a damaged checkpoint as one line naming its directory."""
+  try:
+    return ckpts.restore(abstract_state, **kwargs)
+  except Exception as e:  # orbax / tensorstore / json errors of damaged files
+    which = kwargs.get("which", "latest")
+    step = kwargs.get("step") or (ckpts.latest_step() if which == "latest" else ckpts.best_step())
+    path = os.path.join(ckpts.workdir, "checkpoints" if which == "latest" else "best", str(step))
+    first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+    raise ValueError(f"{path}: damaged checkpoint ({type(e).__name__}: {first}); expected an "
+                     "intact orbax checkpoint (delete this step directory to resume from an "
+                     "earlier one, or use a new --workdir)") from None
+
+
 def _best_metric(config) -> str:
   """The validation metric that selects ``best/`` (``CIDEr`` or ``Bleu_4``)."""
   name = config.get("best_metric", "CIDEr")
@@ -460,7 +505,7 @@ def _summarise(m: dict) -> dict:
   if count:
     out["loss"] = float(m["loss_sum"]) / count
     out["extra_loss"] = float(m.get("extra_sum", 0.0)) / count
-  n = float(m.get("steps", 1.0))
+  n = float(m.get("steps", 1.0)) or 1.0  # 0 when every step of the window was skipped
   for k, v in m.items():
     if k not in ("loss_sum", "token_count", "extra_sum", "steps"):
       out[k] = float(v) / n
@@ -488,6 +533,8 @@ def train_and_evaluate(config, workdir: str) -> dict:
     ``{"overall": {...}, "per_image": {...}}`` of the test split (``{}`` when not tested).
   """
   model_cls = registry.get(config.model.name)
+  validation.check_config(config, trainable=getattr(model_cls, "trainable", True))
+  validation.check_workdir_writable(workdir)
   if not getattr(model_cls, "trainable", True):
     return fit_non_trainable(config, workdir)
   trainer = Trainer(config, workdir)
@@ -502,6 +549,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
 def fit_non_trainable(config, workdir: str) -> dict:
   """Baselines without parameters (nearest neighbour): fit on train, score the test split."""
   dataset = data_lib.get_dataset(config.data)
+  validation.check_data(dataset, config, splits=["train", config.test_split])
   init_workdir(workdir, config, dataset.vocab)
   model = registry.build(config.model, dict(dataset.info))
   model.fit(dataset)

@@ -7,6 +7,7 @@ own event-file writer and protos; when that package is missing, only JSON lines 
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 
@@ -33,7 +34,13 @@ class MetricWriter:
     if not self.enabled:
       return
     metrics = {f"{prefix}{k}": float(v) for k, v in metrics.items()}
-    self._jsonl.write(json.dumps({"step": int(step), "time": time.time(), **metrics}) + "\n")
+    # JSON has no NaN / Infinity: such values are written as null and named in "nonfinite".
+    bad = [k for k, v in metrics.items() if not math.isfinite(v)]
+    line = {"step": int(step), "time": time.time(),
+            **{k: (None if k in bad else v) for k, v in metrics.items()}}
+    if bad:
+      line["nonfinite"] = bad
+    self._jsonl.write(json.dumps(line, allow_nan=False) + "\n")
     self._jsonl.flush()
     if self._tb is not None:
       from tensorboard.compat.proto import event_pb2, summary_pb2

@@ -1,0 +1,227 @@
+"""Checks before the first training step: config values, workdir, splits, feature headers, boxes.
+
+Everything a run will need is checked up front, so bad input is a one-line ``ValueError``
+(``train.py``: ``error: ...`` and exit code 2) before anything is written or compiled, instead
+of a traceback or a late failure at the batch that reads a bad file or after training:
+
+- :func:`check_config`: types and ranges of the training fields (positive sizes and
+  intervals, a finite learning rate >= 0, ``keep_checkpoints >= 1``, known enum values);
+- :func:`check_workdir_writable`: the workdir is a directory (or can be created) and writable;
+- :func:`check_data`: every split the run uses exists (train, val, and ``test_split`` when
+  ``test_after_training``), and each image's feature files of those splits agree with the
+  dataset (rank, float dtype, feature sizes, at most ``data.max_regions`` regions unless
+  ``data.truncate_regions``, not truncated) — read from the ``.npy`` / ``.npz`` headers, not
+  the arrays — and its boxes are valid (:func:`jaxcap.data.base.check_boxes`; zero-area boxes
+  are an error unless ``data.degenerate_boxes="allow"``). ``data.validate_features`` is
+  ``"all"`` (default), ``"sample"`` (``data.validate_sample`` images per split, evenly spread:
+  for datasets too large to scan) or ``"off"``; the time the check took is printed in one line.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+
+import numpy as np
+
+from jaxcap.data import base
+
+_MISSING = object()
+
+# (field, kind, lower bound): "int" fields are ints >= bound, "float" finite numbers >= bound.
+_NUMBERS = (
+    ("batch_size", "int", 1), ("eval_batch_size", "int", 1), ("num_train_steps", "int", 0),
+    ("eval_every_steps", "int", 1), ("log_every_steps", "int", 1),
+    ("checkpoint_every_steps", "int", 1), ("keep_checkpoints", "int", 1),
+    ("warmup_steps", "int", 0), ("early_stopping_patience", "int", 0), ("seed", "int", None),
+    ("learning_rate", "float", 0.0), ("decay_every_epochs", "float", 0.0),
+    ("decay_rate", "float", 0.0), ("adam_eps", "float", 0.0), ("weight_decay", "float", 0.0),
+    ("l2", "float", 0.0), ("grad_clip_norm", "float", 0.0), ("grad_clip_value", "float", 0.0),
+    ("label_smoothing", "float", 0.0),
+    ("data.max_len", "int", 1), ("data.seq_per_img", "int", 1), ("data.max_regions", "int", 1),
+    ("data.validate_sample", "int", 1),
+    ("decode.max_len", "int", 1), ("decode.beam_size", "int", 1),
+    ("scst.learning_rate", "float", 0.0), ("scst.num_samples", "int", 1),
+)
+_STRICTLY_POSITIVE = ("decay_every_epochs", "decay_rate")
+_CHOICES = (
+    ("schedule", ("noam", "step", "constant")), ("best_metric", ("CIDEr", "Bleu_4")),
+    ("test_split", base.SPLITS), ("nonfinite", ("stop", "skip")),
+    ("data.validate_features", ("all", "sample", "off")),
+    ("data.degenerate_boxes", ("error", "allow")),
+)
+_BOOLS = ("test_after_training", "spice", "data.truncate_regions")
+
+
+def _get(config, path: str):
+  node = config
+  for p in path.split("."):
+    try:
+      if p not in node:
+        return _MISSING
+      node = node[p]
+    except TypeError:
+      return _MISSING
+  return node
+
+
+def check_config(config, trainable: bool = True) -> None:
+  """Raises a one-line ``ValueError`` (``config field X: expected ..., got ...``) for the first
+  training field of the wrong type or out of range. Fields a config does not have are skipped.
+  ``trainable``: the model trains (``num_train_steps >= 1``; the nearest neighbour has 0)."""
+  steps = _get(config, "num_train_steps")
+  if trainable and isinstance(steps, int) and not isinstance(steps, bool) and steps < 1:
+    raise ValueError(f"config field num_train_steps: expected an int >= 1, got {steps}")
+  for path, kind, low in _NUMBERS:
+    v = _get(config, path)
+    if v is _MISSING:
+      continue
+    if kind == "int":
+      if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+        raise ValueError(f"config field {path}: expected an int, got {v!r}")
+      if low is not None and v < low:
+        raise ValueError(f"config field {path}: expected an int >= {low}, got {v}")
+    else:
+      if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+        raise ValueError(f"config field {path}: expected a number, got {v!r}")
+      if not math.isfinite(v) or v < low or (path in _STRICTLY_POSITIVE and v <= 0):
+        op = ">" if path in _STRICTLY_POSITIVE else ">="
+        raise ValueError(f"config field {path}: expected a finite number {op} {low}, got {v}")
+  v = _get(config, "eval_num_images")
+  if v is not _MISSING and (isinstance(v, bool) or not isinstance(v, int) or (v < 1 and v != -1)):
+    raise ValueError(f"config field eval_num_images: expected -1 (the whole split) or an int "
+                     f">= 1, got {v!r}")
+  for path, choices in _CHOICES:
+    v = _get(config, path)
+    if v is not _MISSING and v not in choices:
+      raise ValueError(f"config field {path}: expected one of {', '.join(map(repr, choices))}, "
+                       f"got {v!r}")
+  for path in _BOOLS:
+    v = _get(config, path)
+    if v is not _MISSING and not isinstance(v, bool):
+      raise ValueError(f"config field {path}: expected True or False, got {v!r}")
+  for path in ("adam_b1", "adam_b2"):
+    v = _get(config, path)
+    if v is not _MISSING and (isinstance(v, bool) or not isinstance(v, (int, float))
+                              or not 0.0 <= v < 1.0):
+      raise ValueError(f"config field {path}: expected a number in [0, 1), got {v!r}")
+
+
+def check_workdir_writable(workdir: str) -> None:
+  """The workdir is a writable directory, or one can be created there (nothing is written)."""
+  path = os.path.abspath(workdir)
+  if os.path.exists(path):
+    if not os.path.isdir(path):
+      raise ValueError(f"{workdir}: the workdir is a file, expected a directory (or a path to "
+                       "create one at)")
+    if not os.access(path, os.W_OK | os.X_OK):
+      raise ValueError(f"{workdir}: the workdir is not writable, expected a directory this "
+                       "user can write to")
+    return
+  parent = os.path.dirname(path)
+  while parent and not os.path.exists(parent):
+    parent = os.path.dirname(parent)
+  if not os.path.isdir(parent):
+    raise ValueError(f"{workdir}: {parent} is a file, expected a directory to create the "
+                     "workdir in")
+  if not os.access(parent, os.W_OK | os.X_OK):
+    raise ValueError(f"{workdir}: cannot create the workdir ({parent} is not writable)")
+
+
+def splits_in_use(config) -> list[str]:
+  """The splits a training run reads: train, val (validation) and the test split if tested."""
+  out = ["train", "val"]
+  if _get(config, "test_after_training") is True:
+    test = _get(config, "test_split")
+    test = "test" if test is _MISSING else test
+    if test not in out:
+      out.append(test)
+  return out
+
+
+def _indices(n: int, mode: str, sample: int) -> range | np.ndarray:
+  if mode == "all" or n <= sample:
+    return range(n)
+  return np.unique(np.linspace(0, n - 1, sample).round().astype(int))
+
+
+def check_data(dataset, config, splits=None, log=print) -> dict:
+  """Checks the splits the run uses and their feature headers and boxes (see module doc).
+
+  Returns:
+    ``{"images": number of images whose headers were read, "seconds": time taken}``.
+  """
+  data = config.data
+  splits = list(splits or splits_in_use(config))
+  have = tuple(dataset.splits)
+  for split in splits:
+    if split not in have:
+      field = "test_split" if split == _get(config, "test_split") and split != "val" else "data"
+      raise ValueError(f"{dataset.name}: no split {split!r} (config field {field}; the data has "
+                       f"{', '.join(have)}), expected train, val and the test split "
+                       "(or set test_after_training=False)")
+  mode = str(data.get("validate_features", "all"))
+  if mode == "off":
+    return {"images": 0, "seconds": 0.0}
+  sample = int(data.get("validate_sample", 100))
+  truncate = bool(data.get("truncate_regions", False))
+  allow_degenerate = str(data.get("degenerate_boxes", "error")) == "allow"
+  info = dataset.info
+  t0 = time.time()
+  count = 0
+  for split in splits:
+    reader = dataset.split_data(split).features
+    header = getattr(reader, "header", None)
+    if header is None:
+      continue  # generated in memory (synthetic scenes): checked when read
+    for i in _indices(len(reader), mode, sample):
+      head = header(int(i))
+      if head is None:
+        break  # generated in memory: checked when read
+      count += 1
+      _check_header(head, info, dataset.max_regions, truncate, allow_degenerate)
+  dt = time.time() - t0
+  if count:
+    log(f"Checked the feature headers and boxes of {count} images ({', '.join(splits)}; "
+        f"data.validate_features={mode}) in {dt:.2f} s.")
+  return {"images": count, "seconds": dt}
+
+
+def _check_header(head: dict, info: dict, max_regions: int, truncate: bool,
+                  allow_degenerate: bool) -> None:
+  shape, dtype, name = head["feats"]
+  if len(shape) != 2:
+    raise ValueError(f"{name}: features have shape {list(shape)}, expected [regions, "
+                     f"{info['feature_dim']}]")
+  _check_dtype(dtype, name)
+  n, d = shape
+  if n < 1:
+    raise ValueError(f"{name}: features have zero regions, expected at least one")
+  if d != info["feature_dim"]:
+    raise ValueError(f"{name}: features have dimension {d}, expected {info['feature_dim']} "
+                     "(the first training image's, or data.feature_dim)")
+  if n > max_regions and not truncate:
+    raise ValueError(f"{name}: {n} regions but config field data.max_regions is {max_regions}; "
+                     f"expected max_regions >= every image's regions (or set "
+                     "data.truncate_regions=True to keep the first max_regions)")
+  glob = head.get("global_feat")
+  if glob is not None:
+    gshape, gdtype, gname = glob
+    if len(gshape) != 1 or gshape[0] != info["global_dim"]:
+      raise ValueError(f"{gname}: global feature has shape {list(gshape)}, expected "
+                       f"[{info['global_dim']}]")
+    _check_dtype(gdtype, gname)
+  boxes = head.get("boxes")
+  if boxes is not None:
+    b, bname = boxes
+    if b.shape != (n, 4):
+      raise ValueError(f"{bname}: boxes have shape {list(b.shape)}, expected [{n}, 4] to match "
+                       f"{name}")
+    base.check_boxes(b, bname, allow_degenerate=allow_degenerate)
+
+
+def _check_dtype(dtype, name: str) -> None:
+  if not np.issubdtype(dtype, np.floating):
+    raise ValueError(f"{name}: features have dtype {dtype}, expected floating-point "
+                     "(float16 / float32 / float64)")

@@ -1,0 +1,470 @@
+"""The bad-input corpus: every bad input is one line on stderr, exit code 2, the workdir untouched.
+
+Each case runs ``train.py`` or ``evaluate.py`` as a user would and asserts: exactly one line of
+error output (``error: ...``) that names the file or config field at fault (the case's
+``needle``) and says what was expected; exit code 2; and the workdir (the case's whole
+temporary directory: data, workdir, predictions) unchanged — a snapshot of every path and
+its content hash before and after, so no file is added, changed or deleted.
+
+Almost all cases call the scripts' ``cli(argv)`` in-process (stderr captured, ``SystemExit``
+caught), which keeps the corpus fast; ``test_real_process`` runs a handful as real
+subprocesses to prove the process exit code and that no traceback leaks to stderr.
+
+Classes of the corpus (``CASES``):
+
+- config: the command line and config values — unknown and misspelt keys (top level and
+  nested), a missing config file, bad ``file.py:arg`` arguments, values of the wrong type, an
+  unknown flag, a stray argument, sizes and every interval at 0 or negative, a negative or
+  infinite learning rate, ``keep_checkpoints=0``, unknown enum values (schedule, best metric,
+  test split, ``nonfinite``, ``validate_features``, ``degenerate_boxes``), a batch that does
+  not split over the 8 devices, an unknown model or dataset, ``max_regions`` smaller than the
+  data's region count;
+- data (a Karpathy-layout dataset written by the test): tokens given as a string, sentences
+  not a list, unknown split names (``dev``, ``Train``), a missing test or val split,
+  int64 / wrong-rank / wrong-size features, a wrong-size global feature, NaN / inverted /
+  negative / zero-area / outside-image boxes, boxes of the wrong shape or count, a missing
+  feature file, truncated ``.npy`` and ``.npz`` files, a file that is not numpy at all, a
+  missing dataset JSON or root;
+- workdir: the workdir is a file, its parent is a file, it is read-only, the disk is full
+  while resuming (``test_full_disk_while_resuming``), its ``config.json``
+  is valid JSON of the wrong shape (a list, ``model`` a string, no ``data``) or not JSON,
+  it holds another model's run;
+- checkpoints: corrupted arrays with no intact step to fall back to (resume and evaluate),
+  a ``--step`` that does not exist;
+- evaluate.py: predictions covering 3 of 10 images, a predictions file that is not JSON, a
+  JSON object instead of a list, an entry without a caption, an image id not among the
+  references, a missing references file, ``--predictions`` without ``--references``, an
+  unknown split, a missing workdir, no ``--workdir``, ``--step`` of the wrong type, an unknown
+  flag, a ``config.json`` of the wrong shape.
+
+92 parametrised cases (config 45, data 23, workdir 7 + the read-only test, checkpoints 3,
+evaluate.py 14) and 3 real processes; about 35 s on the project's 2-core machine.
+
+Mutants tried (each made cases fail, then was restored): no shape check of a workdir's
+``config.json`` (workdir-config-json-list / -model-string end in a traceback); the Karpathy
+reader without its box check (box-negative and box-outside-image are accepted, training starts
+and the workdir changes; box-inverted is still caught by the check before training).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.data import fakes
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIG = f"--config={REPO}/configs/transformer.py:synthetic"
+TINY = ["--config.data.num_train=96", "--config.data.num_val=16", "--config.data.num_test=16",
+        "--config.model.dim=32", "--config.model.num_layers=1", "--config.model.num_dec_layers=1",
+        "--config.model.num_heads=4", "--config.model.ff_dim=64", "--config.batch_size=8",
+        "--config.eval_batch_size=8", "--config.num_train_steps=4", "--config.eval_every_steps=4",
+        "--config.checkpoint_every_steps=4", "--config.log_every_steps=2",
+        "--config.warmup_steps=10", "--config.eval_num_images=16",
+        "--config.test_after_training=False"]
+KARPATHY = ["--config.data.name=karpathy", "--config.data.root={tmp}/data",
+            "--config.data.dataset_json=dataset_coco.json", "--config.data.att_dir=att",
+            "--config.data.fc_dir=fc", "--config.data.box_dir=box", "--config.data.min_word_count=1",
+            "--config.data.max_regions=5", "--config.data.feature_dim=0",
+            "--config.test_after_training=True"]
+
+
+# --------------------------------------------------------------------------- mutations
+def _json(path: Path, fn):
+  obj = json.loads(path.read_text())
+  fn(obj)
+  path.write_text(json.dumps(obj))
+
+
+def _images(fn):
+  return lambda tmp: _json(tmp / "data" / "dataset_coco.json", lambda d: fn(d["images"]))
+
+
+def _first(split):
+  def key(tmp):
+    images = json.loads((tmp / "data" / "dataset_coco.json").read_text())["images"]
+    return next(e["cocoid"] for e in images if e["split"] == split)
+  return key
+
+
+def _set_box(split, row, value):
+  def mutate(tmp):
+    path = tmp / "data" / "box" / f"{_first(split)(tmp)}.npy"
+    boxes = np.load(path)
+    boxes[row] = value
+    np.save(path, boxes)
+  return mutate
+
+
+def _box_path(split):
+  return lambda tmp: f"box/{_first(split)(tmp)}.npy"
+
+
+def _save_att(split, fn):
+  def mutate(tmp):
+    path = tmp / "data" / "att" / f"{_first(split)(tmp)}.npz"
+    feat = np.load(path)["feat"]
+    np.savez(path, feat=fn(feat))
+  return mutate
+
+
+def _truncate(rel):
+  def mutate(tmp):
+    path = tmp / "data" / rel(tmp)
+    data = path.read_bytes()
+    path.write_bytes(data[:len(data) - 12])
+  return mutate
+
+
+def _write_workdir_config(obj):
+  def mutate(tmp):
+    (tmp / "wd").mkdir()
+    (tmp / "wd" / "config.json").write_text(obj if isinstance(obj, str) else json.dumps(obj))
+  return mutate
+
+
+def _trained(tmp):
+  shutil.copytree(_TRAINED["dir"], tmp / "wd")
+
+
+def _corrupt_arrays(which):
+  def mutate(tmp):
+    _trained(tmp)
+    step_dir = tmp / "wd" / which
+    step = sorted(p for p in step_dir.iterdir() if p.name.isdigit())[-1]
+    hit = 0
+    for p in (step / "state").rglob("*"):
+      if p.is_file() and not p.name.endswith(".json") and p.name != "_METADATA":
+        p.write_bytes(b"\x00garbage" * max(1, p.stat().st_size // 8))
+        hit += 1
+    assert hit
+  return mutate
+
+
+def _refs_and_preds(n_refs, preds):
+  def mutate(tmp):
+    anns = [{"image_id": i, "id": i, "caption": f"a dog number {i}"} for i in range(n_refs)]
+    (tmp / "refs.json").write_text(json.dumps({"images": [{"id": i} for i in range(n_refs)],
+                                               "annotations": anns}))
+    (tmp / "preds.json").write_text(preds if isinstance(preds, str) else json.dumps(preds))
+  return mutate
+
+
+def _both(*fns):
+  def mutate(tmp):
+    for fn in fns:
+      fn(tmp)
+  return mutate
+
+
+PREDS3 = [{"image_id": i, "caption": "a dog"} for i in range(3)]
+EVAL_P = ["--predictions={tmp}/preds.json", "--references={tmp}/refs.json", "--out={tmp}/s.json"]
+
+
+def C(name, args, needle, *, script="train", data=None, mutate=None):
+  """One case: ``data`` None (synthetic), "karpathy" (the fake Karpathy dataset in tmp/data)."""
+  return pytest.param(script, args, needle, data, mutate, id=name)
+
+
+CASES = [
+    # ---- config: the command line
+    C("config-unknown-key", ["--config.model.no_such_field=3"], "model.no_such_field"),
+    C("config-misspelt-key", ["--config.batch_sze=8"], "batch_size?"),
+    C("config-misspelt-nested-key", ["--config.data.max_lenn=8"], "data.max_len?"),
+    C("config-unknown-section", ["--config.modle.dim=8"], "modle"),
+    C("config-missing-file", ["--config=configs/no_such_config.py"], "no_such_config.py"),
+    C("config-bad-dataset-arg", [f"--config={REPO}/configs/transformer.py:imagenet"], "imagenet"),
+    C("config-unknown-arg-key", [f"--config={REPO}/configs/transformer.py:synthetic,heads=2"], "'heads'"),
+    C("config-int-given-text", ["--config.batch_size=abc"], "batch_size"),
+    C("config-int-given-float", ["--config.num_train_steps=1.5"], "num_train_steps"),
+    C("config-float-given-text", ["--config.learning_rate=fast"], "learning_rate"),
+    C("config-bool-given-text", ["--config.test_after_training=maybe"], "test_after_training"),
+    C("config-section-given-value", ["--config.decode=3"], "config field decode"),
+    C("config-section-after-its-field", ["--config.data=3"], "config.data.num_train"),
+    C("config-unknown-flag", ["--num_steps=3"], "--num_steps"),
+    C("config-stray-argument", ["extra"], "extra"),
+    # ---- config: values
+    C("batch-size-0", ["--config.batch_size=0"], "batch_size"),
+    C("batch-size-negative", ["--config.batch_size=-8"], "batch_size"),
+    C("batch-size-not-divisible", ["--config.batch_size=12"], "batch_size"),
+    C("eval-batch-size-0", ["--config.eval_batch_size=0"], "eval_batch_size"),
+    C("num-train-steps-0", ["--config.num_train_steps=0"], "num_train_steps"),
+    C("eval-every-0", ["--config.eval_every_steps=0"], "eval_every_steps"),
+    C("log-every-0", ["--config.log_every_steps=0"], "log_every_steps"),
+    C("checkpoint-every-0", ["--config.checkpoint_every_steps=0"], "checkpoint_every_steps"),
+    C("keep-checkpoints-0", ["--config.keep_checkpoints=0"], "keep_checkpoints"),
+    C("learning-rate-negative", ["--config.learning_rate=-0.001"], "learning_rate"),
+    C("learning-rate-inf", ["--config.learning_rate=inf"], "learning_rate"),
+    C("scst-learning-rate-negative", ["--config.scst.learning_rate=-1.0"], "scst.learning_rate"),
+    C("warmup-negative", ["--config.warmup_steps=-1"], "warmup_steps"),
+    C("decay-rate-0", ["--config.decay_rate=0.0"], "decay_rate"),
+    C("adam-b2-1.5", ["--config.adam_b2=1.5"], "adam_b2"),
+    C("grad-clip-negative", ["--config.grad_clip_norm=-1.0"], "grad_clip_norm"),
+    C("eval-num-images-0", ["--config.eval_num_images=0"], "eval_num_images"),
+    C("max-len-0", ["--config.data.max_len=0"], "data.max_len"),
+    C("seq-per-img-0", ["--config.data.seq_per_img=0"], "data.seq_per_img"),
+    C("max-regions-0", ["--config.data.max_regions=0"], "data.max_regions"),
+    C("beam-size-0", ["--config.decode.beam_size=0"], "decode.beam_size"),
+    C("schedule-unknown", ["--config.schedule=cosine"], "schedule"),
+    C("best-metric-unknown", ["--config.best_metric=METEOR"], "best_metric"),
+    C("test-split-dev", ["--config.test_split=dev"], "test_split"),
+    C("nonfinite-unknown", ["--config.nonfinite=ignore"], "nonfinite"),
+    C("validate-features-unknown", ["--config.data.validate_features=some"], "validate_features"),
+    C("degenerate-boxes-unknown", ["--config.data.degenerate_boxes=clip"], "degenerate_boxes"),
+    C("unknown-model", ["--config.model.name=resnet_lstm"], "resnet_lstm"),
+    C("unknown-dataset", ["--config.data.name=imagenet"], "imagenet"),
+    C("max-regions-below-data", ["--config.data.max_regions=1"], "max_regions", data="karpathy"),
+    # ---- data (Karpathy layout)
+    C("tokens-as-string", [], "tokens", data="karpathy",
+      mutate=_images(lambda im: im[0]["sentences"][0].update(tokens="a dog runs"))),
+    C("sentences-not-list", [], "sentences", data="karpathy",
+      mutate=_images(lambda im: im[1].update(sentences="a dog runs"))),
+    C("split-dev", [], "'dev'", data="karpathy",
+      mutate=_images(lambda im: [e.update(split="dev") for e in im if e["split"] == "val"])),
+    C("split-capitalised", [], "'Train'", data="karpathy",
+      mutate=_images(lambda im: im[0].update(split="Train"))),
+    C("missing-test-split", [], "'test'", data="karpathy",
+      mutate=_images(lambda im: im.__setitem__(slice(None), [e for e in im if e["split"] != "test"]))),
+    C("missing-val-split", [], "'val'", data="karpathy",
+      mutate=_images(lambda im: im.__setitem__(slice(None), [e for e in im if e["split"] != "val"]))),
+    C("features-int64", [], ".npz", data="karpathy",
+      mutate=_save_att("test", lambda f: (f * 10).astype(np.int64))),
+    C("features-wrong-rank", [], ".npz", data="karpathy",
+      mutate=_save_att("test", lambda f: f[:, :, None])),
+    C("features-wrong-size", [], ".npz", data="karpathy",
+      mutate=_save_att("val", lambda f: f[:, :5])),
+    C("global-feature-wrong-size", [], "fc/", data="karpathy",
+      mutate=lambda tmp: np.save(tmp / "data" / "fc" / f"{_first('test')(tmp)}.npy",
+                                 np.zeros((7,), np.float32))),
+    C("box-nan", [], "box/", data="karpathy", mutate=_set_box("test", 0, [np.nan, 1, 5, 5])),
+    C("box-inverted", [], "box/", data="karpathy", mutate=_set_box("val", 0, [50, 10, 20, 30])),
+    C("box-negative", [], "box/", data="karpathy", mutate=_set_box("test", 1, [-20, 10, 30, 40])),
+    C("box-zero-area", [], "box/", data="karpathy", mutate=_set_box("train", 0, [20, 10, 20, 40])),
+    C("box-outside-image", [], "box/", data="karpathy", mutate=_set_box("test", 0, [10, 10, 5000, 40])),
+    C("box-wrong-shape", [], "box/", data="karpathy",
+      mutate=lambda tmp: np.save(tmp / "data" / _box_path("val")(tmp), np.ones((3, 3), np.float32))),
+    C("box-count-mismatch", [], "box/", data="karpathy",
+      mutate=lambda tmp: np.save(tmp / "data" / _box_path("test")(tmp),
+                                 np.tile(np.float32([[1, 1, 5, 5]]), (9, 1)))),
+    C("feature-file-missing", [], "att/", data="karpathy",
+      mutate=lambda tmp: (tmp / "data" / "att" / f"{_first('test')(tmp)}.npz").unlink()),
+    C("feature-npz-truncated", [], "att/", data="karpathy",
+      mutate=_truncate(lambda tmp: f"att/{_first('test')(tmp)}.npz")),
+    C("feature-npy-truncated", [], "fc/", data="karpathy",
+      mutate=_truncate(lambda tmp: f"fc/{_first('test')(tmp)}.npy")),
+    C("feature-not-numpy", [], "fc/", data="karpathy",
+      mutate=lambda tmp: (tmp / "data" / "fc" / f"{_first('val')(tmp)}.npy").write_text("hello")),
+    C("dataset-json-missing", ["--config.data.dataset_json=dataset_flickr8k.json"],
+      "dataset_flickr8k.json", data="karpathy"),
+    C("data-root-missing", ["--config.data.root={tmp}/nowhere"], "nowhere", data="karpathy"),
+    # ---- workdir
+    C("workdir-is-a-file", [], "wd", mutate=lambda tmp: (tmp / "wd").write_text("x")),
+    C("workdir-parent-is-a-file", ["--workdir={tmp}/f/wd"], "f/wd",
+      mutate=lambda tmp: (tmp / "f").write_text("x")),
+    C("workdir-config-json-list", [], "config.json", mutate=_write_workdir_config([1, 2])),
+    C("workdir-config-json-model-string", [], "config.json",
+      mutate=_write_workdir_config({"model": "transformer", "data": {"name": "synthetic_scenes"}})),
+    C("workdir-config-json-no-data", [], "config.json",
+      mutate=_write_workdir_config({"model": {"name": "transformer"}})),
+    C("workdir-config-json-not-json", [], "config.json", mutate=_write_workdir_config("{model")),
+    C("workdir-of-another-model", ["--config.model.num_heads=2"], "another model", mutate=_trained),
+    # ---- checkpoints
+    C("checkpoint-arrays-corrupted-resume", ["--config.num_train_steps=8"], "checkpoints/4",
+      mutate=_corrupt_arrays("checkpoints")),
+    C("checkpoint-arrays-corrupted-evaluate", ["--workdir={tmp}/wd", "--split=val"], "best/4",
+      script="evaluate", mutate=_corrupt_arrays("best")),
+    C("evaluate-step-missing", ["--workdir={tmp}/wd", "--step=99"], "step 99", script="evaluate",
+      mutate=_trained),
+    # ---- evaluate.py
+    C("predictions-3-of-10", EVAL_P, "3 of the 10", script="evaluate",
+      mutate=_refs_and_preds(10, PREDS3)),
+    C("predictions-not-json", EVAL_P, "preds.json", script="evaluate",
+      mutate=_refs_and_preds(3, "[{\"image_id\": 1,")),
+    C("predictions-object", EVAL_P, "preds.json", script="evaluate",
+      mutate=_refs_and_preds(3, {"0": "a dog"})),
+    C("predictions-entry-no-caption", EVAL_P, "entry 1", script="evaluate",
+      mutate=_refs_and_preds(3, [{"image_id": 0, "caption": "a"}, {"image_id": 1}])),
+    C("predictions-unknown-image", EVAL_P, "image_id 7", script="evaluate",
+      mutate=_refs_and_preds(3, PREDS3 + [{"image_id": 7, "caption": "a"}])),
+    C("references-missing", ["--predictions={tmp}/preds.json", "--references={tmp}/nope.json",
+                             "--out={tmp}/s.json"], "nope.json", script="evaluate",
+      mutate=_refs_and_preds(3, PREDS3)),
+    C("predictions-without-references", ["--predictions={tmp}/preds.json"], "--references",
+      script="evaluate", mutate=_refs_and_preds(3, PREDS3)),
+    C("evaluate-unknown-split", ["--workdir={tmp}/wd", "--split=dev"], "--split=dev",
+      script="evaluate", mutate=_trained),
+    C("evaluate-missing-workdir", ["--workdir={tmp}/nowhere"], "nowhere", script="evaluate"),
+    C("evaluate-no-workdir", [], "--workdir", script="evaluate"),
+    C("evaluate-step-not-int", ["--workdir={tmp}/wd", "--step=last"], "--step", script="evaluate",
+      mutate=_trained),
+    C("evaluate-unknown-flag", ["--workdir={tmp}/wd", "--beam_sise=3"], "--beam_sise",
+      script="evaluate", mutate=_trained),
+    C("evaluate-batch-size-0", ["--workdir={tmp}/wd", "--batch_size=0"], "--batch_size",
+      script="evaluate", mutate=_trained),
+    C("evaluate-config-json-list", ["--workdir={tmp}/wd"], "config.json", script="evaluate",
+      mutate=_write_workdir_config([1, 2])),
+]
+
+_TRAINED: dict = {}
+
+
+@pytest.fixture(scope="module")
+def trained_workdir(tmp_path_factory):
+  """A workdir as a tiny run leaves it (config.json, vocab.json, a checkpoint and best at step
+  4), written through the training library without training (the cases need only its files)."""
+  import train  # noqa: F401  (defines the flags)
+  from absl import flags
+  from jaxcap import cli
+  from jaxcap.data import pipeline
+  from jaxcap.training import checkpoint as ckpt_lib
+  from jaxcap.training import train_lib
+  wd = tmp_path_factory.mktemp("trained") / "wd"
+  cli.parse_flags(["train.py", CONFIG, *TINY])
+  config = flags.FLAGS.config
+  trainer = train_lib.Trainer(config, str(wd))
+  train_lib.init_workdir(str(wd), config, trainer.dataset.vocab)
+  state = trainer.initial_state().replace(step=4)
+  it = pipeline.make_train_iterator(trainer.dataset.split("train"), 8, seed=0)
+  ckpts = ckpt_lib.Checkpoints(str(wd), keep=config.keep_checkpoints)
+  ckpts.save_latest(4, state, it.get_state())
+  assert ckpts.save_best_if_improved(4, state, it.get_state(), {"CIDEr": 0.5, "Bleu_4": 0.1})
+  ckpts.close()
+  _TRAINED["dir"] = wd
+  yield
+
+
+@pytest.fixture(scope="module")
+def karpathy_data(tmp_path_factory):
+  root = tmp_path_factory.mktemp("karpathy")
+  fakes.write_karpathy(root, counts=(16, 8, 8), dim=8, fc_dim=6, regions=(2, 5))
+  return root
+
+
+def _cli(script, argv):
+  mod = __import__(script)
+  err, out = io.StringIO(), io.StringIO()
+  with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+    try:
+      mod.cli([f"{script}.py", *argv])
+      code = 0
+    except SystemExit as e:
+      code = e.code
+  return code, err.getvalue()
+
+
+def _snapshot(root: Path) -> dict:
+  snap = {}
+  for p in sorted(root.rglob("*")):
+    rel = str(p.relative_to(root))
+    snap[rel] = hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
+  return snap
+
+
+def _argv(script, args, data, tmp):
+  args = [a.format(tmp=tmp) for a in args]
+  if script == "evaluate":
+    return args
+  base = [CONFIG, *TINY, f"--workdir={tmp}/wd"]
+  if data == "karpathy":
+    base += [a.format(tmp=tmp) for a in KARPATHY]
+  return base + args
+
+
+def _assert_one_line(code, err, needle):
+  lines = [l for l in err.splitlines() if l.strip()]
+  assert code == 2, (code, err[-3000:])
+  assert len(lines) == 1, err[-3000:]
+  assert lines[0].startswith("error: ") and needle in lines[0], lines[0]
+  assert "expected" in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("script,args,needle,data,mutate", CASES)
+def test_bad_input(request, tmp_path, karpathy_data, script, args, needle, data, mutate):
+  if mutate is not None and ("_trained" in mutate.__qualname__ or "_corrupt" in mutate.__qualname__
+                             or mutate is _trained):
+    request.getfixturevalue("trained_workdir")
+  if data == "karpathy":
+    shutil.copytree(karpathy_data, tmp_path / "data")
+  if mutate is not None:
+    mutate(tmp_path)
+  before = _snapshot(tmp_path)
+  code, err = _cli(script, _argv(script, args, data, tmp_path))
+  _assert_one_line(code, err, needle.format(tmp=tmp_path))
+  assert _snapshot(tmp_path) == before
+
+
+def test_corpus_size():
+  assert len(CASES) >= 60
+
+
+def test_read_only_workdir(tmp_path):
+  """Root ignores file modes, so as root the run is a real process as user nobody."""
+  base = Path(tempfile.mkdtemp(prefix="jaxcap_ro_"))
+  try:
+    os.chmod(base, 0o755)
+    wd = base / "wd"
+    wd.mkdir()
+    (wd / "notes.txt").write_text("keep")
+    os.chmod(wd, 0o555)
+    before = _snapshot(base)
+    argv = [CONFIG, *TINY, f"--workdir={wd}"]
+    if os.geteuid() == 0:
+      if not shutil.which("setpriv"):
+        pytest.skip("running as root without setpriv: a read-only directory is writable")
+      r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                          sys.executable, str(REPO / "train.py"), *argv], cwd=base,
+                         capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, HOME=str(base)))
+      code, err = r.returncode, r.stderr
+    else:
+      code, err = _cli("train", argv)
+    _assert_one_line(code, err, "not writable")
+    assert _snapshot(base) == before
+  finally:
+    os.chmod(base / "wd", 0o755)
+    shutil.rmtree(base)
+
+
+@pytest.mark.parametrize("script,args,needle", [
+    ("train", [CONFIG, "--config.batch_sze=8"], "batch_size?"),
+    ("train", [CONFIG, *TINY, "--config.eval_every_steps=0", "--workdir={tmp}/wd"], "eval_every_steps"),
+    ("evaluate", ["--predictions={tmp}/preds.json", "--references={tmp}/refs.json",
+                  "--out={tmp}/s.json"], "3 of the 10"),
+])
+def test_real_process(tmp_path, script, args, needle):
+  """The real exit code, and no traceback on stderr, for a few cases."""
+  _refs_and_preds(10, PREDS3)(tmp_path)
+  before = _snapshot(tmp_path)
+  r = subprocess.run([sys.executable, str(REPO / f"{script}.py"), *[a.format(tmp=tmp_path) for a in args]],
+                     cwd=tmp_path, capture_output=True, text=True, timeout=300)
+  assert "Traceback" not in r.stderr
+  _assert_one_line(r.returncode, r.stderr, needle)
+  assert _snapshot(tmp_path) == before
+
+
+def test_full_disk_while_resuming(request, tmp_path, monkeypatch):
+  """ENOSPC when the resumed run opens its metrics: one line naming the path, exit 2."""
+  import errno
+  from jaxcap.training import train_lib
+  request.getfixturevalue("trained_workdir")
+  _trained(tmp_path)
+
+  def full(self, workdir, enabled=None):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), os.path.join(workdir, "metrics.jsonl"))
+
+  monkeypatch.setattr(train_lib.MetricWriter, "__init__", full)
+  before = _snapshot(tmp_path)
+  code, err = _cli("train", [CONFIG, *TINY, "--config.num_train_steps=8", f"--workdir={tmp_path}/wd"])
+  _assert_one_line(code, err, "metrics.jsonl: No space left on device")
+  assert _snapshot(tmp_path) == before
