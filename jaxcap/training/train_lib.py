@@ -282,6 +282,9 @@ class Trainer:
 
     bar = _progress(config.num_train_steps, start)
     window, t_window, n_window = None, time.time(), 0
+    # The bar's loss / reward between logs: the window's running mean, fetched at most once per
+    # refresh interval (one device sync); validation scores stay in it until the next ones.
+    postfix, t_postfix = {}, 0.0
     step = start
     for step in range(start, config.num_train_steps):
       batch = parallel.shard_batch(next(it), self.mesh)
@@ -301,9 +304,14 @@ class Trainer:
                        epoch=done / self.steps_per_epoch)
         writer.write(done, summary, prefix="train/")
         if bar is not None:
-          bar.set_postfix(loss=f"{summary['loss']:.3f}", lr=f"{summary['lr']:.2e}",
-                          img_s=f"{summary['images_per_sec']:.0f}")
+          postfix = _postfix(postfix, summary)
+          bar.set_postfix(postfix, refresh=False)
+          t_postfix = time.time()
         window, t_window, n_window = None, time.time(), 0
+      elif bar is not None and time.time() - t_postfix >= bar.mininterval:
+        postfix = _postfix(postfix, _summarise(jax.device_get(window)))
+        bar.set_postfix(postfix, refresh=False)
+        t_postfix = time.time()
       if bar is not None:
         bar.update(1)
       if done % config.eval_every_steps == 0 or done == config.num_train_steps:
@@ -311,6 +319,9 @@ class Trainer:
         writer.write(done, val, prefix="val/")
         improved = ckpts.save_best_if_improved(done, state, it.get_state(), val)
         msg = f"step {done}: val CIDEr-D {val['CIDEr']:.4f} BLEU-4 {val['Bleu_4']:.4f}" + (" (best)" if improved else "")
+        if bar is not None:
+          postfix = _postfix(postfix, {f"val_{k}": v for k, v in val.items()})
+          bar.set_postfix(postfix, refresh=False)
         (bar.write if bar is not None else print)(msg)
         stale = 0 if improved else stale + 1
         if patience and stale >= patience:  # early stopping on the best metric
@@ -466,6 +477,27 @@ def _summarise(m: dict) -> dict:
       out[k] = float(v) / n
   if "loss" not in out and "reward" in out:
     out["loss"] = out.get("scst_loss", 0.0)
+  return out
+
+
+def _postfix(current: dict, summary: dict) -> dict:
+  """The progress bar's fields: ``current`` updated from a training summary (loss, and during
+  SCST the sample and greedy rewards; lr and images/s when logged) or validation scores
+  (``val_CIDEr``, ``val_Bleu_4``). Fields not in ``summary`` keep their last value."""
+  out = dict(current)
+  if "reward" in summary:  # SCST: the loss is the policy-gradient loss, the reward is the signal
+    out["reward"] = f"{summary['reward']:.3f}"
+    if "greedy_reward" in summary:
+      out["greedy"] = f"{summary['greedy_reward']:.3f}"
+  if "loss" in summary:
+    out["loss"] = f"{summary['loss']:.3f}"
+  if "lr" in summary:
+    out["lr"] = f"{summary['lr']:.2e}"
+  if "images_per_sec" in summary:
+    out["img_s"] = f"{summary['images_per_sec']:.0f}"
+  for k, v in summary.items():
+    if k.startswith("val_"):
+      out[k] = f"{v:.3f}"
   return out
 
 
