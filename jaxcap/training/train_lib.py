@@ -405,7 +405,7 @@ def write_json_atomic(path: str, obj) -> None:
 def write_scores(workdir, split, preds, refs, spice=False, tag="", translation=False):
   """Scores and writes predictions; ``translation``: German-output metrics
   (:mod:`jaxcap.evaluation.translation`: sacreBLEU with its signature, METEOR ``-l de``, CIDEr-D)."""
-  from jaxcap.evaluation import coco_metrics
+  from jaxcap.evaluation import coco_metrics, files
   if translation:
     from jaxcap.evaluation import translation as translation_metrics
     scores = translation_metrics.score(refs, preds)
@@ -416,7 +416,8 @@ def write_scores(workdir, split, preds, refs, spice=False, tag="", translation=F
     os.makedirs(workdir, exist_ok=True)
     _write_json_atomic(os.path.join(workdir, f"predictions_{split}{tag}.json"),
                        [{"image_id": k, "caption": v} for k, v in preds.items()])
-    _write_json_atomic(os.path.join(workdir, f"scores_{split}{tag}.json"), scores)
+    # per_image as [{"image_id": id, ...}]: the ids keep the predictions' type (files.scores_json).
+    _write_json_atomic(os.path.join(workdir, f"scores_{split}{tag}.json"), files.scores_json(scores))
   print(format_table(scores["overall"], title=f"{split} ({len(preds)} images)"), flush=True)
   return scores
 
