@@ -167,6 +167,10 @@ def plot_training_curves(metrics, out: str | None = None, axes=None,
       steps, values = curves[name]
       ax.plot(steps, values, marker="o" if len(steps) < 20 else None, ms=3,
               label=name.split("/", 1)[-1])
+    if "train/reward" in curves and "train/loss" in names:  # where SCST's loss takes over
+      ax.axvline(curves["train/reward"][0][0], color="grey", linestyle=":", linewidth=1)
+      ax.text(curves["train/reward"][0][0], 1.0, " SCST", transform=ax.get_xaxis_transform(),
+              va="top", fontsize=8, color="grey")
     ax.set_title(title)
     ax.set_xlabel("step")
     ax.grid(alpha=0.3)

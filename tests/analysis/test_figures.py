@@ -144,3 +144,37 @@ def test_box_relations_png_on_given_axes(tmp_path):
   assert got is fig
   figures.save_png(fig, str(tmp_path / "rel.png"))
   _check_png(tmp_path / "rel.png")
+
+
+# ------------------------------------------------------------------------------ the scripts
+REPO = __import__("pathlib").Path(__file__).resolve().parents[2]
+
+
+def _script(name):
+  import importlib.util
+  import sys
+  sys.path.insert(0, str(REPO / "scripts"))
+  spec = importlib.util.spec_from_file_location(f"_script_{name}", REPO / "scripts" / f"{name}.py")
+  mod = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(mod)
+  return mod
+
+
+def test_figures_script_curves(tmp_path):
+  _metrics_file(tmp_path)
+  out = tmp_path / "c.png"
+  assert _script("figures").main(["curves", "--workdir", str(tmp_path), "--out", str(out)]) == [str(out)]
+  _check_png(out)
+
+
+def test_image_transformer_figure3_script(tmp_path):
+  out = tmp_path / "fig3.png"
+  _script("image_transformer_analysis").main(["figure3", "--out", str(out)])
+  _check_png(out)
+
+
+@pytest.mark.slow  # builds and decodes an (untrained) AAT model
+def test_plot_attention_steps_script_random_init(tmp_path):
+  out = tmp_path / "steps.png"
+  _script("plot_attention_steps").main(["--random_init", "--out", str(out)])
+  _check_png(out)
