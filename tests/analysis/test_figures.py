@@ -8,7 +8,7 @@ Mutants tried: ``load_metrics`` keeping the first of two lines with the same ste
 run) fails ``test_load_metrics_resumed_run_and_nulls``; drawing no patch for the attention steps
 fails ``test_attention_steps_one_box_per_taken_step``; outlining box 0 instead of the most
 attended box fails ``test_region_attention_marks_the_most_attended_box``; not calling savefig
-(``_finish`` ignoring ``out``) fails every PNG test.
+(``_finish`` ignoring ``out``) fails every test that writes a PNG.
 """
 
 import json
@@ -41,7 +41,7 @@ def _metrics_file(tmp_path):
       {"step": 10, "time": 1.0, "train/loss": 3.0, "train/lr": 1e-3},
       {"step": 20, "time": 2.0, "train/loss": 2.0, "train/lr": 2e-3},
       {"step": 20, "time": 2.1, "val/CIDEr": 0.1, "val/Bleu_4": 0.05},
-      {"step": 30, "time": 3.0, "train/loss": None, "train/lr": 3e-3},  # NaN written as null
+      {"step": 30, "time": 3.0, "train/loss": 9.9, "train/lr": None},  # NaN written as null
       # resumed from the step-20 checkpoint: steps 30.. again, the later lines win
       {"step": 30, "time": 9.0, "train/loss": 1.5, "train/lr": 3e-3},
       {"step": 40, "time": 9.5, "train/loss": 1.25, "train/reward": 0.4, "train/greedy_reward": 0.3},
@@ -59,6 +59,7 @@ def test_load_metrics_resumed_run_and_nulls(tmp_path):
                     "train/greedy_reward"}
   steps, loss = m["train/loss"]
   assert steps.tolist() == [10, 20, 30, 40] and loss.tolist() == [3.0, 2.0, 1.5, 1.25]
+  assert m["train/lr"][0].tolist() == [10, 20, 30] and m["train/lr"][1][2] == 3e-3
   assert m["val/CIDEr"][0].tolist() == [20, 40]
   assert m["train/reward"][1].tolist() == [0.4]
   (tmp_path / "bad.jsonl").write_text('{"step": 1}\nnot json\n')
