@@ -29,6 +29,8 @@ def quiet_logs() -> None:
 
 def run_main(fn):
   quiet_logs()
+  from jaxcap import xla_logs
+  xla_logs.install()  # CPU only: XLA's slow-compile alarms (bfloat16 is emulated there)
   try:
     fn()
   except (ValueError, FileNotFoundError, KeyError) as e:
