@@ -39,7 +39,8 @@ def words(args):
   from jaxcap.analysis import figures
   from jaxcap.data import pipeline
   from jaxcap.training import train_lib
-  from plot_attention_steps import _Row, caption_aux
+  from jaxcap.analysis.words import caption_aux
+  from plot_attention_steps import _Row
 
   path = os.path.join(args.workdir, "config.json")
   try:

@@ -18,21 +18,9 @@ import json
 import os
 import sys
 
-import numpy as np
-
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-
-def caption_aux(model, params, batch, vocab, max_len: int):
-  """Greedy caption of the first image of ``batch`` with its per-word aux (cut after EOS)."""
-  from jaxcap import decoding
-  from jaxcap.data.vocab import EOS, PAD
-  out = decoding.greedy(model, params, batch, max_len=max_len, return_aux=True)
-  tokens = np.asarray(out.tokens[0])
-  n = int(np.sum(tokens != PAD))
-  words = [vocab.itos[int(i)] if int(i) != EOS else "<eos>" for i in tokens[:n]]
-  aux = {k: np.asarray(v[0, :n]) for k, v in out.aux.items()}
-  return words, aux
+from jaxcap.analysis.words import caption_aux  # noqa: E402  (after the sys.path line)
 
 
 class _Row:
