@@ -179,3 +179,29 @@ def test_plot_attention_steps_script_random_init(tmp_path):
   out = tmp_path / "steps.png"
   _script("plot_attention_steps").main(["--random_init", "--out", str(out)])
   _check_png(out)
+
+
+def test_caption_aux_of_an_lstm_feeds_the_region_attention_figure(tmp_path):
+  """jaxcap.analysis.words.caption_aux -> plot_region_attention, on an untrained tiny LSTM."""
+  import jax
+  from configs import lstm as lstm_config
+  from jaxcap import data as data_lib
+  from jaxcap.analysis.words import caption_aux
+  from jaxcap.data import pipeline
+  from jaxcap.models import registry
+  from jaxcap.models.base import shift_right
+  c = lstm_config.get_config("synthetic")
+  c.data.num_train, c.data.num_val, c.data.num_test = 16, 8, 8
+  c.model.hidden_dim = c.model.embed_dim = c.model.att_dim = 16
+  ds = data_lib.get_dataset(c.data)
+  model = registry.build(c.model, dict(ds.info))
+  batch = next(iter(pipeline.eval_batches(ds.split("test"), 2, num_threads=0)))
+  params = model.init(jax.random.PRNGKey(0), batch, shift_right(batch["captions"]), train=False)
+  batch = {k: v for k, v in batch.items() if k in ("feats", "feats_mask", "boxes", "global_feat")}
+  words, aux = caption_aux(model, params, batch, ds.vocab, max_len=5, row=1)
+  n_regions = int(np.sum(batch["feats_mask"][1]))
+  assert 1 <= len(words) <= 6 and aux["attention"].shape == (len(words), batch["feats"].shape[1])
+  np.testing.assert_allclose(aux["attention"][:, :n_regions].sum(-1), 1.0, rtol=1e-5)
+  figures.plot_region_attention(words, aux["attention"][:, :n_regions],
+                                batch["boxes"][1][:n_regions], out=str(tmp_path / "a.png"))
+  _check_png(tmp_path / "a.png")
