@@ -2,7 +2,7 @@
 
 Every config file defines ``get_config(arg)`` where ``arg`` is the text after the colon in
 ``--config configs/<model>.py:<arg>``: a comma-separated list whose first bare word is the
-dataset (``synthetic`` | ``flickr8k`` | ``coco`` | ``multi30k``) and whose ``key=value`` items
+dataset (``synthetic`` | ``flickr8k`` | ``coco`` | ``cocotalk`` | ``multi30k``) and whose ``key=value`` items
 select a paper ablation, e.g. ``configs/eta.py:synthetic,variant=stacked_v,gbc=tanh``.
 Any field can then be overridden on the command line: ``--config.model.num_heads=4``.
 
@@ -16,7 +16,10 @@ import os
 
 import ml_collections
 
-DATASETS = ("synthetic", "flickr8k", "coco", "multi30k")
+# ``coco``: Karpathy's dataset_coco.json + bottom-up features; ``cocotalk``: the same features with
+# self-critical.pytorch's cocotalk.json + cocotalk_label.h5 (its vocabulary: min_word_count 1).
+DATASETS = ("synthetic", "flickr8k", "coco", "cocotalk", "multi30k")
+COCO_LIKE = ("coco", "cocotalk")  # the paper-sized datasets: model files give them one setting
 
 # ../shared/data beside the repository (the project's small real data set), unless overridden.
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -70,10 +73,13 @@ def data_config(dataset: str) -> ml_collections.ConfigDict:
     d.dataset_json = "dataset_flickr8k.json"
     d.fc_dir = "fc"
     d.max_regions = 1
-  elif dataset == "coco":
-    d = default_data_config("karpathy")
+  elif dataset in COCO_LIKE:
+    if dataset == "coco":
+      d = default_data_config("karpathy")
+      d.dataset_json = "dataset_coco.json"
+    else:  # cocotalk.json, cocotalk_label.h5 and min_word_count = 1 (already thresholded)
+      d = default_data_config("cocotalk")
     d.root = "data/coco"
-    d.dataset_json = "dataset_coco.json"
     d.att_dir = "cocobu_att"
     d.fc_dir = "cocobu_fc"
     d.box_dir = "cocobu_box"
@@ -199,4 +205,27 @@ def cpu_sized(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   c.checkpoint_every_steps = 500
   c.eval_num_images = 250
   c.warmup_steps = 300
+  return c
+
+
+def small_sized(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """The schedule for a small data set of real images (a few hundred to a few thousand), e.g.
+  ``configs/transformer.py:coco,size=small`` on your own bottom-up features.
+
+  A run's length is counted in epochs: ``steps_per_epoch = num_train_images / batch_size``.
+  Here batch 16 (a multiple of 8 devices) and 2,000 steps are ~32 epochs of 1,000 images (~100
+  of 300); the Noam warm-up is 300 steps (a few epochs: the paper's 20,000 would not end within
+  the run); validation and checkpoints every 250 steps on at most 500 images; words seen fewer
+  than 2 times are UNK (cocotalk keeps its own vocabulary, min_word_count 1).
+  """
+  c.batch_size = 16
+  c.num_train_steps = 2000
+  c.warmup_steps = 300
+  c.eval_every_steps = 250
+  c.checkpoint_every_steps = 250
+  c.log_every_steps = 25
+  c.eval_num_images = 500
+  c.eval_batch_size = 48
+  if c.data.name != "cocotalk":
+    c.data.min_word_count = 2
   return c

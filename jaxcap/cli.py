@@ -61,6 +61,8 @@ def run_main(fn):
   """Runs ``fn()``; bad input -> one line and exit 2, a non-finite stop -> one line and exit 3."""
   from jaxcap.training.guard import NonFiniteError
   quiet_logs()
+  from jaxcap import xla_logs
+  xla_logs.install()  # CPU only: XLA's slow-compile alarms (bfloat16 is emulated there)
   try:
     fn()
   except NonFiniteError as e:

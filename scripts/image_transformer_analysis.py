@@ -1,10 +1,10 @@
 """The Image Transformer paper's analyses (section 3.2's Figure 3 and section 4.4's spread).
 
 ``figure3``: one synthetic scene's boxes with one query region (red) and its parent (green),
-neighbour (blue) and child (yellow) regions under eq. 5, written as a PNG. matplotlib is not in
-this project's environment, so the drawing uses the numpy rasteriser and PNG writer of
-scripts/plot_attention_steps.py. By default the first test scene with a container is drawn, with
-the container as the query (its content is a child, the other objects neighbours).
+neighbour (blue) and child (yellow) regions under eq. 5, written as a PNG by
+:func:`jaxcap.analysis.figures.plot_box_relations`. By default the first test scene with a
+container is drawn, with the container as the query (its content is a child, the other objects
+neighbours).
 
   python scripts/image_transformer_analysis.py figure3 --out fig3.png [--split test --index 7 --query 2]
 
@@ -27,10 +27,6 @@ import numpy as np
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(_HERE))
-sys.path.insert(0, _HERE)
-
-COLOURS = {"query": (220, 30, 30), "parent": (30, 170, 60), "neighbour": (40, 110, 220),
-           "child": (230, 190, 0), "none": (190, 190, 190)}
 
 
 def relations_of(boxes, query: int, epsilon: float = 0.9):
@@ -46,30 +42,9 @@ def relations_of(boxes, query: int, epsilon: float = 0.9):
   return out
 
 
-def render_scene(boxes, rels, size: int = 320, title: str = ""):
-  import plot_attention_steps as plot
-  img = np.full((size + 40, size, 3), 255, np.uint8)
-  order = sorted(range(len(boxes)), key=lambda m: rels[m] == "query")  # the query drawn last
-  for m in order:
-    x1, y1, x2, y2 = (np.asarray(boxes[m]) * (size - 1)).round().astype(int)
-    colour = np.array(COLOURS[rels[m]], np.uint8)
-    for t in range(3 if rels[m] == "query" else 2):  # thicker outline for the query
-      if x2 - x1 > 2 * t and y2 - y1 > 2 * t:
-        plot.draw_box(img, x1 + t, y1 + t, x2 - x1 + 1 - 2 * t, y2 - y1 + 1 - 2 * t, colour)
-    plot.draw_text(img, min(x1 + 3, size - 10), min(y1 + 3, size - 8), str(m), colour)
-  y = size + 4
-  plot.draw_text(img, 4, y, title[: size // 6])
-  x = 4
-  for name in ("query", "parent", "neighbour", "child"):
-    plot.draw_box(img, x, y + 14, 10, 10, np.array(COLOURS[name], np.uint8), np.array(COLOURS[name], np.uint8))
-    plot.draw_text(img, x + 13, y + 16, name)
-    x += 13 + 6 * len(name) + 10
-  return img
-
-
 def figure3(args):
+  from jaxcap.analysis import figures
   from jaxcap.data import synthetic
-  import plot_attention_steps as plot
   ds = synthetic.SyntheticScenes(num_train=10, num_val=10, num_test=max(args.index + 1, 200))
   index, query = args.index, args.query
   if index < 0:  # the first scene with a container
@@ -83,8 +58,8 @@ def figure3(args):
   boxes = ds.features(args.split, index)["boxes"]
   query = max(query, 0)
   rels = relations_of(boxes, query, args.epsilon)
-  img = render_scene(boxes, rels, title=f"{args.split} scene {index} - query {query}")
-  plot.write_png(args.out, img)
+  figures.plot_box_relations(boxes, rels, title=f"{args.split} scene {index}, query region {query}",
+                             out=args.out)
   print(json.dumps({"out": args.out, "split": args.split, "index": index, "query": query,
                     "relations": rels, "boxes": np.round(boxes, 3).tolist()}))
 

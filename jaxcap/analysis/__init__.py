@@ -1,1 +1,1 @@
-"""Analyses of trained models (TPGN role vectors, ...)."""
+"""Analyses of trained models: figures (matplotlib), per-word decoder outputs, TPGN role vectors."""

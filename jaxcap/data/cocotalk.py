@@ -51,8 +51,16 @@ def read_splits(config) -> dict[str, base.SplitData]:
   try:
     with open(json_path) as f:
       info = json.load(f)
+  except (OSError, ValueError) as e:
+    raise ValueError(f"{json_path}: not a cocotalk JSON with 'ix_to_word' and 'images' ({e})") from None
+  if isinstance(info, dict) and "ix_to_word" not in info and "images" in info:
+    # data.name=cocotalk over a config made for Karpathy's JSON (e.g. configs/<model>.py:coco).
+    raise ValueError(f"{json_path}: a Karpathy dataset JSON, not cocotalk.json (no 'ix_to_word'); "
+                     "use --config configs/<model>.py:cocotalk, which reads cocotalk.json + "
+                     "cocotalk_label.h5 with cocotalk's vocabulary (data.min_word_count=1)")
+  try:
     ix_to_word, images = info["ix_to_word"], info["images"]
-  except (OSError, ValueError, KeyError, TypeError) as e:
+  except (KeyError, TypeError) as e:
     raise ValueError(f"{json_path}: not a cocotalk JSON with 'ix_to_word' and 'images' ({e})") from None
   words = {int(k): ("<unk>" if w == "UNK" else w) for k, w in ix_to_word.items()}
   labels, start, end = read_labels(h5_path)

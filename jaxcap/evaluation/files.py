@@ -1,7 +1,14 @@
 """Caption files in, score files out: COCO annotations, COCO results, scores JSON.
 
 Backs ``evaluate.py --predictions P.json --references R.json --out S.json`` through
-:func:`score_files`. Every malformed input raises a one-line ``ValueError`` naming the file and,
+:func:`score_files`.
+
+Scores files (``scores_<split><tag>.json`` of a workdir, ``--out`` of ``evaluate.py``) are
+``{"overall": {metric: value}, "per_image": [{"image_id": id, metric: value, ...}, ...]}``: the
+per-image scores are a list in prediction order whose ``image_id`` has the type it has in
+``predictions_<split>.json`` (an int for COCO and the synthetic scenes, a string for Flickr file
+stems), so the two files join on ``image_id`` as they are. Files written before this layout
+(``per_image`` an object keyed by the id as a string) are read by :func:`load_scores` too. Every malformed input raises a one-line ``ValueError`` naming the file and,
 where there is one, the entry at fault.
 """
 
@@ -123,6 +130,58 @@ def write_json_atomic(obj, path: str) -> None:
       os.remove(tmp)
 
 
+def scores_json(result: Mapping) -> dict:
+  """The JSON layout of a scores dict (see the module docstring): ``per_image`` becomes a list
+  of ``{"image_id": id, metric: value}`` with the ids as they are, non-finite values null; other
+  top-level keys (e.g. ``sacrebleu_signature``) are kept."""
+  out = {"overall": {k: _finite_or_none(v) for k, v in result["overall"].items()},
+         "per_image": [{"image_id": i, **{k: _finite_or_none(v) for k, v in m.items()}}
+                       for i, m in result.get("per_image", {}).items()]}
+  out.update({k: v for k, v in result.items() if k not in out})
+  return out
+
+
+def load_scores(path: str, image_ids=None) -> dict:
+  """Reads a scores file as ``{"overall": {...}, "per_image": {image_id: {metric: value}}}``,
+  the layout :func:`jaxcap.evaluation.coco_metrics.score` returns.
+
+  Args:
+    path: ``scores_<split><tag>.json`` (either layout) or ``evaluate.py --out``'s file.
+    image_ids: for the old layout (ids as object keys, hence strings): the ids to map them back
+      to. Default: the ids of ``predictions_<split><tag>.json`` beside the file when it exists,
+      otherwise digit-only keys become ints.
+  """
+  data = _read_json(path, "a scores file with 'overall' and 'per_image'")
+  if not isinstance(data, dict) or not isinstance(data.get("overall"), dict):
+    raise ValueError(f"{path}: expected a scores file: a JSON object with 'overall' and 'per_image'")
+  per = data.get("per_image", [])
+  out = dict(data)
+  if isinstance(per, list):
+    result = {}
+    for k, entry in enumerate(per):
+      if not isinstance(entry, dict) or "image_id" not in entry:
+        raise ValueError(f"{path}: per_image[{k}] must be an object with 'image_id'")
+      entry = dict(entry)
+      result[_image_id(entry.pop("image_id"), path, f"per_image[{k}]")] = entry
+    out["per_image"] = result
+    return out
+  if not isinstance(per, dict):
+    raise ValueError(f"{path}: 'per_image' must be a list of {{'image_id', ...}}, got "
+                     f"{type(per).__name__}")
+  if image_ids is None:  # the old layout: recover the ids' type from the predictions beside it
+    base = os.path.basename(path)
+    sibling = os.path.join(os.path.dirname(path), "predictions_" + base[len("scores_"):])
+    if base.startswith("scores_") and os.path.exists(sibling):
+      image_ids = list(load_predictions(sibling))
+  if image_ids is not None:
+    by_text = {str(i): i for i in image_ids}
+    key = lambda k: by_text.get(k, k)
+  else:
+    key = lambda k: int(k) if k.isdigit() else k
+  out["per_image"] = {key(k): v for k, v in per.items()}
+  return out
+
+
 def score_files(predictions_path: str, references_path: str, out_path: str, spice: bool = False,
                 *, metrics=coco_metrics.DEFAULT_METRICS,
                 log: Callable[[str], None] = print) -> dict:
@@ -131,9 +190,9 @@ def score_files(predictions_path: str, references_path: str, out_path: str, spic
   Args:
     predictions_path: ``[{"image_id", "caption"}]``.
     references_path: COCO annotations (``{"annotations": [{"image_id", "caption"}]}``).
-    out_path: where ``{"overall": {...}, "per_image": {image_id: {...}}}`` is written (atomically;
-      JSON object keys are strings, so integer image ids appear as strings there; a metric that
-      is NaN for an image, as SPICE can be, is written as null).
+    out_path: where ``{"overall": {...}, "per_image": [{"image_id": id, ...}]}`` is written
+      (atomically; :func:`scores_json`; a metric that is NaN for an image, as SPICE can be, is
+      written as null).
     spice: also compute SPICE when it can run.
     metrics: metric groups, as in :func:`jaxcap.evaluation.coco_metrics.score`.
     log: one line per skipped or failed metric.
@@ -149,10 +208,5 @@ def score_files(predictions_path: str, references_path: str, out_path: str, spic
                      f"{len(references)} images in {references_path} (first missing image_id "
                      f"{missing[0]!r}); expected one caption for every reference image")
   result = coco_metrics.score(references, predictions, metrics=metrics, spice=spice, log=log)
-  out = {
-      "overall": {k: _finite_or_none(v) for k, v in result["overall"].items()},
-      "per_image": {str(i): {k: _finite_or_none(v) for k, v in m.items()}
-                    for i, m in result["per_image"].items()},
-  }
-  write_json_atomic(out, out_path)
+  write_json_atomic(scores_json(result), out_path)
   return result

@@ -297,6 +297,9 @@ class Trainer:
     monitor = guard_lib.Monitor(config.get("nonfinite", "stop"), self.dataset.image_ids("train"), writer)
     bar = _progress(config.num_train_steps, start)
     window, t_window, n_window = None, time.time(), 0
+    # The bar's loss / reward between logs: the window's running mean, fetched at most once per
+    # refresh interval (one device sync); validation scores stay in it until the next ones.
+    postfix, t_postfix = {}, 0.0
     step = start
     for step in range(start, config.num_train_steps):
       host_batch = next(it)
@@ -332,9 +335,14 @@ class Trainer:
           summary.update(skipped=skipped, skipped_total=monitor.skipped_total)
         writer.write(done, summary, prefix="train/")
         if bar is not None:
-          bar.set_postfix(loss=f"{summary.get('loss', float('nan')):.3f}", lr=f"{summary['lr']:.2e}",
-                          img_s=f"{summary['images_per_sec']:.0f}")
+          postfix = _postfix(postfix, summary)
+          bar.set_postfix(postfix, refresh=False)
+          t_postfix = time.time()
         window, t_window, n_window = None, time.time(), 0
+      elif bar is not None and time.time() - t_postfix >= bar.mininterval:
+        postfix = _postfix(postfix, _summarise(jax.device_get(window)))
+        bar.set_postfix(postfix, refresh=False)
+        t_postfix = time.time()
       if bar is not None:
         bar.update(1)
       if done % config.eval_every_steps == 0 or done == config.num_train_steps:
@@ -342,6 +350,9 @@ class Trainer:
         writer.write(done, val, prefix="val/")
         improved = ckpts.save_best_if_improved(done, state, it.get_state(), val)
         msg = f"step {done}: val CIDEr-D {val['CIDEr']:.4f} BLEU-4 {val['Bleu_4']:.4f}" + (" (best)" if improved else "")
+        if bar is not None:
+          postfix = _postfix(postfix, {f"val_{k}": v for k, v in val.items()})
+          bar.set_postfix(postfix, refresh=False)
         (bar.write if bar is not None else print)(msg)
         stale = 0 if improved else stale + 1
         if patience and stale >= patience:  # early stopping on the best metric
@@ -425,7 +436,7 @@ def write_json_atomic(path: str, obj) -> None:
 def write_scores(workdir, split, preds, refs, spice=False, tag="", translation=False):
   """Scores and writes predictions; ``translation``: German-output metrics
   (:mod:`jaxcap.evaluation.translation`: sacreBLEU with its signature, METEOR ``-l de``, CIDEr-D)."""
-  from jaxcap.evaluation import coco_metrics
+  from jaxcap.evaluation import coco_metrics, files
   if translation:
     from jaxcap.evaluation import translation as translation_metrics
     scores = translation_metrics.score(refs, preds)
@@ -436,7 +447,8 @@ def write_scores(workdir, split, preds, refs, spice=False, tag="", translation=F
     os.makedirs(workdir, exist_ok=True)
     _write_json_atomic(os.path.join(workdir, f"predictions_{split}{tag}.json"),
                        [{"image_id": k, "caption": v} for k, v in preds.items()])
-    _write_json_atomic(os.path.join(workdir, f"scores_{split}{tag}.json"), scores)
+    # per_image as [{"image_id": id, ...}]: the ids keep the predictions' type (files.scores_json).
+    _write_json_atomic(os.path.join(workdir, f"scores_{split}{tag}.json"), files.scores_json(scores))
   print(format_table(scores["overall"], title=f"{split} ({len(preds)} images)"), flush=True)
   return scores
 
@@ -511,6 +523,27 @@ def _summarise(m: dict) -> dict:
       out[k] = float(v) / n
   if "loss" not in out and "reward" in out:
     out["loss"] = out.get("scst_loss", 0.0)
+  return out
+
+
+def _postfix(current: dict, summary: dict) -> dict:
+  """The progress bar's fields: ``current`` updated from a training summary (loss, and during
+  SCST the sample and greedy rewards; lr and images/s when logged) or validation scores
+  (``val_CIDEr``, ``val_Bleu_4``). Fields not in ``summary`` keep their last value."""
+  out = dict(current)
+  if "reward" in summary:  # SCST: the loss is the policy-gradient loss, the reward is the signal
+    out["reward"] = f"{summary['reward']:.3f}"
+    if "greedy_reward" in summary:
+      out["greedy"] = f"{summary['greedy_reward']:.3f}"
+  if "loss" in summary:
+    out["loss"] = f"{summary['loss']:.3f}"
+  if "lr" in summary:
+    out["lr"] = f"{summary['lr']:.2e}"
+  if "images_per_sec" in summary:
+    out["img_s"] = f"{summary['images_per_sec']:.0f}"
+  for k, v in summary.items():
+    if k.startswith("val_"):
+      out[k] = f"{v:.3f}"
   return out
 
 

@@ -1,7 +1,8 @@
 """Metric writers: JSON lines and TensorBoard event files (no TensorFlow needed).
 
-Only process 0 writes. TensorBoard events are written with the ``tensorboard`` package's
-own event-file writer and protos; when that package is missing, only JSON lines are written.
+Only process 0 writes. ``metrics.jsonl`` gets one ``{"step", "time", <prefix><name>: value}``
+line per call; ``tensorboard/`` gets the same scalars through tensorboardX's ``SummaryWriter``
+(a maintained event-file writer that needs only protobuf), read by ``tensorboard --logdir``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import jax
 
 
 class MetricWriter:
+  """Writes scalar metrics to ``<workdir>/metrics.jsonl`` and ``<workdir>/tensorboard/``."""
 
   def __init__(self, workdir: str, enabled: bool | None = None):
     self.enabled = jax.process_index() == 0 if enabled is None else enabled
@@ -24,33 +26,33 @@ class MetricWriter:
       return
     os.makedirs(workdir, exist_ok=True)
     self._jsonl = open(os.path.join(workdir, "metrics.jsonl"), "a")
-    try:
-      from tensorboard.summary.writer.event_file_writer import EventFileWriter
-      self._tb = EventFileWriter(os.path.join(workdir, "tensorboard"))
-    except ImportError:  # pragma: no cover - tensorboard is in requirements.txt
-      self._tb = None
+    from tensorboardX import SummaryWriter
+    # tensorboardX writes from a background thread and flushes every flush_secs; close()
+    # (the end of fit) writes everything. metrics.jsonl is flushed on every write.
+    self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"), flush_secs=10)
 
   def write(self, step: int, metrics: dict, prefix: str = "") -> None:
+    """Writes ``{prefix + name: float(value)}`` at ``step``; a NaN / inf value is written as
+    null in JSON (JSON has no NaN) and as itself in TensorBoard."""
     if not self.enabled:
       return
     metrics = {f"{prefix}{k}": float(v) for k, v in metrics.items()}
+    now = time.time()
     # JSON has no NaN / Infinity: such values are written as null and named in "nonfinite".
     bad = [k for k, v in metrics.items() if not math.isfinite(v)]
-    line = {"step": int(step), "time": time.time(),
+    line = {"step": int(step), "time": now,
             **{k: (None if k in bad else v) for k, v in metrics.items()}}
     if bad:
       line["nonfinite"] = bad
     self._jsonl.write(json.dumps(line, allow_nan=False) + "\n")
     self._jsonl.flush()
-    if self._tb is not None:
-      from tensorboard.compat.proto import event_pb2, summary_pb2
-      summary = summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag=k, simple_value=v)
-                                           for k, v in metrics.items()])
-      self._tb.add_event(event_pb2.Event(wall_time=time.time(), step=int(step), summary=summary))
-      self._tb.flush()
+    for k, v in metrics.items():
+      self._tb.add_scalar(k, v, global_step=int(step), walltime=now)
 
   def close(self) -> None:
     if self._jsonl:
       self._jsonl.close()
+      self._jsonl = None
     if self._tb is not None:
       self._tb.close()
+      self._tb = None

@@ -65,3 +65,40 @@ def test_missing_label_dataset(tmp_path):
   c.root, c.fc_dir = str(tmp_path), "fc"
   with pytest.raises(ValueError, match=r"cocotalk_label\.h5: no dataset 'label_end_ix'"):
     data.get_dataset(c)
+
+
+def _config_layout(root):
+  """The fake cocotalk files with the feature dirs named as configs/common.py's COCO layout."""
+  truth = _write(root)
+  for src, dst in (("att", "cocobu_att"), ("fc", "cocobu_fc"), ("box", "cocobu_box")):
+    os.symlink(os.path.join(root, src), os.path.join(root, dst))
+  return truth
+
+
+def test_readme_cocotalk_config_reads_cocotalk_with_its_vocabulary(tmp_path):
+  """The README's ``--config configs/transformer.py:cocotalk --config.data.root=...`` path."""
+  from configs import transformer
+  _config_layout(tmp_path)
+  for arg in ("cocotalk", "cocotalk,size=small"):
+    c = transformer.get_config(arg)
+    assert (c.data.name, c.data.dataset_json, c.data.min_word_count) == (
+        "cocotalk", "cocotalk.json", 1)
+    c.data.root = str(tmp_path)
+    ds = data.get_dataset(c.data)
+    assert [len(ds.split(s)) for s in ("train", "val", "test")] == [6, 2, 2]
+    ix_to_word = json.loads((tmp_path / "cocotalk.json").read_text())["ix_to_word"]
+    train_words = {w for refs in ds.references("train").values() for r in refs for w in r.split()}
+    # Every word of the training labels is in the vocabulary (threshold 1, as cocotalk's own),
+    # and nothing outside cocotalk's ix_to_word ("UNK" is jaxcap's <unk>).
+    assert train_words <= set(ds.vocab.itos)
+    assert set(ds.vocab.itos[4:]) <= set(ix_to_word.values()) - {"UNK"}
+    assert ds.split("train")[0]["feats"].shape[-1] == 8
+
+
+def test_cocotalk_name_over_the_coco_config_says_what_to_use(tmp_path):
+  from configs import transformer
+  _config_layout(tmp_path)
+  c = transformer.get_config("coco")
+  c.data.root, c.data.name = str(tmp_path), "cocotalk"  # --config.data.name=cocotalk
+  with pytest.raises(ValueError, match=r"dataset_coco\.json: a Karpathy dataset JSON.*:cocotalk"):
+    data.get_dataset(c.data)

@@ -74,8 +74,13 @@ def test_score_files_writes_scores_atomically(tmp_path):
   result = files.score_files(preds_path, refs_path, str(out), metrics=metrics, log=lambda s: None)
   written = json.loads(out.read_text())
   assert written["overall"] == pytest.approx(result["overall"])
-  assert set(written["per_image"]) == {"1", "2"}
-  assert written["per_image"]["1"] == pytest.approx(result["per_image"][1])
+  # One id type: per_image is a list in prediction order with the predictions' integer ids.
+  assert [e["image_id"] for e in written["per_image"]] == [2, 1]
+  assert {k: v for k, v in written["per_image"][1].items() if k != "image_id"} == pytest.approx(
+      result["per_image"][1])
+  loaded = files.load_scores(str(out))["per_image"]
+  assert list(loaded) == [2, 1]
+  assert all(loaded[i] == pytest.approx(result["per_image"][i]) for i in (1, 2))
   direct = coco_metrics.score(files.load_coco_references(refs_path),
                               files.load_predictions(preds_path), metrics=metrics,
                               log=lambda s: None)
@@ -96,3 +101,31 @@ def test_failed_write_leaves_previous_file(tmp_path, monkeypatch):
     files.write_json_atomic({"overall": {}}, str(out))
   assert json.loads(out.read_text()) == {"old": True}
   assert os.listdir(tmp_path) == ["scores.json"]
+
+
+def test_load_scores_reads_the_old_layout_with_the_predictions_id_types(tmp_path):
+  """Scores files written before the list layout keyed per_image by the id as a string."""
+  old = {"overall": {"CIDEr": 0.5}, "per_image": {"391895": {"CIDEr": 0.4}, "1000268201": {"CIDEr": 0.6},
+                                                  "abc_1": {"CIDEr": 0.5}}}
+  path = _write(tmp_path / "scores_test.json", old)
+  # No predictions beside it: digit-only keys become ints (COCO / synthetic ids).
+  assert files.load_scores(path)["per_image"] == {391895: {"CIDEr": 0.4}, 1000268201: {"CIDEr": 0.6},
+                                                  "abc_1": {"CIDEr": 0.5}}
+  # predictions_test.json beside it: its ids' types win (a Flickr stem of digits stays a string).
+  _write(tmp_path / "predictions_test.json", [{"image_id": 391895, "caption": "a"},
+                                              {"image_id": "1000268201", "caption": "b"},
+                                              {"image_id": "abc_1", "caption": "c"}])
+  per = files.load_scores(path)["per_image"]
+  assert list(per) == [391895, "1000268201", "abc_1"]
+  assert files.load_scores(path, image_ids=[1000268201])["per_image"][1000268201] == {"CIDEr": 0.6}
+
+
+def test_scores_json_keeps_id_types_and_extra_keys(tmp_path):
+  result = {"overall": {"BLEU": 1.0, "SPICE": float("nan")}, "sacrebleu_signature": "x",
+            "per_image": {7: {"SPICE": float("nan")}, "a.jpg": {"SPICE": 0.2}}}
+  out = files.scores_json(result)
+  assert out["per_image"] == [{"image_id": 7, "SPICE": None}, {"image_id": "a.jpg", "SPICE": 0.2}]
+  assert out["overall"]["SPICE"] is None and out["sacrebleu_signature"] == "x"
+  path = tmp_path / "s.json"
+  files.write_json_atomic(out, str(path))
+  assert files.load_scores(str(path))["per_image"] == {7: {"SPICE": None}, "a.jpg": {"SPICE": 0.2}}

@@ -1,0 +1,393 @@
+"""Figures of a run and of a model's per-word internals (matplotlib, headless Agg).
+
+Dimension legend: L generated words (EOS included when the caller keeps it), N regions,
+S AAT step slots (slot 0 = the non-visual step h1, then n = 1 .. M_max), G gate layers.
+
+Every function takes plain arrays (NumPy, JAX or lists), draws on the matplotlib ``Axes`` it is
+given (or on a new figure), returns the ``Figure`` and, with ``out=``, writes it as a PNG. No
+pyplot: figures are ``matplotlib.figure.Figure`` objects on an Agg canvas, so nothing depends
+on (or changes) the process's matplotlib backend, a notebook shows the returned figure, and a
+loop of plots leaks no pyplot state.
+
+  curves = load_metrics("runs/transformer_synthetic")           # metrics.jsonl, resumed runs merged
+  plot_training_curves(curves, out="curves.png")
+  plot_region_attention(words, alpha_LxN, boxes_Nx4, image_size=(640, 480), out="att.png")
+  plot_gate(words, aux["gbc_gate"], out="gate.png")           # ETA's GBC gate per word
+  plot_attention_steps(words, steps_L, conf_LxS, beta_LxS, out="steps.png")   # AAT
+  plot_box_relations(boxes_Nx4, ["query", "child", ...], out="fig3.png")   # Image Transformer
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+
+# The papers' colour conventions where they have one; otherwise matplotlib's tab10.
+RELATION_COLOURS = {"query": "#dc1e1e", "parent": "#1eaa3c", "neighbour": "#286edc",
+                    "child": "#e6be00", "none": "#bebebe"}
+_NON_VISUAL, _VISUAL = "#f58c1e", "#286edc"  # AAT: orange h1 slot, blue attention steps
+
+
+# ------------------------------------------------------------------------------------ plumbing
+def new_figure(width: float, height: float, dpi: int = 100):
+  """A ``Figure`` of ``width`` x ``height`` inches on an Agg canvas (no pyplot)."""
+  from matplotlib.backends.backend_agg import FigureCanvasAgg
+  from matplotlib.figure import Figure
+  fig = Figure(figsize=(width, height), dpi=dpi, layout="constrained")
+  FigureCanvasAgg(fig)
+  return fig
+
+
+def save_png(fig, path: str, dpi: int | None = None) -> str:
+  """Writes ``fig`` as a PNG atomically (temporary file, then rename); returns ``path``."""
+  from matplotlib.backends.backend_agg import FigureCanvasAgg
+  if not isinstance(fig.canvas, FigureCanvasAgg):  # a pyplot figure of another backend
+    FigureCanvasAgg(fig)
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  tmp = f"{path}.tmp{os.getpid()}.png"
+  try:
+    fig.savefig(tmp, format="png", dpi=dpi, bbox_inches="tight", pad_inches=0.05)
+    os.replace(tmp, path)
+  finally:
+    if os.path.exists(tmp):
+      os.remove(tmp)
+  return path
+
+
+def _axes(ax, width: float, height: float):
+  """``(fig, ax)``: the given Axes and its figure, or a new one-panel figure."""
+  if ax is not None:
+    return ax.figure, ax
+  fig = new_figure(width, height)
+  return fig, fig.add_subplot()
+
+
+def _finish(fig, out):
+  if out:
+    save_png(fig, out)
+  return fig
+
+
+def _words(words: Sequence[str], n: int, what: str) -> list[str]:
+  words = [str(w) for w in words]
+  if len(words) != n:
+    raise ValueError(f"{what}: expected one word per row ({n}), got {len(words)} words")
+  return words
+
+
+# ------------------------------------------------------------------------------- training curves
+def load_metrics(path_or_records) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+  """Reads ``metrics.jsonl`` into ``{name: (steps [n] int, values [n] float)}``, sorted by step.
+
+  A resumed run appends from its last checkpoint, so a step can appear twice; the line written
+  last wins. ``null`` / NaN / missing values (JSON has no NaN; ``MetricWriter`` writes null) are
+  skipped, as are the bookkeeping keys ``step`` and ``time``.
+
+  Args:
+    path_or_records: a workdir, a ``metrics.jsonl`` path, or an iterable of its records (dicts).
+  """
+  if isinstance(path_or_records, (str, os.PathLike)):
+    path = os.fspath(path_or_records)
+    if os.path.isdir(path):
+      path = os.path.join(path, "metrics.jsonl")
+    records = []
+    with open(path) as f:
+      for k, line in enumerate(f):
+        if line.strip():
+          try:
+            records.append(json.loads(line))
+          except ValueError:
+            raise ValueError(f"{path}: line {k + 1} is not JSON; expected one metrics record "
+                             "per line") from None
+  else:
+    records = list(path_or_records)
+  by_name: dict[str, dict[int, float]] = {}
+  for rec in records:
+    step = rec.get("step")
+    if step is None:
+      continue
+    for name, value in rec.items():
+      if name in ("step", "time") or value is None or isinstance(value, (bool, str)):
+        continue
+      value = float(value)
+      if math.isfinite(value):
+        by_name.setdefault(name, {})[int(step)] = value
+  out = {}
+  for name, points in sorted(by_name.items()):
+    steps = np.array(sorted(points), np.int64)
+    out[name] = (steps, np.array([points[s] for s in steps], np.float64))
+  return out
+
+
+def _curve_panels(curves: Mapping) -> list[tuple[str, list[str]]]:
+  panels = []
+  if "train/loss" in curves:  # cross-entropy, then the SCST loss once SCST starts
+    panels.append(("training loss", ["train/loss"]))
+  reward = [n for n in ("train/reward", "train/greedy_reward") if n in curves]
+  if reward:
+    panels.append(("SCST reward", reward))
+  val = [n for n in curves if n.startswith("val/")]
+  if val:
+    panels.append(("validation", val))
+  return panels
+
+
+def plot_training_curves(metrics, out: str | None = None, axes=None,
+                         panels: Sequence[tuple[str, Sequence[str]]] | None = None):
+  """Training loss, SCST reward and validation metrics against the step.
+
+  Args:
+    metrics: what :func:`load_metrics` returns, or anything it reads (workdir, path, records).
+    out: PNG path to write.
+    axes: a sequence of Axes, one per panel (default: a new figure, panels side by side).
+    panels: ``[(title, [metric names])]``; default: "training loss" (``train/loss``), "SCST
+      reward" (``train/reward``, when the run used SCST) and "validation" (every ``val/*``).
+
+  Returns:
+    The Figure.
+  """
+  curves = metrics if isinstance(metrics, Mapping) else load_metrics(metrics)
+  panels = list(panels) if panels is not None else _curve_panels(curves)
+  if not panels:
+    raise ValueError(f"plot_training_curves: no train/loss, train/reward or val/* metrics; got "
+                     f"{sorted(curves)}")
+  if axes is None:
+    fig = new_figure(4.0 * len(panels), 3.0)
+    axes = fig.subplots(1, len(panels), squeeze=False)[0]
+  elif len(axes) < len(panels):
+    raise ValueError(f"plot_training_curves: {len(panels)} panels, but {len(axes)} axes given")
+  for ax, (title, names) in zip(axes, panels):
+    for name in names:
+      if name not in curves:
+        raise ValueError(f"plot_training_curves: no metric {name!r}; have {sorted(curves)}")
+      steps, values = curves[name]
+      ax.plot(steps, values, marker="o" if len(steps) < 20 else None, ms=3,
+              label=name.split("/", 1)[-1])
+    if "train/reward" in curves and "train/loss" in names:  # where SCST's loss takes over
+      ax.axvline(curves["train/reward"][0][0], color="grey", linestyle=":", linewidth=1)
+      ax.text(curves["train/reward"][0][0], 1.0, " SCST", transform=ax.get_xaxis_transform(),
+              va="top", fontsize=8, color="grey")
+    ax.set_title(title)
+    ax.set_xlabel("step")
+    ax.grid(alpha=0.3)
+    if len(names) > 1 or title == "validation":
+      ax.legend(fontsize="small")
+  return _finish(axes[0].figure, out)
+
+
+# ----------------------------------------------------------------------- attention over regions
+def plot_region_attention(words: Sequence[str], attention_LxN, boxes_Nx4, *, image=None,
+                          image_size: tuple[float, float] | None = None, out: str | None = None,
+                          axes=None, columns: int = 4, title: str = ""):
+  """Attention over the region boxes, one panel per generated word.
+
+  Each box is filled in proportion to its weight (the word's largest weight fully opaque) and
+  the most attended box is outlined in red with its weight written in it.
+
+  Args:
+    words: the L generated words.
+    attention_LxN: the weights over the N regions for each word (rows need not sum to 1).
+    boxes_Nx4: ``x1 y1 x2 y2`` in pixels of ``image`` / ``image_size``, or in [0, 1].
+    image: an ``[H, W]`` or ``[H, W, 3]`` image drawn under the boxes (sets the canvas size).
+    image_size: ``(width, height)`` of the canvas without an image (default: the boxes' extent,
+      1 x 1 for normalised boxes).
+    out: PNG path to write.
+    axes: a sequence of at least L Axes (default: a new figure with ``columns`` per row).
+    columns: panels per row of a new figure.
+    title: the figure's title (a new figure only).
+  """
+  att = np.asarray(attention_LxN, np.float64)
+  boxes = np.asarray(boxes_Nx4, np.float64)
+  if att.ndim != 2 or boxes.shape != (att.shape[1], 4):
+    raise ValueError(f"plot_region_attention: expected attention [L, N] and boxes [N, 4], got "
+                     f"{att.shape} and {boxes.shape}")
+  words = _words(words, att.shape[0], "plot_region_attention")
+  if image is not None:
+    image = np.asarray(image)
+    width, height = image.shape[1], image.shape[0]
+  elif image_size is not None:
+    width, height = image_size
+  else:
+    extent = float(np.max(boxes[:, 2:], initial=1.0))
+    width = height = 1.0 if extent <= 1.0 else extent
+  if axes is None:
+    cols = max(1, min(columns, len(words)))
+    rows = max(1, math.ceil(len(words) / cols))
+    aspect = height / max(width, 1e-9)
+    fig = new_figure(2.6 * cols, 2.6 * aspect * rows + (0.4 if title else 0.0))
+    grid = fig.subplots(rows, cols, squeeze=False).ravel()
+    for ax in grid[len(words):]:
+      ax.set_axis_off()
+    axes = grid
+    if title:
+      fig.suptitle(title)
+  elif len(axes) < len(words):
+    raise ValueError(f"plot_region_attention: {len(words)} words, but {len(axes)} axes given")
+  from matplotlib.patches import Rectangle
+  for t, (ax, word) in enumerate(zip(axes, words)):
+    if image is not None:
+      ax.imshow(image, extent=(0, width, height, 0), cmap="gray" if image.ndim == 2 else None)
+    else:
+      ax.add_patch(Rectangle((0, 0), width, height, facecolor="#f4f4f4", edgecolor="none"))
+    w = att[t]
+    scale = float(np.max(w)) if np.max(w) > 0 else 1.0
+    best = int(np.argmax(w))
+    for n in np.argsort(w):  # the most attended box drawn last, on top
+      x1, y1, x2, y2 = boxes[n]
+      a = float(np.clip(w[n] / scale, 0.0, 1.0))
+      ax.add_patch(Rectangle((x1, y1), x2 - x1, y2 - y1, facecolor=(1.0, 0.55, 0.0, 0.7 * a),
+                             edgecolor="#d62728" if n == best else (0.2, 0.2, 0.2, 0.3 + 0.5 * a),
+                             linewidth=2.0 if n == best else 0.8))
+    x1, y1, x2, y2 = boxes[best]
+    ax.text((x1 + x2) / 2, (y1 + y2) / 2, f"{w[best]:.2f}", ha="center", va="center",
+            fontsize=8, color="black")
+    ax.set_xlim(0, width)
+    ax.set_ylim(height, 0)  # image coordinates: y down
+    ax.set_aspect("equal")
+    ax.set_xticks([])
+    ax.set_yticks([])
+    ax.set_title(word, fontsize=10)
+  return _finish(axes[0].figure, out)
+
+
+# --------------------------------------------------------------------------------- ETA's gate
+def plot_gate(words: Sequence[str], gate, out: str | None = None, ax=None, title: str = ""):
+  """ETA's gated bilateral controller per word: how much of the semantic pathway is kept.
+
+  Args:
+    words: the L generated words.
+    gate: ``[L]`` (``aux["gbc_gate"]``: the mean over channels and layers) drawn as bars, or
+      ``[L, G]`` (``aux["gbc_gate_layers"]``) drawn as a layer x word heat map.
+    out: PNG path to write.
+    ax: the Axes to draw on (default: a new figure).
+  """
+  g = np.asarray(gate, np.float64)
+  if g.ndim not in (1, 2):
+    raise ValueError(f"plot_gate: expected gate [L] or [L, G], got shape {g.shape}")
+  words = _words(words, g.shape[0], "plot_gate")
+  fig, ax = _axes(ax, max(3.0, 0.45 * len(words) + 1.2), 2.8 if g.ndim == 1 else 1.6 + 0.3 * g.shape[1])
+  x = np.arange(len(words))
+  if g.ndim == 1:
+    ax.bar(x, g, color=_VISUAL)
+    ax.set_ylim(0, max(1.0, float(np.max(g, initial=0.0))))
+    ax.set_ylabel("gate")
+    for i, v in enumerate(g):
+      ax.text(i, v, f"{v:.2f}", ha="center", va="bottom", fontsize=7)
+  else:
+    im = ax.imshow(g.T, aspect="auto", cmap="viridis", vmin=0.0, vmax=1.0, origin="lower")
+    ax.set_yticks(np.arange(g.shape[1]), [f"layer {i + 1}" for i in range(g.shape[1])])
+    ax.figure.colorbar(im, ax=ax, label="gate")
+  ax.set_xticks(x, words, rotation=45, ha="right")
+  ax.set_title(title or "gated bilateral controller per word")
+  return _finish(fig, out)
+
+
+# ------------------------------------------------------------------------ AAT's steps per word
+def plot_attention_steps(words: Sequence[str], steps, confidences, beta, out: str | None = None,
+                         ax=None, title: str = ""):
+  """AAT's attention steps per word (the paper's Figure 3 without the image).
+
+  One row per word, one column per step slot: slot 0 (orange) is the non-visual step h1, slots
+  1 .. N(t) (blue) the attention steps taken; each is shaded by its normalised weight and shows
+  ``confidence / weight`` (p_{t,n} / beta_{t,n}). Slots after N(t) stay empty.
+
+  Args:
+    words: the L generated words.
+    steps: ``[L]`` int, N(t) (``aux["attention_steps"]``).
+    confidences: ``[L, S]``, p_{t,n} (``aux["confidences"]``).
+    beta: ``[L, S]``, the normalised weights (``aux["beta"]``).
+    out: PNG path to write.
+    ax: the Axes to draw on (default: a new figure).
+  """
+  steps = np.asarray(steps).astype(np.int64)
+  conf = np.asarray(confidences, np.float64)
+  beta = np.asarray(beta, np.float64)
+  if beta.ndim != 2 or conf.shape != beta.shape or steps.shape != (beta.shape[0],):
+    raise ValueError(f"plot_attention_steps: expected steps [L], confidences and beta [L, S]; "
+                     f"got {steps.shape}, {conf.shape}, {beta.shape}")
+  words = _words(words, beta.shape[0], "plot_attention_steps")
+  n_words, n_slots = beta.shape
+  fig, ax = _axes(ax, 1.6 + 1.1 * n_slots, 0.9 + 0.32 * n_words)
+  from matplotlib.colors import to_rgb
+  from matplotlib.patches import Rectangle
+  for t in range(n_words):
+    for n in range(n_slots):
+      if n > steps[t]:
+        ax.add_patch(Rectangle((n + 0.05, t + 0.1), 0.9, 0.8, fill=False, edgecolor="#cccccc"))
+        continue
+      colour = np.array(to_rgb(_NON_VISUAL if n == 0 else _VISUAL))
+      weight = float(np.clip(beta[t, n], 0.0, 1.0))
+      fill = 1.0 - 0.6 * weight * (1.0 - colour)  # tinted towards white: the text stays readable
+      ax.add_patch(Rectangle((n + 0.05, t + 0.1), 0.9, 0.8, facecolor=fill, edgecolor=colour,
+                             gid=f"step:{t}:{n}"))
+      ax.text(n + 0.5, t + 0.5, f"{conf[t, n]:.2f}/{beta[t, n]:.2f}", ha="center", va="center",
+              fontsize=7)
+  ax.set_xlim(0, n_slots)
+  ax.set_ylim(n_words, 0)
+  ax.set_xticks(np.arange(n_slots) + 0.5, ["h1 (n=0)"] + [f"step {n}" for n in range(1, n_slots)],
+                fontsize=8)
+  ax.xaxis.tick_top()
+  ax.set_yticks(np.arange(n_words) + 0.5, words)
+  ax.tick_params(length=0)
+  for side in ax.spines.values():
+    side.set_visible(False)
+  ax.set_title(title or "attention steps: confidence / weight", fontsize=9)
+  return _finish(fig, out)
+
+
+# --------------------------------------------------------------- boxes coloured by a relation
+def plot_box_relations(boxes_Nx4, labels: Sequence[str], out: str | None = None, ax=None,
+                       colours: Mapping[str, str] | None = None, image=None,
+                       image_size: tuple[float, float] | None = None, title: str = ""):
+  """Region boxes coloured by a label each, with their index and a legend (the Image
+  Transformer's Figure 3: a query region and its parent / neighbour / child regions).
+
+  Args:
+    boxes_Nx4: ``x1 y1 x2 y2`` in pixels of ``image`` / ``image_size``, or in [0, 1].
+    labels: N labels, e.g. ``"query"``, ``"parent"``, ``"neighbour"``, ``"child"``, ``"none"``.
+    colours: ``{label: colour}`` (default :data:`RELATION_COLOURS`, then tab10 for others).
+    image, image_size: as in :func:`plot_region_attention`.
+  """
+  boxes = np.asarray(boxes_Nx4, np.float64)
+  if boxes.ndim != 2 or boxes.shape[1] != 4 or len(labels) != len(boxes):
+    raise ValueError(f"plot_box_relations: expected boxes [N, 4] and N labels, got "
+                     f"{boxes.shape} and {len(labels)} labels")
+  from matplotlib.patches import Patch, Rectangle
+  colours = dict(RELATION_COLOURS if colours is None else colours)
+  extra = [l for l in dict.fromkeys(labels) if l not in colours]
+  tab10 = [f"C{i}" for i in range(10)]
+  colours.update({l: tab10[i % 10] for i, l in enumerate(extra)})
+  if image is not None:
+    image = np.asarray(image)
+    width, height = image.shape[1], image.shape[0]
+  elif image_size is not None:
+    width, height = image_size
+  else:
+    extent = float(np.max(boxes[:, 2:], initial=1.0))
+    width = height = 1.0 if extent <= 1.0 else extent
+  fig, ax = _axes(ax, 4.2, 4.6)
+  if image is not None:
+    ax.imshow(image, extent=(0, width, height, 0), cmap="gray" if image.ndim == 2 else None)
+  order = sorted(range(len(boxes)), key=lambda m: labels[m] == "query")  # the query on top
+  for m in order:
+    x1, y1, x2, y2 = boxes[m]
+    query = labels[m] == "query"
+    ax.add_patch(Rectangle((x1, y1), x2 - x1, y2 - y1, fill=False, edgecolor=colours[labels[m]],
+                           linewidth=3.0 if query else 1.8))
+    ax.text(x1 + 0.01 * width, y1 + 0.01 * height, str(m), color=colours[labels[m]], va="top",
+            fontsize=9, fontweight="bold")
+  ax.set_xlim(0, width)
+  ax.set_ylim(height, 0)
+  ax.set_aspect("equal")
+  ax.set_xticks([])
+  ax.set_yticks([])
+  shown = [l for l in colours if l in labels and l != "none"]
+  ax.legend(handles=[Patch(facecolor=colours[l], label=l) for l in shown], loc="upper center",
+            bbox_to_anchor=(0.5, -0.02), ncol=max(1, len(shown)), fontsize=8, frameon=False)
+  if title:
+    ax.set_title(title, fontsize=9)
+  return _finish(fig, out)

@@ -1,0 +1,30 @@
+"""One generated caption with what the model reports per word, for the per-word figures.
+
+Dimension legend: B images in the batch, T decoded positions, L words kept (up to and
+including EOS), N regions, S AAT step slots, G ETA gate layers.
+
+``caption_aux(model, params, batch, vocab, max_len, row=0)`` greedily decodes ``batch`` with
+``return_aux=True`` and returns row ``row``'s words and its ``decode_step`` aux cut to those
+words, e.g. ``aux["attention"]`` [L, N] (``lstm``), ``aux["gbc_gate_layers"]`` [L, G] (``eta``),
+``aux["attention_steps"]`` [L], ``aux["confidences"]`` / ``aux["beta"]`` [L, S] (``aat``): the
+inputs of :mod:`jaxcap.analysis.figures`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def caption_aux(model, params, batch, vocab, max_len: int, row: int = 0):
+  """``(words [L], {name: array [L, ...]})`` of the greedy caption of ``batch`` row ``row``.
+
+  EOS, when generated, is kept as the word ``"<eos>"`` (its step has aux too).
+  """
+  from jaxcap import decoding
+  from jaxcap.data.vocab import EOS, PAD
+  out = decoding.greedy(model, params, batch, max_len=max_len, return_aux=True)
+  tokens = np.asarray(out.tokens[row])
+  n = int(np.sum(tokens != PAD))
+  words = [vocab.itos[int(i)] if int(i) != EOS else "<eos>" for i in tokens[:n]]
+  aux = {k: np.asarray(v[row, :n]) for k, v in (out.aux or {}).items()}
+  return words, aux

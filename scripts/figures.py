@@ -1,0 +1,102 @@
+"""Figures of a trained run, drawn by :mod:`jaxcap.analysis.figures`.
+
+``curves``: training loss, SCST reward and validation metrics from ``<workdir>/metrics.jsonl``
+(resumed runs merged).
+
+``words``: one greedily decoded caption of ``--split`` row ``--index`` with what the model's
+``decode_step`` reports per word — attention over the region boxes (``aux["attention"]``, e.g.
+``lstm``), ETA's gate (``aux["gbc_gate_layers"]``) and AAT's steps and confidences
+(``aux["attention_steps"]``). One PNG per kind: ``<out>_attention.png``, ``<out>_gate.png``,
+``<out>_steps.png``.
+
+  python scripts/figures.py curves --workdir runs/transformer_synthetic --out curves.png
+  python scripts/figures.py words --workdir runs/lstm --split test --index 0 --out lstm_test0
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(_HERE))
+sys.path.insert(0, _HERE)
+
+
+def curves(args):
+  from jaxcap.analysis import figures
+  figures.plot_training_curves(figures.load_metrics(args.workdir), out=args.out)
+  print(args.out)
+  return [args.out]
+
+
+def words(args):
+  import ml_collections
+  from jaxcap.analysis import figures
+  from jaxcap.data import pipeline
+  from jaxcap.training import train_lib
+  from jaxcap.analysis.words import caption_aux
+  from plot_attention_steps import _Row
+
+  path = os.path.join(args.workdir, "config.json")
+  try:
+    with open(path) as f:
+      config = ml_collections.ConfigDict(json.load(f))
+  except (OSError, ValueError) as e:
+    raise SystemExit(f"{path}: expected the JSON config written by training ({e})")
+  trainer = train_lib.Trainer(config, args.workdir)
+  params = trainer.load().params
+  source = trainer.dataset.split(args.split)
+  if not 0 <= args.index < len(source):
+    raise SystemExit(f"--index {args.index}: split {args.split!r} has {len(source)} images")
+  batch = next(iter(pipeline.eval_batches(_Row(source, args.index), 1, num_threads=0)))
+  ws, aux = caption_aux(trainer.model, params, batch, trainer.dataset.vocab,
+                        int(config.decode.max_len))
+  image_id = trainer.dataset.image_ids(args.split)[args.index]
+  title = f"image {image_id}: {' '.join(w for w in ws if w != '<eos>')}"
+  written = []
+  if "attention" in aux:
+    n = int(np.sum(np.asarray(batch["feats_mask"][0])))  # the image's real regions
+    boxes = np.asarray(batch["boxes"][0])[:n]
+    out = f"{args.out}_attention.png"
+    figures.plot_region_attention(ws, np.asarray(aux["attention"])[:, :n], boxes, title=title,
+                                  columns=args.columns, out=out)
+    written.append(out)
+  if "gbc_gate_layers" in aux or "gbc_gate" in aux:
+    out = f"{args.out}_gate.png"
+    figures.plot_gate(ws, aux.get("gbc_gate_layers", aux.get("gbc_gate")), title=title, out=out)
+    written.append(out)
+  if "attention_steps" in aux:
+    out = f"{args.out}_steps.png"
+    figures.plot_attention_steps(ws, aux["attention_steps"], aux["confidences"], aux["beta"],
+                                 title=title, out=out)
+    written.append(out)
+  if not written:
+    raise SystemExit(f"model.name={config.model.name!r} reports no per-word attention, gate or "
+                     f"steps (decode aux keys: {sorted(aux)})")
+  print(json.dumps({"caption": title, "written": written}))
+  return written
+
+
+def main(argv=None):
+  ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  sub = ap.add_subparsers(dest="cmd", required=True)
+  c = sub.add_parser("curves")
+  c.add_argument("--workdir", required=True)
+  c.add_argument("--out", required=True)
+  w = sub.add_parser("words")
+  w.add_argument("--workdir", required=True)
+  w.add_argument("--split", default="test")
+  w.add_argument("--index", type=int, default=0, help="row of the image in the split")
+  w.add_argument("--out", required=True, help="path prefix of the PNGs")
+  w.add_argument("--columns", type=int, default=5, help="panels per row of the attention figure")
+  args = ap.parse_args(argv)
+  return curves(args) if args.cmd == "curves" else words(args)
+
+
+if __name__ == "__main__":
+  main()
