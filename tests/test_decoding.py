@@ -16,6 +16,15 @@ test_live_at_least_as_probable_as_t5x); the alive set not re-ranked after the fi
 (the first K of the 2K kept, finished slots dead: test_matches_reference_beam_search[*-live]);
 the cache reordered by the parents of the first K of the 2K candidates instead of the alive
 picks (test_matches_reference_beam_search[*-live]: MarkovToy reads its history from the cache).
+
+Diverse beam search is checked against ``reference_diverse_beam_search`` (plain Python, the
+paper's Hamming-diversity definition). Mutants tried, each failing the tests named: no penalty
+(test_diverse_matches_reference[*], test_diversity_makes_groups_differ); the live mode counting
+only alive beams, not the candidates that ended (test_diverse_matches_reference[live-*]);
+finished hypotheses ranked by the true log-probability instead of the penalised sum
+(test_diverse_matches_reference[*]); alive beams ranked by the true log-probability
+(test_diverse_matches_reference[*]); group g penalised by group g-1's words only
+(test_diverse_matches_reference[live-gnmt-6-3], the three-group case).
 """
 
 import itertools
@@ -727,19 +736,20 @@ def test_diverse_groups_with_zero_strength_are_independent_searches():
       np.testing.assert_allclose(div.logprobs[:, 2 * g:2 * g + 2], plain.logprobs, rtol=1e-6)
 
 
-@pytest.mark.parametrize("mode,kind", [("live", "none"), ("self_critical", "none"),
-                                       ("live", "gnmt")])
-def test_diverse_matches_reference(mode, kind):
+@pytest.mark.parametrize("mode,kind,k,groups", [("live", "none", 4, 2),
+                                                ("self_critical", "none", 4, 2),
+                                                ("live", "gnmt", 6, 3)])
+def test_diverse_matches_reference(mode, kind, k, groups):
   """Sequences, augmented scores and true log-probs of every group equal the reference."""
   batch = toy_batch(21, B, T, V, scale=1.0, eos_bias=-0.5)
-  out = decoding.beam_search(TOY, {}, batch, beam_size=4, max_len=T, beam_mode=mode,
-                             length_penalty=kind, alpha=0.7, beam_groups=2,
+  out = decoding.beam_search(TOY, {}, batch, beam_size=k, max_len=T, beam_mode=mode,
+                             length_penalty=kind, alpha=0.7, beam_groups=groups,
                              diversity_strength=0.8)
   check_conventions(out, T, V)
   differs = 0
   for i in range(B):
-    ref = reference_diverse_beam_search(batch, i, V, 4, 2, 0.8, T, kind, 0.7, mode)
-    plain = reference_diverse_beam_search(batch, i, V, 4, 2, 0.0, T, kind, 0.7, mode)
+    ref = reference_diverse_beam_search(batch, i, V, k, groups, 0.8, T, kind, 0.7, mode)
+    plain = reference_diverse_beam_search(batch, i, V, k, groups, 0.0, T, kind, 0.7, mode)
     differs += [r[2] for r in ref] != [p[2] for p in plain]
     for j, (score, logp, seq, lps) in enumerate(ref):
       assert strip(out.tokens[i, j]) == seq, (i, j)

@@ -7,10 +7,12 @@ members' step distributions, each computed on its own (the LSTM by teacher forci
 ``decode_train`` rather than ``decode_step``; the table model from its tables), are averaged as
 probabilities and the ensemble's token log-probabilities must be the log of that mean.
 
-Mutants tried on jaxcap/ensemble.py, each failing the tests named: averaging log-probabilities
-instead of probabilities (test_step_logprobs_are_the_mean_of_member_probabilities,
-test_weights); dropping the log(1/M) term (the same two); the member weights not normalised
-(test_weights); member 1 decoded with member 0's cache (every test with two members).
+Mutants tried on jaxcap/ensemble.py: averaging log-probabilities instead of probabilities
+(fails test_step_logprobs_are_the_mean_of_member_probabilities[*], test_weights); averaging the
+members' raw logits as if they were log-probabilities (the same tests); the weights ignored
+(log c_m dropped: fails test_weights). Two mutants pass, as they should: with equal weights the
+missing log(1/M), and weights divided by M instead of their sum, shift every log-probability
+of a step by one constant, which the search's log_softmax removes (no output changes).
 """
 
 import jax
@@ -70,8 +72,7 @@ def reference_token_logprobs(members, tokens_BxSxT, weights=(1.0, 1.0)):
 def test_ensemble_of_one_equals_the_model(members):
   lstm, variables, batch = members
   for cfg in ({"method": "greedy", "max_len": T},
-              {"method": "beam", "beam_size": K, "max_len": T},
-              {"method": "beam", "beam_size": K, "max_len": T, "beam_mode": "self_critical"}):
+              {"method": "beam", "beam_size": K, "max_len": T}):
     single = decoding.decode(lstm, variables, batch, cfg)
     ens = ensemble.ensemble_decode([lstm], [variables], batch, cfg)
     np.testing.assert_array_equal(ens.tokens, single.tokens)
