@@ -125,6 +125,11 @@ def decode_config() -> ml_collections.ConfigDict:
   c.num_samples = 1
   # self-critical.pytorch's remove_bad_endings: no caption ends with "a", "the", "of", ...
   c.remove_bad_endings = False
+  # Diverse beam search (Vijayakumar et al.; self-critical.pytorch's group_size /
+  # diversity_lambda): beam_size / beam_groups beams in each of beam_groups groups, each group
+  # penalised by diversity_strength per earlier-group choice of a word at the same step.
+  c.beam_groups = 1
+  c.diversity_strength = 0.5
   return c
 
 

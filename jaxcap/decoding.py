@@ -64,6 +64,24 @@ longer removes a live beam. Once no alive beam can beat the worst finished one
 known), an image is done: the scan keeps running and its sequences, scores and finished set
 stay frozen (its cache keeps being computed but is never read again). If fewer than K
 hypotheses exist at all, the missing places have score -inf and length 0.
+
+Diverse beam search (Vijayakumar et al., "Diverse Beam Search", 2016/2018; ``beam_groups`` G
+> 1, ``diversity_strength`` lambda) splits the K beams into G groups of K' = K / G, each its
+own alive/finished search in the chosen ``beam_mode``. All groups' beams share one
+``decode_step`` call per step (rows ``b*K + g*K' + k``); then the groups choose in order, and
+group g ranks its candidates by the running sum of ``log p(w) - lambda * count(w)``, where
+count(w) is the number of hypotheses of groups < g that took word w at this step (Hamming
+diversity, the paper's doubly greedy approximation). What a group "took": in
+``"self_critical"`` mode its K' picks, finished ones included (self-critical.pytorch's
+``beam_search`` with ``group_size`` / ``diversity_lambda``, which staggers group g by g steps;
+that gives the same choices, as group g's step t reads only the earlier groups' step t); in
+``"live"`` mode its K' alive hypotheses and the candidates that ended among its 2K'.
+Finished hypotheses are ranked (``scores``) by that penalised sum with the length penalty, as
+self-critical.pytorch ranks its ``done_beams``; ``logprobs`` and ``token_logprobs`` stay the
+model's own. The output holds the groups one after the other, each best first (so
+``tokens[:, 0]`` is group 0's best, the ordinary search of size K'). With G > 1 an image is
+never frozen (later groups' penalties read every step's choices, as in self-critical.pytorch,
+which has no early stop); freezing changes no output of a search on its own.
 """
 
 from __future__ import annotations
@@ -119,6 +137,8 @@ _DEFAULTS = {
     "top_p": 1.0,
     "num_samples": 1,
     "remove_bad_endings": False,
+    "beam_groups": 1,
+    "diversity_strength": 0.5,
 }
 
 # self-critical.pytorch's ``bad_endings`` (misc/utils.py): words a caption should not end with.
@@ -382,152 +402,252 @@ def _gather_beams(x_BxKx, idx_BxM):
   return jnp.take_along_axis(x_BxKx, idx, axis=1)
 
 
-@functools.partial(jax.jit, static_argnums=0,
-                   static_argnames=("beam_size", "max_len", "beam_mode", "block_trigrams",
-                                    "return_aux"))
-def _beam_search_jit(model, params, batch, opts, *, beam_size, max_len, beam_mode, block_trigrams,
-                     return_aux):
-  k, big_t = beam_size, max_len
+_GROUP_FIELDS = ("last", "alive_seq", "alive_tok_lp", "alive_logp", "alive_aug", "alive_aux",
+                 "fin_seq", "fin_tok_lp", "fin_aux", "fin_logp", "fin_score", "fin_len", "done")
+
+
+def _beam_group_step(s, lp_BxKxV, aug_BxKxV, aux_BxK, t, *, beam_mode, max_len, penalty, freeze):
+  """One step of one group of K beams (the whole search when there is one group).
+
+  Args:
+    s: the group's state (``_GROUP_FIELDS``, arrays ``[B, K, ...]``).
+    lp_BxKxV: the model's log-probabilities (banned tokens -inf): what ``logprobs`` sum.
+    aug_BxKxV: the log-probabilities that rank candidates (diverse beam search subtracts its
+      penalty here; otherwise ``lp_BxKxV`` itself). ``alive_aug`` / ``fin_score`` sum these.
+    aux_BxK: decode_step's aux of the group's rows, or None.
+    freeze: whether a done image's state stops changing (only without groups: with groups the
+      later groups' penalties read every step's choices, as self-critical.pytorch's search,
+      which has no early stop; freezing never changes the finished set, see below).
+
+  Returns:
+    ``(new state, parent_BxK, words_BxM, chosen_BxM)``: the alive beams' parents (to reorder
+    the cache), and the words the group's hypotheses took at this step with a mask (what
+    later groups' diversity penalty counts).
+  """
+  b, k, v = lp_BxKxV.shape
+  big_t = max_len
   # C candidates per image and step: K for "self_critical", 2K for "live" (at most K of them
   # end with EOS, one per parent, so K non-EOS ones always remain to stay alive).
   c = k if beam_mode == "self_critical" else 2 * k
+  cand_BxKxV = s["alive_aug"][..., None] + aug_BxKxV
+
+  # The C best candidates of all K*V by ranking score, EOS included. Those that end here
+  # (EOS, or any word at the last step) go to the finished set, the others may stay alive.
+  top_aug_BxC, top_idx_BxC = jax.lax.top_k(cand_BxKxV.reshape(b, k * v), c)
+  parent_BxC, word_BxC = top_idx_BxC // v, top_idx_BxC % v
+  word_lp_BxC = jnp.take_along_axis(lp_BxKxV.reshape(b, k * v), top_idx_BxC, axis=1)
+  top_logp_BxC = jnp.take_along_axis(s["alive_logp"], parent_BxC, axis=1) + word_lp_BxC
+  ends_BxC = (word_BxC == EOS) | (t == big_t - 1)
+
+  def extend(hist_BxKxT, x_BxC):
+    # The parents' histories, with the candidate's own value of this step written at t.
+    hist_NxT = _gather_beams(hist_BxKxT, parent_BxC).reshape((b * c,) + hist_BxKxT.shape[2:])
+    x_N = x_BxC.reshape((b * c,) + x_BxC.shape[2:])
+    return _set_at(hist_NxT, t, x_N).reshape((b, c) + hist_BxKxT.shape[2:])
+
+  seq_BxCxT = extend(s["alive_seq"], word_BxC)
+  tok_lp_BxCxT = extend(s["alive_tok_lp"], word_lp_BxC)
+  # decode_step's aux belongs to the parent (it was computed before the word was chosen).
+  aux_hist = (jax.tree.map(lambda h, a: extend(h, _gather_beams(a, parent_BxC)),
+                           s["alive_aux"], aux_BxK) if aux_BxK is not None else None)
+  cont_aug_BxC = jnp.where(ends_BxC, -jnp.inf, top_aug_BxC)
+  cont_logp_BxC = jnp.where(ends_BxC, -jnp.inf, top_logp_BxC)
+
+  if beam_mode == "self_critical":
+    # The K candidates keep their slots; a slot that ended is dead (-inf) and is refilled
+    # at the next step from the live beams' candidates.
+    def alive(x_BxC):
+      return x_BxC
+  else:
+    # The K best candidates that did not end stay alive (-inf ones only when fewer exist).
+    _, alive_pick_BxK = jax.lax.top_k(cont_aug_BxC, k)
+
+    def alive(x_BxC):
+      return _gather_beams(x_BxC, alive_pick_BxK)
+
+  alive_aug_BxK = alive(cont_aug_BxC)
+
+  # The finishers compete with the finished set for its K places by score (ties: the
+  # finished set first, so the hypothesis that finished first wins).
+  length = t + 1
+  new_score_BxC = jnp.where(ends_BxC, top_aug_BxC / penalty(length), -jnp.inf)
+  fin_score_BxK, pick_BxK = jax.lax.top_k(
+      jnp.concatenate([s["fin_score"], new_score_BxC], axis=1), k)
+
+  def merge(old, new):
+    return _gather_beams(jnp.concatenate([old, new], axis=1), pick_BxK)
+
+  new_fin = {
+      "fin_seq": merge(s["fin_seq"], seq_BxCxT),
+      "fin_tok_lp": merge(s["fin_tok_lp"], tok_lp_BxCxT),
+      "fin_logp": merge(s["fin_logp"], top_logp_BxC),
+      "fin_len": merge(s["fin_len"], jnp.full((b, c), length, jnp.int32)),
+      "fin_score": fin_score_BxK,
+      "fin_aux": jax.tree.map(merge, s["fin_aux"], aux_hist) if aux_hist is not None else None,
+  }
+
+  # An image is done when its finished set is full and no alive beam can still beat its
+  # worst member: ranking scores only decrease (log-probabilities and the diversity penalty
+  # are <= 0) and the length penalty is largest at max_len, so nothing enters the finished
+  # set afterwards and freezing the image changes no output.
+  best_bound_B = alive_aug_BxK.max(-1) / penalty(jnp.int32(big_t))
+  done_B = s["done"] | (fin_score_BxK[:, -1] >= best_bound_B)
+  frozen_B = s["done"] if freeze else jnp.zeros_like(s["done"])
+
+  def keep(old, new):
+    return jnp.where(frozen_B.reshape((-1,) + (1,) * (old.ndim - 1)), old, new)
+
+  out = {
+      "last": keep(s["last"], alive(word_BxC)),
+      "alive_seq": keep(s["alive_seq"], alive(seq_BxCxT)),
+      "alive_tok_lp": keep(s["alive_tok_lp"], alive(tok_lp_BxCxT)),
+      "alive_logp": keep(s["alive_logp"], alive(cont_logp_BxC)),
+      "alive_aug": keep(s["alive_aug"], alive_aug_BxK),
+      "alive_aux": (jax.tree.map(lambda o, n: keep(o, alive(n)), s["alive_aux"], aux_hist)
+                    if aux_hist is not None else None),
+      "done": done_B,
+  }
+  for name, value in new_fin.items():
+    out[name] = jax.tree.map(keep, s[name], value) if value is not None else None
+
+  # The words the group's hypotheses took at this step (self-critical.pytorch counts the K
+  # picks, finished ones included; the live search's picks are its K alive beams and the
+  # candidates that ended among the 2K). -inf candidates (fewer hypotheses than places) are
+  # no choice.
+  if beam_mode == "self_critical":
+    words_BxM, chosen_BxM = word_BxC, jnp.isfinite(top_aug_BxC)
+  else:
+    words_BxM = jnp.concatenate([word_BxC, alive(word_BxC)], axis=1)
+    chosen_BxM = jnp.concatenate([ends_BxC & jnp.isfinite(top_aug_BxC),
+                                  jnp.isfinite(alive_aug_BxK)], axis=1)
+  return out, alive(parent_BxC), words_BxM, chosen_BxM
+
+
+def diversity_penalty(words_BxM, chosen_BxM, vocab_size: int, strength):
+  """Hamming diversity (Vijayakumar et al., 2018, section 5): ``strength * count[b, w]``, the
+  number of times word w was taken at this step by the earlier groups' hypotheses.
+
+  Args:
+    words_BxM: int32 words taken by earlier groups at this step.
+    chosen_BxM: bool, which of them count.
+    vocab_size: V.
+    strength: lambda (>= 0).
+
+  Returns:
+    float32 ``[B, V]``, subtracted from every beam's log-probabilities of the next group.
+  """
+  counts_BxV = (jax.nn.one_hot(words_BxM, vocab_size, dtype=jnp.float32)
+                * chosen_BxM[..., None].astype(jnp.float32)).sum(1)
+  return strength * counts_BxV
+
+
+@functools.partial(jax.jit, static_argnums=0,
+                   static_argnames=("beam_size", "max_len", "beam_mode", "groups", "block_trigrams",
+                                    "return_aux"))
+def _beam_search_jit(model, params, batch, opts, *, beam_size, max_len, beam_mode, groups,
+                     block_trigrams, return_aux):
+  # G groups of K' = K / G beams (G = 1: the ordinary search). The search's arrays are
+  # [B, G, K', ...]; the model's rows are image-major, then group, then beam: b*K + g*K' + k.
+  g_n, k, big_t = groups, beam_size // groups, max_len
   enc = model.apply(params, batch, method="encode")
   b = _batch_size(enc)
+  n = b * g_n * k
   # The image side is expanded once; every step reuses it.
-  enc = repeat_batch(enc, k)
+  enc = repeat_batch(enc, g_n * k)
   cache = model.apply(params, enc, big_t, method="init_cache")
   penalty = functools.partial(_length_penalty, coef=opts["penalty"])
-  # Only beam 0 is alive at t = 0, so the first continuations are different words.
-  alive_logp_BxK = jnp.where(jnp.arange(k) == 0, 0.0, -jnp.inf)[None].repeat(b, 0)
-  seq0 = jnp.full((b, k, big_t), PAD, jnp.int32)
-  lp0 = jnp.zeros((b, k, big_t), jnp.float32)
+  # Only beam 0 of each group is alive at t = 0, so a group's first continuations differ.
+  alive_logp_BxGxK = jnp.broadcast_to(jnp.where(jnp.arange(k) == 0, 0.0, -jnp.inf), (b, g_n, k))
+  seq0 = jnp.full((b, g_n, k, big_t), PAD, jnp.int32)
+  lp0 = jnp.zeros((b, g_n, k, big_t), jnp.float32)
   if return_aux:
     aux0 = jax.tree.map(
-        lambda s: jnp.zeros((b, k, big_t) + s.shape[1:], s.dtype),
-        _aux_template(model, params, enc, cache, b * k))
+        lambda s: jnp.zeros((b, g_n, k, big_t) + s.shape[1:], s.dtype),
+        _aux_template(model, params, enc, cache, n))
   else:
     aux0 = None
   state = {
       "cache": cache,
-      "last": jnp.full((b, k), BOS, jnp.int32),
-      "alive_seq": seq0, "alive_tok_lp": lp0, "alive_logp": alive_logp_BxK, "alive_aux": aux0,
+      "last": jnp.full((b, g_n, k), BOS, jnp.int32),
+      "alive_seq": seq0, "alive_tok_lp": lp0, "alive_aux": aux0,
+      "alive_logp": alive_logp_BxGxK, "alive_aug": alive_logp_BxGxK,
       "fin_seq": seq0, "fin_tok_lp": lp0, "fin_aux": aux0,
-      "fin_logp": jnp.full((b, k), -jnp.inf), "fin_score": jnp.full((b, k), -jnp.inf),
-      "fin_len": jnp.zeros((b, k), jnp.int32),
-      "done": jnp.zeros((b,), bool),
+      "fin_logp": jnp.full((b, g_n, k), -jnp.inf), "fin_score": jnp.full((b, g_n, k), -jnp.inf),
+      "fin_len": jnp.zeros((b, g_n, k), jnp.int32),
+      "done": jnp.zeros((b, g_n), bool),
   }
 
   def body(s, t):
-    lp_NxV, new_cache, aux = _step_logprobs(model, params, enc, s["cache"],
-                                            s["last"].reshape(b * k), t)
+    last_N = s["last"].reshape(n)
+    # One decode_step for every group's beams: groups differ only in which words they pick.
+    lp_NxV, new_cache, aux = _step_logprobs(model, params, enc, s["cache"], last_N, t)
     v = lp_NxV.shape[-1]
-    lp_NxV = _banned_tokens(lp_NxV, t, opts, s["last"].reshape(b * k))
+    lp_NxV = _banned_tokens(lp_NxV, t, opts, last_N)
     if block_trigrams:
-      blocked = _trigram_blocked(s["alive_seq"].reshape(b * k, big_t), t, v)
+      blocked = _trigram_blocked(s["alive_seq"].reshape(n, big_t), t, v)
       lp_NxV = jnp.where(blocked, -jnp.inf, lp_NxV)
-    lp_BxKxV = lp_NxV.reshape(b, k, v)
-    aux_BxK = (jax.tree.map(lambda a: a.reshape((b, k) + a.shape[1:]), aux)
-               if return_aux else None)
-    cand_BxKxV = s["alive_logp"][..., None] + lp_BxKxV
+    lp_BxGxKxV = lp_NxV.reshape(b, g_n, k, v)
+    aux_BxGxK = (jax.tree.map(lambda a: a.reshape((b, g_n, k) + a.shape[1:]), aux)
+                 if return_aux else None)
+    # The groups choose in order at every step (Vijayakumar et al.'s doubly greedy
+    # approximation); group g's ranking subtracts the penalty of the words groups < g took
+    # at this same step. self-critical.pytorch staggers group g by g steps, which gives the
+    # same choices: group g's step t reads only the earlier groups' step t.
+    taken_words, taken_mask = [], []
+    outs, parents = [], []
+    for g in range(g_n):
+      s_g = {name: (jax.tree.map(lambda x: x[:, g], s[name]) if s[name] is not None else None)
+             for name in _GROUP_FIELDS}
+      lp_BxKxV = lp_BxGxKxV[:, g]
+      aug_BxKxV = lp_BxKxV
+      if g > 0:
+        pen_BxV = diversity_penalty(jnp.concatenate(taken_words, 1),
+                                    jnp.concatenate(taken_mask, 1), v, opts["diversity"])
+        aug_BxKxV = lp_BxKxV - pen_BxV[:, None, :]
+      out_g, parent_BxK, words_BxM, chosen_BxM = _beam_group_step(
+          s_g, lp_BxKxV, aug_BxKxV,
+          jax.tree.map(lambda a: a[:, g], aux_BxGxK) if return_aux else None, t,
+          beam_mode=beam_mode, max_len=big_t, penalty=penalty, freeze=g_n == 1)
+      outs.append(out_g)
+      parents.append(parent_BxK)
+      taken_words.append(words_BxM)
+      taken_mask.append(chosen_BxM)
 
-    # The C best candidates of all K*V by log-probability, EOS included. Those that end here
-    # (EOS, or any word at the last step) go to the finished set, the others may stay alive.
-    top_logp_BxC, top_idx_BxC = jax.lax.top_k(cand_BxKxV.reshape(b, k * v), c)
-    parent_BxC, word_BxC = top_idx_BxC // v, top_idx_BxC % v
-    word_lp_BxC = jnp.take_along_axis(lp_BxKxV.reshape(b, k * v), top_idx_BxC, axis=1)
-    ends_BxC = (word_BxC == EOS) | (t == big_t - 1)
+    def stack(*xs):
+      return jnp.stack(xs, axis=1)
 
-    def extend(hist_BxKxT, x_BxC):
-      # The parents' histories, with the candidate's own value of this step written at t.
-      hist_NxT = _gather_beams(hist_BxKxT, parent_BxC).reshape((b * c,) + hist_BxKxT.shape[2:])
-      x_N = x_BxC.reshape((b * c,) + x_BxC.shape[2:])
-      return _set_at(hist_NxT, t, x_N).reshape((b, c) + hist_BxKxT.shape[2:])
-
-    seq_BxCxT = extend(s["alive_seq"], word_BxC)
-    tok_lp_BxCxT = extend(s["alive_tok_lp"], word_lp_BxC)
-    # decode_step's aux belongs to the parent (it was computed before the word was chosen).
-    aux_hist = (jax.tree.map(lambda h, a: extend(h, _gather_beams(a, parent_BxC)),
-                             s["alive_aux"], aux_BxK) if return_aux else None)
-    cont_logp_BxC = jnp.where(ends_BxC, -jnp.inf, top_logp_BxC)
-
-    if beam_mode == "self_critical":
-      # The K candidates keep their slots; a slot that ended is dead (-inf) and is refilled
-      # at the next step from the live beams' candidates.
-      def alive(x_BxC):
-        return x_BxC
-    else:
-      # The K best candidates that did not end stay alive (-inf ones only when fewer exist).
-      _, alive_pick_BxK = jax.lax.top_k(cont_logp_BxC, k)
-
-      def alive(x_BxC):
-        return _gather_beams(x_BxC, alive_pick_BxK)
-
-    alive_logp_BxK = alive(cont_logp_BxC)
-    alive_parent_BxK = alive(parent_BxC)
-
-    # The finishers compete with the finished set for its K places by score (ties: the
-    # finished set first, so the hypothesis that finished first wins).
-    length = t + 1
-    new_score_BxC = jnp.where(ends_BxC, top_logp_BxC / penalty(length), -jnp.inf)
-    fin_score_BxK, pick_BxK = jax.lax.top_k(
-        jnp.concatenate([s["fin_score"], new_score_BxC], axis=1), k)
-
-    def merge(old, new):
-      return _gather_beams(jnp.concatenate([old, new], axis=1), pick_BxK)
-
-    new_fin = {
-        "fin_seq": merge(s["fin_seq"], seq_BxCxT),
-        "fin_tok_lp": merge(s["fin_tok_lp"], tok_lp_BxCxT),
-        "fin_logp": merge(s["fin_logp"], top_logp_BxC),
-        "fin_len": merge(s["fin_len"], jnp.full((b, c), length, jnp.int32)),
-        "fin_score": fin_score_BxK,
-    }
-    if return_aux:
-      new_fin["fin_aux"] = jax.tree.map(merge, s["fin_aux"], aux_hist)
-
-    # An image is done when its finished set is full and no alive beam can still beat its
-    # worst member: log-probabilities only decrease and the penalty is largest at max_len.
-    best_bound_B = alive_logp_BxK.max(-1) / penalty(jnp.int32(big_t))
-    done_B = s["done"] | (fin_score_BxK[:, -1] >= best_bound_B)
-
-    frozen_B = s["done"]
-
-    def keep(old, new):
-      return jnp.where(frozen_B.reshape((-1,) + (1,) * (old.ndim - 1)), old, new)
-
-    out = {
-        "cache": jax.tree.map(
-            lambda x: x[(jnp.arange(b)[:, None] * k + alive_parent_BxK).reshape(-1)], new_cache),
-        "last": keep(s["last"], alive(word_BxC)),
-        "alive_seq": keep(s["alive_seq"], alive(seq_BxCxT)),
-        "alive_tok_lp": keep(s["alive_tok_lp"], alive(tok_lp_BxCxT)),
-        "alive_logp": keep(s["alive_logp"], alive_logp_BxK),
-        "alive_aux": (jax.tree.map(lambda o, n: keep(o, alive(n)), s["alive_aux"], aux_hist)
-                      if return_aux else None),
-        "done": done_B,
-    }
-    for name, value in new_fin.items():
-      out[name] = jax.tree.map(keep, s[name], value)
-    if not return_aux:
-      out["fin_aux"] = None
+    out = {name: (jax.tree.map(stack, *[o[name] for o in outs]) if s[name] is not None else None)
+           for name in _GROUP_FIELDS}
+    parent_BxGxK = jnp.stack(parents, axis=1)
+    rows_N = ((jnp.arange(b)[:, None, None] * g_n + jnp.arange(g_n)[None, :, None]) * k
+              + parent_BxGxK).reshape(-1)
+    out["cache"] = jax.tree.map(lambda x: x[rows_N], new_cache)
     return out, None
 
   s, _ = jax.lax.scan(body, state, jnp.arange(big_t, dtype=jnp.int32))
-  return DecodeOutput(tokens=s["fin_seq"], token_logprobs=s["fin_tok_lp"], logprobs=s["fin_logp"],
-                      lengths=s["fin_len"], scores=s["fin_score"], aux=s["fin_aux"])
+
+  # Groups one after the other, each best first (self-critical.pytorch's done_beams order).
+  def flat(x):
+    return x.reshape((b, g_n * k) + x.shape[3:])
+
+  return DecodeOutput(tokens=flat(s["fin_seq"]), token_logprobs=flat(s["fin_tok_lp"]),
+                      logprobs=flat(s["fin_logp"]), lengths=flat(s["fin_len"]),
+                      scores=flat(s["fin_score"]),
+                      aux=jax.tree.map(flat, s["fin_aux"]) if return_aux else None)
 
 
 def beam_search(model, params, batch, *, beam_size: int, max_len: int,
                 beam_mode: str = "live", length_penalty: str = "none", alpha: float = 0.6,
                 min_len: int = 0, block_trigrams: bool = False, suppress_unk: bool = False,
-                bad_endings: Sequence[int] = (), return_aux: bool = False) -> DecodeOutput:
-  """Beam search (alive/finished formulation, see the module docstring).
+                bad_endings: Sequence[int] = (), beam_groups: int = 1,
+                diversity_strength: float = 0.5, return_aux: bool = False) -> DecodeOutput:
+  """Beam search (alive/finished formulation, see the module docstring), optionally diverse.
 
   Args:
     model: a CaptionModel (static).
     params: the variables dict for ``model.apply``.
     batch: a batch dict; only what ``encode`` reads matters.
-    beam_size: K.
+    beam_size: K (in all groups together).
     max_len: T, the number of decoding steps.
     beam_mode: ``"live"`` (K live hypotheses from the 2K best candidates, as flax/t5x) or
       ``"self_critical"`` (the K best candidates, finished ones included, as
@@ -539,10 +659,15 @@ def beam_search(model, params, batch, *, beam_size: int, max_len: int,
     block_trigrams: a word that would repeat a trigram already in its beam gets -inf.
     suppress_unk: never emit UNK.
     bad_endings: token ids after which EOS is banned (as in :func:`greedy`).
+    beam_groups: G, diverse beam search (Vijayakumar et al.) with G groups of K / G beams
+      when > 1 (K must be a multiple of G); see the module docstring.
+    diversity_strength: lambda, the diversity penalty per earlier-group choice of a word
+      (>= 0; read only when G > 1).
     return_aux: also return the per-step aux outputs along each returned beam.
 
   Returns:
-    DecodeOutput with ``tokens [B, K, T]``, best first.
+    DecodeOutput with ``tokens [B, K, T]``: best first, or with G > 1 group after group
+    (group g's K / G beams at places ``g*K/G ...``), each group best first by its own score.
   """
   _check_common(max_len, min_len)
   if beam_size < 1:
@@ -554,11 +679,18 @@ def beam_search(model, params, batch, *, beam_size: int, max_len: int,
                      f"got {length_penalty!r}")
   if length_penalty == "gnmt" and not alpha >= 0.0:
     raise ValueError(f"decode option alpha: expected >= 0 for the GNMT penalty, got {alpha}")
+  if beam_groups < 1 or beam_size % beam_groups:
+    raise ValueError(f"decode option beam_groups: expected >= 1 and dividing beam_size="
+                     f"{beam_size}, got {beam_groups}")
+  if not diversity_strength >= 0.0:
+    raise ValueError(f"decode option diversity_strength: expected >= 0, got {diversity_strength}")
   opts = dict(_common_opts(min_len, suppress_unk, bad_endings),
-              penalty=_penalty_coefficients(length_penalty, float(alpha)))
+              penalty=_penalty_coefficients(length_penalty, float(alpha)),
+              diversity=jnp.float32(diversity_strength))
   return _beam_search_jit(model, params, batch, opts, beam_size=int(beam_size),
                           max_len=int(max_len), beam_mode=str(beam_mode),
-                          block_trigrams=bool(block_trigrams), return_aux=bool(return_aux))
+                          groups=int(beam_groups), block_trigrams=bool(block_trigrams),
+                          return_aux=bool(return_aux))
 
 
 def _check_common(max_len, min_len):
@@ -596,7 +728,8 @@ def decode(model, params, batch, decode_config, rng=None, *,
                        beam_mode=cfg.beam_mode, length_penalty=cfg.length_penalty,
                        alpha=cfg.alpha, min_len=cfg.min_len,
                        block_trigrams=cfg.block_trigrams, suppress_unk=cfg.suppress_unk,
-                       bad_endings=bad, return_aux=return_aux)
+                       bad_endings=bad, beam_groups=cfg.beam_groups,
+                       diversity_strength=cfg.diversity_strength, return_aux=return_aux)
   if cfg.method == "sample":
     if rng is None:
       raise ValueError("decode option method='sample' needs an rng key")

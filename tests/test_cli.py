@@ -37,7 +37,8 @@ def test_evaluate_beam_mode_flag():
       "flags.FLAGS(['evaluate.py'] + sys.argv[1:])\n"
       "from configs import common\n"
       "d = evaluate.decode_overrides(ml_collections.ConfigDict({'decode': common.decode_config()}))\n"
-      "print(json.dumps({'method': d.method, 'beam_size': d.beam_size, 'beam_mode': d.beam_mode}))\n")
+      "print(json.dumps({'method': d.method, 'beam_size': d.beam_size, 'beam_mode': d.beam_mode,\n"
+      "                  'beam_groups': d.beam_groups, 'diversity_strength': d.diversity_strength}))\n")
 
   def overrides(*args):
     r = subprocess.run([sys.executable, "-c", code, *args], cwd=REPO, capture_output=True,
@@ -45,11 +46,33 @@ def test_evaluate_beam_mode_flag():
     assert r.returncode == 0, r.stderr[-2000:]
     return json.loads(r.stdout.strip().splitlines()[-1])
 
-  assert overrides("--beam-size=3") == {"method": "beam", "beam_size": 3, "beam_mode": "live"}
+  plain = {"beam_groups": 1, "diversity_strength": 0.5}
+  assert overrides("--beam-size=3") == {"method": "beam", "beam_size": 3, "beam_mode": "live", **plain}
   assert overrides("--beam-size", "3", "--beam-mode", "self_critical") == {
-      "method": "beam", "beam_size": 3, "beam_mode": "self_critical"}
-  assert overrides("--beam-size=1") == {"method": "beam", "beam_size": 1, "beam_mode": "live"}
+      "method": "beam", "beam_size": 3, "beam_mode": "self_critical", **plain}
+  assert overrides("--beam-size=1") == {"method": "beam", "beam_size": 1, "beam_mode": "live", **plain}
   assert overrides("--beam-size=1", "--beam-mode=self_critical")["method"] == "greedy"
+  # Diverse beam search: --beam-groups makes the method a beam search.
+  assert overrides("--beam-size=6", "--beam-groups=3", "--diversity-strength=0.2") == {
+      "method": "beam", "beam_size": 6, "beam_mode": "live", "beam_groups": 3,
+      "diversity_strength": 0.2}
+
+
+def test_evaluate_ensemble_refuses_different_vocabularies(tmp_path):
+  """One line on stderr, exit code 2, before any data or checkpoint is read."""
+  from configs import transformer
+  from jaxcap.data.vocab import Vocab
+  from jaxcap.training.train_lib import config_to_dict
+  for name, words in (("a", ["dog", "cat"]), ("b", ["dog", "cat", "bird"])):
+    (tmp_path / name).mkdir()
+    (tmp_path / name / "config.json").write_text(
+        json.dumps(config_to_dict(transformer.get_config("synthetic"))))
+    Vocab(words).save(str(tmp_path / name / "vocab.json"))
+  r = subprocess.run([sys.executable, str(REPO / "evaluate.py"),
+                      f"--ensemble={tmp_path / 'a'},{tmp_path / 'b'}"],
+                     cwd=tmp_path, capture_output=True, text=True, timeout=120)
+  assert r.returncode == 2, r.stderr[-2000:]
+  assert len(r.stderr.strip().splitlines()) == 1 and "another vocabulary" in r.stderr, r.stderr
 
 
 def test_evaluate_attributes_flag():

@@ -16,6 +16,15 @@ test_live_at_least_as_probable_as_t5x); the alive set not re-ranked after the fi
 (the first K of the 2K kept, finished slots dead: test_matches_reference_beam_search[*-live]);
 the cache reordered by the parents of the first K of the 2K candidates instead of the alive
 picks (test_matches_reference_beam_search[*-live]: MarkovToy reads its history from the cache).
+
+Diverse beam search is checked against ``reference_diverse_beam_search`` (plain Python, the
+paper's Hamming-diversity definition). Mutants tried, each failing the tests named: no penalty
+(test_diverse_matches_reference[*], test_diversity_makes_groups_differ); the live mode counting
+only alive beams, not the candidates that ended (test_diverse_matches_reference[live-*]);
+finished hypotheses ranked by the true log-probability instead of the penalised sum
+(test_diverse_matches_reference[*]); alive beams ranked by the true log-probability
+(test_diverse_matches_reference[*]); group g penalised by group g-1's words only
+(test_diverse_matches_reference[live-gnmt-6-3], the three-group case).
 """
 
 import itertools
@@ -658,3 +667,121 @@ def test_bad_ending_ids_from_a_vocabulary():
   vocab = Vocab.build([["a", "dog", "on", "the", "grass"]], min_count=1)
   ids = decoding.bad_ending_ids(vocab)
   assert sorted(vocab.itos[i] for i in ids) == ["a", "on", "the"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Diverse beam search (Vijayakumar et al.): G groups of K / G beams.
+
+
+def reference_diverse_beam_search(batch, b, v, k, groups, strength, max_len, kind="none",
+                                  alpha=0.6, mode="live"):
+  """Plain-Python diverse beam search from the paper's definition, per group as in
+  ``reference_beam_search``; [(score, logp, seq, lps)] group after group, each best first.
+
+  At every step the groups choose in order; group g ranks its candidates by the running sum
+  of ``log p(w) - strength * count(w)``, count(w) = how many hypotheses of groups < g took w
+  at this step (self_critical: their K picks; live: their alive beams and the candidates that
+  ended among the 2K). Finished hypotheses are ranked by that augmented sum (length-penalised),
+  as self-critical.pytorch's ``beam_search`` ranks its ``done_beams`` by ``p``.
+  """
+  kg = k // groups
+  alive = [[(0.0, 0.0, [], [])] for _ in range(groups)]  # (augmented, logp, seq, lps)
+  finished = [[] for _ in range(groups)]
+  for t in range(max_len):
+    count = np.zeros(v)
+    for g in range(groups):
+      cands = []
+      for aug, logp, seq, lps in alive[g]:
+        lp = toy_step_logprobs(batch, b, seq, t)
+        lp[banned(v, t)] = -np.inf
+        for w in range(v):
+          if np.isfinite(lp[w]):
+            cands.append((aug + lp[w] - strength * count[w], logp + lp[w], seq + [w], lps + [lp[w]]))
+      cands.sort(key=lambda c: -c[0])
+      top = cands[:kg if mode == "self_critical" else 2 * kg]
+      ended = [c for c in top if c[2][-1] == EOS or t == max_len - 1]
+      alive[g] = [c for c in top if not (c[2][-1] == EOS or t == max_len - 1)][:kg]
+      finished[g] += [(penalised(c[0], t + 1, kind, alpha), c[1], c[2], c[3]) for c in ended]
+      taken = top if mode == "self_critical" else ended + alive[g]
+      for c in taken:
+        count[c[2][-1]] += 1
+  out = []
+  for g in range(groups):
+    out += sorted(finished[g], key=lambda c: -c[0])[:kg]
+  return out
+
+
+def test_diversity_penalty_hand_example():
+  """lambda times the number of earlier-group choices of each word, masked choices ignored."""
+  words = np.array([[4, 4, 6, 2], [5, 5, 5, 7]], np.int32)
+  chosen = np.array([[True, True, True, False], [True, False, True, True]])
+  pen = decoding.diversity_penalty(jnp.asarray(words), jnp.asarray(chosen), 8, 0.75)
+  expect = np.zeros((2, 8))
+  expect[0, 4], expect[0, 6] = 2 * 0.75, 0.75
+  expect[1, 5], expect[1, 7] = 2 * 0.75, 0.75
+  np.testing.assert_allclose(np.asarray(pen), expect)
+
+
+def test_diverse_groups_with_zero_strength_are_independent_searches():
+  """lambda = 0: every group is the ordinary beam search of size K / G (both beam modes)."""
+  batch = toy_batch(20, B, T, V, scale=1.5, eos_bias=-0.5)
+  for mode in ("live", "self_critical"):
+    plain = decoding.beam_search(TOY, {}, batch, beam_size=2, max_len=T, beam_mode=mode)
+    div = decoding.beam_search(TOY, {}, batch, beam_size=4, max_len=T, beam_mode=mode,
+                               beam_groups=2, diversity_strength=0.0)
+    check_conventions(div, T, V)
+    for g in range(2):
+      np.testing.assert_array_equal(div.tokens[:, 2 * g:2 * g + 2], plain.tokens)
+      np.testing.assert_allclose(div.scores[:, 2 * g:2 * g + 2], plain.scores, rtol=1e-6)
+      np.testing.assert_allclose(div.logprobs[:, 2 * g:2 * g + 2], plain.logprobs, rtol=1e-6)
+
+
+@pytest.mark.parametrize("mode,kind,k,groups", [("live", "none", 4, 2),
+                                                ("self_critical", "none", 4, 2),
+                                                ("live", "gnmt", 6, 3)])
+def test_diverse_matches_reference(mode, kind, k, groups):
+  """Sequences, augmented scores and true log-probs of every group equal the reference."""
+  batch = toy_batch(21, B, T, V, scale=1.0, eos_bias=-0.5)
+  out = decoding.beam_search(TOY, {}, batch, beam_size=k, max_len=T, beam_mode=mode,
+                             length_penalty=kind, alpha=0.7, beam_groups=groups,
+                             diversity_strength=0.8)
+  check_conventions(out, T, V)
+  differs = 0
+  for i in range(B):
+    ref = reference_diverse_beam_search(batch, i, V, k, groups, 0.8, T, kind, 0.7, mode)
+    plain = reference_diverse_beam_search(batch, i, V, k, groups, 0.0, T, kind, 0.7, mode)
+    differs += [r[2] for r in ref] != [p[2] for p in plain]
+    for j, (score, logp, seq, lps) in enumerate(ref):
+      assert strip(out.tokens[i, j]) == seq, (i, j)
+      np.testing.assert_allclose(out.scores[i, j], score, rtol=1e-5)
+      np.testing.assert_allclose(out.logprobs[i, j], logp, rtol=1e-5)
+      np.testing.assert_allclose(out.token_logprobs[i, j, :len(seq)], lps, rtol=1e-5, atol=1e-6)
+  assert differs > 0  # the penalty changes the result on these tables
+
+
+def test_diversity_makes_groups_differ(lstm):
+  """On a random tiny LSTM, lambda > 0 gives more distinct group-best captions than lambda = 0;
+  group 0 is never penalised, so it stays the ordinary beam search of size K / G."""
+  model, params, batch = lstm
+  distinct = {}
+  for strength in (0.0, 3.0):
+    out = decoding.beam_search(model, params, batch, beam_size=6, max_len=LSTM_T,
+                               beam_mode="self_critical", beam_groups=3,
+                               diversity_strength=strength)
+    check_conventions(out, LSTM_T, LSTM_V)
+    tops = np.asarray(out.tokens)[:, ::2]  # each group's best caption: [B, G, T]
+    distinct[strength] = sum(len({tuple(strip(r)) for r in img}) for img in tops)
+    plain = decoding.beam_search(model, params, batch, beam_size=2, max_len=LSTM_T,
+                                 beam_mode="self_critical")
+    np.testing.assert_array_equal(out.tokens[:, :2], plain.tokens)
+  assert distinct[0.0] == 4  # identical groups: one caption per image
+  assert distinct[3.0] > distinct[0.0], distinct
+
+
+def test_diverse_options_are_checked():
+  batch = toy_batch(22, 2, 3, 6)
+  with pytest.raises(ValueError, match="beam_groups"):
+    decoding.beam_search(TOY, {}, batch, beam_size=3, max_len=3, beam_groups=2)
+  with pytest.raises(ValueError, match="diversity_strength"):
+    decoding.decode(TOY, {}, batch, {"max_len": 3, "beam_size": 2, "beam_groups": 2,
+                                     "diversity_strength": -1.0})

@@ -185,6 +185,25 @@ def test_train_checkpoint_evaluate_end_to_end(tmp_path):
   assert len(many) == 16 * 3 and len({p["image_id"] for p in many}) == 16
 
 
+@pytest.mark.slow
+def test_evaluate_ensemble_end_to_end(tmp_path):
+  """evaluate.py --ensemble: a run with itself decodes as the run alone (diverse beams too)."""
+  workdir = tmp_path / "e2e"
+  r = _run(_train_cmd(workdir, 4, []))
+  assert r.returncode == 0, r.stderr[-3000:]
+  flags = ["--split=val", "--beam-size=2", "--beam-groups=2", "--diversity-strength=0.5"]
+  r = _run([sys.executable, str(REPO / "evaluate.py"), f"--ensemble={workdir},{workdir}",
+            f"--workdir={tmp_path / 'ens'}", *flags])
+  assert r.returncode == 0, r.stderr[-3000:]
+  assert "CIDEr" in r.stdout and "Member 1" in r.stdout
+  r = _run([sys.executable, str(REPO / "evaluate.py"), f"--workdir={workdir}", "--tag=_single",
+            *flags])
+  assert r.returncode == 0, r.stderr[-3000:]
+  ens = json.loads((tmp_path / "ens" / "predictions_val_ensemble.json").read_text())
+  single = json.loads((workdir / "predictions_val_single.json").read_text())
+  assert len(ens) == 16 and sorted(map(str, ens)) == sorted(map(str, single))
+
+
 def test_a_model_field_added_later_with_its_default_keeps_the_workdir_resumable(tmp_path, tiny_dataset):
   """A workdir whose config.json predates a model field (e.g. AAT's ``norm_h1``) resumes when the
   new field holds the model's default, and is refused when it does not."""
