@@ -1,0 +1,139 @@
+"""Evaluates a checkpoint, or scores any captioner's predictions file.
+
+  python evaluate.py --workdir runs/transformer_synthetic [--split test] [--step N] [--beam-size 3] [--block-trigrams]
+  python evaluate.py --workdir runs/transformer_synthetic --beam-size 3 --beam-mode self_critical --tag _sc3
+  python evaluate.py --predictions P.json --references R.json --out S.json
+  jaxcap-evaluate --workdir runs/transformer_synthetic   # the same, once the package is installed
+
+The first form loads the best checkpoint (or ``--step``), decodes the split, prints the metric
+table and writes ``predictions_<split><tag>.json`` (COCO results format) and
+``scores_<split><tag>.json`` (overall and per image) in the workdir. The second scores a COCO
+results file against references in the COCO annotation format.
+"""
+
+import os
+
+from absl import app, flags
+
+flags.DEFINE_string("workdir", None, "Run directory written by train.py.")
+flags.DEFINE_string("split", "test", "Split to decode: train, val or test.")
+flags.DEFINE_integer("step", None, "Checkpoint step (default: the best by validation CIDEr-D).")
+flags.DEFINE_integer("beam_size", None, "Beam size (default: the config's decode settings; 1 with --beam-mode self_critical = greedy).")
+flags.DEFINE_enum("beam_mode", None, ["live", "self_critical"],
+                  "Beam search: 'live' keeps K live hypotheses (flax/t5x, the default); "
+                  "'self_critical' takes the K best candidates, finished ones included "
+                  "(self-critical.pytorch).")
+flags.DEFINE_enum("length_penalty", None, ["none", "gnmt", "average"], "Beam length penalty.")
+flags.DEFINE_float("alpha", None, "GNMT length-penalty exponent.")
+flags.DEFINE_integer("min_len", None, "Minimum caption length in words.")
+flags.DEFINE_bool("block_trigrams", None, "Block repeated trigrams in beam search.")
+flags.DEFINE_bool("suppress_unk", None, "Never emit UNK.")
+flags.DEFINE_bool("remove_bad_endings", None,
+                  "Never end a caption with 'a', 'the', 'of', ... (self-critical.pytorch's list).")
+flags.DEFINE_enum("attributes", None, ["oracle", "noisy", "detected", "none"],
+                  "Attributes the evaluated split reads (models with attributes, e.g. ETA; default: "
+                  "the run's data config): oracle = ground truth, e.g. to test ETA^oracle.")
+flags.DEFINE_bool("sample", False, "Sample instead of greedy / beam search.")
+flags.DEFINE_float("temperature", None, "Sampling temperature.")
+flags.DEFINE_integer("top_k", None, "Sample among the k most likely words (0: all).")
+flags.DEFINE_float("top_p", None, "Nucleus sampling mass (1: all).")
+flags.DEFINE_integer("max_len", None, "Longest caption in words.")
+flags.DEFINE_integer("sample_n", 0, "Also write N captions per image to predictions_<split><tag>_n<N>.json "
+                     "(self-critical.pytorch's sample_n).")
+flags.DEFINE_enum("sample_n_method", "sample", ["sample", "beam"],
+                  "How the --sample-n captions are drawn: sampling with the decode options, or the "
+                  "N best of a beam search of size N.")
+flags.DEFINE_integer("batch_size", None, "Images per decoding batch.")
+flags.DEFINE_bool("spice", False, "Also compute SPICE (needs its Stanford CoreNLP jars).")
+flags.DEFINE_string("tag", "", "Suffix of the output file names, e.g. _beam3.")
+flags.DEFINE_string("predictions", None, "Score this COCO results file instead of a checkpoint.")
+flags.DEFINE_string("references", None, "COCO annotation file with the references (with --predictions).")
+flags.DEFINE_string("out", None, "Where to write the scores JSON (with --predictions).")
+
+# The spellings with dashes work too (--beam-size 3, --length-penalty gnmt, --block-trigrams).
+for _name in ("beam_size", "beam_mode", "length_penalty", "min_len", "block_trigrams", "suppress_unk", "top_k",
+              "top_p", "max_len", "batch_size", "remove_bad_endings", "sample_n", "sample_n_method"):
+  flags.DEFINE_alias(_name.replace("_", "-"), _name)
+
+FLAGS = flags.FLAGS
+
+
+def decode_overrides(config):
+  d = config.decode
+  if FLAGS.sample:
+    d.method = "sample"
+  elif FLAGS.beam_size is not None:
+    # One self-critical beam is greedy decoding; one live beam also keeps finished captions.
+    mode = FLAGS.beam_mode or d.get("beam_mode", "live")
+    d.method = "greedy" if FLAGS.beam_size == 1 and mode == "self_critical" else "beam"
+    d.beam_size = FLAGS.beam_size
+  for name in ("beam_mode", "length_penalty", "alpha", "min_len", "block_trigrams", "suppress_unk", "temperature",
+               "top_k", "top_p", "max_len", "remove_bad_endings"):
+    value = getattr(FLAGS, name)
+    if value is not None:
+      d[name] = value
+  return d
+
+
+def data_overrides(config):
+  """``--attributes``: the attribute mode of the evaluated split (vocabulary and attribute
+  words do not depend on it, so the model's inputs keep their meaning)."""
+  if FLAGS.attributes:
+    config.data["test_attributes" if FLAGS.split == "test" else "attributes"] = FLAGS.attributes
+  return config.data
+
+
+def evaluate_workdir():
+  import json
+  import ml_collections
+  from jaxcap.training import train_lib
+  cfg_path = os.path.join(FLAGS.workdir, "config.json")
+  if not os.path.exists(cfg_path):
+    raise ValueError(f"{cfg_path}: not found; expected a workdir written by train.py")
+  with open(cfg_path) as f:
+    config = ml_collections.ConfigDict(json.load(f))
+  if FLAGS.batch_size:
+    config.eval_batch_size = FLAGS.batch_size
+  data_overrides(config)
+  trainer = train_lib.Trainer(config, FLAGS.workdir)
+  train_lib.check_workdir(FLAGS.workdir, config, trainer.dataset.vocab)
+  state = trainer.load(FLAGS.step)
+  print(f"Evaluating step {int(state.step)} of {FLAGS.workdir} on split {FLAGS.split!r}.", flush=True)
+  decode_config = decode_overrides(config)
+  trainer.test(state.params, FLAGS.split, decode_config, spice=FLAGS.spice, tag=FLAGS.tag)
+  if FLAGS.sample_n:
+    preds = trainer.predict_n(state.params, FLAGS.split, FLAGS.sample_n, FLAGS.sample_n_method,
+                              decode_config)
+    path = os.path.join(FLAGS.workdir, f"predictions_{FLAGS.split}{FLAGS.tag}_n{FLAGS.sample_n}.json")
+    train_lib.write_json_atomic(path, [{"image_id": k, "caption": c} for k, caps in preds.items()
+                                       for c in caps])
+    print(f"{path}: {FLAGS.sample_n} captions ({FLAGS.sample_n_method}) for each of {len(preds)} images")
+
+
+def score_predictions():
+  from jaxcap.evaluation import files
+  from jaxcap.training.train_lib import format_table
+  if not FLAGS.references or not FLAGS.out:
+    raise ValueError("--predictions needs --references R.json (COCO annotation format) and --out S.json")
+  result = files.score_files(FLAGS.predictions, FLAGS.references, FLAGS.out, spice=FLAGS.spice)
+  print(format_table(result["overall"], title=f"{FLAGS.predictions} ({len(result['per_image'])} images)"))
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  from jaxcap.cli import run_main
+  if FLAGS.predictions:
+    return run_main(score_predictions)
+  if not FLAGS.workdir:
+    raise app.UsageError("give --workdir (a checkpoint to evaluate) or --predictions/--references/--out")
+  return run_main(evaluate_workdir)
+
+
+def run():
+  """Console-script entry point (``jaxcap-evaluate``)."""
+  app.run(main)
+
+
+if __name__ == "__main__":
+  run()
