@@ -72,13 +72,15 @@ def test_load_needs_no_dataset_and_captions_every_feature_form(workdir, monkeypa
   for a, b in zip(jax.tree.leaves(run.params), jax.tree.leaves(params)):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
   # The reference: the shared greedy decoder on the dataset's own batch.
-  ref = decoding.greedy(run.model, run.params, jax.tree.map(jnp.asarray, batch), max_len=8).tokens
-  ref_caps = [run.vocab.decode(r) for r in np.asarray(ref)]
+  ref = decoding.greedy(run.model, run.params, jax.tree.map(jnp.asarray, batch), max_len=8)
+  ref_caps = [run.vocab.decode(r) for r in np.asarray(ref.tokens)]
   assert run.caption(batch, "greedy") == ref_caps
-  np.testing.assert_array_equal(run.decode(batch, "greedy").tokens, ref)
+  np.testing.assert_array_equal(run.decode(batch, "greedy").tokens, ref.tokens)
   ragged = [batch["feats"][i, batch["feats_mask"][i]] for i in range(5)]  # [N_i, F] each
   assert len({len(r) for r in ragged}) > 1
-  np.testing.assert_array_equal(run.decode(ragged, "greedy", batch_size=2).tokens, ref)
+  out = run.decode(ragged, "greedy", batch_size=2)
+  np.testing.assert_array_equal(out.tokens, ref.tokens)
+  np.testing.assert_allclose(out.token_logprobs, ref.token_logprobs, rtol=1e-4, atol=1e-5)
   caps = run.caption({"feats": batch["feats"], "feats_mask": batch["feats_mask"]}, beam_size=2)
   assert len(caps) == 5 and all(isinstance(c, str) for c in caps)
 
