@@ -34,6 +34,17 @@ def test_committed_without_outputs(path):
   assert "widgets" not in nb.get("metadata", {})
 
 
+def _cell_seconds(cell) -> float:
+  from datetime import datetime
+  t = cell.get("metadata", {}).get("execution", {})
+  try:
+    a, b = (datetime.fromisoformat(t[k].replace("Z", "+00:00"))
+            for k in ("iopub.execute_input", "shell.execute_reply"))
+  except (KeyError, ValueError):
+    return float("nan")
+  return (b - a).total_seconds()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_executes(path, tmp_path, monkeypatch):
@@ -50,6 +61,8 @@ def test_notebook_executes(path, tmp_path, monkeypatch):
   start = time.time()
   client.execute()  # raises CellExecutionError (with the cell and traceback) if an assert fails
   elapsed = time.time() - start
-  print(f"{path.name}: executed in {elapsed:.0f} s", file=sys.stderr)
+  nbformat.write(nb, str(tmp_path / path.name))  # the executed copy, outputs included
+  print(f"{path.name}: executed in {elapsed:.0f} s ({tmp_path / path.name}); per cell: "
+        f"{[round(_cell_seconds(c)) for c in nb.cells if c.cell_type == 'code']}", file=sys.stderr)
   outputs = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
   assert "notebook ran in" in outputs
