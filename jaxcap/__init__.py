@@ -1,3 +1,27 @@
-"""jaxcap: attention-based captioning and multimodal translation models in JAX/Flax."""
+"""jaxcap: attention-based captioning and multimodal translation models in JAX/Flax.
+
+The Python API (:mod:`jaxcap.api`, imported on first use so that ``import jaxcap.models...``
+stays light)::
+
+  run = jaxcap.load("runs/transformer_synthetic")   # config, vocab, info, model, params
+  run.caption(features)                             # -> list of captions
+  run.evaluate(split="test")                        # -> score dict
+  run.ablate(force_gate=1.0)                        # same parameters, changed model
+  jaxcap.score(references, predictions)             # pycocoevalcap metrics
+  jaxcap.get_config("eta.py:synthetic"), jaxcap.train(config, workdir)
+"""
 
 __version__ = "0.1.0"
+
+_API = ("load", "score", "train", "get_config", "Run", "make_batch")
+
+
+def __getattr__(name):
+  if name in _API:
+    from jaxcap import api
+    return getattr(api, name)
+  raise AttributeError(f"module 'jaxcap' has no attribute {name!r}")
+
+
+def __dir__():
+  return sorted(list(globals()) + list(_API))

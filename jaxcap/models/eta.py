@@ -52,7 +52,11 @@ Deviations and choices the paper leaves open (documented here so ablations stay 
 - ``late_fusion`` trains the two members jointly through the fused distribution (one
   training run); the paper trains them separately and fuses at test time.
 
-``force_gate`` (tests only) replaces ``c`` by a constant, e.g. 1.0 to keep the visual pathway.
+Functional ablation (inference only, over a trained model's parameters; ``jaxcap.load(...)
+.ablate(force_gate=1.0)``): ``force_gate`` replaces ``c`` by a constant, 1.0 keeping the visual
+pathway's output ``f(v)``, 0.0 the semantic ``f(s)``. With ``gbc_activation="identity"`` these
+equal ``variant="stacked_v"`` / ``"stacked_s"`` over the same parameters (one pathway dropped);
+on a ``parallel`` model ``force_gate=1.0`` equals ``transformer_v`` (tests/test_ablations.py).
 ``decode_step`` returns ``aux["gbc_gate"]`` ``[B]`` (mean of c over channels and layers) and
 ``aux["gbc_gate_layers"]`` ``[B, L]``; ``decode_train`` returns ``aux["gbc_gate"]`` ``[B, T]``.
 In training (``decode_train_grouped``) everything after a block's self-attention acts on each
@@ -238,7 +242,8 @@ class ETACaptioner(CaptionModel):
     gbc_activation: f of eq. 12: identity (paper default), sigmoid, tanh or relu.
     visual_encoder, semantic_encoder: False removes that sub-encoder's N blocks.
     share_embeddings: tie the output projection to the word embedding.
-    force_gate: tests only; a constant that replaces the GBC gate c.
+    force_gate: None (the learnt gate) or a constant that replaces the GBC gate c at
+      inference (functional ablation; see the module docstring).
     dtype: compute dtype; logits are float32.
   """
 

@@ -1,7 +1,8 @@
 """The training loop: config -> data -> jitted data-parallel steps -> validation -> checkpoints.
 
 ``train_and_evaluate(config, workdir)`` is what ``train.py`` runs. A workdir holds
-``config.json`` and ``vocab.json`` (written once, checked on every resume), ``checkpoints/``
+``config.json`` and ``vocab.json`` (written once, checked on every resume), ``info.json`` (the
+dataset's ``info``, for ``jaxcap.load``), ``checkpoints/``
 (latest k), ``best/`` (best validation CIDEr-D), ``metrics.jsonl`` and ``tensorboard/``, and after
 testing ``predictions_<split>.json`` and ``scores_<split>.json``.
 """
@@ -113,7 +114,9 @@ def _check_saved_config_shape(cfg_path: str, old) -> None:
                        f"with a 'name' (the config of the run in this workdir)")
 
 
-def init_workdir(workdir: str, config, vocab: Vocab) -> None:
+def init_workdir(workdir: str, config, vocab: Vocab, info: dict | None = None) -> None:
+  """Writes ``config.json``, ``vocab.json`` and the dataset's ``info.json`` (what
+  ``jaxcap.load`` rebuilds the model from without the dataset) once, atomically."""
   check_workdir(workdir, config, vocab)
   if jax.process_index() != 0:
     return
@@ -122,6 +125,9 @@ def init_workdir(workdir: str, config, vocab: Vocab) -> None:
     _write_json_atomic(os.path.join(workdir, "config.json"), config_to_dict(config))
   if not os.path.exists(os.path.join(workdir, "vocab.json")):
     vocab.save(os.path.join(workdir, "vocab.json"))
+  if info is not None and not os.path.exists(os.path.join(workdir, "info.json")):
+    from jaxcap import api
+    api.save_info(workdir, info)
 
 
 def sample_batch(dataset, split: str, batch_size: int) -> dict:
@@ -273,7 +279,7 @@ class Trainer:
       _check_init_from(config.init_from, config, self.dataset.vocab)
     validation.check_data(self.dataset, config)  # Splits, feature headers, boxes: before writing.
     local_bs = parallel.local_batch_size(config.batch_size, self.mesh)
-    init_workdir(workdir, config, self.dataset.vocab)
+    init_workdir(workdir, config, self.dataset.vocab, self.info)
     ckpts = ckpt_lib.Checkpoints(workdir, keep=config.keep_checkpoints, best_metric=_best_metric(config))
     patience, stale = int(config.get("early_stopping_patience", 0)), 0
     train_source = self.dataset.split("train")
@@ -583,7 +589,7 @@ def fit_non_trainable(config, workdir: str) -> dict:
   """Baselines without parameters (nearest neighbour): fit on train, score the test split."""
   dataset = data_lib.get_dataset(config.data)
   validation.check_data(dataset, config, splits=["train", config.test_split])
-  init_workdir(workdir, config, dataset.vocab)
+  init_workdir(workdir, config, dataset.vocab, dict(dataset.info))
   model = registry.build(config.model, dict(dataset.info))
   model.fit(dataset)
   preds = model.predict(dataset, config.test_split)

@@ -1,0 +1,569 @@
+"""jaxcap's Python API: load a finished run, caption features, score, ablate.
+
+Dimension legend: B images, N regions per image, F region-feature width, Dg global-feature
+width, K beams, T decoding steps (``max_len``).
+
+::
+
+  import jaxcap
+  run = jaxcap.load("runs/transformer_synthetic")          # best checkpoint (or step=N)
+  captions = run.caption(feats_BxNxF)                       # list of B strings
+  scores = run.evaluate(split="test")                       # needs the run's dataset
+  jaxcap.score({1: ["a red cube"]}, {1: "a red cube"})      # pycocoevalcap metrics
+  eta_v = run.ablate(force_gate=1.0)                        # same parameters, changed model
+
+A *run* is a workdir written by ``train.py`` (``config.json``, ``vocab.json``, ``info.json``,
+``best/`` and ``checkpoints/``). Loading one needs neither the dataset nor a GPU: the model is
+rebuilt from ``config.json`` and the dataset's ``info`` (``info.json``, written when training
+starts; runs from before it read ``info`` from their dataset, which must then be on disk), and
+the parameters are restored onto one local device. Only :meth:`Run.evaluate` /
+:meth:`Run.predict` read the dataset.
+
+Functional ablations (:meth:`Run.ablate`) rebuild the model with changed fields over the same
+parameters, as the papers' analyses do without retraining; the switches each model documents:
+
+* ``eta``: ``force_gate=c`` replaces the GBC gate by the constant c (1.0: visual pathway only,
+  0.0: semantic only); ``variant="stacked_v"`` / ``"stacked_s"`` drops one pathway (no gate
+  computed; equal to ``force_gate=1.0`` / ``0.0`` when ``gbc_activation="identity"``), and
+  ``variant="transformer_v"`` / ``"transformer_s"`` keeps only the first attention of it.
+* ``aat``: ``max_steps`` (M_max), ``min_steps`` (M_min) and ``epsilon`` of the halting rule at
+  test time; ``attention="recurrent", steps=M`` runs M fixed steps with the same weights.
+* ``image_transformer``: ``graph="all_neighbour"`` replaces the spatial graph of the boxes by
+  "every pair of regions is a neighbour".
+* ``tpgn``: ``zero_role_cluster=k`` with ``role_centroids=C`` (``[K, d*d]``, e.g. k-means
+  centroids of the u_t, :mod:`jaxcap.analysis.tpgn_roles`) zeroes u_t whenever it falls in
+  role cluster k.
+
+Any other field of the model's dataclass can be changed the same way (``run.model`` lists them);
+an unknown field, or a change the parameters do not fit, is a one-line ``ValueError``.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import os
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import jax
+import jax.numpy as jnp
+
+from jaxcap.data.vocab import Vocab
+
+INFO_FILE = "info.json"
+
+
+# ---------------------------------------------------------------------------------------------
+# Configs.
+
+
+def get_config(spec: str = "transformer.py:synthetic", **overrides):
+  """A shipped config: ``get_config("eta.py:synthetic,variant=stacked_v", num_train_steps=200)``.
+
+  Args:
+    spec: ``<file>[.py][:<arg>]`` of ``configs/`` (``"configs/eta.py:synthetic"`` works too),
+      or the path of your own config file (``get_config(arg)`` inside, as ``--config`` reads).
+    **overrides: config fields, nested ones with ``__`` or given as a dict of dotted keys:
+      ``get_config("aat:synthetic", model__dim=64, **{"data.num_train": 500})``.
+
+  Returns:
+    The ``ml_collections.ConfigDict`` that ``train.py --config <spec> --config.<k>=<v>`` runs.
+  """
+  import importlib.util
+  from jaxcap import cli
+  cli.ensure_configs_importable()
+  path, _, arg = spec.partition(":")
+  if not path.endswith(".py"):
+    path += ".py"
+  resolved = cli.resolve_config_path(path)
+  if not os.path.exists(resolved):
+    raise ValueError(f"get_config: no config file {path!r} here or in {cli.configs_dir()}")
+  name = "jaxcap_config_" + os.path.splitext(os.path.basename(resolved))[0]
+  spec_ = importlib.util.spec_from_file_location(name, resolved)
+  module = importlib.util.module_from_spec(spec_)
+  spec_.loader.exec_module(module)
+  config = module.get_config(arg or None)
+  for key, value in overrides.items():
+    set_field(config, key.replace("__", "."), value)
+  return config
+
+
+def set_field(config, dotted: str, value) -> None:
+  """``config.a.b.c = value`` for ``dotted="a.b.c"``; an unknown field is a one-line error."""
+  node = config
+  *path, last = dotted.split(".")
+  for p in path:
+    if p not in node:
+      raise ValueError(f"config field {dotted}: unknown ({p!r} is not in the config)")
+    node = node[p]
+  if last not in node:
+    raise ValueError(f"config field {dotted}: unknown; expected one of {sorted(node.keys())}")
+  node[last] = value
+
+
+def train(config, workdir: str, **overrides) -> "Run":
+  """Trains (or resumes) like ``train.py`` and returns :func:`load` of the workdir.
+
+  Args:
+    config: a ConfigDict (:func:`get_config`) or a spec string for :func:`get_config`.
+    workdir: the run directory.
+    **overrides: config fields as in :func:`get_config`.
+  """
+  from jaxcap import cli
+  from jaxcap.training import train_lib
+  if isinstance(config, str):
+    config = get_config(config, **overrides)
+  else:
+    config = copy.deepcopy(config)
+    for key, value in overrides.items():
+      set_field(config, key.replace("__", "."), value)
+  cli.quiet_logs()
+  train_lib.train_and_evaluate(config, workdir)
+  return load(workdir)
+
+
+# ---------------------------------------------------------------------------------------------
+# Scoring.
+
+
+def score(references: Mapping[Any, Sequence[str]], predictions, *, metrics: Sequence[str] | None = None,
+          spice: bool = False, tokenize: bool = True, log=print) -> dict:
+  """Scores captions with pycocoevalcap's metrics (BLEU 1-4, METEOR, ROUGE-L, CIDEr-D).
+
+  Args:
+    references: ``{image_id: [reference caption, ...]}``.
+    predictions: ``{image_id: caption}``, or a COCO results list
+      ``[{"image_id": ..., "caption": ...}]``; exactly these images are scored.
+    metrics: groups among ``"Bleu"``, ``"METEOR"``, ``"ROUGE_L"``, ``"CIDEr"`` (default: all
+      four; METEOR needs Java and is skipped with one line without it).
+    spice: also SPICE (needs its Stanford CoreNLP jars).
+    tokenize: PTB-tokenise both sides first, as ``COCOEvalCap`` does.
+    log: receives one line per skipped metric.
+
+  Returns:
+    ``{"overall": {"Bleu_1", ..., "CIDEr"}, "per_image": {image_id: {...}}}``.
+  """
+  from jaxcap.evaluation import coco_metrics
+  if not isinstance(predictions, Mapping):
+    predictions = {p["image_id"]: p["caption"] for p in predictions}
+  kwargs = {} if metrics is None else {"metrics": tuple(metrics)}
+  return coco_metrics.score(references, predictions, spice=spice, tokenize=tokenize, log=log, **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------
+# Batches from features.
+
+
+def dummy_batch(info: dict, batch_size: int = 2) -> dict:
+  """An all-padding batch with the dataset's shapes (model init and shape checks)."""
+  from jaxcap.data.base import collate
+  batch = collate([], np.random.default_rng(0), info=info, seq_per_img=int(info.get("seq_per_img", 1)),
+                  batch_size=batch_size, has_src=bool(info.get("src_vocab_size", 0)))
+  batch["feats_mask"][:] = True  # one real region per image keeps every attention defined
+  batch["valid"][:] = True
+  batch["attributes"][:, 0] = 4
+  if "src" in batch:
+    batch["src"][:, 0] = 4
+  return batch
+
+
+def make_batch(features, info: dict) -> dict:
+  """The decoder's batch dict from features (see :meth:`Run.caption` for the accepted forms)."""
+  if isinstance(features, Mapping):
+    batch = {k: np.asarray(v) for k, v in features.items()}
+  elif isinstance(features, (list, tuple)):
+    batch = _stack_ragged([np.asarray(f, np.float32) for f in features], info)
+  else:
+    x = np.asarray(features, np.float32)
+    if x.ndim == 2:
+      batch = {"global_feat": x}
+    elif x.ndim == 3:
+      batch = {"feats": x}
+    else:
+      raise ValueError(f"caption: expected features [B, Dg] (global) or [B, N, F] (regions), got "
+                       f"shape {x.shape}")
+  if "feats" not in batch and "global_feat" not in batch:
+    raise ValueError(f"caption: the features dict needs 'feats' [B, N, F] or 'global_feat' [B, Dg]; "
+                     f"got keys {sorted(batch)}")
+  if "feats" not in batch:
+    if int(info["max_regions"]) != 1:
+      raise ValueError(f"caption: this model reads region features 'feats' [B, N, {info['feature_dim']}] "
+                       f"(its dataset has up to {info['max_regions']} regions per image); "
+                       "give them, not only the global feature")
+    batch["feats"] = batch["global_feat"][:, None, :]  # global-only datasets: one region
+  feats = batch["feats"] = np.asarray(batch["feats"], np.float32)
+  if feats.ndim != 3 or feats.shape[-1] != int(info["feature_dim"]):
+    raise ValueError(f"caption: expected region features [B, N, {info['feature_dim']}], got shape "
+                     f"{feats.shape}")
+  b = feats.shape[0]
+  batch.setdefault("feats_mask", np.ones(feats.shape[:2], bool))
+  mask = batch["feats_mask"] = np.asarray(batch["feats_mask"], bool)
+  if "global_feat" not in batch:
+    w = mask[..., None].astype(np.float32)
+    batch["global_feat"] = (feats * w).sum(1) / np.maximum(w.sum(1), 1.0)  # mean of the real regions
+  g = batch["global_feat"] = np.asarray(batch["global_feat"], np.float32)
+  if g.shape != (b, int(info["global_dim"])):
+    raise ValueError(f"caption: expected global features [{b}, {info['global_dim']}], got shape {g.shape}")
+  batch.setdefault("valid", np.ones((b,), bool))
+  batch.setdefault("image_index", np.arange(b, dtype=np.int32))
+  return batch
+
+
+def _stack_ragged(items, info) -> dict:
+  if all(x.ndim == 1 for x in items):
+    return {"global_feat": np.stack(items)}
+  if not all(x.ndim == 2 for x in items):
+    raise ValueError("caption: a list of features must hold [Dg] global or [N_i, F] region arrays, got "
+                     f"shapes {[x.shape for x in items]}")
+  n = max(x.shape[0] for x in items)
+  feats = np.zeros((len(items), n, items[0].shape[-1]), np.float32)
+  mask = np.zeros((len(items), n), bool)
+  for i, x in enumerate(items):
+    feats[i, :len(x)], mask[i, :len(x)] = x, True
+  return {"feats": feats, "feats_mask": mask}
+
+
+def _slice_batch(batch: dict, start: int, size: int) -> dict:
+  """Rows ``start:start+size`` of ``batch``, the missing rows filled with copies of the first
+  (so every chunk has the same shapes and the decoder compiles once)."""
+  out = {}
+  for k, v in batch.items():
+    rows = v[start:start + size]
+    if len(rows) < size:
+      rows = np.concatenate([rows, np.repeat(rows[:1], size - len(rows), axis=0)])
+    out[k] = rows
+  return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Runs.
+
+
+class Run:
+  """A trained model with everything needed to use it (see the module docstring).
+
+  Attributes:
+    config: the run's ``ml_collections.ConfigDict`` (``config.json``; ablated fields updated).
+    vocab: the target :class:`jaxcap.data.vocab.Vocab`.
+    info: the dataset's ``info`` dict (feature sizes, vocabulary size, ...).
+    model: the flax ``CaptionModel``.
+    params: the variables dict given to ``model.apply`` (``{"params": ..., ...}``).
+    workdir: where it was loaded from (None for a run built in memory).
+    step: the checkpoint's training step.
+    ablations: the fields changed by :meth:`ablate` so far.
+  """
+
+  def __init__(self, config, vocab: Vocab, info: dict, model, params, *, workdir: str | None = None,
+               step: int | None = None, dataset=None, ablations: dict | None = None):
+    self.config, self.vocab, self.info = config, vocab, dict(info)
+    self.model, self.params = model, params
+    self.workdir, self.step = workdir, step
+    self.ablations = dict(ablations or {})
+    self._dataset = dataset
+
+  def __repr__(self):
+    name = getattr(self.model, "registry_name", type(self.model).__name__)
+    extra = f", ablations={self.ablations}" if self.ablations else ""
+    return f"Run({self.workdir!r}, model={name!r}, step={self.step}{extra})"
+
+  # ---------------------------------------------------------------- data
+  @property
+  def dataset(self):
+    """The run's dataset (built from ``config.data`` on first use; must be on disk)."""
+    if self._dataset is None:
+      from jaxcap import data as data_lib
+      dataset = data_lib.get_dataset(self.config.data)
+      if dataset.vocab != self.vocab:
+        raise ValueError(f"{self.workdir}: the dataset's vocabulary ({len(dataset.vocab)} words) is not "
+                         f"the run's ({len(self.vocab)} words); is config.data the run's data?")
+      self._dataset = dataset
+    return self._dataset
+
+  def batch(self, features) -> dict:
+    """The batch dict :meth:`caption` decodes for ``features`` (:func:`make_batch`)."""
+    return make_batch(features, self.info)
+
+  # ---------------------------------------------------------------- decoding
+  def decode_config(self, method: str | None = None, beam_size: int | None = None, **options) -> dict:
+    """The decoding options: the run's ``config.decode`` with the given ones replacing it."""
+    cfg = dict(self.config.decode.to_dict()) if "decode" in self.config else {}
+    if method is not None:
+      cfg["method"] = method
+    if beam_size is not None:
+      cfg["beam_size"] = beam_size
+    cfg.update(options)
+    return cfg
+
+  def decode(self, features, method: str = "beam", beam_size: int = 3, *, batch_size: int = 50,
+             seed: int = 0, return_aux: bool = False, **options):
+    """Decodes ``features`` in chunks of ``batch_size`` images.
+
+    Args: as :meth:`caption`; ``return_aux`` also returns the model's per-step outputs
+      (attention weights, AAT's steps and confidences, ETA's gate, ...).
+
+    Returns:
+      :class:`jaxcap.decoding.DecodeOutput` of numpy arrays: ``tokens`` int32 ``[B, T]``
+      (greedy) or ``[B, K | n, T]`` (beam search, best first / samples), ``aux`` a dict of
+      ``[B, (K | n,) T, ...]`` arrays with ``return_aux``.
+    """
+    from jaxcap import decoding
+    batch = self.batch(features)
+    cfg = self.decode_config(method, beam_size, **options)
+    bad = decoding.bad_ending_ids(self.vocab)
+    b = len(batch["feats"])
+    size = max(1, min(int(batch_size), b))
+    outs = []
+    for k, start in enumerate(range(0, b, size)):
+      chunk = jax.tree.map(jnp.asarray, _slice_batch(batch, start, size))
+      rng = jax.random.fold_in(jax.random.PRNGKey(seed), k)
+      try:
+        out = decoding.decode(self.model, self.params, chunk, cfg, rng=rng, bad_endings=bad,
+                              return_aux=return_aux)
+      except KeyError as e:
+        raise ValueError(f"caption: model {self._name()!r} reads batch[{e.args[0]!r}]; give it in the "
+                         f"features dict (see docs/DESIGN.md, section 2)") from None
+      outs.append(jax.device_get(out))
+    n = b
+    return jax.tree.map(lambda *xs: np.concatenate(xs)[:n], *outs)
+
+  def caption(self, features, method: str = "beam", beam_size: int = 3, *, batch_size: int = 50,
+              seed: int = 0, **options) -> list[str]:
+    """Captions images given their features.
+
+    Args:
+      features: one of
+        * a dict of numpy arrays with the dataset's batch keys (docs/DESIGN.md, section 2):
+          ``feats`` float32 ``[B, N, F]`` and/or ``global_feat`` ``[B, Dg]``, optionally
+          ``feats_mask`` bool ``[B, N]`` (default all True), ``boxes`` ``[B, N, 4]`` (x1 y1 x2 y2
+          in [0, 1]; the Image Transformer needs them), ``attributes`` int32 ``[B, A]`` (ETA),
+          ``src`` int32 ``[B, Ls]`` (translation); a batch of the run's dataset works as is;
+        * one array: ``[B, N, F]`` region features (all real) or ``[B, Dg]`` global features
+          (for models of global-only datasets, e.g. Flickr8k's ``fc`` features, TPGN);
+        * a list of B arrays ``[N_i, F]`` (regions, padded here) or ``[Dg]``.
+        ``global_feat`` defaults to the mean of the real regions; with global features only,
+        ``feats`` is the global feature as one region (the datasets' convention for N = 1).
+      method: ``"greedy"``, ``"beam"`` or ``"sample"``.
+      beam_size: K for ``"beam"``.
+      batch_size: images decoded at once (the last chunk is padded, so one compilation).
+      seed: the sampling seed.
+      **options: other decoding options of :func:`jaxcap.decoding.default_decode_config`
+        (``max_len``, ``length_penalty``, ``alpha``, ``min_len``, ``block_trigrams``,
+        ``suppress_unk``, ``temperature``, ``top_k``, ``top_p``, ``remove_bad_endings``, ...);
+        unset ones come from the run's ``config.decode``.
+
+    Returns:
+      B captions (the best beam, or the first sample), words joined by spaces.
+    """
+    tokens = self.decode(features, method, beam_size, batch_size=batch_size, seed=seed, **options).tokens
+    if tokens.ndim == 3:
+      tokens = tokens[:, 0]
+    return [self.vocab.decode(row) for row in tokens]
+
+  # ---------------------------------------------------------------- evaluation
+  def predict(self, split: str = "test", *, num_images: int = -1, method: str | None = None,
+              beam_size: int | None = None, batch_size: int = 50, **options) -> dict:
+    """``{image_id: caption}`` for a split of the run's dataset (or its first ``num_images``).
+
+    Decoding defaults to the run's ``config.decode`` (what ``evaluate.py`` uses).
+    """
+    from jaxcap.data import pipeline
+    source = self.dataset.split(split)
+    n = len(source) if num_images is None or num_images < 0 else min(num_images, len(source))
+    ids = self.dataset.image_ids(split)
+    cfg = self.decode_config(method, beam_size, **options)
+    preds = {}
+    for batch in pipeline.eval_batches(source, batch_size, num_threads=0):
+      keep = batch["valid"] & (batch["image_index"] < n)
+      if not keep.any():
+        break
+      caps = self.caption(batch, batch_size=batch_size, **cfg)
+      for cap, i, ok in zip(caps, batch["image_index"], keep):
+        if ok:
+          preds[ids[int(i)]] = cap
+    return preds
+
+  def evaluate(self, split: str = "test", *, num_images: int = -1, metrics: Sequence[str] | None = None,
+               method: str | None = None, beam_size: int | None = None, batch_size: int = 50,
+               log=print, **options) -> dict:
+    """Decodes a split of the run's dataset and scores it against its references.
+
+    Args:
+      split: ``"train"``, ``"val"`` or ``"test"``.
+      num_images: score only the first images (-1: all).
+      metrics: as :func:`score` (default all; ``("Bleu", "CIDEr")`` is fast and needs no Java).
+      method, beam_size, **options: decoding (default: the run's ``config.decode``).
+
+    Returns:
+      :func:`score`'s ``{"overall": {...}, "per_image": {...}}``, plus ``"predictions"``
+      ``{image_id: caption}``. Translation runs (German output) are scored with
+      :mod:`jaxcap.evaluation.translation` (sacreBLEU, METEOR ``-l de``, CIDEr-D).
+    """
+    preds = self.predict(split, num_images=num_images, method=method, beam_size=beam_size,
+                         batch_size=batch_size, **options)
+    refs = self.dataset.references(split)
+    refs = {k: refs[k] for k in preds}
+    if self.dataset.src_vocab is not None:
+      from jaxcap.evaluation import translation
+      scores = translation.score(refs, preds)
+    else:
+      scores = score(refs, preds, metrics=metrics, log=log)
+    return dict(scores, predictions=preds)
+
+  # ---------------------------------------------------------------- ablations
+  def ablate(self, *, role_centroids=None, **fields) -> "Run":
+    """A new run whose model has ``fields`` changed, over the same parameters.
+
+    Args:
+      role_centroids: TPGN only: ``[K, d*d]`` role-cluster centroids read with
+        ``zero_role_cluster`` (stored as the ``ablation`` variable collection).
+      **fields: model dataclass fields (see the module docstring for each model's switches),
+        e.g. ``force_gate=1.0`` (ETA), ``max_steps=2, epsilon=0.1`` (AAT),
+        ``graph="all_neighbour"`` (Image Transformer).
+
+    Raises:
+      ValueError: one line, for a field the model does not have, or a change its parameters
+        do not fit (e.g. ``variant="eta"`` on a ``stacked_v`` run, which lacks a pathway).
+    """
+    names = sorted(f.name for f in dataclasses.fields(self.model) if f.name not in ("parent", "name"))
+    unknown = [k for k in fields if k not in names]
+    if unknown:
+      raise ValueError(f"ablate: model {self._name()!r} has no field {unknown[0]!r}; its fields are "
+                       f"{', '.join(names)}")
+    model = self.model.clone(**fields)
+    params = self.params
+    if role_centroids is not None:
+      from jaxcap.models import tpgn
+      params = tpgn.with_role_centroids(params, jnp.asarray(role_centroids, jnp.float32))
+    _check_model_fits(model, params, self.info, what=f"ablate({_fmt(fields)})")
+    config = copy.deepcopy(self.config)
+    with config.unlocked() if hasattr(config, "unlocked") else _nullcontext():
+      for k, v in fields.items():
+        if v is None or isinstance(v, (bool, int, float, str)):
+          config.model[k] = v
+    return Run(config, self.vocab, self.info, model, params, workdir=self.workdir, step=self.step,
+               dataset=self._dataset, ablations={**self.ablations, **fields})
+
+  def _name(self) -> str:
+    return getattr(self.model, "registry_name", type(self.model).__name__)
+
+
+class _nullcontext:
+  def __enter__(self):
+    return self
+
+  def __exit__(self, *a):
+    return False
+
+
+def _fmt(fields: dict) -> str:
+  return ", ".join(f"{k}={v!r}" for k, v in fields.items())
+
+
+def _check_model_fits(model, params, info: dict, what: str) -> None:
+  """Traces encode + one decode step on a dummy batch (shapes only) so that a model the
+  parameters do not fit fails here, in one line, not inside a later decode."""
+  batch = dummy_batch(info, 2)
+
+  def probe(params, batch):
+    enc = model.apply(params, batch, method="encode")
+    cache = model.apply(params, enc, 2, method="init_cache")
+    tokens = jnp.full((2,), 1, jnp.int32)
+    return model.apply(params, enc, cache, tokens, jnp.int32(0), method="decode_step")[0]
+
+  try:
+    jax.eval_shape(probe, params, jax.tree.map(jnp.asarray, batch))
+  except Exception as e:  # flax scope errors, shape mismatches, the models' own ValueErrors
+    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    raise ValueError(f"{what}: the parameters do not fit the changed model: {first}") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading.
+
+
+def save_info(workdir: str, info: dict) -> None:
+  """Writes the dataset's ``info`` to ``<workdir>/info.json`` (atomically)."""
+  path = os.path.join(workdir, INFO_FILE)
+  tmp = f"{path}.tmp{os.getpid()}"
+  with open(tmp, "w") as f:
+    json.dump({k: (v.item() if isinstance(v, np.generic) else v) for k, v in info.items()}, f, indent=1)
+  os.replace(tmp, path)
+
+
+def load_info(workdir: str, config=None) -> dict:
+  """``info.json`` of a run, or (runs from before it was written) its dataset's ``info``."""
+  path = os.path.join(workdir, INFO_FILE)
+  if os.path.exists(path):
+    with open(path) as f:
+      return json.load(f)
+  from jaxcap import data as data_lib
+  try:
+    return dict(data_lib.get_dataset(config.data).info)
+  except (OSError, ValueError, KeyError) as e:
+    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    raise ValueError(f"{path}: not found (a run from before info.json was saved), and its dataset "
+                     f"{config.data.name!r} could not be read to rebuild it: {first}") from None
+
+
+def load(workdir: str, step: int | None = None) -> Run:
+  """Loads a run written by ``train.py`` (or :func:`train`).
+
+  Args:
+    workdir: the run directory.
+    step: a checkpoint step (from ``checkpoints/`` or ``best/``); None: the best checkpoint
+      by validation metric, else the latest.
+
+  Returns:
+    a :class:`Run` with ``config``, ``vocab``, ``info``, ``model`` and ``params`` (on one local
+    device). No dataset is read when ``info.json`` exists.
+  """
+  import ml_collections
+  from jaxcap.models import registry
+  cfg_path = os.path.join(workdir, "config.json")
+  if not os.path.exists(cfg_path):
+    raise ValueError(f"{cfg_path}: not found; expected a workdir written by train.py")
+  with open(cfg_path) as f:
+    config = ml_collections.ConfigDict(json.load(f))
+  vocab = Vocab.load(os.path.join(workdir, "vocab.json"))
+  info = load_info(workdir, config)
+  cls = registry.get(config.model.name)
+  if not getattr(cls, "trainable", True):
+    raise ValueError(f"{workdir}: model {config.model.name!r} has no parameters to load; its "
+                     "predictions are in the workdir's predictions_<split>.json")
+  model = registry.build(config.model, info)
+  params, restored_step = _restore_params(workdir, config, model, info, step)
+  return Run(config, vocab, info, model, params, workdir=workdir, step=restored_step)
+
+
+def _restore_params(workdir, config, model, info, step):
+  from jaxcap.models.base import shift_right
+  from jaxcap.training import checkpoint as ckpt_lib
+  from jaxcap.training import optim, steps, train_lib
+  batch = jax.tree.map(jnp.asarray, dummy_batch(info, 2))
+  tx, _ = optim.make_optimizer(config, 1, frozen_collections=getattr(model, "frozen_collections", ()))
+
+  def init_state():
+    variables = model.init(jax.random.PRNGKey(0), batch, shift_right(batch["captions"]), train=False)
+    return steps.create_state(variables, tx, jax.random.PRNGKey(0))
+
+  device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+  abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device),
+                          jax.eval_shape(init_state))
+  ckpts = ckpt_lib.Checkpoints(workdir, keep=int(config.get("keep_checkpoints", 3)),
+                               best_metric=train_lib._best_metric(config))  # pylint: disable=protected-access
+  try:
+    if step is not None:
+      which = ckpts.find_step(int(step))
+      if which is None:
+        raise ValueError(f"{workdir}: no checkpoint at step {step}; have latest "
+                         f"{list(ckpts.latest.all_steps())} and best {list(ckpts.best.all_steps())}")
+    else:
+      which = "best" if ckpts.best_step() is not None else "latest"
+    state, _ = ckpts.restore(abstract, step=step, which=which)
+  finally:
+    ckpts.close()
+  if state is None:
+    raise ValueError(f"{workdir}: no checkpoint found (expected checkpoints/ or best/)")
+  return state.params, int(state.step)

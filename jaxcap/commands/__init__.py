@@ -1,0 +1,3 @@
+"""The command-line programs: ``train`` (``train.py``, ``jaxcap-train``) and ``evaluate``
+(``evaluate.py``, ``jaxcap-evaluate``). Each module defines its absl flags on import and a
+``run()`` entry point (the console scripts of ``pyproject.toml``)."""

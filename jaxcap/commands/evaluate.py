@@ -1,0 +1,245 @@
+"""Evaluates a checkpoint, or scores any captioner's predictions file.
+
+  python evaluate.py --workdir runs/transformer_synthetic [--split test] [--step N] [--beam-size 3] [--block-trigrams]
+  python evaluate.py --workdir runs/transformer_synthetic --beam-size 3 --beam-mode self_critical --tag _sc3
+  python evaluate.py --workdir runs/t1 --beam-size 6 --beam-groups 3 --diversity-strength 0.5 --sample-n 6 --sample-n-method beam
+  python evaluate.py --ensemble runs/a,runs/b [--ensemble-weights 1,1] [--workdir OUT] [--beam-size 3]
+  python evaluate.py --predictions P.json --references R.json --out S.json
+  jaxcap-evaluate --workdir runs/transformer_synthetic   # the same, once the package is installed
+
+The first form loads the best checkpoint (or ``--step``), decodes the split, prints the metric
+table and writes ``predictions_<split><tag>.json`` (COCO results format) and
+``scores_<split><tag>.json`` (overall and per image) in the workdir. ``--ensemble`` decodes with
+several runs together (``jaxcap.ensemble``: the members' step probabilities averaged), each from
+its best checkpoint, with the first run's data and decode config; the files go to ``--workdir``
+(default: the first run's) with the tag ``_ensemble`` unless ``--tag`` is given. The second scores a COCO
+results file against references in the COCO annotation format.
+"""
+
+import os
+
+from absl import app, flags
+
+
+if "workdir" not in flags.FLAGS:  # train.py defines the same flag (both load in one test process)
+  flags.DEFINE_string("workdir", None, "Run directory written by train.py.")
+flags.DEFINE_string("split", "test", "Split to decode: train, val or test.")
+flags.DEFINE_integer("step", None, "Checkpoint step (default: the best by validation CIDEr-D).")
+flags.DEFINE_integer("beam_size", None, "Beam size (default: the config's decode settings; 1 with --beam-mode self_critical = greedy).")
+flags.DEFINE_enum("beam_mode", None, ["live", "self_critical"],
+                  "Beam search: 'live' keeps K live hypotheses (flax/t5x, the default); "
+                  "'self_critical' takes the K best candidates, finished ones included "
+                  "(self-critical.pytorch).")
+flags.DEFINE_integer("beam_groups", None,
+                     "Diverse beam search (Vijayakumar et al.): G groups of beam_size / G beams, "
+                     "output group after group (1: ordinary beam search).")
+flags.DEFINE_float("diversity_strength", None,
+                   "Diverse beam search: penalty per earlier-group choice of a word at the same "
+                   "step (self-critical.pytorch's diversity_lambda).")
+flags.DEFINE_string("ensemble", None,
+                    "Comma-separated run directories decoded together (same vocabulary; their "
+                    "step probabilities averaged), e.g. runs/a,runs/b.")
+flags.DEFINE_string("ensemble_weights", None, "Comma-separated member weights for --ensemble "
+                    "(default: equal).")
+flags.DEFINE_enum("length_penalty", None, ["none", "gnmt", "average"], "Beam length penalty.")
+flags.DEFINE_float("alpha", None, "GNMT length-penalty exponent.")
+flags.DEFINE_integer("min_len", None, "Minimum caption length in words.")
+flags.DEFINE_bool("block_trigrams", None, "Block repeated trigrams in beam search.")
+flags.DEFINE_bool("suppress_unk", None, "Never emit UNK.")
+flags.DEFINE_bool("remove_bad_endings", None,
+                  "Never end a caption with 'a', 'the', 'of', ... (self-critical.pytorch's list).")
+flags.DEFINE_enum("attributes", None, ["oracle", "noisy", "detected", "none"],
+                  "Attributes the evaluated split reads (models with attributes, e.g. ETA; default: "
+                  "the run's data config): oracle = ground truth, e.g. to test ETA^oracle.")
+flags.DEFINE_bool("sample", False, "Sample instead of greedy / beam search.")
+flags.DEFINE_float("temperature", None, "Sampling temperature.")
+flags.DEFINE_integer("top_k", None, "Sample among the k most likely words (0: all).")
+flags.DEFINE_float("top_p", None, "Nucleus sampling mass (1: all).")
+flags.DEFINE_integer("max_len", None, "Longest caption in words.")
+flags.DEFINE_integer("sample_n", 0, "Also write N captions per image to predictions_<split><tag>_n<N>.json "
+                     "(self-critical.pytorch's sample_n).")
+flags.DEFINE_enum("sample_n_method", "sample", ["sample", "beam"],
+                  "How the --sample-n captions are drawn: sampling with the decode options, or the "
+                  "N best of a beam search of size N.")
+flags.DEFINE_integer("batch_size", None, "Images per decoding batch.")
+flags.DEFINE_bool("spice", False, "Also compute SPICE (needs its Stanford CoreNLP jars).")
+flags.DEFINE_string("tag", "", "Suffix of the output file names, e.g. _beam3.")
+flags.DEFINE_string("predictions", None, "Score this COCO results file instead of a checkpoint.")
+flags.DEFINE_string("references", None, "COCO annotation file with the references (with --predictions).")
+flags.DEFINE_string("out", None, "Where to write the scores JSON (with --predictions).")
+
+# The spellings with dashes work too (--beam-size 3, --length-penalty gnmt, --block-trigrams).
+for _name in ("beam_size", "beam_mode", "length_penalty", "min_len", "block_trigrams", "suppress_unk", "top_k",
+              "top_p", "max_len", "batch_size", "remove_bad_endings", "sample_n", "sample_n_method",
+              "beam_groups", "diversity_strength", "ensemble_weights"):
+  flags.DEFINE_alias(_name.replace("_", "-"), _name)
+
+FLAGS = flags.FLAGS
+
+
+def decode_overrides(config):
+  d = config.decode
+  if FLAGS.sample:
+    d.method = "sample"
+  elif FLAGS.beam_size is not None:
+    # One self-critical beam is greedy decoding; one live beam also keeps finished captions.
+    mode = FLAGS.beam_mode or d.get("beam_mode", "live")
+    d.method = "greedy" if FLAGS.beam_size == 1 and mode == "self_critical" else "beam"
+    d.beam_size = FLAGS.beam_size
+  if not FLAGS.sample and (FLAGS.beam_groups or 1) > 1:
+    d.method = "beam"  # groups are a beam search
+  for name in ("beam_mode", "length_penalty", "alpha", "min_len", "block_trigrams", "suppress_unk", "temperature",
+               "top_k", "top_p", "max_len", "remove_bad_endings", "beam_groups", "diversity_strength"):
+    value = getattr(FLAGS, name)
+    if value is not None:
+      d[name] = value
+  return d
+
+
+def data_overrides(config):
+  """``--attributes``: the attribute mode of the evaluated split (vocabulary and attribute
+  words do not depend on it, so the model's inputs keep their meaning)."""
+  if FLAGS.attributes:
+    config.data["test_attributes" if FLAGS.split == "test" else "attributes"] = FLAGS.attributes
+  return config.data
+
+
+def evaluate_workdir():
+  import json
+  import ml_collections
+  from jaxcap.training import train_lib
+  cfg_path = os.path.join(FLAGS.workdir, "config.json")
+  if not os.path.exists(cfg_path):
+    raise ValueError(f"{cfg_path}: not found; expected a workdir written by train.py")
+  with open(cfg_path) as f:
+    try:
+      saved = json.load(f)
+    except ValueError:
+      raise ValueError(f"{cfg_path}: not valid JSON; expected the config of the run in this workdir") from None
+  train_lib._check_saved_config_shape(cfg_path, saved)
+  config = ml_collections.ConfigDict(saved)
+  if FLAGS.batch_size is not None and FLAGS.batch_size < 1:
+    raise ValueError(f"--batch_size={FLAGS.batch_size}: expected an int >= 1")
+  if FLAGS.batch_size:
+    config.eval_batch_size = FLAGS.batch_size
+  data_overrides(config)
+  trainer = train_lib.Trainer(config, FLAGS.workdir)
+  train_lib.check_workdir(FLAGS.workdir, config, trainer.dataset.vocab)
+  if FLAGS.split not in trainer.dataset.splits:  # before loading (and compiling) anything
+    raise ValueError(f"--split={FLAGS.split}: not a split of {trainer.dataset.name}; expected one "
+                     f"of {', '.join(trainer.dataset.splits)}")
+  state = trainer.load(FLAGS.step)
+  print(f"Evaluating step {int(state.step)} of {FLAGS.workdir} on split {FLAGS.split!r}.", flush=True)
+  decode_and_write(trainer, state.params, decode_overrides(config), FLAGS.workdir, FLAGS.tag)
+
+
+def decode_and_write(trainer, params, decode_config, out_dir, tag):
+  from jaxcap.training import train_lib
+  trainer.test(params, FLAGS.split, decode_config, spice=FLAGS.spice, tag=tag)
+  if FLAGS.sample_n:
+    preds = trainer.predict_n(params, FLAGS.split, FLAGS.sample_n, FLAGS.sample_n_method,
+                              decode_config)
+    path = os.path.join(out_dir, f"predictions_{FLAGS.split}{tag}_n{FLAGS.sample_n}.json")
+    train_lib.write_json_atomic(path, [{"image_id": k, "caption": c} for k, caps in preds.items()
+                                       for c in caps])
+    print(f"{path}: {FLAGS.sample_n} captions ({FLAGS.sample_n_method}) for each of {len(preds)} images")
+
+
+def _read_run(workdir):
+  import json
+  import ml_collections
+  from jaxcap.data.vocab import Vocab
+  paths = [os.path.join(workdir, name) for name in ("config.json", "vocab.json")]
+  for path in paths:
+    if not os.path.exists(path):
+      raise ValueError(f"{path}: not found; expected a workdir written by train.py")
+  with open(paths[0]) as f:
+    return ml_collections.ConfigDict(json.load(f)), Vocab.load(paths[1])
+
+
+def evaluate_ensemble():
+  """--ensemble runs/a,runs/b: the members decoded together through jaxcap.ensemble."""
+  from jaxcap import ensemble
+  from jaxcap.training import train_lib
+  workdirs = [w.strip() for w in FLAGS.ensemble.split(",") if w.strip()]
+  if not workdirs:
+    raise ValueError("--ensemble: expected comma-separated run directories, got none")
+  if FLAGS.step is not None:
+    raise ValueError("--step does not apply to --ensemble (each member uses its best checkpoint)")
+  weights = None
+  if FLAGS.ensemble_weights:
+    weights = [float(w) for w in FLAGS.ensemble_weights.split(",")]
+    if len(weights) != len(workdirs):
+      raise ValueError(f"--ensemble-weights: expected {len(workdirs)} numbers, got {len(weights)}")
+  runs = [_read_run(w) for w in workdirs]
+  # Refused before any data or checkpoint is read.
+  ensemble.check_same_vocab([v for _, v in runs], workdirs)
+  config = runs[0][0]
+  for w, (cfg, _) in zip(workdirs[1:], runs[1:]):
+    for field in ("name", "root"):
+      if cfg.data.get(field) != config.data.get(field):
+        raise ValueError(f"--ensemble: {w} was trained on data.{field}={cfg.data.get(field)!r}, "
+                         f"{workdirs[0]} on {config.data.get(field)!r}; members must share the data")
+  if FLAGS.batch_size:
+    config.eval_batch_size = FLAGS.batch_size
+  data_overrides(config)
+  # The first run's trainer reads the data and runs the prediction loop; every member's
+  # checkpoint is restored with its own model, then the loop decodes the ensemble.
+  trainer = train_lib.Trainer(config, workdirs[0])
+  models, params = [], []
+  for i, (w, (cfg, _)) in enumerate(zip(workdirs, runs)):
+    member = trainer if i == 0 else train_lib.Trainer(cfg, w, dataset=trainer.dataset)
+    train_lib.check_workdir(w, cfg, trainer.dataset.vocab)
+    state = member.load()
+    print(f"Member {i}: {cfg.model.name} from {w}, step {int(state.step)}.", flush=True)
+    models.append(member.model)
+    params.append(state.params)
+  ens, variables = ensemble.make_ensemble(models, params, weights)
+  trainer.model = ens
+  out_dir = FLAGS.workdir or workdirs[0]
+  os.makedirs(out_dir, exist_ok=True)
+  trainer.workdir = out_dir
+  print(f"Evaluating an ensemble of {len(workdirs)} on split {FLAGS.split!r}.", flush=True)
+  decode_and_write(trainer, variables, decode_overrides(config), out_dir, FLAGS.tag or "_ensemble")
+
+
+def score_predictions():
+  from jaxcap.evaluation import files
+  from jaxcap.training.train_lib import format_table
+  if not FLAGS.references or not FLAGS.out:
+    raise ValueError("--predictions needs --references R.json (COCO annotation format) and --out S.json; "
+                     "expected all three")
+  result = files.score_files(FLAGS.predictions, FLAGS.references, FLAGS.out, spice=FLAGS.spice)
+  print(format_table(result["overall"], title=f"{FLAGS.predictions} ({len(result['per_image'])} images)"))
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  from jaxcap.cli import run_main
+  if FLAGS.predictions:
+    return run_main(score_predictions)
+  if FLAGS.ensemble:
+    return run_main(evaluate_ensemble)
+  if not FLAGS.workdir:
+    raise app.UsageError("no --workdir; expected --workdir (a checkpoint to evaluate), "
+                         "--ensemble or --predictions/--references/--out")
+  if not os.path.isdir(FLAGS.workdir):
+    raise app.UsageError(f"--workdir={FLAGS.workdir}: not a directory; expected a workdir "
+                         "written by train.py")
+  return run_main(evaluate_workdir)
+
+
+def cli(argv=None):
+  """The command line (``python evaluate.py ...``); ``argv`` for in-process use. Exits."""
+  from jaxcap.cli import run_app
+  run_app(main, argv)
+
+
+def run():
+  """Console-script entry point (``jaxcap-evaluate``)."""
+  cli()
+
+
+if __name__ == "__main__":
+  run()

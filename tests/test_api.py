@@ -1,0 +1,173 @@
+"""The Python API (jaxcap.load / Run.caption / Run.evaluate / jaxcap.score / get_config).
+
+A tiny Transformer workdir is written as train.py writes it (config.json, vocab.json, info.json,
+orbax ``best/`` and ``checkpoints/``) from freshly initialised parameters, so no training step
+is compiled here; tests/test_package.py loads a trained run from an installed package.
+
+Mutants tried (each made a test fail, then restored): ``make_batch`` not padding ragged region
+lists with a False mask (padding regions count as real: tokens differ); ``load`` restoring
+the latest instead of the best checkpoint; ``init_workdir`` not writing ``info.json``.
+"""
+
+import json
+import os
+
+import numpy as np
+import pytest
+import jax
+import jax.numpy as jnp
+
+import jaxcap
+from jaxcap import api, cli, decoding
+from jaxcap import data as data_lib
+from jaxcap.data import pipeline
+from jaxcap.training import checkpoint as ckpt_lib
+from jaxcap.training import train_lib
+
+
+def _tiny_config():
+  return jaxcap.get_config("transformer.py:synthetic", **{
+      "data.num_train": 96, "data.num_val": 16, "data.num_test": 16, "model.dim": 32,
+      "model.num_layers": 1, "model.num_dec_layers": 1, "model.num_heads": 4, "model.ff_dim": 64,
+      "batch_size": 8, "eval_batch_size": 8, "num_train_steps": 8, "warmup_steps": 10,
+      "test_after_training": False, "decode.max_len": 8})
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+  """A workdir with best/ at step 2 (the initial parameters) and checkpoints/ at step 3 (+1)."""
+  wd = str(tmp_path_factory.mktemp("run"))
+  config = _tiny_config()
+  trainer = train_lib.Trainer(config, wd)
+  train_lib.init_workdir(wd, config, trainer.dataset.vocab, trainer.info)
+  state = trainer.initial_state()
+  ckpts = ckpt_lib.Checkpoints(wd)
+  ckpts.save_best_if_improved(2, state.replace(step=jnp.int32(2)), {"epoch": 0}, {"CIDEr": 0.5})
+  later = state.replace(step=jnp.int32(3), params=jax.tree.map(lambda x: x + 1, state.params))
+  ckpts.save_latest(3, later, {"epoch": 0})
+  ckpts.close()
+  return wd, trainer.dataset, jax.device_get(state.params)
+
+
+def _test_batch(dataset, n=5):
+  return next(iter(pipeline.eval_batches(dataset.split("test"), n, num_threads=0)))
+
+
+def test_info_json_is_the_dataset_info(workdir):
+  wd, dataset, _ = workdir
+  with open(os.path.join(wd, "info.json")) as f:
+    assert json.load(f) == json.loads(json.dumps(dict(dataset.info)))
+
+
+def test_load_needs_no_dataset_and_captions_every_feature_form(workdir, monkeypatch):
+  wd, dataset, params = workdir
+  batch = _test_batch(dataset)
+
+  def no_dataset(*_):
+    raise AssertionError("jaxcap.load read the dataset")
+
+  monkeypatch.setattr(data_lib, "get_dataset", no_dataset)
+  run = jaxcap.load(wd)
+  assert run.step == 2 and run.info == json.loads(json.dumps(dict(dataset.info)))
+  for a, b in zip(jax.tree.leaves(run.params), jax.tree.leaves(params)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  # The reference: the shared greedy decoder on the dataset's own batch.
+  ref = decoding.greedy(run.model, run.params, jax.tree.map(jnp.asarray, batch), max_len=8)
+  ref_caps = [run.vocab.decode(r) for r in np.asarray(ref.tokens)]
+  assert run.caption(batch, "greedy") == ref_caps
+  np.testing.assert_array_equal(run.decode(batch, "greedy").tokens, ref.tokens)
+  ragged = [batch["feats"][i, batch["feats_mask"][i]] for i in range(5)]  # [N_i, F] each
+  assert len({len(r) for r in ragged}) > 1
+  out = run.decode(ragged, "greedy", batch_size=2)
+  np.testing.assert_array_equal(out.tokens, ref.tokens)
+  np.testing.assert_allclose(out.token_logprobs, ref.token_logprobs, rtol=1e-4, atol=1e-5)
+  caps = run.caption({"feats": batch["feats"], "feats_mask": batch["feats_mask"]}, beam_size=2)
+  assert len(caps) == 5 and all(isinstance(c, str) for c in caps)
+
+
+def test_load_step_and_old_workdirs(workdir, tmp_path, monkeypatch):
+  wd, dataset, params = workdir
+  run = jaxcap.load(wd, step=3)
+  assert run.step == 3
+  first = jax.tree.leaves(params)[0]
+  np.testing.assert_allclose(np.asarray(jax.tree.leaves(run.params)[0]), np.asarray(first) + 1)
+  with pytest.raises(ValueError, match="no checkpoint at step 7"):
+    jaxcap.load(wd, step=7)
+  with pytest.raises(ValueError, match="config.json: not found"):
+    jaxcap.load(str(tmp_path))
+  # A workdir from before info.json: info comes from its dataset, or a one-line error.
+  old = tmp_path / "old"
+  os.symlink(wd, old)
+  os.remove(os.path.join(wd, "info.json"))
+  try:
+    assert jaxcap.load(str(old)).info == dict(dataset.info)
+
+    def unreadable(_):
+      raise FileNotFoundError("/data/coco/dataset_coco.json")
+
+    monkeypatch.setattr(data_lib, "get_dataset", unreadable)
+    with pytest.raises(ValueError, match=r"info.json: not found .* could not be read") as e:
+      jaxcap.load(str(old))
+    assert "\n" not in str(e.value)
+  finally:
+    api.save_info(wd, dict(dataset.info))
+
+
+def test_make_batch_defaults_and_errors():
+  info = {"feature_dim": 4, "global_dim": 4, "max_regions": 3}
+  x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+  b = api.make_batch(x, info)
+  assert b["feats_mask"].all() and b["valid"].all()
+  np.testing.assert_allclose(b["global_feat"], x.mean(1))
+  b = api.make_batch({"feats": x, "feats_mask": np.array([[1, 1, 0], [1, 0, 0]], bool)}, info)
+  np.testing.assert_allclose(b["global_feat"], [x[0, :2].mean(0), x[1, 0]])
+  with pytest.raises(ValueError, match="reads region features 'feats'"):
+    api.make_batch(x[:, 0], info)  # global features for a model with regions
+  g = api.make_batch(x[:, 0], dict(info, max_regions=1))
+  np.testing.assert_array_equal(g["feats"], x[:, :1])
+  with pytest.raises(ValueError, match=r"expected region features \[B, N, 4\]"):
+    api.make_batch(np.zeros((2, 3, 5), np.float32), info)
+  with pytest.raises(ValueError, match=r"expected features \[B, Dg\]"):
+    api.make_batch(np.zeros((2,), np.float32), info)
+
+
+def test_evaluate_scores_the_split(workdir):
+  wd, dataset, _ = workdir
+  run = jaxcap.load(wd)
+  run._dataset = dataset  # the same data, already built
+  scores = run.evaluate("test", metrics=("Bleu", "CIDEr"), num_images=10, method="greedy")
+  preds = scores["predictions"]
+  assert list(preds) == dataset.image_ids("test")[:10]
+  refs = dataset.references("test")
+  again = jaxcap.score({k: refs[k] for k in preds}, [{"image_id": k, "caption": v} for k, v in preds.items()],
+                       metrics=("Bleu", "CIDEr"))
+  assert scores["overall"] == again["overall"]
+  batch = _test_batch(dataset, 10)
+  assert list(preds.values()) == run.caption(batch, "greedy")
+
+
+def test_score_on_known_captions():
+  refs = {1: ["a red cube left of a blue ball"], 2: ["two green cones"]}
+  perfect = jaxcap.score(refs, {1: "a red cube left of a blue ball", 2: "two green cones"},
+                         metrics=("Bleu", "CIDEr"))
+  assert perfect["overall"]["Bleu_1"] == pytest.approx(1.0)
+  worse = jaxcap.score(refs, {1: "a red ball", 2: "two green cones"}, metrics=("Bleu",))
+  assert worse["overall"]["Bleu_1"] < 1.0 and set(worse["per_image"]) == {1, 2}
+
+
+def test_get_config_works_from_any_directory(tmp_path, monkeypatch):
+  monkeypatch.chdir(tmp_path)
+  c = jaxcap.get_config("configs/eta.py:synthetic,variant=stacked_v", model__dim=32, **{"data.num_train": 50})
+  assert (c.model.name, c.model.variant, c.model.dim, c.data.num_train) == ("eta", "stacked_v", 32, 50)
+  assert jaxcap.get_config("aat:synthetic").model.name == "aat"
+  with pytest.raises(ValueError, match="config field model.dimm: unknown"):
+    jaxcap.get_config("transformer", model__dimm=3)
+  with pytest.raises(ValueError, match="no config file"):
+    jaxcap.get_config("nonexistent.py")
+  shipped = os.path.join(cli.configs_dir(), "eta.py")
+  assert cli.resolve_config_path("configs/eta.py:synthetic") == shipped + ":synthetic"
+  assert cli.resolve_config_argv(["x", "--config", "eta.py", "--config=configs/aat.py:a"]) == [
+      "x", "--config", shipped, "--config=" + os.path.join(cli.configs_dir(), "aat.py") + ":a"]
+  (tmp_path / "configs").mkdir()
+  (tmp_path / "configs" / "eta.py").write_text("")
+  assert cli.resolve_config_path("configs/eta.py:synthetic") == "configs/eta.py:synthetic"  # a local file wins

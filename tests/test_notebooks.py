@@ -1,0 +1,68 @@
+"""notebooks/*.ipynb: committed without outputs, and each one executes with its assertions holding.
+
+Every notebook trains its own tiny checkpoint, so executing them is slow (about 1-2 minutes each
+on 2 CPU cores): those tests are marked slow and run in ``make test-slow`` (.ci/run's second
+step). They run through nbclient in a fresh kernel whose current directory is a temporary one
+(the runs go to its ``runs/``) and which imports jaxcap from this checkout.
+"""
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
+EXPECTED = {"quickstart", "eta_ablations", "aat_attention_time", "image_transformer", "mnmt", "tpgn"}
+
+
+def test_every_notebook_is_there():
+  assert EXPECTED <= {p.stem for p in NOTEBOOKS}
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_committed_without_outputs(path):
+  nb = json.loads(path.read_text())
+  for i, cell in enumerate(nb["cells"]):
+    if cell["cell_type"] == "code":
+      assert cell.get("outputs") == [] and cell.get("execution_count") is None, (
+          f"{path.name} cell {i} has outputs; strip them before committing (e.g. "
+          "jupyter nbconvert --clear-output --inplace notebooks/*.ipynb)")
+  assert "widgets" not in nb.get("metadata", {})
+
+
+def _cell_seconds(cell) -> float:
+  from datetime import datetime
+  t = cell.get("metadata", {}).get("execution", {})
+  try:
+    a, b = (datetime.fromisoformat(t[k].replace("Z", "+00:00"))
+            for k in ("iopub.execute_input", "shell.execute_reply"))
+  except (KeyError, ValueError):
+    return float("nan")
+  return (b - a).total_seconds()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_executes(path, tmp_path, monkeypatch):
+  nbformat = pytest.importorskip("nbformat")
+  nbclient = pytest.importorskip("nbclient")
+  # The kernel inherits this environment: import jaxcap from the checkout, and run on the real
+  # CPU device, not the 8 fake devices of tests/conftest.py.
+  monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+  monkeypatch.delenv("XLA_FLAGS", raising=False)
+  monkeypatch.setenv("JAX_PLATFORMS", "cpu")
+  nb = nbformat.read(str(path), as_version=4)
+  client = nbclient.NotebookClient(nb, timeout=900, kernel_name="python3",
+                                   resources={"metadata": {"path": str(tmp_path)}})
+  start = time.time()
+  client.execute()  # raises CellExecutionError (with the cell and traceback) if an assert fails
+  elapsed = time.time() - start
+  nbformat.write(nb, str(tmp_path / path.name))  # the executed copy, outputs included
+  print(f"{path.name}: executed in {elapsed:.0f} s ({tmp_path / path.name}); per cell: "
+        f"{[round(_cell_seconds(c)) for c in nb.cells if c.cell_type == 'code']}", file=sys.stderr)
+  outputs = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
+  assert "notebook ran in" in outputs

@@ -1,0 +1,131 @@
+"""jaxcap as an installed package: a fresh virtual environment, ``pip install -e .`` (and
+``pip install .``), then, from another directory, the README's Python API snippet on a finished
+run, and the console scripts.
+
+The new environments reuse this one's installed dependencies through a ``.pth`` file (pip then
+finds every requirement satisfied and installs none of them again); pip fetches only the build
+backend (setuptools) from the package index, as any ``pip install .`` does.
+"""
+
+import json
+import os
+import re
+import site
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.test_readme import README, SNIPPET_MARK, code_blocks
+
+REPO = Path(__file__).resolve().parents[1]
+
+TINY = ["--config.data.num_train=96", "--config.data.num_val=16", "--config.data.num_test=16",
+        "--config.model.dim=32", "--config.model.num_layers=1", "--config.model.num_dec_layers=1",
+        "--config.model.num_heads=4", "--config.model.ff_dim=64", "--config.batch_size=8",
+        "--config.eval_batch_size=8", "--config.num_train_steps=8", "--config.eval_every_steps=8",
+        "--config.checkpoint_every_steps=8", "--config.log_every_steps=4", "--config.warmup_steps=10",
+        "--config.eval_num_images=16", "--config.test_after_training=False"]
+
+
+def _venv(path: Path) -> Path:
+  subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
+  py = path / "bin" / "python"
+  purelib = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+  # This environment's packages (jax, flax, pip, setuptools, ...) become visible to the new one.
+  ours = [p for p in site.getsitepackages() + [sysconfig.get_paths()["purelib"]] if os.path.isdir(p)]
+  Path(purelib, "_reuse_parent_env.pth").write_text("\n".join(dict.fromkeys(ours)) + "\n")
+  return py
+
+
+def _fresh_clone(dest: Path) -> Path:
+  """The checkout's files (tracked and new, not ignored) copied to ``dest``: what a fresh clone
+  of this working tree holds, and nothing built here (no build/, no .venv) leaks in."""
+  import shutil
+  names = subprocess.run(["git", "ls-files", "-z", "-co", "--exclude-standard"], cwd=REPO,
+                         capture_output=True, text=True, check=True).stdout.split("\0")
+  for name in filter(None, names):
+    src = REPO / name
+    if src.is_file():
+      (dest / name).parent.mkdir(parents=True, exist_ok=True)
+      shutil.copy2(src, dest / name)
+  return dest
+
+
+def _env():
+  env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+  return dict(env, JAX_PLATFORMS="cpu", PYTHONDONTWRITEBYTECODE="1")
+
+
+def _run(cmd, cwd, timeout=600):
+  r = subprocess.run([str(c) for c in cmd], cwd=cwd, env=_env(), capture_output=True, text=True,
+                     timeout=timeout)
+  assert r.returncode == 0, f"{cmd}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+  return r.stdout
+
+
+@pytest.mark.slow
+def test_fresh_editable_install_runs_the_readme_snippet_from_another_directory(tmp_path):
+  py = _venv(tmp_path / "venv")
+  clone = _fresh_clone(tmp_path / "clone")
+  _run([py, "-m", "pip", "install", "-e", "."], cwd=clone)
+  elsewhere = tmp_path / "elsewhere"
+  elsewhere.mkdir()
+  where = _run([py, "-c", "import jaxcap, configs; print(jaxcap.__file__); print(configs.__file__)"],
+               cwd=elsewhere).split()
+  assert where == [str(clone / "jaxcap" / "__init__.py"), str(clone / "configs" / "__init__.py")]
+  # The console script trains a tiny run from another directory: --config configs/... is found
+  # in the package.
+  bin_dir = py.parent
+  _run([bin_dir / "jaxcap-train", "--config", "configs/transformer.py:synthetic",
+        "--workdir", "runs/transformer_synthetic", *TINY], cwd=elsewhere)
+  assert (elsewhere / "runs" / "transformer_synthetic" / "info.json").exists()
+  # Five test images' features and references, as a user would have them.
+  _run([py, "-c", (
+      "import json, os, numpy as np, jaxcap\n"
+      "run = jaxcap.load('runs/transformer_synthetic')\n"
+      "test, refs = run.dataset.split('test'), run.dataset.references('test')\n"
+      "os.makedirs('feats')\n"
+      "for i in range(5): np.save(f'feats/{i}.npy', test[i]['feats'])\n"
+      "ids = run.dataset.image_ids('test')[:5]\n"
+      "json.dump([refs[i] for i in ids], open('references.json', 'w'))\n")], cwd=elsewhere)
+  snippet = [b for b in code_blocks(README.read_text()) if b[3] == SNIPPET_MARK][0][1]
+  (elsewhere / "snippet.py").write_text(snippet)
+  # No dataset may be read: jaxcap.data.get_dataset fails if the snippet calls it.
+  guard = ("import jaxcap.data\n"
+           "def _no(*a, **k): raise AssertionError('the snippet read the dataset')\n"
+           "jaxcap.data.get_dataset = _no\n"
+           "import runpy; runpy.run_path('snippet.py', run_name='__main__')\n")
+  out = _run([py, "-c", guard], cwd=elsewhere)
+  captions_line = [ln for ln in out.splitlines() if ln.startswith("[")][-1]
+  assert re.search(r"\] [0-9.e-]+$", captions_line), out
+  assert captions_line.count("'") >= 10  # five quoted captions
+  # jaxcap-evaluate on the same run, greedy on the 16 test images.
+  _run([bin_dir / "jaxcap-evaluate", "--workdir", "runs/transformer_synthetic", "--tag", "_installed"],
+       cwd=elsewhere)
+  scores = json.loads((elsewhere / "runs" / "transformer_synthetic" / "scores_test_installed.json").read_text())
+  assert "CIDEr" in scores["overall"]
+
+
+@pytest.mark.slow
+def test_wheel_install_ships_the_package_and_its_configs(tmp_path):
+  py = _venv(tmp_path / "venv")
+  _run([py, "-m", "pip", "install", "--no-deps", "."], cwd=_fresh_clone(tmp_path / "clone"))
+  elsewhere = tmp_path / "elsewhere"
+  elsewhere.mkdir()
+  out = _run([py, "-c", (
+      "import jaxcap, configs\n"
+      "from jaxcap import cli\n"
+      "c = jaxcap.get_config('configs/eta.py:synthetic,variant=stacked_v', num_train_steps=5)\n"
+      "print(jaxcap.__file__, configs.__file__, cli.configs_dir(), c.model.variant, c.num_train_steps)\n")],
+      cwd=elsewhere).split()
+  site_dir = str(tmp_path / "venv")
+  assert all(p.startswith(site_dir) for p in out[:3]), out
+  assert out[3:] == ["stacked_v", "5"]
+  assert (py.parent / "jaxcap-train").exists() and (py.parent / "jaxcap-evaluate").exists()
+  names = {p.name for p in Path(out[2]).iterdir()}
+  assert {"common.py", "transformer.py", "eta.py", "aat.py"} <= names

@@ -1,0 +1,222 @@
+"""Every command in README.md's code blocks is exercised by this test (or by a named CI step).
+
+The README's fenced ``bash`` blocks are split into commands (continuation lines joined, comments
+dropped) and each command is checked by the rule of its program:
+
+* ``python train.py ...`` / ``jaxcap-train ...``: the real flag parser of the program
+  (``jaxcap.commands.train``) parses it, which loads the config file with its argument and
+  applies every ``--config.<field>=<value>`` override (a typo in a field, a bad value or an
+  unknown config argument fails) — the run itself is not started;
+* ``python evaluate.py ...`` / ``jaxcap-evaluate ...``: parsed by ``jaxcap.commands.evaluate``'s
+  flags (names and value types);
+* ``python scripts/<x>.py`` / ``python benchmarks/<x>.py``: the file exists and defines every
+  ``--flag`` the command uses (absl or argparse);
+* ``make <target>``: a Makefile target (``make test`` / ``make test-slow`` are .ci/run's steps);
+* ``pip install -r requirements.txt`` / ``-e .`` / ``.``: the files exist (tests/test_package.py
+  installs the package into a fresh virtual environment);
+* a few others (``tensorboard``, ``source .venv/bin/activate``, ``jupyter``, ``cd``): see RULES.
+
+A command that no rule covers fails the test with its line, so a new README section's commands
+are either checked by an existing rule or need one added here. ``python`` blocks must compile;
+the block marked ``<!-- readme-snippet: python-api -->`` is executed by tests/test_package.py.
+"""
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+README = REPO / "README.md"
+SNIPPET_MARK = "<!-- readme-snippet: python-api -->"
+
+
+def code_blocks(text: str):
+  """``[(language, body, line number, marker)]`` of the fenced blocks; ``marker`` is an HTML
+  comment on the line before the fence (or "")."""
+  out, lines, i = [], text.splitlines(), 0
+  while i < len(lines):
+    m = re.match(r"^```(\w*)\s*$", lines[i])
+    if m:
+      start, body = i, []
+      i += 1
+      while i < len(lines) and not lines[i].startswith("```"):
+        body.append(lines[i])
+        i += 1
+      prev = lines[start - 1].strip() if start else ""
+      out.append((m.group(1), "\n".join(body), start + 1, prev if prev.startswith("<!--") else ""))
+    i += 1
+  return out
+
+
+def shell_commands(body: str):
+  """The commands of a shell block: continuation lines joined, comments and blanks dropped."""
+  joined = re.sub(r"\\\n\s*", " ", body)
+  cmds = []
+  for line in joined.splitlines():
+    words = shlex.split(line, comments=True)
+    if words:
+      cmds.append(words)
+  return cmds
+
+
+def readme_commands():
+  cmds = []
+  for lang, body, line, _ in code_blocks(README.read_text()):
+    if lang in ("bash", "sh", "shell", "console"):
+      cmds += [(line, c) for c in shell_commands(body)]
+  return cmds
+
+
+def _program(words):
+  """``("train" | "evaluate" | <path.py> | <executable>, args)``."""
+  if words[0] in ("python", "python3") and len(words) > 1:
+    if words[1] == "-m":
+      return "-m " + words[2], words[3:]
+    return {"train.py": "train", "evaluate.py": "evaluate"}.get(words[1], words[1]), words[2:]
+  return {"jaxcap-train": "train", "jaxcap-evaluate": "evaluate"}.get(words[0], words[0]), words[1:]
+
+
+def _flag_names(args):
+  return [a[2:].split("=", 1)[0] for a in args if a.startswith("--") and len(a) > 2]
+
+
+def _check_script(path: str, args) -> str:
+  p = REPO / path
+  if not p.exists():
+    return f"{path}: no such file"
+  src = p.read_text()
+  for name in _flag_names(args):
+    if name.startswith("config."):
+      continue  # config overrides of a DEFINE_config_file flag
+    under = name.replace("-", "_")
+    if not re.search(rf"[\"'](--)?({re.escape(under)}|{re.escape(name)})[\"']", src):
+      return f"{path}: defines no flag --{name}"
+  return ""
+
+
+def _check_make(args) -> str:
+  targets = set(re.findall(r"^([\w-]+):", (REPO / "Makefile").read_text(), re.M))
+  missing = [a for a in args if "=" not in a and a not in targets]
+  return f"Makefile has no target {missing}" if missing else ""
+
+
+def _check_pip(args) -> str:
+  if args[:1] != ["install"]:
+    return "only 'pip install' is covered"
+  rest = args[1:]
+  if rest[:1] == ["-r"]:
+    return "" if (REPO / rest[1]).exists() else f"{rest[1]}: no such file"
+  if rest in (["-e", "."], ["."]):
+    return "" if (REPO / "pyproject.toml").exists() else "pyproject.toml: missing"
+  return f"pip install {' '.join(rest)}: not covered"
+
+
+RULES = {
+    "make": _check_make,
+    "pip": _check_pip,
+    "tensorboard": lambda args: "" if "tensorboard" in (REPO / "requirements.txt").read_text() else
+    "tensorboard is not in requirements.txt",
+    "source": lambda args: "" if args == [".venv/bin/activate"] else f"source {args}: not covered",
+    ".": lambda args: "" if args == [".venv/bin/activate"] else f". {args}: not covered",
+    "cd": lambda args: "",
+    "jupyter": lambda args: "" if all((REPO / a).exists() for a in args if a.startswith("notebooks/"))
+    else "a notebook the command names is missing",
+    "-m pytest": lambda args: "",
+}
+
+# Parses each command with the program's own absl flags in one subprocess (flags are global).
+_PARSE = r'''
+import json, os, sys
+from absl import flags
+from ml_collections import config_flags
+from jaxcap import cli
+cli.ensure_configs_importable()
+cmds = json.loads(sys.stdin.read())
+errors = []
+import jaxcap.commands.evaluate  # noqa: F401  defines its flags on the global FLAGS
+for kind, args in cmds:
+  try:
+    if kind == "train":
+      argv = cli.resolve_config_argv(["train.py"] + args)
+      fv = flags.FlagValues()
+      default = os.path.join(cli.configs_dir(), "transformer.py") + ":synthetic"  # train.py's default
+      config_flags.DEFINE_config_file("config", default, "", flag_values=fv, lock_config=True, sys_argv=argv)
+      flags.DEFINE_string("workdir", None, "", flag_values=fv)
+      fv(argv)
+      assert fv.config is not None and "model" in fv.config
+    else:
+      flags.FLAGS.unparse_flags()
+      flags.FLAGS(["evaluate.py"] + args)
+    errors.append("")
+  except BaseException as e:  # absl raises SystemExit / flags.Error / ValueError
+    errors.append(f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}")
+print(json.dumps(errors))
+'''
+
+
+def test_the_readme_has_commands_and_the_api_snippet():
+  cmds = readme_commands()
+  assert len(cmds) > 20
+  assert any(_program(c)[0] == "train" for _, c in cmds) and any(_program(c)[0] == "evaluate" for _, c in cmds)
+  marked = [b for b in code_blocks(README.read_text()) if b[3] == SNIPPET_MARK]
+  assert len(marked) == 1 and marked[0][0] == "python"
+  assert "jaxcap.load(" in marked[0][1] and len(marked[0][1].splitlines()) <= 12
+  top = code_blocks(README.read_text())[0]
+  assert [c[:2] for c in shell_commands(top[1])] == [["make", "train"], ["make", "test"]]
+
+
+def test_every_readme_command_is_covered():
+  parsed, failures = [], []
+  for line, words in readme_commands():
+    prog, args = _program(words)
+    if prog in ("train", "evaluate"):
+      parsed.append((line, prog, args))
+    elif prog.endswith(".py"):
+      err = _check_script(prog, args)
+      if err:
+        failures.append(f"README.md:{line}: {' '.join(words)}\n    {err}")
+    elif prog in RULES:
+      err = RULES[prog](args)
+      if err:
+        failures.append(f"README.md:{line}: {' '.join(words)}\n    {err}")
+    else:
+      failures.append(f"README.md:{line}: {' '.join(words)}\n    no rule covers {prog!r}; add one to "
+                      "tests/test_readme.py")
+  env = dict(os.environ, PYTHONPATH=str(REPO))
+  r = subprocess.run([sys.executable, "-c", _PARSE], input=json.dumps([(k, a) for _, k, a in parsed]),
+                     capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
+  assert r.returncode == 0, r.stderr[-3000:]
+  errors = json.loads(r.stdout.strip().splitlines()[-1])
+  for (line, prog, args), err in zip(parsed, errors):
+    if err:
+      failures.append(f"README.md:{line}: {prog} {' '.join(args)}\n    {err}")
+  assert not failures, "README commands that fail their check:\n" + "\n".join(failures)
+
+
+def test_python_blocks_compile():
+  for lang, body, line, _ in code_blocks(README.read_text()):
+    if lang == "python":
+      compile(body, f"README.md:{line}", "exec")
+
+
+def test_the_parser_catches_a_bad_command(tmp_path):
+  """The checks are not vacuous: a typo in a config field, a flag or a script name fails."""
+  env = dict(os.environ, PYTHONPATH=str(REPO))
+  bad = [("train", ["--config", "configs/eta.py:synthetic", "--config.model.dimm=3"]),
+         ("train", ["--config", "configs/eta.py:synthetic,variantt=x"]),
+         ("evaluate", ["--workdir", "x", "--beam-sise", "3"]),
+         ("train", ["--config", "configs/aat.py:synthetic", "--config.num_train_steps=300"])]
+  r = subprocess.run([sys.executable, "-c", _PARSE], input=json.dumps(bad), capture_output=True, text=True,
+                     cwd=REPO, env=env, timeout=300)
+  errors = json.loads(r.stdout.strip().splitlines()[-1])
+  assert [bool(e) for e in errors] == [True, True, True, False], errors
+  assert _check_script("scripts/aat_table1.py", ["--workdir", "x", "--nonexistent-flag", "1"])
+  assert not _check_script("scripts/aat_table1.py", ["--workdir", "x"])
+  assert _check_script("scripts/nonexistent.py", [])
+  assert _check_make(["train", "bogus"]) and not _check_make(["test-slow", "ARGS=-x"])
