@@ -7,13 +7,14 @@ stays light)::
   run.caption(features)                             # -> list of captions
   run.evaluate(split="test")                        # -> score dict
   run.ablate(force_gate=1.0)                        # same parameters, changed model
+  jaxcap.load_ensemble(["runs/a", "runs/b"])        # several runs decoded as one
   jaxcap.score(references, predictions)             # pycocoevalcap metrics
   jaxcap.get_config("eta.py:synthetic"), jaxcap.train(config, workdir)
 """
 
 __version__ = "0.1.0"
 
-_API = ("load", "score", "train", "get_config", "Run", "make_batch")
+_API = ("load", "load_ensemble", "score", "train", "get_config", "Run", "make_batch")
 
 
 def __getattr__(name):

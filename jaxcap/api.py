@@ -426,6 +426,10 @@ class Run:
       ValueError: one line, for a field the model does not have, or a change its parameters
         do not fit (e.g. ``variant="eta"`` on a ``stacked_v`` run, which lacks a pathway).
     """
+    from jaxcap import ensemble as ensemble_lib
+    if isinstance(self.model, ensemble_lib.Ensemble):
+      raise ValueError("ablate: this run is an ensemble; ablate its members, then ensemble them "
+                       "with jaxcap.load_ensemble")
     names = sorted(f.name for f in dataclasses.fields(self.model) if f.name not in ("parent", "name"))
     unknown = [k for k in fields if k not in names]
     if unknown:
@@ -535,6 +539,36 @@ def load(workdir: str, step: int | None = None) -> Run:
   model = registry.build(config.model, info)
   params, restored_step = _restore_params(workdir, config, model, info, step)
   return Run(config, vocab, info, model, params, workdir=workdir, step=restored_step)
+
+
+def load_ensemble(runs: Sequence[Any], weights: Sequence[float] | None = None) -> Run:
+  """Several runs decoded as one (:mod:`jaxcap.ensemble`: step probabilities averaged).
+
+  Args:
+    runs: workdirs or loaded :class:`Run` objects (each workdir's best checkpoint); any models,
+      one vocabulary.
+    weights: one non-negative weight per run (default: equal).
+
+  Returns:
+    a :class:`Run` whose ``model`` is a :class:`jaxcap.ensemble.Ensemble` and ``params`` the
+    members' variables (a tuple): ``caption``, ``decode``, ``predict`` and ``evaluate`` work as
+    for one run, with the first run's config, info and data. ``ablate`` is refused (ablate the
+    members, then ensemble them).
+
+  Raises:
+    ValueError: one line, when the vocabularies differ or no run is given.
+  """
+  from jaxcap import ensemble as ensemble_lib
+  members = [r if isinstance(r, Run) else load(r) for r in runs]
+  if not members:
+    raise ValueError("load_ensemble: expected at least one run, got none")
+  names = [m.workdir or repr(m) for m in members]
+  ensemble_lib.check_same_vocab([m.vocab for m in members], names)
+  model, params = ensemble_lib.make_ensemble([m.model for m in members],
+                                             [m.params for m in members], weights)
+  first = members[0]
+  return Run(first.config, first.vocab, first.info, model, params, workdir=first.workdir,
+             step=first.step, dataset=first._dataset)
 
 
 def _restore_params(workdir, config, model, info, step):

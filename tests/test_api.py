@@ -171,3 +171,26 @@ def test_get_config_works_from_any_directory(tmp_path, monkeypatch):
   (tmp_path / "configs").mkdir()
   (tmp_path / "configs" / "eta.py").write_text("")
   assert cli.resolve_config_path("configs/eta.py:synthetic") == "configs/eta.py:synthetic"  # a local file wins
+
+
+def test_load_ensemble_of_a_run_with_itself_captions_as_the_run(workdir):
+  """The API's ensemble (jaxcap.ensemble behind it): two copies of one run average to the run."""
+  wd, dataset, _ = workdir
+  batch = _test_batch(dataset)
+  run = jaxcap.load(wd)
+  ens = jaxcap.load_ensemble([wd, run])
+  assert ens.caption(batch, "greedy") == run.caption(batch, "greedy")
+  np.testing.assert_allclose(ens.decode(batch, "greedy").token_logprobs,
+                             run.decode(batch, "greedy").token_logprobs, atol=1e-5)
+  with pytest.raises(ValueError, match="ensemble"):
+    ens.ablate(num_heads=2)
+
+
+def test_load_ensemble_refuses_another_vocabulary(workdir):
+  from jaxcap.data.vocab import Vocab
+  wd, _, _ = workdir
+  run = jaxcap.load(wd)
+  other = api.Run(run.config, Vocab(run.vocab.itos[:-1]), run.info, run.model, run.params,
+                  workdir="other")
+  with pytest.raises(ValueError, match="another vocabulary"):
+    jaxcap.load_ensemble([run, other])
