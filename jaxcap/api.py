@@ -411,6 +411,33 @@ class Run:
       scores = score(refs, preds, metrics=metrics, log=log)
     return dict(scores, predictions=preds)
 
+  # ---------------------------------------------------------------- figures
+  def plot_training_curves(self, out: str | None = None):
+    """:func:`jaxcap.analysis.figures.plot_training_curves` of the run's ``metrics.jsonl``."""
+    from jaxcap.analysis import figures
+    if self.workdir is None:
+      raise ValueError("plot_training_curves: this run has no workdir (no metrics.jsonl)")
+    return figures.plot_training_curves(figures.load_metrics(self.workdir), out=out)
+
+  def plot_words(self, features, out_prefix: str, *, index: int = 0, columns: int = 6) -> list[str]:
+    """The per-word figures of the greedy caption of image ``index`` of ``features``.
+
+    Soft attention over the region boxes (models reporting ``aux["attention"]``, with
+    ``boxes`` in the features), ETA's gate, AAT's steps and confidences
+    (:func:`jaxcap.analysis.words.plot_word_figures`); returns the PNG paths written.
+    """
+    from jaxcap.analysis.words import caption_aux, plot_word_figures
+    batch = jax.tree.map(jnp.asarray, self.batch(features))
+    max_len = int(self.decode_config().get("max_len", 16))
+    words, aux = caption_aux(self.model, self.params, batch, self.vocab, max_len, row=index)
+    title = " ".join(w for w in words if w != "<eos>")
+    written = plot_word_figures(words, aux, jax.device_get(batch), out_prefix, row=index,
+                                title=title, columns=columns)
+    if not written:
+      raise ValueError(f"plot_words: model {self._name()!r} reports no per-word attention, gate or "
+                       f"steps (decode aux keys: {sorted(aux)})")
+    return written
+
   # ---------------------------------------------------------------- ablations
   def ablate(self, *, role_centroids=None, **fields) -> "Run":
     """A new run whose model has ``fields`` changed, over the same parameters.

@@ -39,7 +39,7 @@ def words(args):
   from jaxcap.analysis import figures
   from jaxcap.data import pipeline
   from jaxcap.training import train_lib
-  from jaxcap.analysis.words import caption_aux
+  from jaxcap.analysis.words import caption_aux, plot_word_figures
   from plot_attention_steps import _Row
 
   path = os.path.join(args.workdir, "config.json")
@@ -58,23 +58,7 @@ def words(args):
                         int(config.decode.max_len))
   image_id = trainer.dataset.image_ids(args.split)[args.index]
   title = f"image {image_id}: {' '.join(w for w in ws if w != '<eos>')}"
-  written = []
-  if "attention" in aux:
-    n = int(np.sum(np.asarray(batch["feats_mask"][0])))  # the image's real regions
-    boxes = np.asarray(batch["boxes"][0])[:n]
-    out = f"{args.out}_attention.png"
-    figures.plot_region_attention(ws, np.asarray(aux["attention"])[:, :n], boxes, title=title,
-                                  columns=args.columns, out=out)
-    written.append(out)
-  if "gbc_gate_layers" in aux or "gbc_gate" in aux:
-    out = f"{args.out}_gate.png"
-    figures.plot_gate(ws, aux.get("gbc_gate_layers", aux.get("gbc_gate")), title=title, out=out)
-    written.append(out)
-  if "attention_steps" in aux:
-    out = f"{args.out}_steps.png"
-    figures.plot_attention_steps(ws, aux["attention_steps"], aux["confidences"], aux["beta"],
-                                 title=title, out=out)
-    written.append(out)
+  written = plot_word_figures(ws, aux, batch, args.out, title=title, columns=args.columns)
   if not written:
     raise SystemExit(f"model.name={config.model.name!r} reports no per-word attention, gate or "
                      f"steps (decode aux keys: {sorted(aux)})")

@@ -28,3 +28,33 @@ def caption_aux(model, params, batch, vocab, max_len: int, row: int = 0):
   words = [vocab.itos[int(i)] if int(i) != EOS else "<eos>" for i in tokens[:n]]
   aux = {k: np.asarray(v[row, :n]) for k, v in (out.aux or {}).items()}
   return words, aux
+
+
+def plot_word_figures(words, aux: dict, batch: dict, out_prefix: str, *, row: int = 0,
+                      title: str = "", columns: int = 6) -> list[str]:
+  """Draws every per-word figure the decoder's ``aux`` supports; returns the PNG paths.
+
+  ``<out_prefix>_attention.png`` (soft attention over the region boxes, when ``aux`` has
+  ``attention`` and the batch has ``boxes``), ``<out_prefix>_gate.png`` (ETA's gate) and
+  ``<out_prefix>_steps.png`` (AAT's steps and confidences). ``words`` / ``aux`` are
+  :func:`caption_aux`'s for batch row ``row``.
+  """
+  from jaxcap.analysis import figures
+  written = []
+  if "attention" in aux and "boxes" in batch:
+    n = int(np.sum(np.asarray(batch["feats_mask"][row])))  # the image's real regions
+    boxes = np.asarray(batch["boxes"][row])[:n]
+    out = f"{out_prefix}_attention.png"
+    figures.plot_region_attention(words, np.asarray(aux["attention"])[:, :n], boxes, title=title,
+                                  columns=columns, out=out)
+    written.append(out)
+  if "gbc_gate_layers" in aux or "gbc_gate" in aux:
+    out = f"{out_prefix}_gate.png"
+    figures.plot_gate(words, aux.get("gbc_gate_layers", aux.get("gbc_gate")), title=title, out=out)
+    written.append(out)
+  if "attention_steps" in aux:
+    out = f"{out_prefix}_steps.png"
+    figures.plot_attention_steps(words, aux["attention_steps"], aux["confidences"], aux["beta"],
+                                 title=title, out=out)
+    written.append(out)
+  return written

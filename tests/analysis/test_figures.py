@@ -205,3 +205,31 @@ def test_caption_aux_of_an_lstm_feeds_the_region_attention_figure(tmp_path):
   figures.plot_region_attention(words, aux["attention"][:, :n_regions],
                                 batch["boxes"][1][:n_regions], out=str(tmp_path / "a.png"))
   _check_png(tmp_path / "a.png")
+
+
+def test_run_plot_words_and_training_curves(tmp_path):
+  """The API's figure methods (jaxcap.api.Run.plot_words / plot_training_curves) write PNGs."""
+  import jax
+  from configs import lstm as lstm_config
+  from jaxcap import api
+  from jaxcap import data as data_lib
+  from jaxcap.data import pipeline
+  from jaxcap.models import registry
+  from jaxcap.models.base import shift_right
+  c = lstm_config.get_config("synthetic")
+  c.data.num_train, c.data.num_val, c.data.num_test = 16, 8, 8
+  c.model.hidden_dim = c.model.embed_dim = c.model.att_dim = 16
+  c.decode.max_len = 5
+  ds = data_lib.get_dataset(c.data)
+  model = registry.build(c.model, dict(ds.info))
+  batch = next(iter(pipeline.eval_batches(ds.split("test"), 2, num_threads=0)))
+  params = model.init(jax.random.PRNGKey(0), batch, shift_right(batch["captions"]), train=False)
+  (tmp_path / "metrics.jsonl").write_text(
+      '{"step": 1, "time": 0, "train/loss": 3.0}\n{"step": 2, "time": 1, "train/loss": 2.5}\n')
+  run = api.Run(c, ds.vocab, dict(ds.info), model, params, workdir=str(tmp_path))
+  feats = {k: v for k, v in batch.items() if k in ("feats", "feats_mask", "boxes", "global_feat")}
+  written = run.plot_words(feats, str(tmp_path / "w"), index=1)
+  assert written == [str(tmp_path / "w_attention.png")]
+  _check_png(tmp_path / "w_attention.png")
+  run.plot_training_curves(out=str(tmp_path / "c.png"))
+  _check_png(tmp_path / "c.png")
