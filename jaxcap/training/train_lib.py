@@ -29,6 +29,7 @@ from jaxcap.models import registry
 from jaxcap.models.base import shift_right
 from jaxcap.training import checkpoint as ckpt_lib
 from jaxcap.training import optim, parallel, steps
+from jaxcap.training import writers as writer_lib
 from jaxcap.training.writers import MetricWriter
 
 # Fields that may differ between the config a checkpoint was trained with and a resumed run.
@@ -261,22 +262,25 @@ class Trainer:
     init_workdir(workdir, config, self.dataset.vocab)
     ckpts = ckpt_lib.Checkpoints(workdir, keep=config.keep_checkpoints, best_metric=_best_metric(config))
     patience, stale = int(config.get("early_stopping_patience", 0)), 0
-    writer = MetricWriter(workdir)
     train_source = self.dataset.split("train")
     local_bs = parallel.local_batch_size(config.batch_size, self.mesh)
     it = pipeline.make_train_iterator(train_source, local_bs, seed=config.seed,
                                       num_workers=config.data.get("num_workers", 0))
     state = self.initial_state()
     start = 0
-    if ckpts.latest_step() is not None:
-      restored, data_state = ckpts.restore(ckpt_lib.abstract(state))
+    # The newest intact step (a damaged one is reported and set aside), then metrics.jsonl
+    # without the lines a killed run wrote past it (before the writer opens the file).
+    restored, data_state, _ = ckpts.resume(ckpt_lib.abstract(state))
+    if restored is not None:
       state = jax.device_put(restored, parallel.replicated(self.mesh))
       it.set_state(data_state)
       start = int(state.step)
       print(f"Resumed from {workdir}/checkpoints at step {start}.", flush=True)
-    elif config.get("init_from", ""):
+    writer_lib.drop_lines_after(workdir, start)
+    writer = MetricWriter(workdir)
+    if restored is None and config.get("init_from", ""):
       state = self.init_from(state, config.init_from)
-    else:
+    elif restored is None:
       state = self.prepare_variables(state)
     scst_start = optim.scst_start_step(config, self.steps_per_epoch)
 
