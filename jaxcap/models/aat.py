@@ -55,6 +55,8 @@ the latter):
     features and ``c_t`` before the output layer, as the released code does.
   * Both LSTMs are flax's ``OptimizedLSTMCell`` (the standard LSTM of the paper); everything
     else is custom because the paper's modules have no flax counterpart.
+  * The attention's key projection has no bias (the released code's has one): the softmax
+    over regions cancels it, so its gradient is identically zero (issue 18).
 """
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ def _np_layer_norm(p, x, eps=1e-6):
 def _np_mha(p, q, a, mask):
   """Eqs. 4-5 for one query vector ``q [D]`` over regions ``a [N, D]``."""
   qh = np.einsum("d,dhk->hk", q, p["query"]["kernel"]) + p["query"]["bias"]
-  kh = np.einsum("nd,dhk->nhk", a, p["key"]["kernel"]) + p["key"]["bias"]
+  kh = np.einsum("nd,dhk->nhk", a, p["key"]["kernel"])  # no key bias (the softmax cancels it)
   vh = np.einsum("nd,dhk->nhk", a, p["value"]["kernel"]) + p["value"]["bias"]
   logits = np.einsum("hk,nhk->hn", qh, kh) / np.sqrt(qh.shape[-1])
   logits = np.where(mask[None], logits, -np.inf)

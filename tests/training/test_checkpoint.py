@@ -151,3 +151,84 @@ def test_metrics_lines_past_the_resumed_step_are_dropped(tmp_path):
   assert writers.drop_lines_after(str(tmp_path), 6) == 0
   assert [p.name for p in tmp_path.iterdir()] == ["metrics.jsonl"]  # no temporary file left
   assert writers.drop_lines_after(str(tmp_path / "absent"), 0) == 0
+
+
+# ------------------------------------------------------------------ training runs (slow)
+
+def _params(workdir, config, dataset):
+  trainer = train_lib.Trainer(config, str(workdir), dataset=dataset)
+  ck = ckpt_lib.Checkpoints(str(workdir), keep=config.keep_checkpoints)
+  state, data_state = ck.restore(ckpt_lib.abstract(trainer.initial_state()))
+  return int(state.step), jax.device_get(state.params), data_state
+
+
+def _assert_same_run(a, b, config, dataset):
+  sa, pa, da = _params(a, config, dataset)
+  sb, pb, db = _params(b, config, dataset)
+  assert sa == sb == config.num_train_steps and da == db
+  la, lb = jax.tree.leaves(pa), jax.tree.leaves(pb)
+  assert len(la) == len(lb) > 0
+  for x, y in zip(la, lb):
+    np.testing.assert_array_equal(x, y)  # bitwise
+
+
+def _metric_lines(workdir):
+  return [json.loads(l) for l in (Path(workdir) / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def tiny():
+  from tests.training.test_train import tiny_config
+  from jaxcap import data as data_lib
+  config = tiny_config(num_train_steps=16, keep_checkpoints=2)
+  return config, data_lib.get_dataset(config.data)
+
+
+@pytest.mark.slow
+def test_kill_during_and_right_after_a_checkpoint_write_resumes_bitwise(tmp_path, tiny):
+  """SIGKILL while step 8 is half-written, resume; SIGKILL right after step 12 is saved (before
+  orbax deletes the oldest step), resume to 16: the parameters, data position and metric lines
+  equal a straight run's bitwise, and ``keep_checkpoints`` (2) holds."""
+  from tests.training.test_train import _train_cmd
+  config, dataset = tiny
+  killed, straight = tmp_path / "killed", tmp_path / "straight"
+  env = dict(os.environ, PYTHONUNBUFFERED="1")
+  helper = str(REPO / "tests" / "training" / "faulty_train.py")
+  args = _train_cmd(killed, 16, ["--config.keep_checkpoints=2"])[2:]
+  for moment, on_disk in (("during:8", ["4"]), ("after:12", ["12", "4", "8"])):
+    r = subprocess.run([sys.executable, helper, moment, *args], cwd=REPO, env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == -signal.SIGKILL, r.stdout[-2000:] + r.stderr[-2000:]
+    steps = sorted(p.name for p in (killed / "checkpoints").iterdir() if p.name.isdigit())
+    assert steps == on_disk, (moment, steps)
+  assert any(".orbax-checkpoint-tmp" in p.name for p in (killed / "checkpoints").iterdir()) is False
+  train_lib.Trainer(config, str(killed), dataset=dataset).fit()
+  assert sorted(os.listdir(killed / "checkpoints")) == ["12", "16"]
+  train_lib.Trainer(config, str(straight), dataset=dataset).fit()
+  _assert_same_run(straight, killed, config, dataset)
+  a, b = _metric_lines(straight), _metric_lines(killed)
+  train_steps = lambda lines: [l["step"] for l in lines if "train/loss" in l]
+  assert train_steps(b) == train_steps(a) == list(range(2, 17, 2))  # each step once
+  assert [l.get("train/loss") for l in b] == [l.get("train/loss") for l in a]
+  assert [l.get("val/CIDEr") for l in b] == [l.get("val/CIDEr") for l in a]
+
+
+@pytest.mark.slow
+def test_damaged_latest_step_resumes_from_the_one_before_like_a_straight_run(tmp_path, tiny, capsys):
+  config, dataset = tiny
+  run, straight = tmp_path / "run", tmp_path / "straight"
+  short = config.copy_and_resolve_references()
+  short.num_train_steps = 12
+  train_lib.Trainer(short, str(run), dataset=dataset).fit()
+  assert sorted(os.listdir(run / "checkpoints")) == ["12", "8"]
+  _corrupt_arrays(run / "checkpoints" / "12")
+  capsys.readouterr()
+  train_lib.Trainer(config, str(run), dataset=dataset).fit()
+  out = capsys.readouterr().out
+  warn = [l for l in out.splitlines() if "damaged checkpoint" in l]
+  assert len(warn) == 1 and str(run / "checkpoints" / "12") in warn[0] \
+      and str(run / "checkpoints" / "8") in warn[0], out
+  assert "Resumed from" in out and "at step 8." in out
+  train_lib.Trainer(config, str(straight), dataset=dataset).fit()
+  _assert_same_run(straight, run, config, dataset)
+  assert [l["step"] for l in _metric_lines(run) if "train/loss" in l] == list(range(2, 17, 2))
