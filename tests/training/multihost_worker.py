@@ -37,7 +37,9 @@ def global_batch(dataset):
   return next(iter(pipeline.eval_batches(dataset.split("train"), GLOBAL_BATCH, num_threads=0)))
 
 
-def run(config, dataset, mesh, rows):
+def run(config, dataset, mesh, rows, *more_rows):
+  """``(losses, params)`` of NUM_STEPS steps from this process's ``rows``; with ``more_rows``,
+  a list of them, one per row order (compiled once)."""
   from jaxcap.models import registry
   from jaxcap.training import optim, parallel, steps, train_lib
   model = registry.build(config.model, dict(dataset.info))
@@ -47,16 +49,19 @@ def run(config, dataset, mesh, rows):
   repl, data = parallel.replicated(mesh), parallel.batch_sharding(mesh)
   state = jax.device_put(steps.create_state(params, tx, jax.random.PRNGKey(1)), repl)
   step = jax.jit(lambda s, b: steps.train_step(s, b, model=model, tx=tx), in_shardings=(repl, data),
-                 out_shardings=(repl, repl))
-  local = parallel.shard_batch({k: v[rows] for k, v in batch.items()}, mesh)
-  losses = []
-  for _ in range(NUM_STEPS):
-    state, metrics = step(state, local)
-    m = jax.tree.map(lambda x: np.asarray(x.addressable_data(0)), metrics)
-    losses.append(float(m["loss_sum"] / m["token_count"]))
-  params = jax.tree.map(lambda x: np.asarray(x.addressable_data(0)), state.params)
-  flat = {jax.tree_util.keystr(k): v for k, v in jax.tree_util.tree_leaves_with_path(params)}
-  return losses, flat
+                 out_shardings=(repl, repl), compiler_options={"xla_backend_optimization_level": 0})
+  host = lambda tree: jax.tree.map(lambda x: np.asarray(x.addressable_data(0)), tree)
+  out = []
+  for r in (rows, *more_rows):
+    local = parallel.shard_batch({k: v[r] for k, v in batch.items()}, mesh)
+    s, losses = state, []
+    for _ in range(NUM_STEPS):
+      s, metrics = step(s, local)
+      m = host(metrics)
+      losses.append(float(m["loss_sum"] / m["token_count"]))
+    flat = {jax.tree_util.keystr(k): v for k, v in jax.tree_util.tree_leaves_with_path(host(s.params))}
+    out.append((losses, flat))
+  return out if more_rows else out[0]
 
 
 def main():

@@ -31,10 +31,16 @@ def setup():
   return config, data_lib.get_dataset(config.data)
 
 
+# The rows in the order two processes produce them: process 0 feeds 0, 2, 4, ..., process 1
+# feeds 1, 3, ..., and the global array is process 0's rows then process 1's.
+_TWO_PROCESS_ORDER = np.concatenate([np.arange(0, worker.GLOBAL_BATCH, 2), np.arange(1, worker.GLOBAL_BATCH, 2)])
+
+
 @pytest.fixture(scope="module")
 def eight_devices(setup):
+  """8 devices: ``[(losses, params) in row order, (losses, params) in two-process order]``."""
   config, dataset = setup
-  return worker.run(config, dataset, parallel.make_mesh(), np.arange(worker.GLOBAL_BATCH))
+  return worker.run(config, dataset, parallel.make_mesh(), np.arange(worker.GLOBAL_BATCH), _TWO_PROCESS_ORDER)
 
 
 def test_distributed_init_args_from_the_environment():
@@ -59,10 +65,8 @@ def test_loss_does_not_depend_on_devices_or_row_order(setup, eight_devices):
   (0, 2, 4, ..., 1, 3, ...): same losses with dropout on (per-example dropout keys)."""
   config, dataset = setup
   assert jax.device_count() == 8, "tests/conftest.py sets 8 fake CPU devices"
-  l8, p8 = eight_devices
+  (l8, p8), (lp, pp) = eight_devices
   l1, p1 = worker.run(config, dataset, parallel.make_mesh(jax.devices()[:1]), np.arange(worker.GLOBAL_BATCH))
-  perm = np.concatenate([np.arange(0, worker.GLOBAL_BATCH, 2), np.arange(1, worker.GLOBAL_BATCH, 2)])
-  lp, pp = worker.run(config, dataset, parallel.make_mesh(), perm)
   assert np.all(np.isfinite(l8))
   np.testing.assert_allclose(l1, l8, rtol=2e-6)
   np.testing.assert_allclose(lp, l8, rtol=2e-6)
@@ -100,7 +104,7 @@ def test_two_processes_train_like_one(tmp_path, eight_devices):
   assert all(p.returncode == 0 for p in procs), "\n".join(logs)
   got = json.loads(out.read_text())
   assert got["processes"] == 2 and got["devices"] == 8
-  l8, p8 = eight_devices
+  l8, p8 = eight_devices[0]
   np.testing.assert_allclose(got["losses"], l8, rtol=2e-6)
   assert set(got["params"]) == set(p8)
   for k, v in got["params"].items():
