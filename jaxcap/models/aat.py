@@ -101,6 +101,8 @@ ablation are model switches whose defaults are the paper's reading.
   16. The state is zero before the first word (``h, m, c_0 = 0``), as the released code.
   17. Both LSTMs are flax's ``OptimizedLSTMCell`` (the standard LSTM of the paper); everything
       else is custom because the paper's modules have no flax counterpart.
+  18. The attention's key projection has no bias (the released code's has one): the softmax
+      over regions cancels it, so its gradient is identically zero (issue 18).
 """
 
 from __future__ import annotations

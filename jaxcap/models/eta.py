@@ -49,6 +49,8 @@ Deviations and choices the paper leaves open (documented here so ablations stay 
   ``S^N``. An image whose attributes are all padding makes the attention over ``S^N`` output
   exactly zero (instead of a uniform average of padding), so that sub-layer reduces to
   ``LN(query)`` and nothing is NaN.
+- The attention key projections have no bias: the softmax over keys cancels it, so its
+  gradient is identically zero (issue 18; :class:`layers.MultiHeadAttention`).
 - ``late_fusion`` trains the two members jointly through the fused distribution (one
   training run); the paper trains them separately and fuses at test time.
 

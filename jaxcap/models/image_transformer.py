@@ -74,6 +74,9 @@ does unless said otherwise):
   * The LSTM is flax's ``OptimizedLSTMCell``; attention and FFN reuse :mod:`layers`' helpers
     where the equations match (ordinary attention); the spatial and implicit layers are custom
     because their masks / sharing have no flax counterpart.
+  * No bias on the key projections (W_Ki in the encoder, W_DKi in the decoder): ``q . b``
+    is the same for every key of a query, the softmax cancels it, so its gradient is
+    identically zero (issue 18; the released code's ``nn.Linear`` has one).
 """
 
 from __future__ import annotations
@@ -152,7 +155,8 @@ class GraphAttention(nn.Module):
   def setup(self):
     hd = self.dim // self.num_heads
     self.query = nn.DenseGeneral((self.num_heads, hd), dtype=self.dtype)
-    self.key = nn.DenseGeneral((self.relations, self.num_heads, hd), dtype=self.dtype)
+    # No key bias (here and in dec_key): the softmax over keys cancels it (zero gradient).
+    self.key = nn.DenseGeneral((self.relations, self.num_heads, hd), use_bias=False, dtype=self.dtype)
     self.value = nn.DenseGeneral((self.relations, self.num_heads, hd), dtype=self.dtype)
     if self.aoa:
       self.aoa_proj = nn.Dense(2 * self.dim, dtype=self.dtype)
@@ -334,7 +338,8 @@ class ImageTransformer(CaptionModel):
     self.embed = nn.Embed(self.vocab_size, self.dim, dtype=self.dtype)
     self.lstm = nn.OptimizedLSTMCell(self.dim, dtype=self.dtype)
     self.dec_query = nn.DenseGeneral((self.num_heads, hd), dtype=self.dtype)  # W_DQ
-    self.dec_key = nn.DenseGeneral((self.num_sub, self.num_heads, hd), dtype=self.dtype)  # W_DKi
+    self.dec_key = nn.DenseGeneral((self.num_sub, self.num_heads, hd), use_bias=False,
+                                   dtype=self.dtype)  # W_DKi
     self.dec_value = nn.DenseGeneral((self.num_sub, self.num_heads, hd), dtype=self.dtype)  # W_DVi
     self.glu_proj = nn.Dense(2 * self.dim, dtype=self.dtype)
     self.logits_proj = nn.Dense(self.vocab_size, dtype=self.dtype)

@@ -65,6 +65,9 @@ def attention_weights(q_BxLxHxDh, k_BxMxHxDh, mask_BxLxM=None):
 class MultiHeadAttention(nn.Module):
   """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O, head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V).
 
+  The query, value and output projections have biases, the key projection none: a key bias
+  shifts all of a query's logits by the same amount, which the softmax cancels.
+
   Split into ``project_kv`` and ``attend_kv`` so that image-side keys/values are computed once
   per image (in ``encode``) and reused at every decoding step.
   """
@@ -78,9 +81,12 @@ class MultiHeadAttention(nn.Module):
     if self.dim % self.num_heads:
       raise ValueError(f"model width {self.dim} is not divisible by heads={self.num_heads}")
     head_dim = self.dim // self.num_heads
-    dense = lambda name: nn.DenseGeneral((self.num_heads, head_dim), dtype=self.dtype, name=name)
+    dense = lambda name, bias=True: nn.DenseGeneral((self.num_heads, head_dim), use_bias=bias,
+                                                    dtype=self.dtype, name=name)
     self.query = dense("query")
-    self.key = dense("key")
+    # No key bias: q . (k + b) adds the same q . b to every key of a query, which the softmax
+    # cancels, so its gradient is identically zero (Adam would turn rounding noise into steps).
+    self.key = dense("key", bias=False)
     self.value = dense("value")
     self.out = nn.DenseGeneral(self.dim, axis=(-2, -1), dtype=self.dtype, name="out")
     self.attn_dropout = nn.Dropout(self.dropout)

@@ -15,6 +15,8 @@ masked self-attention, cross-attention to the regions and FFN, each ``LayerNorm(
 (``decode_train_grouped``) the queries of an image's S captions attend to that one copy as
 one query set of length S*T (``group=S``): the same attention, without the S-fold copy of the
 keys/values and the reduction of its gradient.
+Deviation: the attention key projections have no bias (the softmax cancels it, so its
+gradient is identically zero; :class:`layers.MultiHeadAttention`).
 """
 
 from __future__ import annotations

@@ -3,15 +3,29 @@
 A checkpoint holds the train state (parameters, optimiser state, step, RNG) and the data
 iterator's position, so a run killed at any moment (SIGKILL included) resumes exactly.
 Orbax writes each step into a temporary directory and renames it when complete, so a kill
-during a save leaves the previous checkpoints intact.
+during a save leaves the previous checkpoints intact (the temporary directory is removed when
+the run starts again).
+
+What a crash or a damaged disk can still leave behind, and how a resumed run handles it
+(:meth:`Checkpoints.resume`):
+
+* a damaged step directory (emptied, files missing or corrupt — not an orbax temporary
+  directory): the newest intact step is restored instead, with one line naming the damaged and
+  the restored directory; the damaged one is moved to ``<workdir>/damaged_checkpoints/`` (kept
+  for inspection, out of the way of the step that will be written again);
+* a kill after a save but before orbax deleted the oldest step (``keep + 1`` steps): the
+  oldest are deleted at start and after every save, so ``keep_checkpoints`` always holds
+  (and ``best/`` keeps only its best step).
 """
 
 from __future__ import annotations
 
 import os
+import time
 
 import jax
 import orbax.checkpoint as ocp
+from jax.experimental import multihost_utils
 
 
 class Checkpoints:
@@ -20,14 +34,17 @@ class Checkpoints:
   def __init__(self, workdir: str, keep: int = 3, best_metric: str = "CIDEr"):
     self.workdir = os.path.abspath(workdir)
     self.best_metric = best_metric
+    self.keep = int(keep)
     self.latest = ocp.CheckpointManager(
         os.path.join(self.workdir, "checkpoints"),
-        options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True, enable_async_checkpointing=False),
+        options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True, enable_async_checkpointing=False,
+                                             cleanup_tmp_directories=True),
         item_names=("state", "data"))
     self.best = ocp.CheckpointManager(
         os.path.join(self.workdir, "best"),
         options=ocp.CheckpointManagerOptions(max_to_keep=1, create=True, best_fn=lambda m: m[best_metric],
-                                             best_mode="max", enable_async_checkpointing=False),
+                                             best_mode="max", enable_async_checkpointing=False,
+                                             cleanup_tmp_directories=True),
         item_names=("state", "data"))
 
   @staticmethod
@@ -41,6 +58,7 @@ class Checkpoints:
     if int(step) in self.latest.all_steps():
       return
     self._save(self.latest, step, state, data_state)
+    self.enforce_keep()
 
   def save_best_if_improved(self, step: int, state, data_state: dict, metrics: dict) -> bool:
     best = self.best_value()
@@ -79,6 +97,70 @@ class Checkpoints:
         state=ocp.args.StandardRestore(abstract_state), data=ocp.args.JsonRestore()))
     return restored.state, restored.data
 
+  def step_dir(self, step: int, which: str = "latest") -> str:
+    return os.path.join(self.workdir, "checkpoints" if which == "latest" else "best", str(int(step)))
+
+  def resume(self, abstract_state, log=print):
+    """The newest intact latest step: ``(state, data_state, step)``, or ``(None, None, None)``.
+
+    Steps that fail to restore (an emptied directory, a missing item, a corrupt array file)
+    are moved to ``<workdir>/damaged_checkpoints/`` and the next older step is tried; a fallback
+    is reported in one line naming the damaged and the restored directory. Afterwards at most
+    ``keep`` steps remain (a kill between a save and orbax's deletion of the oldest step
+    leaves one more).
+
+    Raises:
+      ValueError: every step is damaged (one line naming the newest and the reason).
+    """
+    damaged = []
+    for step in sorted(self.latest.all_steps(), reverse=True):
+      try:
+        state, data_state = self.restore(abstract_state, step)
+        if not isinstance(data_state, dict):
+          raise ValueError(f"data item is {type(data_state).__name__}, expected a JSON object")
+      except Exception as e:  # pylint: disable=broad-except  # any failure to read = damaged
+        damaged.append((step, _first_line(e)))
+        continue
+      if damaged:
+        moved = self._set_aside([s for s, _ in damaged])
+        bad = ", ".join(self.step_dir(s) for s, _ in damaged)
+        log(f"warning: damaged checkpoint {bad} ({damaged[0][1]}); resuming from the intact "
+            f"{self.step_dir(step)} instead (damaged step moved to {moved})", flush=True)
+      self.enforce_keep()
+      return state, data_state, step
+    if damaged:
+      step, why = damaged[0]
+      raise ValueError(f"{self.step_dir(step)}: damaged checkpoint ({why}) and no intact step "
+                       f"before it in {self.workdir}/checkpoints; move the directory away to "
+                       "start afresh")
+    self.enforce_keep()
+    return None, None, None
+
+  def enforce_keep(self) -> None:
+    """Deletes the oldest latest steps beyond ``keep``, and every best step but the best one."""
+    steps = sorted(self.latest.all_steps())
+    for step in steps[:max(0, len(steps) - self.keep)] if self.keep > 0 else []:
+      self.latest.delete(step)
+    best = self.best.best_step()
+    for step in self.best.all_steps():
+      if best is not None and step != best:
+        self.best.delete(step)
+
+  def _set_aside(self, steps) -> str:
+    """Moves damaged step directories to ``<workdir>/damaged_checkpoints/<step>[-<time>]``."""
+    aside = os.path.join(self.workdir, "damaged_checkpoints")
+    if jax.process_index() == 0:
+      os.makedirs(aside, exist_ok=True)
+      for step in steps:
+        dst = os.path.join(aside, str(step))
+        if os.path.exists(dst):
+          dst = f"{dst}-{int(time.time())}"
+        os.replace(self.step_dir(step), dst)
+    if jax.process_count() > 1:
+      multihost_utils.sync_global_devices("jaxcap:damaged_checkpoints_moved")
+    self.latest.reload()
+    return aside
+
   def find_step(self, step: int):
     """Which manager holds ``step``: "latest", "best" or None."""
     if step in self.latest.all_steps():
@@ -90,6 +172,11 @@ class Checkpoints:
   def close(self):
     self.latest.close()
     self.best.close()
+
+
+def _first_line(e: BaseException, limit: int = 160) -> str:
+  text = (str(e).strip().splitlines() or [""])[0] or type(e).__name__
+  return text if len(text) <= limit else text[:limit] + "..."
 
 
 def abstract(tree):

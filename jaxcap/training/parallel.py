@@ -15,18 +15,65 @@ import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from jax.experimental import multihost_utils
 
-_DIST_ENV = ("JAX_COORDINATOR_ADDRESS", "COORDINATOR_ADDRESS")
+def distributed_init_args(environ=None) -> dict | None:
+  """The ``jax.distributed.initialize`` keyword arguments for this launch; None: one process.
+
+  * ``JAX_COORDINATOR_ADDRESS`` (``host:port`` of process 0), ``JAX_NUM_PROCESSES`` and
+    ``JAX_PROCESS_ID``: passed explicitly (``jax.distributed.initialize()`` itself reads only
+    the coordinator address from the environment, then fails with "Number of processes must be
+    defined");
+  * SLURM with more than one task (``srun``: ``SLURM_JOB_ID``, ``SLURM_NTASKS`` > 1,
+    ``SLURM_PROCID``, ``SLURM_LOCALID``, ``SLURM_STEP_NODELIST``): no arguments, JAX's SLURM
+    cluster detection fills them in;
+  * a multi-host TPU slice (``TPU_WORKER_HOSTNAMES`` / ``TPU_PROCESS_ADDRESSES`` naming more
+    than one host), or ``JAXCAP_DISTRIBUTED=1`` anywhere JAX detects the cluster itself (TPU
+    pods, Open MPI, Kubernetes): no arguments;
+  * ``JAXCAP_DISTRIBUTED=0`` turns all of this off.
+
+  Raises:
+    ValueError: a coordinator address without a valid process count or id (one line).
+  """
+  env = os.environ if environ is None else environ
+  flag = env.get("JAXCAP_DISTRIBUTED", "")
+  if flag == "0":
+    return None
+  coordinator = env.get("JAX_COORDINATOR_ADDRESS", "")
+  if coordinator:
+    num = _env_int(env, "JAX_NUM_PROCESSES", coordinator, minimum=1)
+    pid = _env_int(env, "JAX_PROCESS_ID", coordinator, minimum=0)
+    if pid >= num:
+      raise ValueError(f"environment variable JAX_PROCESS_ID: expected 0 <= id < JAX_NUM_PROCESSES "
+                       f"({num}), got {pid}")
+    return {"coordinator_address": coordinator, "num_processes": num, "process_id": pid}
+  if flag == "1":
+    return {}
+  slurm = ("SLURM_JOB_ID", "SLURM_NTASKS", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_STEP_NODELIST")
+  if all(env.get(k) for k in slurm) and env["SLURM_NTASKS"].isdigit() and int(env["SLURM_NTASKS"]) > 1:
+    return {}
+  hosts = env.get("TPU_PROCESS_ADDRESSES") or env.get("TPU_WORKER_HOSTNAMES") or ""
+  if len([h for h in hosts.split(",") if h.strip()]) > 1:
+    return {}
+  return None
+
+
+def _env_int(env, name: str, coordinator: str, minimum: int) -> int:
+  value = env.get(name, "")
+  try:
+    out = int(value)
+  except ValueError:
+    out = None
+  if out is None or out < minimum:
+    raise ValueError(f"environment variable {name}: expected an integer >= {minimum} with "
+                     f"JAX_COORDINATOR_ADDRESS={coordinator}, got {value!r}")
+  return out
 
 
 def maybe_initialize_distributed() -> None:
-  """Calls ``jax.distributed.initialize()`` when launched as one process of a multi-host job.
-
-  Detected from the coordinator environment variables (or a TPU pod / SLURM environment,
-  which ``jax.distributed.initialize`` understands itself when ``JAXCAP_DISTRIBUTED=1``).
-  """
-  if any(os.environ.get(k) for k in _DIST_ENV) or os.environ.get("JAXCAP_DISTRIBUTED") == "1":
-    if not jax.distributed.is_initialized():
-      jax.distributed.initialize()
+  """Calls ``jax.distributed.initialize`` when launched as one process of a multi-host job
+  (see :func:`distributed_init_args`); must run before anything touches a JAX backend."""
+  kwargs = distributed_init_args()
+  if kwargs is not None and not jax.distributed.is_initialized():
+    jax.distributed.initialize(**kwargs)
 
 
 def make_mesh(devices=None) -> Mesh:

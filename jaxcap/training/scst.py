@@ -42,7 +42,7 @@ import optax
 from jaxcap import decoding
 from jaxcap.data.vocab import PAD
 from jaxcap.models.base import shift_right
-from jaxcap.training import parallel
+from jaxcap.training import parallel, steps
 
 
 def scst_loss(logits_NxTxV, tokens_NxT, advantage_N, extra_NxT=None):
@@ -69,10 +69,19 @@ def sample_logits(model, params, batch, samples_BxnxT, rng, dropout: bool = Fals
       from; True: training mode with dropout masks drawn from ``rng`` (off-policy).
   """
   b, n, t = samples_BxnxT.shape
-  rngs = lambda i: {"dropout": jax.random.fold_in(rng, i)} if dropout else {}
-  enc = model.apply(params, batch, train=dropout, method="encode", rngs=rngs(0))
-  logits, aux = model.apply(params, enc, shift_right(samples_BxnxT), train=dropout,
-                            method="decode_train_grouped", rngs=rngs(1))
+
+  def one(ex, samples_1xnxT, key):
+    rngs = lambda i: {"dropout": jax.random.fold_in(key, i)} if dropout else {}
+    enc = model.apply(params, ex, train=dropout, method="encode", rngs=rngs(0))
+    return model.apply(params, enc, shift_right(samples_1xnxT), train=dropout,
+                       method="decode_train_grouped", rngs=rngs(1))
+
+  if dropout:  # masks keyed by the image (steps.map_examples), not by its row in the layout
+    logits, aux = steps.map_examples(lambda ex, key: one(ex, ex.pop("_samples"), key),
+                                     dict(batch, _samples=samples_BxnxT), rng)
+    aux = jax.tree.map(lambda x: x.reshape((b * n,) + x.shape[2:]), aux)  # [B, n, ...] -> [B*n, ...]
+  else:
+    logits, aux = one(batch, samples_BxnxT, rng)
   return logits.reshape(b * n, t, -1), aux
 
 
@@ -109,13 +118,17 @@ def baseline_rewards(sample_r_Bxn: np.ndarray, greedy_r_B: np.ndarray | None, ki
 def sample_with_baseline(model, params, batch, rng, *, max_len: int, num_samples: int, baseline: str):
   """Step 1 (pure; jit it): ``(samples [B, n, T], greedy [B, T] or None)``.
 
-  The greedy captions are decoded only for the ``"greedy"`` baseline.
+  Each image samples with its own key ``fold_in(rng, image_index)``
+  (:func:`jaxcap.training.steps.map_examples`), so its samples do not depend on its row in the
+  process / device layout. The greedy captions are decoded only for the ``"greedy"`` baseline.
   """
-  out = decoding.sample(model, params, batch, rng, max_len=max_len, num_samples=num_samples)
+  sample_one = lambda ex, key: decoding.sample(model, params, ex, key, max_len=max_len,
+                                               num_samples=num_samples).tokens[0]
+  samples_BxnxT = steps.map_examples(sample_one, batch, rng)
   greedy = None
   if baseline == "greedy":
     greedy = decoding.greedy(model, params, batch, max_len=max_len).tokens
-  return out.tokens, greedy
+  return samples_BxnxT, greedy
 
 
 def advantages(reward_fn, samples_BxnxT: np.ndarray, image_index_B: np.ndarray,

@@ -3,7 +3,12 @@
 Dimension legend: B images, S captions per image, T caption positions, V vocabulary.
 
 The RNG of a step is ``fold_in(state.rng, state.step)``, so a resumed run draws exactly the
-numbers a straight run would. Metrics are sums and counts (averaged by the caller).
+numbers a straight run would. Each example then draws from its own key,
+``fold_in(step key, image_index)`` (:func:`per_example_keys`): its dropout masks (and scheduled
+sampling draws) depend on which image it is, not on the row it happens to occupy in this
+step's batch layout, so one process with 8 devices, two processes with 4 each (which order the
+global batch differently) and one device give the same loss on the same images.
+Metrics are sums and counts (averaged by the caller).
 """
 
 from __future__ import annotations
@@ -65,16 +70,41 @@ def teacher_forced_with_sampling(model, params, batch, inputs_BxSxT, prob, rng, 
   return logits, {"extra_loss": extra_TxBS.T.reshape(b, s, t)}
 
 
+def per_example_keys(rng, batch):
+  """``[B]`` keys ``fold_in(rng, image_index)``: an example's randomness keyed by its global
+  dataset index (its row in the split), independent of its position in the batch.
+  A batch without ``image_index`` (hand-made benchmark batches) falls back to the row."""
+  index_B = batch.get("image_index")
+  if index_B is None:
+    index_B = jnp.arange(jax.tree.leaves(batch)[0].shape[0])
+  return jax.vmap(lambda i: jax.random.fold_in(rng, i))(index_B.astype(jnp.uint32))
+
+
+def map_examples(fn, batch, rng):
+  """``fn(example, key)`` for every example of ``batch`` (vmapped), each with its
+  :func:`per_example_keys` key; ``example`` is the batch restricted to that row (B = 1)."""
+  one = lambda ex, key: fn(jax.tree.map(lambda x: x[None], ex), key)
+  return jax.vmap(one)(batch, per_example_keys(rng, batch))
+
+
 def xe_loss_fn(params, model, batch, rng, label_smoothing=0.0, ss_prob=None):
-  """Cross-entropy (+ the model's own ``extra_loss``) per target token."""
-  targets = batch["captions"]
-  inputs = shift_right(targets)
-  if ss_prob is None:
-    logits, aux = model.apply(params, batch, inputs, train=True, rngs={"dropout": rng})
-  else:
-    logits, aux = teacher_forced_with_sampling(model, params, batch, inputs, ss_prob, rng)
-  loss_sum, count = losses.cross_entropy(logits, targets, label_smoothing)
-  extra_sum = losses.masked_extra_loss(aux, (targets != PAD).astype(jnp.float32))
+  """Cross-entropy (+ the model's own ``extra_loss``) per target token.
+
+  The model runs once per example (vmapped, so still one batched computation) with that
+  example's own dropout key (:func:`map_examples`).
+  """
+
+  def one(ex, key):
+    targets = ex["captions"]
+    inputs = shift_right(targets)
+    if ss_prob is None:
+      logits, aux = model.apply(params, ex, inputs, train=True, rngs={"dropout": key})
+    else:
+      logits, aux = teacher_forced_with_sampling(model, params, ex, inputs, ss_prob, key)
+    loss_sum, count = losses.cross_entropy(logits, targets, label_smoothing)
+    return loss_sum, count, losses.masked_extra_loss(aux, (targets != PAD).astype(jnp.float32))
+
+  loss_sum, count, extra_sum = (jnp.sum(x) for x in map_examples(one, batch, rng))
   count = jnp.maximum(count, 1.0)
   return (loss_sum + extra_sum) / count, {"loss_sum": loss_sum, "token_count": count, "extra_sum": extra_sum}
 

@@ -31,6 +31,7 @@ from jaxcap.models.base import shift_right
 from jaxcap.training import checkpoint as ckpt_lib
 from jaxcap.training import guard as guard_lib
 from jaxcap.training import optim, parallel, steps, validation
+from jaxcap.training import writers as writer_lib
 from jaxcap.training.writers import MetricWriter
 
 # Fields that may differ between the config a checkpoint was trained with and a resumed run.
@@ -287,19 +288,21 @@ class Trainer:
                                       num_workers=config.data.get("num_workers", 0))
     state = self.initial_state()
     start = 0
-    if ckpts.latest_step() is not None:
-      restored, data_state = _restore_or_fail(ckpts, ckpt_lib.abstract(state))
+    # The newest intact step (a damaged one is reported and set aside), then metrics.jsonl
+    # without the lines a killed run wrote past it (before the writer opens the file).
+    restored, data_state, _ = ckpts.resume(ckpt_lib.abstract(state))
+    if restored is not None:
       state = jax.device_put(restored, parallel.replicated(self.mesh))
       it.set_state(data_state)
       start = int(state.step)
       print(f"Resumed from {workdir}/checkpoints at step {start}.", flush=True)
-    elif config.get("init_from", ""):
+    writer_lib.drop_lines_after(workdir, start)
+    writer = MetricWriter(workdir)  # after the restore: a damaged checkpoint adds no event file
+    if restored is None and config.get("init_from", ""):
       state = self.init_from(state, config.init_from)
-    else:
+    elif restored is None:
       state = self.prepare_variables(state)
     scst_start = optim.scst_start_step(config, self.steps_per_epoch)
-    writer = MetricWriter(workdir)  # after the restore: a damaged checkpoint adds no event file
-
     monitor = guard_lib.Monitor(config.get("nonfinite", "stop"), self.dataset.image_ids("train"), writer)
     bar = _progress(config.num_train_steps, start)
     window, t_window, n_window = None, time.time(), 0

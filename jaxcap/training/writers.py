@@ -15,6 +15,40 @@ import time
 import jax
 
 
+def drop_lines_after(workdir: str, step: int) -> int:
+  """Keeps the lines of ``<workdir>/metrics.jsonl`` with ``step <= step`` (process 0 only).
+
+  A resumed run writes again every step after the checkpoint it resumed from, so the lines a
+  killed run wrote past that step would appear twice. Lines that are not JSON objects with a
+  ``step`` (the half-written last line of a killed run) are dropped too. Written to a
+  temporary file and renamed, so a kill leaves either the old or the new file. Call it before
+  a :class:`MetricWriter` opens the file.
+
+  Returns:
+    the number of lines dropped.
+  """
+  path = os.path.join(workdir, "metrics.jsonl")
+  if jax.process_index() != 0 or not os.path.exists(path):
+    return 0
+  with open(path) as f:
+    lines = f.read().splitlines()
+  kept = []
+  for line in lines:
+    try:
+      rec = json.loads(line)
+      if isinstance(rec, dict) and int(rec["step"]) <= step:
+        kept.append(line)
+    except (ValueError, KeyError, TypeError):
+      pass
+  if len(kept) == len(lines):
+    return 0
+  tmp = f"{path}.tmp{os.getpid()}"
+  with open(tmp, "w") as f:
+    f.write("".join(line + "\n" for line in kept))
+  os.replace(tmp, path)
+  return len(lines) - len(kept)
+
+
 class MetricWriter:
   """Writes scalar metrics to ``<workdir>/metrics.jsonl`` and ``<workdir>/tensorboard/``."""
 

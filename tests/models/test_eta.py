@@ -49,7 +49,7 @@ def np_multihead(p, q_LxD, kv_MxD, mask_LxM):
   heads = []
   for h in range(p["query"]["kernel"].shape[1]):
     qh = q_LxD @ p["query"]["kernel"][:, h] + p["query"]["bias"][h]
-    kh = kv_MxD @ p["key"]["kernel"][:, h] + p["key"]["bias"][h]
+    kh = kv_MxD @ p["key"]["kernel"][:, h]  # no key bias (the softmax cancels it)
     vh = kv_MxD @ p["value"]["kernel"][:, h] + p["value"]["bias"][h]
     scores = qh @ kh.T / np.sqrt(qh.shape[-1])
     scores = np.where(mask_LxM, scores, -np.inf)

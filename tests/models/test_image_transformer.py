@@ -119,7 +119,7 @@ def np_attention(p, a, mask, omegas, *, relations, graph, mode, aoa):
       q = a[l] @ p["query"]["kernel"][:, hh] + p["query"]["bias"][hh]
       acc = np.zeros(dh)
       for r in range(relations):
-        k = a @ p["key"]["kernel"][:, r, hh] + p["key"]["bias"][r, hh]
+        k = a @ p["key"]["kernel"][:, r, hh]  # no key bias (the softmax cancels it)
         v = a @ p["value"]["kernel"][:, r, hh] + p["value"]["bias"][r, hh]
         s = k @ q / np.sqrt(dh)
         if graph and mode == "softmax":
@@ -173,7 +173,7 @@ def np_decode_step(p, a_enc, mask, mean, token, state, num_sub):
     parts = []
     for hh in range(heads):
       q = h @ p["dec_query"]["kernel"][:, hh] + p["dec_query"]["bias"][hh]
-      k = a_enc @ p["dec_key"]["kernel"][:, i, hh] + p["dec_key"]["bias"][i, hh]
+      k = a_enc @ p["dec_key"]["kernel"][:, i, hh]  # no key bias
       v = a_enc @ p["dec_value"]["kernel"][:, i, hh] + p["dec_value"]["bias"][i, hh]
       w = np.zeros(len(a_enc))
       w[mask] = _softmax((k @ q / np.sqrt(dh))[mask])
@@ -382,7 +382,7 @@ def test_without_containment_spatial_layer_is_the_sum_of_three_ordinary_mhas():
   mha = layers.MultiHeadAttention(H, D)
   for r in range(3):
     p = {"query": params["query"],
-         "key": {"kernel": params["key"]["kernel"][:, r], "bias": params["key"]["bias"][r]},
+         "key": {"kernel": params["key"]["kernel"][:, r]},
          "value": {"kernel": params["value"]["kernel"][:, r], "bias": params["value"]["bias"][r]},
          "out": {"kernel": params["out"]["kernel"], "bias": params["out"]["bias"] / 3}}
     total = total + np.asarray(mha.apply({"params": p}, a, a))
@@ -390,7 +390,7 @@ def test_without_containment_spatial_layer_is_the_sum_of_three_ordinary_mhas():
   # And with the grid's own graph (all neighbours), only the neighbour sub-transformer acts.
   neigh = np.asarray(_attn_apply(mod, params, a, mask, jnp.asarray(om)))
   p = {"query": params["query"],
-       "key": {"kernel": params["key"]["kernel"][:, 1], "bias": params["key"]["bias"][1]},
+       "key": {"kernel": params["key"]["kernel"][:, 1]},
        "value": {"kernel": params["value"]["kernel"][:, 1], "bias": params["value"]["bias"][1]},
        "out": params["out"]}
   np.testing.assert_allclose(neigh, np.asarray(mha.apply({"params": p}, a, a)), rtol=1e-4, atol=1e-5)

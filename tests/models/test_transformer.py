@@ -37,7 +37,7 @@ def model_and_params():
 def np_mha(p, q_in, kv_in, mask, heads):
   """MultiHead(Q, K, V) of Vaswani et al. in NumPy from the flax parameters."""
   q = np.einsum("bld,dhk->blhk", q_in, p["query"]["kernel"]) + p["query"]["bias"]
-  k = np.einsum("bmd,dhk->bmhk", kv_in, p["key"]["kernel"]) + p["key"]["bias"]
+  k = np.einsum("bmd,dhk->bmhk", kv_in, p["key"]["kernel"])  # no key bias (the softmax cancels it)
   v = np.einsum("bmd,dhk->bmhk", kv_in, p["value"]["kernel"]) + p["value"]["bias"]
   s = np.einsum("blhk,bmhk->bhlm", q, k) / np.sqrt(q.shape[-1])
   s = np.where(mask[:, None], s, -1e9)
