@@ -84,6 +84,10 @@ def install(force: bool = False) -> bool:
     return True
   if os.environ.get("JAXCAP_XLA_ALARMS", "") == "1":
     return False
+  if not force and sys.stderr is not sys.__stderr__:
+    # Python's stderr is redirected (a notebook kernel, a test capturing it, an embedding
+    # program): replacing it would send the caller's own messages around its redirection.
+    return False
   if not force:
     import jax
     if jax.default_backend() != "cpu":

@@ -333,7 +333,7 @@ def trained_workdir(tmp_path_factory):
   cli.parse_flags(["train.py", CONFIG, *TINY])
   config = flags.FLAGS.config
   trainer = train_lib.Trainer(config, str(wd))
-  train_lib.init_workdir(str(wd), config, trainer.dataset.vocab)
+  train_lib.init_workdir(str(wd), config, trainer.dataset.vocab, trainer.info)
   state = trainer.initial_state().replace(step=4)
   it = pipeline.make_train_iterator(trainer.dataset.split("train"), 8, seed=0)
   ckpts = ckpt_lib.Checkpoints(str(wd), keep=config.keep_checkpoints)

@@ -60,6 +60,14 @@ def shell_commands(body: str):
   cmds = []
   for line in joined.splitlines():
     words = shlex.split(line, comments=True)
+    # Shell structure around a command (the multi-host loop): `for ... do`, `done; wait`,
+    # `VAR=value` prefixes and a trailing `&` are not programs; the command inside is checked.
+    if not words or words[0] in ("for", "done", "done;", "wait", "do"):
+      continue
+    while words and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", words[0]):
+      words = words[1:]
+    if words and words[-1] == "&":
+      words = words[:-1]
     if words:
       cmds.append(words)
   return cmds

@@ -131,8 +131,8 @@ class Checkpoints:
     if damaged:
       step, why = damaged[0]
       raise ValueError(f"{self.step_dir(step)}: damaged checkpoint ({why}) and no intact step "
-                       f"before it in {self.workdir}/checkpoints; move the directory away to "
-                       "start afresh")
+                       f"before it in {self.workdir}/checkpoints; expected an intact step (move "
+                       "the directory away to start afresh)")
     self.enforce_keep()
     return None, None, None
 
