@@ -87,6 +87,8 @@ def stage_config(model: str, stage: str, seed: int, args):
     config.num_train_steps = args.steps
     config.eval_every_steps = min(config.eval_every_steps, max(1, args.steps // 2))
     config.checkpoint_every_steps = config.eval_every_steps
+  if args.batch_size:
+    config.batch_size = args.batch_size
   config.scst.start_step = -1
   config.scst.start_epoch = -1
   if stage == "scst":
@@ -207,6 +209,8 @@ def main(argv=None):
   ap.add_argument("--seeds", default="0,1,2,3,4", help="comma-separated seeds (config.seed)")
   ap.add_argument("--stages", default="xe,scst", help="xe, scst or both")
   ap.add_argument("--steps", type=int, default=0, help="cross-entropy steps (0: the config's)")
+  ap.add_argument("--batch-size", "--batch_size", dest="batch_size", type=int, default=0,
+                  help="images per step (0: the config's)")
   ap.add_argument("--scst-steps", "--scst_steps", dest="scst_steps", type=int, default=300,
                   help="SCST steps after cross-entropy (0: no SCST stage)")
   ap.add_argument("--scst-lr", "--scst_lr", dest="scst_lr", type=float, default=0.0,
