@@ -3,12 +3,15 @@ adaptive (M_max = 4) attention, each trained with ``configs/aat.py:synthetic,...
 on the test split; prints CIDEr-D and the average number of attention steps per word (greedy
 decoding, counted over the generated words and EOS).
 
-  python scripts/aat_table1.py --workdir /tmp/aat_table1 [--steps 1500] [--rows base,adaptive]
+  python scripts/aat_table1.py --workdir /tmp/aat_table1 [--steps 1500] [--rows base,adaptive] [--seeds 0,1,2]
 
 ``--rows ...,adaptive_ln`` adds a row that is not in the paper: adaptive with the released
-code's LayerNorm on h1 (``norm_h1=True``). Each row trains in its own sub-directory (a finished
-run is resumed, i.e. only tested again).
-The table is also written to ``<workdir>/table1.json``.
+code's LayerNorm on h1 (``norm_h1=True``). Each row trains once per seed (``config.seed``) in
+``<workdir>/<row>/seed<k>``; a finished run (``result.json`` there) is read back, not retrained
+or retested, so an interrupted table resumes. Printed and written to ``<workdir>/table.md``:
+mean ± std (sample standard deviation, ddof = 1) over the seeds; ``<workdir>/table.json`` holds
+the per-seed values. ``--steps``, ``--lr``, ``--batch_size``, ``--eval_images`` and
+``--test_images`` shrink or lengthen the runs (e.g. ``--steps 3000`` for a 3x schedule).
 """
 
 from __future__ import annotations
@@ -53,43 +56,123 @@ def average_steps(trainer, params, split: str) -> float:
   return total / max(count, 1.0)
 
 
+METRICS = (("CIDEr", "CIDEr-D"), ("METEOR", "METEOR"), ("Bleu_4", "BLEU-4"))
+
+
+def parse_seeds(text: str) -> list[int]:
+  """``"0,1,2"`` -> ``[0, 1, 2]`` (distinct, order kept)."""
+  seeds = []
+  for item in (text or "").split(","):
+    if item.strip():
+      try:
+        seed = int(item)
+      except ValueError:
+        raise SystemExit(f"--seeds: expected comma-separated integers, got {text!r}") from None
+      if seed not in seeds:
+        seeds.append(seed)
+  if not seeds:
+    raise SystemExit(f"--seeds: expected at least one seed, got {text!r}")
+  return seeds
+
+
+def summarize(runs: list[dict], keys=("avg_steps", "CIDEr", "METEOR", "Bleu_4", "train_seconds")) -> dict:
+  """Mean and sample standard deviation (ddof = 1; 0 for one run) of ``keys`` over ``runs``."""
+  out = {}
+  for k in keys:
+    vals = np.array([float(r[k]) for r in runs if r.get(k) is not None])
+    if len(vals):
+      out[k] = [float(vals.mean()), float(vals.std(ddof=1)) if len(vals) > 1 else 0.0]
+  return out
+
+
+def run_one(key: str, seed: int, args) -> dict:
+  """Trains and tests one row for one seed in ``<workdir>/<key>/seed<seed>`` (read back when
+  ``result.json`` is there from a finished run)."""
+  workdir = os.path.join(args.workdir, key, f"seed{seed}")
+  done = os.path.join(workdir, "result.json")
+  if os.path.exists(done):
+    with open(done) as f:
+      return json.load(f)
+  import time
+  from configs import aat as aat_config
+  from jaxcap.training import train_lib
+  arg, name, _, _ = ROWS[key]
+  config = aat_config.get_config(arg)
+  config.seed = seed
+  if args.steps:
+    config.num_train_steps = args.steps
+    config.eval_every_steps = max(1, args.steps // 2)
+    config.checkpoint_every_steps = config.eval_every_steps
+  if args.lr:
+    config.learning_rate = args.lr
+  if args.batch_size:
+    config.batch_size = args.batch_size
+  if args.eval_images:
+    config.eval_num_images = args.eval_images
+  if args.test_images:
+    config.data.num_test = args.test_images
+  print(f"=== {name} seed {seed} ({arg}) -> {workdir}", flush=True)
+  t0 = time.time()
+  scores = train_lib.train_and_evaluate(config, workdir)
+  seconds = time.time() - t0
+  trainer = train_lib.Trainer(config, workdir)
+  params = trainer.load().params
+  avg = average_steps(trainer, params, config.test_split)
+  overall = scores.get("overall", {})
+  result = {"seed": seed, "avg_steps": round(avg, 4), "CIDEr": overall.get("CIDEr"),
+            "METEOR": overall.get("METEOR"), "Bleu_4": overall.get("Bleu_4"),
+            "train_seconds": round(seconds, 1)}
+  _write_json(done, result)
+  return result
+
+
+def _write_json(path, obj):
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  tmp = f"{path}.tmp{os.getpid()}"
+  with open(tmp, "w") as f:
+    json.dump(obj, f, indent=1)
+  os.replace(tmp, path)
+
+
+def format_table(results: list[dict]) -> str:
+  """Markdown: the paper's columns, scores x100 as mean ± std over the seeds."""
+  pm = lambda v, scale=100.0, d=1: "-" if v is None else f"{scale * v[0]:.{d}f} ± {scale * v[1]:.{d}f}"
+  lines = ["| attention | min | max | seeds | avg. steps | CIDEr-D | METEOR | BLEU-4 |",
+           "|---|---|---|---|---|---|---|---|"]
+  for r in results:
+    lines.append(f"| {r['model']} (`{r['row']}`) | {r['min']} | {r['max']} | {len(r['seeds'])} | "
+                 f"{pm(r.get('avg_steps'), 1.0, 2)} | {pm(r.get('CIDEr'))} | {pm(r.get('METEOR'))} | "
+                 f"{pm(r.get('Bleu_4'))} |")
+  return "\n".join(lines)
+
+
 def main(argv=None):
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   ap.add_argument("--workdir", required=True)
   ap.add_argument("--rows", default=",".join(DEFAULT_ROWS), help=f"comma-separated subset of {list(ROWS)}")
-  ap.add_argument("--steps", type=int, default=0, help="training steps per row (0: the config's)")
+  ap.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (config.seed)")
+  ap.add_argument("--steps", type=int, default=0, help="training steps per run (0: the config's)")
+  ap.add_argument("--lr", type=float, default=0.0, help="learning rate (0: the config's 2e-3)")
+  ap.add_argument("--batch_size", type=int, default=0, help="images per step (0: the config's 50)")
+  ap.add_argument("--eval_images", type=int, default=0, help="validation images per evaluation (0: the config's)")
+  ap.add_argument("--test_images", type=int, default=0, help="size of the synthetic test split (0: the config's)")
   args = ap.parse_args(argv)
-  from configs import aat as aat_config
-  from jaxcap.training import train_lib
-
-  results = []
-  for key in args.rows.split(","):
+  keys = [k for k in args.rows.split(",") if k]
+  for key in keys:
     if key not in ROWS:
       raise SystemExit(f"--rows: unknown row {key!r}; expected a subset of {list(ROWS)}")
+  seeds = parse_seeds(args.seeds)
+  results = []
+  for key in keys:
     arg, name, lo, hi = ROWS[key]
-    config = aat_config.get_config(arg)
-    if args.steps:
-      config.num_train_steps = args.steps
-    workdir = os.path.join(args.workdir, key)
-    print(f"=== {name} ({arg}) -> {workdir}", flush=True)
-    scores = train_lib.train_and_evaluate(config, workdir)
-    trainer = train_lib.Trainer(config, workdir)
-    params = trainer.load().params
-    avg = average_steps(trainer, params, config.test_split)
-    overall = scores.get("overall", {})
-    results.append({"row": key, "model": name, "min": lo, "max": hi, "avg_steps": round(avg, 2),
-                    "CIDEr": overall.get("CIDEr"), "METEOR": overall.get("METEOR"),
-                    "Bleu_4": overall.get("Bleu_4"), "config": f"configs/aat.py:{arg}"})
-  print("\nAttention model | min | max | avg. steps | CIDEr-D | METEOR | BLEU-4")
-  for r in results:
-    fmt = lambda v: "   -  " if v is None else f"{100 * v:6.1f}"
-    print(f"{r['model']:<15} | {r['min']:>3} | {r['max']:>3} | {r['avg_steps']:>10.2f} | "
-          f"{fmt(r['CIDEr'])}  | {fmt(r['METEOR'])} | {fmt(r['Bleu_4'])}")
-  os.makedirs(args.workdir, exist_ok=True)
-  path = os.path.join(args.workdir, "table1.json")
-  with open(path + ".tmp", "w") as f:
-    json.dump(results, f, indent=1)
-  os.replace(path + ".tmp", path)
+    runs = [run_one(key, seed, args) for seed in seeds]
+    results.append({"row": key, "model": name, "min": lo, "max": hi, "config": f"configs/aat.py:{arg}",
+                    "seeds": seeds, "runs": runs, **summarize(runs)})
+    _write_json(os.path.join(args.workdir, "table.json"), results)
+  table = format_table(results)
+  print(f"\nMean ± std (ddof = 1) over seeds {args.seeds}, scores x100:\n{table}")
+  with open(os.path.join(args.workdir, "table.md"), "w") as f:
+    f.write(f"Mean ± std (ddof = 1) over seeds {args.seeds}, scores x100.\n\n{table}\n")
   return results
 
 

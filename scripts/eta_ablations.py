@@ -1,13 +1,15 @@
 """CPU-sized Table-5 comparison of the ETA-Transformer ablations on the synthetic dataset.
 
-  python scripts/eta_ablations.py --workdir runs/eta_ablations
-  python scripts/eta_ablations.py --variants eta,stacked_v --steps 300 --batch_size 20
+  python scripts/eta_ablations.py --workdir runs/eta_ablations                  # seeds 0,1,2
+  python scripts/eta_ablations.py --variants eta,stacked_v --steps 300 --batch_size 20 --seeds 0,1,2,3
 
-Trains and tests one model per row through ``jaxcap.training.train_lib.train_and_evaluate``
-(``configs/eta.py:<dataset>,variant=...``), then prints CIDEr-D, BLEU-4, METEOR and ROUGE-L
-(x100, as in the paper's tables) and writes ``<workdir>/table.json`` and ``table.md``. A row
-whose workdir already holds ``scores.json`` from a finished run is read back, not retrained,
-so an interrupted comparison resumes. Rows:
+Trains and tests one model per row and seed through
+``jaxcap.training.train_lib.train_and_evaluate`` (``configs/eta.py:<dataset>,variant=...``,
+``config.seed = k``) in ``<workdir>/<row>/seed<k>``, then prints CIDEr-D, BLEU-4, METEOR and
+ROUGE-L (x100, as in the paper's tables) as mean ± std over the seeds (sample standard
+deviation, ddof = 1) and writes ``<workdir>/table.json`` (per-seed scores, mean and std per
+row) and ``table.md``. A run whose workdir already holds ``scores.json`` from a finished run is
+read back, not retrained, so an interrupted comparison resumes. Rows:
 
   transformer_v, transformer_s, late_fusion, parallel, stacked_v, stacked_s, eta,
   eta_oracle (the paper's ETA^oracle: trained on the default noisy / detected attributes,
@@ -38,6 +40,8 @@ flags.DEFINE_string("extra", "", "Extra config arguments for every row, e.g. 'at
 flags.DEFINE_integer("steps", None, "Override num_train_steps (eval/checkpoint every steps/2).")
 flags.DEFINE_integer("batch_size", None, "Override batch_size (images per step).")
 flags.DEFINE_integer("eval_num_images", None, "Override eval_num_images (validation subset).")
+flags.DEFINE_integer("test_images", None, "Override data.num_test (synthetic test split size).")
+flags.DEFINE_string("seeds", "0,1,2", "Comma-separated seeds (config.seed); one run per row and seed.")
 
 
 def row_arg(row: str, dataset: str, extra: str) -> str:
@@ -59,10 +63,49 @@ def row_arg(row: str, dataset: str, extra: str) -> str:
   return ",".join(parts)
 
 
-def run_row(row: str, workdir: str) -> dict:
+def parse_seeds(text: str) -> list[int]:
+  """``"0,1,2"`` -> ``[0, 1, 2]`` (distinct, order kept)."""
+  seeds = []
+  for item in text.split(","):
+    item = item.strip()
+    if not item:
+      continue
+    try:
+      seed = int(item)
+    except ValueError:
+      raise app.UsageError(f"--seeds: expected comma-separated integers, got {text!r}") from None
+    if seed not in seeds:
+      seeds.append(seed)
+  if not seeds:
+    raise app.UsageError(f"--seeds: expected at least one seed, got {text!r}")
+  return seeds
+
+
+def summarize(per_seed: dict) -> dict:
+  """``{seed: {metric: value}}`` -> ``{"mean": {...}, "std": {...}, "n": n}``.
+
+  Mean and sample standard deviation (ddof = 1; 0.0 for a single seed) over the seeds that
+  report the metric; keys that are not numbers are skipped.
+  """
+  import numpy as np
+  keys = sorted({k for s in per_seed.values() for k, v in s.items() if isinstance(v, (int, float))})
+  mean, std = {}, {}
+  for k in keys:
+    vals = np.array([float(s[k]) for s in per_seed.values() if isinstance(s.get(k), (int, float))])
+    mean[k] = float(vals.mean())
+    std[k] = float(vals.std(ddof=1)) if len(vals) > 1 else 0.0
+  return {"mean": mean, "std": std, "n": len(per_seed)}
+
+
+def run_row(row: str, workdir: str, seed: int = 0) -> dict:
+  done = os.path.join(workdir, "scores.json")
+  if os.path.exists(done):
+    with open(done) as f:
+      return json.load(f)
   from configs import eta as eta_config
   from jaxcap.training import train_lib
   config = eta_config.get_config(row_arg(row, flags.FLAGS.dataset, flags.FLAGS.extra))
+  config.seed = seed
   if flags.FLAGS.steps:
     config.num_train_steps = flags.FLAGS.steps
     config.eval_every_steps = max(1, flags.FLAGS.steps // 2)
@@ -72,10 +115,8 @@ def run_row(row: str, workdir: str) -> dict:
     config.batch_size = flags.FLAGS.batch_size
   if flags.FLAGS.eval_num_images:
     config.eval_num_images = flags.FLAGS.eval_num_images
-  done = os.path.join(workdir, "scores.json")
-  if os.path.exists(done):
-    with open(done) as f:
-      return json.load(f)
+  if flags.FLAGS.test_images:
+    config.data.num_test = flags.FLAGS.test_images
   t0 = time.time()
   result = train_lib.train_and_evaluate(config, workdir)
   overall = dict(result.get("overall", {}))
@@ -89,11 +130,15 @@ def run_row(row: str, workdir: str) -> dict:
 
 
 def format_table(rows: dict) -> str:
-  header = "| model | " + " | ".join(name for name, _ in METRICS) + " |"
-  lines = [header, "|" + "---|" * (len(METRICS) + 1)]
-  for row, scores in rows.items():
-    cells = [f"{100 * scores[key]:.1f}" if key in scores else "-" for _, key in METRICS]
-    lines.append(f"| {row} | " + " | ".join(cells) + " |")
+  """Markdown table of ``{row: summarize(...)}``: mean ± std (x100) per metric."""
+  header = "| model | seeds | " + " | ".join(name for name, _ in METRICS) + " | train s |"
+  lines = [header, "|" + "---|" * (len(METRICS) + 3)]
+  for row, summary in rows.items():
+    mean, std = summary["mean"], summary["std"]
+    cells = [f"{100 * mean[key]:.1f} ± {100 * std[key]:.1f}" if key in mean else "-"
+             for _, key in METRICS]
+    secs = f"{mean['train_seconds']:.0f}" if "train_seconds" in mean else "-"
+    lines.append(f"| {row} | {summary['n']} | " + " | ".join(cells) + f" | {secs} |")
   return "\n".join(lines)
 
 
@@ -101,17 +146,28 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   rows = [r.strip() for r in flags.FLAGS.variants.split(",") if r.strip()]
-  results = {}
+  seeds = parse_seeds(flags.FLAGS.seeds)
+  results, summaries = {}, {}
   for row in rows:
-    print(f"=== {row}: configs/eta.py:{row_arg(row, flags.FLAGS.dataset, flags.FLAGS.extra)}",
-          flush=True)
-    results[row] = run_row(row, os.path.join(flags.FLAGS.workdir, row))
-    print(format_table({row: results[row]}), flush=True)
-  table = format_table(results)
-  print(table)
-  os.makedirs(flags.FLAGS.workdir, exist_ok=True)
+    arg = row_arg(row, flags.FLAGS.dataset, flags.FLAGS.extra)
+    per_seed = {}
+    for seed in seeds:
+      print(f"=== {row} seed {seed}: configs/eta.py:{arg}", flush=True)
+      per_seed[seed] = run_row(row, os.path.join(flags.FLAGS.workdir, row, f"seed{seed}"), seed)
+    summaries[row] = summarize(per_seed)
+    results[row] = {"config": f"configs/eta.py:{arg}", "seeds": {str(k): v for k, v in per_seed.items()},
+                    **summaries[row]}
+    print(format_table({row: summaries[row]}), flush=True)
+    write_tables(flags.FLAGS.workdir, results, summaries, seeds)
+  print(format_table(summaries))
+
+
+def write_tables(workdir: str, results: dict, summaries: dict, seeds: list) -> None:
+  table = (f"Mean ± std (ddof = 1) over seeds {','.join(map(str, seeds))}, scores x100.\n\n"
+           + format_table(summaries))
+  os.makedirs(workdir, exist_ok=True)
   for name, text in (("table.json", json.dumps(results, indent=1)), ("table.md", table + "\n")):
-    path = os.path.join(flags.FLAGS.workdir, name)
+    path = os.path.join(workdir, name)
     tmp = f"{path}.tmp{os.getpid()}"
     with open(tmp, "w") as f:
       f.write(text)

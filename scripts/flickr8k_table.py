@@ -1,0 +1,258 @@
+"""The real-data table: every captioning model on ../shared/data/flickr8k_xception, cross-entropy
+then cross-entropy + SCST, test CIDEr-D / BLEU-4 / METEOR as mean ± std over seeds, beside the
+nearest-neighbour caption (``configs/nearest_neighbour.py:flickr8k``, CIDEr-D 0.166).
+
+  python scripts/flickr8k_table.py --workdir runs/flickr8k_table                  # all, 5 seeds
+  python scripts/flickr8k_table.py --workdir runs/flickr8k_table --models transformer,lstm \\
+      --seeds 0,1,2 --steps 600 --scst-steps 0                                      # XE only
+
+Per model ``m`` and seed ``k``:
+
+* ``<workdir>/<m>/xe/seed<k>``: ``configs/<m>.py:flickr8k`` with ``config.seed = k`` (the
+  config's schedule unless ``--steps``), trained and tested on the 200 test images.
+* ``<workdir>/<m>/scst/seed<k>``: the same config started from that run's best checkpoint
+  (``init_from``) with self-critical training from step 0 (``scst.start_step = 0``, the
+  config's ``scst`` section: CIDEr-D reward, greedy baseline, 5 samples) for ``--scst-steps``
+  steps (0: no SCST stage), then tested.
+
+A run whose workdir holds ``scores_test.json`` (written when a run finishes testing) is read
+back, not retrained, so an interrupted table resumes and runs started by hand with the same
+layout (``train.py --config configs/transformer.py:flickr8k --config.seed=1 --workdir
+<workdir>/transformer/xe/seed1``) are used. Each model decodes the test split as its config
+says (greedy for every flickr8k config). Written: ``<workdir>/table.json`` (per-seed scores and
+seconds, mean, std) and ``table.md`` (mean ± std, sample standard deviation ddof = 1, scores
+x100). METEOR needs Java.
+
+Models (``MODELS``): transformer, lstm, show_tell, tpgn, aat, aoanet, image_transformer and eta
+(ETA reads detected attributes: the script first trains the noisy-OR detector of
+``scripts/train_attributes.py`` with the config's ``detector`` section on the 700 training
+images and writes ``<workdir>/attributes_flickr8k/attributes.json``; oracle attributes would
+read the test references). Not in the table (``UNSUPPORTED``): mnmt (a translation model,
+multi30k text), nearest_neighbour (the reference row).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+import time
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if _REPO not in sys.path:
+  sys.path.insert(0, _REPO)
+
+# Cheapest first (CPU seconds per run on the flickr8k configs' schedules).
+MODELS = ("transformer", "show_tell", "tpgn", "lstm", "aat", "aoanet", "image_transformer", "eta")
+UNSUPPORTED = {
+    "mnmt": "a multimodal translation model (multi30k source sentences), not a captioner",
+    "nearest_neighbour": "the retrieval baseline: the reference row of the table",
+}
+METRICS = (("CIDEr-D", "CIDEr"), ("BLEU-4", "Bleu_4"), ("METEOR", "METEOR"))
+STAGES = ("xe", "scst")
+
+
+def parse_list(text: str, name: str, cast=str) -> list:
+  out = []
+  for item in (text or "").split(","):
+    item = item.strip()
+    if not item:
+      continue
+    try:
+      value = cast(item)
+    except ValueError:
+      raise SystemExit(f"--{name}: expected comma-separated values, got {text!r}") from None
+    if value not in out:
+      out.append(value)
+  if not out:
+    raise SystemExit(f"--{name}: expected at least one value, got {text!r}")
+  return out
+
+
+def base_config(model: str, workdir: str):
+  """``configs/<model>.py:flickr8k`` (ETA: with detected attributes under ``workdir``)."""
+  config = importlib.import_module(f"configs.{model}").get_config("flickr8k")
+  if model == "eta":
+    config.data.attributes_file = os.path.join(workdir, "attributes_flickr8k", "attributes.json")
+  return config
+
+
+def stage_config(model: str, stage: str, seed: int, args):
+  """The config of one run; ``stage`` "scst" starts from the seed's cross-entropy run."""
+  config = base_config(model, args.workdir)
+  config.seed = seed
+  if args.steps:
+    config.num_train_steps = args.steps
+    config.eval_every_steps = min(config.eval_every_steps, max(1, args.steps // 2))
+    config.checkpoint_every_steps = config.eval_every_steps
+  if args.batch_size:
+    config.batch_size = args.batch_size
+  config.scst.start_step = -1
+  config.scst.start_epoch = -1
+  if stage == "scst":
+    config.init_from = run_dir(args.workdir, model, "xe", seed)
+    config.scst.start_step = 0
+    if args.scst_lr:
+      config.scst.learning_rate = args.scst_lr
+    config.num_train_steps = args.scst_steps
+    config.eval_every_steps = min(config.eval_every_steps, max(1, args.scst_steps // 2))
+    config.checkpoint_every_steps = config.eval_every_steps
+  return config
+
+
+def run_dir(workdir: str, model: str, stage: str, seed: int) -> str:
+  return os.path.join(workdir, model, stage, f"seed{seed}")
+
+
+def ensure_attributes(config) -> None:
+  """Trains ETA's attribute detector once (``scripts/train_attributes.py``'s recipe)."""
+  path = config.data.attributes_file
+  if os.path.exists(path):
+    return
+  import copy
+  from jaxcap import data as data_lib
+  from jaxcap.models import attribute_detector
+  data_config = copy.deepcopy(config.data)
+  data_config.attributes = "none"
+  dataset = data_lib.get_dataset(data_config)
+  print(f"=== attribute detector -> {os.path.dirname(path)}", flush=True)
+  result = attribute_detector.run(dataset, config.get("detector") or {}, os.path.dirname(path),
+                                  log=lambda s: print(s, flush=True))
+  if "val" in result:
+    print(f"detector val: {result['val']}; frequency prior: {result.get('val_prior')}", flush=True)
+
+
+def run_one(model: str, stage: str, seed: int, args) -> dict:
+  """Scores (``overall``) of one run, training it unless its test scores are there."""
+  workdir = run_dir(args.workdir, model, stage, seed)
+  done = os.path.join(workdir, "scores_test.json")
+  timing = os.path.join(workdir, "run_seconds.json")
+  if not os.path.exists(done):
+    from jaxcap.training import train_lib
+    config = stage_config(model, stage, seed, args)
+    if model == "eta" and config.data.attributes == "detected":
+      ensure_attributes(config)
+    print(f"=== {model} {stage} seed {seed} ({config.num_train_steps} steps) -> {workdir}", flush=True)
+    t0 = time.time()
+    train_lib.train_and_evaluate(config, workdir)
+    with open(timing, "w") as f:
+      json.dump({"seconds": round(time.time() - t0, 1), "steps": int(config.num_train_steps)}, f)
+  with open(done) as f:
+    overall = dict(json.load(f)["overall"])
+  if os.path.exists(timing):
+    with open(timing) as f:
+      overall.update({f"run_{k}": v for k, v in json.load(f).items()})
+  return overall
+
+
+def nearest_neighbour(args) -> dict:
+  workdir = os.path.join(args.workdir, "nearest_neighbour")
+  done = os.path.join(workdir, "scores_test.json")
+  if not os.path.exists(done):
+    from configs import nearest_neighbour as nn_config
+    from jaxcap.training import train_lib
+    print(f"=== nearest_neighbour -> {workdir}", flush=True)
+    train_lib.train_and_evaluate(nn_config.get_config("flickr8k"), workdir)
+  with open(done) as f:
+    return dict(json.load(f)["overall"])
+
+
+def summarize(per_seed: dict) -> dict:
+  """``{seed: {metric: value}}`` -> mean and sample std (ddof = 1; 0 for one seed)."""
+  import numpy as np
+  keys = sorted({k for s in per_seed.values() for k, v in s.items() if isinstance(v, (int, float))})
+  mean, std = {}, {}
+  for k in keys:
+    vals = np.array([float(s[k]) for s in per_seed.values() if isinstance(s.get(k), (int, float))])
+    mean[k] = float(vals.mean())
+    std[k] = float(vals.std(ddof=1)) if len(vals) > 1 else 0.0
+  return {"mean": mean, "std": std, "n": len(per_seed)}
+
+
+def format_table(rows: list[dict], nn: dict | None) -> str:
+  lines = ["| model | training | seeds | " + " | ".join(n for n, _ in METRICS) + " | steps | s / run |",
+           "|" + "---|" * (len(METRICS) + 5)]
+  for r in rows:
+    mean, std = r["mean"], r["std"]
+    cells = [f"{100 * mean[k]:.1f} ± {100 * std[k]:.1f}" if k in mean else "-" for _, k in METRICS]
+    steps = f"{mean['run_steps']:.0f}" if "run_steps" in mean else "-"
+    secs = f"{mean['run_seconds']:.0f}" if "run_seconds" in mean else "-"
+    label = "XE" if r["stage"] == "xe" else "XE + SCST"
+    lines.append(f"| {r['model']} | {label} | {r['n']} | " + " | ".join(cells) + f" | {steps} | {secs} |")
+  if nn:
+    cells = [f"{100 * nn[k]:.1f}" if k in nn else "-" for _, k in METRICS]
+    lines.append("| nearest neighbour | - | - | " + " | ".join(cells) + " | - | - |")
+  return "\n".join(lines)
+
+
+def write_tables(workdir: str, rows: list[dict], nn: dict | None, seeds: list) -> str:
+  table = format_table(rows, nn)
+  text = (f"flickr8k_xception test split (200 images); mean ± std (ddof = 1) over seeds "
+          f"{','.join(map(str, seeds))}; scores x100.\n\n{table}\n")
+  os.makedirs(workdir, exist_ok=True)
+  payload = {"rows": rows, "nearest_neighbour": nn, "seeds": seeds}
+  for name, body in (("table.json", json.dumps(payload, indent=1)), ("table.md", text)):
+    path = os.path.join(workdir, name)
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+      f.write(body)
+    os.replace(tmp, path)
+  return table
+
+
+def main(argv=None):
+  ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  ap.add_argument("--workdir", required=True)
+  ap.add_argument("--models", default=",".join(MODELS), help=f"comma-separated subset of {list(MODELS)}")
+  ap.add_argument("--seeds", default="0,1,2,3,4", help="comma-separated seeds (config.seed)")
+  ap.add_argument("--stages", default="xe,scst", help="xe, scst or both")
+  ap.add_argument("--steps", type=int, default=0, help="cross-entropy steps (0: the config's)")
+  ap.add_argument("--batch-size", "--batch_size", dest="batch_size", type=int, default=0,
+                  help="images per step (0: the config's)")
+  ap.add_argument("--scst-steps", "--scst_steps", dest="scst_steps", type=int, default=300,
+                  help="SCST steps after cross-entropy (0: no SCST stage)")
+  ap.add_argument("--scst-lr", "--scst_lr", dest="scst_lr", type=float, default=0.0,
+                  help="SCST learning rate (0: the config's scst.learning_rate)")
+  ap.add_argument("--seed-major", "--seed_major", dest="seed_major", action="store_true",
+                  help="loop seeds outside models (every model gets seed 0 before any gets seed 1)")
+  ap.add_argument("--no-nn", "--no_nn", dest="nn", action="store_false",
+                  help="skip the nearest-neighbour reference row")
+  args = ap.parse_args(argv)
+  models = parse_list(args.models, "models")
+  for m in models:
+    if m in UNSUPPORTED:
+      raise SystemExit(f"--models: {m} is not in this table: {UNSUPPORTED[m]}")
+    if m not in MODELS:
+      raise SystemExit(f"--models: unknown model {m!r}; expected a subset of {list(MODELS)}")
+  seeds = parse_list(args.seeds, "seeds", int)
+  stages = parse_list(args.stages, "stages")
+  for s in stages:
+    if s not in STAGES:
+      raise SystemExit(f"--stages: unknown stage {s!r}; expected a subset of {list(STAGES)}")
+  if args.scst_steps <= 0:
+    stages = [s for s in stages if s != "scst"]
+
+  nn = nearest_neighbour(args) if args.nn else None
+  per = {(m, s): {} for m in models for s in stages}
+  order = ([(m, k) for k in seeds for m in models] if args.seed_major
+           else [(m, k) for m in models for k in seeds])
+  for model, seed in order:
+    for stage in stages:  # SCST needs the same seed's cross-entropy run first.
+      if stage == "scst" and "xe" not in stages and not os.path.exists(
+          os.path.join(run_dir(args.workdir, model, "xe", seed), "scores_test.json")):
+        print(f"--- skipping {model} scst seed {seed}: no finished xe run", flush=True)
+        continue
+      per[(model, stage)][seed] = run_one(model, stage, seed, args)
+    rows = [{"model": m, "stage": s, "seeds": {str(k): v for k, v in d.items()}, **summarize(d)}
+            for (m, s), d in per.items() if d]
+    write_tables(args.workdir, rows, nn, seeds)
+  rows = [{"model": m, "stage": s, "seeds": {str(k): v for k, v in d.items()}, **summarize(d)}
+          for (m, s), d in per.items() if d]
+  print(write_tables(args.workdir, rows, nn, seeds))
+  return rows
+
+
+if __name__ == "__main__":
+  main()

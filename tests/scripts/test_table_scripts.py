@@ -1,0 +1,177 @@
+"""The multi-seed table scripts (issue 17, items 8-9): scripts/eta_ablations.py,
+scripts/aat_table1.py and scripts/flickr8k_table.py.
+
+Default tests never train: finished runs are faked by writing the files a finished run leaves
+(``scores.json``, ``result.json``, ``scores_test.json``) so that the scripts' resume path, the
+per-seed layout and the mean ± std (sample std, ddof = 1, checked against numbers worked out by
+hand) are exercised in a few seconds. The ``slow`` tests train a few steps for real.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PY = sys.executable
+
+
+def _load(name):
+  spec = importlib.util.spec_from_file_location(f"_script_{name}", os.path.join(ROOT, "scripts", f"{name}.py"))
+  mod = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(mod)
+  return mod
+
+
+def _run(script, *args, env=None, timeout=120):
+  out = subprocess.run([PY, os.path.join(ROOT, "scripts", script), *map(str, args)],
+                       capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env)
+  assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+  return out.stdout
+
+
+def _write(path, obj):
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  with open(path, "w") as f:
+    json.dump(obj, f)
+
+
+# Three seeds' CIDEr 1.0, 1.2, 1.7: mean 1.3, sample variance ((.3^2 + .1^2 + .4^2) / 2) = 0.13.
+CIDER = {0: 1.0, 1: 1.2, 2: 1.7}
+MEAN, STD = 1.3, 0.13 ** 0.5
+
+
+def test_eta_ablations_resumes_per_seed_runs_and_reports_mean_std(tmp_path):
+  for row in ("eta", "stacked_v"):
+    for seed, c in CIDER.items():
+      bonus = 0.5 if row == "eta" else 0.0
+      _write(str(tmp_path / row / f"seed{seed}" / "scores.json"),
+             {"CIDEr": c + bonus, "Bleu_4": 0.3, "METEOR": 0.25, "ROUGE_L": 0.5, "train_seconds": 10.0 + seed})
+  _run("eta_ablations.py", "--workdir", tmp_path, "--variants", "eta,stacked_v", "--seeds", "0,1,2")
+  table = json.loads((tmp_path / "table.json").read_text())
+  assert list(table) == ["eta", "stacked_v"]
+  assert table["eta"]["config"] == "configs/eta.py:synthetic,variant=eta"
+  assert sorted(table["stacked_v"]["seeds"]) == ["0", "1", "2"]
+  assert table["stacked_v"]["seeds"]["2"]["CIDEr"] == pytest.approx(1.7)
+  assert table["stacked_v"]["mean"]["CIDEr"] == pytest.approx(MEAN)
+  assert table["stacked_v"]["std"]["CIDEr"] == pytest.approx(STD)
+  assert table["eta"]["mean"]["CIDEr"] == pytest.approx(MEAN + 0.5)
+  assert table["eta"]["std"]["Bleu_4"] == pytest.approx(0.0)
+  assert table["eta"]["n"] == 3
+  md = (tmp_path / "table.md").read_text()
+  assert f"| stacked_v | 3 | {100 * MEAN:.1f} ± {100 * STD:.1f} | 30.0 ± 0.0 |" in md
+  assert "| eta | 3 | 180.0 ± 36.1 |" in md and "seeds 0,1,2" in md
+  # A subset of seeds reads back only those runs.
+  _run("eta_ablations.py", "--workdir", tmp_path, "--variants", "stacked_v", "--seeds", "2")
+  table = json.loads((tmp_path / "table.json").read_text())
+  assert table["stacked_v"]["mean"]["CIDEr"] == pytest.approx(1.7) and table["stacked_v"]["std"]["CIDEr"] == 0.0
+
+
+def test_aat_table1_resumes_per_seed_runs_and_reports_mean_std(tmp_path):
+  for seed, c in CIDER.items():
+    _write(str(tmp_path / "adaptive" / f"seed{seed}" / "result.json"),
+           {"seed": seed, "avg_steps": 2.0 + seed, "CIDEr": c, "METEOR": 0.2, "Bleu_4": 0.3, "train_seconds": 5.0})
+  out = _run("aat_table1.py", "--workdir", tmp_path, "--rows", "adaptive", "--seeds", "0,1,2")
+  table = json.loads((tmp_path / "table.json").read_text())
+  (row,) = table
+  assert row["row"] == "adaptive" and row["seeds"] == [0, 1, 2] and len(row["runs"]) == 3
+  assert row["CIDEr"] == pytest.approx([MEAN, STD])
+  assert row["avg_steps"] == pytest.approx([3.0, 1.0])  # 2, 3, 4
+  md = (tmp_path / "table.md").read_text()
+  assert f"| Adaptive (`adaptive`) | 0 | 4 | 3 | 3.00 ± 1.00 | {100 * MEAN:.1f} ± {100 * STD:.1f} | 20.0 ± 0.0 |" in md
+  assert "±" in out
+
+
+def test_aat_table1_rejects_unknown_rows_and_bad_seeds(tmp_path):
+  mod = _load("aat_table1")
+  with pytest.raises(SystemExit):
+    mod.main(["--workdir", str(tmp_path), "--rows", "nope"])
+  with pytest.raises(SystemExit):
+    mod.parse_seeds("0,x")
+  assert mod.parse_seeds("2, 0,2") == [2, 0]
+
+
+def test_flickr8k_table_resumes_and_reports_against_nearest_neighbour(tmp_path):
+  for seed, c in CIDER.items():
+    for stage, bonus in (("xe", 0.0), ("scst", 0.1)):
+      d = tmp_path / "transformer" / stage / f"seed{seed}"
+      _write(str(d / "scores_test.json"), {"overall": {"CIDEr": c + bonus, "Bleu_4": 0.2, "METEOR": 0.18}})
+      _write(str(d / "run_seconds.json"), {"seconds": 60.0, "steps": 1200 if stage == "xe" else 300})
+  _write(str(tmp_path / "nearest_neighbour" / "scores_test.json"),
+         {"overall": {"CIDEr": 0.166, "Bleu_4": 0.1, "METEOR": 0.15}})
+  _run("flickr8k_table.py", "--workdir", tmp_path, "--models", "transformer", "--seeds", "0,1,2")
+  table = json.loads((tmp_path / "table.json").read_text())
+  rows = {r["stage"]: r for r in table["rows"]}
+  assert set(rows) == {"xe", "scst"} and table["seeds"] == [0, 1, 2]
+  assert rows["xe"]["mean"]["CIDEr"] == pytest.approx(MEAN) and rows["xe"]["std"]["CIDEr"] == pytest.approx(STD)
+  assert rows["scst"]["mean"]["CIDEr"] == pytest.approx(MEAN + 0.1)
+  assert rows["scst"]["seeds"]["1"]["run_steps"] == 300
+  assert table["nearest_neighbour"]["CIDEr"] == 0.166
+  md = (tmp_path / "table.md").read_text()
+  assert f"| transformer | XE | 3 | {100 * MEAN:.1f} ± {100 * STD:.1f} | 20.0 ± 0.0 | 18.0 ± 0.0 | 1200 | 60 |" in md
+  assert "| transformer | XE + SCST | 3 | 140.0 ± 36.1 |" in md
+  assert "| nearest neighbour | - | - | 16.6 | 10.0 | 15.0 | - | - |" in md
+  # --scst-steps 0 drops the SCST rows.
+  _run("flickr8k_table.py", "--workdir", tmp_path, "--models", "transformer", "--seeds", "0,1,2", "--scst-steps", "0")
+  assert [r["stage"] for r in json.loads((tmp_path / "table.json").read_text())["rows"]] == ["xe"]
+
+
+def test_flickr8k_table_configs_and_stage_settings(tmp_path):
+  mod = _load("flickr8k_table")
+  from jaxcap.models import registry
+  args = mod.argparse.Namespace(workdir=str(tmp_path), steps=0, batch_size=0, scst_steps=40, scst_lr=3e-5)
+  for model in mod.MODELS:  # Every listed model has a flickr8k config for a registered model.
+    c = mod.base_config(model, str(tmp_path))
+    assert c.data.dataset_json == "dataset_flickr8k.json" and c.data.max_regions == 1
+    assert c.model.name in registry.names()
+  missing = {n for n in registry.names() if n not in mod.MODELS and n not in mod.UNSUPPORTED}
+  assert not missing, f"registered models neither in the table nor explained: {missing}"
+  eta = mod.base_config("eta", str(tmp_path))
+  assert eta.data.attributes == "detected"
+  assert eta.data.attributes_file == str(tmp_path / "attributes_flickr8k" / "attributes.json")
+  xe = mod.stage_config("transformer", "xe", 3, args)
+  assert xe.seed == 3 and xe.scst.start_step == -1 and not xe.init_from
+  scst = mod.stage_config("transformer", "scst", 3, args)
+  assert scst.seed == 3 and scst.scst.start_step == 0 and scst.num_train_steps == 40
+  assert scst.init_from == str(tmp_path / "transformer" / "xe" / "seed3")
+  assert scst.scst.learning_rate == pytest.approx(3e-5) and scst.eval_every_steps == 20
+  with pytest.raises(SystemExit):
+    mod.main(["--workdir", str(tmp_path), "--models", "mnmt"])
+  with pytest.raises(SystemExit):
+    mod.main(["--workdir", str(tmp_path), "--stages", "rl"])
+
+
+def _one_device_env():
+  env = dict(os.environ)
+  env.pop("XLA_FLAGS", None)  # one CPU device: the flickr8k configs' batch of 25 need not split by 8
+  return env
+
+
+@pytest.mark.slow
+def test_flickr8k_table_trains_xe_then_scst(tmp_path, shared_data):
+  del shared_data
+  _run("flickr8k_table.py", "--workdir", tmp_path, "--models", "transformer", "--seeds", "0",
+       "--steps", "4", "--scst-steps", "2", "--batch-size", "8", env=_one_device_env(), timeout=600)
+  table = json.loads((tmp_path / "table.json").read_text())
+  assert [r["stage"] for r in table["rows"]] == ["xe", "scst"]
+  cfg = json.loads((tmp_path / "transformer" / "scst" / "seed0" / "config.json").read_text())
+  assert cfg["init_from"].endswith(os.path.join("transformer", "xe", "seed0")) and cfg["scst"]["start_step"] == 0
+  assert 0.0 < table["nearest_neighbour"]["CIDEr"] < 1.0
+
+
+@pytest.mark.slow
+def test_eta_and_aat_tables_train_tiny_runs(tmp_path):
+  env = _one_device_env()
+  _run("eta_ablations.py", "--workdir", tmp_path / "eta", "--variants", "eta", "--seeds", "0,1", "--steps", "4",
+       "--batch_size", "8", "--eval_num_images", "16", "--test_images", "16", env=env, timeout=600)
+  t = json.loads((tmp_path / "eta" / "table.json").read_text())
+  assert sorted(t["eta"]["seeds"]) == ["0", "1"] and "CIDEr" in t["eta"]["std"]
+  _run("aat_table1.py", "--workdir", tmp_path / "aat", "--rows", "adaptive", "--seeds", "0,1", "--steps", "4",
+       "--batch_size", "8", "--eval_images", "16", "--test_images", "16", env=env, timeout=600)
+  (row,) = json.loads((tmp_path / "aat" / "table.json").read_text())
+  assert [r["seed"] for r in row["runs"]] == [0, 1] and len(row["CIDEr"]) == 2
