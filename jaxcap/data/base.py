@@ -14,6 +14,7 @@ K attribute vocabulary size, Ls = ``src_max_len + 1`` source positions, g grid s
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -120,12 +121,30 @@ def check_boxes(boxes, name: str, field: str = "boxes", mask=None,
   return b
 
 
+@contextlib.contextmanager
+def feature_file_errors(path: str):
+  """Turns any failure reading the feature file ``path`` into a one-line ValueError naming it
+  (missing, not a numpy file, corrupt); a ValueError that already names it passes as it is."""
+  try:
+    yield
+  except FileNotFoundError:
+    raise ValueError(f"{path}: feature file is missing, expected one per image") from None
+  except ValueError as e:
+    if str(e).startswith(path):
+      raise
+    raise ValueError(f"{path}: unreadable feature file ({e}); expected a numpy .npy / .npz "
+                     "file") from None
+  except Exception as e:  # zipfile.BadZipFile, EOFError, OSError ... all mean "corrupt".
+    raise ValueError(f"{path}: unreadable feature file ({type(e).__name__}: {e}); expected a "
+                     "numpy .npy / .npz file") from None
+
+
 def npy_header(path: str, key: str | None = None) -> tuple[tuple, np.dtype]:
   """``(shape, dtype)`` of a ``.npy`` file (or array ``key`` of an ``.npz``) from its header,
   without reading the array. Raises a one-line ValueError naming the file when it is missing,
   not a numpy file, or shorter than its header says (truncated)."""
   import zipfile
-  try:
+  with feature_file_errors(path):
     if key is None:
       with open(path, "rb") as f:
         shape, dtype, offset = _read_npy_header(f)
@@ -143,16 +162,6 @@ def npy_header(path: str, key: str | None = None) -> tuple[tuple, np.dtype]:
       with z.open(member) as f:
         shape, dtype, _ = _read_npy_header(f)
       return shape, dtype
-  except FileNotFoundError:
-    raise ValueError(f"{path}: feature file is missing, expected one per image") from None
-  except ValueError as e:
-    if str(e).startswith(path):
-      raise
-    raise ValueError(f"{path}: unreadable feature file ({e}); expected a numpy .npy / .npz "
-                     "file") from None
-  except Exception as e:  # zipfile.BadZipFile, EOFError, OSError ... all mean "corrupt".
-    raise ValueError(f"{path}: unreadable feature file ({type(e).__name__}: {e}); expected a "
-                     "numpy .npy / .npz file") from None
 
 
 def _read_npy_header(f):

@@ -35,7 +35,7 @@ def _resolve(root: str, path: str) -> str:
 
 def load_array(path: str, key: str | None = None) -> np.ndarray:
   """``np.load`` of one feature file with a one-line ValueError when missing or unreadable."""
-  try:
+  with base.feature_file_errors(path):
     with open(path, "rb") as f:
       if key is None:
         return np.load(f, allow_pickle=False)
@@ -44,16 +44,6 @@ def load_array(path: str, key: str | None = None) -> np.ndarray:
           raise ValueError(f"{path}: no key {key!r} (has {z.files}), expected the features "
                            f"under {key!r}")
         return z[key]
-  except FileNotFoundError:
-    raise ValueError(f"{path}: feature file is missing, expected one per image") from None
-  except ValueError as e:
-    if str(e).startswith(path):
-      raise
-    raise ValueError(f"{path}: unreadable feature file ({e}); expected a numpy .npy / .npz "
-                     "file") from None
-  except Exception as e:  # zipfile.BadZipFile, EOFError, OSError ... all mean "corrupt".
-    raise ValueError(f"{path}: unreadable feature file ({type(e).__name__}: {e}); expected a "
-                     "numpy .npy / .npz file") from None
 
 
 class DirFeatures(base.FeatureReader):
