@@ -199,22 +199,14 @@ def step_flops(fn, *args) -> tuple[float, float]:
 
 
 def build_train_step(model, tx):
-  """One jitted Adam step on the masked cross-entropy plus the model's own ``extra_loss`` (e.g.
-  AAT's attention-time cost), for the per-model scripts:
+  """One jitted Adam step on the trainer's loss (``jaxcap.training.steps.xe_loss_fn``: masked
+  cross-entropy plus the model's own ``extra_loss``, e.g. AAT's attention-time cost, with the
+  model run per image under its own dropout key), for the per-model scripts:
   ``step(params, opt_state, batch, rng) -> (params, opt_state, loss, rng)``."""
-  from jaxcap.data.vocab import PAD
-  from jaxcap.models.base import shift_right
+  from jaxcap.training import steps
 
   def loss_fn(params, batch, rng):
-    tokens = shift_right(batch["captions"])
-    logits, aux = model.apply(params, batch, tokens, train=True, rngs={"dropout": rng})
-    targets = batch["captions"]
-    mask = (targets != PAD).astype(jnp.float32)
-    nll = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), targets)
-    extra = (aux or {}).get("extra_loss")
-    if extra is not None:
-      nll = nll + extra.reshape(mask.shape)
-    return jnp.sum(nll * mask) / jnp.sum(mask)
+    return steps.xe_loss_fn(params, model, batch, rng)[0]
 
   @jax.jit
   def step(params, opt_state, batch, rng):
