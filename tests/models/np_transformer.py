@@ -32,7 +32,11 @@ contributing zero to its attentions.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
+import jax
+import jax.numpy as jnp
 
 PAD = 0
 
@@ -219,3 +223,24 @@ def eta_logits(p, feats_NxF, mask_N, attributes_A, tokens_T, variant="eta", f="i
 def log_softmax(x):
   m = x.max(-1, keepdims=True)
   return x - m - np.log(np.exp(x - m).sum(-1, keepdims=True))
+
+
+@functools.partial(jax.jit, static_argnums=(0, 4),
+                   compiler_options={"xla_backend_optimization_level": 0})
+def run_model(model, params, batch, tokens, steps):
+  """What the references are compared with (jaxcap side): teacher-forced logits
+  ``[B, S, T, V]`` and ``steps`` greedy decode steps through the decoder protocol: logits
+  ``[B, steps, V]`` and the tokens fed ``[B, steps]`` (BOS, then each step's argmax)."""
+  from jaxcap.data.vocab import BOS
+  train_logits, _ = model.apply(params, batch, tokens)
+  enc = model.apply(params, batch, method="encode")
+  cache = model.apply(params, enc, steps, method="init_cache")
+
+  def body(carry, t):
+    cache, tok = carry
+    logits, cache, _ = model.apply(params, enc, cache, tok, t, method="decode_step")
+    return (cache, jnp.argmax(logits, -1).astype(jnp.int32)), (logits, tok)
+
+  start = jnp.full((tokens.shape[0],), BOS, jnp.int32)
+  _, (step_logits, fed) = jax.lax.scan(body, (cache, start), jnp.arange(steps, dtype=jnp.int32))
+  return train_logits, step_logits.swapaxes(0, 1), fed.swapaxes(0, 1)

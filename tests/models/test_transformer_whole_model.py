@@ -53,7 +53,6 @@ from tests.models import np_transformer as ref
 V, F, N, D, H, FF = 19, 7, 5, 16, 4, 24
 B, S, T, STEPS = 2, 2, 6, 4
 
-_jit = functools.partial(jax.jit, compiler_options={"xla_backend_optimization_level": 0})
 
 
 def make_batch(seed=0):
@@ -80,22 +79,8 @@ def random_params(model, batch, tokens, seed=0, scale=0.4):
   return jax.tree_util.tree_map_with_path(draw, shapes)
 
 
-@functools.partial(_jit, static_argnums=0)
 def run(model, params, batch, tokens):
-  """Teacher-forced logits ``[B, S, T, V]`` and ``STEPS`` greedy steps: logits ``[B, STEPS, V]``
-  and the tokens fed ``[B, STEPS]`` (BOS, then each step's argmax)."""
-  train_logits, _ = model.apply(params, batch, tokens)
-  enc = model.apply(params, batch, method="encode")
-  cache = model.apply(params, enc, STEPS, method="init_cache")
-
-  def body(carry, t):
-    cache, tok = carry
-    logits, cache, _ = model.apply(params, enc, cache, tok, t, method="decode_step")
-    return (cache, jnp.argmax(logits, -1).astype(jnp.int32)), (logits, tok)
-
-  start = jnp.full((B,), BOS, jnp.int32)
-  _, (step_logits, fed) = jax.lax.scan(body, (cache, start), jnp.arange(STEPS, dtype=jnp.int32))
-  return train_logits, step_logits.swapaxes(0, 1), fed.swapaxes(0, 1)
+  return ref.run_model(model, params, batch, tokens, STEPS)
 
 
 @functools.lru_cache(maxsize=None)
