@@ -35,21 +35,12 @@ def curves(args):
 
 
 def words(args):
-  import ml_collections
   from jaxcap.analysis import figures
   from jaxcap.data import pipeline
-  from jaxcap.training import train_lib
   from jaxcap.analysis.words import caption_aux, plot_word_figures
-  from plot_attention_steps import _Row
+  from plot_attention_steps import _Row, load_trained
 
-  path = os.path.join(args.workdir, "config.json")
-  try:
-    with open(path) as f:
-      config = ml_collections.ConfigDict(json.load(f))
-  except (OSError, ValueError) as e:
-    raise SystemExit(f"{path}: expected the JSON config written by training ({e})")
-  trainer = train_lib.Trainer(config, args.workdir)
-  params = trainer.load().params
+  config, trainer, params = load_trained(args.workdir)
   source = trainer.dataset.split(args.split)
   if not 0 <= args.index < len(source):
     raise SystemExit(f"--index {args.index}: split {args.split!r} has {len(source)} images")

@@ -23,6 +23,20 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from jaxcap.analysis.words import caption_aux  # noqa: E402  (after the sys.path line)
 
 
+
+def load_trained(workdir):
+  """``(config, trainer, params)`` of a run directory (its best checkpoint), or a one-line exit."""
+  import ml_collections
+  from jaxcap.training import train_lib
+  path = os.path.join(workdir, "config.json")
+  try:
+    with open(path) as f:
+      config = ml_collections.ConfigDict(json.load(f))
+  except (OSError, ValueError) as e:
+    raise SystemExit(f"{path}: expected the JSON config written by training ({e})")
+  trainer = train_lib.Trainer(config, workdir)
+  return config, trainer, trainer.load().params
+
 class _Row:
   """One row of a split source, as a source of length 1."""
 
@@ -61,14 +75,7 @@ def main(argv=None):
     trainer = train_lib.Trainer(config, "/nonexistent-unused")
     params = trainer.initial_state().params
   elif args.workdir:
-    path = os.path.join(args.workdir, "config.json")
-    try:
-      with open(path) as f:
-        config = ml_collections.ConfigDict(json.load(f))
-    except (OSError, ValueError) as e:
-      raise SystemExit(f"{path}: expected the JSON config written by training ({e})")
-    trainer = train_lib.Trainer(config, args.workdir)
-    params = trainer.load().params
+    config, trainer, params = load_trained(args.workdir)
   else:
     raise SystemExit("give --workdir (a trained run) or --random_init")
   if getattr(trainer.model, "registry_name", "") != "aat":
