@@ -29,7 +29,8 @@ Classes of the corpus (``CASES``):
   while resuming (``test_full_disk_while_resuming``), its ``config.json``
   is valid JSON of the wrong shape (a list, ``model`` a string, no ``data``) or not JSON,
   it holds another model's run;
-- checkpoints: corrupted arrays with no intact step to fall back to (resume and evaluate),
+- checkpoints: corrupted arrays with no intact step to fall back to (resume and evaluate), a
+  checkpoint of an older parameter tree (resume and evaluate: refused, nothing moved),
   a ``--step`` that does not exist;
 - evaluate.py: predictions covering 3 of 10 images, a predictions file that is not JSON, a
   JSON object instead of a list, an entry without a caption, an image id not among the
@@ -37,7 +38,7 @@ Classes of the corpus (``CASES``):
   unknown split, a missing workdir, no ``--workdir``, ``--step`` of the wrong type, an unknown
   flag, a ``config.json`` of the wrong shape.
 
-92 parametrised cases (config 45, data 23, workdir 7 + the read-only test, checkpoints 3,
+94 parametrised cases (config 45, data 23, workdir 7 + the read-only test, checkpoints 5,
 evaluate.py 14) and 3 real processes; about 35 s on the project's 2-core machine.
 
 Mutants tried (each made cases fail, then was restored): no shape check of a workdir's
@@ -149,6 +150,22 @@ def _corrupt_arrays(which):
         p.write_bytes(b"\x00garbage" * max(1, p.stat().st_size // 8))
         hit += 1
     assert hit
+  return mutate
+
+
+def _older_tree(which):
+  """The step rewritten as an older version of the model wrote it: one parameter more (the
+  attention key bias that issue 18 removed), everything else as saved."""
+  def mutate(tmp):
+    import orbax.checkpoint as ocp
+    _trained(tmp)
+    step_dir = tmp / "wd" / which
+    step = sorted(p for p in step_dir.iterdir() if p.name.isdigit())[-1]
+    with ocp.StandardCheckpointer() as ckptr:
+      tree = ckptr.restore(step / "state")
+      tree["params"]["key_bias"] = np.zeros((4,), np.float32)
+      shutil.rmtree(step / "state")
+      ckptr.save(step / "state", tree)
   return mutate
 
 
@@ -284,6 +301,14 @@ CASES = [
       mutate=_corrupt_arrays("checkpoints")),
     C("checkpoint-arrays-corrupted-evaluate", ["--workdir={tmp}/wd", "--split=val"], "best/4",
       script="evaluate", mutate=_corrupt_arrays("best")),
+    C("checkpoint-older-tree-resume", ["--config.num_train_steps=8"],
+      "checkpoints/4: checkpoint of a different parameter tree (1 not in this model, e.g. "
+      "params/key_bias)",
+      mutate=_older_tree("checkpoints")),
+    C("checkpoint-older-tree-evaluate", ["--workdir={tmp}/wd", "--split=val"],
+      "best/4: checkpoint of a different parameter tree (1 not in this model, e.g. "
+      "params/key_bias)",
+      script="evaluate", mutate=_older_tree("best")),
     C("evaluate-step-missing", ["--workdir={tmp}/wd", "--step=99"], "step 99", script="evaluate",
       mutate=_trained),
     # ---- evaluate.py
@@ -392,7 +417,7 @@ def _assert_one_line(code, err, needle):
 @pytest.mark.parametrize("script,args,needle,data,mutate", CASES)
 def test_bad_input(request, tmp_path, karpathy_data, script, args, needle, data, mutate):
   if mutate is not None and ("_trained" in mutate.__qualname__ or "_corrupt" in mutate.__qualname__
-                             or mutate is _trained):
+                             or "_older_tree" in mutate.__qualname__ or mutate is _trained):
     request.getfixturevalue("trained_workdir")
   if data == "karpathy":
     shutil.copytree(karpathy_data, tmp_path / "data")

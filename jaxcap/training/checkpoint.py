@@ -13,6 +13,9 @@ What a crash or a damaged disk can still leave behind, and how a resumed run han
   directory): the newest intact step is restored instead, with one line naming the damaged and
   the restored directory; the damaged one is moved to ``<workdir>/damaged_checkpoints/`` (kept
   for inspection, out of the way of the step that will be written again);
+* a checkpoint of a different parameter tree (written before a change to the model's code, or
+  edited by hand): not a damaged step — nothing is moved; one line names the step directory and
+  the first missing / unexpected parameters (:class:`TreeMismatchError`);
 * a kill after a save but before orbax deleted the oldest step (``keep + 1`` steps): the
   oldest are deleted at start and after every save, so ``keep_checkpoints`` always holds
   (and ``best/`` keeps only its best step).
@@ -26,6 +29,48 @@ import time
 import jax
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
+
+
+class TreeMismatchError(ValueError):
+  """A readable checkpoint whose parameter tree is not the one the model builds."""
+
+
+def _path_names(path) -> str:
+  """``params/decoder/bias`` for a key path of dict keys, attributes or sequence indices."""
+  parts = []
+  for k in path:
+    for attr in ("key", "name", "idx"):
+      if hasattr(k, attr):
+        parts.append(str(getattr(k, attr)))
+        break
+    else:
+      parts.append(str(k))
+  return "/".join(parts)
+
+
+def _leaf_names(tree) -> set:
+  return {_path_names(p) for p, _ in jax.tree_util.tree_flatten_with_path(tree)[0]}
+
+
+def tree_mismatch(step_dir: str, abstract_state) -> str | None:
+  """How the tree saved in ``step_dir/state`` differs from ``abstract_state`` (None: no
+  difference found, or the saved tree's metadata is unreadable, i.e. a damaged step)."""
+  try:
+    with ocp.StandardCheckpointer() as ckptr:
+      meta = ckptr.metadata(os.path.join(step_dir, "state"))
+    disk = _leaf_names(getattr(meta, "item_metadata", meta))
+  except Exception:  # pylint: disable=broad-except  # unreadable metadata: damaged, not mismatched
+    return None
+  want = _leaf_names(abstract_state)
+  missing, unexpected = sorted(want - disk), sorted(disk - want)
+  if not disk or not (missing or unexpected):
+    return None
+  parts = []
+  if missing:
+    parts.append(f"{len(missing)} parameter(s) of this model missing there, e.g. {missing[0]}")
+  if unexpected:
+    parts.append(f"{len(unexpected)} not in this model, e.g. {unexpected[0]}")
+  return "; ".join(parts)
 
 
 class Checkpoints:
@@ -93,8 +138,20 @@ class Checkpoints:
       step = mngr.latest_step() if which == "latest" else mngr.best_step()
     if step is None:
       return None, None
-    restored = mngr.restore(int(step), args=ocp.args.Composite(
-        state=ocp.args.StandardRestore(abstract_state), data=ocp.args.JsonRestore()))
+    try:
+      restored = mngr.restore(int(step), args=ocp.args.Composite(
+          state=ocp.args.StandardRestore(abstract_state), data=ocp.args.JsonRestore()))
+    except Exception:
+      # A different tree is reported as such (it is not damage: older steps hold the same tree,
+      # and moving them aside would lose a run that the code which wrote it can still read).
+      why = tree_mismatch(self.step_dir(step, which), abstract_state)
+      if why is None:
+        raise
+      raise TreeMismatchError(
+          f"{self.step_dir(step, which)}: checkpoint of a different parameter tree ({why}); "
+          "expected one written by this version of the model's code with this config (a run "
+          "from before a model change: evaluate it with the jaxcap commit that wrote it, or "
+          "train again in a new --workdir)") from None
     return restored.state, restored.data
 
   def step_dir(self, step: int, which: str = "latest") -> str:
@@ -118,6 +175,8 @@ class Checkpoints:
         state, data_state = self.restore(abstract_state, step)
         if not isinstance(data_state, dict):
           raise ValueError(f"data item is {type(data_state).__name__}, expected a JSON object")
+      except TreeMismatchError:
+        raise  # Not damage: nothing is moved (see the module docstring).
       except Exception as e:  # pylint: disable=broad-except  # any failure to read = damaged
         damaged.append((step, _first_line(e)))
         continue

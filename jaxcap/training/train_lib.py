@@ -502,6 +502,8 @@ def _restore_or_fail(ckpts, abstract_state, **kwargs):
   """``ckpts.restore(...)`` with a damaged checkpoint as one line naming its directory."""
   try:
     return ckpts.restore(abstract_state, **kwargs)
+  except ckpt_lib.TreeMismatchError:
+    raise  # Already one line naming the step directory.
   except Exception as e:  # orbax / tensorstore / json errors of damaged files
     which = kwargs.get("which", "latest")
     step = kwargs.get("step") or (ckpts.latest_step() if which == "latest" else ckpts.best_step())

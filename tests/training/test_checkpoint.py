@@ -8,7 +8,8 @@ with a straight run.
 Mutants tried on the fast tests (each made a test here fail, then was restored): ``resume``
 re-raising the first restore error (no fallback: 7 fail); not moving the damaged step aside
 (6 fail); ``enforce_keep`` a no-op (the two keep tests fail); ``drop_lines_after`` keeping
-lines past the step. The slow kill-loop test failed when the killed and the resumed runs used
+lines past the step; ``restore`` without its parameter-tree check (the mismatch test fails:
+a damaged-checkpoint message, no :class:`TreeMismatchError`). The slow kill-loop test failed when the killed and the resumed runs used
 different code (an accidental mutant: parameters differed by up to 0.33), and passes bitwise
 otherwise.
 """
@@ -104,6 +105,28 @@ def test_every_step_damaged_is_one_line_naming_the_newest(tmp_path):
     ck.resume(ckpt_lib.abstract(_state(0)))
   msg = str(e.value)
   assert "\n" not in msg and str(ckdir / "8") in msg and "damaged" in msg
+
+
+@pytest.mark.parametrize("newest_damaged", [False, True])
+def test_another_parameter_tree_is_refused_and_nothing_is_moved(tmp_path, newest_damaged):
+  # A run written before a model change (here "b" renamed "bias"): every step holds the old
+  # tree, so falling back or setting steps aside would only lose the run.
+  ckdir = _saved(tmp_path)
+  if newest_damaged:
+    _empty(ckdir / "12")
+  before = {str(p): p.read_bytes() for p in _files(tmp_path)}
+  ck = ckpt_lib.Checkpoints(str(tmp_path), keep=3)
+  new = {"w": jnp.zeros((2, 3)), "bias": jnp.zeros((4,))}
+  with pytest.raises(ckpt_lib.TreeMismatchError) as e:
+    ck.resume(ckpt_lib.abstract(new))
+  msg = str(e.value)
+  step = "8" if newest_damaged else "12"
+  assert "\n" not in msg and msg.startswith(str(ckdir / step) + ": checkpoint of a different")
+  assert "e.g. bias" in msg and "e.g. b)" in msg, msg
+  assert not (tmp_path / "damaged_checkpoints").exists()
+  assert {str(p): p.read_bytes() for p in _files(tmp_path)} == before
+  with pytest.raises(ckpt_lib.TreeMismatchError):
+    ck.restore(ckpt_lib.abstract(new), step=4)
 
 
 def test_orbax_temporary_directory_is_ignored_and_removed(tmp_path, capsys):
