@@ -127,8 +127,16 @@ def run_main(fn):
     fn()
   except NonFiniteError as e:
     fail(str(e), EXIT_NONFINITE)
-  except (ValueError, FileNotFoundError, KeyError) as e:
+  except FileNotFoundError as e:
+    if getattr(e, "filename", None):  # raw OS error: name the path and what was expected
+      fail(f"{e.filename}: {e.strerror or 'not found'}; expected an existing file or directory")
     fail(str(e) if str(e).strip() else type(e).__name__)
+  except (ValueError, KeyError) as e:
+    fail(str(e) if str(e).strip() else type(e).__name__)
+  except SystemExit as e:
+    if isinstance(e.code, str):  # raise SystemExit("<message>") in a script: one line, exit 2
+      fail(e.code)
+    raise
   except OSError as e:  # read-only or full disk, a workdir that is a file, ...
     where = f"{e.filename}: " if getattr(e, "filename", None) else ""
     fail(f"{where}{e.strerror or e}; expected a writable workdir with free space")

@@ -255,4 +255,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-  main()
+  from jaxcap.cli import run_main
+  sys.exit(run_main(main))  # bad input: one line, exit 2

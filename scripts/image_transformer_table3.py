@@ -175,4 +175,5 @@ def print_table(results, n_seeds):
 
 
 if __name__ == "__main__":
-  main()
+  from jaxcap.cli import run_main
+  sys.exit(run_main(main))  # bad input: one line, exit 2

@@ -53,4 +53,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  from jaxcap.cli import run_app, run_main
+  run_app(lambda argv: run_main(lambda: main(argv)))  # bad input: one line, exit 2
