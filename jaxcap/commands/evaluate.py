@@ -195,12 +195,10 @@ def evaluate_ensemble():
     models.append(member.model)
     params.append(state.params)
   ens, variables = ensemble.make_ensemble(models, params, weights)
-  trainer.model = ens
   out_dir = FLAGS.workdir or workdirs[0]
   os.makedirs(out_dir, exist_ok=True)
-  trainer.workdir = out_dir
   print(f"Evaluating an ensemble of {len(workdirs)} on split {FLAGS.split!r}.", flush=True)
-  decode_and_write(trainer, variables, decode_overrides(config), out_dir, FLAGS.tag or "_ensemble")
+  decode_and_write(trainer.with_model(ens, out_dir), variables, decode_overrides(config), out_dir, FLAGS.tag or "_ensemble")
 
 
 def score_predictions():

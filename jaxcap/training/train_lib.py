@@ -9,6 +9,7 @@ testing ``predictions_<split>.json`` and ``scores_<split>.json``.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import json
@@ -161,6 +162,19 @@ class Trainer:
     self.tx, self.schedule = optim.make_optimizer(
         config, self.steps_per_epoch, frozen_collections=getattr(self.model, "frozen_collections", ()))
     self._decode_fns: dict = {}
+
+  def with_model(self, model, workdir: str | None = None) -> "Trainer":
+    """This trainer's config, data and mesh decoding ``model`` instead (e.g. an ensemble, see
+    :mod:`jaxcap.ensemble`) and writing to ``workdir``; its jitted functions are built afresh
+    for that model, and this trainer is left as it was."""
+    other = copy.copy(self)
+    other.model = model
+    other.workdir = self.workdir if workdir is None else workdir
+    other._decode_fns = {}
+    for name, attr in vars(type(self)).items():
+      if isinstance(attr, functools.cached_property):
+        other.__dict__.pop(name, None)
+    return other
 
   # ---------------------------------------------------------------- state
   def initial_state(self):
