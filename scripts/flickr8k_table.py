@@ -5,6 +5,7 @@ nearest-neighbour caption (``configs/nearest_neighbour.py:flickr8k``, CIDEr-D 0.
   python scripts/flickr8k_table.py --workdir runs/flickr8k_table                  # all, 5 seeds
   python scripts/flickr8k_table.py --workdir runs/flickr8k_table --models transformer,lstm \\
       --seeds 0,1,2 --steps 600 --scst-steps 0                                      # XE only
+  python scripts/flickr8k_table.py --workdir runs/flickr8k_table --report        # what is finished
 
 Per model ``m`` and seed ``k``:
 
@@ -189,8 +190,9 @@ def format_table(rows: list[dict], nn: dict | None) -> str:
 
 def write_tables(workdir: str, rows: list[dict], nn: dict | None, seeds: list) -> str:
   table = format_table(rows, nn)
-  text = (f"flickr8k_xception test split (200 images); mean ± std (ddof = 1) over seeds "
-          f"{','.join(map(str, seeds))}; scores x100.\n\n{table}\n")
+  text = (f"flickr8k_xception test split (200 images); mean ± std (ddof = 1) over the finished "
+          f"runs of seeds {','.join(map(str, seeds))} (their number: column seeds); scores "
+          f"x100.\n\n{table}\n")
   os.makedirs(workdir, exist_ok=True)
   payload = {"rows": rows, "nearest_neighbour": nn, "seeds": seeds}
   for name, body in (("table.json", json.dumps(payload, indent=1)), ("table.md", text)):
@@ -219,6 +221,8 @@ def main(argv=None):
                   help="loop seeds outside models (every model gets seed 0 before any gets seed 1)")
   ap.add_argument("--no-nn", "--no_nn", dest="nn", action="store_false",
                   help="skip the nearest-neighbour reference row")
+  ap.add_argument("--report", action="store_true",
+                  help="train nothing: the table of the finished runs among --models x --seeds")
   args = ap.parse_args(argv)
   models = parse_list(args.models, "models")
   for m in models:
@@ -234,12 +238,16 @@ def main(argv=None):
   if args.scst_steps <= 0:
     stages = [s for s in stages if s != "scst"]
 
-  nn = nearest_neighbour(args) if args.nn else None
+  nn_done = os.path.exists(os.path.join(args.workdir, "nearest_neighbour", "scores_test.json"))
+  nn = nearest_neighbour(args) if args.nn and (nn_done or not args.report) else None
   per = {(m, s): {} for m in models for s in stages}
   order = ([(m, k) for k in seeds for m in models] if args.seed_major
            else [(m, k) for m in models for k in seeds])
   for model, seed in order:
     for stage in stages:  # SCST needs the same seed's cross-entropy run first.
+      if args.report and not os.path.exists(
+          os.path.join(run_dir(args.workdir, model, stage, seed), "scores_test.json")):
+        continue
       if stage == "scst" and "xe" not in stages and not os.path.exists(
           os.path.join(run_dir(args.workdir, model, "xe", seed), "scores_test.json")):
         print(f"--- skipping {model} scst seed {seed}: no finished xe run", flush=True)

@@ -121,6 +121,26 @@ def test_flickr8k_table_resumes_and_reports_against_nearest_neighbour(tmp_path):
   assert [r["stage"] for r in json.loads((tmp_path / "table.json").read_text())["rows"]] == ["xe"]
 
 
+def test_flickr8k_table_report_reads_finished_runs_and_trains_nothing(tmp_path):
+  # transformer: seeds 0-2 finished (xe and scst); aoanet: seed 0 xe only; nothing else.
+  for seed, c in CIDER.items():
+    for stage in ("xe", "scst"):
+      _write(str(tmp_path / "transformer" / stage / f"seed{seed}" / "scores_test.json"),
+             {"overall": {"CIDEr": c, "Bleu_4": 0.2, "METEOR": 0.18}})
+  _write(str(tmp_path / "aoanet" / "xe" / "seed0" / "scores_test.json"),
+         {"overall": {"CIDEr": 0.3, "Bleu_4": 0.1, "METEOR": 0.15}})
+  before = sorted(str(p) for p in tmp_path.rglob("*"))
+  _run("flickr8k_table.py", "--workdir", tmp_path, "--seeds", "0,1,2,3,4", "--report")
+  table = json.loads((tmp_path / "table.json").read_text())
+  rows = {(r["model"], r["stage"]): r for r in table["rows"]}
+  assert set(rows) == {("transformer", "xe"), ("transformer", "scst"), ("aoanet", "xe")}
+  assert rows[("transformer", "xe")]["n"] == 3 and rows[("aoanet", "xe")]["n"] == 1
+  assert rows[("transformer", "scst")]["mean"]["CIDEr"] == pytest.approx(MEAN)
+  assert table["nearest_neighbour"] is None  # not finished: not run either
+  after = sorted(str(p) for p in tmp_path.rglob("*"))
+  assert after == sorted(before + [str(tmp_path / "table.json"), str(tmp_path / "table.md")])
+
+
 def test_flickr8k_table_configs_and_stage_settings(tmp_path):
   mod = _load("flickr8k_table")
   from jaxcap.models import registry
