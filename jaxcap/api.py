@@ -552,11 +552,8 @@ def load(workdir: str, step: int | None = None) -> Run:
   """
   import ml_collections
   from jaxcap.models import registry
-  cfg_path = os.path.join(workdir, "config.json")
-  if not os.path.exists(cfg_path):
-    raise ValueError(f"{cfg_path}: not found; expected a workdir written by train.py")
-  with open(cfg_path) as f:
-    config = ml_collections.ConfigDict(json.load(f))
+  from jaxcap.training import train_lib
+  config = ml_collections.ConfigDict(train_lib.read_saved_config(workdir))
   vocab = Vocab.load(os.path.join(workdir, "vocab.json"))
   info = load_info(workdir, config)
   cls = registry.get(config.model.name)

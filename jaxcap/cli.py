@@ -280,6 +280,15 @@ def parse_flags(argv, flag_values=None) -> list[str]:
   return rest
 
 
+def run_script(main, absl: bool = False):
+  """Entry point of a ``scripts/*.py``: ``main(argv)`` under absl flags (``absl=True``, parsed
+  as :func:`run_app` does) or ``main()`` with its own argparse; either way bad input is one line
+  and exit code 2 (:func:`run_main`)."""
+  if absl:
+    run_app(lambda argv: run_main(lambda: main(argv)))
+  sys.exit(run_main(main))
+
+
 def run_app(main, argv=None):
   """``absl.app.run(main)`` with bad flags and configs as one line and exit code 2."""
   from absl import app

@@ -62,5 +62,5 @@ def main(argv):
 
 if __name__ == "__main__":
   flags.mark_flag_as_required("workdir")
-  from jaxcap.cli import run_app, run_main
-  run_app(lambda argv: run_main(lambda: main(argv)))  # bad input: one line, exit 2
+  from jaxcap.cli import run_script
+  run_script(main, absl=True)  # bad input: one line, exit 2

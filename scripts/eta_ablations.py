@@ -175,5 +175,5 @@ def write_tables(workdir: str, results: dict, summaries: dict, seeds: list) -> N
 
 
 if __name__ == "__main__":
-  from jaxcap.cli import run_app, run_main
-  run_app(lambda argv: run_main(lambda: main(argv)))  # bad input: one line, exit 2
+  from jaxcap.cli import run_script
+  run_script(main, absl=True)  # bad input: one line, exit 2

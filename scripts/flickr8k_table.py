@@ -107,6 +107,11 @@ def run_dir(workdir: str, model: str, stage: str, seed: int) -> str:
   return os.path.join(workdir, model, stage, f"seed{seed}")
 
 
+def scores_file(run_workdir: str) -> str:
+  """What a finished run leaves (its test scores); a run without it is (re)started."""
+  return os.path.join(run_workdir, "scores_test.json")
+
+
 def ensure_attributes(config) -> None:
   """Trains ETA's attribute detector once (``scripts/train_attributes.py``'s recipe)."""
   path = config.data.attributes_file
@@ -128,7 +133,7 @@ def ensure_attributes(config) -> None:
 def run_one(model: str, stage: str, seed: int, args) -> dict:
   """Scores (``overall``) of one run, training it unless its test scores are there."""
   workdir = run_dir(args.workdir, model, stage, seed)
-  done = os.path.join(workdir, "scores_test.json")
+  done = scores_file(workdir)
   timing = os.path.join(workdir, "run_seconds.json")
   if not os.path.exists(done):
     from jaxcap.training import train_lib
@@ -150,7 +155,7 @@ def run_one(model: str, stage: str, seed: int, args) -> dict:
 
 def nearest_neighbour(args) -> dict:
   workdir = os.path.join(args.workdir, "nearest_neighbour")
-  done = os.path.join(workdir, "scores_test.json")
+  done = scores_file(workdir)
   if not os.path.exists(done):
     from configs import nearest_neighbour as nn_config
     from jaxcap.training import train_lib
@@ -238,18 +243,17 @@ def main(argv=None):
   if args.scst_steps <= 0:
     stages = [s for s in stages if s != "scst"]
 
-  nn_done = os.path.exists(os.path.join(args.workdir, "nearest_neighbour", "scores_test.json"))
+  nn_done = os.path.exists(scores_file(os.path.join(args.workdir, "nearest_neighbour")))
   nn = nearest_neighbour(args) if args.nn and (nn_done or not args.report) else None
   per = {(m, s): {} for m in models for s in stages}
   order = ([(m, k) for k in seeds for m in models] if args.seed_major
            else [(m, k) for m in models for k in seeds])
   for model, seed in order:
     for stage in stages:  # SCST needs the same seed's cross-entropy run first.
-      if args.report and not os.path.exists(
-          os.path.join(run_dir(args.workdir, model, stage, seed), "scores_test.json")):
+      if args.report and not os.path.exists(scores_file(run_dir(args.workdir, model, stage, seed))):
         continue
       if stage == "scst" and "xe" not in stages and not os.path.exists(
-          os.path.join(run_dir(args.workdir, model, "xe", seed), "scores_test.json")):
+          scores_file(run_dir(args.workdir, model, "xe", seed))):
         print(f"--- skipping {model} scst seed {seed}: no finished xe run", flush=True)
         continue
       per[(model, stage)][seed] = run_one(model, stage, seed, args)
@@ -263,5 +267,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-  from jaxcap.cli import run_main
-  sys.exit(run_main(main))  # bad input: one line, exit 2
+  from jaxcap.cli import run_script
+  run_script(main)  # bad input: one line, exit 2

@@ -119,5 +119,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-  from jaxcap.cli import run_main
-  sys.exit(run_main(main))  # bad input: one line, exit 2
+  from jaxcap.cli import run_script
+  run_script(main)  # bad input: one line, exit 2

@@ -14,7 +14,6 @@ stay empty.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
@@ -28,12 +27,7 @@ def load_trained(workdir):
   """``(config, trainer, params)`` of a run directory (its best checkpoint), or a one-line exit."""
   import ml_collections
   from jaxcap.training import train_lib
-  path = os.path.join(workdir, "config.json")
-  try:
-    with open(path) as f:
-      config = ml_collections.ConfigDict(json.load(f))
-  except (OSError, ValueError) as e:
-    raise SystemExit(f"{path}: expected the JSON config written by training ({e})")
+  config = ml_collections.ConfigDict(train_lib.read_saved_config(workdir))
   trainer = train_lib.Trainer(config, workdir)
   return config, trainer, trainer.load().params
 
@@ -94,5 +88,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-  from jaxcap.cli import run_main
-  sys.exit(run_main(main))  # bad input: one line, exit 2
+  from jaxcap.cli import run_script
+  run_script(main)  # bad input: one line, exit 2

@@ -135,11 +135,19 @@ def _write_workdir_config(obj):
   return mutate
 
 
+def _needs_trained(mutate):
+  """Marks a mutation that starts from the module's trained workdir (``trained_workdir``)."""
+  mutate.needs_trained = True
+  return mutate
+
+
+@_needs_trained
 def _trained(tmp):
   shutil.copytree(_TRAINED["dir"], tmp / "wd")
 
 
 def _corrupt_arrays(which):
+  @_needs_trained
   def mutate(tmp):
     _trained(tmp)
     step_dir = tmp / "wd" / which
@@ -156,6 +164,7 @@ def _corrupt_arrays(which):
 def _older_tree(which):
   """The step rewritten as an older version of the model wrote it: one parameter more (the
   attention key bias that issue 18 removed), everything else as saved."""
+  @_needs_trained
   def mutate(tmp):
     import orbax.checkpoint as ocp
     _trained(tmp)
@@ -416,8 +425,7 @@ def _assert_one_line(code, err, needle):
 
 @pytest.mark.parametrize("script,args,needle,data,mutate", CASES)
 def test_bad_input(request, tmp_path, karpathy_data, script, args, needle, data, mutate):
-  if mutate is not None and ("_trained" in mutate.__qualname__ or "_corrupt" in mutate.__qualname__
-                             or "_older_tree" in mutate.__qualname__ or mutate is _trained):
+  if getattr(mutate, "needs_trained", False):
     request.getfixturevalue("trained_workdir")
   if data == "karpathy":
     shutil.copytree(karpathy_data, tmp_path / "data")

@@ -105,19 +105,9 @@ def data_overrides(config):
 
 
 def evaluate_workdir():
-  import json
   import ml_collections
   from jaxcap.training import train_lib
-  cfg_path = os.path.join(FLAGS.workdir, "config.json")
-  if not os.path.exists(cfg_path):
-    raise ValueError(f"{cfg_path}: not found; expected a workdir written by train.py")
-  with open(cfg_path) as f:
-    try:
-      saved = json.load(f)
-    except ValueError:
-      raise ValueError(f"{cfg_path}: not valid JSON; expected the config of the run in this workdir") from None
-  train_lib._check_saved_config_shape(cfg_path, saved)
-  config = ml_collections.ConfigDict(saved)
+  config = ml_collections.ConfigDict(train_lib.read_saved_config(FLAGS.workdir))
   if FLAGS.batch_size is not None and FLAGS.batch_size < 1:
     raise ValueError(f"--batch_size={FLAGS.batch_size}: expected an int >= 1")
   if FLAGS.batch_size:
@@ -146,15 +136,14 @@ def decode_and_write(trainer, params, decode_config, out_dir, tag):
 
 
 def _read_run(workdir):
-  import json
   import ml_collections
   from jaxcap.data.vocab import Vocab
-  paths = [os.path.join(workdir, name) for name in ("config.json", "vocab.json")]
-  for path in paths:
-    if not os.path.exists(path):
-      raise ValueError(f"{path}: not found; expected a workdir written by train.py")
-  with open(paths[0]) as f:
-    return ml_collections.ConfigDict(json.load(f)), Vocab.load(paths[1])
+  from jaxcap.training import train_lib
+  config = ml_collections.ConfigDict(train_lib.read_saved_config(workdir))
+  path = os.path.join(workdir, "vocab.json")
+  if not os.path.exists(path):
+    raise ValueError(f"{path}: not found; expected a workdir written by train.py")
+  return config, Vocab.load(path)
 
 
 def evaluate_ensemble():

@@ -75,16 +75,26 @@ def _model_config_diff(old: dict, new: dict) -> list[str]:
   return diff
 
 
+def read_saved_config(workdir: str) -> dict:
+  """The ``config.json`` a run wrote, checked: one-line ``ValueError`` naming the file when it
+  is missing, not JSON, or not a config object with ``model`` and ``data``."""
+  cfg_path = os.path.join(workdir, "config.json")
+  if not os.path.exists(cfg_path):
+    raise ValueError(f"{cfg_path}: not found; expected a workdir written by train.py")
+  with open(cfg_path) as f:
+    try:
+      saved = json.load(f)
+    except ValueError:
+      raise ValueError(f"{cfg_path}: not valid JSON; expected the config of the run in this workdir") from None
+  _check_saved_config_shape(cfg_path, saved)
+  return saved
+
+
 def check_workdir(workdir: str, config, vocab: Vocab) -> None:
   """Refuses a workdir trained with another model/data or another vocabulary; writes nothing."""
   cfg_path = os.path.join(workdir, "config.json")
   if os.path.exists(cfg_path):
-    with open(cfg_path) as f:
-      try:
-        old = json.load(f)
-      except ValueError:
-        raise ValueError(f"{cfg_path}: not valid JSON; expected the config of the run in this workdir") from None
-    _check_saved_config_shape(cfg_path, old)
+    old = read_saved_config(workdir)
     new = config_to_dict(config)
     old_model = {k: v for k, v in old.get("model", {}).items() if k not in _RESUMABLE_MODEL_FIELDS}
     new_model = {k: v for k, v in new["model"].items() if k not in _RESUMABLE_MODEL_FIELDS}
