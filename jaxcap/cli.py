@@ -285,8 +285,9 @@ def run_script(main, absl: bool = False):
   as :func:`run_app` does) or ``main()`` with its own argparse; either way bad input is one line
   and exit code 2 (:func:`run_main`)."""
   if absl:
-    run_app(lambda argv: run_main(lambda: main(argv)))
-  sys.exit(run_main(main))
+    run_app(lambda argv: run_main(lambda: main(argv)))  # absl's app.run exits with main's code
+  else:
+    sys.exit(run_main(main))
 
 
 def run_app(main, argv=None):
