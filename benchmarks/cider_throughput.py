@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from jaxcap.evaluation import cider  # noqa: E402
+from jaxcap.cli import positive_int  # noqa: E402  (one-line errors for bad sizes)
 
 COCO = ROOT.parent / "shared" / "data" / "coco_karpathy_test" / "captions_karpathy_test2014.json"
 
@@ -75,8 +76,8 @@ def best_time(fn, repeats: int) -> float:
 
 def main(argv=None) -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--images", type=int, default=5000)
-  parser.add_argument("--repeats", type=int, default=3)
+  parser.add_argument("--images", type=positive_int, default=5000)
+  parser.add_argument("--repeats", type=positive_int, default=3)
   args = parser.parse_args(argv)
 
   from pycocoevalcap.cider.cider import Cider  # lazy: optional dependency
@@ -110,4 +111,5 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-  main()
+  from jaxcap.cli import run_script
+  run_script(main)  # bad input: one line, exit 2

@@ -10,6 +10,7 @@ import numpy as np
 import jax
 import jax.numpy as jnp
 import optax
+from jaxcap.cli import nonnegative_int, positive_int  # one-line errors for bad sizes
 
 
 class Config(dict):
@@ -21,15 +22,15 @@ class Config(dict):
 
 def add_shape_args(p: argparse.ArgumentParser) -> None:
   """``--regions --feat_dim --vocab --words``, COCO shapes by default (36 x 2048, 9,487, 16)."""
-  p.add_argument("--regions", type=int, default=36)
-  p.add_argument("--feat_dim", type=int, default=2048)
-  p.add_argument("--vocab", type=int, default=9487)
-  p.add_argument("--words", type=int, default=16)
+  p.add_argument("--regions", type=positive_int, default=36)
+  p.add_argument("--feat_dim", type=positive_int, default=2048)
+  p.add_argument("--vocab", type=positive_int, default=9487)
+  p.add_argument("--words", type=positive_int, default=16)
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
   """``--layers --dropout``: overrides of the paper-sized model (0 / unset: the model's own)."""
-  p.add_argument("--layers", type=int, default=0, help="override encoder/decoder depth (0: config)")
+  p.add_argument("--layers", type=nonnegative_int, default=0, help="override encoder/decoder depth (0: config)")
   p.add_argument("--dropout", type=float, default=None, help="override the model's dropout rate")
 
 
@@ -39,6 +40,45 @@ def data_info(args) -> dict:
           "max_len": args.words, "vocab_size": args.vocab, "num_attributes": 1000,
           "src_vocab_size": args.vocab, "max_src_len": args.words,
           "grid": False, "seq_per_img": 5, "max_attributes": 20}
+
+
+def positive_ints(parser: argparse.ArgumentParser, flag: str, text) -> list[int]:
+  """``"50,200"`` (or an int) -> ``[50, 200]``; anything else is a one-line ``parser.error``
+  naming ``flag`` (a 0 batch would otherwise end in a ZeroDivisionError deep in a reshape)."""
+  items = [t.strip() for t in str(text).split(",")]
+  try:
+    values = [int(t) for t in items]
+  except ValueError:
+    values = None
+  if not values or any(v < 1 for v in values):
+    parser.error(f"{flag}: expected comma-separated positive integers, got {text!r}")
+  return values
+
+
+def check_dtypes(parser: argparse.ArgumentParser, flag: str, text: str) -> list[str]:
+  """Comma-separated float32 / bfloat16, or a one-line ``parser.error`` naming ``flag``."""
+  names = [t.strip() for t in text.split(",")]
+  bad = [d for d in names if d not in ("float32", "bfloat16")]
+  if bad:
+    parser.error(f"{flag}: unknown {','.join(bad)}; expected float32 and/or bfloat16")
+  return names
+
+
+def trainable_models() -> list[str]:
+  from jaxcap.models import registry
+  return [n for n in registry.names() if getattr(registry.get(n), "trainable", True)]
+
+
+def check_models(parser: argparse.ArgumentParser, flag: str, text: str, many: bool = True) -> list[str]:
+  """Registered, trainable model names (``many``: comma-separated, ``all`` for every one) or a
+  one-line ``parser.error`` naming ``flag`` and the names it accepts."""
+  known = trainable_models()
+  names = known if many and text == "all" else [t.strip() for t in text.split(",")] if many else [text]
+  bad = [n for n in names if n not in known]
+  if bad or not names:
+    want = f"'all' or comma-separated names from {','.join(known)}" if many else f"one of {','.join(known)}"
+    parser.error(f"{flag}: {','.join(bad) or repr(text)} is not a registered trainable model; expected {want}")
+  return names
 
 
 def check_batches(batches, device_count: int) -> None:
@@ -74,8 +114,7 @@ def model_config(name: str, dtype: str, args=None) -> Config:
   """The paper-sized model: the models' ``from_config`` defaults are the papers' settings
   (d=512, 6+6 layers, 8 heads for the Transformer and ETA; d=1024, 8 heads, M_max=4 for AAT),
   so a plain dict is enough and ml_collections is not needed."""
-  from jaxcap.models import registry
-  trainable = [n for n in registry.names() if getattr(registry.get(n), "trainable", True)]
+  trainable = trainable_models()
   if name not in trainable:
     raise SystemExit(f"--model: expected one of {','.join(trainable)}, got {name!r}")
   c = Config(name=name, dtype=dtype)

@@ -31,6 +31,7 @@ from jaxcap import decoding  # noqa: E402
 from jaxcap.models import registry  # noqa: E402
 from jaxcap.models.base import shift_right  # noqa: E402
 from common import model_config  # noqa: E402
+from jaxcap.cli import positive_int  # noqa: E402  (one-line errors for bad sizes)
 
 INFO = {"feature_dim": 2048, "global_dim": 2048, "max_regions": 36, "max_len": 16,
         "vocab_size": 9487, "src_vocab_size": 0, "num_attributes": 1000, "grid": False}
@@ -68,16 +69,19 @@ def main(argv=None):
   parser.add_argument("--model", default="transformer", help="a registered model name (the paper-sized model)")
   # The flag names of every benchmark script (--batch, --beam, --words, --steps); the old
   # spellings stay as aliases.
-  parser.add_argument("--batch", "--batch-size", dest="batch", type=int, default=100)
-  parser.add_argument("--beam", "--beam-size", dest="beam", type=int, default=3)
-  parser.add_argument("--words", "--max-len", dest="words", type=int, default=16)
-  parser.add_argument("--steps", "--iters", dest="steps", type=int, default=3,
+  parser.add_argument("--batch", "--batch-size", dest="batch", type=positive_int, default=100)
+  parser.add_argument("--beam", "--beam-size", dest="beam", type=positive_int, default=3)
+  parser.add_argument("--words", "--max-len", dest="words", type=positive_int, default=16)
+  parser.add_argument("--steps", "--iters", dest="steps", type=positive_int, default=3,
                       help="timed calls; the median is reported")
   parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
                       help="compute dtype of the Transformer (parameters stay float32)")
   parser.add_argument("--methods", default="greedy,beam",
                       help="comma-separated subset of greedy,beam,sample")
   args = parser.parse_args(argv)
+  bad = [m for m in args.methods.split(",") if m not in ("greedy", "beam", "sample")]
+  if bad:  # before the model is built and compiled
+    parser.error(f"--methods: unknown {','.join(bad)}; expected a subset of greedy,beam,sample")
 
   model = registry.build(model_config(args.model, args.dtype), INFO)
   batch = coco_batch(args.batch)
@@ -112,4 +116,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-  main()
+  from jaxcap.cli import run_script
+  run_script(main)  # bad input: one line, exit 2

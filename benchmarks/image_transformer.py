@@ -41,6 +41,7 @@ from jaxcap.data.vocab import PAD  # noqa: E402
 from jaxcap.models.base import shift_right  # noqa: E402
 from jaxcap.models.image_transformer import AoANet, ImageTransformer  # noqa: E402
 from jaxcap.models.transformer import compute_dtype  # noqa: E402
+from jaxcap.cli import nonnegative_int, positive_int  # noqa: E402  (one-line errors for bad sizes)
 
 
 def random_boxes(rng, images, regions):
@@ -71,16 +72,16 @@ def make_batch(rng, images, regions, feat_dim, seq_per_img, words, vocab):
 def main(argv=None):
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   ap.add_argument("--model", default="image_transformer", choices=("image_transformer", "aoanet"))
-  ap.add_argument("--dim", type=int, default=1024)
-  ap.add_argument("--heads", type=int, default=8)
-  ap.add_argument("--layers", type=int, default=0, help="encoder layers (0: the model's, 3 or 6)")
-  ap.add_argument("--M", type=int, default=0, help="decoder sub-transformers (0: the model's, 3 or 1)")
-  ap.add_argument("--batch", type=int, default=50, help="images per training step")
-  ap.add_argument("--seq_per_img", type=int, default=5)
+  ap.add_argument("--dim", type=positive_int, default=1024)
+  ap.add_argument("--heads", type=positive_int, default=8)
+  ap.add_argument("--layers", type=nonnegative_int, default=0, help="encoder layers (0: the model's, 3 or 6)")
+  ap.add_argument("--M", type=nonnegative_int, default=0, help="decoder sub-transformers (0: the model's, 3 or 1)")
+  ap.add_argument("--batch", type=positive_int, default=50, help="images per training step")
+  ap.add_argument("--seq_per_img", type=positive_int, default=5)
   add_shape_args(ap)
-  ap.add_argument("--beam", type=int, default=3)
-  ap.add_argument("--eval_batch", type=int, default=100, help="images per beam-search call")
-  ap.add_argument("--steps", "--iters", dest="iters", type=int, default=0,
+  ap.add_argument("--beam", type=positive_int, default=3)
+  ap.add_argument("--eval_batch", type=positive_int, default=100, help="images per beam-search call")
+  ap.add_argument("--steps", "--iters", dest="iters", type=nonnegative_int, default=0,
                   help="timed iterations (0: 20 on GPU/TPU, 2 on CPU)")
   ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
   ap.add_argument("--skip_train", action="store_true")
@@ -140,4 +141,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-  main()
+  from jaxcap.cli import run_script
+  run_script(main)  # bad input: one line, exit 2

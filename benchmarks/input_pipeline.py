@@ -26,6 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from jaxcap import data  # noqa: E402
 from jaxcap.data import base, pipeline  # noqa: E402
+from jaxcap.cli import nonnegative_int, positive_int  # noqa: E402  (one-line errors for bad sizes)
 
 N, D, B = 36, 2048, 50
 
@@ -79,12 +80,15 @@ def measure(ds, batches: int, **kwargs) -> float:
 
 def main():
   ap = argparse.ArgumentParser()
-  ap.add_argument("--images", type=int, default=600)
-  ap.add_argument("--batches", type=int, default=40)
+  ap.add_argument("--images", type=positive_int, default=600)
+  ap.add_argument("--batches", type=positive_int, default=40)
   ap.add_argument("--threads", default="0,1,2,4")
-  ap.add_argument("--workers", type=int, default=2, help="also try grain worker processes")
+  ap.add_argument("--workers", type=nonnegative_int, default=2, help="also try grain worker processes")
   args = ap.parse_args()
-  threads = [int(t) for t in args.threads.split(",")]
+  try:
+    threads = [nonnegative_int(t) for t in args.threads.split(",")]
+  except argparse.ArgumentTypeError as e:
+    ap.error(f"--threads: {e} (comma-separated thread counts)")
   print(f"{os.cpu_count()} CPUs; batches of {B} x {N} x {D} float32 "
         f"({B * N * D * 4 / 2**20:.1f} MiB)")
   ds = in_memory_dataset(args.images)
@@ -107,4 +111,5 @@ def main():
 
 
 if __name__ == "__main__":
-  main()
+  from jaxcap.cli import run_script
+  run_script(main)  # bad input: one line, exit 2

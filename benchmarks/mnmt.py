@@ -35,6 +35,7 @@ from common import timed  # noqa: E402
 from jaxcap.data.vocab import PAD  # noqa: E402
 from jaxcap.models.base import shift_right  # noqa: E402
 from jaxcap.models.mnmt import VARIANTS, MultimodalNMT  # noqa: E402
+from jaxcap.cli import nonnegative_int, positive_int  # noqa: E402  (one-line errors for bad sizes)
 
 
 def make_batch(rng, b, cells, feat_dim, src_words, words, src_vocab, vocab):
@@ -54,18 +55,18 @@ def make_batch(rng, b, cells, feat_dim, src_words, words, src_vocab, vocab):
 def main(argv=None):
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   ap.add_argument("--variant", default="mnmt7", choices=sorted(VARIANTS) + ["nmt", "imgtxt"])
-  ap.add_argument("--embed", type=int, default=620)
-  ap.add_argument("--hidden", type=int, default=1000)
-  ap.add_argument("--batch", type=int, default=32, help="sentence pairs per training step")
-  ap.add_argument("--steps", type=int, default=0, help="timed steps / beam calls (0: 20 on GPU, 2 on CPU)")
-  ap.add_argument("--cells", type=int, default=196)
-  ap.add_argument("--feat_dim", type=int, default=1024)
-  ap.add_argument("--vocab", type=int, default=10004)
-  ap.add_argument("--src_vocab", type=int, default=16806)
-  ap.add_argument("--src_words", type=int, default=18)
-  ap.add_argument("--words", type=int, default=16)
-  ap.add_argument("--beam", type=int, default=12)
-  ap.add_argument("--eval_batch", type=int, default=32, help="sentences per beam-search call")
+  ap.add_argument("--embed", type=positive_int, default=620)
+  ap.add_argument("--hidden", type=positive_int, default=1000)
+  ap.add_argument("--batch", type=positive_int, default=32, help="sentence pairs per training step")
+  ap.add_argument("--steps", type=nonnegative_int, default=0, help="timed steps / beam calls (0: 20 on GPU, 2 on CPU)")
+  ap.add_argument("--cells", type=positive_int, default=196)
+  ap.add_argument("--feat_dim", type=positive_int, default=1024)
+  ap.add_argument("--vocab", type=positive_int, default=10004)
+  ap.add_argument("--src_vocab", type=positive_int, default=16806)
+  ap.add_argument("--src_words", type=positive_int, default=18)
+  ap.add_argument("--words", type=positive_int, default=16)
+  ap.add_argument("--beam", type=positive_int, default=12)
+  ap.add_argument("--eval_batch", type=positive_int, default=32, help="sentences per beam-search call")
   ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
   ap.add_argument("--skip_train", action="store_true")
   ap.add_argument("--skip_beam", action="store_true")
@@ -132,4 +133,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-  main()
+  from jaxcap.cli import run_script
+  run_script(main)  # bad input: one line, exit 2

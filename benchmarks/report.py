@@ -92,6 +92,9 @@ def main(argv=None) -> int:
   p.add_argument("--print", dest="print_only", action="store_true")
   p.add_argument("--results", default=RESULTS)
   args = p.parse_args(argv)
+  if args.results != RESULTS and not os.path.isdir(args.results):  # the default: none committed yet
+    p.error(f"--results={args.results}: not a directory; expected the folder of benchmarks/run.py's "
+            "JSON records")
   body = render(load_records(args.results))
   if args.print_only:
     print(body)
@@ -117,4 +120,7 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  if _REPO not in sys.path:
+    sys.path.insert(0, _REPO)
+  from jaxcap.cli import run_script
+  run_script(main)  # bad input: one line, exit 2; --check: exit 1 when stale

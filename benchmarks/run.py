@@ -64,6 +64,7 @@ import jax.numpy as jnp  # noqa: E402
 import optax  # noqa: E402
 
 import common  # noqa: E402
+from jaxcap.cli import nonnegative_int, positive_int  # noqa: E402  (one-line errors for bad sizes)
 
 WHATS = ("train", "greedy", "beam", "scst")
 
@@ -281,13 +282,13 @@ def parse_args(argv=None):
   p.add_argument("--dtype", default="float32", help="comma-separated: float32,bfloat16")
   p.add_argument("--batch", default="50", help="images per train / SCST step; comma-separated to sweep")
   p.add_argument("--eval_batch", default="100", help="images per greedy / beam call; comma-separated")
-  p.add_argument("--beam", type=int, default=3)
-  p.add_argument("--samples", type=int, default=5, help="SCST samples per image")
-  p.add_argument("--train_images", type=int, default=5000, help="images behind the SCST reward's "
+  p.add_argument("--beam", type=positive_int, default=3)
+  p.add_argument("--samples", type=positive_int, default=5, help="SCST samples per image")
+  p.add_argument("--train_images", type=positive_int, default=5000, help="images behind the SCST reward's "
                  "document frequencies")
-  p.add_argument("--steps", type=int, default=10, help="steps per timed window")
-  p.add_argument("--windows", type=int, default=3, help="timed windows; the median is reported")
-  p.add_argument("--warmup", type=int, default=3, help="untimed steps after compilation")
+  p.add_argument("--steps", type=positive_int, default=10, help="steps per timed window")
+  p.add_argument("--windows", type=positive_int, default=3, help="timed windows; the median is reported")
+  p.add_argument("--warmup", type=nonnegative_int, default=3, help="untimed steps after compilation")
   p.add_argument("--peak_tflops", type=float, default=None)
   p.add_argument("--prng", default=None, choices=("threefry2x32", "rbg", "unsafe_rbg"),
                  help="jax_default_prng_impl (dropout masks, sampling); default JAX's")
@@ -311,6 +312,12 @@ def parse_args(argv=None):
   bad = [d for d in args.dtype.split(",") if d not in ("float32", "bfloat16")]
   if bad:
     p.error(f"--dtype: unknown {','.join(bad)}; expected float32 and/or bfloat16")
+  args.models = ",".join(common.check_models(p, "--models", args.models))
+  common.positive_ints(p, "--batch", args.batch)
+  common.positive_ints(p, "--eval_batch", args.eval_batch)
+  for field in ("regions", "feat_dim", "vocab", "words", "layers"):
+    if getattr(args, field) < (0 if field == "layers" else 1):
+      p.error(f"--{field}: expected a positive integer, got {getattr(args, field)}")
   return args
 
 
@@ -318,12 +325,10 @@ def main(argv=None):
   args = parse_args(argv)
   if args.prng:
     jax.config.update("jax_default_prng_impl", args.prng)
-  from jaxcap.models import registry
   from jaxcap.training import parallel
 
-  names = registry.names() if args.models == "all" else args.models.split(",")
-  names = [n for n in names if getattr(registry.get(n), "trainable", True)]
-  batches = [int(b) for b in args.batch.split(",")]
+  names = args.models.split(",")  # checked by parse_args: registered, trainable names
+  batches = [int(b) for b in args.batch.split(",")]  # positive, checked by parse_args
   eval_batches = [int(b) for b in args.eval_batch.split(",")]
   common.check_batches(batches + eval_batches, jax.device_count())
   mesh = parallel.make_mesh()
@@ -383,4 +388,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-  main()
+  from jaxcap.cli import run_script
+  run_script(main)  # bad input: one line, exit 2

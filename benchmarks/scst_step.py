@@ -34,6 +34,7 @@ import optax
 
 import common  # noqa: E402
 from common import add_model_args, add_shape_args, check_batches, data_info, make_batch, model_config  # noqa: E402
+from jaxcap.cli import positive_int  # noqa: E402  (one-line errors for bad sizes)
 
 
 def random_refs(rng: np.random.Generator, images: int, per_image: int, vocab: int, max_words: int):
@@ -126,15 +127,16 @@ def make_scst_runner(model, batch, mesh, **kw) -> ScstRunner:
 def main():
   p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--model", default="transformer")
-  p.add_argument("--batch", type=int, default=50, help="images per step")
-  p.add_argument("--samples", type=int, default=5, help="sampled captions per image")
+  p.add_argument("--batch", type=positive_int, default=50, help="images per step")
+  p.add_argument("--samples", type=positive_int, default=5, help="sampled captions per image")
   p.add_argument("--baseline", default="greedy", choices=("greedy", "mean"))
-  p.add_argument("--dtype", default="float32")
-  p.add_argument("--steps", type=int, default=3)
+  p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
+  p.add_argument("--steps", type=positive_int, default=3)
   add_shape_args(p)
-  p.add_argument("--train_images", type=int, default=5000, help="images behind the document frequencies")
+  p.add_argument("--train_images", type=positive_int, default=5000, help="images behind the document frequencies")
   add_model_args(p)
   args = p.parse_args()
+  common.check_models(p, "--model", args.model, many=False)
 
   from jaxcap.models import registry
   from jaxcap.training import parallel
@@ -166,4 +168,5 @@ def main():
 
 
 if __name__ == "__main__":
-  main()
+  from jaxcap.cli import run_script
+  run_script(main)  # bad input: one line, exit 2

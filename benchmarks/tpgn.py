@@ -47,6 +47,7 @@ from jaxcap.models.base import shift_right  # noqa: E402
 from jaxcap.models.show_tell import ShowTell  # noqa: E402
 from jaxcap.models.tpgn import TPGN  # noqa: E402
 from jaxcap.models.transformer import compute_dtype  # noqa: E402
+from jaxcap.cli import nonnegative_int, positive_int  # noqa: E402  (one-line errors for bad sizes)
 
 
 def make_batch(rng, images, feat_dim, seq_per_img, words, vocab):
@@ -98,14 +99,14 @@ def contraction_report(d, vocab, rows, steps, dtype, iters):
 def main(argv=None):
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   ap.add_argument("--model", default="tpgn", choices=("tpgn", "show_tell"))
-  ap.add_argument("--d", type=int, default=25)
-  ap.add_argument("--hidden", type=int, default=512, help="show_tell LSTM width")
-  ap.add_argument("--batch", type=int, default=50, help="images per training step")
-  ap.add_argument("--seq_per_img", type=int, default=5)
+  ap.add_argument("--d", type=positive_int, default=25)
+  ap.add_argument("--hidden", type=positive_int, default=512, help="show_tell LSTM width")
+  ap.add_argument("--batch", type=positive_int, default=50, help="images per training step")
+  ap.add_argument("--seq_per_img", type=positive_int, default=5)
   add_shape_args(ap)
-  ap.add_argument("--beam", type=int, default=3)
-  ap.add_argument("--eval_batch", type=int, default=100, help="images per beam-search call")
-  ap.add_argument("--steps", type=int, default=0, help="timed iterations (0: 20 on GPU/TPU, 2 on CPU)")
+  ap.add_argument("--beam", type=positive_int, default=3)
+  ap.add_argument("--eval_batch", type=positive_int, default=100, help="images per beam-search call")
+  ap.add_argument("--steps", type=nonnegative_int, default=0, help="timed iterations (0: 20 on GPU/TPU, 2 on CPU)")
   ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
   ap.add_argument("--skip_train", action="store_true")
   ap.add_argument("--skip_beam", action="store_true")
@@ -163,4 +164,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-  main()
+  from jaxcap.cli import run_script
+  run_script(main)  # bad input: one line, exit 2

@@ -26,17 +26,18 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from common import (add_model_args, add_shape_args, check_batches, data_info, make_batch,  # noqa: E402
-                    model_config, peak_tflops, summarize_trace)
+from common import (add_model_args, add_shape_args, check_batches, check_dtypes, check_models,  # noqa: E402
+                    data_info, make_batch, model_config, peak_tflops, positive_ints, summarize_trace)
+from jaxcap.cli import nonnegative_int, positive_int  # noqa: E402  (one-line errors for bad sizes)
 
 def main():
   p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--model", default="transformer")
   p.add_argument("--batch", default="50", help="images per step; comma-separated to sweep")
   p.add_argument("--dtype", default="float32,bfloat16")
-  p.add_argument("--steps", type=int, default=10, help="steps per timed window")
-  p.add_argument("--windows", type=int, default=3, help="timed windows; the median window is reported")
-  p.add_argument("--warmup", type=int, default=3, help="untimed steps after compilation")
+  p.add_argument("--steps", type=positive_int, default=10, help="steps per timed window")
+  p.add_argument("--windows", type=positive_int, default=3, help="timed windows; the median window is reported")
+  p.add_argument("--warmup", type=nonnegative_int, default=3, help="untimed steps after compilation")
   add_shape_args(p)
   add_model_args(p)
   p.add_argument("--peak_tflops", type=float, default=None)
@@ -45,6 +46,9 @@ def main():
   p.add_argument("--profile", default="", help="trace 3 steps of each row under this directory and "
                  "print the device time by kernel")
   args = p.parse_args()
+  check_models(p, "--model", args.model, many=False)
+  positive_ints(p, "--batch", args.batch)
+  check_dtypes(p, "--dtype", args.dtype)
 
   if args.prng:
     jax.config.update("jax_default_prng_impl", args.prng)
@@ -105,4 +109,5 @@ def main():
       del state, params
 
 if __name__ == "__main__":
-  main()
+  from jaxcap.cli import run_script
+  run_script(main)  # bad input: one line, exit 2

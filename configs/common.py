@@ -103,6 +103,10 @@ def data_config(dataset: str) -> ml_collections.ConfigDict:
   # it means broken coordinates) | "allow" (the Image Transformer treats such a box as
   # overlapping nothing: a neighbour of every region; see jaxcap/data/base.py::check_boxes).
   d.degenerate_boxes = "error"
+  # A model that builds on region boxes (the Image Transformer's spatial graph) on region
+  # features without boxes (no box_dir): "error" | "whole_image" (every region gets the
+  # whole-image box, said once when the run starts; the graph then carries nothing).
+  d.missing_boxes = "error"
   return d
 
 

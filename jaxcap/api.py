@@ -112,7 +112,8 @@ def train(config, workdir: str, **overrides) -> "Run":
     **overrides: config fields as in :func:`get_config`.
   """
   from jaxcap import cli
-  from jaxcap.training import train_lib
+  from jaxcap.training import parallel, train_lib
+  parallel.maybe_initialize_distributed()  # a multi-host launch (no-op otherwise)
   if isinstance(config, str):
     config = get_config(config, **overrides)
   else:
@@ -169,14 +170,57 @@ def dummy_batch(info: dict, batch_size: int = 2) -> dict:
   return batch
 
 
-def make_batch(features, info: dict) -> dict:
-  """The decoder's batch dict from features (see :meth:`Run.caption` for the accepted forms)."""
+# The keys of a batch (docs/DESIGN.md, section 2): a batch of the run's dataset works as is.
+BATCH_KEYS = ("image_index", "valid", "feats", "feats_mask", "boxes", "global_feat", "captions",
+              "attributes", "attr_labels", "src")
+
+
+def required_inputs(model) -> tuple[str, ...]:
+  """What ``model`` (or every member of an ensemble) reads that features may lack
+  (:meth:`jaxcap.models.base.CaptionModel.required_inputs`)."""
+  members = getattr(model, "models", None)
+  if members is not None:
+    return tuple(dict.fromkeys(n for m in members for n in required_inputs(m)))
+  fn = getattr(model, "required_inputs", None)
+  return tuple(fn()) if fn is not None else ()
+
+
+def _array(x, what: str, dtype=None) -> np.ndarray:
+  try:
+    return np.asarray(x) if dtype is None else np.asarray(x, dtype)
+  except (TypeError, ValueError) as e:
+    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    raise ValueError(f"caption: {what} is not a numeric array ({first}); expected "
+                     f"{'numbers' if dtype is None else np.dtype(dtype).name}") from None
+
+
+def make_batch(features, info: dict, model=None) -> dict:
+  """The decoder's batch dict from features (see :meth:`Run.caption` for the accepted forms).
+
+  Every array is checked first, so bad input is one ``ValueError`` naming the argument and what
+  was expected, not a failure inside NumPy or JAX or empty captions: at least one image; region
+  features ``[B, N, F]`` / global ``[B, Dg]`` of the dataset's sizes, finite; ``feats_mask``
+  ``[B, N]`` with a real region per image; ``boxes`` ``[B, N, 4]`` normalised to [0, 1];
+  ``attributes`` / ``src`` integer ids ``[B, L]`` inside their vocabularies. Given the ``model``,
+  the inputs it reads (:func:`required_inputs`: boxes, attributes, a source) must be there.
+  """
+  if features is None:
+    raise ValueError("caption: features is None; expected region features [B, N, F], global "
+                     "features [B, Dg], a list of per-image arrays or a dict of batch arrays")
   if isinstance(features, Mapping):
-    batch = {k: np.asarray(v) for k, v in features.items()}
+    unknown = [k for k in features if k not in BATCH_KEYS]
+    if unknown:
+      raise ValueError(f"caption: unknown features key {unknown[0]!r}; expected keys among "
+                       f"{', '.join(BATCH_KEYS)}")
+    batch = {k: _array(v, f"features[{k!r}]") for k, v in features.items()}
   elif isinstance(features, (list, tuple)):
-    batch = _stack_ragged([np.asarray(f, np.float32) for f in features], info)
+    if not len(features):
+      raise ValueError(f"caption: features is an empty {type(features).__name__}; expected at "
+                       "least one image ([N_i, F] region or [Dg] global arrays)")
+    items = [_array(f, f"features[{i}]", np.float32) for i, f in enumerate(features)]
+    batch = _stack_ragged(items, info)
   else:
-    x = np.asarray(features, np.float32)
+    x = _array(features, "features", np.float32)
     if x.ndim == 2:
       batch = {"global_feat": x}
     elif x.ndim == 3:
@@ -192,31 +236,108 @@ def make_batch(features, info: dict) -> dict:
       raise ValueError(f"caption: this model reads region features 'feats' [B, N, {info['feature_dim']}] "
                        f"(its dataset has up to {info['max_regions']} regions per image); "
                        "give them, not only the global feature")
-    batch["feats"] = batch["global_feat"][:, None, :]  # global-only datasets: one region
-  feats = batch["feats"] = np.asarray(batch["feats"], np.float32)
+    g = _array(batch["global_feat"], "features['global_feat']", np.float32)
+    if g.ndim != 2 or g.shape[1] != int(info["global_dim"]):
+      raise ValueError(f"caption: expected global features [B, {info['global_dim']}], got shape "
+                       f"{g.shape}")
+    batch["feats"] = g[:, None, :]  # global-only datasets: one region
+  feats = batch["feats"] = _array(batch["feats"], "features['feats']", np.float32)
   if feats.ndim != 3 or feats.shape[-1] != int(info["feature_dim"]):
     raise ValueError(f"caption: expected region features [B, N, {info['feature_dim']}], got shape "
                      f"{feats.shape}")
-  b = feats.shape[0]
-  batch.setdefault("feats_mask", np.ones(feats.shape[:2], bool))
-  mask = batch["feats_mask"] = np.asarray(batch["feats_mask"], bool)
+  b, n = feats.shape[:2]
+  if b == 0 or n == 0:
+    raise ValueError(f"caption: region features of shape {feats.shape} hold no "
+                     f"{'image' if b == 0 else 'region'}; expected at least one image with at "
+                     "least one region")
+  valid = batch["valid"] = _array(batch.get("valid", np.ones((b,), bool)), "features['valid']",
+                                  bool)
+  if valid.shape != (b,):
+    raise ValueError(f"caption: features['valid'] has shape {valid.shape}, expected [{b}]")
+  mask = batch["feats_mask"] = _array(batch.get("feats_mask", np.ones((b, n), bool)),
+                                      "features['feats_mask']", bool)
+  if mask.shape != (b, n):
+    raise ValueError(f"caption: features['feats_mask'] has shape {mask.shape}, expected [B, N] = "
+                     f"[{b}, {n}] like the region features")
+  empty = valid & ~mask.any(1)
+  if empty.any():
+    raise ValueError(f"caption: features['feats_mask'] marks no region of image "
+                     f"{int(np.argmax(empty))} as real; expected at least one True per image")
+  _check_finite(feats[valid], "features['feats']" if isinstance(features, Mapping) else "features")
   if "global_feat" not in batch:
     w = mask[..., None].astype(np.float32)
     batch["global_feat"] = (feats * w).sum(1) / np.maximum(w.sum(1), 1.0)  # mean of the real regions
-  g = batch["global_feat"] = np.asarray(batch["global_feat"], np.float32)
+  g = batch["global_feat"] = _array(batch["global_feat"], "features['global_feat']", np.float32)
   if g.shape != (b, int(info["global_dim"])):
     raise ValueError(f"caption: expected global features [{b}, {info['global_dim']}], got shape {g.shape}")
-  batch.setdefault("valid", np.ones((b,), bool))
+  _check_finite(g[valid], "features['global_feat']")
   batch.setdefault("image_index", np.arange(b, dtype=np.int32))
+  needs = required_inputs(model) if model is not None else ()
+  name = getattr(model, "registry_name", None) or type(model).__name__
+  if "boxes" in batch:
+    from jaxcap.data import base
+    boxes = batch["boxes"] = _array(batch["boxes"], "features['boxes']", np.float32)
+    if boxes.shape != (b, n, 4):
+      raise ValueError(f"caption: features['boxes'] has shape {boxes.shape}; expected [B, N, 4] = "
+                       f"[{b}, {n}, 4] (x1, y1, x2, y2 normalised to [0, 1])")
+    base.check_boxes(boxes, "caption", field="boxes", mask=mask & valid[:, None])
+  elif "boxes" in needs:
+    if n > 1:
+      raise ValueError(f"caption: model {name!r} builds its spatial graph from region boxes; "
+                       f"expected features['boxes'] [B, N, 4] (x1, y1, x2, y2 normalised to "
+                       "[0, 1]) with the region features (or ablate(graph='all_neighbour'))")
+    # One region per image: its box relates it to nothing, so the whole image's will do.
+    batch["boxes"] = np.tile(np.float32([0.0, 0.0, 1.0, 1.0]), (b, n, 1))
+  for key, size, what in (("attributes", int(info.get("vocab_size", 0) or 0), "attribute word ids"),
+                          ("src", int(info.get("src_vocab_size", 0) or 0), "source word ids")):
+    if key not in batch:
+      if key in needs:
+        raise ValueError(f"caption: model {name!r} reads {what}; expected features[{key!r}] "
+                         f"int32 [B, L] (ids of the run's {'source ' if key == 'src' else ''}"
+                         "vocabulary, 0-padded)")
+      continue
+    if size == 0 and key not in needs:
+      continue  # a source given to a run without one (or no vocabulary size known): never read
+    ids = batch[key]
+    if ids.ndim != 2 or len(ids) != b:
+      raise ValueError(f"caption: features[{key!r}] has shape {ids.shape}; expected [B, L] = "
+                       f"[{b}, L] {what}")
+    if not (np.issubdtype(ids.dtype, np.integer) or ids.size == 0):
+      raise ValueError(f"caption: features[{key!r}] has dtype {ids.dtype}; expected integer {what}")
+    rows = ids[valid]
+    bad = (rows < 0) | (rows >= size)
+    if bad.any():
+      raise ValueError(f"caption: features[{key!r}] holds id {int(rows[bad][0])}; expected {what} "
+                       f"in [0, {size}) (the run's {'source ' if key == 'src' else ''}vocabulary)")
+    if key == "src" and key in needs and not (rows != 0).any(1).all():
+      raise ValueError("caption: features['src'] has a row of padding only; expected at least "
+                       "one source word id per image")
+    batch[key] = ids.astype(np.int32)
   return batch
+
+
+def _check_finite(x: np.ndarray, what: str) -> None:
+  if x.size and not np.isfinite(x.sum(dtype=np.float64)):
+    bad = ~np.isfinite(x).reshape(len(x), -1).all(1)
+    raise ValueError(f"caption: {what} contains NaN or Inf values (image {int(np.argmax(bad))}"
+                     "); expected finite numbers")
 
 
 def _stack_ragged(items, info) -> dict:
   if all(x.ndim == 1 for x in items):
+    sizes = {x.shape[0] for x in items}
+    if len(sizes) > 1:
+      raise ValueError(f"caption: the global features of a list have sizes {sorted(sizes)}; "
+                       f"expected [{info['global_dim']}] each")
     return {"global_feat": np.stack(items)}
   if not all(x.ndim == 2 for x in items):
-    raise ValueError("caption: a list of features must hold [Dg] global or [N_i, F] region arrays, got "
-                     f"shapes {[x.shape for x in items]}")
+    raise ValueError("caption: a list of features holds arrays of shapes "
+                     f"{[x.shape for x in items]}; expected [Dg] global or [N_i, F] region arrays")
+  widths = {x.shape[-1] for x in items}
+  if len(widths) > 1 or min(x.shape[0] for x in items) == 0:
+    raise ValueError(f"caption: a list of region features holds arrays of shapes "
+                     f"{[x.shape for x in items]}; expected [N_i, {info['feature_dim']}] arrays "
+                     "with N_i >= 1")
   n = max(x.shape[0] for x in items)
   feats = np.zeros((len(items), n, items[0].shape[-1]), np.float32)
   mask = np.zeros((len(items), n), bool)
@@ -283,7 +404,7 @@ class Run:
 
   def batch(self, features) -> dict:
     """The batch dict :meth:`caption` decodes for ``features`` (:func:`make_batch`)."""
-    return make_batch(features, self.info)
+    return make_batch(features, self.info, self.model)
 
   # ---------------------------------------------------------------- decoding
   def decode_config(self, method: str | None = None, beam_size: int | None = None, **options) -> dict:
@@ -355,6 +476,12 @@ class Run:
 
     Returns:
       B captions (the best beam, or the first sample), words joined by spaces.
+
+    Raises:
+      ValueError: one line naming the argument and what was expected, for features that do
+        not fit the run (:func:`make_batch`): no image, the wrong rank or size, NaN or Inf,
+        boxes not ``[B, N, 4]`` in [0, 1] or missing for the Image Transformer, attribute or
+        source ids outside the vocabulary or missing for a model that reads them.
     """
     tokens = self.decode(features, method, beam_size, batch_size=batch_size, seed=seed, **options).tokens
     if tokens.ndim == 3:

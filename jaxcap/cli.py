@@ -120,10 +120,14 @@ def fail(msg: str, code: int = EXIT_BAD_INPUT):
 def run_main(fn):
   """Runs ``fn()``; bad input -> one line and exit 2, a non-finite stop -> one line and exit 3."""
   from jaxcap.training.guard import NonFiniteError
+  from jaxcap.training import parallel
   quiet_logs()
-  from jaxcap import xla_logs
-  xla_logs.install()  # CPU only: XLA's slow-compile alarms (bfloat16 is emulated there)
   try:
+    # First, before anything can touch a JAX backend (xla_logs asks for the default backend):
+    # jax.distributed must be initialised before the backend exists.
+    parallel.maybe_initialize_distributed()
+    from jaxcap import xla_logs
+    xla_logs.install()  # CPU only: XLA's slow-compile alarms (bfloat16 is emulated there)
     fn()
   except NonFiniteError as e:
     fail(str(e), EXIT_NONFINITE)
@@ -144,6 +148,37 @@ def run_main(fn):
 
 
 # ------------------------------------------------------------------------------- flag parsing
+# The default of each config flag defined by :func:`define_config`. ml_collections parses a
+# config flag's default when the flag is defined, reading the overrides from sys.argv *at import
+# time*, and defines the ``--config.<field>`` flags only then: a default config therefore could
+# not take overrides in a second parse and raised a traceback on an unknown field. Instead the
+# flag is defined without a default and :func:`parse_flags` writes ``--<name>=<default>`` into
+# argv when the command line names none, so the default is parsed exactly like an explicit one.
+_CONFIG_DEFAULTS: dict[str, str] = {}
+
+
+def define_config(name: str, default: str, help_text: str, flag_values=None) -> None:
+  """``config_flags.DEFINE_config_file(name, ...)`` whose default behaves like ``--name=default``."""
+  from absl import flags
+  from ml_collections import config_flags
+  flag_values = flag_values or flags.FLAGS
+  _CONFIG_DEFAULTS[name] = default
+  config_flags.DEFINE_config_file(name, None, f"{help_text} (default: {default})",
+                                  flag_values=flag_values, lock_config=True)
+
+
+def with_default_configs(argv: list[str], names) -> list[str]:
+  """``argv`` with ``--<name>=<default>`` inserted after the program for every config flag of
+  :func:`define_config` that ``argv`` does not set (before any ``--<name>.<field>`` override)."""
+  out = list(argv)
+  for name in names:
+    default = _CONFIG_DEFAULTS.get(name)
+    given = any(a == f"--{name}" or a.startswith(f"--{name}=") for a in out[1:])
+    if default is not None and not given:
+      out.insert(1, f"--{name}={resolve_config_path(default)}")
+  return out
+
+
 def _config_flag_names(flag_values) -> list[str]:
   from ml_collections.config_flags import config_flags
   return [name for name in set(flag_values) if isinstance(flag_values[name], config_flags._ConfigFlag)]
@@ -244,6 +279,7 @@ def parse_flags(argv, flag_values=None) -> list[str]:
   for fname in list(flag_values):
     if any(fname.startswith(c + ".") for c in configs):
       delattr(flag_values, fname)
+  argv = with_default_configs(argv, configs)
   saved = sys.argv
   sys.argv = list(argv)  # ml_collections reads the overrides from sys.argv
   try:
@@ -287,7 +323,71 @@ def run_script(main, absl: bool = False):
   if absl:
     run_app(lambda argv: run_main(lambda: main(argv)))  # absl's app.run exits with main's code
   else:
-    sys.exit(run_main(main))
+    result = []
+    with _argparse_errors_as_one_line():
+      code = run_main(lambda: result.append(main()))
+    # A main that returns an exit code (e.g. a --check that found stale files) keeps it.
+    sys.exit(result[0] if result and isinstance(result[0], int) else code)
+
+
+def _argparse_message(message: str) -> str:
+  """argparse's error text as ``--flag: expected ..., got ...`` where it has a known form."""
+  m = re.match(r"argument ([^:]+): invalid (\w+) value: (.*)", message)
+  if m:
+    want = {"int": "an integer", "float": "a number"}.get(m.group(2), f"a valid {m.group(2)}")
+    return f"{m.group(1).split('/')[0]}: expected {want}, got {m.group(3)}"
+  m = re.match(r"argument ([^:]+): invalid choice: (.*?) \(choose from (.*)\)$", message)
+  if m:
+    return f"{m.group(1).split('/')[0]}: expected one of {m.group(3)}, got {m.group(2)}"
+  m = re.match(r"argument ([^:]+): expected (.*)", message)
+  if m:
+    return f"{m.group(1).split('/')[0]}: expected {m.group(2)}"
+  m = re.match(r"the following arguments are required: (.*)", message)
+  if m:
+    return f"{m.group(1)}: missing; expected a value for each (see --help)"
+  m = re.match(r"unrecognized arguments: (.*)", message)
+  if m:
+    return f"{m.group(1)}: unknown argument(s); expected the flags listed by --help"
+  return message if "expected" in message else f"{message} (expected the flags listed by --help)"
+
+
+def positive_int(text: str) -> int:
+  """argparse ``type=`` for sizes and counts: a 0 or negative batch, width or step count would
+  otherwise fail deep inside a model (a ZeroDivisionError in a reshape) instead of here."""
+  import argparse
+  try:
+    value = int(text)
+  except ValueError:
+    value = 0
+  if value < 1:
+    raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+  return value
+
+
+def nonnegative_int(text: str) -> int:
+  """argparse ``type=`` for counts where 0 means "none" or "the default"."""
+  import argparse
+  try:
+    value = int(text)
+  except ValueError:
+    value = -1
+  if value < 0:
+    raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+  return value
+
+
+class _argparse_errors_as_one_line:
+  """argparse's usage text and ``prog: error: ...`` (exit 2) as one ``error: ...`` line, like
+  the absl scripts and train.py (subparsers included: the class method is replaced)."""
+
+  def __enter__(self):
+    import argparse
+    self._saved = argparse.ArgumentParser.error
+    argparse.ArgumentParser.error = lambda parser, message: fail(_argparse_message(message))
+
+  def __exit__(self, *exc):
+    import argparse
+    argparse.ArgumentParser.error = self._saved
 
 
 def run_app(main, argv=None):

@@ -33,6 +33,7 @@ with it.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Sequence
 
 import jax
@@ -60,11 +61,7 @@ class Ensemble:
     if not self.models:
       raise ValueError("ensemble: expected at least one model, got none")
     if self.weights is not None:
-      w = tuple(float(x) for x in self.weights)
-      if len(w) != len(self.models) or min(w) < 0 or sum(w) <= 0:
-        raise ValueError(f"ensemble weights: expected {len(self.models)} non-negative numbers "
-                         f"with a positive sum, got {self.weights}")
-      object.__setattr__(self, "weights", w)
+      object.__setattr__(self, "weights", check_weights(self.weights, len(self.models)))
 
   def log_coefficients(self):
     """``log c_m``: float32 ``[M]``."""
@@ -115,6 +112,34 @@ class Ensemble:
     logc_M = self.log_coefficients()
     mixed_NxV = jax.nn.logsumexp(lp_MxNxV + logc_M[:, None, None], axis=0)
     return mixed_NxV, tuple(caches), aux
+
+
+def check_weights(weights, n: int, name: str = "ensemble weights") -> tuple:
+  """``weights`` as a tuple of ``n`` floats, or a one-line ValueError naming ``name``: each a
+  finite number >= 0, their sum > 0 (a NaN weight would make every step's mixture NaN and the
+  captions empty). A string is split at commas (``--ensemble-weights 1,2``)."""
+  if isinstance(weights, str):
+    weights = [w.strip() for w in weights.split(",")] if weights.strip() else []
+  try:
+    items = list(weights)
+  except TypeError:
+    raise ValueError(f"{name}: expected {n} numbers (one per member), got {weights!r}") from None
+  if len(items) != n:
+    raise ValueError(f"{name}: expected {n} numbers (one per member), got {len(items)}")
+  out = []
+  for i, x in enumerate(items):
+    try:
+      if isinstance(x, bool):
+        raise TypeError
+      w = float(x)
+    except (TypeError, ValueError):
+      raise ValueError(f"{name}: weight {i + 1} is {x!r}, expected a number") from None
+    if not math.isfinite(w) or w < 0:
+      raise ValueError(f"{name}: weight {i + 1} is {w}, expected a finite number >= 0")
+    out.append(w)
+  if sum(out) <= 0:
+    raise ValueError(f"{name}: every weight is 0, expected a positive sum")
+  return tuple(out)
 
 
 def make_ensemble(models: Sequence[Any], params_list: Sequence[Any],

@@ -17,14 +17,15 @@ import sys
 import time
 
 from absl import app, flags
-from ml_collections import config_flags
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _REPO not in sys.path:
   sys.path.insert(0, _REPO)
 
-config_flags.DEFINE_config_file("config", os.path.join(_REPO, "configs", "transformer.py") + ":synthetic",
-                                "Config file (file.py:arg) whose data section is built.")
+from jaxcap import cli as _cli  # noqa: E402
+
+_cli.define_config("config", os.path.join(_REPO, "configs", "transformer.py") + ":synthetic",
+                   "Config file (file.py:arg) whose data section is built.")
 flags.DEFINE_string("out", "data/tfds", "TFDS data dir to write into.")
 flags.DEFINE_bool("overwrite", False, "Replace an existing build.")
 

@@ -11,20 +11,23 @@ import os
 import sys
 
 from absl import app, flags
-from ml_collections import config_flags
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _REPO not in sys.path:
   sys.path.insert(0, _REPO)
 
-config_flags.DEFINE_config_file("config", os.path.join(_REPO, "configs", "transformer.py") + ":flickr8k",
-                                "Config file (its data section is read).")
+from jaxcap import cli as _cli  # noqa: E402
+
+_cli.define_config("config", os.path.join(_REPO, "configs", "transformer.py") + ":flickr8k",
+                   "Config file (its data section is read).")
 flags.DEFINE_integer("images", 2000, "Training images scored.")
 flags.DEFINE_string("cache_dir", "/tmp/cider_compat_cache", "Document-frequency cache.")
 
 
 def main(argv):
   del argv
+  if flags.FLAGS.images < 1:  # before the data set is read
+    raise ValueError(f"--images={flags.FLAGS.images}: expected a positive number of training images")
   import numpy as np
   from jaxcap import data as data_lib
   from jaxcap.data.vocab import EOS

@@ -16,14 +16,15 @@ import os
 import sys
 
 from absl import app, flags
-from ml_collections import config_flags
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _REPO not in sys.path:
   sys.path.insert(0, _REPO)
 
-config_flags.DEFINE_config_file("config", os.path.join(_REPO, "configs", "eta.py") + ":synthetic",
-                                "Config file (file.py:arg) with data and detector sections.")
+from jaxcap import cli as _cli  # noqa: E402
+
+_cli.define_config("config", os.path.join(_REPO, "configs", "eta.py") + ":synthetic",
+                   "Config file (file.py:arg) with data and detector sections.")
 flags.DEFINE_string("out", "runs/attributes", "Output directory.")
 
 
@@ -33,6 +34,9 @@ def main(argv):
   from jaxcap import data as data_lib
   from jaxcap.models import attribute_detector
 
+  out = flags.FLAGS.out
+  if os.path.exists(out) and not os.path.isdir(out):  # before the detector trains, not after
+    raise ValueError(f"--out={out}: is a file; expected a directory to write the attributes into")
   config = flags.FLAGS.config
   data_config = copy.deepcopy(config.data)
   # The detector learns from the references' labels; it must not need its own output file.

@@ -16,9 +16,11 @@ Classes of the corpus (``CASES``):
   nested), a missing config file, bad ``file.py:arg`` arguments, values of the wrong type, an
   unknown flag, a stray argument, sizes and every interval at 0 or negative, a negative or
   infinite learning rate, ``keep_checkpoints=0``, unknown enum values (schedule, best metric,
-  test split, ``nonfinite``, ``validate_features``, ``degenerate_boxes``), a batch that does
-  not split over the 8 devices, an unknown model or dataset, ``max_regions`` smaller than the
-  data's region count;
+  test split, ``nonfinite``, ``validate_features``, ``degenerate_boxes``, ``missing_boxes``), a
+  batch that does not split over the 8 devices, an unknown model or dataset, ``max_regions``
+  smaller than the data's region count. Each with every spelling of the config: ``--config=X``,
+  ``--config X`` and no ``--config`` (train.py's default config); a case that names its own
+  config file with ``--config=X`` and ``--config X``;
 - data (a Karpathy-layout dataset written by the test): tokens given as a string, sentences
   not a list, unknown split names (``dev``, ``Train``), a missing test or val split,
   int64 / wrong-rank / wrong-size features, a wrong-size global feature, NaN / inverted /
@@ -36,15 +38,35 @@ Classes of the corpus (``CASES``):
   JSON object instead of a list, an entry without a caption, an image id not among the
   references, a missing references file, ``--predictions`` without ``--references``, an
   unknown split, a missing workdir, no ``--workdir``, ``--step`` of the wrong type, an unknown
-  flag, a ``config.json`` of the wrong shape.
+  flag, a ``config.json`` of the wrong shape; ``--ensemble-weights`` NaN, infinite, negative,
+  all zero, not numbers, empty, of the wrong count, or without ``--ensemble``;
+- model, a class per model, each with its own config: the sizes, rates and enum fields each
+  checks, and the inputs it needs — the Image Transformer on region features without boxes
+  (``data.box_dir``; ``data.missing_boxes='whole_image'`` runs it and says so once,
+  ``test_missing_boxes_switch_says_once_what_it_substitutes``), a multimodal MNMT variant or
+  the nearest neighbour on text-only Multi30k, MNMT without a source, TPGN's GloVe file
+  (missing, a directory, empty, of the wrong width, not numbers, NaN, no vocabulary word), ETA
+  with ``attributes`` / ``test_attributes`` 'none' (training and ``evaluate.py --attributes``)
+  or a missing attributes file;
+- the Python API (``test_api_bad_features``): ``Run.caption`` of an empty list or array,
+  ``None``, strings, the wrong rank or feature size, NaN / Inf region or global features, an
+  unknown key, a bad ``feats_mask``, ragged lists of mixed sizes, Image Transformer boxes
+  missing, in pixels, ``[B, N, 3]``, NaN or inverted, MNMT source ids missing, beyond the
+  vocabulary, negative, floats, 1-D or padding only, ETA attributes missing or beyond the
+  vocabulary: one ``ValueError`` line naming the argument and what was expected; good features
+  of every form pass; ensemble weights through the API.
 
-94 parametrised cases (config 45, data 23, workdir 7 + the read-only test, checkpoints 5,
-evaluate.py 14) and 3 real processes; about 35 s on the project's 2-core machine.
+228 parametrised command-line cases (config 46 x 3 spellings = 135, data 23, workdir 7 + the
+read-only test, checkpoints 5, evaluate.py 22, model 36), 4 real processes and 43 API cases;
+about 65 s on the project's 2-core machine.
 
 Mutants tried (each made cases fail, then was restored): no shape check of a workdir's
 ``config.json`` (workdir-config-json-list / -model-string end in a traceback); the Karpathy
 reader without its box check (box-negative and box-outside-image are accepted, training starts
-and the workdir changes; box-inverted is still caught by the check before training).
+and the workdir changes; box-inverted is still caught by the check before training);
+``validation.check_model_inputs`` returning at once (the Image Transformer without boxes, MNMT7,
+IMGTXT and the nearest neighbour on text-only Multi30k and ETA without attributes train with
+exit 0; the switch test fails; evaluate.py --attributes=none is still refused by its own check).
 """
 
 from __future__ import annotations
@@ -66,14 +88,50 @@ import pytest
 from tests.data import fakes
 
 REPO = Path(__file__).resolve().parents[1]
-CONFIG = f"--config={REPO}/configs/transformer.py:synthetic"
-TINY = ["--config.data.num_train=96", "--config.data.num_val=16", "--config.data.num_test=16",
-        "--config.model.dim=32", "--config.model.num_layers=1", "--config.model.num_dec_layers=1",
-        "--config.model.num_heads=4", "--config.model.ff_dim=64", "--config.batch_size=8",
-        "--config.eval_batch_size=8", "--config.num_train_steps=4", "--config.eval_every_steps=4",
-        "--config.checkpoint_every_steps=4", "--config.log_every_steps=2",
-        "--config.warmup_steps=10", "--config.eval_num_images=16",
-        "--config.test_after_training=False"]
+CONFIG_FILE = f"{REPO}/configs/transformer.py:synthetic"
+CONFIG = f"--config={CONFIG_FILE}"
+# The three ways to name the config: train.py's default is configs/transformer.py:synthetic,
+# so all three run the same config and must fail the same way.
+SPELLINGS = {"config-eq": [CONFIG], "config-space": ["--config", CONFIG_FILE], "no-config": []}
+TINY_RUN = ["--config.data.num_train=96", "--config.data.num_val=16", "--config.data.num_test=16",
+            "--config.batch_size=8", "--config.eval_batch_size=8", "--config.num_train_steps=4",
+            "--config.eval_every_steps=4", "--config.checkpoint_every_steps=4",
+            "--config.log_every_steps=2", "--config.warmup_steps=10",
+            "--config.eval_num_images=16", "--config.test_after_training=False"]
+TINY = TINY_RUN[:3] + [
+    "--config.model.dim=32", "--config.model.num_layers=1", "--config.model.num_dec_layers=1",
+    "--config.model.num_heads=4", "--config.model.ff_dim=64"] + TINY_RUN[3:]
+# Per model: its config and tiny sizes (each case fails before a step is compiled; the sizes
+# keep a check that does not fire from turning the case into a long run).
+MODELS = {
+    "transformer": [CONFIG, *TINY],
+    "image_transformer": [f"--config={REPO}/configs/image_transformer.py:synthetic", *TINY_RUN,
+                          "--config.model.dim=32", "--config.model.num_heads=4",
+                          "--config.model.num_layers=1", "--config.model.ff_dim=64"],
+    "aoanet": [f"--config={REPO}/configs/aoanet.py:synthetic", *TINY_RUN,
+               "--config.model.dim=32", "--config.model.num_heads=4",
+               "--config.model.num_layers=1", "--config.model.ff_dim=64"],
+    "mnmt": [f"--config={REPO}/configs/mnmt.py:multi30k,size=cpu", *TINY_RUN,
+             "--config.data.root={tmp}/m30k", "--config.model.embed_dim=8",
+             "--config.model.hidden_dim=8"],
+    "mnmt_synthetic": [f"--config={REPO}/configs/mnmt.py:synthetic", *TINY_RUN,
+                       "--config.model.embed_dim=8", "--config.model.hidden_dim=8"],
+    "tpgn": [f"--config={REPO}/configs/tpgn.py:synthetic", *TINY_RUN, "--config.model.d=3"],
+    "eta": [f"--config={REPO}/configs/eta.py:synthetic", *TINY_RUN, "--config.model.dim=32",
+            "--config.model.num_layers=1", "--config.model.num_dec_layers=1",
+            "--config.model.num_heads=4", "--config.model.ff_dim=64"],
+    "aat": [f"--config={REPO}/configs/aat.py:synthetic", *TINY_RUN, "--config.model.dim=32",
+            "--config.model.num_heads=4"],
+    "lstm": [f"--config={REPO}/configs/lstm.py:synthetic", *TINY_RUN,
+             "--config.model.embed_dim=16", "--config.model.hidden_dim=16",
+             "--config.model.att_dim=16"],
+    "show_tell": [f"--config={REPO}/configs/show_tell.py:synthetic", *TINY_RUN,
+                  "--config.model.embed_dim=16", "--config.model.hidden_dim=16"],
+    "nearest_neighbour": [f"--config={REPO}/configs/nearest_neighbour.py:synthetic", *TINY_RUN],
+    "nearest_neighbour_multi30k": [f"--config={REPO}/configs/nearest_neighbour.py:multi30k",
+                                   *TINY_RUN, "--config.data.root={tmp}/m30k",
+                                   "--config.data.text_only=True"],
+}
 KARPATHY = ["--config.data.name=karpathy", "--config.data.root={tmp}/data",
             "--config.data.dataset_json=dataset_coco.json", "--config.data.att_dir=att",
             "--config.data.fc_dir=fc", "--config.data.box_dir=box", "--config.data.min_word_count=1",
@@ -194,16 +252,72 @@ def _both(*fns):
   return mutate
 
 
+def _write(rel, text):
+  return lambda tmp: (tmp / rel).write_text(text)
+
+
+_M30K_EN = ["a dog runs in the park", "two men play football", "a woman rides a red bike",
+            "a child eats an apple", "the dog sleeps on the grass", "a man reads a book"]
+_M30K_DE = ["ein hund rennt im park", "zwei männer spielen fußball",
+            "eine frau fährt ein rotes rad", "ein kind isst einen apfel",
+            "der hund schläft auf dem gras", "ein mann liest ein buch"]
+
+
+def _multi30k(tmp):
+  """Multi30k's text as distributed (no image features: the shipped config is text-only)."""
+  raw = tmp / "m30k" / "raw"
+  raw.mkdir(parents=True)
+  for stem, n in (("train", 12), ("val", 4), ("test_2016_flickr", 4)):
+    for lang, lines in (("en", _M30K_EN), ("de", _M30K_DE)):
+      (raw / f"{stem}.{lang}").write_text("".join(lines[i % len(lines)] + "\n" for i in range(n)))
+
+
+def _init_workdir(model, *extra):
+  """A workdir as train.py leaves it when it starts (config.json, vocab.json, info.json; no
+  checkpoint): evaluate.py refuses bad inputs before it loads one."""
+  def mutate(tmp):
+    import train  # noqa: F401  (defines the flags)
+    from absl import flags
+    from jaxcap import cli
+    from jaxcap.training import train_lib
+    cli.parse_flags(["train.py", *[a.format(tmp=tmp) for a in MODELS[model]], *extra])
+    config = flags.FLAGS.config
+    trainer = train_lib.Trainer(config, str(tmp / "wd"))
+    train_lib.init_workdir(str(tmp / "wd"), config, trainer.dataset.vocab, trainer.info)
+  return mutate
+
+
 PREDS3 = [{"image_id": i, "caption": "a dog"} for i in range(3)]
 EVAL_P = ["--predictions={tmp}/preds.json", "--references={tmp}/refs.json", "--out={tmp}/s.json"]
+ENSEMBLE = ["--ensemble={tmp}/wd,{tmp}/wd"]
 
 
-def C(name, args, needle, *, script="train", data=None, mutate=None):
-  """One case: ``data`` None (synthetic), "karpathy" (the fake Karpathy dataset in tmp/data)."""
-  return pytest.param(script, args, needle, data, mutate, id=name)
+def C(name, args, needle, *, script="train", data=None, mutate=None, model="transformer",
+      spell="config-eq"):
+  """One case: ``data`` None (synthetic), "karpathy" (the fake Karpathy dataset in tmp/data);
+  ``model`` a key of ``MODELS`` (its config and tiny sizes); ``spell`` how the config is named
+  (a key of ``SPELLINGS``, or "own" when the case's args name it)."""
+  return pytest.param(script, args, needle, data, mutate, model, spell, id=name)
 
 
-CASES = [
+def _spelled(cases):
+  """Each config case with every spelling of ``--config``: ``--config=X``, ``--config X`` and
+  none (the default config); a case that names its own config file with both of its spellings."""
+  out = []
+  for case in cases:
+    script, args, needle, data, mutate, model, _ = case.values
+    if args and args[0].startswith("--config="):
+      value = args[0].split("=", 1)[1]
+      out.append(C(f"{case.id}-config-eq", args, needle, data=data, mutate=mutate, spell="own"))
+      out.append(C(f"{case.id}-config-space", ["--config", value, *args[1:]], needle, data=data,
+                   mutate=mutate, spell="own"))
+    else:
+      for spell in SPELLINGS:
+        out.append(C(f"{case.id}-{spell}", args, needle, data=data, mutate=mutate, spell=spell))
+  return out
+
+
+CONFIG_CASES = [
     # ---- config: the command line
     C("config-unknown-key", ["--config.model.no_such_field=3"], "model.no_such_field"),
     C("config-misspelt-key", ["--config.batch_sze=8"], "batch_size?"),
@@ -251,6 +365,10 @@ CASES = [
     C("unknown-model", ["--config.model.name=resnet_lstm"], "resnet_lstm"),
     C("unknown-dataset", ["--config.data.name=imagenet"], "imagenet"),
     C("max-regions-below-data", ["--config.data.max_regions=1"], "max_regions", data="karpathy"),
+    C("missing-boxes-unknown", ["--config.data.missing_boxes=zeros"], "data.missing_boxes"),
+]
+
+CASES = _spelled(CONFIG_CASES) + [
     # ---- data (Karpathy layout)
     C("tokens-as-string", [], "tokens", data="karpathy",
       mutate=_images(lambda im: im[0]["sentences"][0].update(tokens="a dog runs"))),
@@ -348,6 +466,94 @@ CASES = [
       script="evaluate", mutate=_trained),
     C("evaluate-config-json-list", ["--workdir={tmp}/wd"], "config.json", script="evaluate",
       mutate=_write_workdir_config([1, 2])),
+    # ---- evaluate.py --ensemble: the weights are checked before any run is read
+    C("ensemble-weights-nan", [*ENSEMBLE, "--ensemble-weights=nan,1"], "--ensemble-weights=nan,1",
+      script="evaluate", mutate=_trained),
+    C("ensemble-weights-inf", [*ENSEMBLE, "--ensemble-weights=1,inf"], "weight 2 is inf",
+      script="evaluate", mutate=_trained),
+    C("ensemble-weights-negative", [*ENSEMBLE, "--ensemble-weights=2,-1"], "weight 2 is -1.0",
+      script="evaluate", mutate=_trained),
+    C("ensemble-weights-all-zero", [*ENSEMBLE, "--ensemble-weights=0,0"], "every weight is 0",
+      script="evaluate", mutate=_trained),
+    C("ensemble-weights-wrong-count", [*ENSEMBLE, "--ensemble-weights=1,1,1"], "expected 2 numbers",
+      script="evaluate", mutate=_trained),
+    C("ensemble-weights-not-a-number", [*ENSEMBLE, "--ensemble-weights=1,heavy"], "'heavy'",
+      script="evaluate", mutate=_trained),
+    C("ensemble-weights-empty", [*ENSEMBLE, "--ensemble-weights="], "got 0",
+      script="evaluate", mutate=_trained),
+    C("ensemble-weights-without-ensemble", ["--workdir={tmp}/wd", "--ensemble-weights=1,1"],
+      "--ensemble-weights=1,1", script="evaluate", mutate=_trained),
+    # ---- model: Transformer
+    C("transformer-heads-not-dividing-dim", ["--config.model.num_heads=5"], "model.num_heads"),
+    C("transformer-dim-0", ["--config.model.dim=0"], "model.dim"),
+    C("transformer-dropout-1", ["--config.model.dropout=1.0"], "model.dropout"),
+    # ---- model: Image Transformer (its spatial graph is built from the region boxes)
+    C("image-transformer-region-features-without-boxes", ["--config.data.box_dir="],
+      "config field data.box_dir", data="karpathy", model="image_transformer"),
+    C("image-transformer-epsilon-0", ["--config.model.epsilon=0.0"], "model.epsilon",
+      model="image_transformer"),
+    C("image-transformer-heads-not-dividing-dim", ["--config.model.num_heads=5"],
+      "model.num_heads", model="image_transformer"),
+    C("image-transformer-spatial-layer-4-of-1", ["--config.model.spatial_layers=4"],
+      "model.spatial_layers", model="image_transformer"),
+    C("image-transformer-graph-unknown", ["--config.model.graph=knn"], "model.graph",
+      model="image_transformer"),
+    C("aoanet-heads-not-dividing-dim", ["--config.model.num_heads=3"], "model.num_heads",
+      model="aoanet"),
+    # ---- model: multimodal NMT (a multimodal variant needs image features, every one a source)
+    C("mnmt7-on-text-only-multi30k", [], "config field data.text_only", model="mnmt",
+      mutate=_multi30k),
+    C("mnmt-imgtxt-on-text-only-multi30k", ["--config.model.variant=imgtxt"],
+      "config field data.text_only", model="mnmt", mutate=_multi30k),
+    C("mnmt-on-captions-without-source", ["--config.data.task=caption"], "config field data.task",
+      model="mnmt_synthetic"),
+    C("mnmt-variant-unknown", ["--config.model.variant=mnmt9"], "model.variant",
+      model="mnmt_synthetic"),
+    C("mnmt-hidden-dim-0", ["--config.model.hidden_dim=0"], "model.hidden_dim",
+      model="mnmt_synthetic"),
+    # ---- model: TPGN (its GloVe file is read when the run starts: checked before writing)
+    C("tpgn-glove-empty", ["--config.model.glove_path={tmp}/glove.txt"],
+      "glove.txt: holds no vectors", model="tpgn", mutate=_write("glove.txt", "")),
+    C("tpgn-glove-missing", ["--config.model.glove_path={tmp}/nowhere.txt"], "nowhere.txt",
+      model="tpgn"),
+    C("tpgn-glove-wrong-width", ["--config.model.glove_path={tmp}/glove.txt"], "glove.txt line 2",
+      model="tpgn", mutate=_write("glove.txt", "red 1 2 3\ncube 1 2 3 4 5\n")),
+    C("tpgn-glove-no-vocabulary-word", ["--config.model.glove_path={tmp}/glove.txt"],
+      "glove.txt: none of its 2 vectors", model="tpgn",
+      mutate=_write("glove.txt", "zebra 1 2 3\ngiraffe 1 2 3\n")),
+    C("tpgn-glove-not-numbers", ["--config.model.glove_path={tmp}/glove.txt"], "glove.txt line 1",
+      model="tpgn", mutate=_write("glove.txt", "red one two three\n")),
+    C("tpgn-glove-nan", ["--config.model.glove_path={tmp}/glove.txt"], "glove.txt line 1",
+      model="tpgn", mutate=_write("glove.txt", "red nan 1 2\n")),
+    C("tpgn-glove-a-directory", ["--config.model.glove_path={tmp}"], "not a file", model="tpgn"),
+    C("tpgn-d-0", ["--config.model.d=0"], "model.d", model="tpgn"),
+    C("tpgn-lexical-unknown", ["--config.model.lexical=shared"], "model.lexical", model="tpgn"),
+    # ---- model: ETA (attends to attribute words)
+    C("eta-attributes-none", ["--config.data.attributes=none"], "config field data.attributes",
+      model="eta"),
+    C("eta-test-attributes-none", ["--config.data.test_attributes=none",
+                                   "--config.test_after_training=True"],
+      "config field data.test_attributes", model="eta"),
+    C("eta-detected-attributes-file-missing", ["--config.data.attributes=detected",
+                                               "--config.data.attributes_file={tmp}/nope.json"],
+      "nope.json", model="eta"),
+    C("eta-variant-unknown", ["--config.model.variant=both"], "model.variant", model="eta"),
+    C("eta-evaluate-attributes-none", ["--workdir={tmp}/wd", "--attributes=none"],
+      "--attributes=none", script="evaluate", mutate=_init_workdir("eta", "--workdir={tmp}/wd")),
+    # ---- model: AAT, LSTM, Show and Tell
+    C("aat-min-steps-above-max", ["--config.model.min_steps=5", "--config.model.max_steps=2"],
+      "model.min_steps", model="aat"),
+    C("aat-epsilon-1", ["--config.model.epsilon=1.0"], "model.epsilon", model="aat"),
+    C("aat-attention-unknown", ["--config.model.attention=soft"], "model.attention", model="aat"),
+    C("lstm-dropout-1", ["--config.model.dropout=1.0"], "model.dropout", model="lstm"),
+    C("lstm-hidden-dim-0", ["--config.model.hidden_dim=0"], "model.hidden_dim", model="lstm"),
+    C("show-tell-embed-dim-0", ["--config.model.embed_dim=0"], "model.embed_dim",
+      model="show_tell"),
+    # ---- model: nearest neighbour (no parameters; compares global image features)
+    C("nearest-neighbour-chunk-0", ["--config.model.chunk=0"], "model.chunk",
+      model="nearest_neighbour"),
+    C("nearest-neighbour-on-text-only-multi30k", [], "config field data.text_only",
+      model="nearest_neighbour_multi30k", mutate=_multi30k),
 ]
 
 _TRAINED: dict = {}
@@ -405,11 +611,17 @@ def _snapshot(root: Path) -> dict:
   return snap
 
 
-def _argv(script, args, data, tmp):
+def _argv(script, args, data, tmp, model="transformer", spell="config-eq"):
   args = [a.format(tmp=tmp) for a in args]
   if script == "evaluate":
     return args
-  base = [CONFIG, *TINY, f"--workdir={tmp}/wd"]
+  config, *rest = [a.format(tmp=tmp) for a in MODELS[model]]
+  if spell == "own":  # the case's args start with its --config, which goes first as a user's
+    n = 2 if args[0] == "--config" else 1
+    named, args = args[:n], args[n:]
+  else:
+    named = [config] if spell == "config-eq" else SPELLINGS[spell]
+  base = [*named, *rest, f"--workdir={tmp}/wd"]
   if data == "karpathy":
     base += [a.format(tmp=tmp) for a in KARPATHY]
   return base + args
@@ -423,8 +635,9 @@ def _assert_one_line(code, err, needle):
   assert "expected" in lines[0], lines[0]
 
 
-@pytest.mark.parametrize("script,args,needle,data,mutate", CASES)
-def test_bad_input(request, tmp_path, karpathy_data, script, args, needle, data, mutate):
+@pytest.mark.parametrize("script,args,needle,data,mutate,model,spell", CASES)
+def test_bad_input(request, tmp_path, karpathy_data, script, args, needle, data, mutate, model,
+                   spell):
   if getattr(mutate, "needs_trained", False):
     request.getfixturevalue("trained_workdir")
   if data == "karpathy":
@@ -432,13 +645,17 @@ def test_bad_input(request, tmp_path, karpathy_data, script, args, needle, data,
   if mutate is not None:
     mutate(tmp_path)
   before = _snapshot(tmp_path)
-  code, err = _cli(script, _argv(script, args, data, tmp_path))
+  code, err = _cli(script, _argv(script, args, data, tmp_path, model, spell))
   _assert_one_line(code, err, needle.format(tmp=tmp_path))
   assert _snapshot(tmp_path) == before
 
 
 def test_corpus_size():
   assert len(CASES) >= 60
+  # Every model has its class of cases.
+  from jaxcap.models import registry
+  covered = {p.values[5].replace("_synthetic", "").replace("_multi30k", "") for p in CASES}
+  assert set(registry.names()) <= covered
 
 
 def test_read_only_workdir(tmp_path):
@@ -471,6 +688,7 @@ def test_read_only_workdir(tmp_path):
 
 @pytest.mark.parametrize("script,args,needle", [
     ("train", [CONFIG, "--config.batch_sze=8"], "batch_size?"),
+    ("train", ["--config.no_such_key=3"], "no_such_key"),  # no --config: the default config
     ("train", [CONFIG, *TINY, "--config.eval_every_steps=0", "--workdir={tmp}/wd"], "eval_every_steps"),
     ("evaluate", ["--predictions={tmp}/preds.json", "--references={tmp}/refs.json",
                   "--out={tmp}/s.json"], "3 of the 10"),
@@ -501,3 +719,152 @@ def test_full_disk_while_resuming(request, tmp_path, monkeypatch):
   code, err = _cli("train", [CONFIG, *TINY, "--config.num_train_steps=8", f"--workdir={tmp_path}/wd"])
   _assert_one_line(code, err, "metrics.jsonl: No space left on device")
   assert _snapshot(tmp_path) == before
+
+
+def test_missing_boxes_switch_says_once_what_it_substitutes(tmp_path, karpathy_data):
+  """data.missing_boxes='whole_image' runs the Image Transformer on region features without
+  boxes, and says so in one line, once, whatever the number of splits."""
+  import ml_collections
+  from jaxcap import data as data_lib
+  from jaxcap.models import registry
+  from jaxcap.training import validation
+  from configs import image_transformer
+  config = image_transformer.get_config("synthetic")
+  config.data = fakes.karpathy_config(karpathy_data, box_dir="", max_regions=5, feature_dim=0)
+  config.data.missing_boxes = "whole_image"
+  dataset = data_lib.get_dataset(config.data)
+  model = registry.build(ml_collections.ConfigDict(dict(config.model, dim=32, num_heads=4)),
+                         dataset.info)
+  lines = []
+  validation.check_model_inputs(model, dataset, config, ["train", "val", "test"], log=lines.append)
+  assert len(lines) == 1 and "whole-image box" in lines[0] and "missing_boxes" in lines[0], lines
+  # The graph ablated (no boxes read), or the data with its boxes: nothing to say.
+  lines.clear()
+  validation.check_model_inputs(model.clone(graph="all_neighbour"), dataset, config,
+                                log=lines.append)
+  config.data.box_dir = "box"
+  validation.check_model_inputs(model, data_lib.get_dataset(config.data), config, log=lines.append)
+  assert not lines
+
+
+# ------------------------------------------------------------------------------- Python API
+# Runs built in memory (no checkpoint): make_batch refuses bad features before anything is
+# decoded, so no parameters are needed.
+_INFO = {"feature_dim": 6, "global_dim": 6, "max_regions": 3, "max_len": 8, "vocab_size": 20,
+         "src_vocab_size": 15, "num_attributes": 10, "grid": False, "seq_per_img": 1,
+         "max_attributes": 4, "src_max_len": 6}
+_API_MODELS = {
+    "transformer": {"name": "transformer", "dim": 8, "num_layers": 1, "num_heads": 2, "ff_dim": 8},
+    "image_transformer": {"name": "image_transformer", "dim": 8, "num_heads": 2, "num_layers": 1,
+                          "ff_dim": 8},
+    "mnmt": {"name": "mnmt", "variant": "mnmt7", "embed_dim": 4, "hidden_dim": 4},
+    "eta": {"name": "eta", "dim": 8, "num_layers": 1, "num_heads": 2, "ff_dim": 8},
+    "tpgn": {"name": "tpgn", "d": 2},
+}
+
+
+def _api_run(model: str):
+  import ml_collections
+  from jaxcap import api
+  from jaxcap.data.vocab import Vocab
+  from jaxcap.models import registry
+  config = ml_collections.ConfigDict({"model": _API_MODELS[model]})
+  info = dict(_INFO, max_regions=1) if model == "tpgn" else _INFO
+  return api.Run(config, Vocab.build([["a", "dog"]], min_count=1), info,
+                 registry.build(config.model, info), None)
+
+
+_RNG = np.random.default_rng(0)
+_FEATS = _RNG.random((2, 3, 6)).astype(np.float32)
+_BOXES = np.tile(np.float32([0.1, 0.1, 0.5, 0.6]), (2, 3, 1))
+_SRC = np.int32([[4, 5, 2, 0], [6, 2, 0, 0]])
+_ATTRS = np.int32([[4, 5], [6, 0]])
+
+
+def _with(**kw):
+  return {"feats": _FEATS, **kw}
+
+
+def _nan(x, *index):
+  x = np.array(x)
+  x[index] = np.nan
+  return x
+
+
+API_CASES = [
+    # (id, model, features, needle)
+    ("empty-list", "transformer", [], "empty list"),
+    ("empty-array", "transformer", np.zeros((0, 3, 6), np.float32), "hold no image"),
+    ("none", "transformer", None, "features is None"),
+    ("strings", "transformer", [["a", "b"]], "features[0] is not a numeric array"),
+    ("rank-4", "transformer", _FEATS[None], "[B, Dg] (global) or [B, N, F]"),
+    ("wrong-feature-size", "transformer", _FEATS[..., :5], "[B, N, 6]"),
+    ("nan-features", "transformer", _nan(_FEATS, 1, 2, 0), "NaN or Inf values (image 1)"),
+    ("nan-features-dict", "transformer", {"feats": _nan(_FEATS, 0, 0, 3)}, "features['feats']"),
+    ("inf-global-feature", "transformer",
+     {"feats": _FEATS, "global_feat": np.where(np.eye(2, 6, 1) > 0, np.inf, _FEATS[:, 0])},
+     "features['global_feat']"),
+    ("unknown-key", "transformer", _with(box=_BOXES), "'box'"),
+    ("mask-wrong-shape", "transformer", _with(feats_mask=np.ones((2, 2), bool)), "feats_mask"),
+    ("mask-no-real-region", "transformer", _with(feats_mask=np.bool_([[1, 0, 0], [0, 0, 0]])),
+     "no region of image 1"),
+    ("ragged-list-mixed-widths", "transformer", [np.ones((2, 6)), np.ones((3, 5))], "[N_i, 6]"),
+    ("image-transformer-no-boxes", "image_transformer", _FEATS, "features['boxes'] [B, N, 4]"),
+    ("image-transformer-boxes-in-pixels", "image_transformer", _with(boxes=_BOXES * 300),
+     "outside [0, 1]"),
+    ("image-transformer-boxes-3-coordinates", "image_transformer", _with(boxes=_BOXES[..., :3]),
+     "features['boxes'] has shape (2, 3, 3)"),
+    ("image-transformer-boxes-nan", "image_transformer", _with(boxes=_nan(_BOXES, 0, 1, 2)),
+     "NaN or Inf"),
+    ("image-transformer-boxes-inverted", "image_transformer",
+     _with(boxes=_BOXES[..., [2, 3, 0, 1]]), "x1 > x2"),
+    ("mnmt-no-source", "mnmt", _FEATS, "features['src']"),
+    ("mnmt-source-beyond-vocabulary", "mnmt", _with(src=_SRC + 12), "holds id 16"),
+    ("mnmt-source-negative", "mnmt", _with(src=_SRC - 3), "holds id -"),
+    ("mnmt-source-floats", "mnmt", _with(src=_SRC.astype(np.float32)), "integer source word ids"),
+    ("mnmt-source-1d", "mnmt", _with(src=_SRC[0]), "features['src'] has shape"),
+    ("mnmt-source-padding-only", "mnmt", _with(src=np.zeros((2, 4), np.int32)), "padding only"),
+    ("eta-no-attributes", "eta", _FEATS, "features['attributes']"),
+    ("eta-attributes-beyond-vocabulary", "eta", _with(attributes=_ATTRS + 20), "holds id 24"),
+    ("tpgn-nan-global", "tpgn", _nan(_FEATS[:, 0], 0, 4), "NaN or Inf"),
+    ("tpgn-global-wrong-size", "tpgn", _FEATS[:, 0, :4], "[B, 6]"),
+    ("tpgn-global-list-mixed-sizes", "tpgn", [np.ones(6), np.ones(5)], "sizes [5, 6]"),
+    ("list-mixed-ranks", "transformer", [np.ones(6), np.ones((2, 6))], "[Dg] global or [N_i, F]"),
+]
+
+
+@pytest.mark.parametrize("model,features,needle",
+                         [pytest.param(*c[1:], id=c[0]) for c in API_CASES])
+def test_api_bad_features(model, features, needle):
+  """Run.caption: one ValueError naming the argument and what was expected (never an error
+  inside NumPy or JAX, never empty captions)."""
+  run = _api_run(model)
+  with pytest.raises(ValueError) as e:
+    run.caption(features)
+  msg = str(e.value)
+  assert "\n" not in msg and msg.startswith("caption: ") and needle in msg, msg
+  assert "expected" in msg, msg
+
+
+@pytest.mark.parametrize("model,features", [
+    ("transformer", _FEATS), ("transformer", [_FEATS[0], _FEATS[1, :2]]),
+    ("transformer", {"feats": _FEATS, "feats_mask": np.bool_([[1, 1, 0], [1, 0, 0]])}),
+    ("image_transformer", _with(boxes=_BOXES)), ("mnmt", _with(src=_SRC)),
+    ("eta", _with(attributes=_ATTRS)), ("tpgn", _FEATS[:, 0]), ("tpgn", list(_FEATS[:, 0])),
+])
+def test_api_good_features_pass_the_checks(model, features):
+  from jaxcap import api
+  run = _api_run(model)
+  batch = api.make_batch(features, run.info, run.model)
+  assert batch["feats"].shape[0] == 2 and np.isfinite(batch["feats"]).all()
+
+
+@pytest.mark.parametrize("weights,needle", [
+    ((float("nan"), 1.0), "weight 1 is nan"), ((1.0, -1.0), "weight 2 is -1.0"),
+    ((0, 0), "every weight is 0"), ((1.0,), "expected 2 numbers"), (("x", 1), "weight 1 is 'x'"),
+])
+def test_api_ensemble_weights(weights, needle):
+  from jaxcap import ensemble
+  with pytest.raises(ValueError, match="ensemble weights") as e:
+    ensemble.Ensemble((object(), object()), weights)
+  assert needle in str(e.value) and "expected" in str(e.value)

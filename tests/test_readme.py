@@ -142,22 +142,16 @@ RULES = {
 _PARSE = r'''
 import json, os, sys
 from absl import flags
-from ml_collections import config_flags
 from jaxcap import cli
-cli.ensure_configs_importable()
+import jaxcap.commands.train  # noqa: F401  defines train.py's flags on the global FLAGS
+import jaxcap.commands.evaluate  # noqa: F401  and evaluate.py's
 cmds = json.loads(sys.stdin.read())
 errors = []
-import jaxcap.commands.evaluate  # noqa: F401  defines its flags on the global FLAGS
 for kind, args in cmds:
   try:
-    if kind == "train":
-      argv = cli.resolve_config_argv(["train.py"] + args)
-      fv = flags.FlagValues()
-      default = os.path.join(cli.configs_dir(), "transformer.py") + ":synthetic"  # train.py's default
-      config_flags.DEFINE_config_file("config", default, "", flag_values=fv, lock_config=True, sys_argv=argv)
-      flags.DEFINE_string("workdir", None, "", flag_values=fv)
-      fv(argv)
-      assert fv.config is not None and "model" in fv.config
+    if kind == "train":  # train.py's own parser: its default config, rewritten argv and all
+      cli.parse_flags(cli.resolve_config_argv(["train.py"] + args))
+      assert flags.FLAGS.config is not None and "model" in flags.FLAGS.config
     else:
       flags.FLAGS.unparse_flags()
       flags.FLAGS(["evaluate.py"] + args)
@@ -219,11 +213,13 @@ def test_the_parser_catches_a_bad_command(tmp_path):
   bad = [("train", ["--config", "configs/eta.py:synthetic", "--config.model.dimm=3"]),
          ("train", ["--config", "configs/eta.py:synthetic,variantt=x"]),
          ("evaluate", ["--workdir", "x", "--beam-sise", "3"]),
-         ("train", ["--config", "configs/aat.py:synthetic", "--config.num_train_steps=300"])]
+         ("train", ["--workdir", "x", "--config.no_such_key=3"]),  # the default config
+         ("train", ["--config", "configs/aat.py:synthetic", "--config.num_train_steps=300"]),
+         ("train", ["--workdir", "x", "--config.init_from=runs/y", "--config.scst.start_step=0"])]
   r = subprocess.run([sys.executable, "-c", _PARSE], input=json.dumps(bad), capture_output=True, text=True,
                      cwd=REPO, env=env, timeout=300)
   errors = json.loads(r.stdout.strip().splitlines()[-1])
-  assert [bool(e) for e in errors] == [True, True, True, False], errors
+  assert [bool(e) for e in errors] == [True, True, True, True, False, False], errors
   assert _check_script("scripts/aat_table1.py", ["--workdir", "x", "--nonexistent-flag", "1"])
   assert not _check_script("scripts/aat_table1.py", ["--workdir", "x"])
   assert _check_script("scripts/nonexistent.py", [])

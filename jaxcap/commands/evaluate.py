@@ -118,9 +118,19 @@ def evaluate_workdir():
   if FLAGS.split not in trainer.dataset.splits:  # before loading (and compiling) anything
     raise ValueError(f"--split={FLAGS.split}: not a split of {trainer.dataset.name}; expected one "
                      f"of {', '.join(trainer.dataset.splits)}")
+  check_inputs(trainer.model, trainer.dataset, config, config.model)
   state = trainer.load(FLAGS.step)
   print(f"Evaluating step {int(state.step)} of {FLAGS.workdir} on split {FLAGS.split!r}.", flush=True)
   decode_and_write(trainer, state.params, decode_overrides(config), FLAGS.workdir, FLAGS.tag)
+
+
+def check_inputs(model, dataset, config, model_config):
+  """The evaluated split has what the model reads (before any checkpoint is loaded)."""
+  from jaxcap.training import validation
+  if FLAGS.attributes == "none" and "attributes" in model.required_inputs():
+    raise ValueError(f"--attributes=none: {validation.model_label(model, model_config)} attends to "
+                     "attribute words; expected --attributes oracle, noisy or detected")
+  validation.check_model_inputs(model, dataset, config, [FLAGS.split], model_config=model_config)
 
 
 def decode_and_write(trainer, params, decode_config, out_dir, tag):
@@ -156,10 +166,9 @@ def evaluate_ensemble():
   if FLAGS.step is not None:
     raise ValueError("--step does not apply to --ensemble (each member uses its best checkpoint)")
   weights = None
-  if FLAGS.ensemble_weights:
-    weights = [float(w) for w in FLAGS.ensemble_weights.split(",")]
-    if len(weights) != len(workdirs):
-      raise ValueError(f"--ensemble-weights: expected {len(workdirs)} numbers, got {len(weights)}")
+  if FLAGS.ensemble_weights is not None:  # before any run is read
+    weights = ensemble.check_weights(FLAGS.ensemble_weights, len(workdirs),
+                                     f"--ensemble-weights={FLAGS.ensemble_weights}")
   runs = [_read_run(w) for w in workdirs]
   # Refused before any data or checkpoint is read.
   ensemble.check_same_vocab([v for _, v in runs], workdirs)
@@ -179,6 +188,7 @@ def evaluate_ensemble():
   for i, (w, (cfg, _)) in enumerate(zip(workdirs, runs)):
     member = trainer if i == 0 else train_lib.Trainer(cfg, w, dataset=trainer.dataset)
     train_lib.check_workdir(w, cfg, trainer.dataset.vocab)
+    check_inputs(member.model, trainer.dataset, config, cfg.model)
     state = member.load()
     print(f"Member {i}: {cfg.model.name} from {w}, step {int(state.step)}.", flush=True)
     models.append(member.model)
@@ -204,6 +214,9 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   from jaxcap.cli import run_main
+  if FLAGS.ensemble_weights is not None and not FLAGS.ensemble:
+    raise app.UsageError(f"--ensemble-weights={FLAGS.ensemble_weights}: weights without "
+                         "--ensemble; expected --ensemble runs/a,runs/b with one weight per run")
   if FLAGS.predictions:
     return run_main(score_predictions)
   if FLAGS.ensemble:

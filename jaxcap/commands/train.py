@@ -22,7 +22,7 @@ from jaxcap import cli as cli_lib
 cli_lib.ensure_configs_importable()
 
 DEFAULT_CONFIG = os.path.join(cli_lib.configs_dir(), "transformer.py") + ":synthetic"
-config_flags.DEFINE_config_file("config", DEFAULT_CONFIG, "Config file (file.py:arg).", lock_config=True)
+cli_lib.define_config("config", DEFAULT_CONFIG, "Config file (file.py:arg)")
 if "workdir" not in flags.FLAGS:  # evaluate.py defines the same flag (both load in one test process)
   flags.DEFINE_string("workdir", None, "Run directory (default: runs/<config name>).")
 

@@ -123,6 +123,9 @@ def get_dataset(data_config) -> CaptionDataset:
 class _SyntheticFeatures:
   """Feature reader over ``SyntheticScenes.features`` (regions, or the grid as regions)."""
 
+  has_boxes = True
+  has_image = True
+
   def __init__(self, scenes, split: str, grid: bool):
     self.scenes, self.split, self.grid = scenes, split, grid
 

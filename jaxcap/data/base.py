@@ -201,6 +201,12 @@ class FeatureReader:
   file or row for error messages."""
 
   grid = False
+  # What the reader gives beyond region features, for the models that need it (checked
+  # before training, jaxcap/training/validation.py::check_model_inputs): ``has_boxes`` True
+  # (box files, or boxes derived from a grid), False (every region gets the whole-image box)
+  # or None (unknown); ``has_image`` False for text-only data (one all-zero region).
+  has_boxes: bool | None = None
+  has_image = True
 
   def __len__(self) -> int:
     raise NotImplementedError
@@ -234,6 +240,7 @@ class ArrayFeatures(FeatureReader):
                label: str = "features"):
     self.feats, self.boxes, self.global_feats = feats, boxes, global_feats
     self.grid, self.label = grid, label
+    self.has_boxes = bool(grid or boxes is not None)
 
   def __len__(self) -> int:
     return len(self.feats)
@@ -269,6 +276,9 @@ class ArrayFeatures(FeatureReader):
 
 class TextOnlyFeatures(FeatureReader):
   """No image: one all-zero region of size ``dim`` per example (text-only runs)."""
+
+  has_boxes = False
+  has_image = False
 
   def __init__(self, num: int, dim: int = 1):
     self.num, self.dim = num, dim
@@ -425,8 +435,10 @@ class CaptionDataset:
       if not isinstance(table, dict):
         raise TypeError("not an object")
     except (OSError, ValueError, TypeError) as e:
-      raise ValueError(f"{path or '<attributes_file unset>'}: field 'attributes_file' must be a "
-                       f"JSON object {{image_id: [words]}} ({e})") from None
+      why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+      raise ValueError(f"{path or '<attributes_file unset>'}: field 'attributes_file' is not "
+                       f"usable ({why}); expected a JSON object {{image_id: [words]}} (written "
+                       "by scripts/train_attributes.py)") from None
     return {str(k): v for k, v in table.items()}
 
   def _encode_split(self, split: str, data: SplitData, detected: dict | None) -> dict:

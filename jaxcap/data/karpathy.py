@@ -60,6 +60,7 @@ class DirFeatures(base.FeatureReader):
                          "directory")
     self.keys, self.att_dir, self.fc_dir, self.box_dir = keys, att_dir, fc_dir, box_dir
     self.grid, self.sizes = grid, sizes
+    self.has_boxes = bool(grid or box_dir)
     self._att_ext = None
     if grid and not att_dir:
       raise ValueError("karpathy: field 'grid' is set but 'att_dir' is empty, expected grid "

@@ -93,8 +93,15 @@ class _CaptionBuilder(tfds.core.GeneratorBasedBuilder):
       text[split] = {
           "image_ids": list(sd.image_ids), "refs": sd.refs, "src": sd.src,
           "attributes": sd.attributes, "oracle_attributes": sd.oracle_attributes}
+    # Whether the source had boxes and images (the built records always hold boxes: the
+    # whole-image box when there were none), for the models that need them.
+    readers = [sd.features for sd in self._raw.values()]
+    boxes = {getattr(r, "has_boxes", None) for r in readers}
+    has_boxes = False if False in boxes else (True if boxes == {True} else None)
+    has_image = all(getattr(r, "has_image", True) for r in readers)
     self.info.metadata["jaxcap"] = {"feature_dim": int(d), "global_dim": int(dg),
                                     "grid": grid, "max_regions": self._max_regions,
+                                    "has_boxes": has_boxes, "has_image": has_image,
                                     "splits": text}
     return {split: self._generate_examples(split) for split in self._raw}
 
@@ -167,8 +174,10 @@ def build(data_config, data_dir: str, overwrite: bool = False) -> str:
 class TfdsFeatures(base.FeatureReader):
   """Reads features from a built split's array_record data source."""
 
-  def __init__(self, source, split: str, path: str, grid: bool):
+  def __init__(self, source, split: str, path: str, grid: bool, has_boxes: bool | None = None,
+               has_image: bool = True):
     self.source, self.split, self.path, self.grid = source, split, path, grid
+    self.has_boxes, self.has_image = has_boxes, has_image
 
   def __len__(self) -> int:
     return len(self.source)
@@ -199,7 +208,8 @@ def load(data_config) -> base.CaptionDataset:
   sources = builder.as_data_source()
   splits = {}
   for split, text in meta["splits"].items():
-    feats = TfdsFeatures(sources[split], split, path, meta["grid"])
+    feats = TfdsFeatures(sources[split], split, path, meta["grid"], meta.get("has_boxes"),
+                         meta.get("has_image", True))
     splits[split] = base.SplitData(
         image_ids=text["image_ids"], refs=text["refs"], features=feats, src=text["src"],
         attributes=text["attributes"], oracle_attributes=text["oracle_attributes"])

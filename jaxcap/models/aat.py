@@ -343,7 +343,8 @@ class AATCaptioner(CaptionModel):
       if ints[field] < 1:
         raise ValueError(f"config field model.{field}: expected a positive int, got {ints[field]!r}")
     if ints["dim"] % ints["num_heads"]:
-      raise ValueError(f"config field model.num_heads: {ints['num_heads']} does not divide dim={ints['dim']}")
+      raise ValueError(f"config field model.num_heads: {ints['num_heads']} does not divide "
+                       f"dim={ints['dim']}; expected a divisor of model.dim")
     if ints["min_steps"] > ints["max_steps"]:
       raise ValueError(f"config fields model.min_steps / max_steps: expected min_steps <= max_steps, "
                        f"got {ints['min_steps']} > {ints['max_steps']}")

@@ -44,6 +44,14 @@ class CaptionModel(nn.Module):
   def from_config(cls, model_config, info: dict):
     raise NotImplementedError
 
+  def required_inputs(self) -> tuple[str, ...]:
+    """What the model reads that a dataset may lack: ``"image"`` (image features, not a
+    text-only placeholder), ``"boxes"`` (region boxes), ``"attributes"`` (attribute words),
+    ``"src"`` (a translation source). The trainer and ``evaluate.py`` refuse data without them
+    (:func:`jaxcap.training.validation.check_model_inputs`), as :meth:`jaxcap.api.Run.caption`
+    refuses features without them."""
+    return ("image",)
+
   def encode(self, batch: dict, train: bool = False) -> Any:
     raise NotImplementedError
 

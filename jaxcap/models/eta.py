@@ -79,7 +79,7 @@ from jaxcap.data.vocab import PAD
 from jaxcap.models import layers
 from jaxcap.models.base import CaptionModel
 from jaxcap.models.registry import register
-from jaxcap.models.transformer import TransformerCaptioner, compute_dtype
+from jaxcap.models.transformer import TransformerCaptioner, check_sizes, compute_dtype
 
 VARIANTS = ("eta", "parallel", "stacked_v", "stacked_s", "transformer_v", "transformer_s",
             "late_fusion")
@@ -272,6 +272,7 @@ class ETACaptioner(CaptionModel):
     variant = cfg.get("variant", "eta")
     activation = cfg.get("gbc_activation", "identity")
     check_variant(variant, activation)
+    check_sizes(cfg)
     num_layers = cfg.get("num_layers", 6)
     return cls(vocab_size=info["vocab_size"], max_len=info["max_len"],
                dim=cfg.get("dim", 512), num_layers=num_layers,
@@ -282,6 +283,10 @@ class ETACaptioner(CaptionModel):
                semantic_encoder=bool(cfg.get("semantic_encoder", True)),
                share_embeddings=cfg.get("share_embeddings", False),
                dtype=compute_dtype(cfg.get("dtype", "float32")))
+
+  def required_inputs(self) -> tuple[str, ...]:
+    use_v, use_s = (True, True) if self.variant == "late_fusion" else uses_modalities(self.variant)
+    return (("image",) if use_v else ()) + (("attributes",) if use_s else ())
 
   def setup(self):
     check_variant(self.variant, self.gbc_activation)

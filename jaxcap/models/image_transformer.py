@@ -242,8 +242,8 @@ def parse_spatial_layers(value, num_layers: int) -> tuple[int, ...]:
     raise ValueError(f"config field model.spatial_layers: expected 'all', 'none' or layer "
                      f"numbers, got {value!r}")
   if any(not 1 <= i <= num_layers for i in items):
-    raise ValueError(f"config field model.spatial_layers: layers are numbered 1..{num_layers}, "
-                     f"got {value!r}")
+    raise ValueError(f"config field model.spatial_layers: expected layers among 1..{num_layers} "
+                     f"(model.num_layers), got {value!r}")
   return tuple(sorted(set(items)))
 
 
@@ -299,7 +299,7 @@ class ImageTransformer(CaptionModel):
         raise ValueError(f"config field model.{field}: expected a positive int, got {value!r}")
     if ints["dim"] % ints["num_heads"]:
       raise ValueError(f"config field model.num_heads: {ints['num_heads']} does not divide "
-                       f"dim={ints['dim']}")
+                       f"dim={ints['dim']}; expected a divisor of model.dim")
     for field in ("spatial", "refine_aoa", "ffn"):
       if not isinstance(get(field), bool):
         raise ValueError(f"config field model.{field}: expected True or False, got {get(field)!r}")
@@ -348,6 +348,9 @@ class ImageTransformer(CaptionModel):
   @property
   def uses_boxes(self) -> bool:
     return bool(self.spatial_layers) and self.spatial
+
+  def required_inputs(self) -> tuple[str, ...]:
+    return ("image", "boxes") if self.uses_boxes and self.graph == "boxes" else ("image",)
 
   def graph_from_batch(self, batch):
     """``[3, B, N, N]`` bool ``(Ω_p, Ω_n, Ω_c)`` for ``self.graph``."""

@@ -167,13 +167,17 @@ class MultimodalNMT(CaptionModel):
       raise ValueError(f"config field model.dropout: expected a rate in [0, 1), got {rate!r}")
     src_vocab = int(info.get("src_vocab_size", 0) or 0)
     if modalities != "image" and src_vocab <= 0:
-      raise ValueError("config field data.task: the mnmt model reads a translation source "
-                       f"(info src_vocab_size > 0), got {src_vocab}; use task='translate'")
+      raise ValueError("config field data.task: the mnmt model reads a translation source, but "
+                       "the data has none (source vocabulary of 0 words); expected "
+                       "task='translate'")
     return cls(vocab_size=int(info["vocab_size"]), src_vocab_size=src_vocab,
                embed_dim=get("embed_dim", 620), hidden_dim=get("hidden_dim", 1000), att_dim=att_dim,
                modalities=modalities, fusion=fusion, fusion_tanh=bool(get("fusion_tanh", True)),
                encoder_dependent=bool(enc_dep), decoder_dependent=bool(dec_dep),
                dropout=float(rate), dtype=get("dtype", "float32"))
+
+  def required_inputs(self) -> tuple[str, ...]:
+    return {"both": ("image", "src"), "text": ("src",), "image": ("image",)}[self.modalities]
 
   # ------------------------------------------------------------------------------ modules
   @property

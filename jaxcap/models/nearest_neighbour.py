@@ -31,7 +31,14 @@ class NearestNeighbour:
 
   @classmethod
   def from_config(cls, model_config, info):
-    return cls(chunk=model_config.get("chunk", 1024))
+    chunk = model_config.get("chunk", 1024)
+    if isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or chunk < 1:
+      raise ValueError(f"config field model.chunk: expected a positive int (test images compared "
+                       f"at once), got {chunk!r}")
+    return cls(chunk=int(chunk))
+
+  def required_inputs(self) -> tuple[str, ...]:
+    return ("image",)
 
   @staticmethod
   def _global_feats(dataset, split):

@@ -67,6 +67,8 @@ Choices the paper leaves open or gets wrong, and deviations (with why):
 
 from __future__ import annotations
 
+import os
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -116,32 +118,79 @@ def with_role_centroids(variables: dict, centroids_KxD2) -> dict:
   return out
 
 
+# The last table load_glove built: the check before training (check_prepare) reads the file,
+# and prepare_variables then takes the same table without reading it again.
+_GLOVE_CACHE: dict = {}
+
+
 def load_glove(path: str, words, dim: int, seed: int = 0) -> np.ndarray:
   """Vectors ``[len(words), dim]`` from a GloVe text file, centred (the paper's zero mean).
 
   Words not in the file (and the special tokens) get ``N(0, s^2)`` with ``s`` the standard
   deviation of the file's vectors that are used; the mean is removed over the whole vocabulary.
+
+  Raises a one-line ValueError (``config field model.glove_path: <path> ...``) for a file that
+  is missing or unreadable, holds no vectors, has a line of another width or with values that
+  are not finite numbers, or has a vector for none of ``words`` (then every embedding would
+  stay random).
   """
+  words = list(words)
+  field = f"config field model.glove_path: {path}"
+  want = f"expected GloVe text lines 'word v_1 ... v_{dim}'"
+  try:
+    st = os.stat(path)
+  except OSError as e:
+    raise ValueError(f"{field}: {e.strerror or 'not found'}; {want}") from None
+  if not os.path.isfile(path):
+    raise ValueError(f"{field}: not a file; {want}")
+  key = (os.path.realpath(path), st.st_size, st.st_mtime_ns, tuple(words), int(dim), int(seed))
+  if key in _GLOVE_CACHE:
+    return _GLOVE_CACHE[key].copy()
   index = {w: k for k, w in enumerate(words)}
   out = np.zeros((len(words), dim), np.float64)
   found = np.zeros(len(words), bool)
-  with open(path, encoding="utf-8") as f:
-    for n, line in enumerate(f):
-      parts = line.rstrip().split(" ")
-      if len(parts) < 2:
-        continue
-      if len(parts) - 1 != dim:
-        raise ValueError(f"config field model.glove_path: {path} line {n + 1} has {len(parts) - 1} "
-                         f"values; expected {dim} (the embedding width)")
-      k = index.get(parts[0])
-      if k is not None and not found[k]:
-        out[k] = np.asarray(parts[1:], np.float64)
-        found[k] = True
+  vectors = 0
+  try:
+    with open(path, encoding="utf-8") as f:
+      for n, line in enumerate(f):
+        parts = line.rstrip().split(" ")
+        if len(parts) < 2:
+          continue
+        if len(parts) - 1 != dim:
+          raise ValueError(f"{field} line {n + 1} has {len(parts) - 1} values; expected {dim} "
+                           "(the embedding width)")
+        vectors += 1
+        k = index.get(parts[0])
+        if k is not None and not found[k]:
+          try:
+            vec = np.asarray(parts[1:], np.float64)
+          except ValueError:
+            raise ValueError(f"{field} line {n + 1} holds values that are not numbers; "
+                             f"{want}") from None
+          if not np.all(np.isfinite(vec)):
+            raise ValueError(f"{field} line {n + 1} ({parts[0]!r}) holds NaN or Inf values; "
+                             "expected finite numbers")
+          out[k] = vec
+          found[k] = True
+  except UnicodeDecodeError:
+    raise ValueError(f"{field}: not UTF-8 text; {want}") from None
+  except OSError as e:
+    raise ValueError(f"{field}: unreadable ({e.strerror or e}); {want}") from None
+  if not vectors:
+    raise ValueError(f"{field}: holds no vectors (empty file); {want}")
+  if not found.any():
+    raise ValueError(f"{field}: none of its {vectors} vectors is for a word of the {len(words)}-"
+                     f"word vocabulary (e.g. {', '.join(map(repr, words[4:7]))}), so every "
+                     "embedding would stay random; expected vectors for the captions' "
+                     "(lowercase) words")
   std = float(out[found].std()) if found.any() else 1.0
   rng = np.random.default_rng(seed)
   out[~found] = rng.normal(0.0, std, size=(int((~found).sum()), dim))
   out -= out.mean(0, keepdims=True)
-  return out.astype(np.float32)
+  table = out.astype(np.float32)
+  _GLOVE_CACHE.clear()
+  _GLOVE_CACHE[key] = table
+  return table.copy()
 
 
 @register("tpgn")
@@ -337,6 +386,15 @@ class TPGN(CaptionModel):
     return logits_BxTxV, {"unbinding": u_BxTxD2}
 
   # ------------------------------------------------------------------ run set-up
+  def _glove_words(self, dataset) -> list:
+    return list(dataset.vocab.itos)[: self.vocab_size]
+
+  def check_prepare(self, dataset) -> None:
+    """What :meth:`prepare_variables` reads besides the data (the GloVe file), checked before
+    the trainer writes anything: a one-line ValueError naming the file (:func:`load_glove`)."""
+    if self.glove_path:
+      load_glove(self.glove_path, self._glove_words(dataset), self.embed_dim)
+
   def prepare_variables(self, variables: dict, dataset) -> dict:
     """Fills the constants from the training split: v̄ (eq. 9) and, given ``glove_path``, W_e.
 
@@ -352,8 +410,7 @@ class TPGN(CaptionModel):
     out = {k: dict(v) for k, v in variables.items()}  # new top-level dicts; leaves shared
     out["constants"]["feat_mean"] = jnp.asarray(total / max(count, 1), jnp.float32)
     if self.glove_path:
-      words = list(dataset.vocab.itos)[: self.vocab_size]
-      table = jnp.asarray(load_glove(self.glove_path, words, self.embed_dim))
+      table = jnp.asarray(load_glove(self.glove_path, self._glove_words(dataset), self.embed_dim))
       if self.train_embedding:
         out["params"]["embedding"] = table
       else:

@@ -81,6 +81,26 @@ class DecoderBlock(nn.Module):
     return self._rest(x, k, v, mask_BxN, train), cache
 
 
+def check_sizes(cfg) -> None:
+  """One-line ValueErrors for the sizes and dropout of a Transformer-style config (the
+  Transformer's and ETA's): positive ints (``num_layers`` may be 0: no encoder blocks), heads
+  that divide ``dim``, a dropout rate in [0, 1)."""
+  layers_ = cfg.get("num_layers", 6)
+  sizes = {"dim": cfg.get("dim", 512), "num_layers": layers_,
+           "num_dec_layers": cfg.get("num_dec_layers", layers_),
+           "num_heads": cfg.get("num_heads", 8), "ff_dim": cfg.get("ff_dim", 2048)}
+  for field, value in sizes.items():
+    low = 0 if field == "num_layers" else 1
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+      raise ValueError(f"config field model.{field}: expected an int >= {low}, got {value!r}")
+  if sizes["dim"] % sizes["num_heads"]:
+    raise ValueError(f"config field model.num_heads: {sizes['num_heads']} does not divide "
+                     f"dim={sizes['dim']}; expected a divisor of model.dim")
+  rate = cfg.get("dropout", 0.1)
+  if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0.0 <= rate < 1.0:
+    raise ValueError(f"config field model.dropout: expected a rate in [0, 1), got {rate!r}")
+
+
 @register("transformer")
 class TransformerCaptioner(CaptionModel):
   """Transformer encoder over regions + Transformer decoder (Vaswani et al., 2017).
@@ -118,6 +138,7 @@ class TransformerCaptioner(CaptionModel):
     if region_activation not in REGION_ACTIVATIONS:
       raise ValueError(f"config field model.region_activation: expected one of "
                        f"{REGION_ACTIVATIONS}, got {region_activation!r}")
+    check_sizes(cfg)
     return cls(vocab_size=info["vocab_size"], max_len=info["max_len"],
                dim=cfg.get("dim", 512), num_layers=cfg.get("num_layers", 6),
                num_dec_layers=cfg.get("num_dec_layers", cfg.get("num_layers", 6)),

@@ -23,12 +23,61 @@ What a crash or a damaged disk can still leave behind, and how a resumed run han
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import time
+import warnings
 
 import jax
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
+
+
+class _SettlingLoop(asyncio.SelectorEventLoop):
+  """An event loop that lets its pending tasks finish before it closes.
+
+  Orbax runs each restore on a fresh event loop and closes it as soon as the restore returns
+  or raises. When one array of a damaged step fails to read, the reads still in flight finish
+  a moment later on tensorstore's threads and post their results to the closed loop: a
+  ``RuntimeError: Event loop is closed`` traceback on stderr, although the damage was handled.
+  """
+
+  def close(self):
+    if not self.is_running() and not self.is_closed():
+      pending = asyncio.all_tasks(self)
+      if pending:  # gather retrieves their exceptions (no "never retrieved" log either)
+        self.run_until_complete(asyncio.wait_for(
+            asyncio.gather(*pending, return_exceptions=True), timeout=120))
+    super().close()
+
+
+class _SettlingPolicy(asyncio.DefaultEventLoopPolicy):
+  _loop_factory = _SettlingLoop
+
+
+@contextlib.contextmanager
+def _settled_reads():
+  """Event loops created inside (orbax's, for one restore) finish their reads before closing.
+
+  Orbax's warnings about the step's files are held back too: a damaged step is reported by
+  the caller in one line (a fallback warning, or the error naming the step directory).
+  """
+  import logging
+  absl_logger = logging.getLogger("absl")
+  level = absl_logger.level
+  absl_logger.setLevel(max(level, logging.ERROR))
+  with warnings.catch_warnings():  # event loop policies are deprecated from Python 3.14
+    warnings.simplefilter("ignore", DeprecationWarning)
+    previous = asyncio.get_event_loop_policy()
+    asyncio.set_event_loop_policy(_SettlingPolicy())
+  try:
+    yield
+  finally:
+    with warnings.catch_warnings():
+      warnings.simplefilter("ignore", DeprecationWarning)
+      asyncio.set_event_loop_policy(previous)
+    absl_logger.setLevel(level)
 
 
 class TreeMismatchError(ValueError):
@@ -56,7 +105,7 @@ def tree_mismatch(step_dir: str, abstract_state) -> str | None:
   """How the tree saved in ``step_dir/state`` differs from ``abstract_state`` (None: no
   difference found, or the saved tree's metadata is unreadable, i.e. a damaged step)."""
   try:
-    with ocp.StandardCheckpointer() as ckptr:
+    with _settled_reads(), ocp.StandardCheckpointer() as ckptr:
       meta = ckptr.metadata(os.path.join(step_dir, "state"))
     disk = _leaf_names(getattr(meta, "item_metadata", meta))
   except Exception:  # pylint: disable=broad-except  # unreadable metadata: damaged, not mismatched
@@ -139,8 +188,9 @@ class Checkpoints:
     if step is None:
       return None, None
     try:
-      restored = mngr.restore(int(step), args=ocp.args.Composite(
-          state=ocp.args.StandardRestore(abstract_state), data=ocp.args.JsonRestore()))
+      with _settled_reads():
+        restored = mngr.restore(int(step), args=ocp.args.Composite(
+            state=ocp.args.StandardRestore(abstract_state), data=ocp.args.JsonRestore()))
     except Exception:
       # A different tree is reported as such (it is not damage: older steps hold the same tree,
       # and moving them aside would lose a run that the code which wrote it can still read).

@@ -158,7 +158,6 @@ class Trainer:
   """Holds the jitted functions of one run; ``fit`` runs the loop."""
 
   def __init__(self, config, workdir: str, dataset=None):
-    parallel.maybe_initialize_distributed()
     self.config = config
     self.workdir = workdir
     self.dataset = dataset if dataset is not None else data_lib.get_dataset(config.data)
@@ -192,6 +191,19 @@ class Trainer:
     params = init_params(self.model, batch, self.config.seed, self.mesh)
     state = steps.create_state(params, self.tx, jax.random.PRNGKey(self.config.seed + 1))
     return jax.device_put(state, parallel.replicated(self.mesh))
+
+  def abstract_state(self):
+    """The shapes, dtypes and shardings of :meth:`initial_state`, traced, not computed: all a
+    restore needs (loading a checkpoint compiles no initialisation: seconds sooner)."""
+    batch = jax.tree.map(jnp.asarray, sample_batch(self.dataset, "train", min(2, self.num_train)))
+
+    def init():
+      params = self.model.init(jax.random.PRNGKey(self.config.seed), batch, shift_right(batch["captions"]),
+                               train=False)
+      return steps.create_state(params, self.tx, jax.random.PRNGKey(self.config.seed + 1))
+
+    repl = parallel.replicated(self.mesh)
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=repl), jax.eval_shape(init))
 
   # ---------------------------------------------------------------- jitted steps
   @functools.cached_property
@@ -302,10 +314,12 @@ class Trainer:
     config, workdir = self.config, self.workdir
     if config.get("init_from", ""):  # Checked before anything is written.
       _check_init_from(config.init_from, config, self.dataset.vocab)
-    validation.check_data(self.dataset, config)  # Splits, feature headers, boxes: before writing.
+    # Splits, feature headers, boxes, the model's inputs and files: before writing.
+    validation.check_data(self.dataset, config, model=self.model, workdir=workdir)
     local_bs = parallel.local_batch_size(config.batch_size, self.mesh)
     init_workdir(workdir, config, self.dataset.vocab, self.info)
     ckpts = ckpt_lib.Checkpoints(workdir, keep=config.keep_checkpoints, best_metric=_best_metric(config))
+    self.ckpts = ckpts  # for load(); close() closes it, also when the loop raises
     patience, stale = int(config.get("early_stopping_patience", 0)), 0
     train_source = self.dataset.split("train")
     it = pipeline.make_train_iterator(train_source, local_bs, seed=config.seed,
@@ -398,7 +412,6 @@ class Trainer:
     if bar is not None:
       bar.close()
     writer.close()
-    self.ckpts = ckpts
     return state
 
   def prepare_variables(self, state):
@@ -423,8 +436,11 @@ class Trainer:
     """
     _check_init_from(source_workdir, self.config, self.dataset.vocab)
     src = ckpt_lib.Checkpoints(source_workdir, keep=self.config.keep_checkpoints)
-    which = "best" if src.best_step() is not None else "latest"
-    restored, _ = src.restore(ckpt_lib.abstract(state), which=which)
+    try:
+      which = "best" if src.best_step() is not None else "latest"
+      restored, _ = src.restore(ckpt_lib.abstract(state), which=which)
+    finally:
+      src.close()
     if restored is None:
       raise ValueError(f"{source_workdir}: config field init_from names a workdir with no "
                        "checkpoint (expected checkpoints/ or best/)")
@@ -436,21 +452,31 @@ class Trainer:
   # ---------------------------------------------------------------- test
   def load(self, step: int | None = None):
     """Parameters of the best checkpoint (or ``step``, from either manager)."""
-    ckpts = getattr(self, "ckpts", None) or ckpt_lib.Checkpoints(
+    own = getattr(self, "ckpts", None) is None  # else fit's, closed by close()
+    ckpts = self.ckpts if not own else ckpt_lib.Checkpoints(
         self.workdir, keep=self.config.keep_checkpoints, best_metric=_best_metric(self.config))
-    which = "best"
-    if step is not None:
-      which = ckpts.find_step(step)
-      if which is None:
-        raise ValueError(f"{self.workdir}: no checkpoint at step {step}; expected one of latest "
-                         f"{list(ckpts.latest.all_steps())} and best {list(ckpts.best.all_steps())}")
-    elif ckpts.best_step() is None:
-      which = "latest"
-    state = self.initial_state()
-    restored, _ = _restore_or_fail(ckpts, ckpt_lib.abstract(state), step=step, which=which)
+    try:
+      which = "best"
+      if step is not None:
+        which = ckpts.find_step(step)
+        if which is None:
+          raise ValueError(f"{self.workdir}: no checkpoint at step {step}; expected one of latest "
+                           f"{list(ckpts.latest.all_steps())} and best {list(ckpts.best.all_steps())}")
+      elif ckpts.best_step() is None:
+        which = "latest"
+      restored, _ = _restore_or_fail(ckpts, self.abstract_state(), step=step, which=which)
+    finally:
+      if own:
+        ckpts.close()
     if restored is None:
       raise ValueError(f"{self.workdir}: no checkpoint found (expected checkpoints/ or best/)")
     return jax.device_put(restored, parallel.replicated(self.mesh))
+
+  def close(self):
+    """Closes the checkpoint managers that :meth:`fit` left open for :meth:`load`."""
+    ckpts, self.ckpts = getattr(self, "ckpts", None), None
+    if ckpts is not None:
+      ckpts.close()
 
   def test(self, params, split: str = "test", decode_config=None, spice: bool = False, tag: str = "") -> dict:
     from jaxcap.evaluation import coco_metrics
@@ -606,10 +632,13 @@ def train_and_evaluate(config, workdir: str) -> dict:
   if not getattr(model_cls, "trainable", True):
     return fit_non_trainable(config, workdir)
   trainer = Trainer(config, workdir)
-  trainer.fit()
-  if not config.test_after_training:
-    return {}
-  state = trainer.load()
+  try:
+    trainer.fit()
+    if not config.test_after_training:
+      return {}
+    state = trainer.load()
+  finally:
+    trainer.close()  # orbax's managers finish their writes before the interpreter exits
   print(f"Testing the best checkpoint (step {int(state.step)}) on split {config.test_split!r}.", flush=True)
   return trainer.test(state.params, config.test_split, spice=config.spice)
 
@@ -617,9 +646,9 @@ def train_and_evaluate(config, workdir: str) -> dict:
 def fit_non_trainable(config, workdir: str) -> dict:
   """Baselines without parameters (nearest neighbour): fit on train, score the test split."""
   dataset = data_lib.get_dataset(config.data)
-  validation.check_data(dataset, config, splits=["train", config.test_split])
-  init_workdir(workdir, config, dataset.vocab, dict(dataset.info))
   model = registry.build(config.model, dict(dataset.info))
+  validation.check_data(dataset, config, splits=["train", config.test_split], model=model)
+  init_workdir(workdir, config, dataset.vocab, dict(dataset.info))
   model.fit(dataset)
   preds = model.predict(dataset, config.test_split)
   refs = dataset.references(config.test_split)

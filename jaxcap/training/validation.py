@@ -14,7 +14,9 @@ of a traceback or a late failure at the batch that reads a bad file or after tra
   the arrays — and its boxes are valid (:func:`jaxcap.data.base.check_boxes`; zero-area boxes
   are an error unless ``data.degenerate_boxes="allow"``). ``data.validate_features`` is
   ``"all"`` (default), ``"sample"`` (``data.validate_sample`` images per split, evenly spread:
-  for datasets too large to scan) or ``"off"``; the time the check took is printed in one line.
+  for datasets too large to scan) or ``"off"``; the time the check took is printed in one line;
+- :func:`check_model_inputs`: the data has what the model reads (image features, region boxes,
+  attribute words, a translation source), and the files it reads when it starts (TPGN's GloVe).
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ _CHOICES = (
     ("test_split", base.SPLITS), ("nonfinite", ("stop", "skip")),
     ("data.validate_features", ("all", "sample", "off")),
     ("data.degenerate_boxes", ("error", "allow")),
+    ("data.missing_boxes", ("error", "whole_image")),
 )
 _BOOLS = ("test_after_training", "spice", "data.truncate_regions")
 
@@ -146,8 +149,11 @@ def _indices(n: int, mode: str, sample: int) -> range | np.ndarray:
   return np.unique(np.linspace(0, n - 1, sample).round().astype(int))
 
 
-def check_data(dataset, config, splits=None, log=print) -> dict:
-  """Checks the splits the run uses and their feature headers and boxes (see module doc).
+def check_data(dataset, config, splits=None, log=print, model=None, workdir=None) -> dict:
+  """Checks the splits the run uses and their feature headers and boxes (see module doc);
+  given the ``model``, also that the data has what it reads (:func:`check_model_inputs`) and,
+  when the run starts from scratch in ``workdir``, the files its ``prepare_variables`` reads
+  (its ``check_prepare(dataset)``, e.g. TPGN's GloVe file).
 
   Returns:
     ``{"images": number of images whose headers were read, "seconds": time taken}``.
@@ -161,6 +167,11 @@ def check_data(dataset, config, splits=None, log=print) -> dict:
       raise ValueError(f"{dataset.name}: no split {split!r} (config field {field}; the data has "
                        f"{', '.join(have)}), expected train, val and the test split "
                        "(or set test_after_training=False)")
+  if model is not None:
+    check_model_inputs(model, dataset, config, splits, log=log)
+    prepare = getattr(model, "check_prepare", None)
+    if prepare is not None and _starts_fresh(workdir, config):
+      prepare(dataset)
   mode = str(data.get("validate_features", "all"))
   if mode == "off":
     return {"images": 0, "seconds": 0.0}
@@ -225,3 +236,84 @@ def _check_dtype(dtype, name: str) -> None:
   if not np.issubdtype(dtype, np.floating):
     raise ValueError(f"{name}: features have dtype {dtype}, expected floating-point "
                      "(float16 / float32 / float64)")
+
+
+def _starts_fresh(workdir: str | None, config) -> bool:
+  """True when a run in ``workdir`` will call the model's ``prepare_variables`` (no checkpoint
+  to resume from, no ``init_from``)."""
+  if config.get("init_from", ""):
+    return False
+  if workdir is None:
+    return True
+  ckpt_dir = os.path.join(workdir, "checkpoints")
+  return not (os.path.isdir(ckpt_dir) and any(p.isdigit() for p in os.listdir(ckpt_dir)))
+
+
+def model_label(model, model_config) -> str:
+  """``model 'mnmt' (variant 'mnmt7')``: how the errors about a model's inputs name it."""
+  name = getattr(model, "registry_name", None) or _get(model_config, "name")
+  variant = _get(model_config, "variant") if model_config is not None else _MISSING
+  return f"model {name!r}" + ("" if variant in (_MISSING, None, "") else f" (variant {variant!r})")
+
+
+def check_model_inputs(model, dataset, config, splits=None, log=print, model_config=None) -> None:
+  """Refuses data that lacks what ``model`` reads (its ``required_inputs()``, see
+  :meth:`jaxcap.models.base.CaptionModel.required_inputs`), with one line naming the config
+  field: image features (text-only data, ``data.text_only``), region boxes (region features
+  without ``data.box_dir``: every region would get the whole-image box), attribute words
+  (``data.attributes`` / ``data.test_attributes`` 'none'), a translation source
+  (``data.task``). Missing boxes are accepted only with ``data.missing_boxes='whole_image'``,
+  which says once (``log``) what it substitutes.
+
+  Args:
+    model: the built model (unbound is enough).
+    dataset: the run's dataset.
+    config: the run's config (its ``data`` section; its ``model`` unless ``model_config``).
+    splits: the splits read (default: :func:`splits_in_use`).
+    model_config: the model's config, when it is not ``config.model`` (ensemble members).
+  """
+  needs = tuple(getattr(model, "required_inputs", lambda: ("image",))())
+  data = config.data
+  model_config = config.get("model") if model_config is None else model_config
+  who = model_label(model, model_config)
+  splits = list(splits or splits_in_use(config))
+  if "src" in needs and dataset.src_vocab is None:
+    raise ValueError(f"config field data.task: {who} translates a source sentence, but "
+                     f"{dataset.name} has none; expected task='translate' (a dataset with "
+                     "source sentences)")
+  for split in splits:
+    reader = dataset.split_data(split).features
+    if "image" in needs and getattr(reader, "has_image", True) is False:
+      mnmt = getattr(model, "registry_name", "") == "mnmt"
+      alt = " or model.variant='nmt' (text only)" if mnmt else ""
+      raise ValueError(f"config field data.text_only: {who} reads image features, but "
+                       f"{dataset.name} is text-only (one all-zero region per sentence); "
+                       f"expected image features (data.features_npy with "
+                       f"data.text_only=False){alt}")
+    if "attributes" in needs and dataset.attribute_mode(split) == "none":
+      field = ("data.test_attributes" if split == "test" and str(data.get("test_attributes", ""))
+               else "data.attributes")
+      raise ValueError(f"config field {field}: {who} attends to attribute words, but the "
+                       f"{split} split reads none ({field.split('.')[1]}='none'); expected "
+                       "'oracle', 'noisy' (synthetic_scenes) or 'detected' (with "
+                       "data.attributes_file), or a model that reads no attributes")
+  if "boxes" not in needs or dataset.max_regions <= 1:
+    return  # one region per image: its box relates it to nothing
+  missing = [s for s in splits
+             if getattr(dataset.split_data(s).features, "has_boxes", None) is False]
+  if not missing:
+    return
+  if str(data.get("missing_boxes", "error")) == "whole_image":
+    log(f"warning: data.missing_boxes='whole_image': {dataset.name} has no region boxes "
+        f"({', '.join(missing)}); every region gets the whole-image box [0, 0, 1, 1], so in the "
+        f"spatial graph of {who} every region is every other's neighbour (no spatial "
+        "information)")
+    return
+  field = ("data.box_dir is empty" if data.get("name") in ("karpathy", "cocotalk")
+           and data.get("format", "raw") != "tfds" else "data (no boxes)")
+  raise ValueError(f"config field {field}: {who} builds its spatial graph from region boxes, "
+                   f"but {dataset.name} has none for split {missing[0]!r} (every region would "
+                   "get the whole-image box: all neighbours, a graph that carries nothing); "
+                   "expected data.box_dir with a [regions, 4] box file per image (or "
+                   "data.missing_boxes='whole_image' to run so anyway, or "
+                   "model.graph='all_neighbour')")

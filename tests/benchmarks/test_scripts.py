@@ -54,3 +54,42 @@ def test_benchmark_runs(script, tmp_path):
     assert rows == {(m, w) for m in trainable for w in ("train", "greedy", "beam", "scst")}
     for r in record["rows"]:
       assert r["images_per_s"] > 0 and r["gflop_per_image"] > 0 and r["step_ms"] > 0, r
+
+
+# Bad flag values: one ``error:`` line naming the flag and what it expects, exit code 2, nothing
+# written; every benchmark script at least once (common.py is a module, not a script).
+BAD_FLAGS = [
+    ("aat.py", ["--batch", "0"], "--batch"),
+    ("cider_throughput.py", ["--images", "0"], "--images"),
+    ("decode.py", ["--methods", "greedy,nope"], "--methods"),
+    ("image_transformer.py", ["--heads", "x"], "--heads"),
+    ("input_pipeline.py", ["--threads", "1,x"], "--threads"),
+    ("mnmt.py", ["--variant", "mnmt99"], "--variant"),
+    ("report.py", ["--results", "{tmp}/nowhere", "--print"], "--results"),
+    ("run.py", ["--models", "bogus"], "--models"),
+    ("run.py", ["--models", "transformer,nearest_neighbour"], "--models"),
+    ("run.py", ["--batch", "0"], "--batch"),
+    ("run.py", ["--eval_batch", "8,x"], "--eval_batch"),
+    ("run.py", ["--dtype", "float16"], "--dtype"),
+    ("run.py", ["--what", "train,nope"], "--what"),
+    ("scst_step.py", ["--dtype", "float16"], "--dtype"),
+    ("tpgn.py", ["--steps", "-1"], "--steps"),
+    ("train_throughput.py", ["--batch", "8,0"], "--batch"),
+]
+
+
+def test_every_benchmark_script_is_covered():
+  scripts = {f for f in os.listdir(os.path.join(ROOT, "benchmarks")) if f.endswith(".py")} - {"common.py"}
+  assert {s for s, _, _ in BAD_FLAGS} == scripts
+
+
+@pytest.mark.parametrize("script,args,flag", BAD_FLAGS,
+                         ids=[f"{s}:{' '.join(a)}" for s, a, _ in BAD_FLAGS])
+def test_a_bad_flag_value_is_one_line_and_exit_2(tmp_path, script, args, flag):
+  argv = [sys.executable, os.path.join(ROOT, "benchmarks", script), *[a.format(tmp=tmp_path) for a in args]]
+  proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                        env=dict(os.environ, JAX_PLATFORMS="cpu"))
+  lines = [l for l in proc.stderr.splitlines() if l.strip()]
+  assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
+  assert len(lines) == 1 and lines[0].startswith(f"error: {flag}") and "expected" in lines[0], proc.stderr[-2000:]
+  assert os.listdir(tmp_path) == []  # nothing written

@@ -74,3 +74,45 @@ def synthetic_config(**overrides):
   c.min_word_count = 1
   c.update(overrides)
   return c
+
+
+def write_cocotalk(root, *, counts=(6, 2, 2), **kwargs):
+  """self-critical.pytorch's ``cocotalk.json`` + ``cocotalk_label.h5`` (16-word label rows, image
+  100's first word written as its UNK) beside a Karpathy layout; returns its truth."""
+  import h5py
+  truth = write_karpathy(root, counts=counts, **kwargs)
+  words = sorted({w for t in truth.values() for r in t["refs"] for w in r})
+  ix_to_word = {str(i + 1): w for i, w in enumerate(words)}
+  ix_to_word[str(len(words) + 1)] = "UNK"
+  w2i = {w: int(i) for i, w in ix_to_word.items()}
+  rows, start, end, images = [], [], [], []
+  for key, t in truth.items():
+    start.append(len(rows) + 1)
+    for r in t["refs"]:
+      row = np.zeros(16, np.uint32)
+      ids = [w2i[w] for w in r][:16]
+      if key == 100:  # self-critical writes rare words as UNK
+        ids[0] = w2i["UNK"]
+      row[:len(ids)] = ids
+      rows.append(row)
+    end.append(len(rows))
+    images.append({"split": t["split"], "id": key, "file_path": f"x/{key}.jpg",
+                   "width": t["w"], "height": t["h"]})
+  with open(os.path.join(root, "cocotalk.json"), "w") as f:
+    json.dump({"ix_to_word": ix_to_word, "images": images}, f)
+  with h5py.File(os.path.join(root, "cocotalk_label.h5"), "w") as f:
+    f["labels"] = np.stack(rows)
+    f["label_start_ix"] = np.array(start, np.uint32)
+    f["label_end_ix"] = np.array(end, np.uint32)
+    f["label_length"] = np.array([min(len(r), 16) for t in truth.values() for r in t["refs"]])
+  return truth
+
+
+def write_coco_layout(root, *, counts=(6, 2, 2), cocotalk=False, **kwargs):
+  """The README's COCO layout (``dataset_coco.json``, ``cocobu_att/``, ``cocobu_fc/``,
+  ``cocobu_box/``; with ``cocotalk``, also ``cocotalk.json`` + ``cocotalk_label.h5``)."""
+  os.makedirs(root, exist_ok=True)
+  truth = (write_cocotalk if cocotalk else write_karpathy)(root, counts=counts, **kwargs)
+  for src, dst in (("att", "cocobu_att"), ("fc", "cocobu_fc"), ("box", "cocobu_box")):
+    os.symlink(os.path.join(root, src), os.path.join(root, dst))
+  return truth

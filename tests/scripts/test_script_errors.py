@@ -41,3 +41,148 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, script, args, needle):
   assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr[-2000:]
   assert needle.format(tmp=tmp_path) in lines[0] and "expected" in lines[0], lines[0]
   assert sorted(os.listdir(tmp_path)) == []  # nothing written
+
+
+# Every script in scripts/, each with a bad flag value: (args, the flag the line must name).
+BAD_FLAG = {
+    "aat_table1.py": (["--workdir", "{tmp}/t", "--steps", "x"], "--steps"),
+    "beam_modes.py": (["--workdir={tmp}/t", "--beam_size=x"], "--beam_size"),
+    "build_tfds.py": (["--out={tmp}/t", "--overwrite=maybe"], "--overwrite"),
+    "cider_compat_diff.py": (["--cache_dir={tmp}/t", "--images=0"], "--images"),
+    "eta_ablations.py": (["--workdir={tmp}/t", "--steps=x"], "--steps"),
+    "figures.py": (["words", "--workdir", "{tmp}/t", "--out", "{tmp}/a", "--index", "x"], "--index"),
+    "flickr8k_table.py": (["--workdir", "{tmp}/t", "--stages", "nope"], "--stages"),
+    "image_transformer_analysis.py": (["spread", "--workdir", "{tmp}/t", "--words", "x"], "--words"),
+    "image_transformer_table3.py": (["--workdir", "{tmp}/t", "--steps", "x"], "--steps"),
+    "mnmt_table2.py": (["--workdir", "{tmp}/t", "--steps", "x"], "--steps"),
+    "plot_attention_steps.py": (["--workdir", "{tmp}/t", "--index", "x"], "--index"),
+    "tpgn_roles.py": (["--workdir", "{tmp}/t", "--step", "x"], "--step"),
+    "tpgn_table1.py": (["--workdir", "{tmp}/t", "--steps", "x"], "--steps"),
+    "train_attributes.py": (["--out={tmp}/t", "--bogus=1"], "--bogus"),
+}
+
+# Scripts that read a trained run: {run} is its workdir.
+READS_RUN = {
+    "beam_modes.py": ["--workdir={run}"],
+    "figures.py": ["words", "--workdir", "{run}", "--out", "{tmp}/a"],
+    "image_transformer_analysis.py": ["spread", "--workdir", "{run}"],
+    "plot_attention_steps.py": ["--workdir", "{run}", "--out", "{tmp}/a.png"],
+    "tpgn_roles.py": ["--workdir", "{run}"],
+}
+
+# Scripts that write runs (or files) under a directory: {out} is that directory. A file there
+# instead of a directory is refused before anything trains; ``run`` is where a row's first run
+# lives (None: the script keeps no checkpoints, or needs ../shared/data).
+WRITES = {
+    "aat_table1.py": (["--workdir", "{out}", "--rows", "base", "--seeds", "0", "--steps", "2"], "base/seed0"),
+    "build_tfds.py": (["--out={out}", "--config.data.num_train=16", "--config.data.num_val=8",
+                       "--config.data.num_test=8"], None),
+    "cider_compat_diff.py": (["--cache_dir={out}", "--images=4", "--config={repo}/configs/transformer.py:synthetic",
+                              "--config.data.num_train=16", "--config.data.num_val=8",
+                              "--config.data.num_test=8"], None),
+    "eta_ablations.py": (["--workdir={out}", "--variants=transformer_v", "--seeds=0", "--steps=2"],
+                         "transformer_v/seed0"),
+    "flickr8k_table.py": (["--workdir", "{out}", "--models", "transformer", "--seeds", "0", "--steps", "1"], None),
+    "image_transformer_table3.py": (["--workdir", "{out}", "--rows", "aoanet", "--seeds", "0", "--steps", "2"],
+                                    "aoanet/seed0"),
+    "mnmt_table2.py": (["--workdir", "{out}", "--rows", "nmt", "--seeds", "0", "--steps", "1"], None),
+    "tpgn_table1.py": (["--workdir", "{out}", "--rows", "show_tell", "--seeds", "0", "--steps", "2"],
+                       "show_tell_s0"),
+    "train_attributes.py": (["--out={out}"], None),
+}
+
+
+def _run_script(script, args, cwd):
+  # One CPU device: the table configs' batch sizes need not split over the suite's 8.
+  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=1")
+  return subprocess.run([sys.executable, str(REPO / "scripts" / script), *args], capture_output=True,
+                        text=True, env=env, timeout=300, cwd=cwd)
+
+
+def _one_error_line(proc, *needles):
+  lines = [l for l in proc.stderr.splitlines() if l.strip()]
+  assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
+  assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr[-2000:]
+  assert "expected" in lines[0] and all(n in lines[0] for n in needles), lines[0]
+  return lines[0]
+
+
+def test_every_script_is_covered():
+  scripts = sorted(p.name for p in (REPO / "scripts").glob("*.py"))
+  assert sorted(BAD_FLAG) == scripts
+  assert sorted(set(READS_RUN) | set(WRITES)) == scripts
+
+
+@pytest.mark.parametrize("script", sorted(BAD_FLAG))
+def test_a_bad_flag_value_is_one_line(tmp_path, script):
+  args, flag = BAD_FLAG[script]
+  _one_error_line(_run_script(script, [a.format(tmp=tmp_path) for a in args], tmp_path), flag)
+  assert sorted(os.listdir(tmp_path)) == []  # nothing written
+
+
+@pytest.mark.parametrize("script", sorted(READS_RUN))
+def test_a_missing_run_is_one_line(tmp_path, script):
+  args = [a.format(tmp=tmp_path, run=tmp_path / "nowhere") for a in READS_RUN[script]]
+  _one_error_line(_run_script(script, args, tmp_path), str(tmp_path / "nowhere"))
+  assert sorted(os.listdir(tmp_path)) == []
+
+
+def _damage(workdir: Path) -> None:
+  """A step whose every state file is garbage (an unreadable checkpoint, not another tree)."""
+  import jax.numpy as jnp
+  from jaxcap.training import checkpoint as ckpt_lib
+  ck = ckpt_lib.Checkpoints(str(workdir))
+  ck.save_latest(4, {"w": jnp.zeros(3)}, {"pos": 4})
+  ck.close()
+  for f in (workdir / "checkpoints" / "4" / "state").rglob("*"):
+    if f.is_file():
+      f.write_bytes(b"\x00garbage" * 4)
+
+
+@pytest.fixture(scope="module")
+def damaged_run(tmp_path_factory):
+  """A run's workdir (config, vocabulary, info of the tiny Transformer) whose only checkpoint
+  is unreadable."""
+  from tests.training.test_train import tiny_config
+  from jaxcap import data as data_lib
+  from jaxcap.training import train_lib
+  workdir = tmp_path_factory.mktemp("damaged") / "run"
+  config = tiny_config()
+  config.data.num_train, config.data.num_val, config.data.num_test = 16, 8, 8
+  dataset = data_lib.get_dataset(config.data)
+  train_lib.init_workdir(str(workdir), config, dataset.vocab, dict(dataset.info))
+  _damage(workdir)
+  return workdir
+
+
+def _tree(d: Path):
+  return sorted((str(p.relative_to(d)), p.stat().st_size) for p in d.rglob("*"))
+
+
+@pytest.mark.parametrize("script", sorted(READS_RUN))
+def test_a_damaged_checkpoint_is_one_line(tmp_path, script, damaged_run):
+  before = _tree(damaged_run)
+  args = [a.format(tmp=tmp_path, run=damaged_run) for a in READS_RUN[script]]
+  _one_error_line(_run_script(script, args, tmp_path), str(damaged_run / "checkpoints" / "4"), "damaged")
+  assert _tree(damaged_run) == before and sorted(os.listdir(tmp_path)) == []  # nothing written or moved
+
+
+@pytest.mark.parametrize("script", sorted(WRITES))
+def test_a_file_for_the_output_directory_is_one_line(tmp_path, script):
+  out = tmp_path / "afile"
+  out.write_text("")
+  args = [a.format(out=out, repo=REPO) for a in WRITES[script][0]]
+  _one_error_line(_run_script(script, args, tmp_path), str(out))
+  assert sorted(os.listdir(tmp_path)) == ["afile"] and out.read_text() == ""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", sorted(s for s, (_, run) in WRITES.items() if run))
+def test_a_damaged_checkpoint_in_a_table_run_is_one_line(tmp_path, script):
+  """A row's run that was interrupted and whose only checkpoint is unreadable: the script
+  stops with the resume's line naming the step (no traceback), as train.py does."""
+  args, run = WRITES[script]
+  out = tmp_path / "table"
+  _damage(out / run)
+  _one_error_line(_run_script(script, [a.format(out=out, repo=REPO) for a in args], tmp_path),
+                  str(out / run / "checkpoints" / "4"), "damaged")

@@ -2,10 +2,8 @@
 
 ``run(config, dataset, mesh, rows)`` feeds this process's ``rows`` of the global batch (the
 first ``GLOBAL_BATCH`` training images) and returns the per-step losses and the final
-parameters. Run as a script it is one process of a ``jax.distributed`` job (environment:
-``JAX_COORDINATOR_ADDRESS`` / ``JAX_NUM_PROCESSES`` / ``JAX_PROCESS_ID``) that takes the rows
-``process_id::num_processes`` — so the global array's row order differs from one process's —
-and process 0 writes ``{"losses": [...], "params": {path: list}}`` as JSON to ``argv[1]``.
+parameters. (Real multi-process runs are tested through ``train.py`` itself in
+tests/training/test_multihost.py.)
 """
 
 import json
@@ -62,21 +60,3 @@ def run(config, dataset, mesh, rows, *more_rows):
     flat = {jax.tree_util.keystr(k): v for k, v in jax.tree_util.tree_leaves_with_path(host(s.params))}
     out.append((losses, flat))
   return out if more_rows else out[0]
-
-
-def main():
-  from jaxcap.training import parallel
-  parallel.maybe_initialize_distributed()
-  from jaxcap import data as data_lib
-  p, n = jax.process_index(), jax.process_count()
-  config = tiny_config()
-  dataset = data_lib.get_dataset(config.data)
-  losses, params = run(config, dataset, parallel.make_mesh(), np.arange(p, GLOBAL_BATCH, n))
-  if p == 0:
-    with open(sys.argv[1], "w") as f:
-      json.dump({"processes": n, "devices": jax.device_count(), "losses": losses,
-                 "params": {k: v.tolist() for k, v in params.items()}}, f)
-
-
-if __name__ == "__main__":
-  main()

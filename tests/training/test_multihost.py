@@ -1,5 +1,6 @@
-"""Multi-host training equals one host (issue 18): ``jax.distributed`` from the standard
-environment variables, per-example random keys, no parameter with an identically-zero gradient.
+"""Multi-host training equals one host: ``jax.distributed`` from the standard environment
+variables (initialised by the program before anything touches a backend), per-example random
+keys, no parameter with an identically-zero gradient, one writer of the run directory.
 
 Mutants tried (each made a test here fail, then was restored): one dropout key for the whole
 batch (the pre-issue-18 ``steps.py``: the two-process row order's losses differ from the
@@ -10,6 +11,7 @@ removal: after 3 steps the 1-device and 8-device key biases differ by up to 0.12
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -82,31 +84,88 @@ def _free_port():
     return s.getsockname()[1]
 
 
+# Tiny sizes for the train.py launches; dropout large enough that a layout-dependent mask would
+# show in the loss.
+_TRAIN_ARGS = ["--config.num_train_steps=4", "--config.eval_every_steps=2", "--config.log_every_steps=1",
+               "--config.data.num_train=64", "--config.data.num_val=16", "--config.data.num_test=16",
+               "--config.model.dim=32", "--config.model.ff_dim=64", "--config.model.num_heads=4",
+               "--config.model.num_layers=1", "--config.model.num_dec_layers=1",
+               "--config.model.dropout=0.3", "--config.batch_size=16", "--config.eval_batch_size=16",
+               "--config.warmup_steps=2"]
+
+# Process 1 runs train.py under an audit hook that records every file it opens for writing and
+# every file-system change it makes under the workdir (Python-level: orbax's own metadata, the
+# writers, json files), so the test can check that only process 0 writes the run directory.
+_AUDITED = """
+import json, os, runpy, sys
+workdir, log = os.path.abspath(sys.argv[1]), sys.argv[2]
+seen = []
+def hook(event, args):
+  if event == "open" and args and isinstance(args[0], (str, bytes, os.PathLike)):
+    path, mode = os.fsdecode(args[0]), args[1]
+    if isinstance(mode, str) and any(c in mode for c in "wax+"):
+      seen.append(os.path.abspath(path))
+    elif isinstance(mode, int) and mode & (os.O_WRONLY | os.O_RDWR | os.O_CREAT):
+      seen.append(os.path.abspath(path))
+  elif event in ("os.mkdir", "os.rename", "os.remove", "os.rmdir", "shutil.rmtree", "os.replace"):
+    if args and isinstance(args[0], (str, bytes, os.PathLike)):
+      seen.append(os.path.abspath(os.fsdecode(args[0])))
+sys.addaudithook(hook)
+import atexit
+atexit.register(lambda: json.dump(sorted({p for p in seen if p.startswith(workdir + os.sep) or p == workdir}),
+                                  open(log, "w")))
+sys.argv = ["train.py", "--workdir", sys.argv[1]] + sys.argv[3:]
+runpy.run_path("train.py", run_name="__main__")
+"""
+
+
+def _train_losses(workdir):
+  rows = [json.loads(l) for l in (workdir / "metrics.jsonl").read_text().splitlines()]
+  return rows, [r["train/loss"] for r in rows if "train/loss" in r]
+
+
 @pytest.mark.slow
-def test_two_processes_train_like_one(tmp_path, eight_devices):
-  """Two CPU processes with 4 devices each (``jax.distributed`` from JAX_COORDINATOR_ADDRESS /
-  JAX_NUM_PROCESSES / JAX_PROCESS_ID, gloo collectives) give one process's losses and
-  parameters on the same global batch."""
-  port = _free_port()
-  out = tmp_path / "out.json"
+def test_train_py_two_processes_like_one(tmp_path):
+  """``train.py`` itself, launched as the README does (two processes x 4 CPU devices, gloo,
+  ``JAX_COORDINATOR_ADDRESS`` / ``JAX_NUM_PROCESSES`` / ``JAX_PROCESS_ID``) against one process
+  with 8 devices: the same per-step losses and validation / test scores, each step logged once,
+  the run directory written by process 0 only, no traceback."""
+  base = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(REPO))
+  base.pop("JAX_COORDINATOR_ADDRESS", None)
+  one = subprocess.run([sys.executable, "train.py", "--workdir", str(tmp_path / "one"), *_TRAIN_ARGS],
+                       cwd=REPO, capture_output=True, text=True, timeout=600,
+                       env=dict(base, XLA_FLAGS="--xla_force_host_platform_device_count=8"))
+  assert one.returncode == 0 and "Traceback" not in one.stderr, one.stderr[-3000:]
+  port, two, log1 = _free_port(), tmp_path / "two", tmp_path / "process1_writes.json"
   procs = []
   for pid in range(2):
-    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=4",
-               JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", JAX_NUM_PROCESSES="2", JAX_PROCESS_ID=str(pid),
-               PYTHONPATH=str(REPO))
-    procs.append(subprocess.Popen([sys.executable, "-m", "tests.training.multihost_worker", str(out)],
-                                  cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
-  logs = []
+    env = dict(base, XLA_FLAGS="--xla_force_host_platform_device_count=4",
+               JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", JAX_NUM_PROCESSES="2", JAX_PROCESS_ID=str(pid))
+    cmd = ([sys.executable, "train.py", "--workdir", str(two)] if pid == 0 else
+           [sys.executable, "-c", _AUDITED, str(two), str(log1)]) + _TRAIN_ARGS
+    procs.append(subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True))
+  outs = []
   for p in procs:
     try:
-      logs.append(p.communicate(timeout=600)[0].decode()[-3000:])
+      outs.append(p.communicate(timeout=600))
     finally:
       p.kill()
-  assert all(p.returncode == 0 for p in procs), "\n".join(logs)
-  got = json.loads(out.read_text())
-  assert got["processes"] == 2 and got["devices"] == 8
-  l8, p8 = eight_devices[0]
-  np.testing.assert_allclose(got["losses"], l8, rtol=2e-6)
-  assert set(got["params"]) == set(p8)
-  for k, v in got["params"].items():
-    np.testing.assert_allclose(np.asarray(v, np.float32), p8[k], rtol=1e-4, atol=2e-5, err_msg=k)
+  for p, (_, err) in zip(procs, outs):
+    assert p.returncode == 0 and "Traceback" not in err, err[-3000:]
+  rows1, losses1 = _train_losses(tmp_path / "one")
+  rows2, losses2 = _train_losses(two)
+  assert len(losses1) == 4 and np.all(np.isfinite(losses1))
+  np.testing.assert_allclose(losses2, losses1, rtol=1e-5)
+  val = lambda rows: [(r["step"], r["val/CIDEr"]) for r in rows if "val/CIDEr" in r]
+  assert [s for s, _ in val(rows2)] == [2, 4]  # each step once: process 1 wrote no metrics
+  np.testing.assert_allclose([v for _, v in val(rows2)], [v for _, v in val(rows1)], rtol=1e-5)
+  s1 = json.loads((tmp_path / "one" / "scores_test.json").read_text())["overall"]
+  s2 = json.loads((two / "scores_test.json").read_text())["overall"]
+  for k in s1:
+    np.testing.assert_allclose(s2[k], s1[k], rtol=1e-5, atol=1e-9, err_msg=k)
+  assert len(list((two / "tensorboard").iterdir())) == 1
+  # Orbax's multi-process protocol has every process record the metadata of the arrays it holds
+  # (``array_metadatas/process_<i>``) in the checkpoint being written; nothing else may appear.
+  writes = [p for p in json.loads(log1.read_text()) if not re.search(r"/array_metadatas/process_1$", p)]
+  assert writes == [], "process 1 wrote into the run directory"
