@@ -317,9 +317,10 @@ def parse_flags(argv, flag_values=None) -> list[str]:
 
 
 def run_script(main, absl: bool = False):
-  """Entry point of a ``scripts/*.py``: ``main(argv)`` under absl flags (``absl=True``, parsed
-  as :func:`run_app` does) or ``main()`` with its own argparse; either way bad input is one line
-  and exit code 2 (:func:`run_main`)."""
+  """Entry point of a ``scripts/*.py`` or ``benchmarks/*.py``: ``main(argv)`` under absl flags
+  (``absl=True``, parsed as :func:`run_app` does) or ``main()`` with its own argparse (whose
+  errors become the same one line); either way bad input is one line and exit code 2
+  (:func:`run_main`). An int returned by an argparse ``main()`` is the exit code."""
   if absl:
     run_app(lambda argv: run_main(lambda: main(argv)))  # absl's app.run exits with main's code
   else:

@@ -118,8 +118,11 @@ def run_row(key, seed, args):
   print(f"=== {key} seed {seed} ({path}:{arg}) -> {workdir}", flush=True)
   dataset = _dataset(config.data)
   trainer = train_lib.Trainer(config, workdir, dataset=dataset)
-  trainer.fit()
-  state = trainer.load()
+  try:
+    trainer.fit()
+    state = trainer.load()
+  finally:
+    trainer.close()  # its checkpoint managers, before the next row opens its own
   scores = trainer.test(state.params, config.test_split)
   with open(os.path.join(workdir, f"predictions_{config.test_split}.json")) as f:
     preds = {p["image_id"]: p["caption"] for p in json.load(f)}

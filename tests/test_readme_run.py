@@ -80,7 +80,7 @@ PROMISES = [
 ]
 
 # Appended to every train.py / jaxcap-train / make train command, for the fields its config has.
-_TRAIN_FIELDS = [("num_train_steps", 4), ("eval_every_steps", 2), ("checkpoint_every_steps", 2),
+_TRAIN_FIELDS = [("num_train_steps", 4), ("eval_every_steps", 4), ("checkpoint_every_steps", 4),
                  ("log_every_steps", 1), ("eval_num_images", 16), ("batch_size", 8),
                  ("eval_batch_size", 16), ("warmup_steps", 2),
                  ("data.num_train", 48), ("data.num_val", 16), ("data.num_test", 16),

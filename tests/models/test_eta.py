@@ -384,8 +384,11 @@ def test_grouped_training_equals_repeating_the_image(variant):
   w = jax.random.normal(jax.random.PRNGKey(5), lg.shape)
   g1 = jax.grad(lambda p: jnp.sum(w * grouped(p)[0]))(params)
   g2 = jax.grad(lambda p: jnp.sum(w * repeated(p)[0]))(params)
+  # The embedding gradient sums one contribution per token occurrence in float32, in another
+  # order for the two layouts (3.7e-5 on an entry of 0.158 measured); a wrong grouping moves
+  # the gradients by orders of magnitude more.
   for (path, x), y in zip(jax.tree_util.tree_leaves_with_path(g1), jax.tree.leaves(g2)):
-    np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-5, err_msg=jax.tree_util.keystr(path))
+    np.testing.assert_allclose(x, y, rtol=1e-4, atol=5e-5, err_msg=jax.tree_util.keystr(path))
 
 
 # --- configs ----------------------------------------------------------------------------------
