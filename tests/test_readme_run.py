@@ -22,6 +22,7 @@ multi-seed reproduction of a table whose first command ran is not run again (:fu
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -187,8 +188,8 @@ def _config_shrink(root: Path, words) -> list[str]:
   try:
     from jaxcap import cli
     path, _, arg = _config_arg(words).partition(":")
-    spec = __import__("importlib.util").util.spec_from_file_location("_readme_cfg", root / path)
-    module = __import__("importlib.util").util.module_from_spec(spec)
+    spec = importlib.util.spec_from_file_location("_readme_cfg", root / path)
+    module = importlib.util.module_from_spec(spec)
     cli.ensure_configs_importable()
     spec.loader.exec_module(module)
     config = module.get_config(arg) if arg else module.get_config()
