@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-requirements
 
-.PHONY: train test test-slow bench setup
+.PHONY: train test test-slow setup
 
 setup: $(STAMP)
 
@@ -22,9 +22,13 @@ $(STAMP): requirements.txt pyproject.toml
 train: $(STAMP)
 	$(PY) train.py $(ARGS)
 
-# The default test suite (what .ci/run runs).
+# The default test suite (what .ci/run runs), in WORKERS processes (pytest-xdist), each test
+# file on one worker (module fixtures are shared within a file). WORKERS=0 runs in this process.
+WORKERS ?= 2
+PYTEST := $(PY) -m pytest -q -n $(WORKERS) --dist loadfile --durations=15
+
 test: $(STAMP)
-	$(PY) -m pytest -q -m "not slow" tests $(ARGS)
+	$(PYTEST) -m "not slow" tests $(ARGS)
 
 test-slow: $(STAMP)
-	$(PY) -m pytest -q -m slow tests $(ARGS)
+	$(PYTEST) -m slow tests $(ARGS)

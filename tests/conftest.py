@@ -4,8 +4,10 @@ import os
 import sys
 from pathlib import Path
 
-# Must be set before JAX initialises its backends.
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+# Must be set before JAX initialises its backends. Optimisation level 0 skips XLA's LLVM passes
+# on CPU: the tests' tiny models compile 2-4x sooner (a train step: 7 s instead of 31 s) and
+# their few steps never feel the slower code.
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8 --xla_backend_optimization_level=0")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 REPO = Path(__file__).resolve().parents[1]

@@ -51,9 +51,9 @@ def test_notebook_executes(path, tmp_path, monkeypatch):
   nbformat = pytest.importorskip("nbformat")
   nbclient = pytest.importorskip("nbclient")
   # The kernel inherits this environment: import jaxcap from the checkout, and run on the real
-  # CPU device, not the 8 fake devices of tests/conftest.py.
+  # CPU device, not the 8 fake devices of tests/conftest.py (only its compile-time flag).
   monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
-  monkeypatch.delenv("XLA_FLAGS", raising=False)
+  monkeypatch.setenv("XLA_FLAGS", "--xla_backend_optimization_level=0")  # see tests/conftest.py
   monkeypatch.setenv("JAX_PLATFORMS", "cpu")
   nb = nbformat.read(str(path), as_version=4)
   client = nbclient.NotebookClient(nb, timeout=900, kernel_name="python3",

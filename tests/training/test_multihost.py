@@ -26,6 +26,7 @@ from jaxcap.training import parallel
 from tests.training import multihost_worker as worker
 
 REPO = Path(__file__).resolve().parents[2]
+_FAST = "--xla_backend_optimization_level=0"  # compile time, see tests/conftest.py
 
 
 @pytest.fixture(scope="module")
@@ -134,12 +135,12 @@ def test_train_py_two_processes_like_one(tmp_path):
   base.pop("JAX_COORDINATOR_ADDRESS", None)
   one = subprocess.run([sys.executable, "train.py", "--workdir", str(tmp_path / "one"), *_TRAIN_ARGS],
                        cwd=REPO, capture_output=True, text=True, timeout=600,
-                       env=dict(base, XLA_FLAGS="--xla_force_host_platform_device_count=8"))
+                       env=dict(base, XLA_FLAGS="--xla_force_host_platform_device_count=8 " + _FAST))
   assert one.returncode == 0 and "Traceback" not in one.stderr, one.stderr[-3000:]
   port, two, log1 = _free_port(), tmp_path / "two", tmp_path / "process1_writes.json"
   procs = []
   for pid in range(2):
-    env = dict(base, XLA_FLAGS="--xla_force_host_platform_device_count=4",
+    env = dict(base, XLA_FLAGS="--xla_force_host_platform_device_count=4 " + _FAST,
                JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", JAX_NUM_PROCESSES="2", JAX_PROCESS_ID=str(pid))
     cmd = ([sys.executable, "train.py", "--workdir", str(two)] if pid == 0 else
            [sys.executable, "-c", _AUDITED, str(two), str(log1)]) + _TRAIN_ARGS

@@ -1,0 +1,325 @@
+"""Every command of README.md runs as written, from a fresh copy of the checkout (slow step).
+
+The runner behind tests/test_readme_run.py (the README up to its paper sections) and
+tests/test_readme_run_papers.py (the paper sections on): two modules, each with its own fresh
+copy, so that the slow step's two pytest workers run the halves side by side (no command of
+one half reads what the other writes).
+
+tests/test_readme.py parses each command with the real parsers; this module *runs* them, in
+README order (later commands use the runs of earlier ones, as a reader's would), each in
+``bash`` from the copy's root with ``python`` / ``jaxcap-*`` / ``make`` of the test's
+environment. Only size-shrinking arguments are appended (steps, images, widths, layers, seeds,
+batch sizes: :func:`shrink`); a command is otherwise the README's text. Each must exit 0,
+print no traceback, and leave the files it promises (:data:`PROMISES`).
+
+Data the README's commands read but this machine does not have is generated in the same
+layout before the first command: tiny COCO-layout Karpathy and cocotalk files under
+``data/coco`` and ``data/mine`` (tests/data/fakes.py); ``../shared/data`` (Flickr8k, Multi30k)
+is the real one (``JAXCAP_SHARED_DATA``), and the commands that need it are skipped, with the
+reason, where it is absent. Files a command names that no README command makes (the ensemble
+members ``runs/a``, ``runs/b``, ``runs/c``; ``P.json`` / ``captions_test.json``) are made by
+:func:`_prerequisites` right before that command, as a reader would have them.
+
+:data:`NOT_RUN` lists the commands that are not run here and why; :data:`HEAVY` the paper-table
+builds that run only with ``JAXCAP_README_RUN=all`` (too long for .ci/run's budget); a
+multi-seed reproduction of a table whose first command ran is not run again (:func:`_not_run`).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.test_readme import README, REPO, code_blocks
+
+SHARED_DATA = Path(os.environ.get("JAXCAP_SHARED_DATA", REPO.parent / "shared" / "data"))
+
+# (regex on the command, reason): matched commands are not run.
+NOT_RUN = [
+    (r"^make test$", "the default test suite itself: .ci/run's first step"),
+    (r"^make test-slow", "the slow test suite, which holds this test: .ci/run's second step"),
+    (r"^pip install", "installs into the current environment: tests/test_package.py installs the "
+                      "checkout into a fresh virtual environment (-r requirements.txt, -e ., .) "
+                      "and runs the installed programs"),
+    (r"^tensorboard ", "starts a server that runs until stopped"),
+    (r"^jupyter ", "starts a notebook server; tests/test_notebooks.py executes the notebooks"),
+    (r"^(source|\.) \.venv/bin/activate", "changes the interactive shell only"),
+    (r"^for i in 0 1; do .*JAX_NUM_PROCESSES=2",
+     "the two-process launch: tests/training/test_multihost.py::test_train_py_two_processes_like_one "
+     "runs this command (train.py, two processes x 4 CPU devices, the same environment variables) "
+     "with the sizes of this module and compares it with one process x 8 devices"),
+]
+
+# Paper-table builds that train many runs even at one seed and 4 steps (seconds measured for
+# the shrunk command on the 2-core CI machine while other jobs ran): they run only with
+# JAXCAP_README_RUN=all, to keep .ci/run within its time (all passed that way; see the notes).
+HEAVY = {
+    "scripts/eta_ablations.py": "7 variants trained and tested (815 s)",
+    "scripts/flickr8k_table.py": "8 models x cross-entropy + SCST on Flickr8k, and the nearest neighbour (611 s)",
+    "scripts/image_transformer_table3.py": "7 rows trained and tested (375 s)",
+    "scripts/mnmt_table2.py": "10 rows trained and tested (315 s)",
+    "benchmarks/run.py": ("a GPU benchmark whose bfloat16 rows XLA emulates on a CPU (still compiling "
+                          "after 622 s); tests/benchmarks/test_scripts.py runs run.py on every "
+                          "registered model at tiny sizes"),
+}
+
+# Commands that need ../shared/data (skipped where it is absent).
+NEEDS_SHARED = re.compile(r"flickr8k|multi30k|m30k|mnmt_table2|tpgn_table1|image_transformer_table3")
+
+# What a command promises to write (paths relative to the copy's root), by regex on the command.
+PROMISES = [
+    (r"^make train$", ["runs/transformer_synthetic/scores_test.json", "runs/transformer_synthetic/best"]),
+    (r"^python train\.py$", ["runs/transformer_synthetic/scores_test.json"]),
+    (r"--workdir runs/t1_scst", ["runs/t1_scst/scores_test.json"]),
+    (r"^jaxcap-train .*--workdir runs/pkg ", ["runs/pkg/scores_test.json"]),
+    (r"^jaxcap-evaluate --workdir runs/pkg ", ["runs/pkg/predictions_test.json"]),
+    (r"--workdir runs/t1 .*--config.num_train_steps=3000", ["runs/t1/scores_test.json"]),
+    (r"--tag _beam3", ["runs/t1/predictions_val_beam3.json", "runs/t1/scores_val_beam3.json"]),
+    (r"--tag _sample", ["runs/t1/predictions_test_sample.json"]),
+    (r"--out S\.json", ["S.json"]),
+    (r"--ensemble runs/a,runs/b --beam-size 3", ["runs/a/predictions_test_ensemble.json"]),
+    (r"--workdir runs/ens --tag _abc", ["runs/ens/predictions_test_abc.json"]),
+    (r"figures\.py curves", ["curves.png"]),
+    (r"figures\.py words", ["lstm_test3_attention.png"]),
+    (r"build_tfds\.py", ["data/tfds"]),
+    (r"train_attributes\.py", ["runs/attributes/metrics.json"]),
+    (r"plot_attention_steps\.py", ["steps.png"]),
+    (r"image_transformer_analysis\.py figure3", ["fig3.png"]),
+    (r"tpgn_roles\.py .*--png roles\.png", ["roles.png"]),
+    (r"benchmarks/run\.py", ["benchmarks/results"]),
+]
+
+# Appended to every train.py / jaxcap-train / make train command, for the fields its config has.
+_TRAIN_FIELDS = [("num_train_steps", 4), ("eval_every_steps", 4), ("checkpoint_every_steps", 4),
+                 ("log_every_steps", 1), ("eval_num_images", 16), ("batch_size", 8),
+                 ("eval_batch_size", 16), ("warmup_steps", 2),
+                 ("data.num_train", 48), ("data.num_val", 16), ("data.num_test", 16),
+                 ("model.dim", 32), ("model.ff_dim", 64), ("model.num_layers", 1),
+                 ("model.num_dec_layers", 1), ("model.hidden_dim", 32), ("model.embed_dim", 16),
+                 ("model.att_dim", 16), ("detector.num_steps", 4), ("detector.hidden", 16),
+                 ("detector.batch_size", 8)]
+
+# Appended to the scripts' and benchmarks' commands (their own size flags).
+_SCRIPT_SHRINK = {
+    "scripts/eta_ablations.py": "--steps 4 --batch_size 8 --eval_num_images 16 --test_images 16 --seeds 0",
+    "scripts/aat_table1.py": "--steps 4 --batch_size 8 --eval_images 16 --test_images 16 --seeds 0",
+    "scripts/image_transformer_table3.py": "--steps 4 --dim 32 --batch 8 --eval_images 16 --test_images 16 --seeds 0",
+    "scripts/flickr8k_table.py": "--steps 4 --batch-size 8 --scst-steps 2 --seeds 0",
+    "scripts/mnmt_table2.py": "--steps 4 --batch 8 --num_train 64 --num_test 16 --hidden 16 --embed 16 --seeds 0",
+    "scripts/tpgn_table1.py": "--steps 4 --seeds 0",
+    "scripts/tpgn_roles.py": "--fit-images 16",
+    "benchmarks/mnmt.py": ("--embed 16 --hidden 16 --batch 4 --steps 1 --cells 4 --feat_dim 8 --vocab 50 "
+                           "--src_vocab 50 --src_words 5 --words 5 --beam 2 --eval_batch 4"),
+    "benchmarks/run.py": "--batch 4 --eval_batch 4 --steps 1 --windows 1 --warmup 0 --train_images 16 --set dim=32",
+}
+# Script flags that take a config (their config overrides are shrunk like train.py's).
+_CONFIG_SCRIPTS = ("scripts/build_tfds.py", "scripts/train_attributes.py")
+
+
+def readme_commands():
+  """``[(line, command text)]``: each shell command of the README, continuation lines joined,
+  comments dropped; a ``for ... done`` loop is one command."""
+  out = []
+  for lang, body, line, _ in code_blocks(README.read_text()):
+    if lang not in ("bash", "sh", "shell", "console"):
+      continue
+    joined = re.sub(r"\\\n\s*", " ", body)
+    pending = ""
+    for text in joined.splitlines():
+      text = text.split(" #", 1)[0].strip() if not text.lstrip().startswith("#") else ""
+      if not text:
+        continue
+      if pending or text.startswith("for "):
+        pending = f"{pending} {text}".strip()
+        if re.search(r"\bdone\b", text):
+          out.append((line, pending))
+          pending = ""
+        continue
+      out.append((line, text))
+  return out
+
+
+# The paper-table scripts: a README section first shows the command that builds a table, then
+# (under "Error bars" and the like) the multi-seed / longer-schedule reproductions of it. Shrunk
+# to one seed and 4 steps, a reproduction is the first command's run again in another workdir.
+_TABLE_SCRIPTS = ("scripts/eta_ablations.py", "scripts/aat_table1.py", "scripts/flickr8k_table.py",
+                  "scripts/mnmt_table2.py", "scripts/image_transformer_table3.py", "scripts/tpgn_table1.py")
+
+
+def _not_run(cmd: str, line: int | None = None, commands=None):
+  for pattern, why in NOT_RUN:
+    if re.search(pattern, cmd):
+      return why
+  earlier = [(l, c) for l, c in (commands or []) if l < (line or 0) or (l == line and c != cmd and
+             commands.index((l, c)) < commands.index((line, cmd)))]
+  for l, c in earlier:
+    if c == cmd:
+      return f"the same command as README.md:{l}, run before"
+  words = cmd.split()
+  script = words[1] if len(words) > 1 and words[0] == "python" else ""
+  if script in HEAVY and os.environ.get("JAXCAP_README_RUN", "") != "all":
+    return f"{HEAVY[script]}; runs with JAXCAP_README_RUN=all"
+  if script in _TABLE_SCRIPTS and "--report" not in words:
+    first = next(((l, c) for l, c in earlier if c.split()[1:2] == [script]), None)
+    if first:
+      return (f"a multi-seed / longer reproduction with {script}, whose README.md:{first[0]} command "
+              "runs before; shrunk to one seed and 4 steps it would repeat that run")
+  return None
+
+
+def _config_arg(words) -> str:
+  for i, w in enumerate(words):
+    if w.startswith("--config="):
+      return w.split("=", 1)[1]
+    if w == "--config" and i + 1 < len(words):
+      return words[i + 1]
+  return "configs/transformer.py:synthetic"  # train.py's default
+
+
+def _config_shrink(root: Path, words) -> list[str]:
+  """``--config.<field>=<small>`` for every field of :data:`_TRAIN_FIELDS` the config has."""
+  sys.path.insert(0, str(root))
+  try:
+    from jaxcap import cli
+    path, _, arg = _config_arg(words).partition(":")
+    spec = importlib.util.spec_from_file_location("_readme_cfg", root / path)
+    module = importlib.util.module_from_spec(spec)
+    cli.ensure_configs_importable()
+    spec.loader.exec_module(module)
+    config = module.get_config(arg) if arg else module.get_config()
+  finally:
+    sys.path.remove(str(root))
+  out = []
+  for field, value in _TRAIN_FIELDS:
+    node, parts = config, field.split(".")
+    for p in parts[:-1]:
+      node = node.get(p) if hasattr(node, "get") else None
+    if node is None or parts[-1] not in node:
+      continue
+    if field == "num_train_steps" and not config.num_train_steps:
+      continue  # a method without training (the nearest neighbour)
+    if field == "model.num_layers":  # as many as the config's spatial layers (Image Transformer)
+      listed = [int(t) for t in str(config.model.get("spatial_layers", "")).split(",") if t.strip().isdigit()]
+      value = max([value] + listed)
+    out.append(f"--config.{field}={value}")
+  given = {w.split("=", 1)[0]: w.split("=", 1)[1] for w in words if w.startswith("--config.") and "=" in w}
+  if int(given.get("--config.scst.start_step", "0") or 0) > 0:
+    out.append("--config.scst.start_step=2")  # self-critical training within the shrunk run
+  return out
+
+
+def shrink(root: Path, cmd: str) -> str:
+  """``cmd`` with its size-shrinking arguments appended (see the module docstring)."""
+  words = shlex.split(cmd)
+  if words[:2] == ["make", "train"]:
+    # The Makefile's own way to pass arguments; its set-up step is tests/test_package.py's
+    # (here the environment running the tests is the one `make` would have made).
+    venv = Path(sys.prefix)
+    args = " ".join(_config_shrink(root, words))
+    return f"make -o {venv / '.installed-requirements'} train VENV={venv} ARGS={shlex.quote(args)}"
+  prog = words[1] if words[0] in ("python", "python3") and len(words) > 1 else words[0]
+  if prog in ("train.py", "jaxcap-train"):
+    return cmd + " " + " ".join(_config_shrink(root, words))
+  if prog in _CONFIG_SCRIPTS:
+    return cmd + " " + " ".join(_config_shrink(root, words))
+  if prog in _SCRIPT_SHRINK:
+    return cmd + " " + _SCRIPT_SHRINK[prog]
+  if prog in ("evaluate.py", "jaxcap-evaluate") and "--step" in words:
+    # The step of the README's run, counted in the shrunk run's steps (absl: the last wins).
+    return cmd + f" --step {dict(_TRAIN_FIELDS)['num_train_steps']}"
+  return cmd
+
+
+def _prerequisites(root: Path, cmd: str, env: dict):
+  """Files the command names that no README command makes, made as a reader would have them."""
+  def train(workdir, seed):
+    if not (root / workdir / "best").exists():
+      base = f"python train.py --workdir {workdir} --config.seed={seed}"
+      _run(root, shrink(root, base), env)
+  if "--ensemble" in cmd:
+    for i, name in enumerate(("a", "b", "c")):
+      if f"runs/{name}" in cmd:
+        train(f"runs/{name}", i)
+  if "--predictions P.json" in cmd:
+    run = root / "runs/transformer_synthetic"
+    shutil.copy(run / "predictions_test.json", root / "P.json")
+    # The references of the predicted images in the COCO annotation format.
+    sys.path.insert(0, str(root))
+    try:
+      from jaxcap import data as data_lib
+      import ml_collections
+      config = ml_collections.ConfigDict(json.loads((run / "config.json").read_text()))
+      refs = data_lib.get_dataset(config.data).references("test")
+    finally:
+      sys.path.remove(str(root))
+    pairs = [(k, c) for k, captions in refs.items() for c in captions]
+    anns = [{"image_id": k, "id": i, "caption": c} for i, (k, c) in enumerate(pairs)]
+    images = [{"id": k} for k in refs]
+    (root / "captions_test.json").write_text(json.dumps({"images": images, "annotations": anns}))
+
+
+def _run(root: Path, cmd: str, env: dict, timeout: int = 900):
+  r = subprocess.run(["bash", "-c", cmd], cwd=root, env=env, capture_output=True, text=True, timeout=timeout)
+  assert r.returncode == 0, f"$ {cmd}\nexit {r.returncode}\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}"
+  assert "Traceback (most recent call last)" not in r.stderr + r.stdout, f"$ {cmd}\n{r.stderr[-4000:]}"
+  return r
+
+
+def make_checkout(tmp_path_factory):
+  """A fresh copy of the checkout (tracked and untracked-but-not-ignored files, modification
+  times kept so that make sees the environment as set up) plus the generated data."""
+  root = tmp_path_factory.mktemp("readme") / "jaxcap"
+  files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO,
+                         capture_output=True, check=True).stdout.decode().split("\0")
+  for f in filter(None, files):
+    src = REPO / f
+    if src.is_file():
+      (root / f).parent.mkdir(parents=True, exist_ok=True)
+      shutil.copy2(src, root / f)
+  from tests.data import fakes
+  fakes.write_coco_layout(str(root / "data/coco"), counts=(24, 8, 8), cocotalk=True)
+  fakes.write_coco_layout(str(root / "data/mine"), counts=(24, 8, 8))
+  env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_", "PYTEST"))}
+  env.update(JAX_PLATFORMS="cpu", PYTHONPATH=str(root), JAXCAP_SHARED_DATA=str(SHARED_DATA),
+             PATH=os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", ""),
+             MPLBACKEND="Agg",
+             # Commands that build the same shapes compile once (the cache only saves time).
+             JAX_COMPILATION_CACHE_DIR=str(root.parent / "jax_cache"),
+             JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+             # XLA's CPU backend without its LLVM optimisation passes: a tiny model's train
+             # step compiles in 7 s instead of 31 s; it runs slower, which 4 steps never feel.
+             XLA_FLAGS="--xla_backend_optimization_level=0")
+  return root, env
+
+
+PAPERS_HEADING = "## The papers' experiments"
+
+
+def readme_part(part: str):
+  """The commands of one half: ``"start"`` (before the README's paper sections) or ``"papers"``."""
+  start = next(i for i, line in enumerate(README.read_text().splitlines(), 1) if line.startswith(PAPERS_HEADING))
+  return [(l, c) for l, c in readme_commands() if (l >= start) == (part == "papers")]
+
+
+def run_readme_command(checkout, line, cmd, commands):
+  why = _not_run(cmd, line, commands)  # all of the README: a repeat in the other half counts
+  if why:
+    pytest.skip(f"README.md:{line}: not run here: {why}")
+  if NEEDS_SHARED.search(cmd) and not SHARED_DATA.exists():
+    pytest.skip(f"README.md:{line}: needs {SHARED_DATA}, absent here")
+  root, env = checkout
+  _prerequisites(root, cmd, env)
+  _run(root, shrink(root, cmd), env)
+  for pattern, paths in PROMISES:
+    if re.search(pattern, cmd):
+      for p in paths:
+        assert (root / p).exists(), f"README.md:{line}: `{cmd}` did not write {p}"
