@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import time
 import warnings
@@ -51,6 +52,26 @@ class _SettlingLoop(asyncio.SelectorEventLoop):
             asyncio.gather(*pending, return_exceptions=True), timeout=120))
     super().close()
 
+  def call_soon_threadsafe(self, callback, *args, context=None):
+    # A read that outlives its restore (a tensorstore thread finishing after the loop closed)
+    # has nobody waiting for it any more: its callback is dropped, not raised into the thread.
+    try:
+      return super().call_soon_threadsafe(callback, *args, context=context)
+    except RuntimeError:
+      if self.is_closed():
+        return None
+      raise
+
+  def call_exception_handler(self, context):
+    # A damaged step fails several reads at once: the restore raises the first (the caller
+    # reports it in one line) and the others end as this loop's "never retrieved" task errors,
+    # the same damage again; they go to the debug log, not to stderr.
+    if context.get("message") == "Task exception was never retrieved":
+      logging.getLogger(__name__).debug("another read of the same restore failed: %s",
+                                        context.get("exception"))
+      return
+    super().call_exception_handler(context)
+
 
 class _SettlingPolicy(asyncio.DefaultEventLoopPolicy):
   _loop_factory = _SettlingLoop
@@ -63,7 +84,6 @@ def _settled_reads():
   Orbax's warnings about the step's files are held back too: a damaged step is reported by
   the caller in one line (a fallback warning, or the error naming the step directory).
   """
-  import logging
   absl_logger = logging.getLogger("absl")
   level = absl_logger.level
   absl_logger.setLevel(max(level, logging.ERROR))
