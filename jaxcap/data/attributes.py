@@ -15,7 +15,6 @@ from __future__ import annotations
 import collections
 from typing import Iterable, Sequence
 
-import numpy as np
 
 STOP_WORDS = frozenset("""
 a an the this that these those there here it its it's they them their theirs he him his
@@ -45,17 +44,6 @@ def top_content_words(token_lists: Iterable[Sequence[str]], k: int = 1000,
       t for toks in token_lists for t in toks
       if is_content_word(t) and (allowed is None or t in allowed))
   return sorted(counts, key=lambda w: (-counts[w], w))[:k]
-
-
-def attribute_labels(refs: Sequence[Sequence[str]], index: dict[str, int]) -> np.ndarray:
-  """Multi-hot float32 ``[K]``: which attribute words occur in any of the references."""
-  labels = np.zeros((len(index),), np.float32)
-  for toks in refs:
-    for t in toks:
-      j = index.get(t)
-      if j is not None:
-        labels[j] = 1.0
-  return labels
 
 
 def oracle_attributes(refs: Sequence[Sequence[str]], index: dict[str, int],

@@ -23,7 +23,6 @@ import re
 import shutil
 from typing import Callable, Hashable, Mapping, Sequence
 
-import numpy as np
 
 METRIC_NAMES = {
     "Bleu": ("Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4"),
@@ -230,8 +229,3 @@ def score(references: Mapping[Hashable, Sequence[str]], predictions: Mapping[Has
     per_metric.update(p)
   per_image = {i: {m: v[k] for m, v in per_metric.items()} for k, i in enumerate(ids)}
   return {"overall": overall, "per_image": per_image}
-
-
-def format_scores(overall: Mapping[str, float]) -> str:
-  """One line, e.g. ``Bleu_4 0.3012  METEOR 0.2551  CIDEr 1.0523``."""
-  return "  ".join(f"{k} {v:.4f}" for k, v in overall.items() if np.isfinite(v))

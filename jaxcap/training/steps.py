@@ -119,12 +119,3 @@ def train_step(state: TrainState, batch: dict, *, model, tx, label_smoothing: fl
   params = optax.apply_updates(state.params, updates)
   metrics = dict(metrics, grad_norm=optax.global_norm(grads), steps=jnp.float32(1.0))
   return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
-
-
-def eval_step(params, batch: dict, *, model):
-  """Teacher-forced validation loss sums (no dropout)."""
-  targets = batch["captions"]
-  logits, _ = model.apply(params, batch, shift_right(targets), train=False)
-  valid = batch["valid"][:, None, None] & (targets != PAD)
-  nll = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), targets)
-  return {"loss_sum": jnp.sum(nll * valid), "token_count": jnp.sum(valid.astype(jnp.float32))}
