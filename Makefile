@@ -1,5 +1,6 @@
-# The two commands of the README. Both create .venv from requirements.txt on first use and
-# reinstall only when requirements.txt or pyproject.toml changes (the stamp file is older).
+# The two commands of the README. Both create .venv from requirements.txt (the package) and
+# requirements-dev.txt (the tests) on first use and reinstall only when one of them or
+# pyproject.toml changes (the stamp file is older).
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -11,12 +12,12 @@ setup: $(STAMP)
 
 # jaxcap itself is installed editable (no dependencies: they are the line before), so that
 # `import jaxcap`, jaxcap-train and jaxcap-evaluate work in .venv from any directory.
-$(STAMP): requirements.txt pyproject.toml
+$(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet -r requirements.txt -r requirements-dev.txt
 	$(PY) -m pip install --quiet --no-deps -e .
-	@cp requirements.txt $(STAMP)
+	@cat requirements.txt requirements-dev.txt > $(STAMP)
 
 # Trains the default model on the embedded synthetic dataset and evaluates it (ARGS are passed on).
 train: $(STAMP)

@@ -37,7 +37,7 @@ from common import add_shape_args, build_train_step, timed  # noqa: E402
 from jaxcap.data.vocab import PAD  # noqa: E402
 from jaxcap.models.aat import AATCaptioner  # noqa: E402
 from jaxcap.models.base import shift_right  # noqa: E402
-from jaxcap.models.transformer import compute_dtype  # noqa: E402
+from jaxcap.models.fields import compute_dtype  # noqa: E402
 from jaxcap.cli import nonnegative_int, positive_int  # noqa: E402  (one-line errors for bad sizes)
 
 

@@ -14,7 +14,7 @@ from jaxcap.cli import nonnegative_int, positive_int  # one-line errors for bad 
 
 
 class Config(dict):
-  """``cfg.name`` / ``cfg.get(...)`` / attribute assignment: all a model's ``from_config`` reads."""
+  """``cfg.name`` / ``cfg.get(...)`` / attribute assignment: all the registry's model builder reads."""
 
   __getattr__ = dict.__getitem__
   __setattr__ = dict.__setitem__
@@ -111,15 +111,21 @@ def make_batch(rng, b, s, n, d_feat, vocab, t, src_len: int = 16):
 
 
 def model_config(name: str, dtype: str, args=None) -> Config:
-  """The paper-sized model: the models' ``from_config`` defaults are the papers' settings
+  """The paper-sized model: the models' field defaults are the papers' settings
   (d=512, 6+6 layers, 8 heads for the Transformer and ETA; d=1024, 8 heads, M_max=4 for AAT),
   so a plain dict is enough and ml_collections is not needed."""
   trainable = trainable_models()
   if name not in trainable:
     raise SystemExit(f"--model: expected one of {','.join(trainable)}, got {name!r}")
-  c = Config(name=name, dtype=dtype)
+  from jaxcap.models import fields, registry
+  schema = fields.schema(registry.get(name))
+  c = Config(name=name)
+  if "dtype" in schema:  # the LSTM baselines compute in float32 only
+    c.dtype = dtype
   if args is not None and args.layers:
-    c.num_layers = c.num_dec_layers = args.layers
+    for f in ("num_layers", "num_dec_layers"):
+      if f in schema:
+        c[f] = args.layers
   if args is not None and args.dropout is not None:
     c.dropout = args.dropout
   return c

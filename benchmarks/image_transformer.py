@@ -39,8 +39,9 @@ from common import add_shape_args, build_train_step, timed  # noqa: E402
 
 from jaxcap.data.vocab import PAD  # noqa: E402
 from jaxcap.models.base import shift_right  # noqa: E402
-from jaxcap.models.image_transformer import AoANet, ImageTransformer  # noqa: E402
-from jaxcap.models.transformer import compute_dtype  # noqa: E402
+from jaxcap.models.aoanet import AoANet  # noqa: E402
+from jaxcap.models.image_transformer import ImageTransformer  # noqa: E402
+from jaxcap.models.fields import compute_dtype  # noqa: E402
 from jaxcap.cli import nonnegative_int, positive_int  # noqa: E402  (one-line errors for bad sizes)
 
 

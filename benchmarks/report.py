@@ -26,7 +26,7 @@ DOCS = (os.path.join(_REPO, "docs", "PERFORMANCE.md"), os.path.join(_REPO, "READ
 BEGIN, END = "<!-- benchmark-results:begin -->", "<!-- benchmark-results:end -->"
 
 # PyTorch references on one H100 at 50 images per step, float32: (train, beam-3) images/s
-# (issue 15; self-critical.pytorch, and the official AAT code).
+# (self-critical.pytorch, and the official AAT code; ../shared/anchors).
 REFERENCE_H100 = {"transformer": (653, 266), "updown": (806, 308), "aoanet": (596, 311), "aat": (180, 7.6)}
 
 

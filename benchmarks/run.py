@@ -8,7 +8,7 @@
 
 COCO shapes by default (36 x 2048 regions with boxes, vocabulary 9,487, 16 words + EOS,
 5 captions per image; translation models get a 16-token source of the same vocabulary size).
-Each model is the paper-sized one: a model's ``from_config`` defaults are its paper's settings,
+Each model is the paper-sized one: a model's field defaults are its paper's settings,
 so ``{"name": model, "dtype": dtype}`` is its whole config (no ml_collections needed). Inputs
 are random and already on the device, so the numbers are the step itself (the input pipeline
 has its own benchmark).

@@ -46,7 +46,7 @@ from jaxcap.data.vocab import PAD  # noqa: E402
 from jaxcap.models.base import shift_right  # noqa: E402
 from jaxcap.models.show_tell import ShowTell  # noqa: E402
 from jaxcap.models.tpgn import TPGN  # noqa: E402
-from jaxcap.models.transformer import compute_dtype  # noqa: E402
+from jaxcap.models.fields import compute_dtype  # noqa: E402
 from jaxcap.cli import nonnegative_int, positive_int  # noqa: E402  (one-line errors for bad sizes)
 
 

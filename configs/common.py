@@ -111,34 +111,28 @@ def data_config(dataset: str) -> ml_collections.ConfigDict:
 
 
 def decode_config() -> ml_collections.ConfigDict:
-  c = ml_collections.ConfigDict()
-  c.method = "greedy"  # "greedy" | "beam" | "sample"
-  c.beam_size = 3
-  # "live": K live hypotheses from the 2K best candidates (flax / t5x); "self_critical": the K
-  # best candidates, finished ones included (self-critical.pytorch). See jaxcap/decoding.py.
-  c.beam_mode = "live"
-  c.max_len = 16
-  c.length_penalty = "none"  # "none" | "gnmt" | "average"
-  c.alpha = 0.6
-  c.min_len = 0
-  c.block_trigrams = False
-  c.suppress_unk = False
-  c.temperature = 1.0
-  c.top_k = 0
-  c.top_p = 1.0
-  c.num_samples = 1
-  # self-critical.pytorch's remove_bad_endings: no caption ends with "a", "the", "of", ...
-  c.remove_bad_endings = False
-  # Diverse beam search (Vijayakumar et al.; self-critical.pytorch's group_size /
-  # diversity_lambda): beam_size / beam_groups beams in each of beam_groups groups, each group
-  # penalised by diversity_strength per earlier-group choice of a word at the same step.
-  c.beam_groups = 1
-  c.diversity_strength = 0.5
-  return c
+  """The ``decode`` section: the decoding options with their defaults (one definition:
+  :func:`jaxcap.decoding.default_decode_config`)."""
+  from jaxcap import decoding
+  return decoding.default_decode_config()
 
 
-def base_config(dataset: str = "synthetic") -> ml_collections.ConfigDict:
-  """Training defaults shared by every model; model files override what their paper says."""
+def model_config(name: str, dtype=None, **overrides) -> ml_collections.ConfigDict:
+  """The ``model`` section: every field of the registered model with the module's default
+  (the module is the schema: :mod:`jaxcap.models.fields`), so that each can be overridden on
+  the command line, then ``overrides``. ``dtype``: a reference to the config's top-level
+  ``dtype`` (for models that have a compute dtype)."""
+  from jaxcap.models import fields, registry
+  m = ml_collections.ConfigDict({"name": name, **fields.config_defaults(registry.get(name))})
+  if dtype is not None and "dtype" in m:
+    m.dtype = dtype
+  m.update(overrides)
+  return m
+
+
+def base_config(dataset: str = "synthetic", model: str = "transformer") -> ml_collections.ConfigDict:
+  """Training defaults shared by every model, with ``model``'s defaults as its section; model
+  files override what their paper and dataset say."""
   c = ml_collections.ConfigDict()
   c.seed = 0
   c.batch_size = 50  # images per step (each with data.seq_per_img captions), global over hosts
@@ -178,7 +172,7 @@ def base_config(dataset: str = "synthetic") -> ml_collections.ConfigDict:
   # --config.scst.start_step=0. The optimiser state and the step start afresh.
   c.init_from = ""
   c.data = data_config(dataset)
-  c.model = ml_collections.ConfigDict({"name": "transformer"})
+  c.model = model_config(model, dtype=c.get_ref("dtype"))
   c.decode = decode_config()
   c.decode.max_len = c.data.max_len
   # Self-critical sequence training (Rennie et al.) after cross-entropy.

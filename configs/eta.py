@@ -17,7 +17,7 @@ Arguments after the dataset (``key=value``):
     ``data.attr_noise``), so that the CPU-sized run needs no detector. ``oracle`` is the
     paper's ETA^oracle: trained (and validated) on those default attributes, tested on the
     ground-truth ones (``data.test_attributes``). ``oracle_all`` (what ``oracle`` meant
-    before issue 17) trains and tests on the ground truth.
+    in jaxcap's first tables) trains and tests on the ground truth.
   visual_encoder, semantic_encoder: False removes that sub-encoder (Table 4 "- Encoder").
   xe_only: True turns SCST off (``scst.start_step = -1``): Tables 4 and 6 are
     cross-entropy results.
@@ -53,26 +53,17 @@ def get_config(arg: str | None = None):
   if a.variant == "transformer_v":
     attributes = "none"  # Transformer_v never reads them; a missing file must not stop it.
 
-  c = common.base_config(a.dataset)
-  m = c.model
   if a.variant == "transformer_v":
-    m.name = "transformer"
-    m.region_activation = "linear"  # ETA's region projection (sec. 4.1), not att_embed's ReLU
+    c = common.base_config(a.dataset, "transformer")
+    # ETA's region projection (sec. 4.1), not att_embed's ReLU; the transformer model has no
+    # visual_encoder switch: zero encoder blocks remove it.
+    c.model.region_activation = "linear"
+    c.model.num_layers = 6 if a.visual_encoder else 0
   else:
-    m.name = "eta"
-    m.variant = a.variant
-    m.gbc_activation = a.gbc
-    m.visual_encoder = bool(a.visual_encoder)
-    m.semantic_encoder = bool(a.semantic_encoder)
-  m.dim = 512
-  # The transformer model has no visual_encoder switch: zero encoder blocks remove it.
-  m.num_layers = 6 if (a.variant != "transformer_v" or a.visual_encoder) else 0
-  m.num_dec_layers = 6
-  m.num_heads = 8
-  m.ff_dim = 2048
-  m.dropout = 0.1
-  m.share_embeddings = False
-  m.dtype = c.get_ref("dtype")
+    c = common.base_config(a.dataset, "eta")
+    c.model.update(variant=a.variant, gbc_activation=a.gbc, visual_encoder=bool(a.visual_encoder),
+                   semantic_encoder=bool(a.semantic_encoder))
+  m = c.model
 
   # ETA^oracle trains on the default attributes and is tested on the ground truth.
   c.data.attributes = {"oracle": trained_on, "oracle_all": "oracle"}.get(attributes, attributes)

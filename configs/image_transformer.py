@@ -44,23 +44,14 @@ def get_config(arg: str | None = None):
   return build(a, MODEL)
 
 
-def build(a, name: str, num_layers: int = 3, cpu_layers: int = 3):
-  c = common.base_config(a.dataset)
-  c.model.name = name
-  c.model.dim = a.dim or 1024
-  c.model.num_heads = a.heads or 8
-  c.model.num_layers = a.layers or num_layers
-  c.model.spatial_layers = str(a.spatial_layers)
-  c.model.spatial = a.spatial
-  c.model.num_sub = a.M
-  c.model.graph_mask = a.graph_mask
-  c.model.graph = a.graph
-  c.model.epsilon = a.epsilon
-  c.model.refine_aoa = a.baseline
-  c.model.ffn = not a.baseline
-  c.model.ff_dim = 2048
-  c.model.dropout = 0.1
-  c.model.dtype = c.get_ref("dtype")
+def build(a, name: str, cpu_layers: int = 3):
+  c = common.base_config(a.dataset, name)
+  c.model.update(spatial_layers=str(a.spatial_layers), spatial=a.spatial, num_sub=a.M,
+                 graph_mask=a.graph_mask, graph=a.graph, epsilon=a.epsilon,
+                 refine_aoa=a.baseline, ffn=not a.baseline)
+  for field, value in (("dim", a.dim), ("num_heads", a.heads), ("num_layers", a.layers)):
+    if value:
+      c.model[field] = value
 
   # Paper section 4.2.
   epoch = _COCO_STEPS_PER_EPOCH

@@ -9,12 +9,7 @@ from configs import common
 
 def get_config(arg: str | None = None):
   a = common.parse_arg(arg)
-  c = common.base_config(a.dataset)
-  c.model.name = "lstm"
-  c.model.hidden_dim = 512
-  c.model.embed_dim = 512
-  c.model.att_dim = 512
-  c.model.dropout = 0.5
+  c = common.base_config(a.dataset, "lstm")
   c.schedule = "step"
   c.learning_rate = 5e-4
   c.decay_every_epochs = 3

@@ -24,6 +24,7 @@ CONCAT with encoder-dependent attention and a shared decoder projection, the pap
 """
 
 from configs import common
+from jaxcap.models import mnmt
 
 # Table 2's rows, in order.
 TABLE2 = ("nmt", "imgtxt", "mnmt1", "mnmt2", "mnmt3", "mnmt4", "mnmt5", "mnmt6", "mnmt7", "mnmt8")
@@ -39,15 +40,12 @@ def get_config(arg: str | None = None):
   size = a.size or ("paper" if a.dataset == "multi30k" else "cpu")
   if size not in ("paper", "cpu"):
     raise ValueError(f"config argument size: expected 'paper' or 'cpu', got {a.size!r}")
-  c = common.base_config(a.dataset)
-  c.model.name = "mnmt"
+  c = common.base_config(a.dataset, "mnmt")
+  # The Table 2 row sets the model's modalities, fusion and attention sharing.
+  for field in mnmt.VARIANT_FIELDS:
+    del c.model[field]
   c.model.variant = a.variant
-  c.model.embed_dim = 620
-  c.model.hidden_dim = 1000
-  c.model.att_dim = 0  # 2 x hidden_dim
   c.model.fusion_tanh = a.fusion_tanh
-  c.model.dropout = 0.0
-  c.model.dtype = c.get_ref("dtype")
   c.data.task = "translate"
 
   # Paper section 5.2.

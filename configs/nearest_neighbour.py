@@ -6,8 +6,6 @@ from configs import common
 
 def get_config(arg: str | None = None):
   a = common.parse_arg(arg)
-  c = common.base_config(a.dataset)
-  c.model.name = "nearest_neighbour"
-  c.model.chunk = 1024
+  c = common.base_config(a.dataset, "nearest_neighbour")
   c.num_train_steps = 0
   return c

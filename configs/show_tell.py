@@ -15,11 +15,11 @@ _COCO_STEPS_PER_EPOCH = 2266
 
 def get_config(arg: str | None = None):
   a = common.parse_arg(arg, dim=0, dropout=-1.0)
-  c = common.base_config(a.dataset)
-  c.model.name = "show_tell"
-  c.model.hidden_dim = a.dim or 512
-  c.model.embed_dim = a.dim or 512
-  c.model.dropout = 0.5 if a.dropout < 0 else a.dropout
+  c = common.base_config(a.dataset, "show_tell")
+  if a.dim:
+    c.model.hidden_dim = c.model.embed_dim = a.dim
+  if a.dropout >= 0:
+    c.model.dropout = a.dropout
   c.batch_size = 50
   c.learning_rate = 5e-4
   c.schedule = "step"

@@ -26,16 +26,13 @@ _COCO_STEPS_PER_EPOCH = 2266
 
 def get_config(arg: str | None = None):
   a = common.parse_arg(arg, d=0, lexical="learned", glove="", dropout=-1.0)
-  c = common.base_config(a.dataset)
-  c.model.name = "tpgn"
-  c.model.d = a.d or 25
-  c.model.lexical = a.lexical
-  c.model.glove_path = a.glove
+  c = common.base_config(a.dataset, "tpgn")
   # The paper keeps its GloVe W_e fixed; without GloVe, W_e is learned.
-  c.model.train_embedding = not a.glove
-  c.model.dropout = 0.0 if a.dropout < 0 else a.dropout
-  c.model.zero_role_cluster = -1
-  c.model.dtype = c.get_ref("dtype")
+  c.model.update(lexical=a.lexical, glove_path=a.glove, train_embedding=not a.glove)
+  if a.d:
+    c.model.d = a.d
+  if a.dropout >= 0:
+    c.model.dropout = a.dropout
 
   c.batch_size = 50
   c.learning_rate = 5e-4

@@ -17,16 +17,7 @@ def get_config(arg: str | None = None):
   a = common.parse_arg(arg, size="paper")
   if a.size not in ("paper", "small"):
     raise ValueError(f"config argument size: expected 'paper' or 'small', got {a.size!r}")
-  c = common.base_config(a.dataset)
-  c.model.name = "transformer"
-  c.model.dim = 512
-  c.model.num_layers = 6
-  c.model.num_dec_layers = 6
-  c.model.num_heads = 8
-  c.model.ff_dim = 2048
-  c.model.dropout = 0.1
-  c.model.share_embeddings = False
-  c.model.dtype = c.get_ref("dtype")
+  c = common.base_config(a.dataset, "transformer")
   c.batch_size = 50
   c.learning_rate = 1.0  # the Noam schedule's scale factor: lr = scale * d^-0.5 * min(...)
   c.warmup_steps = 20000

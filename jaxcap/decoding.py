@@ -52,8 +52,8 @@ beam proposes every word (K*V candidates ranked by log-probability):
     EOS, one per parent). Unlike t5x, a caption cut at ``max_len`` counts as finished (t5x
     returns unfinished beams only when nothing finished), so every candidate t5x's search
     finds is found here too, and the top-1 is at least as probable as t5x's.
-  * ``"self_critical"`` (self-critical.pytorch's ``beam_search``, jaxcap's search before
-    issue 17): the K best candidates, EOS included, are taken; a hypothesis that ends takes a
+  * ``"self_critical"`` (self-critical.pytorch's ``beam_search``, jaxcap's earlier
+    search): the K best candidates, EOS included, are taken; a hypothesis that ends takes a
     place of the K and leaves its slot dead (-inf) until the next step, so a finished caption
     costs a live hypothesis. With K = 1 this is exactly greedy decoding.
 
@@ -122,12 +122,16 @@ class DecodeOutput(struct.PyTreeNode):
   aux: Any = None
 
 
+# The decoding options and their defaults: the one definition (config files' ``decode``
+# section is :func:`default_decode_config`).
 _DEFAULTS = {
-    "method": "beam",
+    "method": "greedy",  # "greedy" | "beam" | "sample"
     "beam_size": 3,
+    # "live": K live hypotheses from the 2K best candidates (flax / t5x); "self_critical": the
+    # K best candidates, finished ones included (self-critical.pytorch). See beam_search.
     "beam_mode": "live",
     "max_len": 16,
-    "length_penalty": "none",
+    "length_penalty": "none",  # "none" | "gnmt" | "average"
     "alpha": 0.6,
     "min_len": 0,
     "block_trigrams": False,
@@ -136,7 +140,11 @@ _DEFAULTS = {
     "top_k": 0,
     "top_p": 1.0,
     "num_samples": 1,
+    # self-critical.pytorch's remove_bad_endings: no caption ends with "a", "the", "of", ...
     "remove_bad_endings": False,
+    # Diverse beam search (Vijayakumar et al.; self-critical.pytorch's group_size /
+    # diversity_lambda): beam_size / beam_groups beams in each of beam_groups groups, each group
+    # penalised by diversity_strength per earlier-group choice of a word at the same step.
     "beam_groups": 1,
     "diversity_strength": 0.5,
 }
@@ -152,7 +160,7 @@ def bad_ending_ids(vocab, words: Sequence[str] = BAD_ENDINGS) -> tuple:
 
 
 def default_decode_config():
-  """The decoding options read by :func:`decode` (beam search of size 3 by default).
+  """The decoding options read by :func:`decode` (greedy by default).
 
   An ``ml_collections.ConfigDict`` (imported here only, so that decoding itself needs nothing
   beyond jax and flax).

@@ -14,7 +14,7 @@ read back, not retrained, so an interrupted comparison resumes. Rows:
   transformer_v, transformer_s, late_fusion, parallel, stacked_v, stacked_s, eta,
   eta_oracle (the paper's ETA^oracle: trained on the default noisy / detected attributes,
   tested on the ground-truth ones), eta_oracle_all (trained and tested on the ground truth,
-  what eta_oracle meant before issue 17),
+  what eta_oracle meant in jaxcap's first tables),
   and any ``eta_gbc_<f>`` (Table 6) or ``<variant>_noenc_v`` / ``_noenc_s`` (Table 4).
 """
 

@@ -221,7 +221,7 @@ def _corrupt_arrays(which):
 
 def _older_tree(which):
   """The step rewritten as an older version of the model wrote it: one parameter more (the
-  attention key bias that issue 18 removed), everything else as saved."""
+  attention key bias that was later removed), everything else as saved."""
   @_needs_trained
   def mutate(tmp):
     import orbax.checkpoint as ocp

@@ -563,6 +563,8 @@ def test_sampling_is_seeded(lstm):
 def test_decode_dispatch(lstm):
   model, params, batch = lstm
   cfg = decoding.default_decode_config()
+  assert cfg.method == "greedy"
+  cfg.method = "beam"
   cfg.max_len = LSTM_T
   cfg.beam_size = K
   np.testing.assert_array_equal(
@@ -585,7 +587,7 @@ def test_decode_dispatch(lstm):
   with pytest.raises(ValueError, match="length_penalty"):
     decoding.beam_search(model, params, batch, beam_size=2, max_len=LSTM_T, length_penalty="wu")
   with pytest.raises(ValueError, match="beam_mode"):
-    decoding.decode(model, params, batch, {"beam_mode": "t5"})
+    decoding.decode(model, params, batch, {"method": "beam", "beam_mode": "t5"})
   with pytest.raises(ValueError, match="top_p"):
     decoding.sample(model, params, batch, jax.random.key(0), max_len=LSTM_T, top_p=0.0)
   with pytest.raises(ValueError, match="min_len"):
@@ -783,5 +785,5 @@ def test_diverse_options_are_checked():
   with pytest.raises(ValueError, match="beam_groups"):
     decoding.beam_search(TOY, {}, batch, beam_size=3, max_len=3, beam_groups=2)
   with pytest.raises(ValueError, match="diversity_strength"):
-    decoding.decode(TOY, {}, batch, {"max_len": 3, "beam_size": 2, "beam_groups": 2,
+    decoding.decode(TOY, {}, batch, {"method": "beam", "max_len": 3, "beam_size": 2, "beam_groups": 2,
                                      "diversity_strength": -1.0})

@@ -1,4 +1,4 @@
-"""Rough edges a new user hit (issue 16), checked against the README, Makefile and configs.
+"""Rough edges a new user hit, checked against the README, Makefile and configs.
 
 Mutants tried: dropping ``$(ARGS)`` from the Makefile's train target, and ``size=small`` keeping
 the paper's warm-up, each fail a test here.

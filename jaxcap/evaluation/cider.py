@@ -32,7 +32,7 @@ the end of its array), as in that code's ``prepro_ngrams.py`` and ``array_to_str
 Training-mode compatibility (:meth:`CiderD.for_training`, ``compat``; config field
 ``scst.cider_compat``):
 
-* ``"jaxcap"`` (default, jaxcap's behaviour before issue 17): the caller passes the training
+* ``"jaxcap"`` (default, jaxcap's original reward): the caller passes the training
   references truncated to ``max_len`` words (``CaptionDataset.train_references_ids()``); the
   document frequencies are counted on them and every reference, truncated or not, ends with
   an EOS.
@@ -41,7 +41,7 @@ Training-mode compatibility (:meth:`CiderD.for_training`, ``compat``; config fie
   on full captions each ending with EOS (``prepro_ngrams.py``), and the reward's references are
   that code's 16-wide label rows read by ``array_to_str``: at most ``max_len`` words, followed
   by EOS only when the caption is shorter than ``max_len`` (a caption at or over the limit has
-  no EOS). Rewards differ from ``"jaxcap"`` by up to ~0.1 on Flickr8k (issue 17).
+  no EOS). Rewards differ from ``"jaxcap"`` by up to ~0.1 on Flickr8k.
 
 Exactness: an n-gram of ids ``w_1..w_n`` is the int64 key ``sum_j (w_j + 1) * (V + 1)^(j-1)``:
 digits are never zero, so keys of every order are distinct without collisions as long as

@@ -102,7 +102,7 @@ ablation are model switches whose defaults are the paper's reading.
   17. Both LSTMs are flax's ``OptimizedLSTMCell`` (the standard LSTM of the paper); everything
       else is custom because the paper's modules have no flax counterpart.
   18. The attention's key projection has no bias (the released code's has one): the softmax
-      over regions cancels it, so its gradient is identically zero (issue 18).
+      over regions cancels it, so its gradient is identically zero.
 """
 
 from __future__ import annotations
@@ -114,11 +114,10 @@ import jax
 import jax.numpy as jnp
 import flax.linen as nn
 
-from jaxcap.models import layers
+from jaxcap.models import fields, layers
 from jaxcap.models.layers import masked_mean
 from jaxcap.models.base import CaptionModel
 from jaxcap.models.registry import register
-from jaxcap.models.transformer import compute_dtype
 
 ATTENTION_KINDS = ("base", "recurrent", "adaptive")
 
@@ -329,41 +328,21 @@ class AATCaptioner(CaptionModel):
   embed_relu: bool = False
   dtype: Any = jnp.float32
 
-  @classmethod
-  def from_config(cls, cfg, info):
-    attention = cfg.get("attention", "adaptive")
-    if attention not in ATTENTION_KINDS:
-      raise ValueError(f"config field model.attention: expected one of {ATTENTION_KINDS}, got {attention!r}")
-    ints = {f: cfg.get(f, d) for f, d in (("dim", 1024), ("num_heads", 8), ("steps", 2),
-                                          ("min_steps", 0), ("max_steps", 4), ("confidence_dim", 0))}
-    for field, value in ints.items():
-      if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ValueError(f"config field model.{field}: expected a non-negative int, got {value!r}")
-    for field in ("dim", "num_heads", "steps", "max_steps"):
-      if ints[field] < 1:
-        raise ValueError(f"config field model.{field}: expected a positive int, got {ints[field]!r}")
-    if ints["dim"] % ints["num_heads"]:
-      raise ValueError(f"config field model.num_heads: {ints['num_heads']} does not divide "
-                       f"dim={ints['dim']}; expected a divisor of model.dim")
-    if ints["min_steps"] > ints["max_steps"]:
-      raise ValueError(f"config fields model.min_steps / max_steps: expected min_steps <= max_steps, "
-                       f"got {ints['min_steps']} > {ints['max_steps']}")
-    epsilon = float(cfg.get("epsilon", 1e-4))
-    if not 0.0 < epsilon < 1.0:
-      raise ValueError(f"config field model.epsilon: expected a threshold in (0, 1), got {epsilon!r}")
-    rate = float(cfg.get("dropout", 0.5))
-    if not 0.0 <= rate < 1.0:
-      raise ValueError(f"config field model.dropout: expected a rate in [0, 1), got {rate!r}")
-    # The paper's reading is every switch's default (module docstring, deviations 1, 2, 4, 8).
-    switches = {f: cfg.get(f, d) for f, d in (("norm_h1", False), ("norm_query", False),
-                                              ("attention_out_proj", True), ("embed_relu", False))}
-    for field, value in switches.items():
-      if not isinstance(value, bool):
-        raise ValueError(f"config field model.{field}: expected True or False, got {value!r}")
-    return cls(vocab_size=int(info["vocab_size"]), attention=attention, epsilon=epsilon,
-               time_cost_weight=float(cfg.get("time_cost_weight", 1e-4)), dropout=rate,
-               **switches,
-               dtype=compute_dtype(cfg.get("dtype", "float32")), **ints)
+  # The paper's reading is every switch's default (module docstring, deviations 1, 2, 4, 8).
+  field_checks = {"attention": fields.one_of(ATTENTION_KINDS), "dim": fields.POSITIVE,
+                  "num_heads": fields.POSITIVE, "steps": fields.POSITIVE,
+                  "min_steps": fields.at_least(0), "max_steps": fields.POSITIVE,
+                  "confidence_dim": fields.at_least(0),
+                  "epsilon": fields.in_interval(0.0, 1.0, what="a threshold"),
+                  "time_cost_weight": fields.NON_NEGATIVE,
+                  "dropout": fields.RATE}
+
+  @staticmethod
+  def check_fields(values):
+    fields.heads_divide_dim(values)
+    if values["min_steps"] > values["max_steps"]:
+      raise ValueError(f"config fields model.min_steps / max_steps: expected min_steps <= "
+                       f"max_steps, got {values['min_steps']} > {values['max_steps']}")
 
   def setup(self):
     self.feat_proj = nn.Dense(self.dim, dtype=self.dtype)

@@ -1,5 +1,8 @@
 """The decoder protocol shared by every jaxcap model (see docs/DESIGN.md, section 3).
 
+A model's dataclass fields are its config schema (:mod:`jaxcap.models.fields`): the registry
+builds it from ``config.model`` with one shared validator, so a model has no ``from_config``.
+
 Dimension legend: B images, S captions per image, T time steps, V vocabulary, K beams.
 
 A model implements ``encode``, ``init_cache``, ``decode_step`` and ``decode_train``;
@@ -39,10 +42,6 @@ class CaptionModel(nn.Module):
   # True when ``decode_train(enc, tokens, train, group=S)`` accepts ``enc`` for B / S images,
   # each serving S consecutive rows of ``tokens`` (see ``decode_train_grouped``).
   decode_train_groups = False
-
-  @classmethod
-  def from_config(cls, model_config, info: dict):
-    raise NotImplementedError
 
   def required_inputs(self) -> tuple[str, ...]:
     """What the model reads that a dataset may lack: ``"image"`` (image features, not a

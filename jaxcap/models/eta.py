@@ -50,7 +50,7 @@ Deviations and choices the paper leaves open (documented here so ablations stay 
   exactly zero (instead of a uniform average of padding), so that sub-layer reduces to
   ``LN(query)`` and nothing is NaN.
 - The attention key projections have no bias: the softmax over keys cancels it, so its
-  gradient is identically zero (issue 18; :class:`layers.MultiHeadAttention`).
+  gradient is identically zero (:class:`layers.MultiHeadAttention`).
 - ``late_fusion`` trains the two members jointly through the fused distribution (one
   training run); the paper trains them separately and fuses at test time.
 
@@ -76,10 +76,10 @@ import jax.numpy as jnp
 import flax.linen as nn
 
 from jaxcap.data.vocab import PAD
-from jaxcap.models import layers
+from jaxcap.models import fields, layers
 from jaxcap.models.base import CaptionModel
 from jaxcap.models.registry import register
-from jaxcap.models.transformer import TransformerCaptioner, check_sizes, compute_dtype
+from jaxcap.models.transformer import TRANSFORMER_CHECKS, TransformerCaptioner
 
 VARIANTS = ("eta", "parallel", "stacked_v", "stacked_s", "transformer_v", "transformer_s",
             "late_fusion")
@@ -267,22 +267,9 @@ class ETACaptioner(CaptionModel):
 
   decode_train_groups = True
 
-  @classmethod
-  def from_config(cls, cfg, info):
-    variant = cfg.get("variant", "eta")
-    activation = cfg.get("gbc_activation", "identity")
-    check_variant(variant, activation)
-    check_sizes(cfg)
-    num_layers = cfg.get("num_layers", 6)
-    return cls(vocab_size=info["vocab_size"], max_len=info["max_len"],
-               dim=cfg.get("dim", 512), num_layers=num_layers,
-               num_dec_layers=cfg.get("num_dec_layers", num_layers),
-               num_heads=cfg.get("num_heads", 8), ff_dim=cfg.get("ff_dim", 2048),
-               dropout=cfg.get("dropout", 0.1), variant=variant, gbc_activation=activation,
-               visual_encoder=bool(cfg.get("visual_encoder", True)),
-               semantic_encoder=bool(cfg.get("semantic_encoder", True)),
-               share_embeddings=cfg.get("share_embeddings", False),
-               dtype=compute_dtype(cfg.get("dtype", "float32")))
+  field_checks = dict(TRANSFORMER_CHECKS, variant=fields.one_of(VARIANTS),
+                      gbc_activation=fields.one_of(tuple(ACTIVATIONS)))
+  check_fields = staticmethod(fields.heads_divide_dim)
 
   def required_inputs(self) -> tuple[str, ...]:
     use_v, use_s = (True, True) if self.variant == "late_fusion" else uses_modalities(self.variant)

@@ -43,7 +43,7 @@ Section 3 of the paper, equation by equation:
   2D on the concatenation, then the gated linear unit, as AoANet's "attention on attention");
   ``p = softmax(W_p Dropout(c_t) + b_p)``. The keys/values of all M sub-transformers are
   projected once per image in ``encode`` (``[B, N, M, H, Dh]``).
-* AoANet (``aoanet``, Table 3's baseline, Huang et al. 2019): the same decoder with M = 1
+* AoANet (``aoanet``, :mod:`jaxcap.models.aoanet`, Table 3's baseline, Huang et al. 2019): the same decoder with M = 1
   (then eq. 10 is exactly AoANet's AoA decoder), and a refiner of ``num_layers`` (6) ordinary
   layers with attention on attention: ``A' = Norm(A + GLU(W [MultiHead'(A, A, A); A] + b))``
   where MultiHead' is multi-head attention without its output projection (the AoA linear
@@ -76,7 +76,7 @@ does unless said otherwise):
     because their masks / sharing have no flax counterpart.
   * No bias on the key projections (W_Ki in the encoder, W_DKi in the decoder): ``q . b``
     is the same for every key of a query, the softmax cancels it, so its gradient is
-    identically zero (issue 18; the released code's ``nn.Linear`` has one).
+    identically zero (the released code's ``nn.Linear`` has one).
 """
 
 from __future__ import annotations
@@ -88,11 +88,10 @@ import jax
 import jax.numpy as jnp
 import flax.linen as nn
 
-from jaxcap.models import layers
+from jaxcap.models import fields, layers
 from jaxcap.models.layers import masked_mean
 from jaxcap.models.base import CaptionModel
 from jaxcap.models.registry import register
-from jaxcap.models.transformer import compute_dtype
 
 GRAPH_MASKS = ("multiply", "softmax")
 GRAPHS = ("boxes", "all_neighbour")
@@ -256,7 +255,8 @@ class ImageTransformer(CaptionModel):
     dim: D (paper: LSTM 1024; the released code uses 1024 for every width).
     num_heads: H (8).
     num_layers: encoder layers (3; AoANet: 6).
-    spatial_layers: 1-based indices of the spatial-graph layers (all three by default).
+    spatial_layers: the spatial-graph layers, "all" (default), "none" or 1-based numbers like
+      "1,3"; the module holds them as sorted indices.
     spatial: False gives "w/o spatial relations" in those layers (plain softmax, mean of 3).
     num_sub: M sub-transformers in the decoder (3; AoANet: 1).
     epsilon: ε of eq. 5 (0.9).
@@ -273,7 +273,7 @@ class ImageTransformer(CaptionModel):
   dim: int = 1024
   num_heads: int = 8
   num_layers: int = 3
-  spatial_layers: tuple = (1, 2, 3)
+  spatial_layers: str | int | tuple = "all"
   spatial: bool = True
   num_sub: int = 3
   epsilon: float = 0.9
@@ -285,40 +285,21 @@ class ImageTransformer(CaptionModel):
   dropout: float = 0.1
   dtype: Any = jnp.float32
 
-  _DEFAULTS = dict(dim=1024, num_heads=8, num_layers=3, spatial_layers="all", spatial=True,
-                   num_sub=3, epsilon=0.9, graph_mask="multiply", graph="boxes",
-                   refine_aoa=False, ffn=True, ff_dim=2048, dropout=0.1)
+  field_checks = {"dim": fields.POSITIVE, "num_heads": fields.POSITIVE,
+                  "num_layers": fields.POSITIVE, "num_sub": fields.POSITIVE,
+                  "ff_dim": fields.POSITIVE, "graph_mask": fields.one_of(GRAPH_MASKS),
+                  "graph": fields.one_of(GRAPHS), "dropout": fields.RATE,
+                  "epsilon": fields.in_interval(0.0, 1.0, closed_high=True, what="a fraction")}
 
-  @classmethod
-  def from_config(cls, cfg, info):
-    d = dict(cls._DEFAULTS)
-    get = lambda f: cfg.get(f, d[f])
-    ints = {f: get(f) for f in ("dim", "num_heads", "num_layers", "num_sub", "ff_dim")}
-    for field, value in ints.items():
-      if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"config field model.{field}: expected a positive int, got {value!r}")
-    if ints["dim"] % ints["num_heads"]:
-      raise ValueError(f"config field model.num_heads: {ints['num_heads']} does not divide "
-                       f"dim={ints['dim']}; expected a divisor of model.dim")
-    for field in ("spatial", "refine_aoa", "ffn"):
-      if not isinstance(get(field), bool):
-        raise ValueError(f"config field model.{field}: expected True or False, got {get(field)!r}")
-    if get("graph_mask") not in GRAPH_MASKS:
-      raise ValueError(f"config field model.graph_mask: expected one of {GRAPH_MASKS}, "
-                       f"got {get('graph_mask')!r}")
-    if get("graph") not in GRAPHS:
-      raise ValueError(f"config field model.graph: expected one of {GRAPHS}, got {get('graph')!r}")
-    epsilon = float(get("epsilon"))
-    if not 0.0 < epsilon <= 1.0:
-      raise ValueError(f"config field model.epsilon: expected a fraction in (0, 1], got {epsilon!r}")
-    rate = float(get("dropout"))
-    if not 0.0 <= rate < 1.0:
-      raise ValueError(f"config field model.dropout: expected a rate in [0, 1), got {rate!r}")
-    spatial_layers = parse_spatial_layers(get("spatial_layers"), ints["num_layers"])
-    return cls(vocab_size=int(info["vocab_size"]), spatial_layers=spatial_layers,
-               spatial=get("spatial"), epsilon=epsilon, graph_mask=get("graph_mask"),
-               graph=get("graph"), refine_aoa=get("refine_aoa"), ffn=get("ffn"), dropout=rate,
-               dtype=compute_dtype(cfg.get("dtype", "float32")), **{k: int(v) for k, v in ints.items()})
+  @staticmethod
+  def check_fields(values):
+    fields.heads_divide_dim(values)
+    parse_spatial_layers(values["spatial_layers"], values["num_layers"])
+
+  def __post_init__(self):
+    # Configs name the layers ("all", "none", "1,3"); the module holds their sorted indices.
+    object.__setattr__(self, "spatial_layers", parse_spatial_layers(self.spatial_layers, self.num_layers))
+    super().__post_init__()
 
   def setup(self):
     if self.graph_mask not in GRAPH_MASKS:
@@ -439,19 +420,3 @@ class ImageTransformer(CaptionModel):
                    out_axes=0)
     _, c_TxBxD = scan(self, self.init_cache(enc, tokens_BxT.shape[1]), jnp.swapaxes(tokens_BxT, 0, 1))
     return jnp.swapaxes(c_TxBxD, 0, 1)
-
-
-@register("aoanet")
-class AoANet(ImageTransformer):
-  """AoANet (Huang et al., 2019): 6 ordinary refiner layers with attention on attention and no
-  feed-forward sub-layer, and the AoA decoder (M = 1). The Image Transformer's switches
-  (``spatial_layers``, ``num_sub``, ...) stay available; see the module docstring."""
-
-  num_layers: int = 6
-  spatial_layers: tuple = ()
-  num_sub: int = 1
-  refine_aoa: bool = True
-  ffn: bool = False
-
-  _DEFAULTS = dict(ImageTransformer._DEFAULTS, num_layers=6, spatial_layers="none", num_sub=1,
-                   refine_aoa=True, ffn=False)

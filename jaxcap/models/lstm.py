@@ -20,6 +20,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from jaxcap.models import fields
 from jaxcap.models.base import CaptionModel
 from jaxcap.models.layers import masked_mean
 from jaxcap.models.registry import register
@@ -43,18 +44,8 @@ class LSTMCaptioner(CaptionModel):
   att_dim: int = 512
   dropout: float = 0.5
 
-  @classmethod
-  def from_config(cls, cfg, info):
-    for field in ("hidden_dim", "embed_dim", "att_dim"):
-      value = cfg.get(field, 512)
-      if not (isinstance(value, int) and value > 0):
-        raise ValueError(f"config field model.{field}: expected a positive int, got {value!r}")
-    rate = cfg.get("dropout", 0.5)
-    if not 0.0 <= rate < 1.0:
-      raise ValueError(f"config field model.dropout: expected a rate in [0, 1), got {rate!r}")
-    return cls(vocab_size=int(info["vocab_size"]), hidden_dim=cfg.get("hidden_dim", 512),
-               embed_dim=cfg.get("embed_dim", 512), att_dim=cfg.get("att_dim", 512),
-               dropout=float(rate))
+  field_checks = {"hidden_dim": fields.POSITIVE, "embed_dim": fields.POSITIVE,
+                  "att_dim": fields.POSITIVE, "dropout": fields.RATE}
 
   def setup(self):
     self.feat_proj = nn.Dense(self.hidden_dim)

@@ -65,11 +65,14 @@ whose CGRU follows dl4mt's ``gru_cond_layer``):
 
 from __future__ import annotations
 
+from typing import Any
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
 from jaxcap.data.vocab import PAD
+from jaxcap.models import fields
 from jaxcap.models.base import CaptionModel
 from jaxcap.models.layers import masked_mean
 from jaxcap.models.registry import register
@@ -85,6 +88,8 @@ VARIANTS = {
     "mnmt7": ("concat", True, False),
     "mnmt8": ("concat", True, True),
 }
+# What a Table 2 row (``variant``) sets.
+VARIANT_FIELDS = ("modalities", "fusion", "encoder_dependent", "decoder_dependent")
 MODALITIES = ("both", "text", "image")
 FUSIONS = ("sum", "concat")
 _XAVIER = nn.initializers.xavier_uniform()
@@ -130,51 +135,41 @@ class MultimodalNMT(CaptionModel):
   encoder_dependent: bool = True
   decoder_dependent: bool = False
   dropout: float = 0.0
-  dtype: str = "float32"
+  dtype: Any = jnp.float32
 
-  @classmethod
-  def from_config(cls, cfg, info):
-    get = cfg.get
-    variant = get("variant", "")
-    fusion, enc_dep, dec_dep = get("fusion", "concat"), get("encoder_dependent", True), get(
-        "decoder_dependent", False)
-    modalities = get("modalities", "both")
-    if variant:
-      if variant == "nmt":
-        modalities = "text"
-      elif variant == "imgtxt":
-        modalities = "image"
-      elif variant in VARIANTS:
-        modalities = "both"
-        fusion, enc_dep, dec_dep = VARIANTS[variant]
-      else:
-        raise ValueError(f"config field model.variant: expected one of "
-                         f"{sorted(VARIANTS) + ['nmt', 'imgtxt']}, got {variant!r}")
-    for field, default in (("embed_dim", 620), ("hidden_dim", 1000)):
-      value = get(field, default)
-      if not (isinstance(value, int) and value > 0):
-        raise ValueError(f"config field model.{field}: expected a positive int, got {value!r}")
-    att_dim = get("att_dim", 0)
-    if not (isinstance(att_dim, int) and att_dim >= 0):
-      raise ValueError(f"config field model.att_dim: expected an int >= 0 (0: 2 x hidden_dim), "
-                       f"got {att_dim!r}")
-    if modalities not in MODALITIES:
-      raise ValueError(f"config field model.modalities: expected one of {MODALITIES}, got {modalities!r}")
-    if fusion not in FUSIONS:
-      raise ValueError(f"config field model.fusion: expected one of {FUSIONS}, got {fusion!r}")
-    rate = get("dropout", 0.0)
-    if not 0.0 <= rate < 1.0:
-      raise ValueError(f"config field model.dropout: expected a rate in [0, 1), got {rate!r}")
-    src_vocab = int(info.get("src_vocab_size", 0) or 0)
-    if modalities != "image" and src_vocab <= 0:
+  field_checks = {"embed_dim": fields.POSITIVE, "hidden_dim": fields.POSITIVE,
+                  "att_dim": fields.Check(fields.at_least(0).test, "an int >= 0 (0: 2 x hidden_dim)"),
+                  "modalities": fields.one_of(MODALITIES), "fusion": fields.one_of(FUSIONS),
+                  "dropout": fields.RATE}
+
+  @staticmethod
+  def config_presets(values: dict) -> dict:
+    """``variant``: a row of Table 2 (``nmt``, ``imgtxt``, ``mnmt1``..``mnmt8``) sets the
+    :data:`VARIANT_FIELDS`; empty: those fields as given."""
+    values = dict(values)
+    variant = values.pop("variant", "")
+    both = [f for f in VARIANT_FIELDS if f in values]
+    if variant and both:
+      raise ValueError(f"config field model.{both[0]}: set by model.variant={variant!r}; expected "
+                       f"model.variant='' to set it directly")
+    if variant == "nmt":
+      values["modalities"] = "text"
+    elif variant == "imgtxt":
+      values["modalities"] = "image"
+    elif variant in VARIANTS:
+      values["modalities"] = "both"
+      values["fusion"], values["encoder_dependent"], values["decoder_dependent"] = VARIANTS[variant]
+    elif variant:
+      raise ValueError(f"config field model.variant: expected one of "
+                       f"{sorted(VARIANTS) + ['nmt', 'imgtxt']}, got {variant!r}")
+    return values
+
+  @staticmethod
+  def check_data(values) -> None:
+    if values["modalities"] != "image" and values["src_vocab_size"] <= 0:
       raise ValueError("config field data.task: the mnmt model reads a translation source, but "
                        "the data has none (source vocabulary of 0 words); expected "
                        "task='translate'")
-    return cls(vocab_size=int(info["vocab_size"]), src_vocab_size=src_vocab,
-               embed_dim=get("embed_dim", 620), hidden_dim=get("hidden_dim", 1000), att_dim=att_dim,
-               modalities=modalities, fusion=fusion, fusion_tanh=bool(get("fusion_tanh", True)),
-               encoder_dependent=bool(enc_dep), decoder_dependent=bool(dec_dep),
-               dropout=float(rate), dtype=get("dtype", "float32"))
 
   def required_inputs(self) -> tuple[str, ...]:
     return {"both": ("image", "src"), "text": ("src",), "image": ("image",)}[self.modalities]

@@ -8,8 +8,11 @@ evaluation code: ``python train.py --config configs/nearest_neighbour.py:<datase
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
+from jaxcap.models import fields
 from jaxcap.models.registry import register
 
 
@@ -19,23 +22,21 @@ def _normalise(x: np.ndarray) -> np.ndarray:
 
 
 @register("nearest_neighbour")
+@dataclasses.dataclass
 class NearestNeighbour:
-  """Cosine nearest neighbour on ``global_feat``; ``trainable = False`` tells train.py to fit."""
+  """Cosine nearest neighbour on ``global_feat``; ``trainable = False`` tells train.py to fit.
+
+  Attributes:
+    chunk: test images compared at once.
+  """
+
+  chunk: int = 1024
+  train_feats: np.ndarray | None = dataclasses.field(default=None, init=False, repr=False)
+  train_captions: list | None = dataclasses.field(default=None, init=False, repr=False)
 
   trainable = False
-
-  def __init__(self, chunk: int = 1024):
-    self.chunk = chunk
-    self.train_feats = None
-    self.train_captions = None
-
-  @classmethod
-  def from_config(cls, model_config, info):
-    chunk = model_config.get("chunk", 1024)
-    if isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or chunk < 1:
-      raise ValueError(f"config field model.chunk: expected a positive int (test images compared "
-                       f"at once), got {chunk!r}")
-    return cls(chunk=int(chunk))
+  field_checks = {"chunk": fields.Check(fields.POSITIVE.test,
+                                        "a positive int (test images compared at once)")}
 
   def required_inputs(self) -> tuple[str, ...]:
     return ("image",)

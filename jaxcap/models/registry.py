@@ -1,4 +1,8 @@
-"""A small registry: models are found by ``config.model.name``."""
+"""A small registry: models are found by ``config.model.name``.
+
+A model registers itself (``@register("name")``) in a module of ``jaxcap.models``; the registry
+imports the package's modules when it is first asked for a name, so a new model is one file.
+"""
 
 from __future__ import annotations
 
@@ -33,18 +37,23 @@ def get(name: str):
 
 
 def build(model_config, info: dict):
-  """Builds the model named by ``model_config.name`` for a dataset described by ``info``."""
-  cls = get(model_config.name)
-  return cls.from_config(model_config, info)
+  """Builds the model named by ``model_config.name`` for a dataset described by ``info``
+  (the config checked against the module's fields: :func:`jaxcap.models.fields.build`)."""
+  from jaxcap.models import fields
+  return fields.build(get(model_config.name), model_config, info)
+
+
+_imported = False
 
 
 def _import_all():
-  # Importing the modules runs their @register decorators.
+  # Importing the package's modules runs their @register decorators.
+  global _imported
+  if _imported:
+    return
+  _imported = True
   import importlib
-  for mod in ("transformer", "nearest_neighbour", "lstm", "eta", "aat", "image_transformer", "mnmt", "tpgn",
-              "show_tell"):
-    try:
-      importlib.import_module(f"jaxcap.models.{mod}")
-    except ModuleNotFoundError as e:
-      if e.name != f"jaxcap.models.{mod}":
-        raise
+  import pkgutil
+  import jaxcap.models as package
+  for info in pkgutil.iter_modules(package.__path__):
+    importlib.import_module(f"{package.__name__}.{info.name}")

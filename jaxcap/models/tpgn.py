@@ -74,6 +74,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxcap.models import fields
 from jaxcap.models.base import CaptionModel
 from jaxcap.models.registry import register
 
@@ -223,32 +224,11 @@ class TPGN(CaptionModel):
 
   frozen_collections = ("constants",)
 
-  @classmethod
-  def from_config(cls, cfg, info):
-    from jaxcap.models.transformer import compute_dtype
-    d = cfg.get("d", 25)
-    if not (isinstance(d, int) and not isinstance(d, bool) and d > 0):
-      raise ValueError(f"config field model.d: expected a positive int, got {d!r}")
-    lexical = cfg.get("lexical", "learned")
-    if lexical not in LEXICAL_MODES:
-      raise ValueError(f"config field model.lexical: expected one of {LEXICAL_MODES}, got {lexical!r}")
-    glove = cfg.get("glove_path", "")
-    if not isinstance(glove, str):
-      raise ValueError(f"config field model.glove_path: expected a path string, got {glove!r}")
-    train_emb = cfg.get("train_embedding", True)
-    if not isinstance(train_emb, bool):
-      raise ValueError(f"config field model.train_embedding: expected a bool, got {train_emb!r}")
-    rate = cfg.get("dropout", 0.0)
-    if not (isinstance(rate, (int, float)) and 0.0 <= rate < 1.0):
-      raise ValueError(f"config field model.dropout: expected a rate in [0, 1), got {rate!r}")
-    zero = cfg.get("zero_role_cluster", -1)
-    if not (isinstance(zero, int) and zero >= -1):
-      raise ValueError(f"config field model.zero_role_cluster: expected -1 (off) or a cluster id "
-                       f">= 0, got {zero!r}")
-    feat = int(info.get("global_dim") or info["feature_dim"])
-    return cls(vocab_size=int(info["vocab_size"]), feature_dim=feat, d=d, lexical=lexical,
-               glove_path=glove, train_embedding=train_emb, dropout=float(rate),
-               zero_role_cluster=zero, dtype=compute_dtype(cfg.get("dtype", "float32")))
+  field_checks = {"d": fields.POSITIVE, "lexical": fields.one_of(LEXICAL_MODES),
+                  "glove_path": fields.Check(lambda v: isinstance(v, str), "a path string"),
+                  "dropout": fields.RATE,
+                  "zero_role_cluster": fields.Check(fields.at_least(-1).test,
+                                                    "-1 (off) or a cluster id >= 0")}
 
   @property
   def embed_dim(self) -> int:

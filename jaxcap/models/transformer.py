@@ -27,19 +27,12 @@ import jax
 import jax.numpy as jnp
 import flax.linen as nn
 
-from jaxcap.models import layers
+from jaxcap.models import fields, layers
 from jaxcap.models.base import CaptionModel
 from jaxcap.models.registry import register
 
 
 REGION_ACTIVATIONS = ("relu", "linear")
-
-
-def compute_dtype(name: str):
-  try:
-    return {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}[name]
-  except KeyError:
-    raise ValueError(f"config field dtype: expected 'float32' or 'bfloat16', got {name!r}") from None
 
 
 class DecoderBlock(nn.Module):
@@ -81,24 +74,11 @@ class DecoderBlock(nn.Module):
     return self._rest(x, k, v, mask_BxN, train), cache
 
 
-def check_sizes(cfg) -> None:
-  """One-line ValueErrors for the sizes and dropout of a Transformer-style config (the
-  Transformer's and ETA's): positive ints (``num_layers`` may be 0: no encoder blocks), heads
-  that divide ``dim``, a dropout rate in [0, 1)."""
-  layers_ = cfg.get("num_layers", 6)
-  sizes = {"dim": cfg.get("dim", 512), "num_layers": layers_,
-           "num_dec_layers": cfg.get("num_dec_layers", layers_),
-           "num_heads": cfg.get("num_heads", 8), "ff_dim": cfg.get("ff_dim", 2048)}
-  for field, value in sizes.items():
-    low = 0 if field == "num_layers" else 1
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-      raise ValueError(f"config field model.{field}: expected an int >= {low}, got {value!r}")
-  if sizes["dim"] % sizes["num_heads"]:
-    raise ValueError(f"config field model.num_heads: {sizes['num_heads']} does not divide "
-                     f"dim={sizes['dim']}; expected a divisor of model.dim")
-  rate = cfg.get("dropout", 0.1)
-  if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0.0 <= rate < 1.0:
-    raise ValueError(f"config field model.dropout: expected a rate in [0, 1), got {rate!r}")
+# The sizes and dropout of a Transformer-style model (the Transformer's and ETA's): num_layers
+# may be 0 (no encoder blocks: the projected regions are the memory).
+TRANSFORMER_CHECKS = {"dim": fields.POSITIVE, "num_layers": fields.at_least(0),
+                      "num_dec_layers": fields.POSITIVE, "num_heads": fields.POSITIVE,
+                      "ff_dim": fields.POSITIVE, "dropout": fields.RATE}
 
 
 @register("transformer")
@@ -131,21 +111,8 @@ class TransformerCaptioner(CaptionModel):
   region_activation: str = "relu"
 
   decode_train_groups = True
-
-  @classmethod
-  def from_config(cls, cfg, info):
-    region_activation = cfg.get("region_activation", "relu")
-    if region_activation not in REGION_ACTIVATIONS:
-      raise ValueError(f"config field model.region_activation: expected one of "
-                       f"{REGION_ACTIVATIONS}, got {region_activation!r}")
-    check_sizes(cfg)
-    return cls(vocab_size=info["vocab_size"], max_len=info["max_len"],
-               dim=cfg.get("dim", 512), num_layers=cfg.get("num_layers", 6),
-               num_dec_layers=cfg.get("num_dec_layers", cfg.get("num_layers", 6)),
-               num_heads=cfg.get("num_heads", 8), ff_dim=cfg.get("ff_dim", 2048),
-               dropout=cfg.get("dropout", 0.1), share_embeddings=cfg.get("share_embeddings", False),
-               region_activation=region_activation,
-               dtype=compute_dtype(cfg.get("dtype", "float32")))
+  field_checks = dict(TRANSFORMER_CHECKS, region_activation=fields.one_of(REGION_ACTIVATIONS))
+  check_fields = staticmethod(fields.heads_divide_dim)
 
   def setup(self):
     self.feat_proj = nn.Dense(self.dim, dtype=self.dtype)

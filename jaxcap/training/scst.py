@@ -15,7 +15,7 @@ One SCST step:
 
 Baselines: ``"greedy"`` — the reward of the greedy caption (Rennie et al.); ``"mean"`` — the
 mean reward of the other n - 1 samples of the same image ("new self-critical", Luo 2020).
-On-policy gradient (issue 17): the log-probabilities in the gradient must be those of the
+On-policy gradient: the log-probabilities in the gradient must be those of the
 policy that drew the samples. Sampling (``decoding.sample``) runs the model without dropout,
 so by default (``scst.dropout = False``) the gradient pass, which recomputes the samples'
 log-probabilities by teacher forcing (:func:`sample_logits`), runs without dropout too: the

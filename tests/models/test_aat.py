@@ -5,7 +5,7 @@ Two references, both fed the model's own parameters and written from the paper's
 * The attention module (eqs. 4-15): one example at a time with real halting (a Python
   ``break``) and the paper's product form of eqs. 11-15, so it shares nothing with the masked,
   log-space implementation beyond the weights (``np_adaptive``, ``np_fixed``).
-* The whole model (issue 17, ``np_captioner``): the linear projection of the regions and their
+* The whole model (``np_captioner``): the linear projection of the regions and their
   mean ``a_bar`` over the real regions (section 3.1), the input module (eq. 1, with
   ``c_{t-1} = h2_{t-1}``), the attention module, the output layer (eq. 2) and the time cost
   ``lambda L^a_t`` (eq. 14), one caption at a time from a zero state. It is compared with
@@ -16,7 +16,7 @@ Two references, both fed the model's own parameters and written from the paper's
   (``training/steps.py::xe_loss_fn``, ``training/scst.py``) against eqs. 16-17 built from the
   reference's log-probabilities and time costs.
 
-Mutation check (issue 17): each mutant was applied to the code by hand (a script replacing one
+Mutation check: each mutant was applied to the code by hand (a script replacing one
 line, then restoring it), and the whole-model / module / loss tests were run with ``-x``;
 the first failing test is listed (all 38 were caught; [k] = test_whole_model_matches_numpy_reference[k]).
 

@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 import jax
 
-from jaxcap.models.image_transformer import AoANet, ImageTransformer
+from jaxcap.models.aoanet import AoANet
+from jaxcap.models.image_transformer import ImageTransformer
 from tests.models.test_image_transformer import (D, H, V, _jit, _np_params, _tiny_batch,
                                                  _train_logits, np_forward)
 

@@ -3,7 +3,7 @@ paper's eqs. 7-12 (every variant, every f), gate overrides, masking, causality, 
 
 Dimension legend: B batch, T positions, N regions, A attributes, D width, H heads, V vocab.
 
-Mutant tried (issue 17): the Transformer's ReLU after the region projection kept for
+Mutant tried: the Transformer's ReLU after the region projection kept for
 ``region_activation="linear"`` fails test_transformer_region_activation[linear].
 """
 
@@ -431,7 +431,7 @@ def test_config_defaults_follow_the_paper():
   assert (o.attributes, o.test_attributes, o.attr_noise) == ("noisy", "oracle", 0.3)
   o = eta_config.get_config("coco,attributes=oracle").data
   assert (o.attributes, o.test_attributes) == ("detected", "oracle")
-  o = eta_config.get_config("synthetic,attributes=oracle_all").data  # before issue 17
+  o = eta_config.get_config("synthetic,attributes=oracle_all").data  # the first tables' oracle
   assert (o.attributes, o.test_attributes, o.attr_noise) == ("oracle", "", 0.0)
   assert eta_config.get_config("coco").data.test_attributes == ""
 

@@ -19,7 +19,7 @@ Mutants tried by hand (each made at least one test here fail; then restored):
   8. decoder: GLU inputs swapped (``[h_t; att]`` instead of ``[att; h_t]``);
   9. Ω_c not transposed (``child = parent``).
 
-Issue 17 audit (further mutants, each failed every test_whole_model_matches_numpy case and
+Mutant audit (further mutants, each failed every test_whole_model_matches_numpy case and
 AoANet's whole-model test unless noted; decode_step is checked through its equality with
 teacher forcing on arbitrary tokens, which covers greedy decoding — the step never sees where
 its token came from):
@@ -42,7 +42,8 @@ import jax.numpy as jnp
 
 from jaxcap.models import registry
 from jaxcap.models.base import shift_right
-from jaxcap.models.image_transformer import (AoANet, GraphAttention, ImageTransformer,
+from jaxcap.models.aoanet import AoANet
+from jaxcap.models.image_transformer import (GraphAttention, ImageTransformer,
                                              spatial_graph)
 
 D, H, N, F, V = 16, 4, 6, 10, 23

@@ -17,7 +17,7 @@ Mutants tried by hand (each made at least one test below fail; then restored):
   7. ``h_0^(2) = h_1^(1)`` dropped (g2 starts from zeros)                    -> whole-model, step
   8. ``E y_{t-1}`` dropped from eq. 8                                        -> whole-model, step
   9. mean over all source positions (PAD included) in eq. 4                  -> whole-model
-Issue 17 audit (each failed test_whole_model_matches_numpy in every default case):
+Mutant audit (each failed test_whole_model_matches_numpy in every default case):
  10. tanh dropped from eq. 8's hidden layer (again, confirmed);
  11. g2 always from its cache (``h_0^(2) = h_1^(1)`` dropped; again, confirmed);
  12. padding not masked in the attention energies (eq. 10);

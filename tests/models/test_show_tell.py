@@ -8,7 +8,7 @@ Mutants tried by hand (each made the forward test here fail, then was reverted):
   * the output layer reading the cell state c instead of h;
   * the LSTM state not carried from step to step (``_step`` returns the old cache).
 
-Issue 17 audit (each failed the forward test here):
+Mutant audit (each failed the forward test here):
   * c_0 and h_0 swapped after the image step;
   * the image feature zeroed before W_I (the image never reaches the LSTM);
   * the cell state reset to zero after the image step.

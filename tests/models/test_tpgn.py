@@ -17,7 +17,7 @@ Mutants tried by hand (each made one test here fail, then was reverted):
   * ``b_u`` dropped from eq. 17: whole-model test fails;
   * role ablation zeroing the nearest-centroid *complement*: ablation test fails.
 
-Issue 17 audit (each failed test_whole_teacher_forced_forward_matches_numpy, both cases):
+Mutant audit (each failed test_whole_teacher_forced_forward_matches_numpy, both cases):
   * tanh dropped on the S subnet's candidate g (``s_step``);
   * tanh dropped on u_t (eq. 17);
   * forget and input gates swapped in the S subnet's cell update.

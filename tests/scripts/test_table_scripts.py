@@ -1,4 +1,4 @@
-"""The multi-seed table scripts (issue 17, items 8-9): scripts/eta_ablations.py,
+"""The multi-seed table scripts: scripts/eta_ablations.py,
 scripts/aat_table1.py and scripts/flickr8k_table.py.
 
 Default tests never train: finished runs are faked by writing the files a finished run leaves

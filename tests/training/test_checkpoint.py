@@ -1,4 +1,4 @@
-"""Checkpoint robustness (issue 18): damaged latest steps, ``keep_checkpoints`` after a crash,
+"""Checkpoint robustness: damaged latest steps, ``keep_checkpoints`` after a crash,
 ``metrics.jsonl`` after a resume, and kill-and-resume at the checkpoint-writing moments.
 
 The fast tests drive :class:`jaxcap.training.checkpoint.Checkpoints` on a small state; the

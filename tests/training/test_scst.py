@@ -1,7 +1,7 @@
 """Self-critical sequence training: loss, baselines, gradient direction, a run in the trainer.
 
 Mutants tried on jaxcap/training/scst.py: ``sample_logits`` encoding in training mode (fresh
-dropout masks on the image side, as before issue 17) fails
+dropout masks on the image side, as jaxcap once did) fails
 test_gradient_pass_log_probs_equal_sampling_log_probs.
 """
 
