@@ -13,6 +13,8 @@ Dimension legend: K attribute vocabulary size, A attributes kept per image.
 from __future__ import annotations
 
 import collections
+import json
+import os
 from typing import Iterable, Sequence
 
 
@@ -56,3 +58,29 @@ def oracle_attributes(refs: Sequence[Sequence[str]], index: dict[str, int],
   per_ref = collections.Counter(w for toks in refs for w in set(toks) if w in index)
   words = sorted(per_ref, key=lambda w: (-per_ref[w], index[w]))
   return words[:max_attributes]
+
+
+def write_file(path: str, table: dict) -> None:
+  """Writes an attributes file, ``{image_id: [words]}`` JSON, atomically (temporary file, then
+  rename): what ``scripts/train_attributes.py`` writes and ``data.attributes_file`` reads."""
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  tmp = f"{path}.tmp{os.getpid()}"
+  with open(tmp, "w") as f:
+    json.dump({str(k): list(v) for k, v in table.items()}, f)
+  os.replace(tmp, path)
+
+
+def read_file(path: str) -> dict:
+  """``{str(image_id): [words]}`` from an attributes file; a one-line ValueError names the file
+  (and the config field that points at it) when it is missing or malformed."""
+  try:
+    with open(path) as f:
+      table = json.load(f)
+    if not isinstance(table, dict) or not all(isinstance(v, list) for v in table.values()):
+      raise TypeError("not an object of word lists")
+  except (OSError, ValueError, TypeError) as e:
+    why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+    raise ValueError(f"{path or '<attributes_file unset>'}: field 'attributes_file' is not "
+                     f"usable ({why}); expected a JSON object {{image_id: [words]}} (written "
+                     "by scripts/train_attributes.py)") from None
+  return {str(k): v for k, v in table.items()}

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import os
 from typing import Sequence
 
@@ -428,18 +427,7 @@ class CaptionDataset:
                            "sentence is empty, expected at least one word")
 
   def _load_detected(self) -> dict:
-    path = str(_cfg(self.config, "attributes_file"))
-    try:
-      with open(path) as f:
-        table = json.load(f)
-      if not isinstance(table, dict):
-        raise TypeError("not an object")
-    except (OSError, ValueError, TypeError) as e:
-      why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-      raise ValueError(f"{path or '<attributes_file unset>'}: field 'attributes_file' is not "
-                       f"usable ({why}); expected a JSON object {{image_id: [words]}} (written "
-                       "by scripts/train_attributes.py)") from None
-    return {str(k): v for k, v in table.items()}
+    return attributes_lib.read_file(str(_cfg(self.config, "attributes_file")))
 
   def _encode_split(self, split: str, data: SplitData, detected: dict | None) -> dict:
     t = self.max_len + 1

@@ -32,6 +32,8 @@ import jax.numpy as jnp
 import flax.linen as nn
 import optax
 
+from jaxcap.data import attributes
+
 # log(1 - P) is clipped below 0 by this much so that log P stays finite when every region's
 # probability underflows to 0 in float32.
 _MIN_LOG_NOT = 1e-12
@@ -221,27 +223,6 @@ def top_attributes(probs_IxK: np.ndarray, words: Sequence[str], top_k: int,
   return [[words[j] for j in row if probs_IxK[i, j] >= min_prob] for i, row in enumerate(order)]
 
 
-def write_attributes(path: str, table: dict) -> None:
-  """Writes ``{image_id: [words]}`` JSON atomically (temporary file, then rename)."""
-  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-  tmp = f"{path}.tmp{os.getpid()}"
-  with open(tmp, "w") as f:
-    json.dump({str(k): list(v) for k, v in table.items()}, f)
-  os.replace(tmp, path)
-
-
-def read_attributes(path: str) -> dict:
-  """Reads an attributes file; a one-line ValueError names the file when it is malformed."""
-  try:
-    with open(path) as f:
-      table = json.load(f)
-  except (OSError, ValueError) as e:
-    raise ValueError(f"{path}: expected a JSON object {{image_id: [words]}} ({e})") from None
-  if not isinstance(table, dict) or not all(isinstance(v, list) for v in table.values()):
-    raise ValueError(f"{path}: expected a JSON object {{image_id: [words]}}")
-  return table
-
-
 def run(dataset, cfg, out_dir: str, log: Callable[[str], Any] = print,
         splits: Iterable[str] | None = None) -> dict:
   """Trains on ``train``, reports val metrics, writes ``attributes.json`` and ``metrics.json``.
@@ -290,7 +271,7 @@ def run(dataset, cfg, out_dir: str, log: Callable[[str], Any] = print,
       table[str(iid)] = ws
   os.makedirs(out_dir, exist_ok=True)
   path = os.path.join(out_dir, "attributes.json")
-  write_attributes(path, table)
+  attributes.write_file(path, table)
   result["path"] = path
   metrics_path = os.path.join(out_dir, "metrics.json")
   tmp = f"{metrics_path}.tmp{os.getpid()}"

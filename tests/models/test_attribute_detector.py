@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
+from jaxcap.data import attributes
 from jaxcap.models import attribute_detector as ad
 
 
@@ -111,13 +112,13 @@ def test_top_attributes_and_atomic_file_round_trip(tmp_path):
   top = ad.top_attributes(probs, words, top_k=2, min_prob=0.15)
   assert top == [["ball", "dog"], ["red", "dog"]]
   path = str(tmp_path / "sub" / "attributes.json")
-  ad.write_attributes(path, {7: top[0], "x": top[1]})
-  assert ad.read_attributes(path) == {"7": ["ball", "dog"], "x": ["red", "dog"]}
+  attributes.write_file(path, {7: top[0], "x": top[1]})
+  assert attributes.read_file(path) == {"7": ["ball", "dog"], "x": ["red", "dog"]}
   assert os.listdir(tmp_path / "sub") == ["attributes.json"]
   bad = tmp_path / "bad.json"
   bad.write_text("[1, 2]")
   with pytest.raises(ValueError, match="bad.json"):
-    ad.read_attributes(str(bad))
+    attributes.read_file(str(bad))
   with pytest.raises(ValueError, match="attribute words"):
     ad.top_attributes(probs, words[:2], top_k=1)
 
@@ -142,7 +143,7 @@ def test_detector_beats_the_frequency_prior_and_feeds_the_pipeline(tmp_path):
   print(f"detector {det}\nprior {prior}")  # shown with pytest -s
   assert det["precision@10"] > prior["precision@10"] + 0.1
   assert det["mAP"] > prior["mAP"] + 0.1
-  table = ad.read_attributes(result["path"])
+  table = attributes.read_file(result["path"])
   ids = [str(i) for s in ("train", "val", "test") for i in dataset.image_ids(s)]
   assert sorted(table) == sorted(ids)
   assert all(set(ws) <= set(dataset.attribute_words) and len(ws) <= 8 for ws in table.values())
