@@ -104,21 +104,10 @@ class TreeMismatchError(ValueError):
   """A readable checkpoint whose parameter tree is not the one the model builds."""
 
 
-def _path_names(path) -> str:
-  """``params/decoder/bias`` for a key path of dict keys, attributes or sequence indices."""
-  parts = []
-  for k in path:
-    for attr in ("key", "name", "idx"):
-      if hasattr(k, attr):
-        parts.append(str(getattr(k, attr)))
-        break
-    else:
-      parts.append(str(k))
-  return "/".join(parts)
-
-
 def _leaf_names(tree) -> set:
-  return {_path_names(p) for p, _ in jax.tree_util.tree_flatten_with_path(tree)[0]}
+  """``params/decoder/bias``-style names of a tree's leaves."""
+  return {jax.tree_util.keystr(p, simple=True, separator="/")
+          for p, _ in jax.tree_util.tree_flatten_with_path(tree)[0]}
 
 
 def tree_mismatch(step_dir: str, abstract_state) -> str | None:
