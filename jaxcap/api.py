@@ -12,8 +12,8 @@ width, K beams, T decoding steps (``max_len``).
   jaxcap.score({1: ["a red cube"]}, {1: "a red cube"})      # pycocoevalcap metrics
   eta_v = run.ablate(force_gate=1.0)                        # same parameters, changed model
 
-A *run* is a workdir written by ``train.py`` (``config.json``, ``vocab.json``, ``info.json``,
-``best/`` and ``checkpoints/``). Loading one needs neither the dataset nor a GPU: the model is
+A *run* is a workdir written by ``train.py`` (:mod:`jaxcap.run_dir`: ``config.json``,
+``vocab.json``, ``info.json``, ``best/`` and ``checkpoints/``). Loading one needs neither the dataset nor a GPU: the model is
 rebuilt from ``config.json`` and the dataset's ``info`` (``info.json``, written when training
 starts; runs from before it read ``info`` from their dataset, which must then be on disk), and
 the parameters are restored onto one local device. Only :meth:`Run.evaluate` /
@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import json
 import os
 from typing import Any, Mapping, Sequence
 
@@ -50,9 +49,9 @@ import numpy as np
 import jax
 import jax.numpy as jnp
 
+from jaxcap import run_dir
+from jaxcap.data.base import dummy_batch  # noqa: F401  (part of the API)
 from jaxcap.data.vocab import Vocab
-
-INFO_FILE = "info.json"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -155,19 +154,6 @@ def score(references: Mapping[Any, Sequence[str]], predictions, *, metrics: Sequ
 
 # ---------------------------------------------------------------------------------------------
 # Batches from features.
-
-
-def dummy_batch(info: dict, batch_size: int = 2) -> dict:
-  """An all-padding batch with the dataset's shapes (model init and shape checks)."""
-  from jaxcap.data.base import collate
-  batch = collate([], np.random.default_rng(0), info=info, seq_per_img=int(info.get("seq_per_img", 1)),
-                  batch_size=batch_size, has_src=bool(info.get("src_vocab_size", 0)))
-  batch["feats_mask"][:] = True  # one real region per image keeps every attention defined
-  batch["valid"][:] = True
-  batch["attributes"][:, 0] = 4
-  if "src" in batch:
-    batch["src"][:, 0] = 4
-  return batch
 
 
 # The keys of a batch (docs/DESIGN.md, section 2): a batch of the run's dataset works as is.
@@ -374,15 +360,18 @@ class Run:
     workdir: where it was loaded from (None for a run built in memory).
     step: the checkpoint's training step.
     ablations: the fields changed by :meth:`ablate` so far.
+    mesh: the devices :meth:`predict` splits a dataset's batches over (default: all).
   """
 
   def __init__(self, config, vocab: Vocab, info: dict, model, params, *, workdir: str | None = None,
-               step: int | None = None, dataset=None, ablations: dict | None = None):
+               step: int | None = None, dataset=None, ablations: dict | None = None, mesh=None):
     self.config, self.vocab, self.info = config, vocab, dict(info)
     self.model, self.params = model, params
     self.workdir, self.step = workdir, step
     self.ablations = dict(ablations or {})
     self._dataset = dataset
+    self._mesh = mesh
+    self._predict_fns: dict = {}  # compiled split decoders, by decoding options
 
   def __repr__(self):
     name = getattr(self.model, "registry_name", type(self.model).__name__)
@@ -395,12 +384,16 @@ class Run:
     """The run's dataset (built from ``config.data`` on first use; must be on disk)."""
     if self._dataset is None:
       from jaxcap import data as data_lib
-      dataset = data_lib.get_dataset(self.config.data)
-      if dataset.vocab != self.vocab:
-        raise ValueError(f"{self.workdir}: the dataset's vocabulary ({len(dataset.vocab)} words) is not "
-                         f"the run's ({len(self.vocab)} words); is config.data the run's data?")
-      self._dataset = dataset
+      self._dataset = _check_dataset(data_lib.get_dataset(self.config.data), self.vocab, self.workdir)
     return self._dataset
+
+  @property
+  def mesh(self):
+    """The device mesh of :meth:`predict` (all devices unless the run was loaded with one)."""
+    if self._mesh is None:
+      from jaxcap.training import parallel
+      self._mesh = parallel.make_mesh()
+    return self._mesh
 
   def batch(self, features) -> dict:
     """The batch dict :meth:`caption` decodes for ``features`` (:func:`make_batch`)."""
@@ -490,26 +483,36 @@ class Run:
 
   # ---------------------------------------------------------------- evaluation
   def predict(self, split: str = "test", *, num_images: int = -1, method: str | None = None,
-              beam_size: int | None = None, batch_size: int = 50, **options) -> dict:
+              beam_size: int | None = None, batch_size: int = 50, seed: int = 0,
+              all_sequences: bool = False, **options) -> dict:
     """``{image_id: caption}`` for a split of the run's dataset (or its first ``num_images``).
 
-    Decoding defaults to the run's ``config.decode`` (what ``evaluate.py`` uses).
+    Decoding defaults to the run's ``config.decode`` (what ``evaluate.py`` uses); batches of
+    ``batch_size`` images are split over :attr:`mesh` (and over processes, each decoding its
+    shard) by :func:`jaxcap.inference.predict_split`, the loop training validates with.
+    ``all_sequences``: ``{image_id: [caption, ...]}``, every beam / sample, best first.
     """
-    from jaxcap.data import pipeline
-    source = self.dataset.split(split)
-    n = len(source) if num_images is None or num_images < 0 else min(num_images, len(source))
-    ids = self.dataset.image_ids(split)
+    from jaxcap import inference
+    n = -1 if num_images is None else num_images
     cfg = self.decode_config(method, beam_size, **options)
-    preds = {}
-    for batch in pipeline.eval_batches(source, batch_size, num_threads=0):
-      keep = batch["valid"] & (batch["image_index"] < n)
-      if not keep.any():
-        break
-      caps = self.caption(batch, batch_size=batch_size, **cfg)
-      for cap, i, ok in zip(caps, batch["image_index"], keep):
-        if ok:
-          preds[ids[int(i)]] = cap
-    return preds
+    return inference.predict_split(self.model, self.params, self.dataset, split, cfg, mesh=self.mesh,
+                                   batch_size=batch_size, num_images=n, seed=seed,
+                                   all_sequences=all_sequences, cache=self._predict_fns)
+
+  def sample_n(self, split: str, n: int, method: str = "sample", *, batch_size: int = 50,
+               seed: int = 0, **options) -> dict:
+    """``n`` captions per image of a split (self-critical.pytorch's ``sample_n``):
+    ``{image_id: [caption, ...]}``.
+
+    Args:
+      method: ``"sample"`` (n samples with the decoding options' temperature / top-k / top-p)
+        or ``"beam"`` (the n best hypotheses of a beam search of size n).
+      **options: decoding options other than ``method``, as :meth:`caption` (default: the
+        run's ``config.decode``).
+    """
+    from jaxcap import inference
+    cfg = inference.sample_n_config(self.decode_config(**options), n, method)
+    return self.predict(split, batch_size=batch_size, seed=seed, all_sequences=True, **cfg)
 
   def evaluate(self, split: str = "test", *, num_images: int = -1, metrics: Sequence[str] | None = None,
                method: str | None = None, beam_size: int | None = None, batch_size: int = 50,
@@ -601,7 +604,7 @@ class Run:
         if v is None or isinstance(v, (bool, int, float, str)):
           config.model[k] = v
     return Run(config, self.vocab, self.info, model, params, workdir=self.workdir, step=self.step,
-               dataset=self._dataset, ablations={**self.ablations, **fields})
+               dataset=self._dataset, ablations={**self.ablations, **fields}, mesh=self._mesh)
 
   def _name(self) -> str:
     return getattr(self.model, "registry_name", type(self.model).__name__)
@@ -641,55 +644,48 @@ def _check_model_fits(model, params, info: dict, what: str) -> None:
 # Loading.
 
 
-def save_info(workdir: str, info: dict) -> None:
-  """Writes the dataset's ``info`` to ``<workdir>/info.json`` (atomically)."""
-  path = os.path.join(workdir, INFO_FILE)
-  tmp = f"{path}.tmp{os.getpid()}"
-  with open(tmp, "w") as f:
-    json.dump({k: (v.item() if isinstance(v, np.generic) else v) for k, v in info.items()}, f, indent=1)
-  os.replace(tmp, path)
+def _check_dataset(dataset, vocab: Vocab, workdir):
+  if dataset.vocab != vocab:
+    raise ValueError(f"{workdir}: the dataset's vocabulary ({len(dataset.vocab)} words) is not "
+                     f"the run's ({len(vocab)} words); is config.data the run's data?")
+  return dataset
 
 
-def load_info(workdir: str, config=None) -> dict:
-  """``info.json`` of a run, or (runs from before it was written) its dataset's ``info``."""
-  path = os.path.join(workdir, INFO_FILE)
-  if os.path.exists(path):
-    with open(path) as f:
-      return json.load(f)
-  from jaxcap import data as data_lib
-  try:
-    return dict(data_lib.get_dataset(config.data).info)
-  except (OSError, ValueError, KeyError) as e:
-    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-    raise ValueError(f"{path}: not found (a run from before info.json was saved), and its dataset "
-                     f"{config.data.name!r} could not be read to rebuild it: {first}") from None
-
-
-def load(workdir: str, step: int | None = None) -> Run:
+def load(workdir: str, step: int | None = None, *, dataset=None, mesh=None) -> Run:
   """Loads a run written by ``train.py`` (or :func:`train`).
 
   Args:
-    workdir: the run directory.
+    workdir: the run directory (:mod:`jaxcap.run_dir`).
     step: a checkpoint step (from ``checkpoints/`` or ``best/``); None: the best checkpoint
       by validation metric, else the latest.
+    dataset: the run's dataset, already read (default: read from ``config.data`` on first use);
+      its vocabulary must be the run's.
+    mesh: a device mesh: the parameters are restored replicated over it and :meth:`Run.predict`
+      splits batches over it (default: parameters on the first local device, predictions over
+      all devices).
 
   Returns:
-    a :class:`Run` with ``config``, ``vocab``, ``info``, ``model`` and ``params`` (on one local
-    device). No dataset is read when ``info.json`` exists.
+    a :class:`Run` with ``config``, ``vocab``, ``info``, ``model`` and ``params``. No dataset is
+    read when ``info.json`` exists.
   """
-  import ml_collections
   from jaxcap.models import registry
-  from jaxcap.training import train_lib
-  config = ml_collections.ConfigDict(train_lib.read_saved_config(workdir))
-  vocab = Vocab.load(os.path.join(workdir, "vocab.json"))
-  info = load_info(workdir, config)
+  config = run_dir.read_config(workdir)
+  vocab = run_dir.read_vocab(workdir)
+  info = run_dir.load_info(workdir, config)
   cls = registry.get(config.model.name)
   if not getattr(cls, "trainable", True):
     raise ValueError(f"{workdir}: model {config.model.name!r} has no parameters to load; its "
                      "predictions are in the workdir's predictions_<split>.json")
+  if dataset is not None:
+    _check_dataset(dataset, vocab, workdir)
   model = registry.build(config.model, info)
-  params, restored_step = _restore_params(workdir, config, model, info, step)
-  return Run(config, vocab, info, model, params, workdir=workdir, step=restored_step)
+  sharding = None
+  if mesh is not None:
+    from jaxcap.training import parallel
+    sharding = parallel.replicated(mesh)
+  state = run_dir.restore(workdir, config, model, info, step, sharding=sharding)
+  return Run(config, vocab, info, model, state.params, workdir=workdir, step=int(state.step),
+             dataset=dataset, mesh=mesh)
 
 
 def load_ensemble(runs: Sequence[Any], weights: Sequence[float] | None = None) -> Run:
@@ -719,36 +715,4 @@ def load_ensemble(runs: Sequence[Any], weights: Sequence[float] | None = None) -
                                              [m.params for m in members], weights)
   first = members[0]
   return Run(first.config, first.vocab, first.info, model, params, workdir=first.workdir,
-             step=first.step, dataset=first._dataset)
-
-
-def _restore_params(workdir, config, model, info, step):
-  from jaxcap.models.base import shift_right
-  from jaxcap.training import checkpoint as ckpt_lib
-  from jaxcap.training import optim, steps, train_lib
-  batch = jax.tree.map(jnp.asarray, dummy_batch(info, 2))
-  tx, _ = optim.make_optimizer(config, 1, frozen_collections=getattr(model, "frozen_collections", ()))
-
-  def init_state():
-    variables = model.init(jax.random.PRNGKey(0), batch, shift_right(batch["captions"]), train=False)
-    return steps.create_state(variables, tx, jax.random.PRNGKey(0))
-
-  device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
-  abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device),
-                          jax.eval_shape(init_state))
-  ckpts = ckpt_lib.Checkpoints(workdir, keep=int(config.get("keep_checkpoints", 3)),
-                               best_metric=train_lib._best_metric(config))  # pylint: disable=protected-access
-  try:
-    if step is not None:
-      which = ckpts.find_step(int(step))
-      if which is None:
-        raise ValueError(f"{workdir}: no checkpoint at step {step}; have latest "
-                         f"{list(ckpts.latest.all_steps())} and best {list(ckpts.best.all_steps())}")
-    else:
-      which = "best" if ckpts.best_step() is not None else "latest"
-    state, _ = ckpts.restore(abstract, step=step, which=which)
-  finally:
-    ckpts.close()
-  if state is None:
-    raise ValueError(f"{workdir}: no checkpoint found (expected checkpoints/ or best/)")
-  return state.params, int(state.step)
+             step=first.step, dataset=first._dataset, mesh=first._mesh)

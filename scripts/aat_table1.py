@@ -36,18 +36,19 @@ ROWS = {
 DEFAULT_ROWS = ("base", "recurrent2", "recurrent4", "adaptive")
 
 
-def average_steps(trainer, params, split: str) -> float:
-  """Mean N(t) over the generated tokens (words and EOS) of greedy decoding on ``split``."""
+def average_steps(run, split: str) -> float:
+  """Mean N(t) over the generated tokens (words and EOS) of greedy decoding on ``split`` by
+  ``run`` (:func:`jaxcap.load`)."""
   from jaxcap import decoding
   from jaxcap.data import pipeline
   from jaxcap.data.vocab import PAD
   import jax
   total = count = 0.0
-  for batch in pipeline.eval_batches(trainer.dataset.split(split), trainer.eval_batch_size, num_threads=0):
+  for batch in pipeline.eval_batches(run.dataset.split(split), int(run.config.eval_batch_size), num_threads=0):
     valid = np.asarray(batch.pop("valid"))
     batch = {k: v for k, v in batch.items() if k in ("feats", "feats_mask", "boxes", "global_feat")}
-    out = decoding.greedy(trainer.model, params, jax.device_put(batch),
-                          max_len=int(trainer.config.decode.max_len), return_aux=True)
+    out = decoding.greedy(run.model, run.params, jax.device_put(batch),
+                          max_len=int(run.config.decode.max_len), return_aux=True)
     tokens = np.asarray(out.tokens)
     steps = np.asarray(out.aux["attention_steps"])
     mask = (tokens != PAD) & valid[:, None]
@@ -115,9 +116,8 @@ def run_one(key: str, seed: int, args) -> dict:
   t0 = time.time()
   scores = train_lib.train_and_evaluate(config, workdir)
   seconds = time.time() - t0
-  trainer = train_lib.Trainer(config, workdir)
-  params = trainer.load().params
-  avg = average_steps(trainer, params, config.test_split)
+  import jaxcap
+  avg = average_steps(jaxcap.load(workdir), config.test_split)
   overall = scores.get("overall", {})
   result = {"seed": seed, "avg_steps": round(avg, 4), "CIDEr": overall.get("CIDEr"),
             "METEOR": overall.get("METEOR"), "Bleu_4": overall.get("Bleu_4"),

@@ -25,24 +25,20 @@ FLAGS = flags.FLAGS
 
 def main(argv):
   del argv
-  import json
   import jax
-  import ml_collections
   import numpy as np
+  import jaxcap
   from jaxcap import decoding
   from jaxcap.data import pipeline
-  from jaxcap.training import train_lib
-  with open(os.path.join(FLAGS.workdir, "config.json")) as f:
-    config = ml_collections.ConfigDict(json.load(f))
-  trainer = train_lib.Trainer(config, FLAGS.workdir)
-  params = jax.device_get(trainer.load().params)
-  model, max_len = trainer.model, int(config.decode.max_len)
+  run = jaxcap.load(FLAGS.workdir)
+  config, params = run.config, run.params
+  model, max_len = run.model, int(config.decode.max_len)
   fns = {mode: jax.jit(lambda p, b, mode=mode: decoding.beam_search(
       model, p, b, beam_size=FLAGS.beam_size, max_len=max_len, beam_mode=mode))
          for mode in decoding.BEAM_MODES}
   logp = {m: [] for m in fns}
   length = {m: [] for m in fns}
-  for batch in pipeline.eval_batches(trainer.dataset.split(FLAGS.split), config.eval_batch_size,
+  for batch in pipeline.eval_batches(run.dataset.split(FLAGS.split), config.eval_batch_size,
                                      num_threads=0):
     valid = np.asarray(batch["valid"])
     for mode, fn in fns.items():

@@ -35,19 +35,19 @@ def curves(args):
 
 
 def words(args):
-  from jaxcap.analysis import figures
+  import jaxcap
   from jaxcap.data import pipeline
   from jaxcap.analysis.words import caption_aux, plot_word_figures
-  from plot_attention_steps import _Row, load_trained
+  from plot_attention_steps import _Row
 
-  config, trainer, params = load_trained(args.workdir)
-  source = trainer.dataset.split(args.split)
+  run = jaxcap.load(args.workdir)  # the best checkpoint
+  config = run.config
+  source = run.dataset.split(args.split)
   if not 0 <= args.index < len(source):
     raise SystemExit(f"--index {args.index}: split {args.split!r} has {len(source)} images")
   batch = next(iter(pipeline.eval_batches(_Row(source, args.index), 1, num_threads=0)))
-  ws, aux = caption_aux(trainer.model, params, batch, trainer.dataset.vocab,
-                        int(config.decode.max_len))
-  image_id = trainer.dataset.image_ids(args.split)[args.index]
+  ws, aux = caption_aux(run.model, run.params, batch, run.vocab, int(config.decode.max_len))
+  image_id = run.dataset.image_ids(args.split)[args.index]
   title = f"image {image_id}: {' '.join(w for w in ws if w != '<eos>')}"
   written = plot_word_figures(ws, aux, batch, args.out, title=title, columns=args.columns)
   if not written:

@@ -72,19 +72,15 @@ def covariance_trace(x_NxD) -> float:
 
 def spread(args):
   import jax
-  import ml_collections
+  import jaxcap
   from jaxcap import decoding
   from jaxcap.data import pipeline
   from jaxcap.data.vocab import PAD
   from jaxcap.models.base import shift_right
-  from jaxcap.training import train_lib
-  with open(os.path.join(args.workdir, "config.json")) as f:
-    config = ml_collections.ConfigDict(json.load(f))
-  trainer = train_lib.Trainer(config, args.workdir)
-  params = trainer.load().params
-  model = trainer.model
+  run = jaxcap.load(args.workdir)
+  config, params, model = run.config, run.params, run.model
   rows = []
-  for batch in pipeline.eval_batches(trainer.dataset.split(args.split), trainer.eval_batch_size, num_threads=0):
+  for batch in pipeline.eval_batches(run.dataset.split(args.split), int(config.eval_batch_size), num_threads=0):
     valid = np.asarray(batch.pop("valid"))
     batch = {k: v for k, v in batch.items() if k in ("feats", "feats_mask", "boxes", "global_feat")}
     tokens = decoding.greedy(model, params, jax.device_put(batch), max_len=int(config.decode.max_len)).tokens

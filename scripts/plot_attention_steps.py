@@ -23,13 +23,22 @@ from jaxcap.analysis.words import caption_aux  # noqa: E402  (after the sys.path
 
 
 
-def load_trained(workdir):
-  """``(config, trainer, params)`` of a run directory (its best checkpoint), or a one-line exit."""
-  import ml_collections
-  from jaxcap.training import train_lib
-  config = ml_collections.ConfigDict(train_lib.read_saved_config(workdir))
-  trainer = train_lib.Trainer(config, workdir)
-  return config, trainer, trainer.load().params
+def untrained_run():
+  """An untrained ``configs/aat.py:synthetic`` model as a :class:`jaxcap.api.Run` (the demo)."""
+  import jax
+  from configs import aat as aat_config
+  from jaxcap import api
+  from jaxcap import data as data_lib
+  from jaxcap.models import registry
+  from jaxcap.models.base import shift_right
+  config = aat_config.get_config("synthetic")
+  dataset = data_lib.get_dataset(config.data)
+  info = dict(dataset.info)
+  model = registry.build(config.model, info)
+  batch = jax.tree.map(jax.numpy.asarray, api.dummy_batch(info, 2))
+  params = model.init(jax.random.PRNGKey(config.seed), batch, shift_right(batch["captions"]), train=False)
+  return api.Run(config, dataset.vocab, info, model, params, dataset=dataset)
+
 
 class _Row:
   """One row of a split source, as a source of length 1."""
@@ -58,29 +67,24 @@ def main(argv=None):
   ap.add_argument("--index", type=int, default=0, help="row of the image in the split")
   ap.add_argument("--out", default="attention_steps.png")
   args = ap.parse_args(argv)
-  import ml_collections
+  import jaxcap
   from jaxcap.analysis import figures
   from jaxcap.data import pipeline
-  from jaxcap.training import train_lib
 
   if args.random_init:
-    from configs import aat as aat_config
-    config = aat_config.get_config("synthetic")
-    trainer = train_lib.Trainer(config, "/nonexistent-unused")
-    params = trainer.initial_state().params
+    run = untrained_run()
   elif args.workdir:
-    config, trainer, params = load_trained(args.workdir)
+    run = jaxcap.load(args.workdir)  # the best checkpoint
   else:
     raise SystemExit("give --workdir (a trained run) or --random_init")
-  if getattr(trainer.model, "registry_name", "") != "aat":
-    raise SystemExit(f"model.name={trainer.model.registry_name!r}: this script draws AAT's attention steps")
-  source = trainer.dataset.split(args.split)
+  if getattr(run.model, "registry_name", "") != "aat":
+    raise SystemExit(f"model.name={run.model.registry_name!r}: this script draws AAT's attention steps")
+  source = run.dataset.split(args.split)
   if not 0 <= args.index < len(source):
     raise SystemExit(f"--index {args.index}: split {args.split!r} has {len(source)} images")
   batch = next(iter(pipeline.eval_batches(_Row(source, args.index), 1, num_threads=0)))
-  words, aux = caption_aux(trainer.model, params, batch, trainer.dataset.vocab,
-                           int(config.decode.max_len))
-  image_id = trainer.dataset.image_ids(args.split)[args.index]
+  words, aux = caption_aux(run.model, run.params, batch, run.vocab, int(run.config.decode.max_len))
+  image_id = run.dataset.image_ids(args.split)[args.index]
   title = f"image {image_id}: {' '.join(w for w in words if w != '<eos>')}"
   figures.plot_attention_steps(words, aux["attention_steps"], aux["confidences"], aux["beta"],
                                title=title, out=args.out)

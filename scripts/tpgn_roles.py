@@ -28,16 +28,6 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def load_run(workdir: str, step=None):
-  import ml_collections
-  from jaxcap.training import train_lib
-  with open(os.path.join(workdir, "config.json")) as f:
-    config = ml_collections.ConfigDict(json.load(f))
-  trainer = train_lib.Trainer(config, workdir)
-  state = trainer.load(step)
-  return trainer, state.params
-
-
 def analyse(model, variables, dataset, *, clusters=(2, 10), fit_split="train", fit_images=2000,
             split="test", max_len=16, png="", ablate=False, seed=0, log=print) -> dict:
   from jaxcap.analysis import tpgn_roles as roles
@@ -98,13 +88,14 @@ def main(argv=None):
   ap.add_argument("--ablate", action="store_true")
   ap.add_argument("--seed", type=int, default=0)
   args = ap.parse_args(argv)
-  trainer, variables = load_run(args.workdir, args.step)
-  if trainer.config.model.name != "tpgn":
-    raise SystemExit(f"{args.workdir}: model.name is {trainer.config.model.name!r}, not 'tpgn'")
-  out, centroids = analyse(trainer.model, variables, trainer.dataset,
+  import jaxcap
+  run = jaxcap.load(args.workdir, args.step)
+  if run.config.model.name != "tpgn":
+    raise SystemExit(f"{args.workdir}: model.name is {run.config.model.name!r}, not 'tpgn'")
+  out, centroids = analyse(run.model, run.params, run.dataset,
                            clusters=tuple(int(k) for k in args.clusters.split(",")),
                            fit_split=args.fit_split, fit_images=args.fit_images, split=args.split,
-                           max_len=int(trainer.config.decode.max_len), png=args.png,
+                           max_len=int(run.config.decode.max_len), png=args.png,
                            ablate=args.ablate, seed=args.seed)
   for k, mu in centroids.items():
     np.save(os.path.join(args.workdir, f"roles_k{k}.npy"), mu)

@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 
 import jaxcap
-from jaxcap import api, cli, decoding
+from jaxcap import api, cli, decoding, run_dir
 from jaxcap import data as data_lib
 from jaxcap.data import pipeline
 from jaxcap.training import checkpoint as ckpt_lib
@@ -39,7 +39,7 @@ def workdir(tmp_path_factory):
   wd = str(tmp_path_factory.mktemp("run"))
   config = _tiny_config()
   trainer = train_lib.Trainer(config, wd)
-  train_lib.init_workdir(wd, config, trainer.dataset.vocab, trainer.info)
+  run_dir.init_workdir(wd, config, trainer.dataset.vocab, trainer.info)
   state = trainer.initial_state()
   ckpts = ckpt_lib.Checkpoints(wd)
   ckpts.save_best_if_improved(2, state.replace(step=jnp.int32(2)), {"epoch": 0}, {"CIDEr": 0.5})
@@ -110,7 +110,7 @@ def test_load_step_and_old_workdirs(workdir, tmp_path, monkeypatch):
       jaxcap.load(str(old))
     assert "\n" not in str(e.value)
   finally:
-    api.save_info(wd, dict(dataset.info))
+    run_dir.save_info(wd, dict(dataset.info))
 
 
 def test_make_batch_defaults_and_errors():

@@ -278,12 +278,12 @@ def _init_workdir(model, *extra):
   def mutate(tmp):
     import train  # noqa: F401  (defines the flags)
     from absl import flags
-    from jaxcap import cli
+    from jaxcap import cli, run_dir
     from jaxcap.training import train_lib
     cli.parse_flags(["train.py", *[a.format(tmp=tmp) for a in MODELS[model]], *extra])
     config = flags.FLAGS.config
     trainer = train_lib.Trainer(config, str(tmp / "wd"))
-    train_lib.init_workdir(str(tmp / "wd"), config, trainer.dataset.vocab, trainer.info)
+    run_dir.init_workdir(str(tmp / "wd"), config, trainer.dataset.vocab, trainer.info)
   return mutate
 
 
@@ -565,7 +565,7 @@ def trained_workdir(tmp_path_factory):
   4), written through the training library without training (the cases need only its files)."""
   import train  # noqa: F401  (defines the flags)
   from absl import flags
-  from jaxcap import cli
+  from jaxcap import cli, run_dir
   from jaxcap.data import pipeline
   from jaxcap.training import checkpoint as ckpt_lib
   from jaxcap.training import train_lib
@@ -573,7 +573,7 @@ def trained_workdir(tmp_path_factory):
   cli.parse_flags(["train.py", CONFIG, *TINY])
   config = flags.FLAGS.config
   trainer = train_lib.Trainer(config, str(wd))
-  train_lib.init_workdir(str(wd), config, trainer.dataset.vocab, trainer.info)
+  run_dir.init_workdir(str(wd), config, trainer.dataset.vocab, trainer.info)
   state = trainer.initial_state().replace(step=4)
   it = pipeline.make_train_iterator(trainer.dataset.split("train"), 8, seed=0)
   ckpts = ckpt_lib.Checkpoints(str(wd), keep=config.keep_checkpoints)

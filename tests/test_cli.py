@@ -62,7 +62,7 @@ def test_evaluate_ensemble_refuses_different_vocabularies(tmp_path):
   """One line on stderr, exit code 2, before any data or checkpoint is read."""
   from configs import transformer
   from jaxcap.data.vocab import Vocab
-  from jaxcap.training.train_lib import config_to_dict
+  from jaxcap.run_dir import config_to_dict
   for name, words in (("a", ["dog", "cat"]), ("b", ["dog", "cat", "bird"])):
     (tmp_path / name).mkdir()
     (tmp_path / name / "config.json").write_text(

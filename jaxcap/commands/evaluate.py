@@ -10,8 +10,8 @@
 The first form loads the best checkpoint (or ``--step``), decodes the split, prints the metric
 table and writes ``predictions_<split><tag>.json`` (COCO results format) and
 ``scores_<split><tag>.json`` (overall and per image) in the workdir. ``--ensemble`` decodes with
-several runs together (``jaxcap.ensemble``: the members' step probabilities averaged), each from
-its best checkpoint, with the first run's data and decode config; the files go to ``--workdir``
+several runs together (``jaxcap.load_ensemble``: the members' step probabilities averaged), each
+from its best checkpoint, with the first run's data and decode config; the files go to ``--workdir``
 (default: the first run's) with the tag ``_ensemble`` unless ``--tag`` is given. The second scores a COCO
 results file against references in the COCO annotation format.
 """
@@ -105,61 +105,63 @@ def data_overrides(config):
 
 
 def evaluate_workdir():
-  import ml_collections
-  from jaxcap.training import train_lib
-  config = ml_collections.ConfigDict(train_lib.read_saved_config(FLAGS.workdir))
+  from jaxcap import api, run_dir
+  from jaxcap import data as data_lib
+  from jaxcap.training import parallel
+  config = run_dir.read_config(FLAGS.workdir)
   if FLAGS.batch_size is not None and FLAGS.batch_size < 1:
     raise ValueError(f"--batch_size={FLAGS.batch_size}: expected an int >= 1")
   if FLAGS.batch_size:
     config.eval_batch_size = FLAGS.batch_size
   data_overrides(config)
-  trainer = train_lib.Trainer(config, FLAGS.workdir)
-  train_lib.check_workdir(FLAGS.workdir, config, trainer.dataset.vocab)
-  if FLAGS.split not in trainer.dataset.splits:  # before loading (and compiling) anything
-    raise ValueError(f"--split={FLAGS.split}: not a split of {trainer.dataset.name}; expected one "
-                     f"of {', '.join(trainer.dataset.splits)}")
-  check_inputs(trainer.model, trainer.dataset, config, config.model)
-  state = trainer.load(FLAGS.step)
-  print(f"Evaluating step {int(state.step)} of {FLAGS.workdir} on split {FLAGS.split!r}.", flush=True)
-  decode_and_write(trainer, state.params, decode_overrides(config), FLAGS.workdir, FLAGS.tag)
+  dataset = data_lib.get_dataset(config.data)
+  run_dir.check_workdir(FLAGS.workdir, config, dataset.vocab)
+  if FLAGS.split not in dataset.splits:  # before loading (and compiling) anything
+    raise ValueError(f"--split={FLAGS.split}: not a split of {dataset.name}; expected one "
+                     f"of {', '.join(dataset.splits)}")
+  check_inputs(config, dataset, config)
+  run = api.load(FLAGS.workdir, FLAGS.step, dataset=dataset, mesh=parallel.make_mesh())
+  print(f"Evaluating step {run.step} of {FLAGS.workdir} on split {FLAGS.split!r}.", flush=True)
+  decode_and_write(run, decode_overrides(config), config.eval_batch_size, FLAGS.workdir, FLAGS.tag)
 
 
-def check_inputs(model, dataset, config, model_config):
-  """The evaluated split has what the model reads (before any checkpoint is loaded)."""
+def check_inputs(member_config, dataset, config):
+  """The evaluated split has what the model of ``member_config`` reads (before any checkpoint
+  is loaded); ``config``: the evaluated run's (its data config)."""
+  from jaxcap.models import registry
   from jaxcap.training import validation
+  model = registry.build(member_config.model, dict(dataset.info))
   if FLAGS.attributes == "none" and "attributes" in model.required_inputs():
-    raise ValueError(f"--attributes=none: {validation.model_label(model, model_config)} attends to "
+    raise ValueError(f"--attributes=none: {validation.model_label(model, member_config.model)} attends to "
                      "attribute words; expected --attributes oracle, noisy or detected")
-  validation.check_model_inputs(model, dataset, config, [FLAGS.split], model_config=model_config)
+  validation.check_model_inputs(model, dataset, config, [FLAGS.split], model_config=member_config.model)
 
 
-def decode_and_write(trainer, params, decode_config, out_dir, tag):
-  from jaxcap.training import train_lib
-  trainer.test(params, FLAGS.split, decode_config, spice=FLAGS.spice, tag=tag)
+def decode_and_write(run, decode_config, batch_size, out_dir, tag):
+  """Decodes the split with ``run`` (:meth:`jaxcap.api.Run.predict`), scores it and writes the
+  predictions and scores to ``out_dir``; ``--sample-n`` also the n captions per image."""
+  from jaxcap import run_dir
+  options = decode_config.to_dict()
+  preds = run.predict(FLAGS.split, batch_size=batch_size, **options)
+  refs = run.dataset.references(FLAGS.split)
+  run_dir.write_scores(out_dir, FLAGS.split, preds, {k: refs[k] for k in preds}, FLAGS.spice, tag,
+                       translation=run.dataset.src_vocab is not None)
   if FLAGS.sample_n:
-    preds = trainer.predict_n(params, FLAGS.split, FLAGS.sample_n, FLAGS.sample_n_method,
-                              decode_config)
+    options.pop("method", None)  # --sample-n-method decides
+    preds = run.sample_n(FLAGS.split, FLAGS.sample_n, FLAGS.sample_n_method, batch_size=batch_size,
+                         **options)
     path = os.path.join(out_dir, f"predictions_{FLAGS.split}{tag}_n{FLAGS.sample_n}.json")
-    train_lib.write_json_atomic(path, [{"image_id": k, "caption": c} for k, caps in preds.items()
-                                       for c in caps])
+    run_dir.write_json_atomic(path, [{"image_id": k, "caption": c} for k, caps in preds.items()
+                                     for c in caps])
     print(f"{path}: {FLAGS.sample_n} captions ({FLAGS.sample_n_method}) for each of {len(preds)} images")
 
 
-def _read_run(workdir):
-  import ml_collections
-  from jaxcap.data.vocab import Vocab
-  from jaxcap.training import train_lib
-  config = ml_collections.ConfigDict(train_lib.read_saved_config(workdir))
-  path = os.path.join(workdir, "vocab.json")
-  if not os.path.exists(path):
-    raise ValueError(f"{path}: not found; expected a workdir written by train.py")
-  return config, Vocab.load(path)
-
-
 def evaluate_ensemble():
-  """--ensemble runs/a,runs/b: the members decoded together through jaxcap.ensemble."""
-  from jaxcap import ensemble
-  from jaxcap.training import train_lib
+  """--ensemble runs/a,runs/b: the members loaded with jaxcap.load, decoded together
+  (jaxcap.load_ensemble)."""
+  from jaxcap import api, ensemble, run_dir
+  from jaxcap import data as data_lib
+  from jaxcap.training import parallel
   workdirs = [w.strip() for w in FLAGS.ensemble.split(",") if w.strip()]
   if not workdirs:
     raise ValueError("--ensemble: expected comma-separated run directories, got none")
@@ -169,7 +171,7 @@ def evaluate_ensemble():
   if FLAGS.ensemble_weights is not None:  # before any run is read
     weights = ensemble.check_weights(FLAGS.ensemble_weights, len(workdirs),
                                      f"--ensemble-weights={FLAGS.ensemble_weights}")
-  runs = [_read_run(w) for w in workdirs]
+  runs = [(run_dir.read_config(w), run_dir.read_vocab(w)) for w in workdirs]
   # Refused before any data or checkpoint is read.
   ensemble.check_same_vocab([v for _, v in runs], workdirs)
   config = runs[0][0]
@@ -181,28 +183,27 @@ def evaluate_ensemble():
   if FLAGS.batch_size:
     config.eval_batch_size = FLAGS.batch_size
   data_overrides(config)
-  # The first run's trainer reads the data and runs the prediction loop; every member's
-  # checkpoint is restored with its own model, then the loop decodes the ensemble.
-  trainer = train_lib.Trainer(config, workdirs[0])
-  models, params = [], []
+  # The first run's data (with the overrides) for every member; each member's checkpoint is
+  # restored with its own model, then the ensemble decodes.
+  dataset = data_lib.get_dataset(config.data)
+  mesh = parallel.make_mesh()
+  members = []
   for i, (w, (cfg, _)) in enumerate(zip(workdirs, runs)):
-    member = trainer if i == 0 else train_lib.Trainer(cfg, w, dataset=trainer.dataset)
-    train_lib.check_workdir(w, cfg, trainer.dataset.vocab)
-    check_inputs(member.model, trainer.dataset, config, cfg.model)
-    state = member.load()
-    print(f"Member {i}: {cfg.model.name} from {w}, step {int(state.step)}.", flush=True)
-    models.append(member.model)
-    params.append(state.params)
-  ens, variables = ensemble.make_ensemble(models, params, weights)
+    run_dir.check_workdir(w, cfg, dataset.vocab)
+    check_inputs(cfg, dataset, config)
+    member = api.load(w, dataset=dataset, mesh=mesh)
+    print(f"Member {i}: {cfg.model.name} from {w}, step {member.step}.", flush=True)
+    members.append(member)
+  ens = api.load_ensemble(members, weights)
   out_dir = FLAGS.workdir or workdirs[0]
   os.makedirs(out_dir, exist_ok=True)
   print(f"Evaluating an ensemble of {len(workdirs)} on split {FLAGS.split!r}.", flush=True)
-  decode_and_write(trainer.with_model(ens, out_dir), variables, decode_overrides(config), out_dir, FLAGS.tag or "_ensemble")
+  decode_and_write(ens, decode_overrides(config), config.eval_batch_size, out_dir, FLAGS.tag or "_ensemble")
 
 
 def score_predictions():
   from jaxcap.evaluation import files
-  from jaxcap.training.train_lib import format_table
+  from jaxcap.run_dir import format_table
   if not FLAGS.references or not FLAGS.out:
     raise ValueError("--predictions needs --references R.json (COCO annotation format) and --out S.json; "
                      "expected all three")

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 from jaxcap.data.base import CaptionDataset, SplitData, SplitSource, collate  # noqa: F401
+from jaxcap.data.synthetic import load_synthetic, synthetic_splits  # noqa: F401
 from jaxcap.data.vocab import Vocab, tokenize  # noqa: F401
 
 NAMES = ("synthetic_scenes", "karpathy", "cocotalk", "multi30k")
@@ -118,69 +119,3 @@ def get_dataset(data_config) -> CaptionDataset:
     from jaxcap.data import multi30k
     return multi30k.load(data_config)
   raise ValueError(f"data.name {name!r}: unknown, expected one of {', '.join(NAMES)}")
-
-
-class _SyntheticFeatures:
-  """Feature reader over ``SyntheticScenes.features`` (regions, or the grid as regions)."""
-
-  has_boxes = True
-  has_image = True
-
-  def __init__(self, scenes, split: str, grid: bool):
-    self.scenes, self.split, self.grid = scenes, split, grid
-
-  def __len__(self) -> int:
-    return self.scenes.num_images(self.split)
-
-  def name(self, i: int) -> str:
-    return f"synthetic_scenes {self.split}[{i}]"
-
-  def read(self, i: int) -> dict:
-    from jaxcap.data import base
-    f = self.scenes.features(self.split, i)
-    if self.grid:
-      feats = base.grid_to_regions(f["grid"], self.name(i))
-      boxes = base.grid_boxes(f["grid"].shape[0])
-    else:
-      feats, boxes = f["feats"], f["boxes"]
-    return {"feats": feats, "boxes": boxes, "global_feat": f["global_feat"]}
-
-
-def synthetic_splits(data_config) -> dict[str, SplitData]:
-  """The synthetic scenes as ``{split: SplitData}`` (captioning or En -> De translation)."""
-  from jaxcap.data.synthetic import SyntheticScenes
-  kwargs = dict(num_train=data_config.num_train, num_val=data_config.num_val,
-                num_test=data_config.num_test, seed=data_config.seed,
-                feature_dim=data_config.feature_dim)
-  for key in ("noise", "attr_noise", "grid_size", "global_dim", "num_refs", "material_signal",
-              "p_omit_colour"):
-    if key in data_config:
-      kwargs[key] = data_config[key]
-  scenes = SyntheticScenes(**kwargs)
-  translate = data_config.get("task", "caption") == "translate"
-  grid = bool(data_config.get("grid", False))
-  out = {}
-  for split in scenes.splits:
-    n = scenes.num_images(split)
-    ids = [scenes.image_id(split, i) for i in range(n)]
-    if translate:
-      refs = [scenes.captions_de(split, i) for i in range(n)]
-      src = [scenes.source_en(split, i) for i in range(n)]
-      oracle = noisy = None
-    else:
-      refs = [scenes.captions(split, i) for i in range(n)]
-      src = None
-      mode = data_config.get("attributes", "oracle")
-      if split == "test":
-        mode = data_config.get("test_attributes", "") or mode
-      oracle = [scenes.attributes(split, i) for i in range(n)] if mode == "oracle" else None
-      noisy = ([scenes.attributes(split, i, noisy=True) for i in range(n)]
-               if mode == "noisy" else None)
-    out[split] = SplitData(image_ids=ids, refs=refs, features=_SyntheticFeatures(scenes, split, grid),
-                           src=src, attributes=noisy, oracle_attributes=oracle)
-  return out
-
-
-def load_synthetic(data_config) -> CaptionDataset:
-  return CaptionDataset(synthetic_splits(data_config), data_config, name="synthetic_scenes",
-                        feature_dim=data_config.feature_dim or None)

@@ -615,3 +615,15 @@ def collate(examples: Sequence[dict], rng: np.random.Generator, *, info: dict,
     if has_src:
       batch["src"][j] = ex["src"]
   return batch
+
+
+def dummy_batch(info: dict, batch_size: int = 2) -> dict:
+  """An all-padding batch with the dataset's shapes (model init and shape checks)."""
+  batch = collate([], np.random.default_rng(0), info=info, seq_per_img=int(info.get("seq_per_img", 1)),
+                  batch_size=batch_size, has_src=bool(info.get("src_vocab_size", 0)))
+  batch["feats_mask"][:] = True  # one real region per image keeps every attention defined
+  batch["valid"][:] = True
+  batch["attributes"][:, 0] = 4
+  if "src" in batch:
+    batch["src"][:, 0] = 4
+  return batch

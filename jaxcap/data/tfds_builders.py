@@ -35,8 +35,8 @@ VERSION = "1.0.0"
 def _raw_splits(data_config) -> dict[str, base.SplitData]:
   name = data_config.name
   if name == "synthetic_scenes":
-    from jaxcap import data
-    return data.synthetic_splits(data_config)
+    from jaxcap.data import synthetic
+    return synthetic.synthetic_splits(data_config)
   if name == "karpathy":
     from jaxcap.data import karpathy
     return karpathy.read_splits(data_config)

@@ -1,30 +1,23 @@
 """The training loop: config -> data -> jitted data-parallel steps -> validation -> checkpoints.
 
-``train_and_evaluate(config, workdir)`` is what ``train.py`` runs. A workdir holds
-``config.json`` and ``vocab.json`` (written once, checked on every resume), ``info.json`` (the
-dataset's ``info``, for ``jaxcap.load``), ``checkpoints/``
-(latest k), ``best/`` (best validation CIDEr-D), ``metrics.jsonl`` and ``tensorboard/``, and after
-testing ``predictions_<split>.json`` and ``scores_<split>.json``.
+``train_and_evaluate(config, workdir)`` is what ``train.py`` runs. The workdir's files (config,
+vocabulary, info, checkpoints, predictions and scores) are written and read through
+:mod:`jaxcap.run_dir`; loading a finished run is :func:`jaxcap.load`'s.
 """
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 import functools
-import json
 import math
 import os
 import time
-from typing import Any
 
-import numpy as np
 import jax
 import jax.numpy as jnp
-import ml_collections
 
 from jaxcap import data as data_lib
-from jaxcap import decoding
+from jaxcap import inference
+from jaxcap import run_dir
 from jaxcap.data import pipeline
 from jaxcap.data.vocab import Vocab
 from jaxcap.models import registry
@@ -34,113 +27,6 @@ from jaxcap.training import guard as guard_lib
 from jaxcap.training import optim, parallel, steps, validation
 from jaxcap.training import writers as writer_lib
 from jaxcap.training.writers import MetricWriter
-
-# Fields that may differ between the config a checkpoint was trained with and a resumed run.
-_RESUMABLE_MODEL_FIELDS = ("dropout", "dtype")
-
-
-def _write_json_atomic(path: str, obj) -> None:
-  tmp = f"{path}.tmp{os.getpid()}"
-  with open(tmp, "w") as f:
-    json.dump(obj, f, indent=1)
-  os.replace(tmp, path)
-
-
-def config_to_dict(config) -> dict:
-  return json.loads(config.to_json_best_effort())
-
-
-_MISSING = object()
-
-
-def _model_config_diff(old: dict, new: dict) -> list[str]:
-  """Model config keys whose values differ. A key that only one side has (a field added to a
-  model after the run started) counts as equal when that side's value is the model's default,
-  since the model built from the other side gets that default too."""
-  try:
-    defaults = {f.name: f.default for f in dataclasses.fields(registry.get(new.get("name")))
-                if f.default is not dataclasses.MISSING}
-  except (ValueError, TypeError):  # unknown model name / not a dataclass: no key may be missing
-    defaults = {}
-  diff = []
-  for k in sorted(set(old) | set(new)):
-    a, b = old.get(k, _MISSING), new.get(k, _MISSING)
-    if a == b:
-      continue
-    if _MISSING in (a, b):
-      present = b if a is _MISSING else a
-      if k in defaults and defaults[k] == present:
-        continue
-    diff.append(k)
-  return diff
-
-
-def read_saved_config(workdir: str) -> dict:
-  """The ``config.json`` a run wrote, checked: one-line ``ValueError`` naming the file when it
-  is missing, not JSON, or not a config object with ``model`` and ``data``."""
-  cfg_path = os.path.join(workdir, "config.json")
-  if not os.path.exists(cfg_path):
-    raise ValueError(f"{cfg_path}: not found; expected a workdir written by train.py")
-  with open(cfg_path) as f:
-    try:
-      saved = json.load(f)
-    except ValueError:
-      raise ValueError(f"{cfg_path}: not valid JSON; expected the config of the run in this workdir") from None
-  _check_saved_config_shape(cfg_path, saved)
-  return saved
-
-
-def check_workdir(workdir: str, config, vocab: Vocab) -> None:
-  """Refuses a workdir trained with another model/data or another vocabulary; writes nothing."""
-  cfg_path = os.path.join(workdir, "config.json")
-  if os.path.exists(cfg_path):
-    old = read_saved_config(workdir)
-    new = config_to_dict(config)
-    old_model = {k: v for k, v in old.get("model", {}).items() if k not in _RESUMABLE_MODEL_FIELDS}
-    new_model = {k: v for k, v in new["model"].items() if k not in _RESUMABLE_MODEL_FIELDS}
-    diff = _model_config_diff(old_model, new_model)
-    if diff:
-      raise ValueError(f"{cfg_path}: this workdir holds checkpoints of another model "
-                       f"(model.{diff[0]}: {old_model.get(diff[0], '<absent>')!r} there, "
-                       f"{new_model.get(diff[0], '<absent>')!r} now); "
-                       "expected the same model config, or use another --workdir")
-    if old.get("data", {}).get("name") != new["data"]["name"]:
-      raise ValueError(f"{cfg_path}: this workdir was trained on data.name="
-                       f"{old.get('data', {}).get('name')!r}, not {new['data']['name']!r}; use another --workdir")
-  vocab_path = os.path.join(workdir, "vocab.json")
-  if os.path.exists(vocab_path):
-    saved = Vocab.load(vocab_path)
-    if saved != vocab:
-      raise ValueError(f"{vocab_path}: the checkpoint's vocabulary ({len(saved)} words) does not match "
-                       f"the data's ({len(vocab)} words); use the same data and data.min_word_count")
-
-
-def _check_saved_config_shape(cfg_path: str, old) -> None:
-  """A workdir's config.json must be an object with ``model`` and ``data`` objects."""
-  if not isinstance(old, dict):
-    raise ValueError(f"{cfg_path}: a JSON {type(old).__name__}, expected the config object of "
-                     "the run in this workdir")
-  for key in ("model", "data"):
-    if not isinstance(old.get(key), dict) or not isinstance(old[key].get("name"), str):
-      raise ValueError(f"{cfg_path}: field {key!r} is {old.get(key)!r:.60}, expected an object "
-                       f"with a 'name' (the config of the run in this workdir)")
-
-
-def init_workdir(workdir: str, config, vocab: Vocab, info: dict | None = None) -> None:
-  """Writes ``config.json``, ``vocab.json`` and the dataset's ``info.json`` (what
-  ``jaxcap.load`` rebuilds the model from without the dataset) once, atomically."""
-  check_workdir(workdir, config, vocab)
-  if jax.process_index() != 0:
-    return
-  os.makedirs(workdir, exist_ok=True)
-  if not os.path.exists(os.path.join(workdir, "config.json")):
-    _write_json_atomic(os.path.join(workdir, "config.json"), config_to_dict(config))
-  if not os.path.exists(os.path.join(workdir, "vocab.json")):
-    vocab.save(os.path.join(workdir, "vocab.json"))
-  if info is not None and not os.path.exists(os.path.join(workdir, "info.json")):
-    from jaxcap import api
-    api.save_info(workdir, info)
-
 
 def sample_batch(dataset, split: str, batch_size: int) -> dict:
   """A deterministic batch for shape inference (model init)."""
@@ -172,38 +58,12 @@ class Trainer:
         config, self.steps_per_epoch, frozen_collections=getattr(self.model, "frozen_collections", ()))
     self._decode_fns: dict = {}
 
-  def with_model(self, model, workdir: str | None = None) -> "Trainer":
-    """This trainer's config, data and mesh decoding ``model`` instead (e.g. an ensemble, see
-    :mod:`jaxcap.ensemble`) and writing to ``workdir``; its jitted functions are built afresh
-    for that model, and this trainer is left as it was."""
-    other = copy.copy(self)
-    other.model = model
-    other.workdir = self.workdir if workdir is None else workdir
-    other._decode_fns = {}
-    for name, attr in vars(type(self)).items():
-      if isinstance(attr, functools.cached_property):
-        other.__dict__.pop(name, None)
-    return other
-
   # ---------------------------------------------------------------- state
   def initial_state(self):
     batch = sample_batch(self.dataset, "train", min(2, self.num_train))
     params = init_params(self.model, batch, self.config.seed, self.mesh)
     state = steps.create_state(params, self.tx, jax.random.PRNGKey(self.config.seed + 1))
     return jax.device_put(state, parallel.replicated(self.mesh))
-
-  def abstract_state(self):
-    """The shapes, dtypes and shardings of :meth:`initial_state`, traced, not computed: all a
-    restore needs (loading a checkpoint compiles no initialisation: seconds sooner)."""
-    batch = jax.tree.map(jnp.asarray, sample_batch(self.dataset, "train", min(2, self.num_train)))
-
-    def init():
-      params = self.model.init(jax.random.PRNGKey(self.config.seed), batch, shift_right(batch["captions"]),
-                               train=False)
-      return steps.create_state(params, self.tx, jax.random.PRNGKey(self.config.seed + 1))
-
-    repl = parallel.replicated(self.mesh)
-    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=repl), jax.eval_shape(init))
 
   # ---------------------------------------------------------------- jitted steps
   @functools.cached_property
@@ -232,71 +92,14 @@ class Trainer:
     k = (epoch - ss.start_epoch) // max(1, ss.increase_every_epochs)
     return float(min(ss.increase_prob * k, ss.max_prob))
 
-  def decode_fn(self, decode_config, all_sequences: bool = False):
-    key = json.dumps(decode_config.to_dict(), sort_keys=True) + f";all={all_sequences}"
-    if key not in self._decode_fns:
-      model, cfg = self.model, decode_config
-      data = parallel.batch_sharding(self.mesh)
-      bad = decoding.bad_ending_ids(self.dataset.vocab)
-
-      def run(params, batch, rng):
-        out = decoding.decode(model, params, batch, cfg, rng=rng, bad_endings=bad)
-        tokens = out.tokens
-        if tokens.ndim == 3 and not all_sequences:  # beams / samples: the best (first) one
-          tokens = tokens[:, 0]
-        return tokens
-
-      self._decode_fns[key] = jax.jit(run, in_shardings=(parallel.replicated(self.mesh), data, None),
-                                      out_shardings=data)
-    return self._decode_fns[key]
-
   # ---------------------------------------------------------------- evaluation
-  def predict(self, params, split: str, decode_config=None, num_images: int = -1, seed: int = 0,
-              all_sequences: bool = False):
-    """Decodes a split (or its first ``num_images``): ``{image_id: caption}``, or with
-    ``all_sequences`` ``{image_id: [caption, ...]}`` (every beam / sample, best first)."""
-    decode_config = decode_config or self.config.decode
-    source = self.dataset.split(split)
-    if num_images and 0 < num_images < len(source):
-      source = _Prefix(source, num_images)
-    ids = self.dataset.image_ids(split)
-    fn = self.decode_fn(decode_config, all_sequences)
-    local_bs = self.eval_batch_size // jax.process_count()
-    preds = {}
-    rng = jax.random.PRNGKey(seed)
-    for k, batch in enumerate(pipeline.eval_batches(source, local_bs, shard_index=jax.process_index(),
-                                                    shard_count=jax.process_count())):
-      gbatch = parallel.shard_batch(batch, self.mesh)
-      tokens = parallel.to_host(fn(params, gbatch, jax.random.fold_in(rng, k)))
-      index = parallel.to_host(gbatch["image_index"])
-      valid = parallel.to_host(gbatch["valid"])
-      for row, i, ok in zip(tokens, index, valid):
-        if ok:
-          if all_sequences:
-            rows = row.reshape(-1, row.shape[-1])
-            preds[ids[int(i)]] = [self.dataset.vocab.decode(r) for r in rows]
-          else:
-            preds[ids[int(i)]] = self.dataset.vocab.decode(row)
-    return preds
-
-  def predict_n(self, params, split: str, n: int, method: str = "sample", decode_config=None,
-                seed: int = 0) -> dict:
-    """``n`` captions per image (self-critical.pytorch's ``sample_n``): ``{image_id: [...]}``.
-
-    Args:
-      method: ``"sample"`` (n samples with the decode config's temperature / top-k / top-p)
-        or ``"beam"`` (the n best hypotheses of a beam search of size n).
-    """
-    if n < 1 or method not in ("sample", "beam"):
-      raise ValueError(f"sample_n: expected n >= 1 and method 'sample' or 'beam', got {n}, "
-                       f"{method!r}")
-    cfg = ml_collections.ConfigDict((decode_config or self.config.decode).to_dict())
-    cfg.method = method
-    if method == "sample":
-      cfg.num_samples = n
-    else:
-      cfg.beam_size = n
-    return self.predict(params, split, cfg, seed=seed, all_sequences=True)
+  def predict(self, params, split: str, decode_config=None, num_images: int = -1, seed: int = 0):
+    """Decodes a split (or its first ``num_images``): ``{image_id: caption}``
+    (:func:`jaxcap.inference.predict_split`, the loop ``jaxcap.load``'s runs decode with)."""
+    return inference.predict_split(self.model, params, self.dataset, split,
+                                   decode_config or self.config.decode, mesh=self.mesh,
+                                   batch_size=self.eval_batch_size, num_images=num_images,
+                                   seed=seed, cache=self._decode_fns)
 
   def references(self, split: str, image_ids) -> dict:
     refs = self.dataset.references(split)
@@ -317,8 +120,8 @@ class Trainer:
     # Splits, feature headers, boxes, the model's inputs and files: before writing.
     validation.check_data(self.dataset, config, model=self.model, workdir=workdir)
     local_bs = parallel.local_batch_size(config.batch_size, self.mesh)
-    init_workdir(workdir, config, self.dataset.vocab, self.info)
-    ckpts = ckpt_lib.Checkpoints(workdir, keep=config.keep_checkpoints, best_metric=_best_metric(config))
+    run_dir.init_workdir(workdir, config, self.dataset.vocab, self.info)
+    ckpts = run_dir.checkpoints(workdir, config)
     self.ckpts = ckpts  # for load(); close() closes it, also when the loop raises
     patience, stale = int(config.get("early_stopping_patience", 0)), 0
     train_source = self.dataset.split("train")
@@ -405,7 +208,7 @@ class Trainer:
         if patience and stale >= patience:  # early stopping on the best metric
           ckpts.save_latest(done, state, it.get_state())
           (bar.write if bar is not None else print)(
-              f"step {done}: early stop, no {_best_metric(config)} improvement in {patience} evaluations")
+              f"step {done}: early stop, no {run_dir.best_metric(config)} improvement in {patience} evaluations")
           break
       if done % config.checkpoint_every_steps == 0 or done == config.num_train_steps:
         ckpts.save_latest(done, state, it.get_state())
@@ -451,26 +254,11 @@ class Trainer:
 
   # ---------------------------------------------------------------- test
   def load(self, step: int | None = None):
-    """Parameters of the best checkpoint (or ``step``, from either manager)."""
-    own = getattr(self, "ckpts", None) is None  # else fit's, closed by close()
-    ckpts = self.ckpts if not own else ckpt_lib.Checkpoints(
-        self.workdir, keep=self.config.keep_checkpoints, best_metric=_best_metric(self.config))
-    try:
-      which = "best"
-      if step is not None:
-        which = ckpts.find_step(step)
-        if which is None:
-          raise ValueError(f"{self.workdir}: no checkpoint at step {step}; expected one of latest "
-                           f"{list(ckpts.latest.all_steps())} and best {list(ckpts.best.all_steps())}")
-      elif ckpts.best_step() is None:
-        which = "latest"
-      restored, _ = _restore_or_fail(ckpts, self.abstract_state(), step=step, which=which)
-    finally:
-      if own:
-        ckpts.close()
-    if restored is None:
-      raise ValueError(f"{self.workdir}: no checkpoint found (expected checkpoints/ or best/)")
-    return jax.device_put(restored, parallel.replicated(self.mesh))
+    """The train state of the best checkpoint (or ``step``, from either manager), replicated
+    over the mesh (:func:`jaxcap.run_dir.restore`, as ``jaxcap.load`` restores)."""
+    return run_dir.restore(self.workdir, self.config, self.model, self.info, step,
+                           sharding=parallel.replicated(self.mesh),
+                           ckpts=getattr(self, "ckpts", None))  # fit's, closed by close()
 
   def close(self):
     """Closes the checkpoint managers that :meth:`fit` left open for :meth:`load`."""
@@ -479,45 +267,9 @@ class Trainer:
       ckpts.close()
 
   def test(self, params, split: str = "test", decode_config=None, spice: bool = False, tag: str = "") -> dict:
-    from jaxcap.evaluation import coco_metrics
     preds = self.predict(params, split, decode_config)
-    return write_scores(self.workdir, split, preds, self.references(split, preds.keys()), spice, tag,
+    return run_dir.write_scores(self.workdir, split, preds, self.references(split, preds.keys()), spice, tag,
                         translation=self.dataset.src_vocab is not None)
-
-
-def write_json_atomic(path: str, obj) -> None:
-  """Writes ``obj`` as JSON to ``path`` (process 0 only), atomically."""
-  if jax.process_index() == 0:
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    _write_json_atomic(path, obj)
-
-
-def write_scores(workdir, split, preds, refs, spice=False, tag="", translation=False):
-  """Scores and writes predictions; ``translation``: German-output metrics
-  (:mod:`jaxcap.evaluation.translation`: sacreBLEU with its signature, METEOR ``-l de``, CIDEr-D)."""
-  from jaxcap.evaluation import coco_metrics, files
-  if translation:
-    from jaxcap.evaluation import translation as translation_metrics
-    scores = translation_metrics.score(refs, preds)
-    print(f"sacreBLEU signature: {scores['sacrebleu_signature']}", flush=True)
-  else:
-    scores = coco_metrics.score(refs, preds, spice=spice)
-  if jax.process_index() == 0:
-    os.makedirs(workdir, exist_ok=True)
-    _write_json_atomic(os.path.join(workdir, f"predictions_{split}{tag}.json"),
-                       [{"image_id": k, "caption": v} for k, v in preds.items()])
-    # per_image as [{"image_id": id, ...}]: the ids keep the predictions' type (files.scores_json).
-    _write_json_atomic(os.path.join(workdir, f"scores_{split}{tag}.json"), files.scores_json(scores))
-  print(format_table(scores["overall"], title=f"{split} ({len(preds)} images)"), flush=True)
-  return scores
-
-
-def format_table(overall: dict, title: str = "") -> str:
-  names = [k for k in ("Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "METEOR", "ROUGE_L", "CIDEr", "SPICE",
-                       "sacreBLEU") if k in overall]
-  head = " | ".join(f"{n:>8}" for n in names)
-  vals = " | ".join(f"{overall[n]:8.4f}" for n in names)
-  return (f"{title}\n" if title else "") + head + "\n" + vals
 
 
 def _check_init_from(source_workdir: str, config, vocab: Vocab) -> None:
@@ -527,49 +279,7 @@ def _check_init_from(source_workdir: str, config, vocab: Vocab) -> None:
   if not os.path.exists(os.path.join(source_workdir, "config.json")):
     raise ValueError(f"{source_workdir}/config.json: not found; config field init_from expects "
                      "a workdir written by train.py")
-  check_workdir(source_workdir, config, vocab)
-
-
-class _Prefix:
-  """The first ``n`` rows of a split source."""
-
-  def __init__(self, source, n):
-    self.source, self.n = source, n
-
-  def __len__(self):
-    return self.n
-
-  def __getitem__(self, i):
-    if i >= self.n:
-      raise IndexError(i)
-    return self.source[i]
-
-  def collate(self, *args, **kwargs):
-    return self.source.collate(*args, **kwargs)
-
-
-def _restore_or_fail(ckpts, abstract_state, **kwargs):
-  """``ckpts.restore(...)`` with a damaged checkpoint as one line naming its directory."""
-  try:
-    return ckpts.restore(abstract_state, **kwargs)
-  except ckpt_lib.TreeMismatchError:
-    raise  # Already one line naming the step directory.
-  except Exception as e:  # orbax / tensorstore / json errors of damaged files
-    which = kwargs.get("which", "latest")
-    step = kwargs.get("step") or (ckpts.latest_step() if which == "latest" else ckpts.best_step())
-    path = os.path.join(ckpts.workdir, "checkpoints" if which == "latest" else "best", str(step))
-    first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-    raise ValueError(f"{path}: damaged checkpoint ({type(e).__name__}: {first}); expected an "
-                     "intact orbax checkpoint (delete this step directory to resume from an "
-                     "earlier one, or use a new --workdir)") from None
-
-
-def _best_metric(config) -> str:
-  """The validation metric that selects ``best/`` (``CIDEr`` or ``Bleu_4``)."""
-  name = config.get("best_metric", "CIDEr")
-  if name not in ("CIDEr", "Bleu_4"):
-    raise ValueError(f"config field best_metric: expected 'CIDEr' or 'Bleu_4', got {name!r}")
-  return name
+  run_dir.check_workdir(source_workdir, config, vocab)
 
 
 def _summarise(m: dict) -> dict:
@@ -648,8 +358,8 @@ def fit_non_trainable(config, workdir: str) -> dict:
   dataset = data_lib.get_dataset(config.data)
   model = registry.build(config.model, dict(dataset.info))
   validation.check_data(dataset, config, splits=["train", config.test_split], model=model)
-  init_workdir(workdir, config, dataset.vocab, dict(dataset.info))
+  run_dir.init_workdir(workdir, config, dataset.vocab, dict(dataset.info))
   model.fit(dataset)
   preds = model.predict(dataset, config.test_split)
   refs = dataset.references(config.test_split)
-  return write_scores(workdir, config.test_split, preds, {k: refs[k] for k in preds}, config.spice)
+  return run_dir.write_scores(workdir, config.test_split, preds, {k: refs[k] for k in preds}, config.spice)

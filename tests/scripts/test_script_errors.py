@@ -145,12 +145,12 @@ def damaged_run(tmp_path_factory):
   is unreadable."""
   from tests.training.test_train import tiny_config
   from jaxcap import data as data_lib
-  from jaxcap.training import train_lib
+  from jaxcap import run_dir
   workdir = tmp_path_factory.mktemp("damaged") / "run"
   config = tiny_config()
   config.data.num_train, config.data.num_val, config.data.num_test = 16, 8, 8
   dataset = data_lib.get_dataset(config.data)
-  train_lib.init_workdir(str(workdir), config, dataset.vocab, dict(dataset.info))
+  run_dir.init_workdir(str(workdir), config, dataset.vocab, dict(dataset.info))
   _damage(workdir)
   return workdir
 

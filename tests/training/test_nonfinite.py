@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from jaxcap.training import checkpoint as ckpt_lib
+from jaxcap import run_dir
 from jaxcap.training import guard, steps, train_lib
 
 REPO = Path(__file__).resolve().parents[2]
@@ -66,7 +67,7 @@ def four_steps(tmp_path_factory):
   cli.parse_flags(["train.py", *TINY])
   config = flags.FLAGS.config
   trainer = train_lib.Trainer(config, str(wd))
-  train_lib.init_workdir(str(wd), config, trainer.dataset.vocab)
+  run_dir.init_workdir(str(wd), config, trainer.dataset.vocab)
   state = trainer.initial_state().replace(step=4)
   it = pipeline.make_train_iterator(trainer.dataset.split("train"), 8, seed=0)
   for _ in range(4):

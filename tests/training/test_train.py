@@ -18,6 +18,7 @@ from configs import transformer as transformer_config
 from jaxcap import data as data_lib
 from jaxcap.models import registry
 from jaxcap.training import checkpoint as ckpt_lib
+from jaxcap import run_dir
 from jaxcap.training import optim, parallel, steps, train_lib
 
 REPO = Path(__file__).resolve().parents[2]
@@ -211,15 +212,15 @@ def test_a_model_field_added_later_with_its_default_keeps_the_workdir_resumable(
   workdir = tmp_path / "old"
   workdir.mkdir()
   config = aat_config.get_config("synthetic")
-  saved = train_lib.config_to_dict(config)
+  saved = run_dir.config_to_dict(config)
   del saved["model"]["norm_h1"]
   (workdir / "config.json").write_text(json.dumps(saved))
-  train_lib.check_workdir(str(workdir), config, tiny_dataset.vocab)  # default False: accepted
+  run_dir.check_workdir(str(workdir), config, tiny_dataset.vocab)  # default False: accepted
   config.model.norm_h1 = True
   with pytest.raises(ValueError, match="another model.*norm_h1"):
-    train_lib.check_workdir(str(workdir), config, tiny_dataset.vocab)
+    run_dir.check_workdir(str(workdir), config, tiny_dataset.vocab)
   del config.model["norm_h1"]  # absent now, set before: refused unless it was the default
   saved["model"]["norm_h1"] = True
   (workdir / "config.json").write_text(json.dumps(saved))
   with pytest.raises(ValueError, match="another model.*norm_h1"):
-    train_lib.check_workdir(str(workdir), config, tiny_dataset.vocab)
+    run_dir.check_workdir(str(workdir), config, tiny_dataset.vocab)

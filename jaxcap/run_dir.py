@@ -1,0 +1,307 @@
+"""A run directory (workdir): the files ``train.py`` writes and everything that reads them.
+
+A workdir holds ``config.json`` and ``vocab.json`` (written once when training starts, checked on
+every resume), ``info.json`` (the dataset's ``info``, so a run loads without its dataset),
+``checkpoints/`` (latest k) and ``best/`` (best validation metric, ``config.best_metric``),
+``metrics.jsonl`` and ``tensorboard/`` (:mod:`jaxcap.training.writers`), and after testing
+``predictions_<split><tag>.json`` and ``scores_<split><tag>.json``.
+
+Training (:mod:`jaxcap.training.train_lib`) writes through this module; loading
+(:func:`jaxcap.load`) reads through it. Checkpoints are restored here (:func:`restore`: the best,
+the latest or a given step), onto one device or replicated over a mesh.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+import numpy as np
+import jax
+
+from jaxcap.data.vocab import Vocab
+
+CONFIG_FILE = "config.json"
+VOCAB_FILE = "vocab.json"
+INFO_FILE = "info.json"
+
+# Fields that may differ between the config a checkpoint was trained with and a resumed run.
+_RESUMABLE_MODEL_FIELDS = ("dropout", "dtype")
+
+
+# ---------------------------------------------------------------------------------------------
+# JSON files.
+
+
+def _write_json(path: str, obj) -> None:
+  """Writes ``obj`` as JSON to ``path`` atomically (a temporary file, then a rename)."""
+  tmp = f"{path}.tmp{os.getpid()}"
+  with open(tmp, "w") as f:
+    json.dump(obj, f, indent=1)
+  os.replace(tmp, path)
+
+
+def write_json_atomic(path: str, obj) -> None:
+  """Writes ``obj`` as JSON to ``path`` (process 0 only), atomically."""
+  if jax.process_index() == 0:
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    _write_json(path, obj)
+
+
+# ---------------------------------------------------------------------------------------------
+# config.json, vocab.json, info.json.
+
+
+def config_to_dict(config) -> dict:
+  return json.loads(config.to_json_best_effort())
+
+
+def read_saved_config(workdir: str) -> dict:
+  """The ``config.json`` a run wrote, checked: one-line ``ValueError`` naming the file when it
+  is missing, not JSON, or not a config object with ``model`` and ``data``."""
+  cfg_path = os.path.join(workdir, CONFIG_FILE)
+  if not os.path.exists(cfg_path):
+    raise ValueError(f"{cfg_path}: not found; expected a workdir written by train.py")
+  with open(cfg_path) as f:
+    try:
+      saved = json.load(f)
+    except ValueError:
+      raise ValueError(f"{cfg_path}: not valid JSON; expected the config of the run in this workdir") from None
+  _check_saved_config_shape(cfg_path, saved)
+  return saved
+
+
+def read_config(workdir: str):
+  """:func:`read_saved_config` as an ``ml_collections.ConfigDict``."""
+  import ml_collections
+  return ml_collections.ConfigDict(read_saved_config(workdir))
+
+
+def _check_saved_config_shape(cfg_path: str, old) -> None:
+  """A workdir's config.json must be an object with ``model`` and ``data`` objects."""
+  if not isinstance(old, dict):
+    raise ValueError(f"{cfg_path}: a JSON {type(old).__name__}, expected the config object of "
+                     "the run in this workdir")
+  for key in ("model", "data"):
+    if not isinstance(old.get(key), dict) or not isinstance(old[key].get("name"), str):
+      raise ValueError(f"{cfg_path}: field {key!r} is {old.get(key)!r:.60}, expected an object "
+                       f"with a 'name' (the config of the run in this workdir)")
+
+
+def read_vocab(workdir: str) -> Vocab:
+  """The run's ``vocab.json``; one line when it is missing."""
+  path = os.path.join(workdir, VOCAB_FILE)
+  if not os.path.exists(path):
+    raise ValueError(f"{path}: not found; expected a workdir written by train.py")
+  return Vocab.load(path)
+
+
+def save_info(workdir: str, info: dict) -> None:
+  """Writes the dataset's ``info`` to ``<workdir>/info.json`` (atomically)."""
+  _write_json(os.path.join(workdir, INFO_FILE),
+              {k: (v.item() if isinstance(v, np.generic) else v) for k, v in info.items()})
+
+
+def load_info(workdir: str, config=None) -> dict:
+  """``info.json`` of a run, or (runs from before it was written) its dataset's ``info``."""
+  path = os.path.join(workdir, INFO_FILE)
+  if os.path.exists(path):
+    with open(path) as f:
+      return json.load(f)
+  from jaxcap import data as data_lib
+  try:
+    return dict(data_lib.get_dataset(config.data).info)
+  except (OSError, ValueError, KeyError) as e:
+    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    raise ValueError(f"{path}: not found (a run from before info.json was saved), and its dataset "
+                     f"{config.data.name!r} could not be read to rebuild it: {first}") from None
+
+
+_MISSING = object()
+
+
+def _model_config_diff(old: dict, new: dict) -> list[str]:
+  """Model config keys whose values differ. A key that only one side has (a field added to a
+  model after the run started) counts as equal when that side's value is the model's default,
+  since the model built from the other side gets that default too."""
+  from jaxcap.models import registry
+  try:
+    defaults = {f.name: f.default for f in dataclasses.fields(registry.get(new.get("name")))
+                if f.default is not dataclasses.MISSING}
+  except (ValueError, TypeError):  # unknown model name / not a dataclass: no key may be missing
+    defaults = {}
+  diff = []
+  for k in sorted(set(old) | set(new)):
+    a, b = old.get(k, _MISSING), new.get(k, _MISSING)
+    if a == b:
+      continue
+    if _MISSING in (a, b):
+      present = b if a is _MISSING else a
+      if k in defaults and defaults[k] == present:
+        continue
+    diff.append(k)
+  return diff
+
+
+def check_workdir(workdir: str, config, vocab: Vocab) -> None:
+  """Refuses a workdir trained with another model/data or another vocabulary; writes nothing."""
+  cfg_path = os.path.join(workdir, CONFIG_FILE)
+  if os.path.exists(cfg_path):
+    old = read_saved_config(workdir)
+    new = config_to_dict(config)
+    old_model = {k: v for k, v in old.get("model", {}).items() if k not in _RESUMABLE_MODEL_FIELDS}
+    new_model = {k: v for k, v in new["model"].items() if k not in _RESUMABLE_MODEL_FIELDS}
+    diff = _model_config_diff(old_model, new_model)
+    if diff:
+      raise ValueError(f"{cfg_path}: this workdir holds checkpoints of another model "
+                       f"(model.{diff[0]}: {old_model.get(diff[0], '<absent>')!r} there, "
+                       f"{new_model.get(diff[0], '<absent>')!r} now); "
+                       "expected the same model config, or use another --workdir")
+    if old.get("data", {}).get("name") != new["data"]["name"]:
+      raise ValueError(f"{cfg_path}: this workdir was trained on data.name="
+                       f"{old.get('data', {}).get('name')!r}, not {new['data']['name']!r}; use another --workdir")
+  vocab_path = os.path.join(workdir, VOCAB_FILE)
+  if os.path.exists(vocab_path):
+    saved = Vocab.load(vocab_path)
+    if saved != vocab:
+      raise ValueError(f"{vocab_path}: the checkpoint's vocabulary ({len(saved)} words) does not match "
+                       f"the data's ({len(vocab)} words); use the same data and data.min_word_count")
+
+
+def init_workdir(workdir: str, config, vocab: Vocab, info: dict | None = None) -> None:
+  """Writes ``config.json``, ``vocab.json`` and the dataset's ``info.json`` (what
+  ``jaxcap.load`` rebuilds the model from without the dataset) once, atomically."""
+  check_workdir(workdir, config, vocab)
+  if jax.process_index() != 0:
+    return
+  os.makedirs(workdir, exist_ok=True)
+  if not os.path.exists(os.path.join(workdir, CONFIG_FILE)):
+    _write_json(os.path.join(workdir, CONFIG_FILE), config_to_dict(config))
+  if not os.path.exists(os.path.join(workdir, VOCAB_FILE)):
+    vocab.save(os.path.join(workdir, VOCAB_FILE))
+  if info is not None and not os.path.exists(os.path.join(workdir, INFO_FILE)):
+    save_info(workdir, info)
+
+
+# ---------------------------------------------------------------------------------------------
+# Checkpoints.
+
+
+def best_metric(config) -> str:
+  """The validation metric that selects ``best/`` (``CIDEr`` or ``Bleu_4``)."""
+  name = config.get("best_metric", "CIDEr")
+  if name not in ("CIDEr", "Bleu_4"):
+    raise ValueError(f"config field best_metric: expected 'CIDEr' or 'Bleu_4', got {name!r}")
+  return name
+
+
+def checkpoints(workdir: str, config):
+  """The checkpoint managers of ``workdir`` (``checkpoints/`` and ``best/``,
+  :class:`jaxcap.training.checkpoint.Checkpoints`); close them."""
+  from jaxcap.training import checkpoint as ckpt_lib
+  return ckpt_lib.Checkpoints(workdir, keep=int(config.get("keep_checkpoints", 3)),
+                              best_metric=best_metric(config))
+
+
+def abstract_state(model, config, info: dict, sharding):
+  """The shapes, dtypes and ``sharding`` of the train state (parameters, optimiser state, step,
+  RNG) a checkpoint of ``model`` holds, traced on a dummy batch, not computed."""
+  import jax.numpy as jnp
+  from jaxcap.data.base import dummy_batch
+  from jaxcap.models.base import shift_right
+  from jaxcap.training import optim, steps
+  batch = jax.tree.map(jnp.asarray, dummy_batch(info, 2))
+  tx, _ = optim.make_optimizer(config, 1, frozen_collections=getattr(model, "frozen_collections", ()))
+
+  def init_state():
+    variables = model.init(jax.random.PRNGKey(0), batch, shift_right(batch["captions"]), train=False)
+    return steps.create_state(variables, tx, jax.random.PRNGKey(0))
+
+  return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding),
+                      jax.eval_shape(init_state))
+
+
+def restore_or_fail(ckpts, abstract, **kwargs):
+  """``ckpts.restore(...)`` with a damaged checkpoint as one line naming its directory."""
+  from jaxcap.training import checkpoint as ckpt_lib
+  try:
+    return ckpts.restore(abstract, **kwargs)
+  except ckpt_lib.TreeMismatchError:
+    raise  # Already one line naming the step directory.
+  except Exception as e:  # orbax / tensorstore / json errors of damaged files
+    which = kwargs.get("which", "latest")
+    step = kwargs.get("step") or (ckpts.latest_step() if which == "latest" else ckpts.best_step())
+    path = os.path.join(ckpts.workdir, "checkpoints" if which == "latest" else "best", str(step))
+    first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+    raise ValueError(f"{path}: damaged checkpoint ({type(e).__name__}: {first}); expected an "
+                     "intact orbax checkpoint (delete this step directory to resume from an "
+                     "earlier one, or use a new --workdir)") from None
+
+
+def restore(workdir: str, config, model, info: dict, step: int | None = None, *, sharding=None,
+            ckpts=None):
+  """The train state of ``workdir``'s best checkpoint (else its latest), or of ``step`` (from
+  either manager), placed with ``sharding`` (default: the first local device).
+
+  Args:
+    ckpts: open managers of ``workdir`` to read (left open); default: opened and closed here.
+
+  Raises:
+    ValueError: one line, when there is no checkpoint (at ``step``) or it is damaged.
+  """
+  if sharding is None:
+    sharding = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+  abstract = abstract_state(model, config, info, sharding)
+  own = ckpts is None
+  if own:
+    ckpts = checkpoints(workdir, config)
+  try:
+    if step is not None:
+      which = ckpts.find_step(int(step))
+      if which is None:
+        raise ValueError(f"{workdir}: no checkpoint at step {step}; expected one of latest "
+                         f"{list(ckpts.latest.all_steps())} and best {list(ckpts.best.all_steps())}")
+    else:
+      which = "best" if ckpts.best_step() is not None else "latest"
+    state, _ = restore_or_fail(ckpts, abstract, step=step, which=which)
+  finally:
+    if own:
+      ckpts.close()
+  if state is None:
+    raise ValueError(f"{workdir}: no checkpoint found (expected checkpoints/ or best/)")
+  return state
+
+
+# ---------------------------------------------------------------------------------------------
+# Predictions and scores.
+
+
+def write_scores(workdir, split, preds, refs, spice=False, tag="", translation=False):
+  """Scores ``preds`` against ``refs`` and writes ``predictions_<split><tag>.json`` and
+  ``scores_<split><tag>.json`` to ``workdir``; prints the metric table. ``translation``:
+  German-output metrics (:mod:`jaxcap.evaluation.translation`: sacreBLEU with its signature,
+  METEOR ``-l de``, CIDEr-D)."""
+  from jaxcap.evaluation import coco_metrics, files
+  if translation:
+    from jaxcap.evaluation import translation as translation_metrics
+    scores = translation_metrics.score(refs, preds)
+    print(f"sacreBLEU signature: {scores['sacrebleu_signature']}", flush=True)
+  else:
+    scores = coco_metrics.score(refs, preds, spice=spice)
+  if jax.process_index() == 0:
+    os.makedirs(workdir, exist_ok=True)
+    _write_json(os.path.join(workdir, f"predictions_{split}{tag}.json"),
+                [{"image_id": k, "caption": v} for k, v in preds.items()])
+    # per_image as [{"image_id": id, ...}]: the ids keep the predictions' type (files.scores_json).
+    _write_json(os.path.join(workdir, f"scores_{split}{tag}.json"), files.scores_json(scores))
+  print(format_table(scores["overall"], title=f"{split} ({len(preds)} images)"), flush=True)
+  return scores
+
+
+def format_table(overall: dict, title: str = "") -> str:
+  names = [k for k in ("Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "METEOR", "ROUGE_L", "CIDEr", "SPICE",
+                       "sacreBLEU") if k in overall]
+  head = " | ".join(f"{n:>8}" for n in names)
+  vals = " | ".join(f"{overall[n]:8.4f}" for n in names)
+  return (f"{title}\n" if title else "") + head + "\n" + vals
