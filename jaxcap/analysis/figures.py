@@ -180,6 +180,18 @@ def plot_training_curves(metrics, out: str | None = None, axes=None,
 
 
 # ----------------------------------------------------------------------- attention over regions
+def _image_extent(image, image_size, boxes):
+  """``(image array or None, (width, height))``: the image's own size, else ``image_size``,
+  else the boxes' extent (1 x 1 for normalised boxes)."""
+  if image is not None:
+    image = np.asarray(image)
+    return image, (image.shape[1], image.shape[0])
+  if image_size is not None:
+    return None, tuple(image_size)
+  extent = float(np.max(boxes[:, 2:], initial=1.0))
+  return None, (1.0, 1.0) if extent <= 1.0 else (extent, extent)
+
+
 def plot_region_attention(words: Sequence[str], attention_LxN, boxes_Nx4, *, image=None,
                           image_size: tuple[float, float] | None = None, out: str | None = None,
                           axes=None, columns: int = 4, title: str = ""):
@@ -206,14 +218,7 @@ def plot_region_attention(words: Sequence[str], attention_LxN, boxes_Nx4, *, ima
     raise ValueError(f"plot_region_attention: expected attention [L, N] and boxes [N, 4], got "
                      f"{att.shape} and {boxes.shape}")
   words = _words(words, att.shape[0], "plot_region_attention")
-  if image is not None:
-    image = np.asarray(image)
-    width, height = image.shape[1], image.shape[0]
-  elif image_size is not None:
-    width, height = image_size
-  else:
-    extent = float(np.max(boxes[:, 2:], initial=1.0))
-    width = height = 1.0 if extent <= 1.0 else extent
+  image, (width, height) = _image_extent(image, image_size, boxes)
   if axes is None:
     cols = max(1, min(columns, len(words)))
     rows = max(1, math.ceil(len(words) / cols))
@@ -361,14 +366,7 @@ def plot_box_relations(boxes_Nx4, labels: Sequence[str], out: str | None = None,
   extra = [l for l in dict.fromkeys(labels) if l not in colours]
   tab10 = [f"C{i}" for i in range(10)]
   colours.update({l: tab10[i % 10] for i, l in enumerate(extra)})
-  if image is not None:
-    image = np.asarray(image)
-    width, height = image.shape[1], image.shape[0]
-  elif image_size is not None:
-    width, height = image_size
-  else:
-    extent = float(np.max(boxes[:, 2:], initial=1.0))
-    width = height = 1.0 if extent <= 1.0 else extent
+  image, (width, height) = _image_extent(image, image_size, boxes)
   fig, ax = _axes(ax, 4.2, 4.6)
   if image is not None:
     ax.imshow(image, extent=(0, width, height, 0), cmap="gray" if image.ndim == 2 else None)

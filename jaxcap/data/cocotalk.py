@@ -89,24 +89,9 @@ def read_splits(config) -> dict[str, base.SplitData]:
                            f"{json_path} ix_to_word")
         toks.append(words[int(i)])
       refs.append(toks)
-    rec = by_split[split]
-    rec["keys"].append(int(img["id"]))
-    rec["refs"].append(refs)
-    w, h = img.get("width"), img.get("height")
-    rec["sizes"].append((float(w), float(h)) if w and h else None)
-  att_dir = karpathy._resolve(root, config.get("att_dir", ""))
-  fc_dir = karpathy._resolve(root, config.get("fc_dir", ""))
-  box_dir = karpathy._resolve(root, config.get("box_dir", ""))
-  out = {}
-  for split, rec in by_split.items():
-    if rec["keys"]:
-      feats = karpathy.DirFeatures([str(k) for k in rec["keys"]], att_dir, fc_dir, box_dir,
-                                   grid=bool(config.get("grid", False)), sizes=rec["sizes"])
-      out[split] = base.SplitData(image_ids=rec["keys"], refs=rec["refs"], features=feats)
-  return out
+    karpathy.add_image(by_split[split], int(img["id"]), refs, img)
+  return karpathy.dir_splits(by_split, root, config)
 
 
 def load(config) -> base.CaptionDataset:
-  return base.CaptionDataset(read_splits(config), config, name=f"cocotalk:{config.root}",
-                             feature_dim=config.get("feature_dim") or None,
-                             max_regions=None if config.get("att_dir") else 1)
+  return karpathy.dataset(read_splits(config), config, f"cocotalk:{config.root}")

@@ -204,11 +204,20 @@ def read_splits(config) -> dict[str, base.SplitData]:
         refs.append(list(toks))
       else:
         refs.append(tokenize(s.get("raw", "")))
-    rec = by_split[split]
-    rec["keys"].append(image_key(entry))
-    rec["refs"].append(refs)
-    w, h = entry.get("width"), entry.get("height")
-    rec["sizes"].append((float(w), float(h)) if w and h else None)
+    add_image(by_split[split], image_key(entry), refs, entry)
+  return dir_splits(by_split, root, config)
+
+
+def add_image(rec: dict, key, refs, entry: dict) -> None:
+  """Appends one image (its key, references and optional width / height) to a split record."""
+  rec["keys"].append(key)
+  rec["refs"].append(refs)
+  w, h = entry.get("width"), entry.get("height")
+  rec["sizes"].append((float(w), float(h)) if w and h else None)
+
+
+def dir_splits(by_split: dict, root: str, config) -> dict[str, base.SplitData]:
+  """``{split: SplitData}`` of split records whose features are self-critical feature dirs."""
   att_dir = _resolve(root, config.get("att_dir", ""))
   fc_dir = _resolve(root, config.get("fc_dir", ""))
   box_dir = _resolve(root, config.get("box_dir", ""))
@@ -222,7 +231,11 @@ def read_splits(config) -> dict[str, base.SplitData]:
   return out
 
 
-def load(config) -> base.CaptionDataset:
-  return base.CaptionDataset(read_splits(config), config, name=f"karpathy:{config.dataset_json}",
-                             feature_dim=config.get("feature_dim") or None,
+def dataset(splits: dict, config, name: str) -> base.CaptionDataset:
+  """The dataset of feature-dir splits (one region per image without ``att_dir``)."""
+  return base.CaptionDataset(splits, config, name=name, feature_dim=config.get("feature_dim") or None,
                              max_regions=None if config.get("att_dir") else 1)
+
+
+def load(config) -> base.CaptionDataset:
+  return dataset(read_splits(config), config, f"karpathy:{config.dataset_json}")

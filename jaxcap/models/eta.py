@@ -336,9 +336,7 @@ class ETACaptioner(CaptionModel):
     return {"v": enc.get("v_mask"), "s": enc.get("s_mask")}
 
   def _logits(self, x):
-    if self.share_embeddings:
-      return self.embed.attend(x).astype(jnp.float32)
-    return self.logits_proj(x).astype(jnp.float32)
+    return layers.output_logits(self.embed, None if self.share_embeddings else self.logits_proj, x)
 
   # --- decoder ----------------------------------------------------------------------------
 

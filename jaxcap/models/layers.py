@@ -223,3 +223,10 @@ def embed_tokens(embed: nn.Embed, tokens, positions_table, offset=0, scale=True)
   length = tokens.shape[-1]
   pos = jax.lax.dynamic_slice_in_dim(jnp.asarray(positions_table), offset, length, axis=0)
   return x + pos.astype(x.dtype)
+
+
+def output_logits(embed: nn.Embed, proj: nn.Module | None, x):
+  """Float32 word logits of ``x``: the output layer ``proj``, or the word embedding transposed
+  (tied output layer) when ``proj`` is None."""
+  y = embed.attend(x) if proj is None else proj(x)
+  return y.astype(jnp.float32)

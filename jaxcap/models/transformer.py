@@ -138,9 +138,7 @@ class TransformerCaptioner(CaptionModel):
     return {"mask": mask_BxN, "k": tuple(k for k, _ in kv), "v": tuple(v for _, v in kv)}
 
   def _logits(self, x):
-    if self.share_embeddings:
-      return self.embed.attend(x).astype(jnp.float32)
-    return self.logits_proj(x).astype(jnp.float32)
+    return layers.output_logits(self.embed, None if self.share_embeddings else self.logits_proj, x)
 
   def decode_train(self, enc, tokens_BxT, train: bool = False, group: int = 1):
     """Teacher-forced logits ``[B, T, V]``; with ``group > 1``, ``enc`` holds B / group images
