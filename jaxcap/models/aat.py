@@ -374,8 +374,14 @@ class AATCaptioner(CaptionModel):
     zeros = jnp.zeros((enc["mean"].shape[0], self.dim), self.dtype)
     return {"h1": zeros, "m1": zeros, "h2": zeros, "m2": zeros}
 
-  def _context(self, enc, cache, tokens_B, train: bool):
-    """Input module + attention module: ``(Dropout(c_t) [B, D], new cache, aux)``."""
+  def step_features(self, enc, cache, tokens_B, t, train: bool = False):
+    """Input module + attention module of one word: ``(Dropout(c_t) [B, D], cache, aux)``.
+
+    aux: ``extra_loss`` ``[B]`` (lambda x eq. 14; 0 unless adaptive), ``attention_steps``
+    int32 ``[B]``, ``confidences`` / ``beta`` float32 ``[B, S]``. Teacher forcing scans this
+    step (``CaptionModel.decode_train``): aux ``[B, T]`` / ``[B, T, S]``.
+    """
+    del t  # the recurrent state carries the position
     e_BxD = self.embed(tokens_B)  # W_e Pi_t (eq. 1)
     if self.embed_relu:
       e_BxD = nn.relu(e_BxD)
@@ -392,34 +398,7 @@ class AATCaptioner(CaptionModel):
                  "h2": h2_BxD.astype(self.dtype), "m2": m2_BxD.astype(self.dtype)}
     return self.drop(h2_BxD, deterministic=not train), new_cache, aux
 
-  def _logits(self, c):
+  def output_layer(self, c, train: bool = False):
+    """Eq. 2 before the softmax, ``W_p c + b_p`` (c's dropout is ``step_features``'): float32."""
+    del train
     return self.logits_proj(c).astype(jnp.float32)
-
-  def decode_step(self, enc, cache, tokens_B, t, train: bool = False):
-    """One word: ``(logits [B, V] float32, cache, aux)``.
-
-    aux: ``extra_loss`` ``[B]`` (lambda x eq. 14; 0 unless adaptive), ``attention_steps``
-    int32 ``[B]``, ``confidences`` / ``beta`` float32 ``[B, S]``.
-    """
-    del t  # the recurrent state carries the position
-    c_BxD, cache, aux = self._context(enc, cache, tokens_B, train)
-    return self._logits(c_BxD), cache, aux
-
-  def decode_train(self, enc, tokens_BxT, train: bool = False):
-    """Teacher forcing: a ``scan`` over time of the same step as ``decode_step``.
-
-    Returns ``(logits [B, T, V] float32, aux)`` with aux ``extra_loss`` ``[B, T]``,
-    ``attention_steps`` ``[B, T]``, ``confidences`` / ``beta`` ``[B, T, S]``.
-    """
-
-    def body(mdl, cache, tokens_B):
-      c_BxD, cache, aux = mdl._context(enc, cache, tokens_B, train)
-      return cache, (c_BxD, aux)
-
-    scan = nn.scan(body, variable_broadcast="params", split_rngs={"params": False, "dropout": True},
-                   in_axes=0, out_axes=0)
-    cache0 = self.init_cache(enc, tokens_BxT.shape[1])
-    _, (c_TxBxD, aux) = scan(self, cache0, jnp.swapaxes(tokens_BxT, 0, 1))
-    # The output layer is time-independent, so it runs once on all steps (one large matmul).
-    logits_BxTxV = self._logits(jnp.swapaxes(c_TxBxD, 0, 1))
-    return logits_BxTxV, jax.tree.map(lambda a: jnp.swapaxes(a, 0, 1), aux)

@@ -3,12 +3,44 @@
 A model's dataclass fields are its config schema (:mod:`jaxcap.models.fields`): the registry
 builds it from ``config.model`` with one shared validator, so a model has no ``from_config``.
 
-Dimension legend: B images, S captions per image, T time steps, V vocabulary, K beams.
+Dimension legend: B batch (images, or images x captions / beams), S captions per image,
+T time steps, D the output layer's input width, V vocabulary, K beams.
 
-A model implements ``encode``, ``init_cache``, ``decode_step`` and ``decode_train``;
-``decode_train_grouped`` and ``__call__`` (teacher forcing for training) are provided here.
-Greedy decoding, sampling and beam search in :mod:`jaxcap.decoding` only ever call these methods, so one search serves
+A model implements ``encode``, ``init_cache`` and one decoding step; ``decode_train`` (teacher
+forcing), ``decode_train_grouped`` and ``__call__`` are provided here. Greedy decoding, sampling
+and beam search in :mod:`jaxcap.decoding` only ever call these methods, so one search serves
 Transformer key/value caches and recurrent states alike.
+
+One step, two ways to write it:
+
+* ``decode_step(enc, cache, tokens[B], t, train) -> (logits [B, V] float32, cache, aux)``; or
+* split in two: ``step_features(enc, cache, tokens[B], t, train) -> (features, cache, aux)``,
+  everything up to the output layer's input (any pytree of ``[B, ...]`` leaves, with the
+  dropout that the model applies before the output layer already applied), and
+  ``output_layer(features, train) -> logits float32``, which must be time-independent and act
+  on each position alone (leading axes ``[B]`` or ``[B, T]``). Then ``decode_step`` is
+  ``output_layer(step_features(...))`` (a split model does not override it: teacher forcing
+  would not see the override).
+
+Teacher forcing, ``decode_train(enc, tokens[B, T], train) -> (logits [B, T, V], aux)``, is by
+default the step scanned over time (``nn.scan``: the variables in ``scan_broadcast`` are shared
+by every step, the ``"dropout"`` stream is split per step, ``enc`` is broadcast and the time index
+``t`` is a scanned int32 input); aux leaves ``[B, ...]`` are stacked to ``[B, T, ...]``. So a
+recurrent model writes its recurrence once, and the cached decoding and teacher forcing cannot
+drift apart. A model whose teacher forcing runs all positions in parallel (the Transformer and
+ETA) overrides ``decode_train``.
+
+Why the output layer is hoisted out of the scan: for a split step, the scan runs
+``step_features`` only, and ``output_layer`` runs once on the stacked ``[B, T, ...]`` features.
+The output layer (a D x V projection, V ~ 10^4) is most of a recurrent step's arithmetic; inside
+the loop it would run as T small ``[B, D] x [D, V]`` matmuls forward and 2T backward, with the
+backward loop carrying its D x V weight gradient and adding to it at every step; hoisted, it is
+one ``[B*T, D] x [D, V]`` matmul forward and two backward, which keeps an accelerator busy and
+leaves the sequential loop with the recurrence alone. The logits are the same, since the layer
+is time-independent (its weight gradient is summed over the steps in another order: equal up to
+float rounding). Dropout inside ``output_layer`` therefore draws one mask for all steps outside
+the scan, while dropout inside ``step_features`` draws per step, as ``decode_step`` does; a
+model puts each dropout where its equations (and its earlier random stream) have it.
 """
 
 from __future__ import annotations
@@ -36,12 +68,16 @@ def shift_right(captions):
 
 
 class CaptionModel(nn.Module):
-  """Base class: subclasses implement the four protocol methods."""
+  """Base class: subclasses implement ``encode``, ``init_cache`` and one decoding step
+  (``decode_step``, or ``step_features`` + ``output_layer``); see the module docstring."""
 
   trainable = True
   # True when ``decode_train(enc, tokens, train, group=S)`` accepts ``enc`` for B / S images,
   # each serving S consecutive rows of ``tokens`` (see ``decode_train_grouped``).
   decode_train_groups = False
+  # The variable collections that the teacher-forcing scan shares across time steps (all that
+  # a step reads: TPGN adds its ``constants`` and ``ablation`` collections).
+  scan_broadcast = ("params",)
 
   def required_inputs(self) -> tuple[str, ...]:
     """What the model reads that a dataset may lack: ``"image"`` (image features, not a
@@ -57,11 +93,56 @@ class CaptionModel(nn.Module):
   def init_cache(self, enc: Any, max_len: int) -> Any:
     raise NotImplementedError
 
+  def step_features(self, enc, cache, tokens, t, train: bool = False):
+    """One step up to the output layer: ``(features, cache, aux)`` (optional; see the module
+    docstring). ``features`` is any pytree of ``[B, ...]`` leaves."""
+    raise NotImplementedError(f"{type(self).__name__} defines neither decode_step nor "
+                              "step_features / output_layer")
+
+  def output_layer(self, features, train: bool = False):
+    """``features`` (leading axes ``[B]`` or ``[B, T]``) -> logits float32 ``[..., V]``."""
+    raise NotImplementedError(f"{type(self).__name__} defines step_features but no output_layer")
+
+  def _splits_step(self) -> bool:
+    return type(self).step_features is not CaptionModel.step_features
+
   def decode_step(self, enc, cache, tokens, t, train: bool = False):
-    raise NotImplementedError
+    """One word: ``(logits [B, V] float32, cache, aux with [B, ...] leaves)``.
+
+    Default: ``output_layer(step_features(...))``.
+    """
+    features, cache, aux = self.step_features(enc, cache, tokens, t, train)
+    return self.output_layer(features, train), cache, aux
 
   def decode_train(self, enc, tokens, train: bool = False):
-    raise NotImplementedError
+    """Teacher forcing: ``(logits [B, T, V] float32, aux with [B, T, ...] leaves)``.
+
+    Default: the step scanned over time, with the output layer hoisted out of the scan when the
+    step is split (module docstring). ``tokens`` int32 ``[B, T]`` are the decoder inputs.
+    """
+    if self._splits_step():
+      features, aux = self.teacher_forced_features(enc, tokens, train)
+      return self.output_layer(features, train), aux
+    return self._scan_step("decode_step", enc, tokens, train)
+
+  def teacher_forced_features(self, enc, tokens_BxT, train: bool = False):
+    """``step_features`` scanned over time: ``(features with [B, T, ...] leaves, aux)``."""
+    return self._scan_step("step_features", enc, tokens_BxT, train)
+
+  def _scan_step(self, method: str, enc, tokens_BxT, train: bool):
+    """``method`` (``decode_step`` or ``step_features``) over ``t = 0 .. T-1``, from
+    ``init_cache``; its first output and aux are stacked along axis 1."""
+
+    def body(mdl, cache, enc, tokens_B, t):
+      out, cache, aux = getattr(mdl, method)(enc, cache, tokens_B, t, train)
+      return cache, (out, aux)
+
+    scan = nn.scan(body, variable_broadcast=self.scan_broadcast,
+                   split_rngs={"params": False, "dropout": True},
+                   in_axes=(nn.broadcast, 1, 0), out_axes=1)
+    steps_T = jnp.arange(tokens_BxT.shape[1], dtype=jnp.int32)
+    _, (out, aux) = scan(self, self.init_cache(enc, tokens_BxT.shape[1]), enc, tokens_BxT, steps_T)
+    return out, aux
 
   def decode_train_grouped(self, enc, tokens_BxSxT, train: bool = False):
     """Teacher-forced logits of S captions per image from the per-image encoding.

@@ -368,8 +368,10 @@ class ImageTransformer(CaptionModel):
     zeros = jnp.zeros((enc["mean"].shape[0], self.dim), self.dtype)
     return {"h": zeros, "m": zeros, "c": zeros}
 
-  def _context(self, enc, cache, tokens_B, train: bool):
-    """Eqs. 8-10: ``(c_t [B, D], new cache)``."""
+  def step_features(self, enc, cache, tokens_B, t, train: bool = False):
+    """Eqs. 8-10 of one word: ``(Dropout(c_t) [B, D], cache, {})``; teacher forcing scans
+    this step (``CaptionModel.decode_train``)."""
+    del t  # the recurrent state carries the position
     e_BxD = self.drop(self.embed(tokens_B), deterministic=not train)
     x_Bx2D = jnp.concatenate([e_BxD, (enc["mean"] + cache["c"]).astype(e_BxD.dtype)], axis=-1)
     (m_BxD, h_BxD), _ = self.lstm((cache["m"], cache["h"]), x_Bx2D)
@@ -385,38 +387,13 @@ class ImageTransformer(CaptionModel):
     c_BxD = nn.glu(self.glu_proj(jnp.concatenate([att_BxD, h_BxD.astype(att_BxD.dtype)], -1)), axis=-1)
     new_cache = {"h": h_BxD.astype(self.dtype), "m": m_BxD.astype(self.dtype),
                  "c": c_BxD.astype(self.dtype)}
-    return c_BxD, new_cache
+    return self.drop(c_BxD, deterministic=not train), new_cache, {}
 
-  def decode_step(self, enc, cache, tokens_B, t, train: bool = False):
-    """One word: ``(logits [B, V] float32, cache, {})``."""
-    del t  # the recurrent state carries the position
-    c_BxD, cache = self._context(enc, cache, tokens_B, train)
-    return self.logits_proj(self.drop(c_BxD, deterministic=not train)).astype(jnp.float32), cache, {}
-
-  def decode_train(self, enc, tokens_BxT, train: bool = False):
-    """Teacher forcing: a ``scan`` over time of ``decode_step``'s recurrence;
-    ``(logits [B, T, V] float32, {})``."""
-
-    def body(mdl, cache, tokens_B):
-      c_BxD, cache = mdl._context(enc, cache, tokens_B, train)
-      return cache, mdl.drop(c_BxD, deterministic=not train)
-
-    scan = nn.scan(body, variable_broadcast="params", split_rngs={"params": False, "dropout": True},
-                   in_axes=0, out_axes=0)
-    cache0 = self.init_cache(enc, tokens_BxT.shape[1])
-    _, c_TxBxD = scan(self, cache0, jnp.swapaxes(tokens_BxT, 0, 1))
-    # The classifier is time-independent: one large matmul over all steps.
-    logits_BxTxV = self.logits_proj(jnp.swapaxes(c_TxBxD, 0, 1)).astype(jnp.float32)
-    return logits_BxTxV, {}
+  def output_layer(self, c, train: bool = False):
+    """``W_p Dropout(c_t) + b_p`` (the dropout is ``step_features``'): logits float32."""
+    del train
+    return self.logits_proj(c).astype(jnp.float32)
 
   def decoder_outputs(self, enc, tokens_BxT):
     """``c_t`` ``[B, T, D]`` under teacher forcing, no dropout (the spread analysis of 4.4)."""
-
-    def body(mdl, cache, tokens_B):
-      c_BxD, cache = mdl._context(enc, cache, tokens_B, False)
-      return cache, c_BxD
-
-    scan = nn.scan(body, variable_broadcast="params", split_rngs={"params": False}, in_axes=0,
-                   out_axes=0)
-    _, c_TxBxD = scan(self, self.init_cache(enc, tokens_BxT.shape[1]), jnp.swapaxes(tokens_BxT, 0, 1))
-    return jnp.swapaxes(c_TxBxD, 0, 1)
+    return self.teacher_forced_features(enc, tokens_BxT, train=False)[0]

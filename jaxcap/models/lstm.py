@@ -84,30 +84,17 @@ class LSTMCaptioner(CaptionModel):
     z_BxH = jnp.einsum("bn,bnh->bh", alpha_BxN, enc["values"])
     return z_BxH, alpha_BxN
 
-  def _step(self, enc, cache, tokens_B, train: bool):
+  def step_features(self, enc, cache, tokens_B, t, train: bool = False):
+    """One word up to the output layer: ``(Dropout(h + z) [B, H], cache, {"attention": [B, N]})``;
+    teacher forcing scans this step (``CaptionModel.decode_train``: aux ``[B, T, N]``)."""
+    del t  # The state carries the position.
     x_BxE = self.drop(self.embed(tokens_B), deterministic=not train)
     z_BxH, alpha_BxN = self._attend(enc, cache["h"])
     (c_BxH, h_BxH), _ = self.cell((cache["c"], cache["h"]), jnp.concatenate([x_BxE, z_BxH], -1))
     out_BxH = self.drop(h_BxH + z_BxH, deterministic=not train)
-    logits_BxV = self.out_proj(out_BxH).astype(jnp.float32)
-    return logits_BxV, {"c": c_BxH, "h": h_BxH}, {"attention": alpha_BxN}
+    return out_BxH, {"c": c_BxH, "h": h_BxH}, {"attention": alpha_BxN}
 
-  def decode_step(self, enc, cache, tokens, t, train: bool = False):
-    del t  # The state carries the position.
-    return self._step(enc, cache, tokens, train)
-
-  def decode_train(self, enc, tokens, train: bool = False):
-    """Teacher forcing: the same step, scanned over T (parameters shared with decode_step).
-
-    Returns:
-      ``(logits [B, T, V] float32, {"attention": [B, T, N]})``.
-    """
-
-    def body(mdl, cache, enc, tokens_B):
-      logits_BxV, cache, aux = mdl._step(enc, cache, tokens_B, train)
-      return cache, (logits_BxV, aux["attention"])
-
-    scan = nn.scan(body, variable_broadcast="params", split_rngs={"params": False, "dropout": True},
-                   in_axes=(nn.broadcast, 1), out_axes=1)
-    _, (logits_BxTxV, alpha_BxTxN) = scan(self, self.init_cache(enc, tokens.shape[1]), enc, tokens)
-    return logits_BxTxV, {"attention": alpha_BxTxN}
+  def output_layer(self, out_BxH, train: bool = False):
+    """``Dense_V`` (its input's dropout is ``step_features``'): logits float32."""
+    del train
+    return self.out_proj(out_BxH).astype(jnp.float32)

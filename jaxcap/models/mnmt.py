@@ -264,8 +264,13 @@ class MultimodalNMT(CaptionModel):
     z = self.W_fus(jnp.concatenate([ctx["txt"], ctx["im"]], axis=-1))  # eq. 6
     return jnp.tanh(z) if self.fusion_tanh else z
 
-  def _core(self, enc, cache, tokens_B, t, train: bool):
-    """g1, attention, fusion and g2 of one step (no output layer)."""
+  def step_features(self, enc, cache, tokens_B, t, train: bool = False):
+    """g1, attention, fusion and g2 of one step (eqs. 4, 7, 9-11; no output layer).
+
+    Returns ``((h_t^(2), c_t, E y_{t-1}), cache, {"attention_<m>": [B, L_m]})``; teacher
+    forcing scans this step (``CaptionModel.decode_train``: aux ``[B, T, L_m]``), then eq. 8
+    runs on all steps at once.
+    """
     y_BxE = self.drop(self.trg_embed(tokens_B), deterministic=not train)
     h1_BxH, _ = self.g1(cache["h1"], y_BxE)
     h2_prev_BxH = jnp.where(t == 0, h1_BxH, cache["h2"])  # h_0^(2) = h_1^(1) (eq. 4)
@@ -274,30 +279,10 @@ class MultimodalNMT(CaptionModel):
       ctx[m], aux[f"attention_{m}"] = self._attend(enc, m, h1_BxH)
     c_Bx2H = self._fuse(ctx)
     h2_BxH, _ = self.g2(h2_prev_BxH, c_Bx2H)  # eq. 7
-    return {"h1": h1_BxH, "h2": h2_BxH}, (h2_BxH, c_Bx2H, y_BxE), aux
+    return (h2_BxH, c_Bx2H, y_BxE), {"h1": h1_BxH, "h2": h2_BxH}, aux
 
-  def _output(self, h2, c, y, train: bool):
-    """Eq. 8 (logits; the softmax is the loss's / the search's)."""
+  def output_layer(self, features, train: bool = False):
+    """Eq. 8 (logits; the softmax is the loss's / the search's), with the dropout on L_o's input."""
+    h2, c, y = features
     hid = jnp.tanh(self.L_s(h2) + self.L_c(c) + y)
     return self.L_o(self.drop(hid, deterministic=not train)).astype(jnp.float32)
-
-  def decode_step(self, enc, cache, tokens, t, train: bool = False):
-    cache, (h2, c, y), aux = self._core(enc, cache, tokens, t, train)
-    return self._output(h2, c, y, train), cache, aux
-
-  def decode_train(self, enc, tokens, train: bool = False):
-    """Teacher forcing: the recurrent core scanned over T, then eq. 8 on all steps at once.
-
-    Returns:
-      ``(logits [B, T, V] float32, {"attention_<m>": [B, T, L_m]})``.
-    """
-
-    def body(mdl, cache, enc, tokens_B, t):
-      cache, out, aux = mdl._core(enc, cache, tokens_B, t, train)
-      return cache, (out, aux)
-
-    scan = nn.scan(body, variable_broadcast="params", split_rngs={"params": False, "dropout": True},
-                   in_axes=(nn.broadcast, 1, 0), out_axes=1)
-    steps_T = jnp.arange(tokens.shape[1], dtype=jnp.int32)
-    _, ((h2, c, y), aux) = scan(self, self.init_cache(enc, tokens.shape[1]), enc, tokens, steps_T)
-    return self._output(h2, c, y, train), aux

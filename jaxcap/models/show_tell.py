@@ -64,24 +64,15 @@ class ShowTell(CaptionModel):
     del max_len  # A recurrent state does not grow with time.
     return {"c": enc["c0"], "h": enc["h0"]}
 
-  def _step(self, cache, tokens_B, train: bool):
+  def step_features(self, enc, cache, tokens_B, t, train: bool = False):
+    """One word up to the output layer: ``(Dropout(h) [B, H], cache, {})``; teacher forcing
+    scans this step (``CaptionModel.decode_train``)."""
+    del enc, t  # The state carries the image and the position.
     x_BxE = self.drop(self.embed(tokens_B), deterministic=not train)
     (c_BxH, h_BxH), _ = self.cell((cache["c"], cache["h"]), x_BxE)
-    logits_BxV = self.out_proj(self.drop(h_BxH, deterministic=not train)).astype(jnp.float32)
-    return logits_BxV, {"c": c_BxH, "h": h_BxH}, {}
+    return self.drop(h_BxH, deterministic=not train), {"c": c_BxH, "h": h_BxH}, {}
 
-  def decode_step(self, enc, cache, tokens, t, train: bool = False):
-    del enc, t  # The state carries the image and the position.
-    return self._step(cache, tokens, train)
-
-  def decode_train(self, enc, tokens, train: bool = False):
-    """Teacher forcing: the same step scanned over T. Returns ``(logits [B, T, V], {})``."""
-
-    def body(mdl, cache, tokens_B):
-      logits_BxV, cache, _ = mdl._step(cache, tokens_B, train)
-      return cache, logits_BxV
-
-    scan = nn.scan(body, variable_broadcast="params", split_rngs={"params": False, "dropout": True},
-                   in_axes=1, out_axes=1)
-    _, logits_BxTxV = scan(self, self.init_cache(enc, tokens.shape[1]), tokens)
-    return logits_BxTxV, {}
+  def output_layer(self, h_BxH, train: bool = False):
+    """``W_o Dropout(h) + b_o`` (the dropout is ``step_features``'): logits float32."""
+    del train
+    return self.out_proj(h_BxH).astype(jnp.float32)

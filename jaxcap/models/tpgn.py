@@ -323,16 +323,6 @@ class TPGN(CaptionModel):
     hit_B = jnp.argmin(dist_BxK, -1) == self.zero_role_cluster
     return jnp.where(hit_B[:, None], 0.0, u_BxD2)
 
-  def _step(self, cache, tokens_B, train: bool):
-    e_BxE = self.drop(jnp.take(self._embedding(), tokens_B, axis=0), deterministic=not train)
-    s, c1 = self.s_step(cache["S"], cache["c1"], cache["p"], e_BxE)
-    p, c2 = self.u_step(cache["S"], cache["c2"], cache["p"], e_BxE)
-    u_BxD2 = self._ablate(self.unbinding_vector(p))
-    f_BxD2 = self.drop(unbind(s, u_BxD2), deterministic=not train)
-    w_x = self._lexical_weight().astype(self.dtype)
-    logits_BxV = jnp.einsum("vu,bu->bv", w_x, f_BxD2.astype(self.dtype)).astype(jnp.float32) + self.b_x
-    return logits_BxV, {"S": s, "c1": c1, "p": p, "c2": c2}, {"unbinding": u_BxD2}
-
   # ------------------------------------------------------------------ protocol
   def encode(self, batch, train: bool = False):
     del train
@@ -345,25 +335,25 @@ class TPGN(CaptionModel):
     return {"S": s0, "c1": jnp.zeros_like(s0), "p": jnp.zeros((b, d), jnp.float32),
             "c2": jnp.zeros((b, d), jnp.float32)}
 
-  def decode_step(self, enc, cache, tokens, t, train: bool = False):
+  # The teacher-forcing scan reads v̄, a fixed W_e and the role centroids too.
+  scan_broadcast = ("params", "constants", "ablation")
+
+  def step_features(self, enc, cache, tokens_B, t, train: bool = False):
+    """Eqs. 3-17 of one word: ``(Dropout(f_t) [B, d^2], cache, {"unbinding": u_t [B, d^2]})``;
+    teacher forcing scans this step (``CaptionModel.decode_train``: aux ``[B, T, d^2]``)."""
     del enc, t  # The state carries the image and the position.
-    return self._step(cache, tokens, train)
+    e_BxE = self.drop(jnp.take(self._embedding(), tokens_B, axis=0), deterministic=not train)
+    s, c1 = self.s_step(cache["S"], cache["c1"], cache["p"], e_BxE)
+    p, c2 = self.u_step(cache["S"], cache["c2"], cache["p"], e_BxE)
+    u_BxD2 = self._ablate(self.unbinding_vector(p))
+    f_BxD2 = self.drop(unbind(s, u_BxD2), deterministic=not train)
+    return f_BxD2, {"S": s, "c1": c1, "p": p, "c2": c2}, {"unbinding": u_BxD2}
 
-  def decode_train(self, enc, tokens, train: bool = False):
-    """Teacher forcing: the step scanned over T (parameters shared with ``decode_step``).
-
-    Returns:
-      ``(logits [B, T, V] float32, {"unbinding": u [B, T, d^2]})``.
-    """
-
-    def body(mdl, cache, tokens_B):
-      logits_BxV, cache, aux = mdl._step(cache, tokens_B, train)
-      return cache, (logits_BxV, aux["unbinding"])
-
-    scan = nn.scan(body, variable_broadcast=("params", "constants", "ablation"),
-                   split_rngs={"params": False, "dropout": True}, in_axes=1, out_axes=1)
-    _, (logits_BxTxV, u_BxTxD2) = scan(self, self.init_cache(enc, tokens.shape[1]), tokens)
-    return logits_BxTxV, {"unbinding": u_BxTxD2}
+  def output_layer(self, f, train: bool = False):
+    """Eq. 18: ``W_x f_t + b_x`` (f_t's dropout is ``step_features``'), float32 ``[..., V]``."""
+    del train
+    w_x = self._lexical_weight().astype(self.dtype)
+    return jnp.einsum("vu,...u->...v", w_x, f.astype(self.dtype)).astype(jnp.float32) + self.b_x
 
   # ------------------------------------------------------------------ run set-up
   def _glove_words(self, dataset) -> list:
