@@ -122,12 +122,16 @@ def compiled_bytes(compiled):
 # The benchmarked steps
 
 
+def _overrides(text: str) -> dict:
+  return {k.strip(): _number(v.strip()) for k, _, v in
+          (item.partition("=") for item in filter(None, text.split(",")))}
+
+
 def _model(name, dtype, args, info):
-  from jaxcap.models import registry
+  from jaxcap.models import fields, registry
   cfg = common.model_config(name, dtype, args)
-  for item in filter(None, args.set.split(",")):
-    key, _, value = item.partition("=")
-    cfg[key.strip()] = _number(value.strip())
+  schema = fields.schema(registry.get(name))
+  cfg.update({k: v for k, v in _overrides(args.set).items() if k in schema})
   return registry.build(cfg, info)
 
 
@@ -313,6 +317,12 @@ def parse_args(argv=None):
   if bad:
     p.error(f"--dtype: unknown {','.join(bad)}; expected float32 and/or bfloat16")
   args.models = ",".join(common.check_models(p, "--models", args.models))
+  from jaxcap.models import fields, registry
+  known = set().union(*(fields.schema(registry.get(m)) for m in args.models.split(",")))
+  unknown = sorted(set(_overrides(args.set)) - known)
+  if unknown:
+    p.error(f"--set: {unknown[0]} is a field of none of the models {args.models}; expected one "
+            f"of {','.join(sorted(known))}")
   common.positive_ints(p, "--batch", args.batch)
   common.positive_ints(p, "--eval_batch", args.eval_batch)
   for field in ("regions", "feat_dim", "vocab", "words", "layers"):
