@@ -33,9 +33,12 @@ DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float
 def compute_dtype(name):
   """``"float32"`` | ``"bfloat16"`` | ``"float16"`` (or a jnp dtype) -> the jnp dtype."""
   if not isinstance(name, str):
-    for dt in DTYPES.values():
-      if np.dtype(name) == np.dtype(dt):
-        return dt
+    try:
+      found = [dt for dt in DTYPES.values() if np.dtype(name) == np.dtype(dt)]
+    except TypeError:
+      found = []
+    if found:
+      return found[0]
   try:
     return DTYPES[name]
   except (KeyError, TypeError):

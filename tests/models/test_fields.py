@@ -36,6 +36,7 @@ def test_defaults_and_data_fields_fill_what_the_config_leaves_out():
     ("transformer", "region_activation", "gelu", "expected one of ('relu', 'linear')"),
     ("transformer", "num_heads", 5, "5 does not divide dim=512"),
     ("transformer", "dtype", "float64", "expected 'float32' or 'bfloat16'"),
+    ("transformer", "dtype", 5, "expected 'float32' or 'bfloat16'"),
     ("aat", "min_steps", 5, "min_steps <= max_steps"),
     ("image_transformer", "spatial_layers", "4", "layers among 1..3"),
     ("mnmt", "variant", "mnmt9", "model.variant"),
