@@ -3,8 +3,9 @@
 A model is one module in ``jaxcap/models``: its fields are its config (``common.model_config``),
 so it trains with this file before it has a config file of its own, e.g.
 ``python train.py --config configs/base.py:synthetic,model=show_tell --config.model.hidden_dim=64``.
-The schedule is the shared one (``common.base_config``), CPU-sized on ``synthetic`` and
-``flickr8k`` (``common.cpu_sized``).
+The schedule is Adam with step decay (lr 5e-4, 2e-3 CPU-sized on ``synthetic`` and ``flickr8k``,
+x0.8 every 3 epochs; ``common.cpu_sized``), which suits any model; the shared Noam schedule's
+``learning_rate`` is a scale factor meant for the Transformer-style configs.
 """
 
 from configs import common
@@ -13,6 +14,10 @@ from configs import common
 def get_config(arg: str | None = None):
   a = common.parse_arg(arg, model="transformer")
   c = common.base_config(a.dataset, a.model)
+  c.schedule = "step"
+  c.warmup_steps = 0
   if a.dataset in ("synthetic", "flickr8k"):
     c = common.cpu_sized(c)
+    c.learning_rate = 2e-3
+    c.warmup_steps = 0
   return c
