@@ -1,4 +1,4 @@
-"""notebooks/*.ipynb: committed without outputs, and each one executes with its assertions holding.
+"""notebooks/*.ipynb and experiments/*/*.ipynb: committed without outputs, and each one executes with its assertions holding.
 
 Every notebook trains its own tiny checkpoint, so executing them is slow (about 1-2 minutes each
 on 2 CPU cores): those tests are marked slow and run in ``make test-slow`` (.ci/run's second
@@ -15,22 +15,28 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
-EXPECTED = {"quickstart", "eta_ablations", "aat_attention_time", "image_transformer", "mnmt", "tpgn"}
+NOTEBOOKS = sorted([*(REPO / "notebooks").glob("*.ipynb"), *(REPO / "experiments").glob("*/*.ipynb")])
+EXPECTED = {"notebooks/quickstart", "experiments/eta/ablations", "experiments/aat/attention_time",
+            "experiments/image_transformer/spatial_graph", "experiments/mnmt/congruent_images",
+            "experiments/tpgn/roles"}
+
+
+def _name(path: Path) -> str:
+  return str(path.relative_to(REPO).with_suffix(""))
 
 
 def test_every_notebook_is_there():
-  assert EXPECTED <= {p.stem for p in NOTEBOOKS}
+  assert EXPECTED <= {_name(p) for p in NOTEBOOKS}
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=_name)
 def test_committed_without_outputs(path):
   nb = json.loads(path.read_text())
   for i, cell in enumerate(nb["cells"]):
     if cell["cell_type"] == "code":
       assert cell.get("outputs") == [] and cell.get("execution_count") is None, (
           f"{path.name} cell {i} has outputs; strip them before committing (e.g. "
-          "jupyter nbconvert --clear-output --inplace notebooks/*.ipynb)")
+          "jupyter nbconvert --clear-output --inplace <the notebook>)")
   assert "widgets" not in nb.get("metadata", {})
 
 
@@ -46,7 +52,7 @@ def _cell_seconds(cell) -> float:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=_name)
 def test_notebook_executes(path, tmp_path, monkeypatch):
   nbformat = pytest.importorskip("nbformat")
   nbclient = pytest.importorskip("nbclient")

@@ -151,11 +151,9 @@ def test_box_relations_png_on_given_axes(tmp_path):
 REPO = __import__("pathlib").Path(__file__).resolve().parents[2]
 
 
-def _script(name):
+def _script(path):
   import importlib.util
-  import sys
-  sys.path.insert(0, str(REPO / "scripts"))
-  spec = importlib.util.spec_from_file_location(f"_script_{name}", REPO / "scripts" / f"{name}.py")
+  spec = importlib.util.spec_from_file_location(f"_script_{path.replace('/', '_')[:-3]}", REPO / path)
   mod = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(mod)
   return mod
@@ -164,13 +162,13 @@ def _script(name):
 def test_figures_script_curves(tmp_path):
   _metrics_file(tmp_path)
   out = tmp_path / "c.png"
-  assert _script("figures").main(["curves", "--workdir", str(tmp_path), "--out", str(out)]) == [str(out)]
+  assert _script("scripts/figures.py").main(["curves", "--workdir", str(tmp_path), "--out", str(out)]) == [str(out)]
   _check_png(out)
 
 
 def test_image_transformer_figure3_script(tmp_path):
   out = tmp_path / "fig3.png"
-  _script("image_transformer_analysis").main(["figure3", "--out", str(out)])
+  _script("experiments/image_transformer/analysis.py").main(["figure3", "--out", str(out)])
   _check_png(out)
 
 

@@ -1,4 +1,4 @@
-"""The section 5.3 tools (jaxcap/analysis/tpgn_roles.py, scripts/tpgn_roles.py)."""
+"""The section 5.3 tools (jaxcap/analysis/tpgn_roles.py, experiments/tpgn/roles.py)."""
 
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ def test_real_text_without_a_tagger_gives_none_or_tags():
 
 
 def _script():
-  path = Path(__file__).resolve().parents[2] / "scripts" / "tpgn_roles.py"
+  path = Path(__file__).resolve().parents[2] / "experiments" / "tpgn" / "roles.py"
   spec = importlib.util.spec_from_file_location("tpgn_roles_script", path)
   mod = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(mod)

@@ -1,4 +1,4 @@
-"""Bad input to the scripts in ``scripts/``: one ``error:`` line on stderr, exit code 2.
+"""Bad input to the scripts in ``scripts/`` and ``experiments/<paper>/``: one ``error:`` line on stderr, exit code 2.
 
 The scripts run through :func:`jaxcap.cli.run_script` (``run_main``, and for absl ones
 ``run_app``, as ``train.py`` and ``evaluate.py`` do). Each case is a real process (the exit code and the
@@ -21,19 +21,19 @@ REPO = Path(__file__).resolve().parents[2]
 
 CASES = [
     # (script, args, needle)
-    ("beam_modes.py", ["--workdir={tmp}/nowhere"], "{tmp}/nowhere/config.json"),
-    ("beam_modes.py", [], "--workdir"),
-    ("plot_attention_steps.py", ["--workdir", "{tmp}/nowhere", "--out", "{tmp}/a.png"],
+    ("experiments/decoding/beam_modes.py", ["--workdir={tmp}/nowhere"], "{tmp}/nowhere/config.json"),
+    ("experiments/decoding/beam_modes.py", [], "--workdir"),
+    ("scripts/plot_attention_steps.py", ["--workdir", "{tmp}/nowhere", "--out", "{tmp}/a.png"],
      "{tmp}/nowhere/config.json"),
-    ("flickr8k_table.py", ["--workdir", "{tmp}/t", "--seeds", "a,b"], "--seeds"),
-    ("aat_table1.py", ["--workdir", "{tmp}/t", "--rows", "nope"], "--rows"),
-    ("eta_ablations.py", ["--workdir={tmp}/t", "--seeds=x"], "--seeds"),
+    ("experiments/flickr8k/table.py", ["--workdir", "{tmp}/t", "--seeds", "a,b"], "--seeds"),
+    ("experiments/aat/table1.py", ["--workdir", "{tmp}/t", "--rows", "nope"], "--rows"),
+    ("experiments/eta/ablations.py", ["--workdir={tmp}/t", "--seeds=x"], "--seeds"),
 ]
 
 
 @pytest.mark.parametrize("script,args,needle", CASES, ids=[f"{c[0]}:{i}" for i, c in enumerate(CASES)])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, script, args, needle):
-  argv = [sys.executable, str(REPO / "scripts" / script)] + [a.format(tmp=tmp_path) for a in args]
+  argv = [sys.executable, str(REPO / script)] + [a.format(tmp=tmp_path) for a in args]
   env = dict(os.environ, JAX_PLATFORMS="cpu")
   proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
   lines = [l for l in proc.stderr.splitlines() if l.strip()]
@@ -43,59 +43,59 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, script, args, needle):
   assert sorted(os.listdir(tmp_path)) == []  # nothing written
 
 
-# Every script in scripts/, each with a bad flag value: (args, the flag the line must name).
+# Every script in scripts/ and experiments/*/, each with a bad flag value: (args, the flag the line must name).
 BAD_FLAG = {
-    "aat_table1.py": (["--workdir", "{tmp}/t", "--steps", "x"], "--steps"),
-    "beam_modes.py": (["--workdir={tmp}/t", "--beam_size=x"], "--beam_size"),
-    "build_tfds.py": (["--out={tmp}/t", "--overwrite=maybe"], "--overwrite"),
-    "cider_compat_diff.py": (["--cache_dir={tmp}/t", "--images=0"], "--images"),
-    "eta_ablations.py": (["--workdir={tmp}/t", "--steps=x"], "--steps"),
-    "figures.py": (["words", "--workdir", "{tmp}/t", "--out", "{tmp}/a", "--index", "x"], "--index"),
-    "flickr8k_table.py": (["--workdir", "{tmp}/t", "--stages", "nope"], "--stages"),
-    "image_transformer_analysis.py": (["spread", "--workdir", "{tmp}/t", "--words", "x"], "--words"),
-    "image_transformer_table3.py": (["--workdir", "{tmp}/t", "--steps", "x"], "--steps"),
-    "mnmt_table2.py": (["--workdir", "{tmp}/t", "--steps", "x"], "--steps"),
-    "plot_attention_steps.py": (["--workdir", "{tmp}/t", "--index", "x"], "--index"),
-    "tpgn_roles.py": (["--workdir", "{tmp}/t", "--step", "x"], "--step"),
-    "tpgn_table1.py": (["--workdir", "{tmp}/t", "--steps", "x"], "--steps"),
-    "train_attributes.py": (["--out={tmp}/t", "--bogus=1"], "--bogus"),
+    "experiments/aat/table1.py": (["--workdir", "{tmp}/t", "--steps", "x"], "--steps"),
+    "experiments/decoding/beam_modes.py": (["--workdir={tmp}/t", "--beam_size=x"], "--beam_size"),
+    "scripts/build_tfds.py": (["--out={tmp}/t", "--overwrite=maybe"], "--overwrite"),
+    "experiments/decoding/cider_compat_diff.py": (["--cache_dir={tmp}/t", "--images=0"], "--images"),
+    "experiments/eta/ablations.py": (["--workdir={tmp}/t", "--steps=x"], "--steps"),
+    "scripts/figures.py": (["words", "--workdir", "{tmp}/t", "--out", "{tmp}/a", "--index", "x"], "--index"),
+    "experiments/flickr8k/table.py": (["--workdir", "{tmp}/t", "--stages", "nope"], "--stages"),
+    "experiments/image_transformer/analysis.py": (["spread", "--workdir", "{tmp}/t", "--words", "x"], "--words"),
+    "experiments/image_transformer/table3.py": (["--workdir", "{tmp}/t", "--steps", "x"], "--steps"),
+    "experiments/mnmt/table2.py": (["--workdir", "{tmp}/t", "--steps", "x"], "--steps"),
+    "scripts/plot_attention_steps.py": (["--workdir", "{tmp}/t", "--index", "x"], "--index"),
+    "experiments/tpgn/roles.py": (["--workdir", "{tmp}/t", "--step", "x"], "--step"),
+    "experiments/tpgn/table1.py": (["--workdir", "{tmp}/t", "--steps", "x"], "--steps"),
+    "scripts/train_attributes.py": (["--out={tmp}/t", "--bogus=1"], "--bogus"),
 }
 
 # Scripts that read a trained run: {run} is its workdir.
 READS_RUN = {
-    "beam_modes.py": ["--workdir={run}"],
-    "figures.py": ["words", "--workdir", "{run}", "--out", "{tmp}/a"],
-    "image_transformer_analysis.py": ["spread", "--workdir", "{run}"],
-    "plot_attention_steps.py": ["--workdir", "{run}", "--out", "{tmp}/a.png"],
-    "tpgn_roles.py": ["--workdir", "{run}"],
+    "experiments/decoding/beam_modes.py": ["--workdir={run}"],
+    "scripts/figures.py": ["words", "--workdir", "{run}", "--out", "{tmp}/a"],
+    "experiments/image_transformer/analysis.py": ["spread", "--workdir", "{run}"],
+    "scripts/plot_attention_steps.py": ["--workdir", "{run}", "--out", "{tmp}/a.png"],
+    "experiments/tpgn/roles.py": ["--workdir", "{run}"],
 }
 
 # Scripts that write runs (or files) under a directory: {out} is that directory. A file there
 # instead of a directory is refused before anything trains; ``run`` is where a row's first run
 # lives (None: the script keeps no checkpoints, or needs ../shared/data).
 WRITES = {
-    "aat_table1.py": (["--workdir", "{out}", "--rows", "base", "--seeds", "0", "--steps", "2"], "base/seed0"),
-    "build_tfds.py": (["--out={out}", "--config.data.num_train=16", "--config.data.num_val=8",
+    "experiments/aat/table1.py": (["--workdir", "{out}", "--rows", "base", "--seeds", "0", "--steps", "2"], "base/seed0"),
+    "scripts/build_tfds.py": (["--out={out}", "--config.data.num_train=16", "--config.data.num_val=8",
                        "--config.data.num_test=8"], None),
-    "cider_compat_diff.py": (["--cache_dir={out}", "--images=4", "--config={repo}/configs/transformer.py:synthetic",
+    "experiments/decoding/cider_compat_diff.py": (["--cache_dir={out}", "--images=4", "--config={repo}/configs/transformer.py:synthetic",
                               "--config.data.num_train=16", "--config.data.num_val=8",
                               "--config.data.num_test=8"], None),
-    "eta_ablations.py": (["--workdir={out}", "--variants=transformer_v", "--seeds=0", "--steps=2"],
+    "experiments/eta/ablations.py": (["--workdir={out}", "--variants=transformer_v", "--seeds=0", "--steps=2"],
                          "transformer_v/seed0"),
-    "flickr8k_table.py": (["--workdir", "{out}", "--models", "transformer", "--seeds", "0", "--steps", "1"], None),
-    "image_transformer_table3.py": (["--workdir", "{out}", "--rows", "aoanet", "--seeds", "0", "--steps", "2"],
+    "experiments/flickr8k/table.py": (["--workdir", "{out}", "--models", "transformer", "--seeds", "0", "--steps", "1"], None),
+    "experiments/image_transformer/table3.py": (["--workdir", "{out}", "--rows", "aoanet", "--seeds", "0", "--steps", "2"],
                                     "aoanet/seed0"),
-    "mnmt_table2.py": (["--workdir", "{out}", "--rows", "nmt", "--seeds", "0", "--steps", "1"], None),
-    "tpgn_table1.py": (["--workdir", "{out}", "--rows", "show_tell", "--seeds", "0", "--steps", "2"],
+    "experiments/mnmt/table2.py": (["--workdir", "{out}", "--rows", "nmt", "--seeds", "0", "--steps", "1"], None),
+    "experiments/tpgn/table1.py": (["--workdir", "{out}", "--rows", "show_tell", "--seeds", "0", "--steps", "2"],
                        "show_tell_s0"),
-    "train_attributes.py": (["--out={out}"], None),
+    "scripts/train_attributes.py": (["--out={out}"], None),
 }
 
 
 def _run_script(script, args, cwd):
   # One CPU device: the table configs' batch sizes need not split over the suite's 8.
   env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=1 --xla_backend_optimization_level=0")
-  return subprocess.run([sys.executable, str(REPO / "scripts" / script), *args], capture_output=True,
+  return subprocess.run([sys.executable, str(REPO / script), *args], capture_output=True,
                         text=True, env=env, timeout=300, cwd=cwd)
 
 
@@ -108,7 +108,8 @@ def _one_error_line(proc, *needles):
 
 
 def test_every_script_is_covered():
-  scripts = sorted(p.name for p in (REPO / "scripts").glob("*.py"))
+  scripts = sorted(str(p.relative_to(REPO)) for p in [*(REPO / "scripts").glob("*.py"),
+                                                       *(REPO / "experiments").glob("*/*.py")])
   assert sorted(BAD_FLAG) == scripts
   assert sorted(set(READS_RUN) | set(WRITES)) == scripts
 

@@ -1,5 +1,5 @@
-"""The multi-seed table scripts: scripts/eta_ablations.py,
-scripts/aat_table1.py and scripts/flickr8k_table.py.
+"""The multi-seed table scripts: experiments/eta/ablations.py, experiments/aat/table1.py,
+experiments/flickr8k/table.py (and the shared runner, jaxcap/analysis/experiment.py).
 
 Default tests never train: finished runs are faked by writing the files a finished run leaves
 (``scores.json``, ``result.json``, ``scores_test.json``) so that the scripts' resume path, the
@@ -21,15 +21,16 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 PY = sys.executable
 
 
-def _load(name):
-  spec = importlib.util.spec_from_file_location(f"_script_{name}", os.path.join(ROOT, "scripts", f"{name}.py"))
+def _load(path):
+  name = path.replace("/", "_")[:-3]
+  spec = importlib.util.spec_from_file_location(f"_script_{name}", os.path.join(ROOT, path))
   mod = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(mod)
   return mod
 
 
 def _run(script, *args, env=None, timeout=120):
-  out = subprocess.run([PY, os.path.join(ROOT, "scripts", script), *map(str, args)],
+  out = subprocess.run([PY, os.path.join(ROOT, script), *map(str, args)],
                        capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env)
   assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
   return out.stdout
@@ -52,7 +53,7 @@ def test_eta_ablations_resumes_per_seed_runs_and_reports_mean_std(tmp_path):
       bonus = 0.5 if row == "eta" else 0.0
       _write(str(tmp_path / row / f"seed{seed}" / "scores.json"),
              {"CIDEr": c + bonus, "Bleu_4": 0.3, "METEOR": 0.25, "ROUGE_L": 0.5, "train_seconds": 10.0 + seed})
-  _run("eta_ablations.py", "--workdir", tmp_path, "--variants", "eta,stacked_v", "--seeds", "0,1,2")
+  _run("experiments/eta/ablations.py", "--workdir", tmp_path, "--variants", "eta,stacked_v", "--seeds", "0,1,2")
   table = json.loads((tmp_path / "table.json").read_text())
   assert list(table) == ["eta", "stacked_v"]
   assert table["eta"]["config"] == "configs/eta.py:synthetic,variant=eta"
@@ -67,7 +68,7 @@ def test_eta_ablations_resumes_per_seed_runs_and_reports_mean_std(tmp_path):
   assert f"| stacked_v | 3 | {100 * MEAN:.1f} ± {100 * STD:.1f} | 30.0 ± 0.0 |" in md
   assert "| eta | 3 | 180.0 ± 36.1 |" in md and "seeds 0,1,2" in md
   # A subset of seeds reads back only those runs.
-  _run("eta_ablations.py", "--workdir", tmp_path, "--variants", "stacked_v", "--seeds", "2")
+  _run("experiments/eta/ablations.py", "--workdir", tmp_path, "--variants", "stacked_v", "--seeds", "2")
   table = json.loads((tmp_path / "table.json").read_text())
   assert table["stacked_v"]["mean"]["CIDEr"] == pytest.approx(1.7) and table["stacked_v"]["std"]["CIDEr"] == 0.0
 
@@ -76,7 +77,7 @@ def test_aat_table1_resumes_per_seed_runs_and_reports_mean_std(tmp_path):
   for seed, c in CIDER.items():
     _write(str(tmp_path / "adaptive" / f"seed{seed}" / "result.json"),
            {"seed": seed, "avg_steps": 2.0 + seed, "CIDEr": c, "METEOR": 0.2, "Bleu_4": 0.3, "train_seconds": 5.0})
-  out = _run("aat_table1.py", "--workdir", tmp_path, "--rows", "adaptive", "--seeds", "0,1,2")
+  out = _run("experiments/aat/table1.py", "--workdir", tmp_path, "--rows", "adaptive", "--seeds", "0,1,2")
   table = json.loads((tmp_path / "table.json").read_text())
   (row,) = table
   assert row["row"] == "adaptive" and row["seeds"] == [0, 1, 2] and len(row["runs"]) == 3
@@ -88,12 +89,13 @@ def test_aat_table1_resumes_per_seed_runs_and_reports_mean_std(tmp_path):
 
 
 def test_aat_table1_rejects_unknown_rows_and_bad_seeds(tmp_path):
-  mod = _load("aat_table1")
+  mod = _load("experiments/aat/table1.py")
   with pytest.raises(SystemExit):
     mod.main(["--workdir", str(tmp_path), "--rows", "nope"])
+  from jaxcap.analysis import experiment
   with pytest.raises(SystemExit):
-    mod.parse_seeds("0,x")
-  assert mod.parse_seeds("2, 0,2") == [2, 0]
+    experiment.parse_seeds("0,x")
+  assert experiment.parse_seeds("2, 0,2") == [2, 0]
 
 
 def test_flickr8k_table_resumes_and_reports_against_nearest_neighbour(tmp_path):
@@ -104,7 +106,7 @@ def test_flickr8k_table_resumes_and_reports_against_nearest_neighbour(tmp_path):
       _write(str(d / "run_seconds.json"), {"seconds": 60.0, "steps": 1200 if stage == "xe" else 300})
   _write(str(tmp_path / "nearest_neighbour" / "scores_test.json"),
          {"overall": {"CIDEr": 0.166, "Bleu_4": 0.1, "METEOR": 0.15}})
-  _run("flickr8k_table.py", "--workdir", tmp_path, "--models", "transformer", "--seeds", "0,1,2")
+  _run("experiments/flickr8k/table.py", "--workdir", tmp_path, "--models", "transformer", "--seeds", "0,1,2")
   table = json.loads((tmp_path / "table.json").read_text())
   rows = {r["stage"]: r for r in table["rows"]}
   assert set(rows) == {"xe", "scst"} and table["seeds"] == [0, 1, 2]
@@ -117,7 +119,7 @@ def test_flickr8k_table_resumes_and_reports_against_nearest_neighbour(tmp_path):
   assert "| transformer | XE + SCST | 3 | 140.0 ± 36.1 |" in md
   assert "| nearest neighbour | - | - | 16.6 | 10.0 | 15.0 | - | - |" in md
   # --scst-steps 0 drops the SCST rows.
-  _run("flickr8k_table.py", "--workdir", tmp_path, "--models", "transformer", "--seeds", "0,1,2", "--scst-steps", "0")
+  _run("experiments/flickr8k/table.py", "--workdir", tmp_path, "--models", "transformer", "--seeds", "0,1,2", "--scst-steps", "0")
   assert [r["stage"] for r in json.loads((tmp_path / "table.json").read_text())["rows"]] == ["xe"]
 
 
@@ -130,7 +132,7 @@ def test_flickr8k_table_report_reads_finished_runs_and_trains_nothing(tmp_path):
   _write(str(tmp_path / "aoanet" / "xe" / "seed0" / "scores_test.json"),
          {"overall": {"CIDEr": 0.3, "Bleu_4": 0.1, "METEOR": 0.15}})
   before = sorted(str(p) for p in tmp_path.rglob("*"))
-  _run("flickr8k_table.py", "--workdir", tmp_path, "--seeds", "0,1,2,3,4", "--report")
+  _run("experiments/flickr8k/table.py", "--workdir", tmp_path, "--seeds", "0,1,2,3,4", "--report")
   table = json.loads((tmp_path / "table.json").read_text())
   rows = {(r["model"], r["stage"]): r for r in table["rows"]}
   assert set(rows) == {("transformer", "xe"), ("transformer", "scst"), ("aoanet", "xe")}
@@ -142,7 +144,7 @@ def test_flickr8k_table_report_reads_finished_runs_and_trains_nothing(tmp_path):
 
 
 def test_flickr8k_table_configs_and_stage_settings(tmp_path):
-  mod = _load("flickr8k_table")
+  mod = _load("experiments/flickr8k/table.py")
   from jaxcap.models import registry
   args = mod.argparse.Namespace(workdir=str(tmp_path), steps=0, batch_size=0, scst_steps=40, scst_lr=3e-5)
   for model in mod.MODELS:  # Every listed model has a flickr8k config for a registered model.
@@ -176,7 +178,7 @@ def _one_device_env():
 @pytest.mark.slow
 def test_flickr8k_table_trains_xe_then_scst(tmp_path, shared_data):
   del shared_data
-  _run("flickr8k_table.py", "--workdir", tmp_path, "--models", "transformer", "--seeds", "0",
+  _run("experiments/flickr8k/table.py", "--workdir", tmp_path, "--models", "transformer", "--seeds", "0",
        "--steps", "4", "--scst-steps", "2", "--batch-size", "8", env=_one_device_env(), timeout=600)
   table = json.loads((tmp_path / "table.json").read_text())
   assert [r["stage"] for r in table["rows"]] == ["xe", "scst"]
@@ -188,11 +190,11 @@ def test_flickr8k_table_trains_xe_then_scst(tmp_path, shared_data):
 @pytest.mark.slow
 def test_eta_and_aat_tables_train_tiny_runs(tmp_path):
   env = _one_device_env()
-  _run("eta_ablations.py", "--workdir", tmp_path / "eta", "--variants", "eta", "--seeds", "0,1", "--steps", "4",
+  _run("experiments/eta/ablations.py", "--workdir", tmp_path / "eta", "--variants", "eta", "--seeds", "0,1", "--steps", "4",
        "--batch_size", "8", "--eval_num_images", "16", "--test_images", "16", env=env, timeout=600)
   t = json.loads((tmp_path / "eta" / "table.json").read_text())
   assert sorted(t["eta"]["seeds"]) == ["0", "1"] and "CIDEr" in t["eta"]["std"]
-  _run("aat_table1.py", "--workdir", tmp_path / "aat", "--rows", "adaptive", "--seeds", "0,1", "--steps", "4",
+  _run("experiments/aat/table1.py", "--workdir", tmp_path / "aat", "--rows", "adaptive", "--seeds", "0,1", "--steps", "4",
        "--batch_size", "8", "--eval_images", "16", "--test_images", "16", env=env, timeout=600)
   (row,) = json.loads((tmp_path / "aat" / "table.json").read_text())
   assert [r["seed"] for r in row["runs"]] == [0, 1] and len(row["CIDEr"]) == 2

@@ -2,10 +2,10 @@
 then cross-entropy + SCST, test CIDEr-D / BLEU-4 / METEOR as mean ± std over seeds, beside the
 nearest-neighbour caption (``configs/nearest_neighbour.py:flickr8k``, CIDEr-D 0.166).
 
-  python scripts/flickr8k_table.py --workdir runs/flickr8k_table                  # all, 5 seeds
-  python scripts/flickr8k_table.py --workdir runs/flickr8k_table --models transformer,lstm \\
+  python experiments/flickr8k/table.py --workdir runs/flickr8k_table                  # all, 5 seeds
+  python experiments/flickr8k/table.py --workdir runs/flickr8k_table --models transformer,lstm \\
       --seeds 0,1,2 --steps 600 --scst-steps 0                                      # XE only
-  python scripts/flickr8k_table.py --workdir runs/flickr8k_table --report        # what is finished
+  python experiments/flickr8k/table.py --workdir runs/flickr8k_table --report        # what is finished
 
 Per model ``m`` and seed ``k``:
 
@@ -41,9 +41,11 @@ import os
 import sys
 import time
 
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if _REPO not in sys.path:
+_REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if _REPO not in sys.path:  # the checkout's jaxcap and configs/, two folders up
   sys.path.insert(0, _REPO)
+
+from jaxcap.analysis import experiment  # noqa: E402  (after the path above)
 
 # Cheapest first (CPU seconds per run on the flickr8k configs' schedules).
 MODELS = ("transformer", "show_tell", "tpgn", "lstm", "aat", "aoanet", "image_transformer", "eta")
@@ -53,23 +55,6 @@ UNSUPPORTED = {
 }
 METRICS = (("CIDEr-D", "CIDEr"), ("BLEU-4", "Bleu_4"), ("METEOR", "METEOR"))
 STAGES = ("xe", "scst")
-
-
-def parse_list(text: str, name: str, cast=str) -> list:
-  out = []
-  for item in (text or "").split(","):
-    item = item.strip()
-    if not item:
-      continue
-    try:
-      value = cast(item)
-    except ValueError:
-      raise SystemExit(f"--{name}: expected comma-separated values, got {text!r}") from None
-    if value not in out:
-      out.append(value)
-  if not out:
-    raise SystemExit(f"--{name}: expected at least one value, got {text!r}")
-  return out
 
 
 def base_config(model: str, workdir: str):
@@ -165,47 +150,26 @@ def nearest_neighbour(args) -> dict:
     return dict(json.load(f)["overall"])
 
 
-def summarize(per_seed: dict) -> dict:
-  """``{seed: {metric: value}}`` -> mean and sample std (ddof = 1; 0 for one seed)."""
-  import numpy as np
-  keys = sorted({k for s in per_seed.values() for k, v in s.items() if isinstance(v, (int, float))})
-  mean, std = {}, {}
-  for k in keys:
-    vals = np.array([float(s[k]) for s in per_seed.values() if isinstance(s.get(k), (int, float))])
-    mean[k] = float(vals.mean())
-    std[k] = float(vals.std(ddof=1)) if len(vals) > 1 else 0.0
-  return {"mean": mean, "std": std, "n": len(per_seed)}
-
-
 def format_table(rows: list[dict], nn: dict | None) -> str:
-  lines = ["| model | training | seeds | " + " | ".join(n for n, _ in METRICS) + " | steps | s / run |",
-           "|" + "---|" * (len(METRICS) + 5)]
+  out = []
   for r in rows:
     mean, std = r["mean"], r["std"]
-    cells = [f"{100 * mean[k]:.1f} ± {100 * std[k]:.1f}" if k in mean else "-" for _, k in METRICS]
+    cells = [experiment.pm((mean[k], std[k]) if k in mean else None) for _, k in METRICS]
     steps = f"{mean['run_steps']:.0f}" if "run_steps" in mean else "-"
     secs = f"{mean['run_seconds']:.0f}" if "run_seconds" in mean else "-"
-    label = "XE" if r["stage"] == "xe" else "XE + SCST"
-    lines.append(f"| {r['model']} | {label} | {r['n']} | " + " | ".join(cells) + f" | {steps} | {secs} |")
+    out.append([r["model"], "XE" if r["stage"] == "xe" else "XE + SCST", r["n"], *cells, steps, secs])
   if nn:
-    cells = [f"{100 * nn[k]:.1f}" if k in nn else "-" for _, k in METRICS]
-    lines.append("| nearest neighbour | - | - | " + " | ".join(cells) + " | - | - |")
-  return "\n".join(lines)
+    out.append(["nearest neighbour", "-", "-", *(f"{100 * nn[k]:.1f}" if k in nn else "-" for _, k in METRICS),
+                "-", "-"])
+  return experiment.markdown_table(["model", "training", "seeds", *(n for n, _ in METRICS), "steps", "s / run"],
+                                   out)
 
 
 def write_tables(workdir: str, rows: list[dict], nn: dict | None, seeds: list) -> str:
   table = format_table(rows, nn)
-  text = (f"flickr8k_xception test split (200 images); mean ± std (ddof = 1) over the finished "
-          f"runs of seeds {','.join(map(str, seeds))} (their number: column seeds); scores "
-          f"x100.\n\n{table}\n")
-  os.makedirs(workdir, exist_ok=True)
-  payload = {"rows": rows, "nearest_neighbour": nn, "seeds": seeds}
-  for name, body in (("table.json", json.dumps(payload, indent=1)), ("table.md", text)):
-    path = os.path.join(workdir, name)
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
-      f.write(body)
-    os.replace(tmp, path)
+  caption = (f"flickr8k_xception test split (200 images); mean ± std (ddof = 1) over the finished "
+             f"runs of seeds {','.join(map(str, seeds))} (their number: column seeds); scores x100.")
+  experiment.write_table(workdir, {"rows": rows, "nearest_neighbour": nn, "seeds": seeds}, caption, table)
   return table
 
 
@@ -229,14 +193,14 @@ def main(argv=None):
   ap.add_argument("--report", action="store_true",
                   help="train nothing: the table of the finished runs among --models x --seeds")
   args = ap.parse_args(argv)
-  models = parse_list(args.models, "models")
+  models = experiment.parse_list(args.models, "--models")
   for m in models:
     if m in UNSUPPORTED:
       raise SystemExit(f"--models: {m} is not in this table: {UNSUPPORTED[m]}")
     if m not in MODELS:
       raise SystemExit(f"--models: unknown model {m!r}; expected a subset of {list(MODELS)}")
-  seeds = parse_list(args.seeds, "seeds", int)
-  stages = parse_list(args.stages, "stages")
+  seeds = experiment.parse_seeds(args.seeds)
+  stages = experiment.parse_list(args.stages, "--stages")
   for s in stages:
     if s not in STAGES:
       raise SystemExit(f"--stages: unknown stage {s!r}; expected a subset of {list(STAGES)}")
@@ -246,9 +210,8 @@ def main(argv=None):
   nn_done = os.path.exists(scores_file(os.path.join(args.workdir, "nearest_neighbour")))
   nn = nearest_neighbour(args) if args.nn and (nn_done or not args.report) else None
   per = {(m, s): {} for m in models for s in stages}
-  order = ([(m, k) for k in seeds for m in models] if args.seed_major
-           else [(m, k) for m in models for k in seeds])
-  for model, seed in order:
+
+  def run(model, seed):
     for stage in stages:  # SCST needs the same seed's cross-entropy run first.
       if args.report and not os.path.exists(scores_file(run_dir(args.workdir, model, stage, seed))):
         continue
@@ -257,13 +220,19 @@ def main(argv=None):
         print(f"--- skipping {model} scst seed {seed}: no finished xe run", flush=True)
         continue
       per[(model, stage)][seed] = run_one(model, stage, seed, args)
-    rows = [{"model": m, "stage": s, "seeds": {str(k): v for k, v in d.items()}, **summarize(d)}
-            for (m, s), d in per.items() if d]
-    write_tables(args.workdir, rows, nn, seeds)
-  rows = [{"model": m, "stage": s, "seeds": {str(k): v for k, v in d.items()}, **summarize(d)}
-          for (m, s), d in per.items() if d]
+    write_tables(args.workdir, table_rows(per), nn, seeds)
+
+  # Each run keeps its own scores_test.json (run_one reads it back), so no result file here.
+  experiment.run_grid(models, seeds, run, seed_major=args.seed_major)
+  rows = table_rows(per)
   print(write_tables(args.workdir, rows, nn, seeds))
   return rows
+
+
+def table_rows(per: dict) -> list[dict]:
+  """``{(model, stage): {seed: overall}}`` -> the table's rows (mean ± std over the seeds)."""
+  return [{"model": m, "stage": s, "seeds": {str(k): v for k, v in d.items()}, **experiment.summarize(d)}
+          for (m, s), d in per.items() if d]
 
 
 if __name__ == "__main__":

@@ -6,14 +6,14 @@ neighbour (blue) and child (yellow) regions under eq. 5, written as a PNG by
 container is drawn, with the container as the query (its content is a child, the other objects
 neighbours).
 
-  python scripts/image_transformer_analysis.py figure3 --out fig3.png [--split test --index 7 --query 2]
+  python experiments/image_transformer/analysis.py figure3 --out fig3.png [--split test --index 7 --query 2]
 
 ``spread``: the decoder-output spread of section 4.4 for a trained checkpoint: the trace of
 the covariance matrix of c_t (the GLU output of eq. 10) over the first ``--words`` (1,000)
 decoded words (greedy decoding of ``--split``, each word's c_t recomputed by teacher forcing on
 the decoded caption). The paper reports 30.40 (M = 1) vs 454.57 (M = 3) on COCO at D = 1024.
 
-  python scripts/image_transformer_analysis.py spread --workdir runs/it_synthetic [--words 1000]
+  python experiments/image_transformer/analysis.py spread --workdir runs/it_synthetic [--words 1000]
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import sys
 import numpy as np
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(_HERE))
+sys.path.insert(0, os.path.dirname(os.path.dirname(_HERE)))
 
 
 def relations_of(boxes, query: int, epsilon: float = 0.9):

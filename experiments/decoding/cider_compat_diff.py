@@ -1,6 +1,6 @@
 """How much the CIDEr-D reward changes between ``compat="jaxcap"`` and ``"self_critical"``.
 
-  python scripts/cider_compat_diff.py --config configs/transformer.py:flickr8k [--images 2000]
+  python experiments/decoding/cider_compat_diff.py --config configs/transformer.py:flickr8k [--images 2000]
 
 Candidates are human captions (reference 0 of each training image, cut to ``max_len`` words,
 EOS when shorter, as a decoder writes them), scored against the image's other references in
@@ -12,7 +12,7 @@ import sys
 
 from absl import app, flags
 
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if _REPO not in sys.path:
   sys.path.insert(0, _REPO)
 

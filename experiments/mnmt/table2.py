@@ -9,12 +9,13 @@ fewest UNK and then the highest log-likelihood is kept; IMGTXT has no source, so
 A second table scores the test images whose English source omits a colour that the German
 references name (BLEU and CIDEr-D, first source; the image is the only way to get it right).
 
-  python scripts/mnmt_table2.py --workdir /tmp/mnmt_table2 [--steps 400] [--seeds 0,1,2]
+  python experiments/mnmt/table2.py --workdir /tmp/mnmt_table2 [--steps 400] [--seeds 0,1,2]
       [--rows nmt,mnmt7] [--num_train 2000] [--num_test 300] [--hidden 64] [--embed 48]
 
 The training loop is inlined (one jit per row, reused across seeds) to keep the CPU time of
 30 runs small; it is the trainer's cross-entropy step (``jaxcap.training.steps.train_step``) and
-optimiser (``optim.make_optimizer``) on the config's batches. Results: ``<workdir>/table2.json``.
+optimiser (``optim.make_optimizer``) on the config's batches. Results: ``<workdir>/table2.json`` (per run)
+and ``<workdir>/table.md`` (mean ± sample std, ddof = 1, over the seeds).
 """
 
 from __future__ import annotations
@@ -28,14 +29,10 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The checkout's root (two folders up), so that its jaxcap and configs/ are the ones imported.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-
-def _mean_std(xs):
-  xs = [x for x in xs if x is not None]
-  if not xs:
-    return "n/a"
-  return f"{np.mean(xs):.2f} ± {np.std(xs):.2f}"
+from jaxcap.analysis import experiment  # noqa: E402  (after the path above)
 
 
 def main(argv=None):
@@ -64,8 +61,8 @@ def main(argv=None):
   from jaxcap.models.base import shift_right
   from jaxcap.training import optim, steps
 
-  rows = [r for r in args.rows.split(",") if r]
-  seeds = [int(s) for s in args.seeds.split(",")]
+  rows = experiment.parse_list(args.rows, "--rows")
+  seeds = experiment.parse_seeds(args.seeds)
   os.makedirs(args.workdir, exist_ok=True)
   out_path = os.path.join(args.workdir, "table2.json")
   results = json.load(open(out_path)) if os.path.exists(out_path) else {}
@@ -112,65 +109,67 @@ def main(argv=None):
     return fns[row]
 
   # Seeds outer, rows inner: an interrupted run still has every row for its first seeds.
-  for seed in seeds:
-    for row in rows:
-      tx, train_step, init, decode = row_fns(row)
-      key = f"{row}/seed{seed}"
-      if key in results:
+  def run(row, seed):
+    tx, train_step, init, decode = row_fns(row)
+    key = f"{row}/seed{seed}"
+    if key in results:
+      return results[key]
+    t0 = time.time()
+    it = pipeline.make_train_iterator(dataset.split("train"), args.batch, seed=seed, num_threads=0)
+    first = next(it)
+    params = init(jax.random.PRNGKey(seed), first, shift_right(jnp.asarray(first["captions"])))
+    state = steps.create_state(params, tx, jax.random.PRNGKey(seed + 1))
+    batch = first
+    for _ in range(args.steps):
+      state, metrics = train_step(state, batch)
+      batch = next(it)
+    loss = float(metrics["loss_sum"] / metrics["token_count"])
+    t_train = time.time() - t0
+    first_p, best_p = {}, {}
+    for b in test_batches:
+      toks, _ = decode(state.params, b)
+      valid = b["valid"]
+      if row != "imgtxt":
+        btoks, _ = best_source.best_source_tokens(lambda bb: decode(state.params, bb), b,
+                                                  cands[b["image_index"]])
+      for j in np.nonzero(valid)[0]:
+        i = ids[int(b["image_index"][j])]
+        first_p[i] = dataset.vocab.decode(toks[j])
+        best_p[i] = dataset.vocab.decode(btoks[j]) if row != "imgtxt" else first_p[i]
+    res = {"loss": loss, "train_s": t_train}
+    for name, preds in (("first", first_p), ("best", best_p)):
+      if name == "best" and row == "imgtxt":
+        res["best"] = res["first"]
         continue
-      t0 = time.time()
-      it = pipeline.make_train_iterator(dataset.split("train"), args.batch, seed=seed, num_threads=0)
-      first = next(it)
-      params = init(jax.random.PRNGKey(seed), first, shift_right(jnp.asarray(first["captions"])))
-      state = steps.create_state(params, tx, jax.random.PRNGKey(seed + 1))
-      batch = first
-      for _ in range(args.steps):
-        state, metrics = train_step(state, batch)
-        batch = next(it)
-      loss = float(metrics["loss_sum"] / metrics["token_count"])
-      t_train = time.time() - t0
-      first_p, best_p = {}, {}
-      for b in test_batches:
-        toks, _ = decode(state.params, b)
-        valid = b["valid"]
-        if row != "imgtxt":
-          btoks, _ = best_source.best_source_tokens(lambda bb: decode(state.params, bb), b,
-                                                    cands[b["image_index"]])
-        for j in np.nonzero(valid)[0]:
-          i = ids[int(b["image_index"][j])]
-          first_p[i] = dataset.vocab.decode(toks[j])
-          best_p[i] = dataset.vocab.decode(btoks[j]) if row != "imgtxt" else first_p[i]
-      res = {"loss": loss, "train_s": t_train}
-      for name, preds in (("first", first_p), ("best", best_p)):
-        if name == "best" and row == "imgtxt":
-          res["best"] = res["first"]
-          continue
-        s = translation.score(refs, preds, log=lambda *_: None, meteor=not args.no_meteor)["overall"]
-        sub = translation.score(refs, {i: preds[i] for i in omitted}, log=lambda *_: None,
-                                meteor=False)["overall"]
-        res[name] = {"BLEU": s.get("sacreBLEU"), "METEOR": 100 * s["METEOR"] if "METEOR" in s else None,
-                     "CIDEr": 100 * s["CIDEr"], "omit_BLEU": sub.get("sacreBLEU"),
-                     "omit_CIDEr": 100 * sub["CIDEr"]}
-      res["time_s"] = time.time() - t0
-      results[key] = res
-      print(f"{key}: loss {loss:.3f} first {res['first']} best {res['best']} ({res['time_s']:.0f} s)",
-            flush=True)
-      with open(out_path, "w") as f:
-        json.dump(results, f, indent=1)
+      s = translation.score(refs, preds, log=lambda *_: None, meteor=not args.no_meteor)["overall"]
+      sub = translation.score(refs, {i: preds[i] for i in omitted}, log=lambda *_: None,
+                              meteor=False)["overall"]
+      res[name] = {"BLEU": s.get("sacreBLEU"), "METEOR": 100 * s["METEOR"] if "METEOR" in s else None,
+                   "CIDEr": 100 * s["CIDEr"], "omit_BLEU": sub.get("sacreBLEU"),
+                   "omit_CIDEr": 100 * sub["CIDEr"]}
+    res["time_s"] = time.time() - t0
+    results[key] = res
+    print(f"{key}: loss {loss:.3f} first {res['first']} best {res['best']} ({res['time_s']:.0f} s)",
+          flush=True)
+    experiment.write_json(out_path, results)
+    return res
+
+  experiment.run_grid(rows, seeds, run, seed_major=True)
 
   def cell(row, metric):
     runs = [results[f"{row}/seed{s}"] for s in seeds if f"{row}/seed{s}" in results]
-    a = _mean_std([r["first"][metric] for r in runs])
-    b = _mean_std([r["best"][metric] for r in runs])
+    a = experiment.pm(experiment.mean_std(r["first"][metric] for r in runs), 1.0, 2)
+    b = experiment.pm(experiment.mean_std(r["best"][metric] for r in runs), 1.0, 2)
     return a if row == "imgtxt" else f"{a} ({b})"
 
-  print(f"\nTable 2 analog (synthetic bilingual scenes, test split, {len(seeds)} seeds, mean ± std; "
-        "first source (best source))")
-  print("| Model | METEOR | BLEU | CIDEr-D | BLEU, colour omitted | CIDEr-D, colour omitted |")
-  print("|---|---|---|---|---|---|")
-  for row in rows:
-    print(f"| {row.upper()} | {cell(row, 'METEOR')} | {cell(row, 'BLEU')} | {cell(row, 'CIDEr')} | "
-          f"{cell(row, 'omit_BLEU')} | {cell(row, 'omit_CIDEr')} |")
+  caption = (f"Table 2 analog (synthetic bilingual scenes, test split); mean ± std (ddof = 1) over seeds "
+             f"{','.join(map(str, seeds))}; first source (best source).")
+  table = experiment.markdown_table(
+      ["Model", "METEOR", "BLEU", "CIDEr-D", "BLEU, colour omitted", "CIDEr-D, colour omitted"],
+      [[row.upper(), *(cell(row, m) for m in ("METEOR", "BLEU", "CIDEr", "omit_BLEU", "omit_CIDEr"))]
+       for row in rows])
+  print(f"\n{caption}\n{table}")
+  experiment.write_text(os.path.join(args.workdir, "table.md"), f"{caption}\n\n{table}\n")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Compares the two beam-search modes of a trained run on the log-probability of their top-1.
 
-  python scripts/beam_modes.py --workdir runs/transformer_synthetic --beam_size 3 [--split test]
+  python experiments/decoding/beam_modes.py --workdir runs/transformer_synthetic --beam_size 3 [--split test]
 
 Decodes the split with ``beam_mode="live"`` (K live hypotheses, flax / t5x) and
 ``"self_critical"`` (self-critical.pytorch) and prints, per image, how often each finds the more
@@ -13,7 +13,7 @@ import sys
 
 from absl import app, flags
 
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if _REPO not in sys.path:
   sys.path.insert(0, _REPO)
 

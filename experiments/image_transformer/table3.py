@@ -17,12 +17,12 @@ that the rows differ only in what the paper varies).
 
 Each row is trained for every seed (``--seeds``) in ``<workdir>/<row>/seed<k>``; a finished run
 is resumed (only tested again). Printed: CIDEr-D, BLEU-4, METEOR, ROUGE-L as mean ± std over the
-seeds, and the relation accuracy: the fraction of test images whose caption names the relation
+seeds (sample std, ddof = 1), and the relation accuracy: the fraction of test images whose caption names the relation
 of the references (left / right / above / below / in; synonyms grouped) — the relations are
 in the boxes only, so this is what the spatial graph can help with. The table is also written
-to ``<workdir>/table3.json``.
+to ``<workdir>/table.md`` and, with the per-seed values, ``<workdir>/table3.json``.
 
-  python scripts/image_transformer_table3.py --workdir /tmp/it_table3 --steps 300 --dim 64
+  python experiments/image_transformer/table3.py --workdir /tmp/it_table3 --steps 300 --dim 64
 """
 
 from __future__ import annotations
@@ -33,9 +33,10 @@ import json
 import os
 import sys
 
-import numpy as np
+# The checkout's root (two folders up), so that its jaxcap and configs/ are the ones imported.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from jaxcap.analysis import experiment  # noqa: E402  (after the path above)
 
 _IT = "configs/image_transformer.py"
 _B = "synthetic,baseline=True,M=1"
@@ -142,40 +143,42 @@ def main(argv=None):
   ap.add_argument("--eval_images", type=int, default=250, help="validation images per evaluation")
   ap.add_argument("--test_images", type=int, default=0, help="size of the test split (0: the config's 500)")
   args = ap.parse_args(argv)
-  rows = args.rows.split(",")
-  for key in rows:
-    if key not in ROWS:
-      raise SystemExit(f"--rows: unknown row {key!r}; expected a subset of {list(ROWS)}")
-  seeds = [int(s) for s in args.seeds.split(",")]
-  results = []
-  for key in rows:
-    runs, cfg = [], None
-    for seed in seeds:
-      scores, cfg = run_row(key, seed, args)
-      runs.append(scores)
-    row = {"row": key, "model": ROWS[key][2], "config": cfg, "seeds": seeds, "runs": runs}
-    for m in [m for m, _ in METRICS] + ["relation_acc"]:
-      vals = [r[m] for r in runs if r[m] is not None]
-      row[m] = [float(np.mean(vals)), float(np.std(vals))] if vals else None
-    results.append(row)
-    os.makedirs(args.workdir, exist_ok=True)
-    with open(os.path.join(args.workdir, "table3.json.tmp"), "w") as f:
-      json.dump(results, f, indent=1)
-    os.replace(os.path.join(args.workdir, "table3.json.tmp"), os.path.join(args.workdir, "table3.json"))
-  print_table(results, len(seeds))
+  rows = experiment.parse_rows(args.rows, ROWS)
+  seeds = experiment.parse_seeds(args.seeds)
+  configs, results = {}, []
+
+  def run(key, seed):
+    scores, configs[key] = run_row(key, seed, args)
+    return scores
+
+  def after(grid):
+    results[:] = [summarize(key, [per_seed[s] for s in seeds], configs[key], seeds)
+                  for key, per_seed in grid.items() if len(per_seed) == len(seeds)]
+    experiment.write_json(os.path.join(args.workdir, "table3.json"), results)
+
+  experiment.run_grid(rows, seeds, run, after=after)
+  table = format_table(results)
+  caption = f"Mean ± std (ddof = 1) over seeds {','.join(map(str, seeds))}, scores x100."
+  print(f"\n{caption}\n{table}")
+  experiment.write_table(args.workdir, results, caption, table, json_name="table3.json")
   return results
 
 
-def print_table(results, n_seeds):
-  heads = [h for _, h in METRICS] + ["relation acc."]
-  print(f"\nmodel (mean ± std over {n_seeds} seeds) | " + " | ".join(heads))
-  for r in results:
-    cells = []
-    for m in [m for m, _ in METRICS] + ["relation_acc"]:
-      v = r[m]
-      cells.append("-" if v is None else f"{100 * v[0]:.1f} ± {100 * v[1]:.1f}")
-    print(f"{r['model']:<30} | " + " | ".join(cells))
+def summarize(key, runs, config, seeds) -> dict:
+  """One row of table3.json: its runs and ``[mean, std]`` (ddof = 1) per metric (None: no value)."""
+  row = {"row": key, "model": ROWS[key][2], "config": config, "seeds": seeds, "runs": runs}
+  for m in [m for m, _ in METRICS] + ["relation_acc"]:
+    pair = experiment.mean_std(r[m] for r in runs)
+    row[m] = list(pair) if pair else None
+  return row
 
+
+def format_table(results) -> str:
+  heads = [h for _, h in METRICS] + ["relation acc."]
+  return experiment.markdown_table(
+      ["model", "seeds", *heads],
+      [[r["model"], len(r["runs"]), *(experiment.pm(r[m]) for m in [m for m, _ in METRICS] + ["relation_acc"])]
+       for r in results])
 
 if __name__ == "__main__":
   from jaxcap.cli import run_script

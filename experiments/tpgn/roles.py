@@ -1,6 +1,6 @@
 """TPGN's section 5.3 on a trained run: k-means of the unbinding vectors u_t and their parts of speech.
 
-  python scripts/tpgn_roles.py --workdir runs/tpgn_synthetic [--clusters 2,10] [--fit-split train]
+  python experiments/tpgn/roles.py --workdir runs/tpgn_synthetic [--clusters 2,10] [--fit-split train]
       [--fit-images 2000] [--split test] [--png roles.png] [--ablate]
 
 As the paper: u_t of every greedily generated word of ``--fit-images`` images of ``--fit-split``
@@ -25,7 +25,8 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The checkout's root (two folders up), so that its jaxcap and configs/ are the ones imported.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 def analyse(model, variables, dataset, *, clusters=(2, 10), fit_split="train", fit_images=2000,

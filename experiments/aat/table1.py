@@ -3,7 +3,7 @@ adaptive (M_max = 4) attention, each trained with ``configs/aat.py:synthetic,...
 on the test split; prints CIDEr-D and the average number of attention steps per word (greedy
 decoding, counted over the generated words and EOS).
 
-  python scripts/aat_table1.py --workdir /tmp/aat_table1 [--steps 1500] [--rows base,adaptive] [--seeds 0,1,2]
+  python experiments/aat/table1.py --workdir /tmp/aat_table1 [--steps 1500] [--rows base,adaptive] [--seeds 0,1,2]
 
 ``--rows ...,adaptive_ln`` adds a row that is not in the paper: adaptive with the released
 code's LayerNorm on h1 (``norm_h1=True``). Each row trains once per seed (``config.seed``) in
@@ -17,13 +17,15 @@ the per-seed values. ``--steps``, ``--lr``, ``--batch_size``, ``--eval_images`` 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The checkout's root (two folders up), so that its jaxcap and configs/ are the ones imported.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+from jaxcap.analysis import experiment  # noqa: E402  (after the path above)
 
 ROWS = {
     "base": ("synthetic,attention=base", "Base", 1, 1),
@@ -60,40 +62,10 @@ def average_steps(run, split: str) -> float:
 METRICS = (("CIDEr", "CIDEr-D"), ("METEOR", "METEOR"), ("Bleu_4", "BLEU-4"))
 
 
-def parse_seeds(text: str) -> list[int]:
-  """``"0,1,2"`` -> ``[0, 1, 2]`` (distinct, order kept)."""
-  seeds = []
-  for item in (text or "").split(","):
-    if item.strip():
-      try:
-        seed = int(item)
-      except ValueError:
-        raise SystemExit(f"--seeds: expected comma-separated integers, got {text!r}") from None
-      if seed not in seeds:
-        seeds.append(seed)
-  if not seeds:
-    raise SystemExit(f"--seeds: expected at least one seed, got {text!r}")
-  return seeds
-
-
-def summarize(runs: list[dict], keys=("avg_steps", "CIDEr", "METEOR", "Bleu_4", "train_seconds")) -> dict:
-  """Mean and sample standard deviation (ddof = 1; 0 for one run) of ``keys`` over ``runs``."""
-  out = {}
-  for k in keys:
-    vals = np.array([float(r[k]) for r in runs if r.get(k) is not None])
-    if len(vals):
-      out[k] = [float(vals.mean()), float(vals.std(ddof=1)) if len(vals) > 1 else 0.0]
-  return out
-
-
 def run_one(key: str, seed: int, args) -> dict:
-  """Trains and tests one row for one seed in ``<workdir>/<key>/seed<seed>`` (read back when
-  ``result.json`` is there from a finished run)."""
+  """Trains and tests one row for one seed in ``<workdir>/<key>/seed<seed>`` (its result is
+  kept there as ``result.json`` by :func:`experiment.run_grid`, which reads it back)."""
   workdir = os.path.join(args.workdir, key, f"seed{seed}")
-  done = os.path.join(workdir, "result.json")
-  if os.path.exists(done):
-    with open(done) as f:
-      return json.load(f)
   import time
   from configs import aat as aat_config
   from jaxcap.training import train_lib
@@ -119,31 +91,24 @@ def run_one(key: str, seed: int, args) -> dict:
   import jaxcap
   avg = average_steps(jaxcap.load(workdir), config.test_split)
   overall = scores.get("overall", {})
-  result = {"seed": seed, "avg_steps": round(avg, 4), "CIDEr": overall.get("CIDEr"),
-            "METEOR": overall.get("METEOR"), "Bleu_4": overall.get("Bleu_4"),
-            "train_seconds": round(seconds, 1)}
-  _write_json(done, result)
-  return result
+  return {"seed": seed, "avg_steps": round(avg, 4), "CIDEr": overall.get("CIDEr"),
+          "METEOR": overall.get("METEOR"), "Bleu_4": overall.get("Bleu_4"),
+          "train_seconds": round(seconds, 1)}
 
 
-def _write_json(path, obj):
-  os.makedirs(os.path.dirname(path), exist_ok=True)
-  tmp = f"{path}.tmp{os.getpid()}"
-  with open(tmp, "w") as f:
-    json.dump(obj, f, indent=1)
-  os.replace(tmp, path)
+def summarize(runs: list[dict], keys=("avg_steps", "CIDEr", "METEOR", "Bleu_4", "train_seconds")) -> dict:
+  """``{key: [mean, std]}`` (:func:`jaxcap.analysis.experiment.mean_std`) of ``keys`` over ``runs``."""
+  out = {k: experiment.mean_std(r.get(k) for r in runs) for k in keys}
+  return {k: list(v) for k, v in out.items() if v is not None}
 
 
 def format_table(results: list[dict]) -> str:
   """Markdown: the paper's columns, scores x100 as mean ± std over the seeds."""
-  pm = lambda v, scale=100.0, d=1: "-" if v is None else f"{scale * v[0]:.{d}f} ± {scale * v[1]:.{d}f}"
-  lines = ["| attention | min | max | seeds | avg. steps | CIDEr-D | METEOR | BLEU-4 |",
-           "|---|---|---|---|---|---|---|---|"]
-  for r in results:
-    lines.append(f"| {r['model']} (`{r['row']}`) | {r['min']} | {r['max']} | {len(r['seeds'])} | "
-                 f"{pm(r.get('avg_steps'), 1.0, 2)} | {pm(r.get('CIDEr'))} | {pm(r.get('METEOR'))} | "
-                 f"{pm(r.get('Bleu_4'))} |")
-  return "\n".join(lines)
+  pm = experiment.pm
+  return experiment.markdown_table(
+      ["attention", "min", "max", "seeds", "avg. steps", "CIDEr-D", "METEOR", "BLEU-4"],
+      [[f"{r['model']} (`{r['row']}`)", r["min"], r["max"], len(r["seeds"]), pm(r.get("avg_steps"), 1.0, 2),
+        pm(r.get("CIDEr")), pm(r.get("METEOR")), pm(r.get("Bleu_4"))] for r in results])
 
 
 def main(argv=None):
@@ -157,22 +122,25 @@ def main(argv=None):
   ap.add_argument("--eval_images", type=int, default=0, help="validation images per evaluation (0: the config's)")
   ap.add_argument("--test_images", type=int, default=0, help="size of the synthetic test split (0: the config's)")
   args = ap.parse_args(argv)
-  keys = [k for k in args.rows.split(",") if k]
-  for key in keys:
-    if key not in ROWS:
-      raise SystemExit(f"--rows: unknown row {key!r}; expected a subset of {list(ROWS)}")
-  seeds = parse_seeds(args.seeds)
+  keys = experiment.parse_rows(args.rows, ROWS)
+  seeds = experiment.parse_seeds(args.seeds)
   results = []
-  for key in keys:
+
+  def row_summary(key, per_seed):
     arg, name, lo, hi = ROWS[key]
-    runs = [run_one(key, seed, args) for seed in seeds]
-    results.append({"row": key, "model": name, "min": lo, "max": hi, "config": f"configs/aat.py:{arg}",
-                    "seeds": seeds, "runs": runs, **summarize(runs)})
-    _write_json(os.path.join(args.workdir, "table.json"), results)
+    runs = [per_seed[s] for s in seeds if s in per_seed]
+    return {"row": key, "model": name, "min": lo, "max": hi, "config": f"configs/aat.py:{arg}",
+            "seeds": seeds, "runs": runs, **summarize(runs)}
+
+  def after(grid):
+    results[:] = [row_summary(k, d) for k, d in grid.items() if len(d) == len(seeds)]
+    experiment.write_json(os.path.join(args.workdir, "table.json"), results)
+
+  experiment.run_grid(keys, seeds, lambda key, seed: run_one(key, seed, args), after=after,
+                      result_file=lambda key, seed: os.path.join(args.workdir, key, f"seed{seed}", "result.json"))
   table = format_table(results)
   print(f"\nMean ± std (ddof = 1) over seeds {args.seeds}, scores x100:\n{table}")
-  with open(os.path.join(args.workdir, "table.md"), "w") as f:
-    f.write(f"Mean ± std (ddof = 1) over seeds {args.seeds}, scores x100.\n\n{table}\n")
+  experiment.write_table(args.workdir, results, f"Mean ± std (ddof = 1) over seeds {args.seeds}, scores x100.", table)
   return results
 
 

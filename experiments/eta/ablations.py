@@ -1,7 +1,7 @@
 """CPU-sized Table-5 comparison of the ETA-Transformer ablations on the synthetic dataset.
 
-  python scripts/eta_ablations.py --workdir runs/eta_ablations                  # seeds 0,1,2
-  python scripts/eta_ablations.py --variants eta,stacked_v --steps 300 --batch_size 20 --seeds 0,1,2,3
+  python experiments/eta/ablations.py --workdir runs/eta_ablations                  # seeds 0,1,2
+  python experiments/eta/ablations.py --variants eta,stacked_v --steps 300 --batch_size 20 --seeds 0,1,2,3
 
 Trains and tests one model per row and seed through
 ``jaxcap.training.train_lib.train_and_evaluate`` (``configs/eta.py:<dataset>,variant=...``,
@@ -18,16 +18,17 @@ read back, not retrained, so an interrupted comparison resumes. Rows:
   and any ``eta_gbc_<f>`` (Table 6) or ``<variant>_noenc_v`` / ``_noenc_s`` (Table 4).
 """
 
-import json
 import os
 import sys
 import time
 
 from absl import app, flags
 
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if _REPO not in sys.path:
+_REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if _REPO not in sys.path:  # the checkout's jaxcap and configs/, two folders up
   sys.path.insert(0, _REPO)
+
+from jaxcap.analysis import experiment  # noqa: E402  (after the path above)
 
 DEFAULT_ROWS = ("transformer_v", "transformer_s", "parallel", "stacked_v", "stacked_s", "eta",
                 "eta_oracle")
@@ -63,45 +64,8 @@ def row_arg(row: str, dataset: str, extra: str) -> str:
   return ",".join(parts)
 
 
-def parse_seeds(text: str) -> list[int]:
-  """``"0,1,2"`` -> ``[0, 1, 2]`` (distinct, order kept)."""
-  seeds = []
-  for item in text.split(","):
-    item = item.strip()
-    if not item:
-      continue
-    try:
-      seed = int(item)
-    except ValueError:
-      raise app.UsageError(f"--seeds: expected comma-separated integers, got {text!r}") from None
-    if seed not in seeds:
-      seeds.append(seed)
-  if not seeds:
-    raise app.UsageError(f"--seeds: expected at least one seed, got {text!r}")
-  return seeds
-
-
-def summarize(per_seed: dict) -> dict:
-  """``{seed: {metric: value}}`` -> ``{"mean": {...}, "std": {...}, "n": n}``.
-
-  Mean and sample standard deviation (ddof = 1; 0.0 for a single seed) over the seeds that
-  report the metric; keys that are not numbers are skipped.
-  """
-  import numpy as np
-  keys = sorted({k for s in per_seed.values() for k, v in s.items() if isinstance(v, (int, float))})
-  mean, std = {}, {}
-  for k in keys:
-    vals = np.array([float(s[k]) for s in per_seed.values() if isinstance(s.get(k), (int, float))])
-    mean[k] = float(vals.mean())
-    std[k] = float(vals.std(ddof=1)) if len(vals) > 1 else 0.0
-  return {"mean": mean, "std": std, "n": len(per_seed)}
-
-
 def run_row(row: str, workdir: str, seed: int = 0) -> dict:
-  done = os.path.join(workdir, "scores.json")
-  if os.path.exists(done):
-    with open(done) as f:
-      return json.load(f)
+  """Trains and tests one row for one seed: its overall test scores and training seconds."""
   from configs import eta as eta_config
   from jaxcap.training import train_lib
   config = eta_config.get_config(row_arg(row, flags.FLAGS.dataset, flags.FLAGS.extra))
@@ -121,58 +85,50 @@ def run_row(row: str, workdir: str, seed: int = 0) -> dict:
   result = train_lib.train_and_evaluate(config, workdir)
   overall = dict(result.get("overall", {}))
   overall["train_seconds"] = time.time() - t0
-  os.makedirs(workdir, exist_ok=True)
-  tmp = f"{done}.tmp{os.getpid()}"
-  with open(tmp, "w") as f:
-    json.dump(overall, f, indent=1)
-  os.replace(tmp, done)
   return overall
 
 
 def format_table(rows: dict) -> str:
   """Markdown table of ``{row: summarize(...)}``: mean ± std (x100) per metric."""
-  header = "| model | seeds | " + " | ".join(name for name, _ in METRICS) + " | train s |"
-  lines = [header, "|" + "---|" * (len(METRICS) + 3)]
+  out = []
   for row, summary in rows.items():
     mean, std = summary["mean"], summary["std"]
-    cells = [f"{100 * mean[key]:.1f} ± {100 * std[key]:.1f}" if key in mean else "-"
-             for _, key in METRICS]
+    cells = [experiment.pm((mean[key], std[key]) if key in mean else None) for _, key in METRICS]
     secs = f"{mean['train_seconds']:.0f}" if "train_seconds" in mean else "-"
-    lines.append(f"| {row} | {summary['n']} | " + " | ".join(cells) + f" | {secs} |")
-  return "\n".join(lines)
+    out.append([row, summary["n"], *cells, secs])
+  return experiment.markdown_table(["model", "seeds", *(name for name, _ in METRICS), "train s"], out)
 
 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  rows = [r.strip() for r in flags.FLAGS.variants.split(",") if r.strip()]
-  seeds = parse_seeds(flags.FLAGS.seeds)
+  rows = experiment.parse_list(flags.FLAGS.variants, "--variants")
+  seeds = experiment.parse_seeds(flags.FLAGS.seeds)
+  workdir = flags.FLAGS.workdir
   results, summaries = {}, {}
-  for row in rows:
-    arg = row_arg(row, flags.FLAGS.dataset, flags.FLAGS.extra)
-    per_seed = {}
-    for seed in seeds:
-      print(f"=== {row} seed {seed}: configs/eta.py:{arg}", flush=True)
-      per_seed[seed] = run_row(row, os.path.join(flags.FLAGS.workdir, row, f"seed{seed}"), seed)
-    summaries[row] = summarize(per_seed)
-    results[row] = {"config": f"configs/eta.py:{arg}", "seeds": {str(k): v for k, v in per_seed.items()},
-                    **summaries[row]}
-    print(format_table({row: summaries[row]}), flush=True)
-    write_tables(flags.FLAGS.workdir, results, summaries, seeds)
+
+  def run(row, seed):
+    print(f"=== {row} seed {seed}: configs/eta.py:{row_arg(row, flags.FLAGS.dataset, flags.FLAGS.extra)}", flush=True)
+    return run_row(row, os.path.join(workdir, row, f"seed{seed}"), seed)
+
+  def after(grid):
+    for row, per_seed in grid.items():
+      if len(per_seed) == len(seeds) and row not in summaries:  # the row just finished
+        arg = row_arg(row, flags.FLAGS.dataset, flags.FLAGS.extra)
+        summaries[row] = experiment.summarize(per_seed)
+        results[row] = {"config": f"configs/eta.py:{arg}", "seeds": {str(k): v for k, v in per_seed.items()},
+                        **summaries[row]}
+        print(format_table({row: summaries[row]}), flush=True)
+        write_tables(workdir, results, summaries, seeds)
+
+  experiment.run_grid(rows, seeds, run, after=after,
+                      result_file=lambda row, seed: os.path.join(workdir, row, f"seed{seed}", "scores.json"))
   print(format_table(summaries))
 
 
 def write_tables(workdir: str, results: dict, summaries: dict, seeds: list) -> None:
-  table = (f"Mean ± std (ddof = 1) over seeds {','.join(map(str, seeds))}, scores x100.\n\n"
-           + format_table(summaries))
-  os.makedirs(workdir, exist_ok=True)
-  for name, text in (("table.json", json.dumps(results, indent=1)), ("table.md", table + "\n")):
-    path = os.path.join(workdir, name)
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
-      f.write(text)
-    os.replace(tmp, path)
-
+  caption = f"Mean ± std (ddof = 1) over seeds {','.join(map(str, seeds))}, scores x100."
+  experiment.write_table(workdir, results, caption, format_table(summaries))
 
 if __name__ == "__main__":
   from jaxcap.cli import run_script

@@ -1,0 +1,152 @@
+"""Seeds x rows experiments: what the papers' table scripts (``experiments/<paper>/``) share.
+
+A table is a set of rows (a config each), every row trained once per seed. The scripts differ
+in what one run is (train + test, a detector first, cross-entropy then SCST, ...); they share
+
+* :func:`parse_list` / :func:`parse_seeds`: the ``--rows`` / ``--seeds`` lists (one-line errors);
+* :func:`run_grid`: every (row, seed) run, row-major or seed-major, each run's result read back
+  from its file when a finished run left one (an interrupted table resumes);
+* :func:`mean_std` / :func:`summarize`: the one mean ± std of every table, the *sample* standard
+  deviation (ddof = 1; 0 for a single seed), so that the error bars of all tables compare;
+* :func:`pm` / :func:`markdown_table` / :func:`write_table`: the ``table.md`` they write (and
+  their JSON file), written atomically so that a killed run never leaves half a table.
+
+Run as ``python experiments/<paper>/<script>.py`` (jaxcap installed, or the script puts the
+checkout's root on ``sys.path``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import Any, Callable, Iterable, Sequence
+
+DDOF = 1  # sample standard deviation: the seeds are a sample of the runs a config can give
+
+
+def parse_list(text: str, flag: str, cast=str) -> list:
+  """``"a,b,,a"`` -> ``["a", "b"]`` (distinct, order kept); bad input is one line (exit 2)."""
+  out = []
+  for item in (text or "").split(","):
+    item = item.strip()
+    if not item:
+      continue
+    try:
+      value = cast(item)
+    except ValueError:
+      raise SystemExit(f"{flag}: expected comma-separated {'integers' if cast is int else 'values'}, "
+                       f"got {text!r}") from None
+    if value not in out:
+      out.append(value)
+  if not out:
+    raise SystemExit(f"{flag}: expected at least one value, got {text!r}")
+  return out
+
+
+def parse_seeds(text: str, flag: str = "--seeds") -> list[int]:
+  """``"0,1,2"`` -> ``[0, 1, 2]``."""
+  return parse_list(text, flag, int)
+
+
+def parse_rows(text: str, known: Iterable[str], flag: str = "--rows") -> list[str]:
+  """A comma-separated subset of ``known``; an unknown name is one line naming the choices."""
+  known = list(known)
+  rows = parse_list(text, flag)
+  for row in rows:
+    if row not in known:
+      raise SystemExit(f"{flag}: unknown row {row!r}; expected a subset of {known}")
+  return rows
+
+
+def _number(v) -> bool:
+  return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def mean_std(values: Iterable[Any]) -> tuple[float, float] | None:
+  """Mean and sample standard deviation (ddof = 1; 0.0 for one value) of the numbers among
+  ``values`` (``None`` and non-numbers are skipped); ``None`` when there are none."""
+  vals = [float(v) for v in values if _number(v)]
+  if not vals:
+    return None
+  mean = sum(vals) / len(vals)
+  if len(vals) <= DDOF:
+    return mean, 0.0
+  var = sum((v - mean) ** 2 for v in vals) / (len(vals) - DDOF)
+  return mean, math.sqrt(var)
+
+
+def summarize(per_seed: dict) -> dict:
+  """``{seed: {metric: value}}`` -> ``{"mean": {...}, "std": {...}, "n": seeds}`` over the seeds
+  that report each numeric metric (:func:`mean_std`)."""
+  keys = sorted({k for s in per_seed.values() for k, v in s.items() if _number(v)})
+  mean, std = {}, {}
+  for k in keys:
+    mean[k], std[k] = mean_std(s.get(k) for s in per_seed.values())
+  return {"mean": mean, "std": std, "n": len(per_seed)}
+
+
+def run_grid(rows: Sequence[str], seeds: Sequence[int], run: Callable[[str, int], dict], *,
+             result_file: Callable[[str, int], str] | None = None, seed_major: bool = False,
+             after: Callable[[dict], None] | None = None) -> dict:
+  """``{row: {seed: result}}``: ``run(row, seed)`` for every pair (all seeds of a row before the
+  next row, or with ``seed_major`` every row's seed k before seed k + 1).
+
+  With ``result_file(row, seed)``, a run whose file exists is read back instead of run, and a
+  new result is written there; ``after(results)`` is called after each run (to rewrite the
+  table as it fills in). ``run`` may return ``None`` for a run it skips.
+  """
+  results: dict = {row: {} for row in rows}
+  order = ([(r, s) for s in seeds for r in rows] if seed_major else [(r, s) for r in rows for s in seeds])
+  for row, seed in order:
+    path = result_file(row, seed) if result_file else None
+    if path and os.path.exists(path):
+      result = read_json(path)
+    else:
+      result = run(row, seed)
+      if path and result is not None:
+        write_json(path, result)
+    if result is not None:
+      results[row][seed] = result
+    if after:
+      after(results)
+  return results
+
+
+def pm(pair, scale: float = 100.0, digits: int = 1) -> str:
+  """``(mean, std)`` -> ``"mean ± std"`` (times ``scale``); ``"-"`` for a missing value."""
+  if pair is None or pair[0] is None:
+    return "-"
+  return f"{scale * pair[0]:.{digits}f} ± {scale * pair[1]:.{digits}f}"
+
+
+def markdown_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+  """A GitHub-markdown table."""
+  lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+  lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+  return "\n".join(lines)
+
+
+def read_json(path: str):
+  with open(path) as f:
+    return json.load(f)
+
+
+def write_text(path: str, text: str) -> None:
+  """Writes ``path`` atomically (a temporary file renamed over it)."""
+  os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+  tmp = f"{path}.tmp{os.getpid()}"
+  with open(tmp, "w") as f:
+    f.write(text)
+  os.replace(tmp, path)
+
+
+def write_json(path: str, obj) -> None:
+  write_text(path, json.dumps(obj, indent=1))
+
+
+def write_table(workdir: str, payload, caption: str, table: str, json_name: str = "table.json") -> None:
+  """``<workdir>/<json_name>`` (the per-seed values and their summaries) and ``<workdir>/table.md``
+  (``caption``, a blank line, the markdown ``table``)."""
+  write_json(os.path.join(workdir, json_name), payload)
+  write_text(os.path.join(workdir, "table.md"), f"{caption}\n\n{table}\n")
