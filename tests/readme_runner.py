@@ -1,12 +1,14 @@
-"""Every command of README.md runs as written, from a fresh copy of the checkout (slow step).
+"""Every documented command runs as written, from a fresh copy of the checkout (slow step).
 
-The runner behind tests/test_readme_run.py (the README up to its paper sections) and
-tests/test_readme_run_papers.py (the paper sections on): two modules, each with its own fresh
-copy, so that the slow step's two pytest workers run the halves side by side (no command of
-one half reads what the other writes).
+The documentation is README.md, docs/*.md and the experiment pages (experiments/README.md,
+experiments/<paper>/README.md; tests/test_readme.py's ``doc_pages``). This is the runner behind
+tests/test_readme_run.py (README.md, then docs/*.md: part ``"readme"``) and
+tests/test_readme_run_papers.py (the experiment pages: part ``"experiments"``): two modules,
+each with its own fresh copy, so that the slow step's two pytest workers run the parts side by
+side (no command of one part reads what the other writes).
 
 tests/test_readme.py parses each command with the real parsers; this module *runs* them, in
-README order (later commands use the runs of earlier ones, as a reader's would), each in
+page order (later commands use the runs of earlier ones, as a reader's would), each in
 ``bash`` from the copy's root with ``python`` / ``jaxcap-*`` / ``make`` of the test's
 environment. Only size-shrinking arguments are appended (steps, images, widths, layers, seeds,
 batch sizes: :func:`shrink`); a command is otherwise the README's text. Each must exit 0,
@@ -16,8 +18,9 @@ Data the README's commands read but this machine does not have is generated in t
 layout before the first command: tiny COCO-layout Karpathy and cocotalk files under
 ``data/coco`` and ``data/mine`` (tests/data/fakes.py); ``../shared/data`` (Flickr8k, Multi30k)
 is the real one (``JAXCAP_SHARED_DATA``), and the commands that need it are skipped, with the
-reason, where it is absent. Files a command names that no README command makes (the ensemble
-members ``runs/a``, ``runs/b``, ``runs/c``; ``P.json`` / ``captions_test.json``) are made by
+reason, where it is absent. Files a command names that no command of its part makes (the ensemble
+members ``runs/a``, ``runs/b``, ``runs/c``; ``P.json`` / ``captions_test.json``; the default run
+``runs/transformer_synthetic`` that an experiment page starts from) are made by
 :func:`_prerequisites` right before that command, as a reader would have them.
 
 :data:`NOT_RUN` lists the commands that are not run here and why; :data:`HEAVY` the paper-table
@@ -39,7 +42,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_readme import README, REPO, code_blocks
+from tests.test_readme import README, REPO, code_blocks, doc_pages, page_name
 
 SHARED_DATA = Path(os.environ.get("JAXCAP_SHARED_DATA", REPO.parent / "shared" / "data"))
 
@@ -63,19 +66,20 @@ NOT_RUN = [
 # the shrunk command on the 2-core CI machine while other jobs ran): they run only with
 # JAXCAP_README_RUN=all, to keep .ci/run within its time (all passed that way; see the notes).
 HEAVY = {
-    "scripts/eta_ablations.py": "7 variants trained and tested (815 s)",
-    "scripts/flickr8k_table.py": "8 models x cross-entropy + SCST on Flickr8k, and the nearest neighbour (611 s)",
-    "scripts/image_transformer_table3.py": "7 rows trained and tested (375 s)",
-    "scripts/mnmt_table2.py": "10 rows trained and tested (315 s)",
+    "experiments/eta/ablations.py": "7 variants trained and tested (815 s)",
+    "experiments/flickr8k/table.py": "8 models x cross-entropy + SCST on Flickr8k, and the nearest neighbour (611 s)",
+    "experiments/image_transformer/table3.py": "7 rows trained and tested (375 s)",
+    "experiments/mnmt/table2.py": "10 rows trained and tested (315 s)",
     "benchmarks/run.py": ("a GPU benchmark whose bfloat16 rows XLA emulates on a CPU (still compiling "
                           "after 622 s); tests/benchmarks/test_scripts.py runs run.py on every "
                           "registered model at tiny sizes"),
 }
 
 # Commands that need ../shared/data (skipped where it is absent).
-NEEDS_SHARED = re.compile(r"flickr8k|multi30k|m30k|mnmt_table2|tpgn_table1|image_transformer_table3")
+NEEDS_SHARED = re.compile(r"flickr8k|multi30k|m30k|experiments/(mnmt/table2|tpgn/table1|image_transformer/table3)\.py")
 
-# What a command promises to write (paths relative to the copy's root), by regex on the command.
+# What a command promises to write (paths relative to the copy's root), by regex on the command
+# (``{0}``, ``{1}``, ...: the regex's groups).
 PROMISES = [
     (r"^make train$", ["runs/transformer_synthetic/scores_test.json", "runs/transformer_synthetic/best"]),
     (r"^python train\.py$", ["runs/transformer_synthetic/scores_test.json"]),
@@ -93,8 +97,11 @@ PROMISES = [
     (r"build_tfds\.py", ["data/tfds"]),
     (r"train_attributes\.py", ["runs/attributes/metrics.json"]),
     (r"plot_attention_steps\.py", ["steps.png"]),
-    (r"image_transformer_analysis\.py figure3", ["fig3.png"]),
-    (r"tpgn_roles\.py .*--png roles\.png", ["roles.png"]),
+    (r"image_transformer/analysis\.py figure3", ["fig3.png"]),
+    (r"tpgn/roles\.py .*--png roles\.png", ["roles.png"]),
+    (r"--beam-mode self_critical --tag _beam3_sc", ["runs/transformer_synthetic/scores_test_beam3_sc.json"]),
+    # Every table script writes its markdown table ({0}: the command's workdir).
+    (r"experiments/\w+/(?:table\d?|ablations)\.py --workdir (\S+)", ["{0}/table.md"]),
     (r"benchmarks/run\.py", ["benchmarks/results"]),
 ]
 
@@ -110,26 +117,27 @@ _TRAIN_FIELDS = [("num_train_steps", 4), ("eval_every_steps", 4), ("checkpoint_e
 
 # Appended to the scripts' and benchmarks' commands (their own size flags).
 _SCRIPT_SHRINK = {
-    "scripts/eta_ablations.py": "--steps 4 --batch_size 8 --eval_num_images 16 --test_images 16 --seeds 0",
-    "scripts/aat_table1.py": "--steps 4 --batch_size 8 --eval_images 16 --test_images 16 --seeds 0",
-    "scripts/image_transformer_table3.py": "--steps 4 --dim 32 --batch 8 --eval_images 16 --test_images 16 --seeds 0",
-    "scripts/flickr8k_table.py": "--steps 4 --batch-size 8 --scst-steps 2 --seeds 0",
-    "scripts/mnmt_table2.py": "--steps 4 --batch 8 --num_train 64 --num_test 16 --hidden 16 --embed 16 --seeds 0",
-    "scripts/tpgn_table1.py": "--steps 4 --seeds 0",
-    "scripts/tpgn_roles.py": "--fit-images 16",
+    "experiments/eta/ablations.py": "--steps 4 --batch_size 8 --eval_num_images 16 --test_images 16 --seeds 0",
+    "experiments/aat/table1.py": "--steps 4 --batch_size 8 --eval_images 16 --test_images 16 --seeds 0",
+    "experiments/image_transformer/table3.py": "--steps 4 --dim 32 --batch 8 --eval_images 16 --test_images 16 --seeds 0",
+    "experiments/flickr8k/table.py": "--steps 4 --batch-size 8 --scst-steps 2 --seeds 0",
+    "experiments/mnmt/table2.py": "--steps 4 --batch 8 --num_train 64 --num_test 16 --hidden 16 --embed 16 --seeds 0",
+    "experiments/tpgn/table1.py": "--steps 4 --seeds 0",
+    "experiments/tpgn/roles.py": "--fit-images 16",
+    "experiments/decoding/cider_compat_diff.py": "--images 16",
     "benchmarks/mnmt.py": ("--embed 16 --hidden 16 --batch 4 --steps 1 --cells 4 --feat_dim 8 --vocab 50 "
                            "--src_vocab 50 --src_words 5 --words 5 --beam 2 --eval_batch 4"),
     "benchmarks/run.py": "--batch 4 --eval_batch 4 --steps 1 --windows 1 --warmup 0 --train_images 16 --set dim=32",
 }
 # Script flags that take a config (their config overrides are shrunk like train.py's).
-_CONFIG_SCRIPTS = ("scripts/build_tfds.py", "scripts/train_attributes.py")
+_CONFIG_SCRIPTS = ("scripts/build_tfds.py", "scripts/train_attributes.py", "experiments/decoding/cider_compat_diff.py")
 
 
-def readme_commands():
-  """``[(line, command text)]``: each shell command of the README, continuation lines joined,
+def page_commands(page: Path = README):
+  """``[(line, command text)]``: each shell command of one page, continuation lines joined,
   comments dropped; a ``for ... done`` loop is one command."""
   out = []
-  for lang, body, line, _ in code_blocks(README.read_text()):
+  for lang, body, line, _ in code_blocks(page.read_text()):
     if lang not in ("bash", "sh", "shell", "console"):
       continue
     joined = re.sub(r"\\\n\s*", " ", body)
@@ -148,30 +156,42 @@ def readme_commands():
   return out
 
 
-# The paper-table scripts: a README section first shows the command that builds a table, then
+def readme_commands():
+  """``[(where, command text)]`` of every page, in page order (``where`` is ``<page>:<line>``)."""
+  return [(f"{page_name(p)}:{line}", cmd) for p in doc_pages() for line, cmd in page_commands(p)]
+
+
+def part_commands(part: str):
+  """The commands of one part: ``"readme"`` (README.md and docs/*.md) or ``"experiments"``."""
+  return [(w, c) for w, c in readme_commands() if w.startswith("experiments/") == (part == "experiments")]
+
+
+# The paper-table scripts: an experiment page first shows the command that builds a table, then
 # (under "Error bars" and the like) the multi-seed / longer-schedule reproductions of it. Shrunk
 # to one seed and 4 steps, a reproduction is the first command's run again in another workdir.
-_TABLE_SCRIPTS = ("scripts/eta_ablations.py", "scripts/aat_table1.py", "scripts/flickr8k_table.py",
-                  "scripts/mnmt_table2.py", "scripts/image_transformer_table3.py", "scripts/tpgn_table1.py")
+_TABLE_SCRIPTS = ("experiments/eta/ablations.py", "experiments/aat/table1.py", "experiments/flickr8k/table.py",
+                  "experiments/mnmt/table2.py", "experiments/image_transformer/table3.py", "experiments/tpgn/table1.py")
 
 
-def _not_run(cmd: str, line: int | None = None, commands=None):
+def _not_run(cmd: str, where: str = "", commands=()):
+  """Why ``cmd`` (at ``where``; ``commands`` every documented ``(where, command)`` in order) is
+  not run here, or None."""
   for pattern, why in NOT_RUN:
     if re.search(pattern, cmd):
       return why
-  earlier = [(l, c) for l, c in (commands or []) if l < (line or 0) or (l == line and c != cmd and
-             commands.index((l, c)) < commands.index((line, cmd)))]
-  for l, c in earlier:
+  commands = list(commands)
+  earlier = commands[:commands.index((where, cmd))] if (where, cmd) in commands else []
+  for w, c in earlier:
     if c == cmd:
-      return f"the same command as README.md:{l}, run before"
+      return f"the same command as {w}, run before"
   words = cmd.split()
   script = words[1] if len(words) > 1 and words[0] == "python" else ""
   if script in HEAVY and os.environ.get("JAXCAP_README_RUN", "") != "all":
     return f"{HEAVY[script]}; runs with JAXCAP_README_RUN=all"
   if script in _TABLE_SCRIPTS and "--report" not in words:
-    first = next(((l, c) for l, c in earlier if c.split()[1:2] == [script]), None)
+    first = next(((w, c) for w, c in earlier if c.split()[1:2] == [script]), None)
     if first:
-      return (f"a multi-seed / longer reproduction with {script}, whose README.md:{first[0]} command "
+      return (f"a multi-seed / longer reproduction with {script}, whose {first[0]} command "
               "runs before; shrunk to one seed and 4 steps it would repeat that run")
   return None
 
@@ -230,7 +250,7 @@ def shrink(root: Path, cmd: str) -> str:
   if prog in ("train.py", "jaxcap-train"):
     return cmd + " " + " ".join(_config_shrink(root, words))
   if prog in _CONFIG_SCRIPTS:
-    return cmd + " " + " ".join(_config_shrink(root, words))
+    return " ".join([cmd, *_config_shrink(root, words), _SCRIPT_SHRINK.get(prog, "")]).strip()
   if prog in _SCRIPT_SHRINK:
     return cmd + " " + _SCRIPT_SHRINK[prog]
   if prog in ("evaluate.py", "jaxcap-evaluate") and "--step" in words:
@@ -240,11 +260,13 @@ def shrink(root: Path, cmd: str) -> str:
 
 
 def _prerequisites(root: Path, cmd: str, env: dict):
-  """Files the command names that no README command makes, made as a reader would have them."""
+  """Files the command names that no command of its part makes, made as a reader would have them."""
   def train(workdir, seed):
     if not (root / workdir / "best").exists():
       base = f"python train.py --workdir {workdir} --config.seed={seed}"
       _run(root, shrink(root, base), env)
+  if re.search(r"--workdir[= ]runs/transformer_synthetic(\s|$)", cmd):
+    train("runs/transformer_synthetic", 0)  # the README's default run (`make train`)
   if "--ensemble" in cmd:
     for i, name in enumerate(("a", "b", "c")):
       if f"runs/{name}" in cmd:
@@ -301,25 +323,34 @@ def make_checkout(tmp_path_factory):
   return root, env
 
 
-PAPERS_HEADING = "## The papers' experiments"
-
-
-def readme_part(part: str):
-  """The commands of one half: ``"start"`` (before the README's paper sections) or ``"papers"``."""
-  start = next(i for i, line in enumerate(README.read_text().splitlines(), 1) if line.startswith(PAPERS_HEADING))
-  return [(l, c) for l, c in readme_commands() if (l >= start) == (part == "papers")]
-
-
-def run_readme_command(checkout, line, cmd, commands):
-  why = _not_run(cmd, line, commands)  # all of the README: a repeat in the other half counts
+def run_readme_command(checkout, where, cmd, commands):
+  why = _not_run(cmd, where, commands)  # every page: a repeat in the other part counts
   if why:
-    pytest.skip(f"README.md:{line}: not run here: {why}")
+    pytest.skip(f"{where}: not run here: {why}")
   if NEEDS_SHARED.search(cmd) and not SHARED_DATA.exists():
-    pytest.skip(f"README.md:{line}: needs {SHARED_DATA}, absent here")
+    pytest.skip(f"{where}: needs {SHARED_DATA}, absent here")
   root, env = checkout
   _prerequisites(root, cmd, env)
   _run(root, shrink(root, cmd), env)
   for pattern, paths in PROMISES:
-    if re.search(pattern, cmd):
+    m = re.search(pattern, cmd)
+    if m:
       for p in paths:
-        assert (root / p).exists(), f"README.md:{line}: `{cmd}` did not write {p}"
+        p = p.format(*m.groups())
+        assert (root / p).exists(), f"{where}: `{cmd}` did not write {p}"
+
+
+def module_tests(part: str):
+  """``(checkout fixture, test function)`` of a test module that runs one part's commands, each
+  a test of its own, in one fresh checkout per module."""
+  commands, everything = part_commands(part), readme_commands()
+
+  @pytest.fixture(scope="module")
+  def checkout(tmp_path_factory):
+    return make_checkout(tmp_path_factory)
+
+  @pytest.mark.parametrize("where,cmd", commands, ids=[f"{w}:{c[:100]}" for w, c in commands])
+  def test_documented_command_runs(checkout, where, cmd):
+    run_readme_command(checkout, where, cmd, everything)
+
+  return checkout, test_documented_command_runs

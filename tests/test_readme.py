@@ -1,7 +1,9 @@
-"""Every command in README.md's code blocks is exercised by this test (or by a named CI step).
+"""Every command in the documentation's code blocks is exercised by this test (or by a named CI step).
 
-The README's fenced ``bash`` blocks are split into commands (continuation lines joined, comments
-dropped) and each command is checked by the rule of its program:
+The documentation is README.md (the overview), every ``docs/*.md`` page and the experiment pages
+(``experiments/README.md``, ``experiments/<paper>/README.md``): :func:`doc_pages`. Their fenced
+``bash`` blocks are split into commands (continuation lines joined, comments dropped) and each
+command is checked by the rule of its program:
 
 * ``python train.py ...`` / ``jaxcap-train ...``: the real flag parser of the program
   (``jaxcap.commands.train``) parses it, which loads the config file with its argument and
@@ -9,16 +11,19 @@ dropped) and each command is checked by the rule of its program:
   unknown config argument fails) — the run itself is not started;
 * ``python evaluate.py ...`` / ``jaxcap-evaluate ...``: parsed by ``jaxcap.commands.evaluate``'s
   flags (names and value types);
-* ``python scripts/<x>.py`` / ``python benchmarks/<x>.py``: the file exists and defines every
-  ``--flag`` the command uses (absl or argparse);
+* ``python scripts/<x>.py`` / ``python experiments/<paper>/<x>.py`` / ``python benchmarks/<x>.py``
+  (any ``.py`` file of the checkout): the file exists and defines every ``--flag`` the command
+  uses (absl or argparse);
 * ``make <target>``: a Makefile target (``make test`` / ``make test-slow`` are .ci/run's steps);
 * ``pip install -r requirements.txt`` / ``-e .`` / ``.``: the files exist (tests/test_package.py
   installs the package into a fresh virtual environment);
 * a few others (``tensorboard``, ``source .venv/bin/activate``, ``jupyter``, ``cd``): see RULES.
 
-A command that no rule covers fails the test with its line, so a new README section's commands
+A command that no rule covers fails the test with its page and line, so a new section's commands
 are either checked by an existing rule or need one added here. ``python`` blocks must compile;
 the block marked ``<!-- readme-snippet: python-api -->`` is executed by tests/test_package.py.
+Every relative link of the pages names a file or folder of the checkout. tests/readme_runner.py
+*runs* the same commands (slow step).
 """
 
 import json
@@ -73,12 +78,29 @@ def shell_commands(body: str):
   return cmds
 
 
-def readme_commands():
+def doc_pages() -> list[Path]:
+  """The pages whose commands are checked here and run by tests/readme_runner.py: README.md,
+  docs/*.md, then experiments/README.md and each experiments/<paper>/README.md."""
+  return ([README] + sorted((REPO / "docs").glob("*.md")) + [REPO / "experiments" / "README.md"]
+          + sorted((REPO / "experiments").glob("*/README.md")))
+
+
+def page_name(page: Path) -> str:
+  return str(page.relative_to(REPO))
+
+
+def readme_commands(page: Path = README):
+  """``[(line, words)]``: the shell commands of one page."""
   cmds = []
-  for lang, body, line, _ in code_blocks(README.read_text()):
+  for lang, body, line, _ in code_blocks(page.read_text()):
     if lang in ("bash", "sh", "shell", "console"):
       cmds += [(line, c) for c in shell_commands(body)]
   return cmds
+
+
+def documented_commands():
+  """``[("<page>:<line>", words)]`` of every page of :func:`doc_pages`."""
+  return [(f"{page_name(p)}:{line}", words) for p in doc_pages() for line, words in readme_commands(p)]
 
 
 def _program(words):
@@ -99,6 +121,12 @@ def _check_script(path: str, args) -> str:
   if not p.exists():
     return f"{path}: no such file"
   src = p.read_text()
+  # Flags may be defined by a jaxcap module the script imports (the experiments' shared
+  # --workdir / --rows / --seeds / --steps of jaxcap.analysis.experiment.argument_parser).
+  for package, module in re.findall(r"^from (jaxcap(?:\.\w+)*) import (\w+)", src, re.M):
+    imported = REPO / package.replace(".", "/") / f"{module}.py"
+    if imported.exists():
+      src += imported.read_text()
   for name in _flag_names(args):
     if name.startswith("config."):
       continue  # config overrides of a DEFINE_config_file flag
@@ -133,7 +161,7 @@ RULES = {
     "source": lambda args: "" if args == [".venv/bin/activate"] else f"source {args}: not covered",
     ".": lambda args: "" if args == [".venv/bin/activate"] else f". {args}: not covered",
     "cd": lambda args: "",
-    "jupyter": lambda args: "" if all((REPO / a).exists() for a in args if a.startswith("notebooks/"))
+    "jupyter": lambda args: "" if all((REPO / a).exists() for a in args if a.endswith(".ipynb"))
     else "a notebook the command names is missing",
     "-m pytest": lambda args: "",
 }
@@ -173,38 +201,60 @@ def test_the_readme_has_commands_and_the_api_snippet():
   assert [c[:2] for c in shell_commands(top[1])] == [["make", "train"], ["make", "test"]]
 
 
+def test_the_pages_are_found():
+  names = [page_name(p) for p in doc_pages()]
+  assert names[0] == "README.md" and "docs/USAGE.md" in names and "experiments/README.md" in names
+  for paper in ("eta", "aat", "image_transformer", "mnmt", "tpgn", "flickr8k"):
+    assert f"experiments/{paper}/README.md" in names
+  assert len(README.read_text().splitlines()) < 300, "the README is the overview; details go to docs/"
+
+
 def test_every_readme_command_is_covered():
   parsed, failures = [], []
-  for line, words in readme_commands():
+  for where, words in documented_commands():
     prog, args = _program(words)
     if prog in ("train", "evaluate"):
-      parsed.append((line, prog, args))
+      parsed.append((where, prog, args))
     elif prog.endswith(".py"):
       err = _check_script(prog, args)
       if err:
-        failures.append(f"README.md:{line}: {' '.join(words)}\n    {err}")
+        failures.append(f"{where}: {' '.join(words)}\n    {err}")
     elif prog in RULES:
       err = RULES[prog](args)
       if err:
-        failures.append(f"README.md:{line}: {' '.join(words)}\n    {err}")
+        failures.append(f"{where}: {' '.join(words)}\n    {err}")
     else:
-      failures.append(f"README.md:{line}: {' '.join(words)}\n    no rule covers {prog!r}; add one to "
+      failures.append(f"{where}: {' '.join(words)}\n    no rule covers {prog!r}; add one to "
                       "tests/test_readme.py")
   env = dict(os.environ, PYTHONPATH=str(REPO))
   r = subprocess.run([sys.executable, "-c", _PARSE], input=json.dumps([(k, a) for _, k, a in parsed]),
                      capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
   assert r.returncode == 0, r.stderr[-3000:]
   errors = json.loads(r.stdout.strip().splitlines()[-1])
-  for (line, prog, args), err in zip(parsed, errors):
+  for (where, prog, args), err in zip(parsed, errors):
     if err:
-      failures.append(f"README.md:{line}: {prog} {' '.join(args)}\n    {err}")
-  assert not failures, "README commands that fail their check:\n" + "\n".join(failures)
+      failures.append(f"{where}: {prog} {' '.join(args)}\n    {err}")
+  assert not failures, "documented commands that fail their check:\n" + "\n".join(failures)
 
 
 def test_python_blocks_compile():
-  for lang, body, line, _ in code_blocks(README.read_text()):
-    if lang == "python":
-      compile(body, f"README.md:{line}", "exec")
+  for page in doc_pages():
+    for lang, body, line, _ in code_blocks(page.read_text()):
+      if lang == "python":
+        compile(body, f"{page_name(page)}:{line}", "exec")
+
+
+def test_relative_links_name_files_of_the_checkout():
+  missing = []
+  for page in doc_pages():
+    text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+      if re.match(r"^[a-z]+:", target) or target.startswith("#"):
+        continue
+      path = (page.parent / target.split("#", 1)[0]).resolve()
+      if not path.exists():
+        missing.append(f"{page_name(page)}: {target}")
+  assert not missing, "links to nothing:\n" + "\n".join(missing)
 
 
 def test_the_parser_catches_a_bad_command(tmp_path):
@@ -220,7 +270,7 @@ def test_the_parser_catches_a_bad_command(tmp_path):
                      cwd=REPO, env=env, timeout=300)
   errors = json.loads(r.stdout.strip().splitlines()[-1])
   assert [bool(e) for e in errors] == [True, True, True, True, False, False], errors
-  assert _check_script("scripts/aat_table1.py", ["--workdir", "x", "--nonexistent-flag", "1"])
-  assert not _check_script("scripts/aat_table1.py", ["--workdir", "x"])
+  assert _check_script("experiments/aat/table1.py", ["--workdir", "x", "--nonexistent-flag", "1"])
+  assert not _check_script("experiments/aat/table1.py", ["--workdir", "x"])
   assert _check_script("scripts/nonexistent.py", [])
   assert _check_make(["train", "bogus"]) and not _check_make(["test-slow", "ARGS=-x"])

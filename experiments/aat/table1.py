@@ -16,7 +16,6 @@ the per-seed values. ``--steps``, ``--lr``, ``--batch_size``, ``--eval_images`` 
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -112,11 +111,7 @@ def format_table(results: list[dict]) -> str:
 
 
 def main(argv=None):
-  ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  ap.add_argument("--workdir", required=True)
-  ap.add_argument("--rows", default=",".join(DEFAULT_ROWS), help=f"comma-separated subset of {list(ROWS)}")
-  ap.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (config.seed)")
-  ap.add_argument("--steps", type=int, default=0, help="training steps per run (0: the config's)")
+  ap = experiment.argument_parser(__doc__, ROWS, DEFAULT_ROWS)
   ap.add_argument("--lr", type=float, default=0.0, help="learning rate (0: the config's 2e-3)")
   ap.add_argument("--batch_size", type=int, default=0, help="images per step (0: the config's 50)")
   ap.add_argument("--eval_images", type=int, default=0, help="validation images per evaluation (0: the config's)")

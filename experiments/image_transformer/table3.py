@@ -27,7 +27,6 @@ to ``<workdir>/table.md`` and, with the per-seed values, ``<workdir>/table3.json
 
 from __future__ import annotations
 
-import argparse
 import collections
 import json
 import os
@@ -133,11 +132,7 @@ def run_row(key, seed, args):
 
 
 def main(argv=None):
-  ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  ap.add_argument("--workdir", required=True)
-  ap.add_argument("--rows", default=",".join(DEFAULT_ROWS), help=f"comma-separated subset of {list(ROWS)}")
-  ap.add_argument("--seeds", default="0,1,2")
-  ap.add_argument("--steps", type=int, default=0, help="training steps per run (0: the config's)")
+  ap = experiment.argument_parser(__doc__, ROWS, DEFAULT_ROWS)
   ap.add_argument("--dim", type=int, default=0, help="model width (0: the config's 128)")
   ap.add_argument("--batch", type=int, default=0, help="images per step (0: the config's 50)")
   ap.add_argument("--eval_images", type=int, default=250, help="validation images per evaluation")

@@ -13,7 +13,6 @@ written to ``<workdir>/table.md`` and, with the per-seed values, ``<workdir>/tab
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import os
 import sys
@@ -28,11 +27,7 @@ METRICS = ("CIDEr", "Bleu_4", "METEOR", "ROUGE_L")
 
 
 def main(argv=None):
-  ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  ap.add_argument("--workdir", required=True)
-  ap.add_argument("--rows", default="show_tell,tpgn")
-  ap.add_argument("--seeds", default="0,1,2")
-  ap.add_argument("--steps", type=int, default=0, help="training steps per run (0: the config's)")
+  ap = experiment.argument_parser(__doc__, ROWS, ("show_tell", "tpgn"))
   args = ap.parse_args(argv)
   from jaxcap.training import train_lib
 

@@ -3,7 +3,8 @@
 A table is a set of rows (a config each), every row trained once per seed. The scripts differ
 in what one run is (train + test, a detector first, cross-entropy then SCST, ...); they share
 
-* :func:`parse_list` / :func:`parse_seeds`: the ``--rows`` / ``--seeds`` lists (one-line errors);
+* :func:`argument_parser`, :func:`parse_list` / :func:`parse_seeds` / :func:`parse_rows`: the
+  ``--workdir`` / ``--rows`` / ``--seeds`` / ``--steps`` flags and lists (one-line errors);
 * :func:`run_grid`: every (row, seed) run, row-major or seed-major, each run's result read back
   from its file when a finished run left one (an interrupted table resumes);
 * :func:`mean_std` / :func:`summarize`: the one mean ± std of every table, the *sample* standard
@@ -57,6 +58,19 @@ def parse_rows(text: str, known: Iterable[str], flag: str = "--rows") -> list[st
     if row not in known:
       raise SystemExit(f"{flag}: unknown row {row!r}; expected a subset of {known}")
   return rows
+
+
+def argument_parser(doc: str, rows: Iterable[str], default_rows: Iterable[str]):
+  """The flags every seeds x rows script has: ``--workdir`` (required), ``--rows`` (a subset of
+  ``rows``), ``--seeds`` (default ``0,1,2``) and ``--steps`` (0: the config's); the script adds
+  its own size flags."""
+  import argparse
+  ap = argparse.ArgumentParser(description=doc.split("\n")[0])
+  ap.add_argument("--workdir", required=True)
+  ap.add_argument("--rows", default=",".join(default_rows), help=f"comma-separated subset of {list(rows)}")
+  ap.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (config.seed)")
+  ap.add_argument("--steps", type=int, default=0, help="training steps per run (0: the config's)")
+  return ap
 
 
 def _number(v) -> bool:
