@@ -99,7 +99,7 @@ PROMISES = [
     (r"plot_attention_steps\.py", ["steps.png"]),
     (r"image_transformer/analysis\.py figure3", ["fig3.png"]),
     (r"tpgn/roles\.py .*--png roles\.png", ["roles.png"]),
-    (r"--beam-mode self_critical --tag _beam3_sc", ["runs/transformer_synthetic/scores_test_beam3_sc.json"]),
+    (r"--beam-mode self_critical --tag _sc3", ["runs/transformer_synthetic/scores_test_sc3.json"]),
     # Every table script writes its markdown table ({0}: the command's workdir).
     (r"experiments/\w+/(?:table\d?|ablations)\.py --workdir (\S+)", ["{0}/table.md"]),
     (r"benchmarks/run\.py", ["benchmarks/results"]),

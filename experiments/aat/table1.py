@@ -114,11 +114,8 @@ def main(argv=None):
   ap = experiment.argument_parser(__doc__, ROWS, DEFAULT_ROWS)
   ap.add_argument("--lr", type=float, default=0.0, help="learning rate (0: the config's 2e-3)")
   ap.add_argument("--batch_size", type=int, default=0, help="images per step (0: the config's 50)")
-  ap.add_argument("--eval_images", type=int, default=0, help="validation images per evaluation (0: the config's)")
-  ap.add_argument("--test_images", type=int, default=0, help="size of the synthetic test split (0: the config's)")
-  args = ap.parse_args(argv)
-  keys = experiment.parse_rows(args.rows, ROWS)
-  seeds = experiment.parse_seeds(args.seeds)
+  experiment.add_split_sizes(ap)
+  args, keys, seeds = experiment.parse_args(ap, argv, ROWS)
   results = []
 
   def row_summary(key, per_seed):

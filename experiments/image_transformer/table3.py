@@ -135,11 +135,8 @@ def main(argv=None):
   ap = experiment.argument_parser(__doc__, ROWS, DEFAULT_ROWS)
   ap.add_argument("--dim", type=int, default=0, help="model width (0: the config's 128)")
   ap.add_argument("--batch", type=int, default=0, help="images per step (0: the config's 50)")
-  ap.add_argument("--eval_images", type=int, default=250, help="validation images per evaluation")
-  ap.add_argument("--test_images", type=int, default=0, help="size of the test split (0: the config's 500)")
-  args = ap.parse_args(argv)
-  rows = experiment.parse_rows(args.rows, ROWS)
-  seeds = experiment.parse_seeds(args.seeds)
+  experiment.add_split_sizes(ap, eval_images=250)
+  args, rows, seeds = experiment.parse_args(ap, argv, ROWS)
   configs, results = {}, []
 
   def run(key, seed):

@@ -28,11 +28,8 @@ METRICS = ("CIDEr", "Bleu_4", "METEOR", "ROUGE_L")
 
 def main(argv=None):
   ap = experiment.argument_parser(__doc__, ROWS, ("show_tell", "tpgn"))
-  args = ap.parse_args(argv)
+  args, rows, seeds = experiment.parse_args(ap, argv, ROWS)
   from jaxcap.training import train_lib
-
-  seeds = experiment.parse_seeds(args.seeds)
-  rows = experiment.parse_rows(args.rows, ROWS)
 
   def run(row, seed):
     config = importlib.import_module(f"configs.{row}").get_config("synthetic")

@@ -73,6 +73,21 @@ def argument_parser(doc: str, rows: Iterable[str], default_rows: Iterable[str]):
   return ap
 
 
+def add_split_sizes(ap, eval_images: int = 0) -> None:
+  """``--eval_images`` (validation images per evaluation; 0: the config's) and ``--test_images``
+  (the size of the synthetic test split; 0: the config's)."""
+  ap.add_argument("--eval_images", type=int, default=eval_images,
+                  help="validation images per evaluation (0: the config's)")
+  ap.add_argument("--test_images", type=int, default=0, help="size of the synthetic test split (0: the config's)")
+
+
+def parse_args(ap, argv, rows: Iterable[str]):
+  """``(args, rows, seeds)``: ``ap``'s flags (:func:`argument_parser`), the ``--rows`` among
+  ``rows`` and the ``--seeds``, each bad one a one-line error."""
+  args = ap.parse_args(argv)
+  return args, parse_rows(args.rows, rows), parse_seeds(args.seeds)
+
+
 def _number(v) -> bool:
   return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
