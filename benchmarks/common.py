@@ -9,7 +9,6 @@ import time
 import numpy as np
 import jax
 import jax.numpy as jnp
-import optax
 from jaxcap.cli import nonnegative_int, positive_int  # one-line errors for bad sizes
 
 
@@ -21,11 +20,18 @@ class Config(dict):
 
 
 def add_shape_args(p: argparse.ArgumentParser) -> None:
-  """``--regions --feat_dim --vocab --words``, COCO shapes by default (36 x 2048, 9,487, 16)."""
+  """``--regions --feat_dim --vocab --words --captions --src_vocab --src_words``: COCO shapes by
+  default (36 x 2048, 9,487, 16 words, 5 captions; the translation source as the target)."""
   p.add_argument("--regions", type=positive_int, default=36)
   p.add_argument("--feat_dim", type=positive_int, default=2048)
   p.add_argument("--vocab", type=positive_int, default=9487)
   p.add_argument("--words", type=positive_int, default=16)
+  p.add_argument("--captions", type=positive_int, default=5, help="captions per training image (1 for "
+                 "a translation corpus: one target per source sentence)")
+  p.add_argument("--src_vocab", type=nonnegative_int, default=0, help="translation models' source "
+                 "vocabulary (0: --vocab)")
+  p.add_argument("--src_words", type=nonnegative_int, default=0, help="translation source words "
+                 "(0: --words)")
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -38,8 +44,24 @@ def data_info(args) -> dict:
   """The dataset description ``registry.build`` needs, for the shapes of :func:`add_shape_args`."""
   return {"feature_dim": args.feat_dim, "global_dim": args.feat_dim, "max_regions": args.regions,
           "max_len": args.words, "vocab_size": args.vocab, "num_attributes": 1000,
-          "src_vocab_size": args.vocab, "max_src_len": args.words,
-          "grid": False, "seq_per_img": 5, "max_attributes": 20}
+          "src_vocab_size": args.src_vocab or args.vocab, "max_src_len": args.src_words or args.words,
+          "grid": False, "seq_per_img": args.captions, "max_attributes": 20}
+
+
+def parse_overrides(text: str) -> dict:
+  """``"dim=64,modalities=text"`` -> ``{"dim": 64, "modalities": "text"}`` (ints, floats and
+  true / false converted)."""
+  return {k.strip(): _number(v.strip()) for k, _, v in
+          (item.partition("=") for item in filter(None, text.split(",")))}
+
+
+def _number(text: str):
+  for typ in (int, float):
+    try:
+      return typ(text)
+    except ValueError:
+      pass
+  return {"true": True, "false": False}.get(text.lower(), text)
 
 
 def positive_ints(parser: argparse.ArgumentParser, flag: str, text) -> list[int]:
@@ -88,14 +110,20 @@ def check_batches(batches, device_count: int) -> None:
     raise SystemExit(f"--batch: {','.join(bad)} images do not split evenly over {device_count} devices")
 
 
-def make_batch(rng, b, s, n, d_feat, vocab, t, src_len: int = 16):
+def make_batch(rng, b, s, n, d_feat, vocab, t, src_len: int = 16, src_vocab: int = 0):
   """A random batch made on the device: ``b`` images of ``n`` x ``d_feat`` regions with valid
-  random boxes, ``s`` captions of ``t`` random tokens each, and a translation source of
-  ``src_len`` random tokens + EOS (docs/DESIGN.md, section 2)."""
+  random boxes (every fourth one inside the region before it, so a spatial graph has all three
+  relations: inside, contains, apart), ``s`` captions of ``t`` random tokens each, and a
+  translation source of ``src_len`` random tokens of ``src_vocab`` (0: ``vocab``) + EOS
+  (docs/DESIGN.md, section 2)."""
   k1, k2, k3, k4 = jax.random.split(rng, 4)
   corners = jax.random.uniform(k3, (b, n, 2, 2), jnp.float32)
   boxes = jnp.concatenate([corners.min(axis=2), corners.max(axis=2)], axis=-1)  # x1 <= x2, y1 <= y2
-  src = jax.random.randint(k4, (b, src_len + 1), 4, vocab, jnp.int32).at[:, -1].set(2)  # EOS
+  inner = jnp.arange(1, n, 4)
+  outer = boxes[:, inner - 1]
+  centre, half = (outer[..., :2] + outer[..., 2:]) / 2, (outer[..., 2:] - outer[..., :2]) / 4
+  boxes = boxes.at[:, inner].set(jnp.concatenate([centre - half, centre + half], axis=-1))
+  src = jax.random.randint(k4, (b, src_len + 1), 4, src_vocab or vocab, jnp.int32).at[:, -1].set(2)  # EOS
   feats = jax.random.normal(k1, (b, n, d_feat), jnp.float32)
   return {
       "feats": feats,
@@ -144,13 +172,43 @@ def busy_time(spans) -> float:
   return total + (cur_e - cur_s if cur_e is not None else 0.0)
 
 
-def summarize_trace(trace_dir: str, top: int = 15) -> str:
-  """Device time by op name from a ``jax.profiler.trace`` directory (no TensorBoard needed).
+def timed_windows(run, *, warmup: int, windows: int, steps: int):
+  """Calls ``run()`` (which returns something to block on) once untimed-for-throughput (for a
+  jitted-on-first-call function that is the compilation), ``warmup`` more times, then
+  ``windows`` x ``steps`` times.
+
+  Returns ``(first call s, median step s, spread, per-window step times)``.
+  """
+  t0 = time.perf_counter()
+  out = run()
+  jax.block_until_ready(out)
+  first_s = time.perf_counter() - t0
+  for _ in range(warmup):  # also lets a GPU's clocks come up after compilation
+    out = run()
+  jax.block_until_ready(out)
+  times = []
+  for _ in range(max(windows, 1)):
+    t0 = time.perf_counter()
+    for _ in range(max(steps, 1)):
+      out = run()
+    jax.block_until_ready(out)
+    times.append((time.perf_counter() - t0) / max(steps, 1))
+  med = float(np.median(times))
+  spread = (max(times) - min(times)) / med if med > 0 else 0.0
+  return first_s, med, spread, times
+
+
+_MATMUL_KERNELS = ("gemm", "xmma", "cutlass", "cublas", "sm90", "wgmma")
+
+
+def trace_summary(trace_dir: str, top: int = 15) -> dict:
+  """Device time by kernel from a ``jax.profiler.trace`` directory (no TensorBoard needed).
 
   Reads the newest ``*.xplane.pb`` with ``jax.profiler.ProfileData``. On a GPU the kernels are
   the events of the device plane's stream lines; their union over the traced wall time says
-  how busy the device was (the rest is launch gaps or the host). A CPU trace has no device
-  plane, which the returned text says. Returns the table as text.
+  how busy the device was (the rest is launch gaps or the host). Returns ``{"busy_pct",
+  "busy_ms", "traced_ms", "kernels", "kernel_ms", "matmul_ms", "top": [[name, ms, calls]]}``,
+  or ``{"note": why not}`` (no trace; a CPU trace has no device plane).
   """
   import collections
   import glob
@@ -159,7 +217,7 @@ def summarize_trace(trace_dir: str, top: int = 15) -> str:
 
   files = sorted(glob.glob(os.path.join(trace_dir, "**", "*.xplane.pb"), recursive=True), key=os.path.getmtime)
   if not files:
-    return f"no *.xplane.pb under {trace_dir}"
+    return {"note": f"no *.xplane.pb under {trace_dir}"}
   data = ProfileData.from_file(files[-1])
   totals, counts, spans = collections.Counter(), collections.Counter(), []
   for plane in data.planes:
@@ -173,18 +231,26 @@ def summarize_trace(trace_dir: str, top: int = 15) -> str:
         counts[ev.name] += 1
         spans.append((ev.start_ns, ev.end_ns))
   if not spans:
-    return "no device stream events in the trace (CPU run?)"
+    return {"note": "no device stream events in the trace (CPU run?)"}
   busy = busy_time(spans)
   wall = max(e for _, e in spans) - min(s for s, _ in spans)
-  kernel_sum = sum(totals.values())
-  matmul = sum(ns for name, ns in totals.items()
-               if any(k in name.lower() for k in ("gemm", "xmma", "cutlass", "cublas", "sm90", "wgmma")))
-  lines = [f"device busy {busy / 1e6:.2f} ms of {wall / 1e6:.2f} ms traced ({100 * busy / max(wall, 1):.0f}%), "
-           f"{sum(counts.values())} kernels, kernel time {kernel_sum / 1e6:.2f} ms "
-           f"(matrix-library kernels {matmul / 1e6:.2f} ms)",
+  matmul = sum(ns for name, ns in totals.items() if any(k in name.lower() for k in _MATMUL_KERNELS))
+  return {"busy_pct": round(100 * busy / max(wall, 1), 1), "busy_ms": round(busy / 1e6, 3),
+          "traced_ms": round(wall / 1e6, 3), "kernels": sum(counts.values()),
+          "kernel_ms": round(sum(totals.values()) / 1e6, 3), "matmul_ms": round(matmul / 1e6, 3),
+          "top": [[name, round(ns / 1e6, 3), counts[name]] for name, ns in totals.most_common(top)]}
+
+
+def format_trace(t: dict) -> str:
+  """A :func:`trace_summary` as a table of text."""
+  if "note" in t:
+    return t["note"]
+  lines = [f"device busy {t['busy_ms']:.2f} ms of {t['traced_ms']:.2f} ms traced ({t['busy_pct']:.0f}%), "
+           f"{t['kernels']} kernels, kernel time {t['kernel_ms']:.2f} ms "
+           f"(matrix-library kernels {t['matmul_ms']:.2f} ms)",
            f"{'ms':>8} {'%':>5} {'calls':>6}  kernel"]
-  for name, ns in totals.most_common(top):
-    lines.append(f"{ns / 1e6:8.3f} {100 * ns / kernel_sum:5.1f} {counts[name]:6d}  {name[:110]}")
+  for name, ms, calls in t["top"]:
+    lines.append(f"{ms:8.3f} {100 * ms / max(t['kernel_ms'], 1e-12):5.1f} {calls:6d}  {name[:110]}")
   return "\n".join(lines)
 
 
@@ -241,39 +307,6 @@ def step_flops(fn, *args) -> tuple[float, float]:
   except Exception:  # noqa: BLE001 - cost analysis is optional on some backends
     hlo = float("nan")
   return matmul, hlo
-
-
-def build_train_step(model, tx):
-  """One jitted Adam step on the trainer's loss (``jaxcap.training.steps.xe_loss_fn``: masked
-  cross-entropy plus the model's own ``extra_loss``, e.g. AAT's attention-time cost, with the
-  model run per image under its own dropout key), for the per-model scripts:
-  ``step(params, opt_state, batch, rng) -> (params, opt_state, loss, rng)``."""
-  from jaxcap.training import steps
-
-  def loss_fn(params, batch, rng):
-    return steps.xe_loss_fn(params, model, batch, rng)[0]
-
-  @jax.jit
-  def step(params, opt_state, batch, rng):
-    rng, sub = jax.random.split(rng)
-    loss, grads = jax.value_and_grad(loss_fn)(params, batch, sub)
-    updates, opt_state = tx.update(grads, opt_state, params)
-    return optax.apply_updates(params, updates), opt_state, loss, rng
-
-  return step
-
-
-def timed(fn, iters):
-  """Seconds per call after one warm-up (compile) call, and that first call's seconds; results
-  blocked on."""
-  t0 = time.perf_counter()
-  jax.block_until_ready(fn())
-  compile_s = time.perf_counter() - t0
-  t0 = time.perf_counter()
-  for _ in range(iters):
-    out = fn()
-  jax.block_until_ready(out)
-  return (time.perf_counter() - t0) / iters, compile_s
 
 
 # Dense peak TFLOP/s per device (bfloat16, float32 without TF32) of accelerators we know.

@@ -5,8 +5,9 @@
   python benchmarks/report.py --print    # only print the tables
 
 Reads every ``benchmarks/results/*.json`` written by ``benchmarks/run.py`` and replaces the text
-between ``<!-- benchmark-results:begin -->`` and ``<!-- benchmark-results:end -->`` in each
-document, so the numbers in the docs are never typed by hand. One table per record (device,
+between ``<!-- benchmark-results:begin -->`` and ``<!-- benchmark-results:end -->`` in
+docs/PERFORMANCE.md (which must have them) and in README.md where it has them, so the numbers
+in the docs are never typed by hand. One table per record (device,
 date, commit, versions), one row per benchmark row, with the PyTorch reference (self-critical.pytorch
 or the official code on one H100, 50 images per step) and the speed-up over it where the record
 was measured on an H100 and a reference exists.
@@ -23,6 +24,7 @@ import sys
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(_REPO, "benchmarks", "results")
 DOCS = (os.path.join(_REPO, "docs", "PERFORMANCE.md"), os.path.join(_REPO, "README.md"))
+OPTIONAL = {DOCS[1]}  # the README may only link to docs/PERFORMANCE.md
 BEGIN, END = "<!-- benchmark-results:begin -->", "<!-- benchmark-results:end -->"
 
 # PyTorch references on one H100 at 50 images per step, float32: (train, beam-3) images/s
@@ -55,10 +57,11 @@ def record_table(rec: dict) -> str:
           f"— `{rec['_file']}`")
   lines = [head, "",
            "| model | step | dtype | batch | images/s | step ms (spread) | GFLOP/img | MFU | compile s | "
-           "vs PyTorch H100 |",
-           "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+           "notes | vs PyTorch H100 |",
+           "|---|---|---|---:|---:|---:|---:|---:|---:|---|---:|"]
   for r in rec["rows"]:
     step = r["what"] + (f"-{r['beam']}" if r["what"] == "beam" and r.get("beam") else "")
+    step += f" ×{r['samples']}" if r["what"] == "sample" and r.get("samples") else ""
     ref = ""
     if h100 and r["model"] in REFERENCE_H100 and r["what"] in ("train", "beam") and r["dtype"] == "float32":
       base = REFERENCE_H100[r["model"]][0 if r["what"] == "train" else 1]
@@ -66,8 +69,19 @@ def record_table(rec: dict) -> str:
     mfu = f"{100 * r['mfu']:.1f}%" if r.get("mfu") is not None else "–"
     lines.append(f"| {r['model']} | {step} | {r['dtype']} | {r['batch']} | {_fmt(r['images_per_s'])} | "
                  f"{_fmt(r['step_ms'], 2)} ({100 * r['spread']:.0f}%) | {_fmt(r['gflop_per_image'], 2)} | "
-                 f"{mfu} | {_fmt(r['compile_s'])} | {ref or '–'} |")
+                 f"{mfu} | {_fmt(r['compile_s'])} | {_notes(r) or '–'} | {ref or '–'} |")
   return "\n".join(lines)
+
+
+def _notes(r: dict) -> str:
+  """The host reward's share of an SCST step; a profiled row's device busy share and kernels."""
+  notes = []
+  if r.get("reward_share") is not None:
+    notes.append(f"reward {100 * r['reward_share']:.0f}% of the step")
+  prof = r.get("profile") or {}
+  if "busy_pct" in prof:
+    notes.append(f"device busy {prof['busy_pct']:.0f}%, {prof['kernels'] // 3:,} kernels/step")
+  return "; ".join(notes)
 
 
 def render(records: list[dict]) -> str:
@@ -103,6 +117,8 @@ def main(argv=None) -> int:
   for path in DOCS:
     with open(path) as f:
       text = f.read()
+    if path in OPTIONAL and BEGIN not in text:
+      continue
     new = replace_section(text, body, path)
     if new != text:
       if args.check:

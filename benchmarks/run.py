@@ -1,33 +1,41 @@
-"""One benchmark entry point for every registered model: training, greedy, beam and SCST steps.
+"""One benchmark entry point for every registered model: training, decoding and SCST steps.
 
-  python benchmarks/run.py                                   # every model, all four, float32
+  python benchmarks/run.py                                   # every model, every kind, float32
   python benchmarks/run.py --models transformer,eta --what train --dtype float32,bfloat16 \
-      --batch 50,200,800
+      --batch 50,200,800 --profile /tmp/prof
   python benchmarks/run.py --models aat --what beam --eval_batch 100 --beam 3
+  python benchmarks/run.py --models mnmt --regions 196 --feat_dim 1024 --vocab 10004 \
+      --src_vocab 16806 --src_words 18 --captions 1 --batch 32 --eval_batch 32 --beam 12
   python benchmarks/run.py --out benchmarks/results/h100_2026-11-23.json   # the committed record
 
-COCO shapes by default (36 x 2048 regions with boxes, vocabulary 9,487, 16 words + EOS,
-5 captions per image; translation models get a 16-token source of the same vocabulary size).
+COCO shapes by default (36 x 2048 regions with boxes, every fourth box inside the one before it,
+vocabulary 9,487, 16 words + EOS, 5 captions per image; translation models get a 16-token
+source of the same vocabulary size unless ``--src_words`` / ``--src_vocab`` say otherwise).
 Each model is the paper-sized one: a model's field defaults are its paper's settings,
-so ``{"name": model, "dtype": dtype}`` is its whole config (no ml_collections needed). Inputs
-are random and already on the device, so the numbers are the step itself (the input pipeline
-has its own benchmark).
+so ``{"name": model, "dtype": dtype}`` is its whole config (no ml_collections needed);
+``--set`` overrides fields (e.g. ``--set modalities=text`` for the text-only NMT baseline).
+Inputs are random and already on the device, so the numbers are the step itself
+(``benchmarks/input_pipeline.py`` measures the loader and the whole training loop).
 
 Rows (one per model x what x dtype x batch):
 - ``train``: one cross-entropy step (``jaxcap.training.steps.train_step``: forward, backward,
-  Adam) on ``--batch`` images x 5 captions; images/s = batch / step time.
-- ``greedy`` / ``beam``: ``jaxcap.decoding.greedy`` / ``beam_search`` (``--beam``) on
-  ``--eval_batch`` images.
+  Adam) on ``--batch`` images x ``--captions`` captions; images/s = batch / step time.
+- ``greedy`` / ``beam`` / ``sample``: ``jaxcap.decoding.greedy`` / ``beam_search`` (``--beam``) /
+  ``sample`` (``--samples`` per image) on ``--eval_batch`` images.
 - ``scst``: one self-critical step as the trainer runs it (``--samples`` samples + the greedy
   baseline on the device, the CIDEr-D reward on the host, the gradient step on the device);
   ``reward_share`` is the host reward's share of the step.
 
 Each row: compile seconds (lowering + XLA compilation; for ``scst``, its first step, which
-compiles the sampler and the gradient step); the median step time of ``--windows`` timed windows of ``--steps``
-steps after ``--warmup`` untimed ones, and their spread ((max - min) / median); images/s;
-model FLOPs per image; TFLOP/s; MFU against the device's dense peak (a table of known
-accelerators, or ``--peak_tflops``; none for CPUs); the compiled program's memory (XLA's memory
-analysis: arguments + outputs + temporaries) and the device's peak bytes in use so far.
+compiles the sampler and the gradient step); the median step time of ``--windows`` timed
+windows of ``--steps`` steps after ``--warmup`` untimed ones, and their spread
+((max - min) / median); images/s; model FLOPs per image; TFLOP/s; MFU against the device's
+dense peak (a table of known accelerators, or ``--peak_tflops``; none for CPUs); the compiled
+program's memory (XLA's memory analysis: arguments + outputs + temporaries) and the device's
+peak bytes in use so far. ``--profile DIR`` traces 3 more steps of each row under DIR and adds
+``profile`` to the row: how busy the device was, the kernel count and the top kernels by time
+(a CPU trace has no device plane: the row says so). ``--dropout 0`` and ``--prng rbg`` /
+``unsafe_rbg`` measure what the dropout masks and their random numbers cost.
 
 FLOPs: the matrix-multiply FLOPs of the step's jaxpr (``dot_general`` and convolutions,
 2 x M x N x K), with ``scan`` bodies counted ``length`` times. XLA's cost analysis counts a loop
@@ -66,37 +74,11 @@ import optax  # noqa: E402
 import common  # noqa: E402
 from jaxcap.cli import nonnegative_int, positive_int  # noqa: E402  (one-line errors for bad sizes)
 
-WHATS = ("train", "greedy", "beam", "scst")
+WHATS = ("train", "greedy", "beam", "sample", "scst")
 
 
 # ----------------------------------------------------------------------------------------------
-# Timing
-
-
-def timed_windows(run, *, warmup: int, windows: int, steps: int):
-  """Calls ``run()`` (which returns something to block on) once untimed-for-throughput (for a
-  jitted-on-first-call function that is the compilation), ``warmup`` more times, then
-  ``windows`` x ``steps`` times.
-
-  Returns ``(first call s, median step s, spread, per-window step times)``.
-  """
-  t0 = time.perf_counter()
-  out = run()
-  jax.block_until_ready(out)
-  compile_s = time.perf_counter() - t0
-  for _ in range(warmup):  # also lets a GPU's clocks come up after compilation
-    out = run()
-  jax.block_until_ready(out)
-  times = []
-  for _ in range(max(windows, 1)):
-    t0 = time.perf_counter()
-    for _ in range(max(steps, 1)):
-      out = run()
-    jax.block_until_ready(out)
-    times.append((time.perf_counter() - t0) / max(steps, 1))
-  med = float(np.median(times))
-  spread = (max(times) - min(times)) / med if med > 0 else 0.0
-  return compile_s, med, spread, times
+# Memory
 
 
 def device_peak_bytes():
@@ -122,16 +104,11 @@ def compiled_bytes(compiled):
 # The benchmarked steps
 
 
-def _overrides(text: str) -> dict:
-  return {k.strip(): _number(v.strip()) for k, _, v in
-          (item.partition("=") for item in filter(None, text.split(",")))}
-
-
 def _model(name, dtype, args, info):
   from jaxcap.models import fields, registry
   cfg = common.model_config(name, dtype, args)
   schema = fields.schema(registry.get(name))
-  cfg.update({k: v for k, v in _overrides(args.set).items() if k in schema})
+  cfg.update({k: v for k, v in common.parse_overrides(args.set).items() if k in schema})
   return registry.build(cfg, info)
 
 
@@ -140,22 +117,14 @@ def _sig(x: float, digits: int = 6) -> float:
   return float(f"{x:.{digits}g}")
 
 
-def _number(text: str):
-  for typ in (int, float):
-    try:
-      return typ(text)
-    except ValueError:
-      pass
-  return {"true": True, "false": False}.get(text.lower(), text)
-
-
 def _init_params(model, batch, repl):
   from jaxcap.models.base import shift_right
   return jax.jit(lambda r, bt: model.init(r, bt, shift_right(bt["captions"])),
                  out_shardings=repl)(jax.random.PRNGKey(1), batch)
 
 
-def bench_train(model, batch, args, mesh):
+def bench_train(model, batch, args, mesh) -> dict:
+  """``{"run", "flops", "compiled", "compile_s"}`` of one cross-entropy step."""
   from jaxcap.training import parallel, steps
   repl = parallel.replicated(mesh)
   params = _init_params(model, batch, repl)
@@ -172,33 +141,122 @@ def bench_train(model, batch, args, mesh):
     holder["state"], metrics = compiled(holder["state"], batch)
     return metrics
 
-  timing = timed_windows(run, warmup=args.warmup, windows=args.windows, steps=args.steps)
-  return (compile_s,) + timing[1:], flops, compiled
+  return {"run": run, "flops": flops, "compiled": compiled, "compile_s": compile_s}
 
 
-def bench_decode(model, batch, args, mesh, method):
+def bench_decode(model, batch, args, mesh, method) -> dict:
+  """``{"run", "flops", "compiled", "compile_s"}`` of one greedy / beam / sample call."""
   from jaxcap import decoding
   from jaxcap.training import parallel
   params = _init_params(model, batch, parallel.replicated(mesh))
   dec = {k: v for k, v in batch.items() if k not in ("captions",)}
+  key = jax.random.PRNGKey(3)
   if method == "greedy":
-    fn = lambda p, b: decoding.greedy(model, p, b, max_len=args.words).tokens  # noqa: E731
+    fn = lambda p, b, k: decoding.greedy(model, p, b, max_len=args.words).tokens  # noqa: E731
+  elif method == "beam":
+    fn = lambda p, b, k: decoding.beam_search(model, p, b, beam_size=args.beam, max_len=args.words).tokens  # noqa: E731
   else:
-    fn = lambda p, b: decoding.beam_search(model, p, b, beam_size=args.beam, max_len=args.words).tokens  # noqa: E731
-  flops = common.step_flops(fn, params, dec)
+    fn = lambda p, b, k: decoding.sample(model, p, b, k, max_len=args.words,  # noqa: E731
+                                         num_samples=args.samples).tokens
+  flops = common.step_flops(fn, params, dec, key)
   t0 = time.perf_counter()
-  compiled = jax.jit(fn).lower(params, dec).compile()
+  compiled = jax.jit(fn).lower(params, dec, key).compile()
   compile_s = time.perf_counter() - t0
-  timing = timed_windows(lambda: compiled(params, dec), warmup=args.warmup, windows=args.windows,
-                         steps=args.steps)
-  return (compile_s,) + timing[1:], flops, compiled
+  return {"run": lambda: compiled(params, dec, key), "flops": flops, "compiled": compiled,
+          "compile_s": compile_s}
 
 
-def bench_scst(model, batch, args, mesh):
-  """One SCST step as ``jaxcap.training.scst.make_scst_step`` runs it (see scst_step.py)."""
-  from scst_step import make_scst_runner
-  runner = make_scst_runner(model, batch, mesh, samples=args.samples, baseline="greedy",
-                            max_len=args.words + 1, vocab=args.vocab, train_images=args.train_images)
+def random_refs(rng: np.random.Generator, images: int, per_image: int, vocab: int, max_words: int):
+  """``[images, per_image, max_words + 1]`` reference ids ending in EOS (2) and PAD (0), of
+  8 to ``max_words`` words (the reward's time depends on the lengths, not on the ids)."""
+  from jaxcap.data.vocab import EOS, PAD
+  out = np.full((images, per_image, max_words + 1), PAD, np.int32)
+  lengths = rng.integers(min(8, max_words), max_words + 1, size=(images, per_image))
+  words = rng.integers(4, vocab, size=out.shape, dtype=np.int32)
+  pos = np.arange(max_words + 1)
+  out = np.where(pos < lengths[..., None], words, out)
+  out = np.where(pos == lengths[..., None], EOS, out)
+  return out
+
+
+class ScstRunner:
+  """One SCST step as :func:`jaxcap.training.scst.make_scst_step` runs it, timed part by part:
+  (1) on the device, ``samples`` sampled captions per image plus the greedy baseline caption;
+  (2) on the host, the training-mode CIDEr-D reward of every sample and of the greedy caption
+  against the image's 5 references, with document frequencies of a ``train_images`` random
+  reference set (the role of COCO's training references); (3) on the device, the gradient of
+  the SCST loss over the ``B * samples`` samples and the Adam update. The same code as the
+  trainer's (``scst.sample_with_baseline``, ``scst.advantages`` with ``CiderD.score``,
+  ``scst.scst_grad_step``).
+
+  ``runner()`` -> ``(metrics to block on, {"sample": s, "reward": s, "grad": s})``;
+  ``runner.flops`` = ``(matmul FLOPs, lowered-HLO FLOPs)`` of the two device parts.
+  """
+
+  def __init__(self, model, batch, mesh, *, samples: int, max_len: int, vocab: int, train_images: int,
+               baseline: str = "greedy", seed: int = 0):
+    from jaxcap.evaluation import cider
+    from jaxcap.training import parallel, scst, steps
+
+    rng = np.random.default_rng(seed)
+    train_refs = random_refs(rng, train_images, 5, vocab, max_len - 1)
+    scorer = cider.CiderD(vocab, doc_freq=cider.build_doc_freq(train_refs, vocab, count_eos=True),
+                          count_eos=True)
+    refs = scorer.prepare_refs(train_refs)
+    self.baseline = baseline
+    b = batch["feats"].shape[0]
+    repl, data = parallel.replicated(mesh), parallel.batch_sharding(mesh)
+    batch = dict(batch, image_index=jnp.asarray(rng.integers(0, train_images, size=b), jnp.int32))
+    self.batch = batch = jax.device_put(batch, data)
+    params = _init_params(model, batch, repl)
+    tx = optax.adam(1e-5)
+    self.state = jax.device_put(steps.create_state(params, tx, jax.random.PRNGKey(2)), repl)
+    # The trainer's jitted pieces and shardings, so the state one step returns is reused
+    # without recompiling.
+    sample_fn = functools.partial(scst.sample_with_baseline, model, max_len=max_len, num_samples=samples,
+                                  baseline=baseline)
+    grad_fn = functools.partial(scst.scst_grad_step, model=model, tx=tx)
+    self.sample_jit = jax.jit(sample_fn, in_shardings=(repl, data, None), out_shardings=(data, data))
+    self.grad_jit = jax.jit(grad_fn, in_shardings=(repl, data, data, data), out_shardings=(repl, repl),
+                            donate_argnums=0)
+    self.reward_fn = lambda tokens, image: scorer.score(tokens, image, refs)  # noqa: E731
+    self.index_h = np.asarray(batch["image_index"])
+    self.data = data
+    key = jax.random.PRNGKey(3)
+    samples_shape = jax.eval_shape(sample_fn, params, batch, key)[0]
+    fake_samples = jnp.zeros(samples_shape.shape, jnp.int32)
+    fake_adv = jnp.zeros(samples_shape.shape[:2], jnp.float32)
+    f1 = common.step_flops(sample_fn, params, batch, key)
+    f2 = common.step_flops(grad_fn, self.state, batch, fake_samples, fake_adv)
+    self.flops = (f1[0] + f2[0], f1[1] + f2[1])
+    self.calls = 0
+
+  def __call__(self):
+    from jaxcap.training import scst
+    key = jax.random.PRNGKey(10 + self.calls)
+    self.calls += 1
+    times = {}
+    t = time.perf_counter()
+    samples, greedy = jax.block_until_ready(self.sample_jit(self.state.params, self.batch, key))
+    times["sample"] = time.perf_counter() - t
+    t = time.perf_counter()
+    samples_h = np.asarray(samples)
+    greedy_h = np.asarray(greedy) if greedy is not None else None
+    adv, _, _ = scst.advantages(self.reward_fn, samples_h, self.index_h, greedy_h, self.baseline)
+    times["reward"] = time.perf_counter() - t
+    t = time.perf_counter()
+    self.state, metrics = self.grad_jit(self.state, self.batch, jax.device_put(samples_h, self.data),
+                                        jax.device_put(adv, self.data))
+    jax.block_until_ready(metrics)
+    times["grad"] = time.perf_counter() - t
+    return metrics, times
+
+
+def bench_scst(model, batch, args, mesh) -> dict:
+  """``{"run", "flops", "share"}`` of one SCST step; ``share()``: the host reward's median
+  share of the timed steps (the first call, which compiles, and the warm-up are left out)."""
+  runner = ScstRunner(model, batch, mesh, samples=args.samples, max_len=args.words + 1, vocab=args.vocab,
+                      train_images=args.train_images)
   parts = []
 
   def run():
@@ -206,11 +264,22 @@ def bench_scst(model, batch, args, mesh):
     parts.append(times)
     return out
 
-  result = timed_windows(run, warmup=args.warmup, windows=args.windows, steps=args.steps)
-  timed = parts[1 + args.warmup:]
-  reward = float(np.median([p["reward"] for p in timed]))
-  share = reward / max(sum(float(np.median([p[k] for p in timed])) for k in timed[0]), 1e-12)
-  return result, runner.flops, None, share
+  def share():
+    timed = parts[1 + args.warmup:1 + args.warmup + args.windows * args.steps]
+    med = {k: float(np.median([p[k] for p in timed])) for k in timed[0]}
+    return med["reward"] / max(sum(med.values()), 1e-12)
+
+  return {"run": run, "flops": runner.flops, "compiled": None, "share": share}
+
+
+def profile(run, trace_dir: str) -> dict:
+  """Traces 3 calls of ``run`` under ``trace_dir``: :func:`common.trace_summary` of them."""
+  with jax.profiler.trace(trace_dir):
+    out = None
+    for _ in range(3):
+      out = run()
+    jax.block_until_ready(out)
+  return common.trace_summary(trace_dir)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -285,9 +354,10 @@ def parse_args(argv=None):
   p.add_argument("--what", default=",".join(WHATS), help=f"comma-separated subset of {','.join(WHATS)}")
   p.add_argument("--dtype", default="float32", help="comma-separated: float32,bfloat16")
   p.add_argument("--batch", default="50", help="images per train / SCST step; comma-separated to sweep")
-  p.add_argument("--eval_batch", default="100", help="images per greedy / beam call; comma-separated")
+  p.add_argument("--eval_batch", default="100", help="images per greedy / beam / sample call; "
+                 "comma-separated")
   p.add_argument("--beam", type=positive_int, default=3)
-  p.add_argument("--samples", type=positive_int, default=5, help="SCST samples per image")
+  p.add_argument("--samples", type=positive_int, default=5, help="sampled captions per image (sample, scst)")
   p.add_argument("--train_images", type=positive_int, default=5000, help="images behind the SCST reward's "
                  "document frequencies")
   p.add_argument("--steps", type=positive_int, default=10, help="steps per timed window")
@@ -296,38 +366,30 @@ def parse_args(argv=None):
   p.add_argument("--peak_tflops", type=float, default=None)
   p.add_argument("--prng", default=None, choices=("threefry2x32", "rbg", "unsafe_rbg"),
                  help="jax_default_prng_impl (dropout masks, sampling); default JAX's")
-  p.add_argument("--set", default="", help="model config overrides for every model, e.g. "
-                 "dim=64,num_heads=2 (a field a model does not read is ignored; for quick checks)")
+  p.add_argument("--profile", default="", help="trace 3 more steps of each row under this directory; "
+                 "the row gets the device's busy share, kernel count and top kernels")
+  p.add_argument("--set", default="", help="model config overrides for every model that has the field, "
+                 "e.g. dim=64,num_heads=2 or modalities=text")
   p.add_argument("--out", default="", help="JSON file (default benchmarks/results/<device>_<date>.json)")
   common.add_shape_args(p)
   common.add_model_args(p)
   args = p.parse_args(argv)
-  for field in ("steps", "windows", "beam", "samples", "train_images"):
-    if getattr(args, field) < 1:
-      p.error(f"--{field}: expected a positive integer, got {getattr(args, field)}")
-  if args.warmup < 0:
-    p.error(f"--warmup: expected >= 0, got {args.warmup}")
   bad = [i for i in filter(None, args.set.split(",")) if "=" not in i]
   if bad:
     p.error(f"--set: expected key=value items, got {','.join(bad)}")
   bad = [w for w in args.what.split(",") if w not in WHATS]
   if bad:
     p.error(f"--what: unknown {','.join(bad)}; expected a subset of {','.join(WHATS)}")
-  bad = [d for d in args.dtype.split(",") if d not in ("float32", "bfloat16")]
-  if bad:
-    p.error(f"--dtype: unknown {','.join(bad)}; expected float32 and/or bfloat16")
+  common.check_dtypes(p, "--dtype", args.dtype)
   args.models = ",".join(common.check_models(p, "--models", args.models))
   from jaxcap.models import fields, registry
   known = set().union(*(fields.schema(registry.get(m)) for m in args.models.split(",")))
-  unknown = sorted(set(_overrides(args.set)) - known)
+  unknown = sorted(set(common.parse_overrides(args.set)) - known)
   if unknown:
     p.error(f"--set: {unknown[0]} is a field of none of the models {args.models}; expected one "
             f"of {','.join(sorted(known))}")
   common.positive_ints(p, "--batch", args.batch)
   common.positive_ints(p, "--eval_batch", args.eval_batch)
-  for field in ("regions", "feat_dim", "vocab", "words", "layers"):
-    if getattr(args, field) < (0 if field == "layers" else 1):
-      p.error(f"--{field}: expected a positive integer, got {getattr(args, field)}")
   return args
 
 
@@ -345,9 +407,12 @@ def main(argv=None):
   info = common.data_info(args)
   env = environment()
   out_path = args.out or default_out(env)
+  src_words, src_vocab = args.src_words or args.words, args.src_vocab or args.vocab
   record = {"benchmark": "benchmarks/run.py", "argv": sys.argv[1:] if argv is None else list(argv),
-            "environment": env, "overrides": args.set, "shapes": {"regions": args.regions, "feat_dim": args.feat_dim,
-                                           "vocab": args.vocab, "words": args.words, "captions_per_image": 5},
+            "environment": env, "overrides": args.set,
+            "shapes": {"regions": args.regions, "feat_dim": args.feat_dim, "vocab": args.vocab,
+                       "words": args.words, "captions_per_image": args.captions, "src_words": src_words,
+                       "src_vocab": src_vocab},
             "rows": []}
   print(f"devices: {env['device_count']} x {env['device_kind']}; jax {env['jax']}; commit "
         f"{(env.get('git_commit') or '?')[:10]}", flush=True)
@@ -357,41 +422,47 @@ def main(argv=None):
     for dtype in args.dtype.split(","):
       model = _model(name, dtype, args, info)
       for what in args.what.split(","):
-        for b in (eval_batches if what in ("greedy", "beam") else batches):
-          batch = common.make_batch(jax.random.PRNGKey(0), b, 5, args.regions, args.feat_dim, args.vocab,
-                                    args.words + 1, src_len=args.words)
+        for b in (eval_batches if what in ("greedy", "beam", "sample") else batches):
+          batch = common.make_batch(jax.random.PRNGKey(0), b, args.captions, args.regions, args.feat_dim,
+                                    args.vocab, args.words + 1, src_len=src_words, src_vocab=src_vocab)
           batch = jax.device_put(batch, parallel.batch_sharding(mesh))
-          share = None
           if what == "train":
-            timing, flops, compiled = bench_train(model, batch, args, mesh)
+            bench = bench_train(model, batch, args, mesh)
           elif what == "scst":
-            timing, flops, compiled, share = bench_scst(model, batch, args, mesh)
+            bench = bench_scst(model, batch, args, mesh)
           else:
-            timing, flops, compiled = bench_decode(model, batch, args, mesh, what)
-          compile_s, dt, spread, times = timing
-          matmul, hlo = flops
+            bench = bench_decode(model, batch, args, mesh, what)
+          first_s, dt, spread, times = common.timed_windows(bench["run"], warmup=args.warmup,
+                                                            windows=args.windows, steps=args.steps)
+          compile_s = bench.get("compile_s", first_s)  # scst: its first step compiles
+          share = bench["share"]() if "share" in bench else None
+          matmul, hlo = bench["flops"]
           tflops = matmul / dt / 1e12
           peak = common.peak_tflops(dtype, args.peak_tflops)
           mfu = tflops / (peak * jax.device_count()) if peak else None
+          compiled = bench["compiled"]
+          mem = compiled_bytes(compiled) if compiled is not None else None
+          peak_mem = device_peak_bytes()
           row = {"model": name, "what": what, "dtype": dtype, "batch": b,
                  "beam": args.beam if what == "beam" else None,
-                 "samples": args.samples if what == "scst" else None,
+                 "samples": args.samples if what in ("sample", "scst") else None,
                  "compile_s": round(compile_s, 2), "step_ms": round(dt * 1e3, 3),
                  "window_ms": [round(t * 1e3, 3) for t in times], "spread": round(spread, 4),
                  "images_per_s": round(b / dt, 2), "gflop_per_image": _sig(matmul / b / 1e9),
                  "hlo_gflop_per_image": _sig(hlo / b / 1e9) if np.isfinite(hlo) else None,
                  "tflops": _sig(tflops), "mfu": round(mfu, 4) if mfu is not None else None,
-                 "compiled_mb": (round(compiled_bytes(compiled) / 2**20, 1)
-                                 if compiled is not None and compiled_bytes(compiled) is not None else None),
-                 "device_peak_mb": (round(device_peak_bytes() / 2**20, 1)
-                                    if device_peak_bytes() is not None else None),
+                 "compiled_mb": round(mem / 2**20, 1) if mem is not None else None,
+                 "device_peak_mb": round(peak_mem / 2**20, 1) if peak_mem is not None else None,
                  "reward_share": round(share, 4) if share is not None else None}
-          record["rows"].append(row)
-          mem = row["compiled_mb"] if row["compiled_mb"] is not None else float("nan")
           mfu_s = f"{100 * mfu:5.1f}%" if mfu is not None else "   n/a"
           print(f"{name:>18} {what:>6} {dtype:>8} {b:>5} {compile_s:9.1f} {dt * 1e3:9.2f} {b / dt:9.1f} "
-                f"{matmul / b / 1e9:9.3f} {tflops:8.3f} {mfu_s:>6} {100 * spread:5.1f}% {mem:8.1f}"
+                f"{matmul / b / 1e9:9.3f} {tflops:8.3f} {mfu_s:>6} {100 * spread:5.1f}% "
+                f"{row['compiled_mb'] if mem is not None else float('nan'):8.1f}"
                 + (f"  reward {100 * share:.0f}% of the step" if share is not None else ""), flush=True)
+          if args.profile:
+            row["profile"] = profile(bench["run"], os.path.join(args.profile, f"{name}_{what}_{dtype}_{b}"))
+            print(common.format_trace(row["profile"]), flush=True)
+          record["rows"].append(row)
           write_json_atomic(out_path, record)  # after every row: a crash keeps the rows so far
   print(f"wrote {out_path}")
   return record

@@ -16,8 +16,29 @@ def test_busy_time_is_the_union_of_overlapping_intervals():
   assert common.busy_time([(3, 3)]) == 0.0
 
 
-def test_summarize_trace_without_a_trace_says_so(tmp_path):
-  assert "no *.xplane.pb" in common.summarize_trace(str(tmp_path))
+def test_trace_summary_without_a_trace_says_so(tmp_path):
+  summary = common.trace_summary(str(tmp_path))
+  assert "no *.xplane.pb" in summary["note"] and common.format_trace(summary) == summary["note"]
+
+
+def test_format_trace_names_busy_share_kernels_and_top_kernels():
+  text = common.format_trace({"busy_pct": 62.5, "busy_ms": 5.0, "traced_ms": 8.0, "kernels": 30, "kernel_ms": 6.0,
+                              "matmul_ms": 3.0, "top": [["gemm_a", 3.0, 6], ["fusion_1", 1.5, 12]]})
+  assert "(62%)" in text and "30 kernels" in text and "matrix-library kernels 3.00 ms" in text
+  assert text.splitlines()[2].split() == ["3.000", "50.0", "6", "gemm_a"]
+
+
+def test_random_boxes_are_valid_and_every_fourth_is_inside_the_one_before():
+  import jax
+  boxes = common.make_batch(jax.random.PRNGKey(0), 2, 5, 9, 4, 50, 6)["boxes"]
+  assert (boxes[..., 2:] >= boxes[..., :2]).all()
+  for j in (1, 5):
+    assert (boxes[:, j, :2] >= boxes[:, j - 1, :2]).all() and (boxes[:, j, 2:] <= boxes[:, j - 1, 2:]).all()
+
+
+def test_parse_overrides_converts_numbers_and_booleans():
+  assert common.parse_overrides("dim=64, dropout=0.1,share_embeddings=false,modalities=text,") == {
+      "dim": 64, "dropout": 0.1, "share_embeddings": False, "modalities": "text"}
 
 
 def test_matmul_flops_count_scan_bodies_length_times():

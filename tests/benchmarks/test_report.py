@@ -42,3 +42,16 @@ def test_a_cpu_record_gets_no_speedup_column(tmp_path):
   (tmp_path / "cpu.json").write_text(json.dumps(rec))
   line = [l for l in report.render(report.load_records(str(tmp_path))).splitlines() if l.startswith("| transformer")][0]
   assert "×" not in line
+
+
+def test_notes_name_the_reward_share_and_the_profiled_device_busy_share(tmp_path):
+  rec = {"environment": {"device_kind": "NVIDIA H200", "device_count": 1, "date": "2026-11-23T10:00:00Z",
+                         "jax": "0.11.2", "cuda": None, "git_commit": None},
+         "rows": [_row(what="scst", samples=5, reward_share=0.18),
+                  _row(what="sample", samples=5, profile={"busy_pct": 71.0, "kernels": 3000}),
+                  _row(profile={"note": "no device stream events in the trace (CPU run?)"})]}
+  (tmp_path / "h200.json").write_text(json.dumps(rec))
+  lines = [l for l in report.render(report.load_records(str(tmp_path))).splitlines() if l.startswith("| transformer")]
+  assert "| reward 18% of the step |" in lines[0]
+  assert "sample ×5" in lines[1] and "| device busy 71%, 1,000 kernels/step |" in lines[1]
+  assert "| – | – |" in lines[2]

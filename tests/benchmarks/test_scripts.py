@@ -8,63 +8,108 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+_TINY_SHAPES = ["--regions", "4", "--feat_dim", "16", "--vocab", "50", "--words", "5"]
+_TINY_MODELS = ",".join(f"{k}={v}" for k, v in {
+    "dim": 16, "num_heads": 2, "ff_dim": 32, "hidden_dim": 16, "embed_dim": 16, "att_dim": 16,
+    "max_steps": 2, "steps": 2}.items())
+_TINY_RUN = ["--batch", "8", "--eval_batch", "8", "--steps", "1", "--windows", "1", "--warmup", "0",
+             "--layers", "1", "--samples", "2", "--train_images", "20", "--out", "{tmp}/bench.json", *_TINY_SHAPES]
+_TINY_TRANSFORMER = ["--set", "dim=16,num_heads=2,ff_dim=32"]  # --set names fields of the models run
+
+# "script[:case]" -> arguments at tiny sizes.
 TINY = {
-    "decode.py": ["--batch", "8", "--words", "4", "--steps", "1"],
-    "train_throughput.py": ["--batch", "8", "--layers", "1", "--steps", "1", "--windows", "1", "--warmup", "1",
-                            "--dtype", "float32", "--regions", "4", "--feat_dim", "16", "--vocab", "50",
-                            "--words", "5", "--prng", "rbg", "--profile", "{tmp}"],
-    "scst_step.py": ["--batch", "8", "--samples", "2", "--layers", "1", "--steps", "1", "--regions", "4",
-                     "--feat_dim", "16", "--vocab", "50", "--words", "5", "--train_images", "20"],
-    "aat.py": ["--dim", "32", "--heads", "2", "--batch", "2", "--regions", "4", "--feat_dim", "16",
-               "--vocab", "50", "--words", "5", "--eval_batch", "2", "--steps", "1"],
-    "tpgn.py": ["--d", "3", "--batch", "8", "--feat_dim", "16", "--vocab", "50", "--words", "5",
-                "--eval_batch", "8", "--steps", "1"],
-    "input_pipeline.py": ["--images", "100", "--batches", "2", "--threads", "0"],
-    # Every registered model, every step kind, at tiny sizes (the JSON is checked below).
-    "run.py": ["--models", "all", "--batch", "8", "--eval_batch", "8", "--steps", "1", "--windows", "1",
-               "--warmup", "0", "--layers", "1", "--regions", "4", "--feat_dim", "16", "--vocab", "50",
-               "--words", "5", "--samples", "2", "--train_images", "20", "--out", "{tmp}/bench.json",
-               "--set", ",".join(f"{k}={v}" for k, v in {
-                   "dim": 16, "num_heads": 2, "ff_dim": 32, "hidden_dim": 16, "embed_dim": 16, "att_dim": 16,
-                   "max_steps": 2, "steps": 2}.items())],
-    "image_transformer.py": ["--dim", "32", "--heads", "2", "--batch", "8", "--regions", "5", "--feat_dim", "16",
-                             "--vocab", "50", "--words", "5", "--eval_batch", "8", "--steps", "1"],
-    "mnmt.py": ["--embed", "8", "--hidden", "8", "--batch", "8", "--cells", "4", "--feat_dim", "16",
-                "--vocab", "50", "--src_vocab", "40", "--src_words", "5", "--words", "5",
-                "--beam", "3", "--eval_batch", "8", "--steps", "1"],
+    # Every registered model's training step and beam search (the tables' two rows) ...
+    "run.py": ["--models", "all", "--what", "train,beam", "--set", _TINY_MODELS, *_TINY_RUN],
+    # ... and every step kind of one model, traced (a CPU trace has no device plane: the rows
+    # say so), with a faster PRNG (the JSON records are checked below). Every kind of every
+    # model (45 compilations) outlasts the test's 10 minutes on a shared 2-core machine.
+    "run.py:kinds": ["--models", "transformer", "--profile", "{tmp}/prof", "--prng", "rbg", *_TINY_TRANSFORMER,
+                     *_TINY_RUN],
+    # Translation shapes: one target per source sentence, a source of its own vocabulary and length.
+    "run.py:translation": ["--models", "mnmt", "--captions", "1", "--src_vocab", "40", "--src_words", "7",
+                           "--what", "train,beam", "--set", "hidden_dim=16,embed_dim=16,att_dim=16,modalities=text",
+                           *_TINY_RUN],
+    "tpgn.py": ["--d", "3", "--batch", "4", "--vocab", "50", "--words", "5", "--steps", "1"],
+    # The loader, then train.py's loop from the .npz files against its step alone.
+    "input_pipeline.py": ["--images", "40", "--batch", "8", "--batches", "2", "--threads", "0", "--workers", "0",
+                          "--loop_steps", "4", "--log_every", "2",
+                          "--set", "dim=16,num_heads=2,ff_dim=32,num_layers=1,num_dec_layers=1"],
 }
+
+
+def _check_record(case, path):
+  import json
+  from jaxcap.models import registry
+  record = json.loads(path.read_text())
+  assert record["environment"]["jax"] and record["environment"]["device_kind"]
+  rows = {(r["model"], r["what"]) for r in record["rows"]}
+  if case == "run.py:translation":
+    assert rows == {("mnmt", "train"), ("mnmt", "beam")}
+    assert record["shapes"]["captions_per_image"] == 1 and record["shapes"]["src_vocab"] == 40
+  elif case == "run.py:kinds":
+    assert rows == {("transformer", w) for w in ("train", "greedy", "beam", "sample", "scst")}
+    assert all("note" in r["profile"] for r in record["rows"])  # CPU: no device plane
+  else:
+    trainable = [n for n in registry.names() if getattr(registry.get(n), "trainable", True)]
+    assert rows == {(m, w) for m in trainable for w in ("train", "beam")}
+  for r in record["rows"]:
+    assert r["images_per_s"] > 0 and r["gflop_per_image"] > 0 and r["step_ms"] > 0, r
+    assert (r["reward_share"] is not None) == (r["what"] == "scst"), r
 
 
 # The scripts run under the suite's XLA_FLAGS (8 fake CPU devices), so batches are multiples of 8.
 @pytest.mark.slow
-@pytest.mark.parametrize("script", sorted(TINY))
-def test_benchmark_runs(script, tmp_path):
-  args = [a.format(tmp=tmp_path) for a in TINY[script]]
+@pytest.mark.parametrize("case", sorted(TINY))
+def test_benchmark_runs(case, tmp_path):
+  script = case.split(":")[0]
+  args = [a.format(tmp=tmp_path) for a in TINY[case]]
   out = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", script), *args],
                        capture_output=True, text=True, timeout=600, cwd=ROOT)
   assert out.returncode == 0, out.stderr[-3000:]
-  assert "images" in out.stdout.lower() or "img" in out.stdout.lower(), out.stdout
   if script == "run.py":
-    import json
-    from jaxcap.models import registry
-    record = json.loads((tmp_path / "bench.json").read_text())
-    assert record["environment"]["jax"] and record["environment"]["device_kind"]
-    rows = {(r["model"], r["what"]) for r in record["rows"]}
-    trainable = [n for n in registry.names() if getattr(registry.get(n), "trainable", True)]
-    assert rows == {(m, w) for m in trainable for w in ("train", "greedy", "beam", "scst")}
-    for r in record["rows"]:
-      assert r["images_per_s"] > 0 and r["gflop_per_image"] > 0 and r["step_ms"] > 0, r
+    _check_record(case, tmp_path / "bench.json")
+  elif script == "tpgn.py":
+    assert '"dominant"' in out.stdout, out.stdout
+  else:
+    assert "loop / step" in out.stdout and "images/s" in out.stdout, out.stdout
+
+
+# A GPU image has jax, flax, optax and numpy only: run.py, tpgn.py and report.py must run
+# without grain, tensorflow_datasets, ml_collections and pycocoevalcap (an import of any fails).
+_BLOCKED = ("grain", "tensorflow_datasets", "tensorflow", "ml_collections", "pycocoevalcap")
+_WITHOUT = """
+import sys
+class _Block:
+  def find_spec(self, name, path=None, target=None):
+    if name.split(".")[0] in {blocked!r}:
+      raise ImportError("blocked on a bare GPU image: " + name)
+sys.meta_path.insert(0, _Block())
+sys.argv = {argv!r}
+sys.path.insert(0, {bench!r})
+import runpy
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script,args", [
+    ("run.py", ["--models", "transformer", "--what", "train,scst", *_TINY_TRANSFORMER, *_TINY_RUN]),
+    ("tpgn.py", TINY["tpgn.py"]),
+    ("report.py", ["--print"]),
+])
+def test_runs_without_grain_tfds_ml_collections(script, args, tmp_path):
+  argv = [os.path.join(ROOT, "benchmarks", script), *[a.format(tmp=tmp_path) for a in args]]
+  code = _WITHOUT.format(blocked=_BLOCKED, argv=argv, bench=os.path.join(ROOT, "benchmarks"))
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, cwd=ROOT)
+  assert out.returncode == 0, out.stderr[-3000:]
 
 
 # Bad flag values: one ``error:`` line naming the flag and what it expects, exit code 2, nothing
 # written; every benchmark script at least once (common.py is a module, not a script).
 BAD_FLAGS = [
-    ("aat.py", ["--batch", "0"], "--batch"),
     ("cider_throughput.py", ["--images", "0"], "--images"),
-    ("decode.py", ["--methods", "greedy,nope"], "--methods"),
-    ("image_transformer.py", ["--heads", "x"], "--heads"),
     ("input_pipeline.py", ["--threads", "1,x"], "--threads"),
-    ("mnmt.py", ["--variant", "mnmt99"], "--variant"),
+    ("input_pipeline.py", ["--loop_steps", "2", "--model", "bogus"], "--model"),
     ("report.py", ["--results", "{tmp}/nowhere", "--print"], "--results"),
     ("run.py", ["--models", "bogus"], "--models"),
     ("run.py", ["--models", "transformer,nearest_neighbour"], "--models"),
@@ -72,9 +117,9 @@ BAD_FLAGS = [
     ("run.py", ["--eval_batch", "8,x"], "--eval_batch"),
     ("run.py", ["--dtype", "float16"], "--dtype"),
     ("run.py", ["--what", "train,nope"], "--what"),
-    ("scst_step.py", ["--dtype", "float16"], "--dtype"),
-    ("tpgn.py", ["--steps", "-1"], "--steps"),
-    ("train_throughput.py", ["--batch", "8,0"], "--batch"),
+    ("run.py", ["--captions", "0"], "--captions"),
+    ("run.py", ["--set", "nope=1"], "--set"),
+    ("tpgn.py", ["--steps", "0"], "--steps"),
 ]
 
 
