@@ -14,6 +14,7 @@ run stopped on a non-finite loss or gradient norm (``config.nonfinite="stop"``, 
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import importlib.util
 import os
@@ -180,8 +181,8 @@ def with_default_configs(argv: list[str], names) -> list[str]:
 
 
 def _config_flag_names(flag_values) -> list[str]:
-  from ml_collections.config_flags import config_flags
-  return [name for name in set(flag_values) if isinstance(flag_values[name], config_flags._ConfigFlag)]
+  """The config flags of ``flag_values``: every one is defined by :func:`define_config`."""
+  return [name for name in _CONFIG_DEFAULTS if name in flag_values]
 
 
 def _load_config(arg: str):
@@ -333,22 +334,20 @@ def run_script(main, absl: bool = False):
 
 def _argparse_message(message: str) -> str:
   """argparse's error text as ``--flag: expected ..., got ...`` where it has a known form."""
-  m = re.match(r"argument ([^:]+): invalid (\w+) value: (.*)", message)
-  if m:
-    want = {"int": "an integer", "float": "a number"}.get(m.group(2), f"a valid {m.group(2)}")
-    return f"{m.group(1).split('/')[0]}: expected {want}, got {m.group(3)}"
-  m = re.match(r"argument ([^:]+): invalid choice: (.*?) \(choose from (.*)\)$", message)
-  if m:
-    return f"{m.group(1).split('/')[0]}: expected one of {m.group(3)}, got {m.group(2)}"
-  m = re.match(r"argument ([^:]+): expected (.*)", message)
-  if m:
-    return f"{m.group(1).split('/')[0]}: expected {m.group(2)}"
-  m = re.match(r"the following arguments are required: (.*)", message)
-  if m:
-    return f"{m.group(1)}: missing; expected a value for each (see --help)"
-  m = re.match(r"unrecognized arguments: (.*)", message)
-  if m:
-    return f"{m.group(1)}: unknown argument(s); expected the flags listed by --help"
+  m = re.match(r"argument ([^:]+): (.*)", message)
+  if m:  # "--name/-n" (an option's spellings): the first names it
+    flag, why = m.group(1).split("/")[0], m.group(2)
+    if m := re.match(r"invalid (\w+) value: (.*)", why):
+      want = {"int": "an integer", "float": "a number"}.get(m.group(1), f"a valid {m.group(1)}")
+      return f"{flag}: expected {want}, got {m.group(2)}"
+    if m := re.match(r"invalid choice: (.*?) \(choose from (.*)\)$", why):
+      return f"{flag}: expected one of {m.group(2)}, got {m.group(1)}"
+    if why.startswith("expected "):
+      return f"{flag}: {why}"
+  if message.startswith("the following arguments are required: "):
+    return f"{message.split(': ', 1)[1]}: missing; expected a value for each (see --help)"
+  if message.startswith("unrecognized arguments: "):
+    return f"{message.split(': ', 1)[1]}: unknown argument(s); expected the flags listed by --help"
   return message if "expected" in message else f"{message} (expected the flags listed by --help)"
 
 
@@ -377,18 +376,17 @@ def nonnegative_int(text: str) -> int:
   return value
 
 
-class _argparse_errors_as_one_line:
+@contextlib.contextmanager
+def _argparse_errors_as_one_line():
   """argparse's usage text and ``prog: error: ...`` (exit 2) as one ``error: ...`` line, like
   the absl scripts and train.py (subparsers included: the class method is replaced)."""
-
-  def __enter__(self):
-    import argparse
-    self._saved = argparse.ArgumentParser.error
-    argparse.ArgumentParser.error = lambda parser, message: fail(_argparse_message(message))
-
-  def __exit__(self, *exc):
-    import argparse
-    argparse.ArgumentParser.error = self._saved
+  import argparse
+  saved = argparse.ArgumentParser.error
+  argparse.ArgumentParser.error = lambda parser, message: fail(_argparse_message(message))
+  try:
+    yield
+  finally:
+    argparse.ArgumentParser.error = saved
 
 
 def run_app(main, argv=None):
