@@ -68,7 +68,7 @@ class Trainer:
 
   # ---------------------------------------------------------------- jitted steps
   @functools.cached_property
-  def _train_step(self):
+  def _xe_step(self):
     fn = guard_lib.guarded(functools.partial(steps.train_step, model=self.model,
                                              label_smoothing=self.config.label_smoothing))
     repl, data = parallel.replicated(self.mesh), parallel.batch_sharding(self.mesh)
@@ -89,7 +89,7 @@ class Trainer:
     scst_start = optim.scst_start_step(self.config, self.steps_per_epoch)
     if 0 <= scst_start <= step:
       return self._scst_step(state, batch, step)
-    return self._train_step(state, batch, jnp.float32(self.ss_prob(step)))
+    return self._xe_step(state, batch, jnp.float32(self.ss_prob(step)))
 
   def ss_prob(self, step: int) -> float:
     ss = self.config.scheduled_sampling
