@@ -13,7 +13,6 @@ Metrics are sums and counts (averaged by the caller).
 
 from __future__ import annotations
 
-
 import jax
 import jax.numpy as jnp
 import optax
