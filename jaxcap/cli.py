@@ -186,15 +186,16 @@ def _config_flag_names(flag_values) -> list[str]:
 
 
 def _load_config(arg: str):
-  """``get_config(arg)`` of ``path.py[:arg]`` (only to explain an error), or None."""
+  """``(get_config(arg), None)`` of ``path.py[:arg]``, or ``(None, the exception it raised)``
+  (only to explain an error: the exception itself, not ml_collections' text about it)."""
   path, _, rest = arg.partition(":")
   try:
     spec = importlib.util.spec_from_file_location("_jaxcap_config_probe", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.get_config(rest) if rest else module.get_config()
-  except Exception:  # pylint: disable=broad-except
-    return None
+    return (module.get_config(rest) if rest else module.get_config()), None
+  except Exception as e:  # pylint: disable=broad-except
+    return None, e
 
 
 def _config_arg(argv, name: str, flag_values) -> str:
@@ -224,42 +225,45 @@ def _lookup(config, path: str):
 
 def _explain_config_error(argv, name: str, flag_values, err: Exception) -> str:
   """One line for an error raised while parsing ``--<name>`` and its ``--<name>.x=v`` overrides."""
+  from ml_collections.config_flags.config_flags import FlagOrderError
   arg = _config_arg(argv, name, flag_values)
+  path = arg.partition(":")[0]
+  if not os.path.isfile(path):
+    return f"--{name}={arg}: config file {path!r} not found; expected path/to/config.py[:arg]"
+  config, load_error = _load_config(arg)
+  if load_error is not None:  # the config file's get_config(arg) raised: its own message
+    return f"--{name}={arg}: {str(load_error).strip() or type(load_error).__name__}"
+  # The overrides in the order ml_collections applies them (a repeated one at its last place).
+  overrides = {}
+  for a in argv:
+    if a.startswith((f"--{name}.", f"--no{name}.")):
+      key = a.split("=", 1)[0].split(".", 1)[1]
+      overrides[key] = overrides.pop(key, None)
+  for field in overrides if config is not None else ():
+    found, what, keys = _lookup(config, field)
+    if not found:
+      leaf = what.rsplit(".", 1)[-1]
+      close = difflib.get_close_matches(leaf, [str(k) for k in keys], n=1)
+      hint = f" (did you mean {what.rsplit('.', 1)[0] + '.' if '.' in what else ''}{close[0]}?)" if close else ""
+      return (f"config field {what}: unknown key in --{name}.{field}{hint}; expected a field of {path}")
+  if isinstance(err, FlagOrderError):
+    order = list(overrides)
+    for i, field in enumerate(order):
+      section = next((s for s in order[i + 1:] if field.startswith(s + ".")), None)
+      if section is not None:
+        return (f"{name}.{section} would overwrite {name}.{field} given before it; expected a "
+                "section's value before the overrides of its fields")
   text = str(err)
-  # The config file itself: missing, or its get_config(arg) raised (ml_collections wraps the
-  # original error and its traceback; the last "XError: message" line is the message).
-  if "Failed loading config file" in text or "earlier failure to load" in text:
-    return (f"--{name}={arg}: config file {arg.partition(':')[0]!r} not found; expected "
-            "path/to/config.py[:arg]")
-  if "Error whilst parsing config file" in text:
-    lines = [l.strip() for l in text.splitlines() if re.match(r"\s*\w+(Error|Exception): ", l)]
-    msg = re.sub(r"^\w+(Error|Exception): ", "", lines[-1]) if lines else text.splitlines()[-1]
-    return f"--{name}={arg}: {msg}"
-  config = _load_config(arg)
-  overrides = [a.split("=", 1)[0][len(name) + 3:] for a in argv if re.match(rf"--(no)?{re.escape(name)}\.", a)]
-  if config is not None:
-    for path in overrides:
-      found, what, keys = _lookup(config, path)
-      if not found:
-        leaf = what.rsplit(".", 1)[-1]
-        close = difflib.get_close_matches(leaf, [str(k) for k in keys], n=1)
-        hint = f" (did you mean {what.rsplit('.', 1)[0] + '.' if '.' in what else ''}{close[0]}?)" if close else ""
-        return (f"config field {what}: unknown key in --{name}.{path}{hint}; expected a field of "
-                f"{arg.partition(':')[0]}")
   m = re.search(rf"flag --{re.escape(name)}\.([\w.]+)=(.*?): (.*)", text)
-  if m:
-    path, value, why = m.groups()
+  if m:  # absl's IllegalFlagValueError: only its text names the override and the value
+    field, value, why = m.groups()
     want = "a value"
     if config is not None:
-      found, current, _ = _lookup(config, path)
+      found, current, _ = _lookup(config, field)
       if found:
         tname = type(current).__name__
         want = f"{'an' if tname[0] in 'aeiou' else 'a'} {tname}" if not hasattr(current, "keys") else "a nested config (set its fields)"
-    return f"config field {path}: expected {want}, got {value!r} ({why.strip()})"
-  m = re.search(rf"Flag --({re.escape(name)}\.[\w.]+) is provided after --({re.escape(name)}\.[\w.]+)", text)
-  if m:
-    return (f"{m.group(1)} would overwrite {m.group(2)} given before it; expected a section's "
-            "value before the overrides of its fields")
+    return f"config field {field}: expected {want}, got {value!r} ({why.strip()})"
   last = text.strip().splitlines()[-1] if text.strip() else type(err).__name__
   return f"--{name}: {last} (expected a config file and --{name}.<field>=<value> overrides)"
 
