@@ -14,6 +14,7 @@ run stopped on a non-finite loss or gradient norm (``config.nonfinite="stop"``, 
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import importlib.util
 import os
@@ -180,20 +181,21 @@ def with_default_configs(argv: list[str], names) -> list[str]:
 
 
 def _config_flag_names(flag_values) -> list[str]:
-  from ml_collections.config_flags import config_flags
-  return [name for name in set(flag_values) if isinstance(flag_values[name], config_flags._ConfigFlag)]
+  """The config flags of ``flag_values``: every one is defined by :func:`define_config`."""
+  return [name for name in _CONFIG_DEFAULTS if name in flag_values]
 
 
 def _load_config(arg: str):
-  """``get_config(arg)`` of ``path.py[:arg]`` (only to explain an error), or None."""
+  """``(get_config(arg), None)`` of ``path.py[:arg]``, or ``(None, the exception it raised)``
+  (only to explain an error: the exception itself, not ml_collections' text about it)."""
   path, _, rest = arg.partition(":")
   try:
     spec = importlib.util.spec_from_file_location("_jaxcap_config_probe", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.get_config(rest) if rest else module.get_config()
-  except Exception:  # pylint: disable=broad-except
-    return None
+    return (module.get_config(rest) if rest else module.get_config()), None
+  except Exception as e:  # pylint: disable=broad-except
+    return None, e
 
 
 def _config_arg(argv, name: str, flag_values) -> str:
@@ -223,42 +225,45 @@ def _lookup(config, path: str):
 
 def _explain_config_error(argv, name: str, flag_values, err: Exception) -> str:
   """One line for an error raised while parsing ``--<name>`` and its ``--<name>.x=v`` overrides."""
+  from ml_collections.config_flags.config_flags import FlagOrderError
   arg = _config_arg(argv, name, flag_values)
+  path = arg.partition(":")[0]
+  if not os.path.isfile(path):
+    return f"--{name}={arg}: config file {path!r} not found; expected path/to/config.py[:arg]"
+  config, load_error = _load_config(arg)
+  if load_error is not None:  # the config file's get_config(arg) raised: its own message
+    return f"--{name}={arg}: {str(load_error).strip() or type(load_error).__name__}"
+  # The overrides in the order ml_collections applies them (a repeated one at its last place).
+  overrides = {}
+  for a in argv:
+    if a.startswith((f"--{name}.", f"--no{name}.")):
+      key = a.split("=", 1)[0].split(".", 1)[1]
+      overrides[key] = overrides.pop(key, None)
+  for field in overrides if config is not None else ():
+    found, what, keys = _lookup(config, field)
+    if not found:
+      leaf = what.rsplit(".", 1)[-1]
+      close = difflib.get_close_matches(leaf, [str(k) for k in keys], n=1)
+      hint = f" (did you mean {what.rsplit('.', 1)[0] + '.' if '.' in what else ''}{close[0]}?)" if close else ""
+      return (f"config field {what}: unknown key in --{name}.{field}{hint}; expected a field of {path}")
+  if isinstance(err, FlagOrderError):
+    order = list(overrides)
+    for i, field in enumerate(order):
+      section = next((s for s in order[i + 1:] if field.startswith(s + ".")), None)
+      if section is not None:
+        return (f"{name}.{section} would overwrite {name}.{field} given before it; expected a "
+                "section's value before the overrides of its fields")
   text = str(err)
-  # The config file itself: missing, or its get_config(arg) raised (ml_collections wraps the
-  # original error and its traceback; the last "XError: message" line is the message).
-  if "Failed loading config file" in text or "earlier failure to load" in text:
-    return (f"--{name}={arg}: config file {arg.partition(':')[0]!r} not found; expected "
-            "path/to/config.py[:arg]")
-  if "Error whilst parsing config file" in text:
-    lines = [l.strip() for l in text.splitlines() if re.match(r"\s*\w+(Error|Exception): ", l)]
-    msg = re.sub(r"^\w+(Error|Exception): ", "", lines[-1]) if lines else text.splitlines()[-1]
-    return f"--{name}={arg}: {msg}"
-  config = _load_config(arg)
-  overrides = [a.split("=", 1)[0][len(name) + 3:] for a in argv if re.match(rf"--(no)?{re.escape(name)}\.", a)]
-  if config is not None:
-    for path in overrides:
-      found, what, keys = _lookup(config, path)
-      if not found:
-        leaf = what.rsplit(".", 1)[-1]
-        close = difflib.get_close_matches(leaf, [str(k) for k in keys], n=1)
-        hint = f" (did you mean {what.rsplit('.', 1)[0] + '.' if '.' in what else ''}{close[0]}?)" if close else ""
-        return (f"config field {what}: unknown key in --{name}.{path}{hint}; expected a field of "
-                f"{arg.partition(':')[0]}")
   m = re.search(rf"flag --{re.escape(name)}\.([\w.]+)=(.*?): (.*)", text)
-  if m:
-    path, value, why = m.groups()
+  if m:  # absl's IllegalFlagValueError: only its text names the override and the value
+    field, value, why = m.groups()
     want = "a value"
     if config is not None:
-      found, current, _ = _lookup(config, path)
+      found, current, _ = _lookup(config, field)
       if found:
         tname = type(current).__name__
         want = f"{'an' if tname[0] in 'aeiou' else 'a'} {tname}" if not hasattr(current, "keys") else "a nested config (set its fields)"
-    return f"config field {path}: expected {want}, got {value!r} ({why.strip()})"
-  m = re.search(rf"Flag --({re.escape(name)}\.[\w.]+) is provided after --({re.escape(name)}\.[\w.]+)", text)
-  if m:
-    return (f"{m.group(1)} would overwrite {m.group(2)} given before it; expected a section's "
-            "value before the overrides of its fields")
+    return f"config field {field}: expected {want}, got {value!r} ({why.strip()})"
   last = text.strip().splitlines()[-1] if text.strip() else type(err).__name__
   return f"--{name}: {last} (expected a config file and --{name}.<field>=<value> overrides)"
 
@@ -333,22 +338,20 @@ def run_script(main, absl: bool = False):
 
 def _argparse_message(message: str) -> str:
   """argparse's error text as ``--flag: expected ..., got ...`` where it has a known form."""
-  m = re.match(r"argument ([^:]+): invalid (\w+) value: (.*)", message)
-  if m:
-    want = {"int": "an integer", "float": "a number"}.get(m.group(2), f"a valid {m.group(2)}")
-    return f"{m.group(1).split('/')[0]}: expected {want}, got {m.group(3)}"
-  m = re.match(r"argument ([^:]+): invalid choice: (.*?) \(choose from (.*)\)$", message)
-  if m:
-    return f"{m.group(1).split('/')[0]}: expected one of {m.group(3)}, got {m.group(2)}"
-  m = re.match(r"argument ([^:]+): expected (.*)", message)
-  if m:
-    return f"{m.group(1).split('/')[0]}: expected {m.group(2)}"
-  m = re.match(r"the following arguments are required: (.*)", message)
-  if m:
-    return f"{m.group(1)}: missing; expected a value for each (see --help)"
-  m = re.match(r"unrecognized arguments: (.*)", message)
-  if m:
-    return f"{m.group(1)}: unknown argument(s); expected the flags listed by --help"
+  m = re.match(r"argument ([^:]+): (.*)", message)
+  if m:  # "--name/-n" (an option's spellings): the first names it
+    flag, why = m.group(1).split("/")[0], m.group(2)
+    if m := re.match(r"invalid (\w+) value: (.*)", why):
+      want = {"int": "an integer", "float": "a number"}.get(m.group(1), f"a valid {m.group(1)}")
+      return f"{flag}: expected {want}, got {m.group(2)}"
+    if m := re.match(r"invalid choice: (.*?) \(choose from (.*)\)$", why):
+      return f"{flag}: expected one of {m.group(2)}, got {m.group(1)}"
+    if why.startswith("expected "):
+      return f"{flag}: {why}"
+  if message.startswith("the following arguments are required: "):
+    return f"{message.split(': ', 1)[1]}: missing; expected a value for each (see --help)"
+  if message.startswith("unrecognized arguments: "):
+    return f"{message.split(': ', 1)[1]}: unknown argument(s); expected the flags listed by --help"
   return message if "expected" in message else f"{message} (expected the flags listed by --help)"
 
 
@@ -377,18 +380,17 @@ def nonnegative_int(text: str) -> int:
   return value
 
 
-class _argparse_errors_as_one_line:
+@contextlib.contextmanager
+def _argparse_errors_as_one_line():
   """argparse's usage text and ``prog: error: ...`` (exit 2) as one ``error: ...`` line, like
   the absl scripts and train.py (subparsers included: the class method is replaced)."""
-
-  def __enter__(self):
-    import argparse
-    self._saved = argparse.ArgumentParser.error
-    argparse.ArgumentParser.error = lambda parser, message: fail(_argparse_message(message))
-
-  def __exit__(self, *exc):
-    import argparse
-    argparse.ArgumentParser.error = self._saved
+  import argparse
+  saved = argparse.ArgumentParser.error
+  argparse.ArgumentParser.error = lambda parser, message: fail(_argparse_message(message))
+  try:
+    yield
+  finally:
+    argparse.ArgumentParser.error = saved
 
 
 def run_app(main, argv=None):

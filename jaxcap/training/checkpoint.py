@@ -16,9 +16,10 @@ What a crash or a damaged disk can still leave behind, and how a resumed run han
 * a checkpoint of a different parameter tree (written before a change to the model's code, or
   edited by hand): not a damaged step — nothing is moved; one line names the step directory and
   the first missing / unexpected parameters (:class:`TreeMismatchError`);
-* a kill after a save but before orbax deleted the oldest step (``keep + 1`` steps): the
-  oldest are deleted at start and after every save, so ``keep_checkpoints`` always holds
-  (and ``best/`` keeps only its best step).
+* a kill after a save but before orbax deleted the oldest step (``keep + 1`` steps): orbax
+  applies its retention (``max_to_keep``; ``best/``: the best step by its metric) only after a
+  save, so :meth:`Checkpoints.resume` deletes the extra steps at start and ``keep_checkpoints``
+  always holds (and ``best/`` keeps only its best step).
 """
 
 from __future__ import annotations
@@ -146,7 +147,8 @@ class Checkpoints:
     self.best = ocp.CheckpointManager(
         os.path.join(self.workdir, "best"),
         options=ocp.CheckpointManagerOptions(max_to_keep=1, create=True, best_fn=lambda m: m[best_metric],
-                                             best_mode="max", enable_async_checkpointing=False,
+                                             best_mode="max", keep_checkpoints_without_metrics=False,
+                                             enable_async_checkpointing=False,
                                              cleanup_tmp_directories=True),
         item_names=("state", "data"))
 
@@ -158,12 +160,14 @@ class Checkpoints:
     mngr.wait_until_finished()
 
   def save_latest(self, step: int, state, data_state: dict) -> None:
+    """Saves ``step`` (once); orbax then deletes the steps beyond ``keep``."""
     if int(step) in self.latest.all_steps():
       return
     self._save(self.latest, step, state, data_state)
-    self.enforce_keep()
 
   def save_best_if_improved(self, step: int, state, data_state: dict, metrics: dict) -> bool:
+    """Saves ``step`` to ``best/`` when its metric beats the best so far (orbax then deletes
+    the previous best); returns whether it did."""
     best = self.best_value()
     value = float(metrics[self.best_metric])
     if best is not None and value <= best:
@@ -172,16 +176,10 @@ class Checkpoints:
     return True
 
   def best_value(self):
+    """The metric of the best step, or None."""
     step = self.best.best_step()
-    if step is None:
-      return None
-    meta = self.best.metrics(step) if hasattr(self.best, "metrics") else None
-    if meta is None:
-      try:
-        meta = self.best._checkpoints[-1].metrics  # older orbax
-      except Exception:  # pylint: disable=broad-except
-        return None
-    return float(meta[self.best_metric])
+    metrics = self.best.metrics(step) if step is not None else None
+    return None if metrics is None else float(metrics[self.best_metric])
 
   def latest_step(self):
     return self.latest.latest_step()
@@ -244,24 +242,29 @@ class Checkpoints:
         bad = ", ".join(self.step_dir(s) for s, _ in damaged)
         log(f"warning: damaged checkpoint {bad} ({damaged[0][1]}); resuming from the intact "
             f"{self.step_dir(step)} instead (damaged step moved to {moved})", flush=True)
-      self.enforce_keep()
+      self.trim()
       return state, data_state, step
     if damaged:
       step, why = damaged[0]
       raise ValueError(f"{self.step_dir(step)}: damaged checkpoint ({why}) and no intact step "
                        f"before it in {self.workdir}/checkpoints; expected an intact step (move "
                        "the directory away to start afresh)")
-    self.enforce_keep()
+    self.trim()
     return None, None, None
 
-  def enforce_keep(self) -> None:
-    """Deletes the oldest latest steps beyond ``keep``, and every best step but the best one."""
+  def trim(self) -> None:
+    """Deletes the oldest latest steps beyond ``keep``, and every best step but the best one.
+
+    Orbax applies the same retention (``max_to_keep``, ``best_fn``) only after a save: a kill
+    between its save and its deletion leaves one step more, which a resumed run removes here
+    (before its next save could write past ``keep + 1``).
+    """
     steps = sorted(self.latest.all_steps())
-    for step in steps[:max(0, len(steps) - self.keep)] if self.keep > 0 else []:
+    for step in steps[:-self.keep]:
       self.latest.delete(step)
     best = self.best.best_step()
-    for step in self.best.all_steps():
-      if best is not None and step != best:
+    for step in self.best.all_steps() if best is not None else []:
+      if step != best:
         self.best.delete(step)
 
   def _set_aside(self, steps) -> str:

@@ -37,7 +37,6 @@ import os
 import numpy as np
 import jax
 import jax.numpy as jnp
-import optax
 
 from jaxcap import decoding
 from jaxcap.data.vocab import PAD
@@ -85,8 +84,9 @@ def sample_logits(model, params, batch, samples_BxnxT, rng, dropout: bool = Fals
   return logits.reshape(b * n, t, -1), aux
 
 
-def scst_grad_step(state, batch, samples_BxnxT, advantage_Bxn, *, model, tx, dropout=False):
-  """The update of step 3 (pure; jitted by :func:`make_scst_step`)."""
+def scst_grad_step(state, batch, samples_BxnxT, advantage_Bxn, *, model, tx=None, dropout=False):
+  """The update of step 3 (pure; jitted by :func:`make_scst_step`): the shared
+  :func:`jaxcap.training.steps.apply_gradients` on :func:`scst_loss`."""
   b, n, t = samples_BxnxT.shape
   rng = jax.random.fold_in(state.rng, state.step)
   tokens = samples_BxnxT.reshape(b * n, t)
@@ -94,13 +94,9 @@ def scst_grad_step(state, batch, samples_BxnxT, advantage_Bxn, *, model, tx, dro
   def loss_fn(params):
     logits, aux = sample_logits(model, params, batch, samples_BxnxT, rng, dropout)
     loss, _ = scst_loss(logits, tokens, advantage_Bxn.reshape(-1), (aux or {}).get("extra_loss"))
-    return loss
+    return loss, {"scst_loss": loss}
 
-  loss, grads = jax.value_and_grad(loss_fn)(state.params)
-  updates, opt_state = tx.update(grads, state.opt_state, state.params)
-  params = optax.apply_updates(state.params, updates)
-  metrics = {"scst_loss": loss, "grad_norm": optax.global_norm(grads), "steps": jnp.float32(1.0)}
-  return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
+  return steps.apply_gradients(state, loss_fn, tx)
 
 
 def baseline_rewards(sample_r_Bxn: np.ndarray, greedy_r_B: np.ndarray | None, kind: str) -> np.ndarray:
@@ -185,13 +181,25 @@ class Rewarder:
     return np.asarray(per[3], np.float64)
 
 
-def make_scst_step(trainer):
-  """Returns ``step(state, batch, step_index) -> (state, metrics)`` for the Trainer's run."""
+def make_rewarder(trainer) -> Rewarder:
+  """The reward of the Trainer's config (``config.scst``), its CIDEr-D document frequencies
+  cached in ``config.data.cache_dir`` (default ``<workdir>/cache``)."""
+  sc = trainer.config.scst
+  cache_dir = trainer.config.data.get("cache_dir", "") or os.path.join(trainer.workdir, "cache")
+  return Rewarder(trainer.dataset, cache_dir, sc.cider_weight, sc.bleu_weight,
+                  sc.get("cider_compat", "jaxcap"))
+
+
+def make_scst_step(trainer, reward_fn=None):
+  """Returns ``step(state, batch, step_index) -> (state, metrics)`` for the Trainer's run:
+  sample (device) -> ``reward_fn`` (host; default :func:`make_rewarder`) -> update (device).
+
+  Args:
+    reward_fn: ``(tokens [N, T], image_index [N]) -> rewards [N]`` (see :func:`advantages`).
+  """
   config, model, mesh = trainer.config, trainer.model, trainer.mesh
   sc = config.scst
-  cache_dir = config.data.get("cache_dir", "") or os.path.join(trainer.workdir, "cache")
-  rewarder = Rewarder(trainer.dataset, cache_dir, sc.cider_weight, sc.bleu_weight,
-                      sc.get("cider_compat", "jaxcap"))
+  reward_fn = reward_fn if reward_fn is not None else make_rewarder(trainer)
   repl, data = parallel.replicated(mesh), parallel.batch_sharding(mesh)
   max_len = config.decode.max_len
 
@@ -200,8 +208,7 @@ def make_scst_step(trainer):
   sample_jit = jax.jit(sample_fn, in_shardings=(repl, data, None), out_shardings=(data, data))
   dropout = bool(sc.get("dropout", False))
   from jaxcap.training import guard  # a non-finite update is not applied (see guard.py)
-  grad_jit = jax.jit(functools.partial(guard.guarded(scst_grad_step), model=model, tx=trainer.tx,
-                                       dropout=dropout),
+  grad_jit = jax.jit(functools.partial(guard.guarded(scst_grad_step), model=model, dropout=dropout),
                      in_shardings=(repl, data, data, data), out_shardings=(repl, repl), donate_argnums=0)
   pi = jax.process_index()
 
@@ -211,7 +218,7 @@ def make_scst_step(trainer):
     samples_h = parallel.to_host(samples)
     index_h = parallel.to_host(batch["image_index"])
     greedy_h = parallel.to_host(greedy) if greedy is not None else None
-    adv, r_sample, r_greedy = advantages(rewarder, samples_h, index_h, greedy_h, sc.baseline)
+    adv, r_sample, r_greedy = advantages(reward_fn, samples_h, index_h, greedy_h, sc.baseline)
     lb = samples_h.shape[0] // jax.process_count()
     rows = slice(pi * lb, (pi + 1) * lb)
     local_in = {"samples": samples_h[rows].astype(np.int32), "adv": adv[rows]}

@@ -13,27 +13,42 @@ Metrics are sums and counts (averaged by the caller).
 
 from __future__ import annotations
 
-from typing import Any
-
 import jax
 import jax.numpy as jnp
 import optax
-from flax import struct
+from flax.training import train_state
 
 from jaxcap.data.vocab import PAD
 from jaxcap.models.base import repeat_batch, shift_right
 from jaxcap.training import losses
 
 
-class TrainState(struct.PyTreeNode):
-  step: jax.Array
-  params: Any
-  opt_state: Any
+class TrainState(train_state.TrainState):
+  """flax's ``TrainState`` (``step``, ``params``, ``opt_state``; the optimiser ``tx`` and
+  ``apply_gradients``) plus the run's RNG key. ``params`` is the model's whole variable dict.
+  The checkpointed leaves are ``step``, ``params``, ``opt_state`` and ``rng``."""
   rng: jax.Array
 
 
 def create_state(params, tx, rng) -> TrainState:
-  return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params), rng=rng)
+  # Not TrainState.create: its step is a Python 0 (a weakly typed leaf); the checkpoint holds int32.
+  return TrainState(step=jnp.zeros((), jnp.int32), apply_fn=None, params=params, tx=tx,
+                    opt_state=tx.init(params), rng=rng)
+
+
+def apply_gradients(state: TrainState, loss_fn, tx=None):
+  """The update every training step shares: ``loss_fn(params) -> (loss, metrics)`` is
+  differentiated and the gradients applied by the optimiser (``tx``, default ``state.tx``).
+
+  Returns:
+    ``(new state, metrics + {"grad_norm", "steps": 1})``; the non-finite guard
+    (:func:`jaxcap.training.guard.guarded`) wraps the whole step around it.
+  """
+  (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+  if tx is not None:
+    state = state.replace(tx=tx)
+  metrics = dict(metrics, grad_norm=optax.global_norm(grads), steps=jnp.float32(1.0))
+  return state.apply_gradients(grads=grads), metrics
 
 
 def teacher_forced_with_sampling(model, params, batch, inputs_BxSxT, prob, rng, train=True):
@@ -109,13 +124,9 @@ def xe_loss_fn(params, model, batch, rng, label_smoothing=0.0, ss_prob=None):
   return (loss_sum + extra_sum) / count, {"loss_sum": loss_sum, "token_count": count, "extra_sum": extra_sum}
 
 
-def train_step(state: TrainState, batch: dict, *, model, tx, label_smoothing: float = 0.0,
+def train_step(state: TrainState, batch: dict, *, model, tx=None, label_smoothing: float = 0.0,
                ss_prob=None):
   """One cross-entropy step (optionally with scheduled sampling probability ``ss_prob``)."""
   rng = jax.random.fold_in(state.rng, state.step)
-  grad_fn = jax.value_and_grad(xe_loss_fn, has_aux=True)
-  (_, metrics), grads = grad_fn(state.params, model, batch, rng, label_smoothing, ss_prob)
-  updates, opt_state = tx.update(grads, state.opt_state, state.params)
-  params = optax.apply_updates(state.params, updates)
-  metrics = dict(metrics, grad_norm=optax.global_norm(grads), steps=jnp.float32(1.0))
-  return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
+  loss_fn = lambda params: xe_loss_fn(params, model, batch, rng, label_smoothing, ss_prob)
+  return apply_gradients(state, loss_fn, tx)

@@ -7,6 +7,7 @@ vocabulary, info, checkpoints, predictions and scores) are written and read thro
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import os
@@ -67,8 +68,8 @@ class Trainer:
 
   # ---------------------------------------------------------------- jitted steps
   @functools.cached_property
-  def _train_step(self):
-    fn = guard_lib.guarded(functools.partial(steps.train_step, model=self.model, tx=self.tx,
+  def _xe_step(self):
+    fn = guard_lib.guarded(functools.partial(steps.train_step, model=self.model,
                                              label_smoothing=self.config.label_smoothing))
     repl, data = parallel.replicated(self.mesh), parallel.batch_sharding(self.mesh)
     if self.config.scheduled_sampling.start_epoch >= 0:
@@ -78,9 +79,17 @@ class Trainer:
                    out_shardings=(repl, repl), donate_argnums=0)
 
   @functools.cached_property
-  def _scst_step(self):
+  def _scst_step(self):  # built at the first SCST step: the reward reads the training references
     from jaxcap.training import scst
     return scst.make_scst_step(self)
+
+  def train_step(self, state, batch, step: int):
+    """One jitted step of the run's phase at ``step``: self-critical from
+    ``optim.scst_start_step`` on, cross-entropy (with scheduled sampling) before."""
+    scst_start = optim.scst_start_step(self.config, self.steps_per_epoch)
+    if 0 <= scst_start <= step:
+      return self._scst_step(state, batch, step)
+    return self._xe_step(state, batch, jnp.float32(self.ss_prob(step)))
 
   def ss_prob(self, step: int) -> float:
     ss = self.config.scheduled_sampling
@@ -114,6 +123,47 @@ class Trainer:
 
   # ---------------------------------------------------------------- loop
   def fit(self):
+    """Trains from the newest intact checkpoint (or afresh) to ``config.num_train_steps``: each
+    step is dispatched, then the actions that are due run: the non-finite guard's check (before
+    anything is logged, validated or saved), the log line, validation (with the best checkpoint
+    and early stopping) and the latest checkpoint."""
+    config, end = self.config, self.config.num_train_steps
+    state, it, start = self._start()
+    due = lambda done, every: done % every == 0 or done == end
+    with contextlib.closing(_TrainLog(self.workdir, end, start, config.batch_size)) as log:
+      monitor = guard_lib.Monitor(config.get("nonfinite", "stop"), self.dataset.image_ids("train"),
+                                  log.writer)
+      stopper = _EarlyStopping(int(config.get("early_stopping_patience", 0)),
+                               run_dir.best_metric(config))
+      for step in range(start, end):
+        host_batch = next(it)
+        state, metrics = self.train_step(state, parallel.shard_batch(host_batch, self.mesh), step)
+        metrics, flags = guard_lib.split_metrics(metrics)
+        done = step + 1
+        monitor.add(done, flags, host_batch)
+        log.add(metrics)
+        if any(due(done, n) for n in (config.log_every_steps, config.eval_every_steps,
+                                      config.checkpoint_every_steps)):
+          log.skipped += monitor.check(self.ckpts.latest_step())  # raises in "stop" mode
+        if due(done, config.log_every_steps):
+          log.write(done, lr=float(self.schedule(step)), epoch=done / self.steps_per_epoch,
+                    skipped_total=monitor.skipped_total)
+        else:
+          log.refresh()
+        log.advance()
+        if due(done, config.eval_every_steps) and stopper.update(self._validate_and_keep_best(
+            state, done, it.get_state(), log)):
+          self.ckpts.save_latest(done, state, it.get_state())
+          log.print(stopper.message(done))
+          break
+        if due(done, config.checkpoint_every_steps):
+          self.ckpts.save_latest(done, state, it.get_state())
+    return state
+
+  def _start(self):
+    """Checks the data, writes the workdir and opens its checkpoints (``self.ckpts``); returns
+    ``(state, train iterator, first step)`` of the newest intact checkpoint, else of a fresh run
+    (``init_from``, :meth:`prepare_variables`)."""
     config, workdir = self.config, self.workdir
     if config.get("init_from", ""):  # Checked before anything is written.
       _check_init_from(config.init_from, config, self.dataset.vocab)
@@ -121,101 +171,34 @@ class Trainer:
     validation.check_data(self.dataset, config, model=self.model, workdir=workdir)
     local_bs = parallel.local_batch_size(config.batch_size, self.mesh)
     run_dir.init_workdir(workdir, config, self.dataset.vocab, self.info)
-    ckpts = run_dir.checkpoints(workdir, config)
-    self.ckpts = ckpts  # for load(); close() closes it, also when the loop raises
-    patience, stale = int(config.get("early_stopping_patience", 0)), 0
-    train_source = self.dataset.split("train")
-    it = pipeline.make_train_iterator(train_source, local_bs, seed=config.seed,
+    self.ckpts = run_dir.checkpoints(workdir, config)  # for load(); close() closes it, also when fit raises
+    it = pipeline.make_train_iterator(self.dataset.split("train"), local_bs, seed=config.seed,
                                       num_workers=config.data.get("num_workers", 0))
     state = self.initial_state()
-    start = 0
     # The newest intact step (a damaged one is reported and set aside), then metrics.jsonl
     # without the lines a killed run wrote past it (before the writer opens the file).
-    restored, data_state, _ = ckpts.resume(ckpt_lib.abstract(state))
+    restored, data_state, _ = self.ckpts.resume(ckpt_lib.abstract(state))
+    start = 0
     if restored is not None:
       state = jax.device_put(restored, parallel.replicated(self.mesh))
       it.set_state(data_state)
       start = int(state.step)
       print(f"Resumed from {workdir}/checkpoints at step {start}.", flush=True)
     writer_lib.drop_lines_after(workdir, start)
-    writer = MetricWriter(workdir)  # after the restore: a damaged checkpoint adds no event file
     if restored is None and config.get("init_from", ""):
       state = self.init_from(state, config.init_from)
     elif restored is None:
       state = self.prepare_variables(state)
-    scst_start = optim.scst_start_step(config, self.steps_per_epoch)
-    monitor = guard_lib.Monitor(config.get("nonfinite", "stop"), self.dataset.image_ids("train"), writer)
-    bar = _progress(config.num_train_steps, start)
-    window, t_window, n_window = None, time.time(), 0
-    # The bar's loss / reward between logs: the window's running mean, fetched at most once per
-    # refresh interval (one device sync); validation scores stay in it until the next ones.
-    postfix, t_postfix = {}, 0.0
-    step = start
-    for step in range(start, config.num_train_steps):
-      host_batch = next(it)
-      batch = parallel.shard_batch(host_batch, self.mesh)
-      if 0 <= scst_start <= step:
-        state, metrics = self._scst_step(state, batch, step)
-      else:
-        state, metrics = self._train_step(state, batch, jnp.float32(self.ss_prob(step)))
-      metrics, guard = guard_lib.split_metrics(metrics)
-      monitor.add(step + 1, guard, host_batch)
-      window = dict(metrics) if window is None else {k: window.get(k, 0.0) + v for k, v in metrics.items()} | {
-          k: v for k, v in window.items() if k not in metrics}
-      n_window += 1
-      done = step + 1
-      if (done % config.log_every_steps == 0 or done % config.eval_every_steps == 0
-          or done % config.checkpoint_every_steps == 0 or done == config.num_train_steps):
-        try:  # Before anything is logged, validated or saved (jaxcap/training/guard.py).
-          skipped = monitor.check(ckpts.latest_step())
-        except guard_lib.NonFiniteError:
-          if bar is not None:
-            bar.close()
-          writer.close()
-          raise
-        window["skipped"] = window.get("skipped", 0.0) + skipped
-      if done % config.log_every_steps == 0 or done == config.num_train_steps:
-        skipped = window.pop("skipped", 0.0)
-        m = jax.device_get(window)
-        dt = time.time() - t_window
-        summary = _summarise(m)
-        summary.update(lr=float(self.schedule(step)), images_per_sec=n_window * config.batch_size / max(dt, 1e-9),
-                       epoch=done / self.steps_per_epoch)
-        if monitor.skipped_total:
-          summary.update(skipped=skipped, skipped_total=monitor.skipped_total)
-        writer.write(done, summary, prefix="train/")
-        if bar is not None:
-          postfix = _postfix(postfix, summary)
-          bar.set_postfix(postfix, refresh=False)
-          t_postfix = time.time()
-        window, t_window, n_window = None, time.time(), 0
-      elif bar is not None and time.time() - t_postfix >= bar.mininterval:
-        postfix = _postfix(postfix, _summarise(jax.device_get(window)))
-        bar.set_postfix(postfix, refresh=False)
-        t_postfix = time.time()
-      if bar is not None:
-        bar.update(1)
-      if done % config.eval_every_steps == 0 or done == config.num_train_steps:
-        val = self.validate(state.params, done)
-        writer.write(done, val, prefix="val/")
-        improved = ckpts.save_best_if_improved(done, state, it.get_state(), val)
-        msg = f"step {done}: val CIDEr-D {val['CIDEr']:.4f} BLEU-4 {val['Bleu_4']:.4f}" + (" (best)" if improved else "")
-        if bar is not None:
-          postfix = _postfix(postfix, {f"val_{k}": v for k, v in val.items()})
-          bar.set_postfix(postfix, refresh=False)
-        (bar.write if bar is not None else print)(msg)
-        stale = 0 if improved else stale + 1
-        if patience and stale >= patience:  # early stopping on the best metric
-          ckpts.save_latest(done, state, it.get_state())
-          (bar.write if bar is not None else print)(
-              f"step {done}: early stop, no {run_dir.best_metric(config)} improvement in {patience} evaluations")
-          break
-      if done % config.checkpoint_every_steps == 0 or done == config.num_train_steps:
-        ckpts.save_latest(done, state, it.get_state())
-    if bar is not None:
-      bar.close()
-    writer.close()
-    return state
+    return state, it, start
+
+  def _validate_and_keep_best(self, state, done: int, data_state: dict, log) -> bool:
+    """Validates, logs the scores and saves ``best/`` when they improve; returns whether they did."""
+    val = self.validate(state.params, done)
+    log.writer.write(done, val, prefix="val/")
+    improved = self.ckpts.save_best_if_improved(done, state, data_state, val)
+    log.show_val(val, f"step {done}: val CIDEr-D {val['CIDEr']:.4f} BLEU-4 {val['Bleu_4']:.4f}"
+                 + (" (best)" if improved else ""))
+    return improved
 
   def prepare_variables(self, state):
     """A fresh run's state with the model's data-derived constants filled in (once).
@@ -280,6 +263,87 @@ def _check_init_from(source_workdir: str, config, vocab: Vocab) -> None:
     raise ValueError(f"{source_workdir}/config.json: not found; config field init_from expects "
                      "a workdir written by train.py")
   run_dir.check_workdir(source_workdir, config, vocab)
+
+
+class _EarlyStopping:
+  """Stops after ``patience`` validations without a new best (0: never)."""
+
+  def __init__(self, patience: int, metric: str):
+    self.patience, self.metric, self.stale = patience, metric, 0
+
+  def update(self, improved: bool) -> bool:
+    self.stale = 0 if improved else self.stale + 1
+    return bool(self.patience) and self.stale >= self.patience
+
+  def message(self, done: int) -> str:
+    return f"step {done}: early stop, no {self.metric} improvement in {self.patience} evaluations"
+
+
+class _TrainLog:
+  """The training metrics between two log lines, and where they go.
+
+  Owns the window's running sums (device arrays, summed without a host sync), the metric
+  writer (``metrics.jsonl``, TensorBoard) and the progress bar. The bar's loss / reward between
+  logs is the window's running mean, fetched at most once per refresh interval (one device
+  sync); validation scores stay on it until the next ones.
+  """
+
+  def __init__(self, workdir: str, total: int, initial: int, batch_size: int):
+    self.writer = MetricWriter(workdir)
+    self.bar = _progress(total, initial)
+    self.batch_size = batch_size
+    self.postfix, self.t_postfix = {}, 0.0
+    self._reset()
+
+  def _reset(self):
+    self.sums, self.t_start, self.n, self.skipped = None, time.time(), 0, 0.0
+
+  def add(self, metrics: dict) -> None:
+    """Adds one step's metric sums (a key missing from a step keeps its sum)."""
+    sums = self.sums
+    self.sums = dict(metrics) if sums is None else (
+        {k: sums.get(k, 0.0) + v for k, v in metrics.items()} | {k: v for k, v in sums.items() if k not in metrics})
+    self.n += 1
+
+  def write(self, done: int, *, lr: float, epoch: float, skipped_total: int) -> None:
+    """Writes the window's means (and the guard's skipped steps, once any were) and starts a new window."""
+    dt = time.time() - self.t_start
+    summary = _summarise(jax.device_get(self.sums))
+    summary.update(lr=lr, images_per_sec=self.n * self.batch_size / max(dt, 1e-9), epoch=epoch)
+    if skipped_total:
+      summary.update(skipped=self.skipped, skipped_total=skipped_total)
+    self.writer.write(done, summary, prefix="train/")
+    if self.bar is not None:
+      self._set_postfix(summary)
+      self.t_postfix = time.time()
+    self._reset()
+
+  def refresh(self) -> None:
+    """The bar's running means, when its refresh interval has passed."""
+    if self.bar is not None and time.time() - self.t_postfix >= self.bar.mininterval:
+      self._set_postfix(_summarise(jax.device_get(self.sums)))
+      self.t_postfix = time.time()
+
+  def show_val(self, val: dict, message: str) -> None:
+    if self.bar is not None:
+      self._set_postfix({f"val_{k}": v for k, v in val.items()})
+    self.print(message)
+
+  def _set_postfix(self, summary: dict) -> None:
+    self.postfix = _postfix(self.postfix, summary)
+    self.bar.set_postfix(self.postfix, refresh=False)
+
+  def advance(self) -> None:
+    if self.bar is not None:
+      self.bar.update(1)
+
+  def print(self, message: str) -> None:
+    (self.bar.write if self.bar is not None else print)(message)
+
+  def close(self) -> None:
+    if self.bar is not None:
+      self.bar.close()
+    self.writer.close()
 
 
 def _summarise(m: dict) -> dict:

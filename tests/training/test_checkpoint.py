@@ -7,7 +7,7 @@ with a straight run.
 
 Mutants tried on the fast tests (each made a test here fail, then was restored): ``resume``
 re-raising the first restore error (no fallback: 7 fail); not moving the damaged step aside
-(6 fail); ``enforce_keep`` a no-op (the two keep tests fail); ``drop_lines_after`` keeping
+(6 fail); ``trim`` a no-op (the two keep tests fail); ``drop_lines_after`` keeping
 lines past the step; ``restore`` without its parameter-tree check (the mismatch test fails:
 a damaged-checkpoint message, no :class:`TreeMismatchError`). The slow kill-loop test failed when the killed and the resumed runs used
 different code (an accidental mutant: parameters differed by up to 0.33), and passes bitwise

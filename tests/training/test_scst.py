@@ -143,6 +143,29 @@ def test_scst_phase_runs_in_the_trainer_and_reports_rewards(tmp_path):
   assert any(p.name.startswith("cider_df") for p in (tmp_path / "cache").iterdir())
 
 
+def test_scst_step_takes_its_reward_function_as_an_argument(tmp_path):
+  """sample -> reward_fn -> update: the reward is the caller's (here a constant, so with the
+  'mean' baseline every advantage and the policy-gradient loss are 0)."""
+  from jaxcap.data import pipeline
+  from jaxcap.training import parallel
+  config = tiny_config()
+  config.scst.num_samples = 2
+  config.scst.baseline = "mean"
+  trainer = train_lib.Trainer(config, str(tmp_path / "run"))
+  calls = []
+
+  def reward_fn(tokens_NxT, image_index_N):
+    calls.append((tokens_NxT.shape[0], image_index_N.shape))
+    return np.full(len(image_index_N), 0.25)
+
+  step = scst.make_scst_step(trainer, reward_fn=reward_fn)
+  it = pipeline.make_train_iterator(trainer.dataset.split("train"), config.batch_size, seed=0)
+  state, metrics = step(trainer.initial_state(), parallel.shard_batch(next(it), trainer.mesh), 0)
+  assert calls == [(2 * config.batch_size, (2 * config.batch_size,))]  # no greedy decode for 'mean'
+  assert int(state.step) == 1 and float(metrics["reward"]) == 0.25
+  assert float(metrics["scst_loss"]) == 0.0 and not (tmp_path / "run" / "cache").exists()
+
+
 def test_scst_start_epoch_sets_the_switch_step():
   from jaxcap.training import optim
   config = tiny_config()

@@ -82,6 +82,26 @@ def test_noam_schedule_matches_the_formula():
     assert abs(float(fn(step)) - 2.0 * 64 ** -0.5 * min(s ** -0.5, s * 10 ** -1.5)) < 1e-7
 
 
+def test_apply_gradients_is_one_optax_update_and_keeps_the_checkpointed_leaves():
+  """The update both steps share: the gradients of ``loss_fn`` through ``tx`` once, the step
+  counted; the state's leaves stay step (int32), params, opt_state and rng."""
+  import optax
+  tx = optax.adam(0.1)
+  params = {"w": jnp.arange(3.0)}
+  state = steps.create_state(params, tx, jax.random.PRNGKey(0))
+  fields = {p[0].name for p, _ in jax.tree_util.tree_flatten_with_path(state)[0]}
+  assert fields == {"step", "params", "opt_state", "rng"}  # tx is static, not checkpointed
+  assert state.step.dtype == jnp.int32 and state.step.shape == ()
+  loss_fn = lambda p: (jnp.sum(p["w"] ** 2), {"loss_sum": jnp.sum(p["w"] ** 2)})
+  new, metrics = jax.jit(lambda s: steps.apply_gradients(s, loss_fn))(state)
+  grads = jax.grad(lambda p: loss_fn(p)[0])(params)
+  updates, opt_state = tx.update(grads, tx.init(params), params)
+  np.testing.assert_allclose(new.params["w"], optax.apply_updates(params, updates)["w"], rtol=1e-6)
+  assert int(new.step) == 1 and set(metrics) == {"loss_sum", "grad_norm", "steps"}
+  assert jax.tree.structure(new.opt_state) == jax.tree.structure(opt_state)
+  np.testing.assert_array_equal(new.rng, state.rng)
+
+
 def _params_of(workdir, config, dataset):
   trainer = train_lib.Trainer(config, str(workdir), dataset=dataset)
   ckpts = ckpt_lib.Checkpoints(str(workdir))
