@@ -253,19 +253,41 @@ def _explain_config_error(argv, name: str, flag_values, err: Exception) -> str:
       if section is not None:
         return (f"{name}.{section} would overwrite {name}.{field} given before it; expected a "
                 "section's value before the overrides of its fields")
-  text = str(err)
-  m = re.search(rf"flag --{re.escape(name)}\.([\w.]+)=(.*?): (.*)", text)
-  if m:  # absl's IllegalFlagValueError: only its text names the override and the value
-    field, value, why = m.groups()
+  bad = _refused_value(argv, flag_values, prefix=f"{name}.")
+  if bad is not None:  # an override whose value its field's parser refuses
+    flag, value, why = bad
+    field = flag[len(name) + 1:]
     want = "a value"
     if config is not None:
       found, current, _ = _lookup(config, field)
       if found:
         tname = type(current).__name__
         want = f"{'an' if tname[0] in 'aeiou' else 'a'} {tname}" if not hasattr(current, "keys") else "a nested config (set its fields)"
-    return f"config field {field}: expected {want}, got {value!r} ({why.strip()})"
+    return f"config field {field}: expected {want}, got {value!r} ({why})"
+  text = str(err)
   last = text.strip().splitlines()[-1] if text.strip() else type(err).__name__
   return f"--{name}: {last} (expected a config file and --{name}.<field>=<value> overrides)"
+
+
+def _refused_value(argv, flag_values, prefix: str = ""):
+  """``(flag, value, why)`` for the first ``--flag=value`` / ``--flag value`` of ``argv`` (flag
+  names starting with ``prefix``) that the flag's own parser refuses, else None: the culprit of
+  absl's IllegalFlagValueError found from the flags themselves, not from its message."""
+  for i, a in enumerate(argv[1:], 1):
+    if not a.startswith("--" + prefix):
+      continue
+    flag, eq, value = a[2:].partition("=")
+    if flag not in flag_values:
+      continue
+    if not eq:
+      if flag_values[flag].boolean or i + 1 >= len(argv):
+        continue
+      value = argv[i + 1]
+    try:
+      flag_values[flag].parser.parse(value)
+    except (TypeError, ValueError) as e:
+      return flag, value, str(e).strip() or type(e).__name__
+  return None
 
 
 def parse_flags(argv, flag_values=None) -> list[str]:
@@ -297,15 +319,13 @@ def parse_flags(argv, flag_values=None) -> list[str]:
       culprit = next((c for c in configs if f"--{c}" in text or "config file" in text
                       or isinstance(e, (AttributeError, KeyError))), None)
       if culprit is None:
-        first = text.strip().splitlines()[0] if text.strip() else type(e).__name__
-        m = re.match(r"flag (--[\w.-]+)=(.*?): (.*)", first)
-        if m:
-          kind = type(flag_values[m.group(1)[2:]].value).__name__ if m.group(1)[2:] in flag_values else ""
-          want = {"int": "an int", "float": "a number", "bool": "true or false"}.get(
-              kind, getattr(flag_values[m.group(1)[2:]], "flag_type", lambda: "a valid value")()
-              if m.group(1)[2:] in flag_values else "a valid value")
-          first = f"{m.group(1)}={m.group(2)}: expected {want} ({m.group(3)})"
-        raise BadInput(first) from None
+        bad = _refused_value(argv, flag_values) if isinstance(e, flags.IllegalFlagValueError) else None
+        if bad is None:
+          raise BadInput(text.strip().splitlines()[0] if text.strip() else type(e).__name__) from None
+        flag, value, why = bad
+        kind = type(flag_values[flag].value).__name__
+        want = {"int": "an int", "float": "a number", "bool": "true or false"}.get(kind, flag_values[flag].flag_type())
+        raise BadInput(f"--{flag}={value}: expected {want} ({why})") from None
       raise BadInput(_explain_config_error(argv, culprit, flag_values, e)) from None
     for c in configs:  # ml_collections defers a missing config file's error to the first access.
       try:
