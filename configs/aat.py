@@ -18,9 +18,6 @@ Variants through the config argument (``--config configs/aat.py:<arg>``):
 
 from configs import common
 
-# Karpathy COCO training split: 113,287 images; at 10 images per step.
-_COCO_STEPS_PER_EPOCH = 11329
-
 
 def get_config(arg: str | None = None):
   a = common.parse_arg(arg, attention="adaptive", steps=2, min_steps=0, max_steps=4,
@@ -36,46 +33,18 @@ def get_config(arg: str | None = None):
   if a.heads:
     c.model.num_heads = a.heads
 
-  # Paper section 4.1.
-  epoch = _COCO_STEPS_PER_EPOCH
-  c.batch_size = 10
-  c.learning_rate = 1e-4
-  c.schedule = "step"
-  c.decay_every_epochs = 2
-  c.decay_rate = 0.8
-  c.adam_b2 = 0.999
-  c.adam_eps = 1e-8
-  c.warmup_steps = 0
-  c.num_train_steps = 40 * epoch
-  c.eval_every_steps = 3000
-  c.checkpoint_every_steps = 3000
-  c.scst.start_step = 25 * epoch
+  # Paper section 4.1: 25 cross-entropy epochs with scheduled sampling, then 15 of SCST; Table 1
+  # reports beam 2.
+  c = common.coco_step_schedule(c, batch_size=10, learning_rate=1e-4, epochs=40,
+                                decay_every_epochs=2, beam_size=2)
+  c.scst.start_step = common.coco_steps(25, c.batch_size)
   c.scst.learning_rate = 1e-5
-  c.scheduled_sampling.start_epoch = 0
-  c.scheduled_sampling.increase_every_epochs = 3
-  c.scheduled_sampling.increase_prob = 0.05
-  c.scheduled_sampling.max_prob = 0.25
-  c.decode.method = "beam"
-  c.decode.beam_size = 2  # Table 1 reports beam 2
+  c.scheduled_sampling.update(start_epoch=0, increase_every_epochs=3, increase_prob=0.05,
+                              max_prob=0.25)
 
   if a.dataset in ("synthetic", "flickr8k"):
-    c = common.cpu_sized(c)
-    c.model.dim = 128
-    c.model.num_heads = a.heads or 4
-    c.model.dropout = 0.1
-    c.learning_rate = 2e-3
-    c.schedule = "step"
-    c.decay_every_epochs = 3
-    c.decay_rate = 0.8
-    c.warmup_steps = 0
-    c.scst.start_step = -1
-    c.scheduled_sampling.start_epoch = -1
-    c.decode.method = "greedy"
+    c = common.step_decay(common.cpu_sized(c), 2e-3)
+    c.model.update(dim=128, num_heads=a.heads or 4, dropout=0.1)
   if a.dataset == "flickr8k":
-    c.num_train_steps = 1200
-    c.eval_every_steps = 200
-    c.checkpoint_every_steps = 200
-    c.batch_size = 25
-    c.model.dropout = 0.3
-    c.data.min_word_count = 3
+    c = common.flickr8k_sized(c)
   return c

@@ -12,6 +12,10 @@ batch 16, 2,000 steps, Noam warm-up 300; the cocotalk vocabulary stays cocotalk'
 
 from configs import common
 
+# The model sizes of the CPU-sized runs (synthetic, flickr8k; ETA's as well) and of size=small.
+CPU_SIZES = dict(dim=128, num_layers=2, num_dec_layers=2, num_heads=4, ff_dim=512)
+SMALL_SIZES = dict(dim=256, num_layers=3, num_dec_layers=3, num_heads=8, ff_dim=1024, dropout=0.3)
+
 
 def get_config(arg: str | None = None):
   a = common.parse_arg(arg, size="paper")
@@ -23,24 +27,10 @@ def get_config(arg: str | None = None):
   c.warmup_steps = 20000
   if a.dataset in ("synthetic", "flickr8k"):
     c = common.cpu_sized(c)
-    c.model.dim = 128
-    c.model.num_layers = 2
-    c.model.num_dec_layers = 2
-    c.model.num_heads = 4
-    c.model.ff_dim = 512
+    c.model.update(CPU_SIZES)
   if a.size == "small":
     c = common.small_sized(c)
-    c.model.dim = 256
-    c.model.num_layers = 3
-    c.model.num_dec_layers = 3
-    c.model.num_heads = 8
-    c.model.ff_dim = 1024
-    c.model.dropout = 0.3
+    c.model.update(SMALL_SIZES)
   if a.dataset == "flickr8k":
-    c.num_train_steps = 1200
-    c.eval_every_steps = 200
-    c.checkpoint_every_steps = 200
-    c.batch_size = 25
-    c.model.dropout = 0.3
-    c.data.min_word_count = 3
+    c = common.flickr8k_sized(c)
   return c
