@@ -143,6 +143,14 @@ class AddNorm(nn.Module):
     return nn.LayerNorm(dtype=self.dtype)(x + y)
 
 
+def lstm_word_layers(vocab_size: int, embed_dim: int, hidden_dim: int, dropout: float):
+  """The word side of an LSTM captioner (Show and Tell, the soft-attention LSTM): the word
+  embedding ``[V, E]``, the LSTM cell of width H, the output layer to V and the dropout.
+  A model's ``setup`` assigns them to ``embed``, ``cell``, ``out_proj``, ``drop``."""
+  return (nn.Embed(vocab_size, embed_dim), nn.OptimizedLSTMCell(hidden_dim),
+          nn.Dense(vocab_size), nn.Dropout(dropout))
+
+
 class BlockSizes(nn.Module):
   """The fields of a Transformer block (and of a stack of blocks): D, H, F, the dropout rate
   of every sub-layer and the compute dtype."""
