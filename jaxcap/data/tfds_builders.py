@@ -33,21 +33,8 @@ VERSION = "1.0.0"
 
 
 def _raw_splits(data_config) -> dict[str, base.SplitData]:
-  name = data_config.name
-  if name == "synthetic_scenes":
-    from jaxcap.data import synthetic
-    return synthetic.synthetic_splits(data_config)
-  if name == "karpathy":
-    from jaxcap.data import karpathy
-    return karpathy.read_splits(data_config)
-  if name == "cocotalk":
-    from jaxcap.data import cocotalk
-    return cocotalk.read_splits(data_config)
-  if name == "multi30k":
-    from jaxcap.data import multi30k
-    return multi30k.read_splits(data_config)
-  raise ValueError(f"data.name {name!r}: unknown, expected synthetic_scenes, karpathy, "
-                   "cocotalk or multi30k")
+  from jaxcap.data import reader
+  return reader(data_config.name).read_splits(data_config)
 
 
 class _CaptionBuilder(tfds.core.GeneratorBasedBuilder):
