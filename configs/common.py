@@ -204,9 +204,7 @@ def cpu_sized(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   """Shrinks the schedule for a ~5 minute run on a 2-core CPU (the synthetic default):
   cross-entropy only (no SCST, no scheduled sampling) and greedy validation decoding."""
   c.batch_size = 50
-  c.num_train_steps = 1000  # 5 epochs of synthetic_scenes; val CIDEr-D is near its plateau
-  c.eval_every_steps = 500
-  c.checkpoint_every_steps = 500
+  c = run_length(c, 1000, 500)  # 5 epochs of synthetic_scenes; val CIDEr-D is near its plateau
   c.eval_num_images = 250
   c.warmup_steps = 300
   c.scst.start_step = c.scst.start_epoch = -1
@@ -279,10 +277,8 @@ def small_sized(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   than 2 times are UNK (cocotalk keeps its own vocabulary, min_word_count 1).
   """
   c.batch_size = 16
-  c.num_train_steps = 2000
+  c = run_length(c, 2000, 250)
   c.warmup_steps = 300
-  c.eval_every_steps = 250
-  c.checkpoint_every_steps = 250
   c.log_every_steps = 25
   c.eval_num_images = 500
   c.eval_batch_size = 48
