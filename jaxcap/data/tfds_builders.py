@@ -158,19 +158,14 @@ def build(data_config, data_dir: str, overwrite: bool = False) -> str:
   return final
 
 
-class TfdsFeatures(base.FeatureReader):
+class TfdsFeatures(base.RowFeatures):
   """Reads features from a built split's array_record data source."""
 
   def __init__(self, source, split: str, path: str, grid: bool, has_boxes: bool | None = None,
                has_image: bool = True):
+    super().__init__(source, f"{path} {split}")
     self.source, self.split, self.path, self.grid = source, split, path, grid
     self.has_boxes, self.has_image = has_boxes, has_image
-
-  def __len__(self) -> int:
-    return len(self.source)
-
-  def name(self, i: int) -> str:
-    return f"{self.path} {self.split}[{i}]"
 
   def read(self, i: int) -> dict:
     rec = self.source[i]
