@@ -18,18 +18,17 @@ Variants through the config argument (``--config configs/aat.py:<arg>``):
 
 from configs import common
 
+# The row's switches: model fields of the same names, whose defaults (the module's) are the
+# paper's settings; the released code's departures from the paper are among them, off by
+# default (see the model's docstring).
+ROW_FIELDS = ("attention", "steps", "min_steps", "max_steps", "epsilon", "time_cost_weight",
+              "norm_h1", "norm_query", "attention_out_proj", "embed_relu")
+
 
 def get_config(arg: str | None = None):
-  a = common.parse_arg(arg, attention="adaptive", steps=2, min_steps=0, max_steps=4,
-                       epsilon=1e-4, time_cost_weight=1e-4, heads=0, norm_h1=False,
-                       norm_query=False, attention_out_proj=True, embed_relu=False)
+  a = common.parse_arg(arg, heads=0, **common.model_defaults("aat", *ROW_FIELDS))
   c = common.base_config(a.dataset, "aat")
-  # The paper's settings are the model's defaults; the row's switches (the released code's
-  # departures from the paper among them, off by default: see the model's docstring).
-  c.model.update(attention=a.attention, steps=a.steps, min_steps=a.min_steps,
-                 max_steps=a.max_steps, epsilon=a.epsilon, time_cost_weight=a.time_cost_weight,
-                 norm_h1=a.norm_h1, norm_query=a.norm_query,
-                 attention_out_proj=a.attention_out_proj, embed_relu=a.embed_relu)
+  c.model.update({f: a[f] for f in ROW_FIELDS})
   if a.heads:
     c.model.num_heads = a.heads
 

@@ -130,6 +130,14 @@ def model_config(name: str, dtype=None, **overrides) -> ml_collections.ConfigDic
   return m
 
 
+def model_defaults(name: str, *fields: str) -> dict:
+  """``{field: the module's default}`` for ``fields`` of the registered model ``name``: the
+  defaults of the config arguments that set them, so that each is written once, in the module."""
+  from jaxcap.models import fields as model_fields, registry
+  defaults = model_fields.config_defaults(registry.get(name))
+  return {f: defaults[f] for f in fields}
+
+
 def base_config(dataset: str = "synthetic", model: str = "transformer") -> ml_collections.ConfigDict:
   """Training defaults shared by every model, with ``model``'s defaults as its section; model
   files override what their paper and dataset say."""

@@ -58,7 +58,8 @@ def get_config(arg: str | None = None):
     # ETA's region projection (sec. 4.1), not att_embed's ReLU; the transformer model has no
     # visual_encoder switch: zero encoder blocks remove it.
     c.model.region_activation = "linear"
-    c.model.num_layers = 6 if a.visual_encoder else 0
+    if not a.visual_encoder:
+      c.model.num_layers = 0
   else:
     c = common.base_config(a.dataset, "eta")
     c.model.update(variant=a.variant, gbc_activation=a.gbc, visual_encoder=bool(a.visual_encoder),
@@ -69,8 +70,6 @@ def get_config(arg: str | None = None):
   c.data.attributes = {"oracle": trained_on, "oracle_all": "oracle"}.get(attributes, attributes)
   c.data.test_attributes = "oracle" if attributes == "oracle" else ""
   c.data.attr_noise = 0.3 if c.data.attributes == "noisy" else 0.0
-  c.data.num_attributes = 1000
-  c.data.max_attributes = 20
   out_dir = "runs/attributes" if a.dataset == "synthetic" else f"runs/attributes_{a.dataset}"
   c.data.attributes_file = f"{out_dir}/attributes.json"
 

@@ -37,9 +37,18 @@ MODEL = "image_transformer"
 
 
 def get_config(arg: str | None = None):
-  a = common.parse_arg(arg, spatial_layers="all", spatial=True, M=3, graph_mask="multiply",
-                       epsilon=0.9, graph="boxes", baseline=False, dim=0, heads=0, layers=0)
-  return build(a, MODEL)
+  return build(common.parse_arg(arg, **row_args(MODEL)), MODEL)
+
+
+def row_args(name: str) -> dict:
+  """The config arguments of a Table 3 row with model ``name``'s defaults (the module's): its
+  fields of the same names, ``M`` (num_sub) and ``baseline`` (refine_aoa, no ffn); sizes 0
+  keep the dataset's."""
+  d = common.model_defaults(name, "spatial_layers", "spatial", "graph_mask", "epsilon", "graph",
+                            "num_sub", "refine_aoa")
+  return dict(spatial_layers=d["spatial_layers"], spatial=d["spatial"], M=d["num_sub"],
+              graph_mask=d["graph_mask"], epsilon=d["epsilon"], graph=d["graph"],
+              baseline=d["refine_aoa"], dim=0, heads=0, layers=0)
 
 
 def build(a, name: str, cpu_layers: int = 3):

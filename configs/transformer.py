@@ -22,9 +22,8 @@ def get_config(arg: str | None = None):
   if a.size not in ("paper", "small"):
     raise ValueError(f"config argument size: expected 'paper' or 'small', got {a.size!r}")
   c = common.base_config(a.dataset, "transformer")
-  c.batch_size = 50
+  # Batch 50 and the Noam schedule's 20,000 warm-up steps: base_config's defaults.
   c.learning_rate = 1.0  # the Noam schedule's scale factor: lr = scale * d^-0.5 * min(...)
-  c.warmup_steps = 20000
   if a.dataset in ("synthetic", "flickr8k"):
     c = common.cpu_sized(c)
     c.model.update(CPU_SIZES)
