@@ -18,64 +18,32 @@ Variants through the config argument (``--config configs/aat.py:<arg>``):
 
 from configs import common
 
-# Karpathy COCO training split: 113,287 images; at 10 images per step.
-_COCO_STEPS_PER_EPOCH = 11329
+# The row's switches: model fields of the same names, whose defaults (the module's) are the
+# paper's settings; the released code's departures from the paper are among them, off by
+# default (see the model's docstring).
+ROW_FIELDS = ("attention", "steps", "min_steps", "max_steps", "epsilon", "time_cost_weight",
+              "norm_h1", "norm_query", "attention_out_proj", "embed_relu")
 
 
 def get_config(arg: str | None = None):
-  a = common.parse_arg(arg, attention="adaptive", steps=2, min_steps=0, max_steps=4,
-                       epsilon=1e-4, time_cost_weight=1e-4, heads=0, norm_h1=False,
-                       norm_query=False, attention_out_proj=True, embed_relu=False)
+  a = common.parse_arg(arg, heads=0, **common.model_defaults("aat", *ROW_FIELDS))
   c = common.base_config(a.dataset, "aat")
-  # The paper's settings are the model's defaults; the row's switches (the released code's
-  # departures from the paper among them, off by default: see the model's docstring).
-  c.model.update(attention=a.attention, steps=a.steps, min_steps=a.min_steps,
-                 max_steps=a.max_steps, epsilon=a.epsilon, time_cost_weight=a.time_cost_weight,
-                 norm_h1=a.norm_h1, norm_query=a.norm_query,
-                 attention_out_proj=a.attention_out_proj, embed_relu=a.embed_relu)
+  c.model.update({f: a[f] for f in ROW_FIELDS})
   if a.heads:
     c.model.num_heads = a.heads
 
-  # Paper section 4.1.
-  epoch = _COCO_STEPS_PER_EPOCH
-  c.batch_size = 10
-  c.learning_rate = 1e-4
-  c.schedule = "step"
-  c.decay_every_epochs = 2
-  c.decay_rate = 0.8
-  c.adam_b2 = 0.999
-  c.adam_eps = 1e-8
-  c.warmup_steps = 0
-  c.num_train_steps = 40 * epoch
-  c.eval_every_steps = 3000
-  c.checkpoint_every_steps = 3000
-  c.scst.start_step = 25 * epoch
+  # Paper section 4.1: 25 cross-entropy epochs with scheduled sampling, then 15 of SCST; Table 1
+  # reports beam 2.
+  c = common.coco_step_schedule(c, batch_size=10, learning_rate=1e-4, epochs=40,
+                                decay_every_epochs=2, beam_size=2)
+  c.scst.start_step = common.coco_steps(25, c.batch_size)
   c.scst.learning_rate = 1e-5
-  c.scheduled_sampling.start_epoch = 0
-  c.scheduled_sampling.increase_every_epochs = 3
-  c.scheduled_sampling.increase_prob = 0.05
-  c.scheduled_sampling.max_prob = 0.25
-  c.decode.method = "beam"
-  c.decode.beam_size = 2  # Table 1 reports beam 2
+  c.scheduled_sampling.update(start_epoch=0, increase_every_epochs=3, increase_prob=0.05,
+                              max_prob=0.25)
 
   if a.dataset in ("synthetic", "flickr8k"):
-    c = common.cpu_sized(c)
-    c.model.dim = 128
-    c.model.num_heads = a.heads or 4
-    c.model.dropout = 0.1
-    c.learning_rate = 2e-3
-    c.schedule = "step"
-    c.decay_every_epochs = 3
-    c.decay_rate = 0.8
-    c.warmup_steps = 0
-    c.scst.start_step = -1
-    c.scheduled_sampling.start_epoch = -1
-    c.decode.method = "greedy"
+    c = common.step_decay(common.cpu_sized(c), 2e-3)
+    c.model.update(dim=128, num_heads=a.heads or 4, dropout=0.1)
   if a.dataset == "flickr8k":
-    c.num_train_steps = 1200
-    c.eval_every_steps = 200
-    c.checkpoint_every_steps = 200
-    c.batch_size = 25
-    c.model.dropout = 0.3
-    c.data.min_word_count = 3
+    c = common.flickr8k_sized(c)
   return c

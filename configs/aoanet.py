@@ -23,6 +23,5 @@ from configs import image_transformer
 
 
 def get_config(arg: str | None = None):
-  a = common.parse_arg(arg, spatial_layers="none", spatial=True, M=1, graph_mask="multiply",
-                       epsilon=0.9, graph="boxes", baseline=True, dim=0, heads=0, layers=0)
+  a = common.parse_arg(arg, **image_transformer.row_args("aoanet"))
   return image_transformer.build(a, "aoanet", cpu_layers=3)

@@ -14,10 +14,7 @@ from configs import common
 def get_config(arg: str | None = None):
   a = common.parse_arg(arg, model="transformer")
   c = common.base_config(a.dataset, a.model)
-  c.schedule = "step"
-  c.warmup_steps = 0
+  c = common.step_decay(c, 5e-4)
   if a.dataset in ("synthetic", "flickr8k"):
-    c = common.cpu_sized(c)
-    c.learning_rate = 2e-3
-    c.warmup_steps = 0
+    c = common.step_decay(common.cpu_sized(c), 2e-3)
   return c

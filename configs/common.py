@@ -130,6 +130,14 @@ def model_config(name: str, dtype=None, **overrides) -> ml_collections.ConfigDic
   return m
 
 
+def model_defaults(name: str, *fields: str) -> dict:
+  """``{field: the module's default}`` for ``fields`` of the registered model ``name``: the
+  defaults of the config arguments that set them, so that each is written once, in the module."""
+  from jaxcap.models import fields as model_fields, registry
+  defaults = model_fields.config_defaults(registry.get(name))
+  return {f: defaults[f] for f in fields}
+
+
 def base_config(dataset: str = "synthetic", model: str = "transformer") -> ml_collections.ConfigDict:
   """Training defaults shared by every model, with ``model``'s defaults as its section; model
   files override what their paper and dataset say."""
@@ -201,13 +209,68 @@ def base_config(dataset: str = "synthetic", model: str = "transformer") -> ml_co
 
 
 def cpu_sized(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-  """Shrinks the schedule for a ~5 minute run on a 2-core CPU (the synthetic default)."""
+  """Shrinks the schedule for a ~5 minute run on a 2-core CPU (the synthetic default):
+  cross-entropy only (no SCST, no scheduled sampling) and greedy validation decoding."""
   c.batch_size = 50
-  c.num_train_steps = 1000  # 5 epochs of synthetic_scenes; val CIDEr-D is near its plateau
-  c.eval_every_steps = 500
-  c.checkpoint_every_steps = 500
+  c = run_length(c, 1000, 500)  # 5 epochs of synthetic_scenes; val CIDEr-D is near its plateau
   c.eval_num_images = 250
   c.warmup_steps = 300
+  c.scst.start_step = c.scst.start_epoch = -1
+  c.scheduled_sampling.start_epoch = -1
+  c.decode.method = "greedy"
+  return c
+
+
+def run_length(c: ml_collections.ConfigDict, num_train_steps: int,
+               eval_every_steps: int) -> ml_collections.ConfigDict:
+  """``num_train_steps``, validating and checkpointing every ``eval_every_steps``."""
+  c.num_train_steps = num_train_steps
+  c.eval_every_steps = c.checkpoint_every_steps = eval_every_steps
+  return c
+
+
+def flickr8k_sized(c: ml_collections.ConfigDict, num_train_steps: int = 1200,
+                   eval_every_steps: int = 200, dropout: float | None = 0.3):
+  """Flickr8k's 700 training images at 25 per step (28 steps an epoch), words seen fewer than 3
+  times as UNK; ``dropout`` (None: the model's own) against the tiny split's overfitting."""
+  run_length(c, num_train_steps, eval_every_steps)
+  c.batch_size = 25
+  c.data.min_word_count = 3
+  if dropout is not None:
+    c.model.dropout = dropout
+  return c
+
+
+def step_decay(c: ml_collections.ConfigDict, learning_rate: float, decay_every_epochs: int = 3,
+               decay_rate: float = 0.8) -> ml_collections.ConfigDict:
+  """Adam at ``learning_rate`` x ``decay_rate`` every ``decay_every_epochs`` epochs, no
+  warm-up (self-critical.pytorch's cross-entropy schedule)."""
+  c.update(schedule="step", learning_rate=learning_rate, decay_every_epochs=decay_every_epochs,
+           decay_rate=decay_rate, warmup_steps=0)
+  return c
+
+
+# Karpathy COCO's training split (with restval): a paper's epochs are counted over it.
+COCO_TRAIN_IMAGES = 113287
+
+
+def coco_steps(epochs: int, batch_size: int) -> int:
+  """``epochs`` of Karpathy COCO's training split at ``batch_size`` images per step."""
+  return epochs * -(-COCO_TRAIN_IMAGES // batch_size)
+
+
+def coco_step_schedule(c: ml_collections.ConfigDict, batch_size: int, learning_rate: float,
+                       epochs: int, decay_every_epochs: int = 3,
+                       beam_size: int = 3) -> ml_collections.ConfigDict:
+  """A paper's COCO run with PyTorch's Adam (beta2 0.999, eps 1e-8) and :func:`step_decay`:
+  ``epochs`` epochs of ``batch_size`` images, validation and checkpoints every 3,000 steps,
+  beam search of ``beam_size``."""
+  step_decay(c, learning_rate, decay_every_epochs)
+  c.batch_size = batch_size
+  c.adam_b2, c.adam_eps = 0.999, 1e-8
+  run_length(c, coco_steps(epochs, batch_size), 3000)
+  c.decode.method = "beam"
+  c.decode.beam_size = beam_size
   return c
 
 
@@ -222,10 +285,8 @@ def small_sized(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   than 2 times are UNK (cocotalk keeps its own vocabulary, min_word_count 1).
   """
   c.batch_size = 16
-  c.num_train_steps = 2000
+  c = run_length(c, 2000, 250)
   c.warmup_steps = 300
-  c.eval_every_steps = 250
-  c.checkpoint_every_steps = 250
   c.log_every_steps = 25
   c.eval_num_images = 500
   c.eval_batch_size = 48

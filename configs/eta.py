@@ -28,9 +28,9 @@ references), SCST after cross-entropy (the start step is our choice: ~25 XE epoc
 Karpathy COCO; the paper does not give it).
 """
 
-import ml_collections
-
 from configs import common
+from configs import transformer
+from jaxcap.models import attribute_detector
 
 VARIANTS = ("eta", "parallel", "stacked_v", "stacked_s", "transformer_s", "transformer_v",
             "late_fusion")
@@ -58,7 +58,8 @@ def get_config(arg: str | None = None):
     # ETA's region projection (sec. 4.1), not att_embed's ReLU; the transformer model has no
     # visual_encoder switch: zero encoder blocks remove it.
     c.model.region_activation = "linear"
-    c.model.num_layers = 6 if a.visual_encoder else 0
+    if not a.visual_encoder:
+      c.model.num_layers = 0
   else:
     c = common.base_config(a.dataset, "eta")
     c.model.update(variant=a.variant, gbc_activation=a.gbc, visual_encoder=bool(a.visual_encoder),
@@ -69,8 +70,6 @@ def get_config(arg: str | None = None):
   c.data.attributes = {"oracle": trained_on, "oracle_all": "oracle"}.get(attributes, attributes)
   c.data.test_attributes = "oracle" if attributes == "oracle" else ""
   c.data.attr_noise = 0.3 if c.data.attributes == "noisy" else 0.0
-  c.data.num_attributes = 1000
-  c.data.max_attributes = 20
   out_dir = "runs/attributes" if a.dataset == "synthetic" else f"runs/attributes_{a.dataset}"
   c.data.attributes_file = f"{out_dir}/attributes.json"
 
@@ -87,28 +86,13 @@ def get_config(arg: str | None = None):
   c.decode.beam_size = 3
 
   # The attribute detector (scripts/train_attributes.py; Fang et al. noisy-OR MIL).
-  d = c.detector = ml_collections.ConfigDict()
-  d.hidden = 512
-  d.dropout = 0.1
-  d.num_steps = 20000
-  d.batch_size = 100
-  d.learning_rate = 1e-3
-  d.weight_decay = 0.0
-  d.seed = 0
-  d.top_k = 20  # = data.max_attributes: the captioner keeps at most that many
-  d.min_prob = 0.0
-  d.ks = (1, 5, 10)
+  # Its default top_k is data.max_attributes: the captioner keeps at most that many.
+  d = c.detector = attribute_detector.default_config()
+  d.update(dropout=0.1, num_steps=20000)
 
   if a.dataset in ("synthetic", "flickr8k"):
     c = common.cpu_sized(c)
-    c.batch_size = 50
-    c.scst.start_step = -1
-    c.decode.method = "greedy"
-    m.dim = 128
-    m.num_layers = 2 if m.num_layers else 0
-    m.num_dec_layers = 2
-    m.num_heads = 4
-    m.ff_dim = 512
+    m.update(transformer.CPU_SIZES, num_layers=2 if m.num_layers else 0)
     d.hidden = 256
     d.num_steps = 1500
     d.top_k = 10
@@ -117,10 +101,5 @@ def get_config(arg: str | None = None):
     c.scst.start_step = -1
     c.scst.start_epoch = -1
   if a.dataset == "flickr8k":
-    c.num_train_steps = 1200
-    c.eval_every_steps = 200
-    c.checkpoint_every_steps = 200
-    c.batch_size = 25
-    m.dropout = 0.3
-    c.data.min_word_count = 3
+    c = common.flickr8k_sized(c)
   return c

@@ -33,15 +33,22 @@ intersection (see jaxcap/models/image_transformer.py).
 
 from configs import common
 
-# Karpathy COCO training split: 113,287 images; at 10 images per step.
-_COCO_STEPS_PER_EPOCH = 11329
 MODEL = "image_transformer"
 
 
 def get_config(arg: str | None = None):
-  a = common.parse_arg(arg, spatial_layers="all", spatial=True, M=3, graph_mask="multiply",
-                       epsilon=0.9, graph="boxes", baseline=False, dim=0, heads=0, layers=0)
-  return build(a, MODEL)
+  return build(common.parse_arg(arg, **row_args(MODEL)), MODEL)
+
+
+def row_args(name: str) -> dict:
+  """The config arguments of a Table 3 row with model ``name``'s defaults (the module's): its
+  fields of the same names, ``M`` (num_sub) and ``baseline`` (refine_aoa, no ffn); sizes 0
+  keep the dataset's."""
+  d = common.model_defaults(name, "spatial_layers", "spatial", "graph_mask", "epsilon", "graph",
+                            "num_sub", "refine_aoa")
+  return dict(spatial_layers=d["spatial_layers"], spatial=d["spatial"], M=d["num_sub"],
+              graph_mask=d["graph_mask"], epsilon=d["epsilon"], graph=d["graph"],
+              baseline=d["refine_aoa"], dim=0, heads=0, layers=0)
 
 
 def build(a, name: str, cpu_layers: int = 3):
@@ -53,52 +60,24 @@ def build(a, name: str, cpu_layers: int = 3):
     if value:
       c.model[field] = value
 
-  # Paper section 4.2.
-  epoch = _COCO_STEPS_PER_EPOCH
-  c.batch_size = 10
-  c.learning_rate = 2e-3
-  c.schedule = "step"
-  c.decay_every_epochs = 3
-  c.decay_rate = 0.8
-  c.adam_b2 = 0.999
-  c.adam_eps = 1e-8
-  c.warmup_steps = 0
-  c.num_train_steps = 60 * epoch
-  c.eval_every_steps = 3000
-  c.checkpoint_every_steps = 3000
-  c.scst.start_step = 25 * epoch
+  # Paper section 4.2: 25 cross-entropy epochs, then 35 of SCST; beam 3.
+  c = common.coco_step_schedule(c, batch_size=10, learning_rate=2e-3, epochs=60)
+  c.scst.start_step = common.coco_steps(25, c.batch_size)
   c.scst.learning_rate = 2e-5
   if a.dataset == "coco":
     c.data.min_word_count = 4
-  c.decode.method = "beam"
-  c.decode.beam_size = 3
 
   if a.dataset in ("synthetic", "flickr8k"):
-    c = common.cpu_sized(c)
-    c.model.dim = a.dim or 128
-    c.model.num_heads = a.heads or 4
-    c.model.num_layers = a.layers or cpu_layers
-    c.model.ff_dim = 2 * c.model.dim
-    c.learning_rate = 2e-3
-    c.schedule = "step"
-    c.decay_every_epochs = 3
-    c.decay_rate = 0.8
-    c.warmup_steps = 0
-    c.scst.start_step = -1
-    c.decode.method = "greedy"
+    c = common.step_decay(common.cpu_sized(c), 2e-3)
+    dim = a.dim or 128
+    c.model.update(dim=dim, num_heads=a.heads or 4, num_layers=a.layers or cpu_layers,
+                   ff_dim=2 * dim)
   if a.dataset == "flickr8k":
-    c.num_train_steps = 1200
-    c.eval_every_steps = 200
-    c.checkpoint_every_steps = 200
-    c.batch_size = 25
-    c.model.dropout = 0.3
-    c.data.min_word_count = 3
     # 700 training images = 28 steps per epoch. Measured (test CIDEr-D, one seed, 200 images):
     # lr 2e-3 decayed every 3 epochs collapsed to one caption for every image (0.067); 5e-4 decayed
     # every 10 epochs for 1,200 steps was still climbing (0.128); Noam (scale 1, 300 warm-up
     # steps, as the Transformer's flickr8k run) overfitted (0.117); 1e-3 every 10 epochs for
     # 1,800 steps, best validation checkpoint at step 1,200: 0.197.
-    c.learning_rate = 1e-3
-    c.decay_every_epochs = 10
-    c.num_train_steps = 1800
+    c = common.step_decay(common.flickr8k_sized(c, num_train_steps=1800), 1e-3,
+                          decay_every_epochs=10)
   return c

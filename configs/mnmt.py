@@ -60,9 +60,7 @@ def get_config(arg: str | None = None):
   c.l2 = 1e-5
   c.best_metric = "Bleu_4"
   c.early_stopping_patience = 20
-  c.num_train_steps = 100 * _M30K_STEPS_PER_EPOCH
-  c.eval_every_steps = _M30K_STEPS_PER_EPOCH
-  c.checkpoint_every_steps = _M30K_STEPS_PER_EPOCH
+  c = common.run_length(c, 100 * _M30K_STEPS_PER_EPOCH, _M30K_STEPS_PER_EPOCH)
   c.decode.method = "beam"
   c.decode.beam_size = 12
   if a.dataset == "multi30k":
@@ -77,14 +75,10 @@ def get_config(arg: str | None = None):
     c.data.grid = True  # grid cells as the paper's conv-feature annotations
     c.data.min_word_count = 1
   if size == "cpu":
-    c = common.cpu_sized(c)
+    c = common.run_length(common.cpu_sized(c), 600, 300)
     c.model.embed_dim, c.model.hidden_dim = 64, 96
     c.learning_rate = 2e-3
-    c.num_train_steps = 600
-    c.eval_every_steps = 300
-    c.checkpoint_every_steps = 300
     c.early_stopping_patience = 0
-    c.decode.method = "greedy"
     c.decode.beam_size = 3
     if a.dataset == "multi30k":
       c.model.embed_dim, c.model.hidden_dim = 128, 256

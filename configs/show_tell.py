@@ -10,8 +10,6 @@
 
 from configs import common
 
-_COCO_STEPS_PER_EPOCH = 2266
-
 
 def get_config(arg: str | None = None):
   a = common.parse_arg(arg, dim=0, dropout=-1.0)
@@ -20,34 +18,12 @@ def get_config(arg: str | None = None):
     c.model.hidden_dim = c.model.embed_dim = a.dim
   if a.dropout >= 0:
     c.model.dropout = a.dropout
-  c.batch_size = 50
-  c.learning_rate = 5e-4
-  c.schedule = "step"
-  c.decay_every_epochs = 3
-  c.decay_rate = 0.8
-  c.warmup_steps = 0
-  c.adam_b2 = 0.999
-  c.adam_eps = 1e-8
-  c.num_train_steps = 30 * _COCO_STEPS_PER_EPOCH
-  c.eval_every_steps = 3000
-  c.checkpoint_every_steps = 3000
-  c.decode.method = "beam"
-  c.decode.beam_size = 3
+  c = common.coco_step_schedule(c, batch_size=50, learning_rate=5e-4, epochs=30)
   if a.dataset in ("synthetic", "flickr8k"):
-    c = common.cpu_sized(c)
-    c.learning_rate = 2e-3
-    c.warmup_steps = 0
-    c.num_train_steps = 500
-    c.eval_every_steps = 250
-    c.checkpoint_every_steps = 250
-    c.decode.method = "greedy"
+    c = common.run_length(common.step_decay(common.cpu_sized(c), 2e-3), 500, 250)
   if a.dataset == "synthetic":
     c.model.hidden_dim = c.model.embed_dim = a.dim or 128
     c.model.dropout = 0.2 if a.dropout < 0 else a.dropout
   if a.dataset == "flickr8k":
-    c.num_train_steps = 500
-    c.eval_every_steps = 100
-    c.checkpoint_every_steps = 100
-    c.batch_size = 25
-    c.data.min_word_count = 3
+    c = common.flickr8k_sized(c, num_train_steps=500, eval_every_steps=100, dropout=None)
   return c

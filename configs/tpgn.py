@@ -20,9 +20,6 @@ Other arguments: ``lexical=learned|tied`` (how W_x is resolved, see jaxcap/model
 
 from configs import common
 
-# Karpathy COCO training split: 113,287 images; at 50 images per step.
-_COCO_STEPS_PER_EPOCH = 2266
-
 
 def get_config(arg: str | None = None):
   a = common.parse_arg(arg, d=0, lexical="learned", glove="", dropout=-1.0)
@@ -34,35 +31,14 @@ def get_config(arg: str | None = None):
   if a.dropout >= 0:
     c.model.dropout = a.dropout
 
-  c.batch_size = 50
-  c.learning_rate = 5e-4
-  c.schedule = "step"
-  c.decay_every_epochs = 3
-  c.decay_rate = 0.8
-  c.warmup_steps = 0
-  c.adam_b2 = 0.999
-  c.adam_eps = 1e-8
-  c.num_train_steps = 30 * _COCO_STEPS_PER_EPOCH
-  c.eval_every_steps = 3000
-  c.checkpoint_every_steps = 3000
-  c.decode.method = "beam"
-  c.decode.beam_size = 3
+  # Not the paper's (it gives none): self-critical.pytorch's cross-entropy schedule.
+  c = common.coco_step_schedule(c, batch_size=50, learning_rate=5e-4, epochs=30)
 
   if a.dataset in ("synthetic", "flickr8k"):
-    c = common.cpu_sized(c)
+    c = common.run_length(common.step_decay(common.cpu_sized(c), 2e-3), 500, 250)
     c.model.d = a.d or 16
-    c.learning_rate = 2e-3
-    c.warmup_steps = 0
-    c.num_train_steps = 500
-    c.eval_every_steps = 250
-    c.checkpoint_every_steps = 250
-    c.decode.method = "greedy"
   if a.dataset == "flickr8k":
+    c = common.flickr8k_sized(c, num_train_steps=500, eval_every_steps=100,
+                              dropout=0.3 if a.dropout < 0 else a.dropout)
     c.model.d = a.d or 25
-    c.model.dropout = 0.3 if a.dropout < 0 else a.dropout
-    c.num_train_steps = 500
-    c.eval_every_steps = 100
-    c.checkpoint_every_steps = 100
-    c.batch_size = 25
-    c.data.min_word_count = 3
   return c

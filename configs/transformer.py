@@ -12,35 +12,24 @@ batch 16, 2,000 steps, Noam warm-up 300; the cocotalk vocabulary stays cocotalk'
 
 from configs import common
 
+# The model sizes of the CPU-sized runs (synthetic, flickr8k; ETA's as well) and of size=small.
+CPU_SIZES = dict(dim=128, num_layers=2, num_dec_layers=2, num_heads=4, ff_dim=512)
+SMALL_SIZES = dict(dim=256, num_layers=3, num_dec_layers=3, num_heads=8, ff_dim=1024, dropout=0.3)
+
 
 def get_config(arg: str | None = None):
   a = common.parse_arg(arg, size="paper")
   if a.size not in ("paper", "small"):
     raise ValueError(f"config argument size: expected 'paper' or 'small', got {a.size!r}")
   c = common.base_config(a.dataset, "transformer")
-  c.batch_size = 50
+  # Batch 50 and the Noam schedule's 20,000 warm-up steps: base_config's defaults.
   c.learning_rate = 1.0  # the Noam schedule's scale factor: lr = scale * d^-0.5 * min(...)
-  c.warmup_steps = 20000
   if a.dataset in ("synthetic", "flickr8k"):
     c = common.cpu_sized(c)
-    c.model.dim = 128
-    c.model.num_layers = 2
-    c.model.num_dec_layers = 2
-    c.model.num_heads = 4
-    c.model.ff_dim = 512
+    c.model.update(CPU_SIZES)
   if a.size == "small":
     c = common.small_sized(c)
-    c.model.dim = 256
-    c.model.num_layers = 3
-    c.model.num_dec_layers = 3
-    c.model.num_heads = 8
-    c.model.ff_dim = 1024
-    c.model.dropout = 0.3
+    c.model.update(SMALL_SIZES)
   if a.dataset == "flickr8k":
-    c.num_train_steps = 1200
-    c.eval_every_steps = 200
-    c.checkpoint_every_steps = 200
-    c.batch_size = 25
-    c.model.dropout = 0.3
-    c.data.min_word_count = 3
+    c = common.flickr8k_sized(c)
   return c

@@ -6,11 +6,46 @@
 
 from __future__ import annotations
 
+import importlib
+
 from jaxcap.data.base import CaptionDataset, SplitData, SplitSource, collate  # noqa: F401
 from jaxcap.data.synthetic import load_synthetic, synthetic_splits  # noqa: F401
 from jaxcap.data.vocab import Vocab, tokenize  # noqa: F401
 
-NAMES = ("synthetic_scenes", "karpathy", "cocotalk", "multi30k")
+# Each data.name's reader module, imported when first used (the real-data readers pull in
+# h5py); each has ``read_splits(config) -> {split: SplitData}`` and ``load(config) ->
+# CaptionDataset`` (the TFDS builder writes what read_splits returns).
+_READERS = {"synthetic_scenes": "synthetic", "karpathy": "karpathy", "cocotalk": "cocotalk",
+            "multi30k": "multi30k"}
+NAMES = tuple(_READERS)
+
+
+def reader(name: str):
+  """The reader module of ``data.name`` = ``name``."""
+  if name not in _READERS:
+    raise ValueError(f"data.name {name!r}: unknown, expected one of {', '.join(NAMES)}")
+  return importlib.import_module(f"jaxcap.data.{_READERS[name]}")
+
+
+# Every field that get_dataset reads, with its default (documented there), in groups: files,
+# text and batches, attributes (ETA), translation (Multi30k), synthetic_scenes.
+_DEFAULTS = dict(
+    format="raw", tfds_dir="", root="", dataset_json="", att_dir="", fc_dir="", box_dir="",
+    label_h5="", grid=False, use_restval=True,
+    max_len=16, min_word_count=5, max_regions=36, seq_per_img=5,
+    num_attributes=1000, max_attributes=20, attributes="oracle", test_attributes="",
+    attributes_file="",
+    task="caption", feature_dim=0, src_max_len=0, src_min_word_count=0, src_lang="en",
+    tgt_lang="de", features_npy="", text_only=False, test_split_file="test_2016_flickr",
+    num_train=10000, num_val=500, num_test=500, seed=0, noise=0.5, attr_noise=0.0)
+
+# What a dataset sets differently. cocotalk.json's vocabulary is already thresholded. Multi30k
+# sentences run to ~40 words (captions' 16 would cut targets), one target sentence per line.
+_DATASET_DEFAULTS = {
+    "synthetic_scenes": dict(feature_dim=128, max_regions=10),
+    "cocotalk": dict(dataset_json="cocotalk.json", label_h5="cocotalk_label.h5", min_word_count=1),
+    "multi30k": dict(task="translate", max_len=40, seq_per_img=1, max_regions=196, grid=True),
+}
 
 
 def default_data_config(name: str = "synthetic_scenes"):
@@ -18,57 +53,7 @@ def default_data_config(name: str = "synthetic_scenes"):
   import ml_collections
   if name not in NAMES:
     raise ValueError(f"data.name {name!r}: unknown, expected one of {', '.join(NAMES)}")
-  c = ml_collections.ConfigDict()
-  c.name = name
-  c.format = "raw"
-  c.tfds_dir = ""
-  c.root = ""
-  c.dataset_json = ""
-  c.att_dir = ""
-  c.fc_dir = ""
-  c.box_dir = ""
-  c.label_h5 = ""
-  c.grid = False
-  c.use_restval = True
-  c.max_len = 16
-  c.min_word_count = 5
-  c.max_regions = 36
-  c.seq_per_img = 5
-  c.num_attributes = 1000
-  c.max_attributes = 20
-  c.attributes = "oracle"
-  c.test_attributes = ""
-  c.attributes_file = ""
-  c.task = "caption"
-  c.feature_dim = 0
-  c.src_max_len = 0
-  c.src_min_word_count = 0
-  c.src_lang = "en"
-  c.tgt_lang = "de"
-  c.features_npy = ""
-  c.text_only = False
-  c.test_split_file = "test_2016_flickr"
-  # synthetic_scenes
-  c.num_train = 10000
-  c.num_val = 500
-  c.num_test = 500
-  c.seed = 0
-  c.noise = 0.5
-  c.attr_noise = 0.0
-  if name == "synthetic_scenes":
-    c.feature_dim = 128
-    c.max_regions = 10
-  elif name == "cocotalk":
-    c.dataset_json = "cocotalk.json"
-    c.label_h5 = "cocotalk_label.h5"
-    c.min_word_count = 1  # cocotalk.json's vocabulary is already thresholded.
-  elif name == "multi30k":
-    c.task = "translate"
-    c.max_len = 40  # Multi30k sentences run to ~40 words; captions' 16 would cut targets.
-    c.seq_per_img = 1  # One target sentence per line.
-    c.max_regions = 196
-    c.grid = True
-  return c
+  return ml_collections.ConfigDict({"name": name, **_DEFAULTS, **_DATASET_DEFAULTS.get(name, {})})
 
 
 def get_dataset(data_config) -> CaptionDataset:
@@ -103,19 +88,7 @@ def get_dataset(data_config) -> CaptionDataset:
       :mod:`jaxcap.data.multi30k`).
     num_train, num_val, num_test, seed, noise, attr_noise: synthetic_scenes sizes and knobs.
   """
-  name = data_config.name
   if data_config.get("format", "raw") == "tfds":
     from jaxcap.data import tfds_builders
     return tfds_builders.load(data_config)
-  if name == "synthetic_scenes":
-    return load_synthetic(data_config)
-  if name == "karpathy":
-    from jaxcap.data import karpathy
-    return karpathy.load(data_config)
-  if name == "cocotalk":
-    from jaxcap.data import cocotalk
-    return cocotalk.load(data_config)
-  if name == "multi30k":
-    from jaxcap.data import multi30k
-    return multi30k.load(data_config)
-  raise ValueError(f"data.name {name!r}: unknown, expected one of {', '.join(NAMES)}")
+  return reader(data_config.name).load(data_config)

@@ -224,7 +224,21 @@ class FeatureReader:
     return None
 
 
-class ArrayFeatures(FeatureReader):
+class RowFeatures(FeatureReader):
+  """A reader over ``rows``, anything indexable whose row i is image i's (arrays, a TFDS data
+  source); ``label`` names it in error messages, row i as ``label[i]``."""
+
+  def __init__(self, rows, label: str):
+    self.rows, self.label = rows, label
+
+  def __len__(self) -> int:
+    return len(self.rows)
+
+  def name(self, i: int) -> str:
+    return f"{self.label}[{i}]"
+
+
+class ArrayFeatures(RowFeatures):
   """Features held in arrays (in memory or ``np.load(..., mmap_mode="r")``).
 
   Args:
@@ -237,15 +251,9 @@ class ArrayFeatures(FeatureReader):
 
   def __init__(self, feats, boxes=None, global_feats=None, grid: bool = False,
                label: str = "features"):
-    self.feats, self.boxes, self.global_feats = feats, boxes, global_feats
-    self.grid, self.label = grid, label
+    super().__init__(feats, label)
+    self.feats, self.boxes, self.global_feats, self.grid = feats, boxes, global_feats, grid
     self.has_boxes = bool(grid or boxes is not None)
-
-  def __len__(self) -> int:
-    return len(self.feats)
-
-  def name(self, i: int) -> str:
-    return f"{self.label}[{i}]"
 
   def read(self, i: int) -> dict:
     feats = self.feats[i]

@@ -67,17 +67,8 @@ def read_splits(config) -> dict[str, base.SplitData]:
   if len(start) != len(images):
     raise ValueError(f"{h5_path}: {len(start)} images in label_start_ix, expected {len(images)} "
                      f"as in {json_path}")
-  use_restval = bool(config.get("use_restval", True))
   by_split = {s: {"keys": [], "refs": [], "sizes": []} for s in base.SPLITS}
-  for j, img in enumerate(images):
-    split = img.get("split")
-    if split == "restval" and use_restval:
-      split = "train"
-    if split == "restval":
-      continue  # use_restval=False
-    if split not in by_split:
-      raise ValueError(f"{json_path}: images[{j}] has split {split!r}, expected one of train, "
-                       "val, test, restval")
+  for j, img, split in karpathy.kept_images(images, config, json_path):
     refs = []
     for row in labels[start[j]:end[j]]:
       toks = []

@@ -178,17 +178,8 @@ def read_splits(config) -> dict[str, base.SplitData]:
   except (OSError, ValueError, KeyError, TypeError) as e:
     raise ValueError(f"{path}: not a Karpathy dataset JSON with an 'images' list ({e}); "
                      "expected e.g. dataset_coco.json") from None
-  use_restval = bool(config.get("use_restval", True))
   by_split = {s: {"keys": [], "refs": [], "sizes": []} for s in base.SPLITS}
-  for n, entry in enumerate(images):
-    split = entry.get("split")
-    if split == "restval" and use_restval:
-      split = "train"
-    if split == "restval":
-      continue  # use_restval=False: Karpathy's extra training images are left out on purpose
-    if split not in by_split:
-      raise ValueError(f"{path}: images[{n}] has split {split!r}, expected one of train, val, "
-                       "test, restval")
+  for n, entry, split in kept_images(images, config, path):
     if not isinstance(entry.get("sentences"), list):
       raise ValueError(f"{path}: images[{n}] has no list 'sentences', expected a list")
     refs = []
@@ -206,6 +197,24 @@ def read_splits(config) -> dict[str, base.SplitData]:
         refs.append(tokenize(s.get("raw", "")))
     add_image(by_split[split], image_key(entry), refs, entry)
   return dir_splits(by_split, root, config)
+
+
+def kept_images(images, config, path: str):
+  """Yields ``(n, entry, split)`` for each image of a Karpathy-style ``images`` list (Karpathy's
+  JSON, cocotalk.json) that a split keeps: ``restval`` is ``train`` with ``use_restval`` (the
+  default) and left out without it (Karpathy's extra training images, on purpose); a split
+  other than train, val, test, restval is an error naming ``path``."""
+  use_restval = bool(config.get("use_restval", True))
+  for n, entry in enumerate(images):
+    split = entry.get("split")
+    if split == "restval":
+      if not use_restval:
+        continue
+      split = "train"
+    if split not in base.SPLITS:
+      raise ValueError(f"{path}: images[{n}] has split {split!r}, expected one of train, val, "
+                       "test, restval")
+    yield n, entry, split
 
 
 def add_image(rec: dict, key, refs, entry: dict) -> None:

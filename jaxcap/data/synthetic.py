@@ -742,3 +742,8 @@ def load_synthetic(data_config):
   from jaxcap.data.base import CaptionDataset
   return CaptionDataset(synthetic_splits(data_config), data_config, name="synthetic_scenes",
                         feature_dim=data_config.feature_dim or None)
+
+
+# The names of the reader protocol (jaxcap.data.reader).
+read_splits = synthetic_splits
+load = load_synthetic

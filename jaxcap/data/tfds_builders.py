@@ -33,21 +33,8 @@ VERSION = "1.0.0"
 
 
 def _raw_splits(data_config) -> dict[str, base.SplitData]:
-  name = data_config.name
-  if name == "synthetic_scenes":
-    from jaxcap.data import synthetic
-    return synthetic.synthetic_splits(data_config)
-  if name == "karpathy":
-    from jaxcap.data import karpathy
-    return karpathy.read_splits(data_config)
-  if name == "cocotalk":
-    from jaxcap.data import cocotalk
-    return cocotalk.read_splits(data_config)
-  if name == "multi30k":
-    from jaxcap.data import multi30k
-    return multi30k.read_splits(data_config)
-  raise ValueError(f"data.name {name!r}: unknown, expected synthetic_scenes, karpathy, "
-                   "cocotalk or multi30k")
+  from jaxcap.data import reader
+  return reader(data_config.name).read_splits(data_config)
 
 
 class _CaptionBuilder(tfds.core.GeneratorBasedBuilder):
@@ -171,19 +158,14 @@ def build(data_config, data_dir: str, overwrite: bool = False) -> str:
   return final
 
 
-class TfdsFeatures(base.FeatureReader):
+class TfdsFeatures(base.RowFeatures):
   """Reads features from a built split's array_record data source."""
 
   def __init__(self, source, split: str, path: str, grid: bool, has_boxes: bool | None = None,
                has_image: bool = True):
+    super().__init__(source, f"{path} {split}")
     self.source, self.split, self.path, self.grid = source, split, path, grid
     self.has_boxes, self.has_image = has_boxes, has_image
-
-  def __len__(self) -> int:
-    return len(self.source)
-
-  def name(self, i: int) -> str:
-    return f"{self.path} {self.split}[{i}]"
 
   def read(self, i: int) -> dict:
     rec = self.source[i]

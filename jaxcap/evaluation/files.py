@@ -42,6 +42,18 @@ def _image_id(value, path: str, where: str):
   return value
 
 
+def _caption_entry(item, path: str, where: str, expected: str) -> tuple[Hashable, str]:
+  """``(image_id, caption)`` of one ``{"image_id", "caption"}`` object of a COCO file (an
+  annotation or a result); ``where`` names it and ``expected`` the file kind in errors."""
+  if not isinstance(item, dict) or "image_id" not in item or "caption" not in item:
+    raise ValueError(f"{path}: {where} must be an object with 'image_id' and 'caption' "
+                     f"(expected {expected})")
+  if not isinstance(item["caption"], str):
+    raise ValueError(f"{path}: {where} 'caption' must be a string, got "
+                     f"{type(item['caption']).__name__}")
+  return _image_id(item["image_id"], path, where), item["caption"]
+
+
 def load_coco_references(path: str) -> dict[Hashable, list[str]]:
   """Reads a COCO annotation file (``{"annotations": [{"image_id", "caption"}, ...]}``).
 
@@ -60,14 +72,8 @@ def load_coco_references(path: str) -> dict[Hashable, list[str]]:
                      "'annotations' list of {'image_id', 'caption'}")
   refs: dict[Hashable, list[str]] = {}
   for k, ann in enumerate(data["annotations"]):
-    if not isinstance(ann, dict) or "image_id" not in ann or "caption" not in ann:
-      raise ValueError(f"{path}: annotations[{k}] must be an object with 'image_id' and "
-                       "'caption' (expected COCO annotations)")
-    if not isinstance(ann["caption"], str):
-      raise ValueError(f"{path}: annotations[{k}] 'caption' must be a string, got "
-                       f"{type(ann['caption']).__name__}")
-    refs.setdefault(_image_id(ann["image_id"], path, f"annotations[{k}]"), []).append(
-        ann["caption"])
+    image_id, caption = _caption_entry(ann, path, f"annotations[{k}]", "COCO annotations")
+    refs.setdefault(image_id, []).append(caption)
   if not refs:
     raise ValueError(f"{path}: 'annotations' is empty, expected reference captions")
   return refs
@@ -93,20 +99,14 @@ def load_predictions(path: str, references: Mapping | None = None) -> dict[Hasha
                      f"{{'image_id', 'caption'}}, got a {type(data).__name__}")
   preds: dict[Hashable, str] = {}
   for k, entry in enumerate(data):
-    if not isinstance(entry, dict) or "image_id" not in entry or "caption" not in entry:
-      raise ValueError(f"{path}: entry {k} must be an object with 'image_id' and 'caption' "
-                       "(expected a COCO results list)")
-    if not isinstance(entry["caption"], str):
-      raise ValueError(f"{path}: entry {k} 'caption' must be a string, got "
-                       f"{type(entry['caption']).__name__}")
-    image_id = _image_id(entry["image_id"], path, f"entry {k}")
+    image_id, caption = _caption_entry(entry, path, f"entry {k}", "a COCO results list")
     if image_id in preds:
       raise ValueError(f"{path}: entry {k} repeats image_id {image_id!r}; expected one caption "
                        "per image")
     if references is not None and image_id not in references:
       raise ValueError(f"{path}: entry {k} has image_id {image_id!r}, which is not among the "
                        "references; expected only the references' image ids")
-    preds[image_id] = entry["caption"]
+    preds[image_id] = caption
   if not preds:
     raise ValueError(f"{path}: no predictions, expected at least one {{'image_id', 'caption'}}")
   return preds

@@ -135,7 +135,20 @@ def num_slots(attention: str, steps: int, max_steps: int) -> int:
   return max_steps + 1
 
 
-class AATAttention(nn.Module):
+class AttentionTimeFields(nn.Module):
+  """The fields that the attention module and the captioner share: D, H and the attention time
+  of section 3.2 (the captioner's config sets them; it hands them to its attention module)."""
+
+  dim: int
+  num_heads: int = 8
+  attention: str = "adaptive"
+  steps: int = 2
+  min_steps: int = 0
+  max_steps: int = 4
+  epsilon: float = 1e-4
+
+
+class AATAttention(AttentionTimeFields):
   """The attention module of section 3.2 (base / recurrent / adaptive).
 
   Attributes:
@@ -153,13 +166,6 @@ class AATAttention(nn.Module):
     dtype: compute dtype; weights, costs and confidences are float32.
   """
 
-  dim: int
-  num_heads: int = 8
-  attention: str = "adaptive"
-  steps: int = 2
-  min_steps: int = 0
-  max_steps: int = 4
-  epsilon: float = 1e-4
   confidence_dim: int = 0
   norm_query: bool = False
   out_proj: bool = True
@@ -287,7 +293,7 @@ class AATAttention(nn.Module):
 
 
 @register("aat")
-class AATCaptioner(CaptionModel):
+class AATCaptioner(CaptionModel, AttentionTimeFields, kw_only=True):
   """Up-Down decoder with base / recurrent / adaptive (AAT) attention; see the module docstring.
 
   Attributes:
@@ -313,12 +319,6 @@ class AATCaptioner(CaptionModel):
 
   vocab_size: int
   dim: int = 1024
-  num_heads: int = 8
-  attention: str = "adaptive"
-  steps: int = 2
-  min_steps: int = 0
-  max_steps: int = 4
-  epsilon: float = 1e-4
   time_cost_weight: float = 1e-4
   confidence_dim: int = 0
   dropout: float = 0.5

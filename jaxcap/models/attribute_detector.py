@@ -30,6 +30,7 @@ import numpy as np
 import jax
 import jax.numpy as jnp
 import flax.linen as nn
+import ml_collections
 import optax
 
 from jaxcap.data import attributes
@@ -223,33 +224,41 @@ def top_attributes(probs_IxK: np.ndarray, words: Sequence[str], top_k: int,
   return [[words[j] for j in row if probs_IxK[i, j] >= min_prob] for i, row in enumerate(order)]
 
 
+def default_config() -> ml_collections.ConfigDict:
+  """The settings of :func:`run` (a config's ``detector`` section) with their defaults: ``hidden``
+  E, ``dropout``, the training run, then the attributes kept per image (the ``top_k`` most
+  probable with at least ``min_prob``) and the ``ks`` of the precision@k metrics."""
+  return ml_collections.ConfigDict(dict(
+      hidden=512, dropout=0.0, num_steps=2000, batch_size=100, learning_rate=1e-3,
+      weight_decay=0.0, seed=0, top_k=20, min_prob=0.0, ks=(1, 5, 10)))
+
+
 def run(dataset, cfg, out_dir: str, log: Callable[[str], Any] = print,
         splits: Iterable[str] | None = None) -> dict:
   """Trains on ``train``, reports val metrics, writes ``attributes.json`` and ``metrics.json``.
 
   Args:
     dataset: a CaptionDataset (its ``attribute_words`` are the K labels).
-    cfg: detector settings (``hidden``, ``dropout``, ``num_steps``, ``batch_size``,
-      ``learning_rate``, ``weight_decay``, ``seed``, ``top_k``, ``min_prob``, ``ks``).
+    cfg: detector settings (those of :func:`default_config`; a missing one takes its default).
     out_dir: output directory.
 
   Returns:
     ``{"val": metrics, "val_prior": metrics of the frequency prior, "path": attributes file}``.
   """
-  get = lambda k, d: cfg.get(k, d) if hasattr(cfg, "get") else d
+  defaults = default_config()
+  get = lambda k: cfg.get(k, defaults[k]) if hasattr(cfg, "get") else defaults[k]
   words = list(dataset.attribute_words)
   if not words:
     raise ValueError(f"{dataset.name}: no attribute words (data.num_attributes = 0 or no "
                      "content words), expected at least one")
-  ks = tuple(get("ks", (1, 5, 10)))
+  ks = tuple(get("ks"))
   t0 = time.time()
   train = load_arrays(dataset.split("train"))
   log(f"loaded {train['feats'].shape[0]} training images ({time.time() - t0:.1f}s)")
   model, params, history = train_detector(
-      train, len(words), hidden=get("hidden", 512), dropout=get("dropout", 0.0),
-      num_steps=get("num_steps", 2000), batch_size=get("batch_size", 100),
-      learning_rate=get("learning_rate", 1e-3), weight_decay=get("weight_decay", 0.0),
-      seed=get("seed", 0), log=log)
+      train, len(words), log=log, **{k: get(k) for k in ("hidden", "dropout", "num_steps",
+                                                          "batch_size", "learning_rate",
+                                                          "weight_decay", "seed")})
   result = {"history": history}
   apply_fn = jax.jit(lambda p, f, m: model.apply(p, f, m)["prob"])
   eval_split = "val" if "val" in dataset.splits else "test"
@@ -259,7 +268,7 @@ def run(dataset, cfg, out_dir: str, log: Callable[[str], Any] = print,
     result["val"] = detection_metrics(probs, ev["attr_labels"], ks)
     prior = np.broadcast_to(frequency_prior(train["attr_labels"]), probs.shape)
     result["val_prior"] = detection_metrics(prior, ev["attr_labels"], ks)
-  top_k, min_prob = int(get("top_k", 20)), float(get("min_prob", 0.0))
+  top_k, min_prob = int(get("top_k")), float(get("min_prob"))
   table = {}
   for split in (splits or dataset.splits):
     arrays = train if split == "train" else load_arrays(dataset.split(split))

@@ -77,9 +77,8 @@ import flax.linen as nn
 
 from jaxcap.data.vocab import PAD
 from jaxcap.models import fields, layers
-from jaxcap.models.base import CaptionModel
 from jaxcap.models.registry import register
-from jaxcap.models.transformer import TRANSFORMER_CHECKS, TransformerCaptioner
+from jaxcap.models.transformer import TransformerCaptioner, TransformerSizes
 
 VARIANTS = ("eta", "parallel", "stacked_v", "stacked_s", "transformer_v", "transformer_s",
             "late_fusion")
@@ -232,7 +231,7 @@ class ETADecoderBlock(nn.Module):
 
 
 @register("eta")
-class ETACaptioner(CaptionModel):
+class ETACaptioner(TransformerSizes):
   """The ETA-Transformer and its ablations (see the module docstring).
 
   Attributes:
@@ -249,14 +248,6 @@ class ETACaptioner(CaptionModel):
     dtype: compute dtype; logits are float32.
   """
 
-  vocab_size: int
-  max_len: int = 16
-  dim: int = 512
-  num_layers: int = 6
-  num_dec_layers: int = 6
-  num_heads: int = 8
-  ff_dim: int = 2048
-  dropout: float = 0.1
   variant: str = "eta"
   gbc_activation: str = "identity"
   visual_encoder: bool = True
@@ -265,11 +256,8 @@ class ETACaptioner(CaptionModel):
   force_gate: float | None = None
   dtype: Any = jnp.float32
 
-  decode_train_groups = True
-
-  field_checks = dict(TRANSFORMER_CHECKS, variant=fields.one_of(VARIANTS),
+  field_checks = dict(TransformerSizes.field_checks, variant=fields.one_of(VARIANTS),
                       gbc_activation=fields.one_of(tuple(ACTIVATIONS)))
-  check_fields = staticmethod(fields.heads_divide_dim)
 
   def required_inputs(self) -> tuple[str, ...]:
     use_v, use_s = (True, True) if self.variant == "late_fusion" else uses_modalities(self.variant)
@@ -292,11 +280,9 @@ class ETACaptioner(CaptionModel):
     if self.use_v:
       self.feat_proj = nn.Dense(self.dim, dtype=self.dtype)
       if self.visual_encoder:
-        self.v_encoder = layers.Encoder(self.num_layers, self.dim, self.num_heads, self.ff_dim,
-                                        self.dropout, self.dtype)
+        self.v_encoder = self.encoder_stack()
     if self.use_s and self.semantic_encoder:
-      self.s_encoder = layers.Encoder(self.num_layers, self.dim, self.num_heads, self.ff_dim,
-                                      self.dropout, self.dtype)
+      self.s_encoder = self.encoder_stack()
     self.embed = nn.Embed(self.vocab_size, self.dim, dtype=self.dtype)
     self.in_dropout = nn.Dropout(self.dropout)
     self.dec_layers = [

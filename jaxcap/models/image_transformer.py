@@ -129,7 +129,21 @@ def spatial_graph(boxes_BxNx4, mask_BxN, epsilon: float = 0.9):
   return parent, neighbour, child
 
 
-class GraphAttention(nn.Module):
+class GraphAttentionFields(nn.Module):
+  """The fields of an encoder attention sub-layer, shared by the sub-layer and the encoder
+  layer that holds it (see :class:`GraphAttention`)."""
+
+  dim: int
+  num_heads: int
+  relations: int = 1
+  use_graph: bool = False
+  graph_mask: str = "multiply"
+  aoa: bool = False
+  dropout: float = 0.0
+  dtype: Any = jnp.float32
+
+
+class GraphAttention(GraphAttentionFields):
   """One encoder attention sub-layer: ordinary (R = 1), spatial graph (eqs. 6-7, R = 3) or
   "w/o spatial relations" (R = 3, plain softmax, mean of the three).
 
@@ -141,15 +155,6 @@ class GraphAttention(nn.Module):
     aoa: attention on attention instead of the output projection W_O.
     dropout: on the attention weights (and the AoA input).
   """
-
-  dim: int
-  num_heads: int
-  relations: int = 1
-  use_graph: bool = False
-  graph_mask: str = "multiply"
-  aoa: bool = False
-  dropout: float = 0.0
-  dtype: Any = jnp.float32
 
   def setup(self):
     hd = self.dim // self.num_heads
@@ -194,19 +199,13 @@ class GraphAttention(nn.Module):
     return self.out(o_BxNxHxDh)
 
 
-class EncoderLayer(nn.Module):
-  """``A_m = Norm(A + Drop(Att(A)))``, then ``A' = Norm(A_m + Drop(FFN(A_m)))`` if ``ffn``."""
+class EncoderLayer(GraphAttentionFields, kw_only=True):
+  """``A_m = Norm(A + Drop(Att(A)))``, then ``A' = Norm(A_m + Drop(FFN(A_m)))`` if ``ffn``
+  (F = ``ff_dim``); ``dropout`` also on both residual branches."""
 
-  dim: int
-  num_heads: int
   ff_dim: int
-  relations: int = 1
-  use_graph: bool = False
-  graph_mask: str = "multiply"
-  aoa: bool = False
   ffn: bool = True
   dropout: float = 0.1
-  dtype: Any = jnp.float32
 
   @nn.compact
   def __call__(self, a_BxNxD, mask_BxN, omega_RxBxNxN=None, train: bool = False):
@@ -310,10 +309,10 @@ class ImageTransformer(CaptionModel):
     enc = []
     for i in range(1, self.num_layers + 1):
       wide = i in self.spatial_layers
-      enc.append(EncoderLayer(self.dim, self.num_heads, self.ff_dim, relations=3 if wide else 1,
+      enc.append(EncoderLayer(self.dim, self.num_heads, relations=3 if wide else 1,
                               use_graph=wide and self.spatial, graph_mask=self.graph_mask,
-                              aoa=self.refine_aoa, ffn=self.ffn, dropout=self.dropout,
-                              dtype=self.dtype, name=f"layer_{i}"))
+                              aoa=self.refine_aoa, ff_dim=self.ff_dim, ffn=self.ffn,
+                              dropout=self.dropout, dtype=self.dtype, name=f"layer_{i}"))
     self.layers = enc
     hd = self.dim // self.num_heads
     self.embed = nn.Embed(self.vocab_size, self.dim, dtype=self.dtype)

@@ -143,14 +143,27 @@ class AddNorm(nn.Module):
     return nn.LayerNorm(dtype=self.dtype)(x + y)
 
 
-class EncoderBlock(nn.Module):
-  """Self-attention + FFN, each wrapped in AddNorm (ETA eq. 4-5 with one modality)."""
+def lstm_word_layers(vocab_size: int, embed_dim: int, hidden_dim: int, dropout: float):
+  """The word side of an LSTM captioner (Show and Tell, the soft-attention LSTM): the word
+  embedding ``[V, E]``, the LSTM cell of width H, the output layer to V and the dropout.
+  A model's ``setup`` assigns them to ``embed``, ``cell``, ``out_proj``, ``drop``."""
+  return (nn.Embed(vocab_size, embed_dim), nn.OptimizedLSTMCell(hidden_dim),
+          nn.Dense(vocab_size), nn.Dropout(dropout))
+
+
+class BlockSizes(nn.Module):
+  """The fields of a Transformer block (and of a stack of blocks): D, H, F, the dropout rate
+  of every sub-layer and the compute dtype."""
 
   dim: int
   num_heads: int
   ff_dim: int
   dropout: float = 0.1
   dtype: Dtype = jnp.float32
+
+
+class EncoderBlock(BlockSizes):
+  """Self-attention + FFN, each wrapped in AddNorm (ETA eq. 4-5 with one modality)."""
 
   @nn.compact
   def __call__(self, x_BxMxD, mask_BxM, train: bool = False):
@@ -161,15 +174,10 @@ class EncoderBlock(nn.Module):
     return AddNorm(self.dropout, self.dtype, name="norm2")(x, ffn(x, train), train)
 
 
-class Encoder(nn.Module):
-  """A stack of ``num_layers`` EncoderBlocks."""
+class Encoder(BlockSizes):
+  """A stack of ``num_layers`` EncoderBlocks (0: the identity)."""
 
-  num_layers: int
-  dim: int
-  num_heads: int
-  ff_dim: int
-  dropout: float = 0.1
-  dtype: Dtype = jnp.float32
+  num_layers: int = 1
 
   @nn.compact
   def __call__(self, x_BxMxD, mask_BxM, train: bool = False):

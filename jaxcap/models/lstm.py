@@ -20,9 +20,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from jaxcap.models import fields
+from jaxcap.models import fields, layers
 from jaxcap.models.base import CaptionModel
-from jaxcap.models.layers import masked_mean
 from jaxcap.models.registry import register
 
 
@@ -54,16 +53,14 @@ class LSTMCaptioner(CaptionModel):
     self.att_score = nn.Dense(1, use_bias=False)
     self.init_h = nn.Dense(self.hidden_dim)
     self.init_c = nn.Dense(self.hidden_dim)
-    self.embed = nn.Embed(self.vocab_size, self.embed_dim)
-    self.cell = nn.OptimizedLSTMCell(self.hidden_dim)
-    self.out_proj = nn.Dense(self.vocab_size)
-    self.drop = nn.Dropout(self.dropout)
+    self.embed, self.cell, self.out_proj, self.drop = layers.lstm_word_layers(
+        self.vocab_size, self.embed_dim, self.hidden_dim, self.dropout)
 
   def encode(self, batch, train: bool = False):
     mask_BxN = batch["feats_mask"].astype(bool)
     v_BxNxH = nn.relu(self.feat_proj(batch["feats"].astype(jnp.float32)))
     v_BxNxH = self.drop(v_BxNxH, deterministic=not train)
-    pooled_BxH = masked_mean(v_BxNxH, mask_BxN)
+    pooled_BxH = layers.masked_mean(v_BxNxH, mask_BxN)
     return {
         "values": v_BxNxH,
         "keys": self.key_proj(v_BxNxH),

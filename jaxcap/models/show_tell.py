@@ -21,7 +21,7 @@ from __future__ import annotations
 import flax.linen as nn
 import jax.numpy as jnp
 
-from jaxcap.models import fields
+from jaxcap.models import fields, layers
 from jaxcap.models.base import CaptionModel
 from jaxcap.models.registry import register
 
@@ -47,10 +47,8 @@ class ShowTell(CaptionModel):
 
   def setup(self):
     self.img_embed = nn.Dense(self.embed_dim)
-    self.embed = nn.Embed(self.vocab_size, self.embed_dim)
-    self.cell = nn.OptimizedLSTMCell(self.hidden_dim)
-    self.out_proj = nn.Dense(self.vocab_size)
-    self.drop = nn.Dropout(self.dropout)
+    self.embed, self.cell, self.out_proj, self.drop = layers.lstm_word_layers(
+        self.vocab_size, self.embed_dim, self.hidden_dim, self.dropout)
 
   def encode(self, batch, train: bool = False):
     v_BxF = batch["global_feat"].astype(jnp.float32)

@@ -97,6 +97,15 @@ def _gate_bias(key, shape, dtype=jnp.float32):
   return jnp.zeros(shape, dtype).at[0].set(1.0)
 
 
+def _lstm_update(pre_BxGx, c_Bx):
+  """The LSTM update shared by both subnets (eqs. 4-8, 11-15) from the gate pre-activations
+  ``[B, G, ...]`` (G = 4, gate-major: forget, input, output, candidate) and the previous
+  cell ``[B, ...]``: ``(h_t, c_t)``."""
+  f, i, o = (jax.nn.sigmoid(pre_BxGx[:, k]) for k in range(3))
+  c_Bx = f * c_Bx + i * jnp.tanh(pre_BxGx[:, 3])
+  return o * jnp.tanh(c_Bx), c_Bx
+
+
 def unbind(s_Bxdxd, u_Bxd2):
   """Eq. 16 without the block-diagonal: ``f = blockdiag(Ŝ, ..., Ŝ) u``.
 
@@ -288,10 +297,7 @@ class TPGN(CaptionModel):
            - jnp.einsum("gije,be->bgij", self.D_1.astype(dt), e_BxE.astype(dt))
            + jnp.einsum("gijkl,bkl->bgij", self.U_1.astype(dt), s_Bxdxd.astype(dt))
            ).astype(jnp.float32) + self.b_1
-    f, i, o = (jax.nn.sigmoid(pre[:, k]) for k in range(3))
-    g = jnp.tanh(pre[:, 3])
-    c1 = f * c1_Bxdxd + i * g
-    return o * jnp.tanh(c1), c1
+    return _lstm_update(pre, c1_Bxdxd)
 
   def u_step(self, s_Bxdxd, c2_Bxd, p_Bxd, e_BxE):
     """Eqs. 10-15: one step of the unbinding LSTM. Returns ``(p_t, c_{2,t})``."""
@@ -300,10 +306,7 @@ class TPGN(CaptionModel):
            - jnp.einsum("gie,be->bgi", self.D_2.astype(dt), e_BxE.astype(dt))
            + jnp.einsum("gij,bj->bgi", self.U_2.astype(dt), p_Bxd.astype(dt))
            ).astype(jnp.float32) + self.b_2
-    f, i, o = (jax.nn.sigmoid(pre[:, k]) for k in range(3))
-    g = jnp.tanh(pre[:, 3])
-    c2 = f * c2_Bxd + i * g
-    return o * jnp.tanh(c2), c2
+    return _lstm_update(pre, c2_Bxd)
 
   def unbinding_vector(self, p_Bxd):
     """Eq. 17: ``u_t = tanh(W_u p_t + b_u)`` ``[B, d^2]``."""

@@ -34,14 +34,8 @@ from jaxcap.models.registry import register
 REGION_ACTIVATIONS = ("relu", "linear")
 
 
-class DecoderBlock(nn.Module):
+class DecoderBlock(layers.BlockSizes):
   """Masked self-attention -> cross-attention over regions -> FFN (post-norm residuals)."""
-
-  dim: int
-  num_heads: int
-  ff_dim: int
-  dropout: float = 0.1
-  dtype: Any = jnp.float32
 
   def setup(self):
     self.self_attn = layers.CausalSelfAttention(self.num_heads, self.dim, self.dropout, self.dtype)
@@ -73,15 +67,34 @@ class DecoderBlock(nn.Module):
     return self._rest(x, k, v, mask_BxN, train), cache
 
 
-# The sizes and dropout of a Transformer-style model (the Transformer's and ETA's): num_layers
-# may be 0 (no encoder blocks: the projected regions are the memory).
-TRANSFORMER_CHECKS = {"dim": fields.POSITIVE, "num_layers": fields.at_least(0),
-                      "num_dec_layers": fields.POSITIVE, "num_heads": fields.POSITIVE,
-                      "ff_dim": fields.POSITIVE, "dropout": fields.RATE}
+class TransformerSizes(CaptionModel):
+  """The fields that lead a Transformer-style captioner's (the Transformer's and ETA's): V, the
+  longest caption, then the sizes and dropout; num_layers may be 0 (no encoder blocks: the
+  projected regions are the memory). Both decode teacher-forced rows of one image together."""
+
+  vocab_size: int
+  max_len: int = 16
+  dim: int = 512
+  num_layers: int = 6
+  num_dec_layers: int = 6
+  num_heads: int = 8
+  ff_dim: int = 2048
+  dropout: float = 0.1
+
+  decode_train_groups = True
+  field_checks = {"dim": fields.POSITIVE, "num_layers": fields.at_least(0),
+                  "num_dec_layers": fields.POSITIVE, "num_heads": fields.POSITIVE,
+                  "ff_dim": fields.POSITIVE, "dropout": fields.RATE}
+  check_fields = staticmethod(fields.heads_divide_dim)
+
+  def encoder_stack(self):
+    """The encoder: ``num_layers`` blocks of this model's sizes."""
+    return layers.Encoder(self.dim, self.num_heads, self.ff_dim, self.dropout, self.dtype,
+                          num_layers=self.num_layers)
 
 
 @register("transformer")
-class TransformerCaptioner(CaptionModel):
+class TransformerCaptioner(TransformerSizes):
   """Transformer encoder over regions + Transformer decoder (Vaswani et al., 2017).
 
   Attributes:
@@ -95,29 +108,19 @@ class TransformerCaptioner(CaptionModel):
     dtype: compute dtype; parameters stay float32, logits are float32.
   """
 
-  vocab_size: int
-  max_len: int = 16
-  dim: int = 512
-  num_layers: int = 6
-  num_dec_layers: int = 6
-  num_heads: int = 8
-  ff_dim: int = 2048
-  dropout: float = 0.1
   share_embeddings: bool = False
   dtype: Any = jnp.float32
   # After dtype: models that build a TransformerCaptioner positionally (ETA's late fusion)
   # keep their meaning.
   region_activation: str = "relu"
 
-  decode_train_groups = True
-  field_checks = dict(TRANSFORMER_CHECKS, region_activation=fields.one_of(REGION_ACTIVATIONS))
-  check_fields = staticmethod(fields.heads_divide_dim)
+  field_checks = dict(TransformerSizes.field_checks,
+                      region_activation=fields.one_of(REGION_ACTIVATIONS))
 
   def setup(self):
     self.feat_proj = nn.Dense(self.dim, dtype=self.dtype)
     self.feat_dropout = nn.Dropout(self.dropout)
-    self.encoder = layers.Encoder(self.num_layers, self.dim, self.num_heads, self.ff_dim,
-                                  self.dropout, self.dtype)
+    self.encoder = self.encoder_stack()
     self.embed = nn.Embed(self.vocab_size, self.dim, dtype=self.dtype)
     self.emb_dropout = nn.Dropout(self.dropout)
     self.dec_layers = [DecoderBlock(self.dim, self.num_heads, self.ff_dim, self.dropout, self.dtype)
