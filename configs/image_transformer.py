@@ -11,7 +11,7 @@ Variants through the config argument (``--config configs/image_transformer.py:<a
   ``epsilon=`` (eq. 5), ``graph=all_neighbour`` (the graph replaced by "all neighbours").
   ``baseline=True`` builds the rows literally as "AoANet baseline + spatial layers": the
   encoder layers keep AoANet's attention on attention and have no feed-forward sub-layer
-  (``scripts/image_transformer_table3.py`` uses it for every row, with M = 1 unless the row
+  (``experiments/image_transformer/table3.py`` uses it for every row, with M = 1 unless the row
   varies M); without it the layers follow eqs. 4 and 7 (FFN, output projection, no AoA).
   ``dim=``, ``heads=``, ``layers=`` override the sizes.
 * ``flickr8k``: global Xception features (one region per image, so the graph is trivial).
