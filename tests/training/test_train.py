@@ -29,15 +29,9 @@ def tiny_config(**overrides) -> ml_collections.ConfigDict:
   c.data.num_train, c.data.num_val, c.data.num_test = 96, 16, 16
   c.model.dim, c.model.num_layers, c.model.num_dec_layers = 32, 1, 1
   c.model.num_heads, c.model.ff_dim = 4, 64
-  c.batch_size = 8
-  c.eval_batch_size = 8
-  c.num_train_steps = 8
-  c.eval_every_steps = 1000
-  c.checkpoint_every_steps = 4
-  c.log_every_steps = 2
-  c.warmup_steps = 10
-  c.eval_num_images = 16
-  c.test_after_training = False
+  c.update(batch_size=8, eval_batch_size=8, num_train_steps=8, eval_every_steps=1000,
+           checkpoint_every_steps=4, log_every_steps=2, warmup_steps=10, eval_num_images=16,
+           test_after_training=False)
   for k, v in overrides.items():
     node = c
     *path, last = k.split(".")
