@@ -90,23 +90,6 @@ def data_config(dataset: str) -> ml_collections.ConfigDict:
   else:
     raise ValueError(f"config argument dataset: expected one of {DATASETS}, got {dataset!r}")
   d.attributes = "none"  # models that read attributes (ETA) set their own mode
-  d.num_workers = 0
-  # Checked before the first step (jaxcap/training/validation.py): every feature file's header
-  # (shape, dtype; the arrays are not read) and boxes of the splits in use. "all" | "sample"
-  # (validate_sample images per split, evenly spread: datasets too large to scan) | "off".
-  d.validate_features = "all"
-  d.validate_sample = 100
-  # An image with more regions than max_regions is an error before training; True keeps its
-  # first max_regions (bottom-up features come sorted by detector confidence).
-  d.truncate_regions = False
-  # Zero-area boxes (x1 == x2 or y1 == y2) in box files: "error" (a detector never emits one;
-  # it means broken coordinates) | "allow" (the Image Transformer treats such a box as
-  # overlapping nothing: a neighbour of every region; see jaxcap/data/base.py::check_boxes).
-  d.degenerate_boxes = "error"
-  # A model that builds on region boxes (the Image Transformer's spatial graph) on region
-  # features without boxes (no box_dir): "error" | "whole_image" (every region gets the
-  # whole-image box, said once when the run starts; the graph then carries nothing).
-  d.missing_boxes = "error"
   return d
 
 

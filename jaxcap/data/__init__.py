@@ -37,7 +37,9 @@ _DEFAULTS = dict(
     attributes_file="",
     task="caption", feature_dim=0, src_max_len=0, src_min_word_count=0, src_lang="en",
     tgt_lang="de", features_npy="", text_only=False, test_split_file="test_2016_flickr",
-    num_train=10000, num_val=500, num_test=500, seed=0, noise=0.5, attr_noise=0.0)
+    num_train=10000, num_val=500, num_test=500, seed=0, noise=0.5, attr_noise=0.0,
+    num_workers=0, validate_features="all", validate_sample=100, truncate_regions=False,
+    degenerate_boxes="error", missing_boxes="error")
 
 # What a dataset sets differently. cocotalk.json's vocabulary is already thresholded. Multi30k
 # sentences run to ~40 words (captions' 16 would cut targets), one target sentence per line.
@@ -54,6 +56,14 @@ def default_data_config(name: str = "synthetic_scenes"):
   if name not in NAMES:
     raise ValueError(f"data.name {name!r}: unknown, expected one of {', '.join(NAMES)}")
   return ml_collections.ConfigDict({"name": name, **_DEFAULTS, **_DATASET_DEFAULTS.get(name, {})})
+
+
+def complete_data_config(data_config):
+  """``data_config`` with every field it leaves out at its default (:func:`default_data_config`
+  of its ``name``): readers and checks read each field directly, its default written once."""
+  import ml_collections
+  defaults = default_data_config(data_config.get("name", "synthetic_scenes")).to_dict()
+  return ml_collections.ConfigDict({**defaults, **dict(data_config)})
 
 
 def get_dataset(data_config) -> CaptionDataset:
@@ -87,8 +97,25 @@ def get_dataset(data_config) -> CaptionDataset:
     src_lang, tgt_lang, features_npy, text_only, test_split_file: Multi30k (see
       :mod:`jaxcap.data.multi30k`).
     num_train, num_val, num_test, seed, noise, attr_noise: synthetic_scenes sizes and knobs.
+    num_workers: grain worker processes of the training iterator (0: read in this process).
+    validate_features: checked before the first step (jaxcap/training/validation.py): every
+      feature file's header (shape, dtype; the arrays are not read) and boxes of the splits in
+      use: ``all`` | ``sample`` (``validate_sample`` images per split, evenly spread: datasets
+      too large to scan) | ``off``.
+    truncate_regions: an image with more regions than ``max_regions`` is an error before
+      training; True keeps its first ``max_regions`` (bottom-up features come sorted by
+      detector confidence).
+    degenerate_boxes: zero-area boxes (x1 == x2 or y1 == y2) in box files: ``error`` (a
+      detector never emits one; it means broken coordinates) | ``allow`` (the Image Transformer
+      treats such a box as overlapping nothing: a neighbour of every region;
+      :func:`jaxcap.data.base.check_boxes`).
+    missing_boxes: a model that builds on region boxes (the Image Transformer's spatial graph)
+      on region features without boxes (no ``box_dir``): ``error`` | ``whole_image`` (every
+      region gets the whole-image box, said once when the run starts; the graph then carries
+      nothing).
   """
-  if data_config.get("format", "raw") == "tfds":
+  data_config = complete_data_config(data_config)
+  if data_config.format == "tfds":
     from jaxcap.data import tfds_builders
     return tfds_builders.load(data_config)
   return reader(data_config.name).load(data_config)

@@ -204,7 +204,7 @@ def kept_images(images, config, path: str):
   JSON, cocotalk.json) that a split keeps: ``restval`` is ``train`` with ``use_restval`` (the
   default) and left out without it (Karpathy's extra training images, on purpose); a split
   other than train, val, test, restval is an error naming ``path``."""
-  use_restval = bool(config.get("use_restval", True))
+  use_restval = bool(config.use_restval)
   for n, entry in enumerate(images):
     split = entry.get("split")
     if split == "restval":
@@ -227,15 +227,15 @@ def add_image(rec: dict, key, refs, entry: dict) -> None:
 
 def dir_splits(by_split: dict, root: str, config) -> dict[str, base.SplitData]:
   """``{split: SplitData}`` of split records whose features are self-critical feature dirs."""
-  att_dir = _resolve(root, config.get("att_dir", ""))
-  fc_dir = _resolve(root, config.get("fc_dir", ""))
-  box_dir = _resolve(root, config.get("box_dir", ""))
+  att_dir = _resolve(root, config.att_dir)
+  fc_dir = _resolve(root, config.fc_dir)
+  box_dir = _resolve(root, config.box_dir)
   out = {}
   for split, rec in by_split.items():
     if not rec["keys"]:
       continue
     feats = DirFeatures([str(k) for k in rec["keys"]], att_dir, fc_dir, box_dir,
-                        grid=bool(config.get("grid", False)), sizes=rec["sizes"])
+                        grid=bool(config.grid), sizes=rec["sizes"])
     out[split] = base.SplitData(image_ids=rec["keys"], refs=rec["refs"], features=feats)
   return out
 

@@ -62,10 +62,10 @@ def _tokens(line: str) -> list[str]:
 
 def read_splits(config) -> dict[str, base.SplitData]:
   root = config.root
-  src_lang, tgt_lang = config.get("src_lang", "en"), config.get("tgt_lang", "de")
-  files = {"train": "train", "val": "val", "test": config.get("test_split_file", "test_2016_flickr")}
-  text_only = bool(config.get("text_only", False))
-  pattern = config.get("features_npy", "")
+  src_lang, tgt_lang = config.src_lang, config.tgt_lang
+  files = {"train": "train", "val": "val", "test": config.test_split_file}
+  text_only = bool(config.text_only)
+  pattern = config.features_npy
   if not text_only and not pattern:
     raise ValueError("multi30k: field 'features_npy' is empty, expected a '{split}' path to "
                      "[lines, 196, C] features (or set text_only=True)")
@@ -87,7 +87,7 @@ def read_splits(config) -> dict[str, base.SplitData]:
       if len(set(stems)) == n:
         ids = stems
     if text_only:
-      feats = base.TextOnlyFeatures(n, int(config.get("feature_dim", 0) or 1))
+      feats = base.TextOnlyFeatures(n, int(config.feature_dim or 1))
     else:
       path = pattern.format(split=stem)
       path = path if os.path.isabs(path) else os.path.join(root, path)
@@ -100,7 +100,7 @@ def read_splits(config) -> dict[str, base.SplitData]:
       if arr.ndim not in (3, 4) or arr.shape[0] != n:
         raise ValueError(f"{path}: features have shape {list(arr.shape)}, expected [{n}, 196, C] "
                          f"or [{n}, 14, 14, C] (one row per line)")
-      feats = base.ArrayFeatures(arr, grid=bool(config.get("grid", True)) or arr.ndim == 4,
+      feats = base.ArrayFeatures(arr, grid=bool(config.grid) or arr.ndim == 4,
                                  label=path)
     out[split] = base.SplitData(
         image_ids=ids, refs=[[_tokens(t)] for t in tgt_lines],
@@ -111,4 +111,4 @@ def read_splits(config) -> dict[str, base.SplitData]:
 def load(config) -> base.CaptionDataset:
   return base.CaptionDataset(read_splits(config), config, name=f"multi30k:{config.root}",
                              feature_dim=config.get("feature_dim") or None,
-                             max_regions=1 if config.get("text_only", False) else None)
+                             max_regions=1 if config.text_only else None)

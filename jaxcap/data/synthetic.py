@@ -713,8 +713,8 @@ def synthetic_splits(data_config) -> dict:
     if key in data_config:
       kwargs[key] = data_config[key]
   scenes = SyntheticScenes(**kwargs)
-  translate = data_config.get("task", "caption") == "translate"
-  grid = bool(data_config.get("grid", False))
+  translate = data_config.task == "translate"
+  grid = bool(data_config.grid)
   out = {}
   for split in scenes.splits:
     n = scenes.num_images(split)
@@ -726,9 +726,9 @@ def synthetic_splits(data_config) -> dict:
     else:
       refs = [scenes.captions(split, i) for i in range(n)]
       src = None
-      mode = data_config.get("attributes", "oracle")
+      mode = data_config.attributes
       if split == "test":
-        mode = data_config.get("test_attributes", "") or mode
+        mode = data_config.test_attributes or mode
       oracle = [scenes.attributes(split, i) for i in range(n)] if mode == "oracle" else None
       noisy = ([scenes.attributes(split, i, noisy=True) for i in range(n)]
                if mode == "noisy" else None)

@@ -33,7 +33,8 @@ VERSION = "1.0.0"
 
 
 def _raw_splits(data_config) -> dict[str, base.SplitData]:
-  from jaxcap.data import reader
+  from jaxcap.data import complete_data_config, reader
+  data_config = complete_data_config(data_config)
   return reader(data_config.name).read_splits(data_config)
 
 
@@ -173,7 +174,7 @@ class TfdsFeatures(base.RowFeatures):
 
 
 def _find_build(data_config) -> str:
-  path = data_config.get("tfds_dir", "") or data_config.get("root", "")
+  path = data_config.tfds_dir or data_config.root
   for cand in (path, os.path.join(path, f"jaxcap_{data_config.name}", VERSION)):
     if cand and os.path.exists(os.path.join(cand, "dataset_info.json")):
       return cand

@@ -131,9 +131,9 @@ class Trainer:
     state, it, start = self._start()
     due = lambda done, every: done % every == 0 or done == end
     with contextlib.closing(_TrainLog(self.workdir, end, start, config.batch_size)) as log:
-      monitor = guard_lib.Monitor(config.get("nonfinite", "stop"), self.dataset.image_ids("train"),
+      monitor = guard_lib.Monitor(config.nonfinite, self.dataset.image_ids("train"),
                                   log.writer)
-      stopper = _EarlyStopping(int(config.get("early_stopping_patience", 0)),
+      stopper = _EarlyStopping(int(config.early_stopping_patience),
                                run_dir.best_metric(config))
       for step in range(start, end):
         host_batch = next(it)
@@ -165,7 +165,7 @@ class Trainer:
     ``(state, train iterator, first step)`` of the newest intact checkpoint, else of a fresh run
     (``init_from``, :meth:`prepare_variables`)."""
     config, workdir = self.config, self.workdir
-    if config.get("init_from", ""):  # Checked before anything is written.
+    if config.init_from:  # Checked before anything is written.
       _check_init_from(config.init_from, config, self.dataset.vocab)
     # Splits, feature headers, boxes, the model's inputs and files: before writing.
     validation.check_data(self.dataset, config, model=self.model, workdir=workdir)
@@ -173,7 +173,7 @@ class Trainer:
     run_dir.init_workdir(workdir, config, self.dataset.vocab, self.info)
     self.ckpts = run_dir.checkpoints(workdir, config)  # for load(); close() closes it, also when fit raises
     it = pipeline.make_train_iterator(self.dataset.split("train"), local_bs, seed=config.seed,
-                                      num_workers=config.data.get("num_workers", 0))
+                                      num_workers=config.data.num_workers)
     state = self.initial_state()
     # The newest intact step (a damaged one is reported and set aside), then metrics.jsonl
     # without the lines a killed run wrote past it (before the writer opens the file).
@@ -185,7 +185,7 @@ class Trainer:
       start = int(state.step)
       print(f"Resumed from {workdir}/checkpoints at step {start}.", flush=True)
     writer_lib.drop_lines_after(workdir, start)
-    if restored is None and config.get("init_from", ""):
+    if restored is None and config.init_from:
       state = self.init_from(state, config.init_from)
     elif restored is None:
       state = self.prepare_variables(state)

@@ -27,7 +27,7 @@ import time
 
 import numpy as np
 
-from jaxcap.data import base
+from jaxcap.data import base, complete_data_config
 
 _MISSING = object()
 
@@ -158,7 +158,7 @@ def check_data(dataset, config, splits=None, log=print, model=None, workdir=None
   Returns:
     ``{"images": number of images whose headers were read, "seconds": time taken}``.
   """
-  data = config.data
+  data = complete_data_config(config.data)
   splits = list(splits or splits_in_use(config))
   have = tuple(dataset.splits)
   for split in splits:
@@ -172,12 +172,12 @@ def check_data(dataset, config, splits=None, log=print, model=None, workdir=None
     prepare = getattr(model, "check_prepare", None)
     if prepare is not None and _starts_fresh(workdir, config):
       prepare(dataset)
-  mode = str(data.get("validate_features", "all"))
+  mode = str(data.validate_features)
   if mode == "off":
     return {"images": 0, "seconds": 0.0}
-  sample = int(data.get("validate_sample", 100))
-  truncate = bool(data.get("truncate_regions", False))
-  allow_degenerate = str(data.get("degenerate_boxes", "error")) == "allow"
+  sample = int(data.validate_sample)
+  truncate = bool(data.truncate_regions)
+  allow_degenerate = str(data.degenerate_boxes) == "allow"
   info = dataset.info
   t0 = time.time()
   count = 0
@@ -241,7 +241,7 @@ def _check_dtype(dtype, name: str) -> None:
 def _starts_fresh(workdir: str | None, config) -> bool:
   """True when a run in ``workdir`` will call the model's ``prepare_variables`` (no checkpoint
   to resume from, no ``init_from``)."""
-  if config.get("init_from", ""):
+  if config.init_from:
     return False
   if workdir is None:
     return True
@@ -273,7 +273,7 @@ def check_model_inputs(model, dataset, config, splits=None, log=print, model_con
     model_config: the model's config, when it is not ``config.model`` (ensemble members).
   """
   needs = tuple(getattr(model, "required_inputs", lambda: ("image",))())
-  data = config.data
+  data = complete_data_config(config.data)
   model_config = config.get("model") if model_config is None else model_config
   who = model_label(model, model_config)
   splits = list(splits or splits_in_use(config))
@@ -291,7 +291,7 @@ def check_model_inputs(model, dataset, config, splits=None, log=print, model_con
                        f"expected image features (data.features_npy with "
                        f"data.text_only=False){alt}")
     if "attributes" in needs and dataset.attribute_mode(split) == "none":
-      field = ("data.test_attributes" if split == "test" and str(data.get("test_attributes", ""))
+      field = ("data.test_attributes" if split == "test" and str(data.test_attributes)
                else "data.attributes")
       raise ValueError(f"config field {field}: {who} attends to attribute words, but the "
                        f"{split} split reads none ({field.split('.')[1]}='none'); expected "
@@ -303,14 +303,14 @@ def check_model_inputs(model, dataset, config, splits=None, log=print, model_con
              if getattr(dataset.split_data(s).features, "has_boxes", None) is False]
   if not missing:
     return
-  if str(data.get("missing_boxes", "error")) == "whole_image":
+  if str(data.missing_boxes) == "whole_image":
     log(f"warning: data.missing_boxes='whole_image': {dataset.name} has no region boxes "
         f"({', '.join(missing)}); every region gets the whole-image box [0, 0, 1, 1], so in the "
         f"spatial graph of {who} every region is every other's neighbour (no spatial "
         "information)")
     return
-  field = ("data.box_dir is empty" if data.get("name") in ("karpathy", "cocotalk")
-           and data.get("format", "raw") != "tfds" else "data (no boxes)")
+  field = ("data.box_dir is empty" if data.name in ("karpathy", "cocotalk")
+           and data.format != "tfds" else "data (no boxes)")
   raise ValueError(f"config field {field}: {who} builds its spatial graph from region boxes, "
                    f"but {dataset.name} has none for split {missing[0]!r} (every region would "
                    "get the whole-image box: all neighbours, a graph that carries nothing); "
