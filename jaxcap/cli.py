@@ -290,6 +290,23 @@ def _refused_value(argv, flag_values, prefix: str = ""):
   return None
 
 
+def _failed_validator(flag_values) -> str | None:
+  """One line for the first flag validator (``flags.mark_flag_as_required``, a registered
+  check) that the parsed values fail, else None: found by running the validators themselves."""
+  from absl import flags
+  for name in flag_values:
+    for validator in flag_values[name].validators:
+      try:
+        validator.verify(flag_values)
+      except flags.ValidationError as e:
+        names = validator.get_flags_names()
+        value = flag_values[names[0]].value
+        if value is None:
+          return f"--{names[0]}: missing; expected a value ({e})"
+        return f"--{names[0]}={value}: expected a value that passes its check ({e})"
+  return None
+
+
 def parse_flags(argv, flag_values=None) -> list[str]:
   """Parses ``argv`` into ``flag_values`` (absl's global FLAGS by default), re-entrantly.
 
@@ -320,6 +337,10 @@ def parse_flags(argv, flag_values=None) -> list[str]:
                       or isinstance(e, (AttributeError, KeyError))), None)
       if culprit is None:
         bad = _refused_value(argv, flag_values) if isinstance(e, flags.IllegalFlagValueError) else None
+        if bad is None and isinstance(e, flags.IllegalFlagValueError):
+          failed = _failed_validator(flag_values)
+          if failed is not None:
+            raise BadInput(failed) from None
         if bad is None:
           raise BadInput(text.strip().splitlines()[0] if text.strip() else type(e).__name__) from None
         flag, value, why = bad

@@ -127,6 +127,10 @@ def _check_script(path: str, args) -> str:
     imported = REPO / package.replace(".", "/") / f"{module}.py"
     if imported.exists():
       src += imported.read_text()
+  # ... or by a module beside it (benchmarks/common.py's shared shape and model flags).
+  for module in re.findall(r"^import (\w+)", src, re.M):
+    if (p.parent / f"{module}.py").exists():
+      src += (p.parent / f"{module}.py").read_text()
   for name in _flag_names(args):
     if name.startswith("config."):
       continue  # config overrides of a DEFINE_config_file flag

@@ -33,7 +33,7 @@ VERSION = "1.0.0"
 
 
 def _raw_splits(data_config) -> dict[str, base.SplitData]:
-  from jaxcap.data import complete_data_config, reader
+  from jaxcap.data.readers import complete_data_config, reader
   data_config = complete_data_config(data_config)
   return reader(data_config.name).read_splits(data_config)
 
