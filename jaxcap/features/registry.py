@@ -80,8 +80,8 @@ def make_extract(module) -> Callable:
   apply = jax.jit(module.apply)
 
   def extract(variables, images_BxHxWx3):
-    images_BxHxWx3 = np.asarray(images_BxHxWx3) if isinstance(images_BxHxWx3, (list, tuple)) \
-        else images_BxHxWx3
+    if not hasattr(images_BxHxWx3, "dtype"):  # nested lists of pixel values
+      images_BxHxWx3 = np.asarray(images_BxHxWx3)
     image.check_images(images_BxHxWx3, min_size=getattr(module, "patch", 1))
     return apply(variables, images_BxHxWx3)
 

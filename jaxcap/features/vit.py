@@ -54,13 +54,13 @@ class Block(nn.Module):
 
 class ViT(nn.Module):
   """uint8 images ``[B, S, S, 3]`` (S = ``image_size``) -> ``{"fc": [B, D], "att": [B, g, g, D]}``."""
-  image_size: int = 224
+  image_size: int = 224  # the one size the position table is learned for
   patch: int = 16
+  eps: float = 1e-6  # LayerNorm's (timm's ViTs; torch's default 1e-5 elsewhere)
   dim: int = 768
   depth: int = 12
   num_heads: int = 12
   mlp_dim: int = 3072
-  eps: float = 1e-6
   dtype: Any = jnp.float32
 
   @property
