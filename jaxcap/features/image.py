@@ -4,8 +4,10 @@ Dimension legend:
   B batch (images), H image height, W image width, h, w a feature map's height and width,
   g the pooled grid side (``att_size``), C channels.
 
-The normalisation is torchvision's (and self-critical.pytorch's ``prepro_feats.py``):
-``(x / 255 - mean) / std`` per RGB channel. The grid pooling is PyTorch's
+The normalisation is ``(x / 255 - mean) / std`` per RGB channel, with the statistics the weights
+were trained with: torchvision's ImageNet mean / std for its ResNets (as self-critical.pytorch's
+``prepro_feats.py``), 0.5 / 0.5 for timm's augreg ViTs (their pretrained config; Google's
+original ViT preprocessing to [-1, 1]). The grid pooling is PyTorch's
 ``adaptive_avg_pool2d``: output cell ``i`` of ``g`` averages input rows
 ``floor(i * h / g)`` to ``ceil((i + 1) * h / g)`` (exclusive), so cells may overlap and, when
 ``g > h``, repeat rows.
@@ -21,6 +23,8 @@ import jax.numpy as jnp
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
+INCEPTION_MEAN = (0.5, 0.5, 0.5)
+INCEPTION_STD = (0.5, 0.5, 0.5)
 
 
 def check_images(images_BxHxWx3, min_size: int = 1) -> None:

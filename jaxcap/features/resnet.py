@@ -55,7 +55,8 @@ class Bottleneck(nn.Module):
     out = _bn(self.dtype, "bn3")(_conv(self.width * self.expansion, 1, 1, self.dtype, "conv3")(out))
     shortcut = x_BxhxwxC
     if self.downsample:
-      shortcut = _conv(self.width * self.expansion, 1, self.stride, self.dtype, "downsample_conv")(shortcut)
+      shortcut = _conv(self.width * self.expansion, 1, self.stride, self.dtype,
+                       "downsample_conv")(shortcut)
       shortcut = _bn(self.dtype, "downsample_bn")(shortcut)
     return nn.relu(out + shortcut)
 
@@ -66,6 +67,8 @@ class ResNet(nn.Module):
   width: int = 64
   expansion: int = 4
   att_size: Optional[int] = 14
+  mean: Sequence[float] = image.IMAGENET_MEAN  # the pixel statistics torchvision's weights expect
+  std: Sequence[float] = image.IMAGENET_STD
   dtype: Any = jnp.float32
 
   @property
@@ -74,7 +77,7 @@ class ResNet(nn.Module):
 
   @nn.compact
   def __call__(self, images_BxHxWx3):
-    x = image.normalize(images_BxHxWx3, dtype=self.dtype)
+    x = image.normalize(images_BxHxWx3, self.mean, self.std, self.dtype)
     x = nn.relu(_bn(self.dtype, "bn1")(_conv(self.width, 7, 2, self.dtype, "conv1")(x)))
     x = nn.max_pool(x, (3, 3), strides=(2, 2), padding=((1, 1), (1, 1)))  # pads with -inf
     in_features = self.width

@@ -5,6 +5,7 @@ Dimension legend:
   B batch (images), H = W = ``image_size``, P patch side, g = H / P patches per side,
   N = g * g patches, D width, Hh heads, Dh = D / Hh, F MLP width.
 
+Pixels are scaled with ``mean`` / ``std`` (0.5 / 0.5, timm's augreg ViTs: values in [-1, 1]).
 Patch embedding: Conv P x P stride P (with bias) -> ``[B, N, D]``, a learned class token
 prepended, learned position embeddings ``[1, 1 + N, D]`` added. Then ``depth`` pre-LN blocks:
 ``x + Attn(LN(x))``, ``x + MLP(LN(x))`` with multi-head self-attention (qkv and output
@@ -18,7 +19,7 @@ size, so images must be ``image_size`` square (no interpolation of the table).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 import jax.numpy as jnp
 import flax.linen as nn
@@ -47,7 +48,8 @@ class Block(nn.Module):
   def __call__(self, x_BxLxD):
     h = nn.LayerNorm(epsilon=self.eps, dtype=self.dtype, name="norm1")(x_BxLxD)
     x_BxLxD = x_BxLxD + nn.MultiHeadDotProductAttention(
-        num_heads=self.num_heads, dtype=self.dtype, deterministic=True, name="attn")(h)
+        num_heads=self.num_heads, dtype=self.dtype, deterministic=True,
+        force_fp32_for_softmax=True, name="attn")(h)  # bfloat16 softmax loses small weights
     h = nn.LayerNorm(epsilon=self.eps, dtype=self.dtype, name="norm2")(x_BxLxD)
     return x_BxLxD + Mlp(self.mlp_dim, self.dtype, name="mlp")(h)
 
@@ -61,6 +63,10 @@ class ViT(nn.Module):
   depth: int = 12
   num_heads: int = 12
   mlp_dim: int = 3072
+  # timm's augreg ViTs are trained on pixels scaled to [-1, 1] (mean = std = 0.5), not on
+  # ImageNet-normalised ones; OpenAI CLIP towers would need CLIP's own statistics here.
+  mean: Sequence[float] = image.INCEPTION_MEAN
+  std: Sequence[float] = image.INCEPTION_STD
   dtype: Any = jnp.float32
 
   @property
@@ -77,7 +83,7 @@ class ViT(nn.Module):
     if (h, w) != (self.image_size, self.image_size) or self.image_size % self.patch:
       raise ValueError(f"images: expected {self.image_size} x {self.image_size} pixels (a multiple "
                        f"of the patch {self.patch}) for this ViT, got {h} x {w}")
-    x = image.normalize(images_BxHxWx3, dtype=self.dtype)
+    x = image.normalize(images_BxHxWx3, self.mean, self.std, self.dtype)
     x = nn.Conv(self.dim, (self.patch, self.patch), strides=(self.patch, self.patch), padding="VALID",
                 dtype=self.dtype, name="patch_embed")(x)
     g = self.grid

@@ -12,13 +12,14 @@ import math
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-MEAN = np.array([0.485, 0.456, 0.406])
-STD = np.array([0.229, 0.224, 0.225])
+IMAGENET = (np.array([0.485, 0.456, 0.406]), np.array([0.229, 0.224, 0.225]))  # torchvision
+MINUS_ONE_TO_ONE = (np.full(3, 0.5), np.full(3, 0.5))  # timm's augreg ViTs
 
 
-def normalize(images_uint8):
-  """uint8 [B, H, W, 3] -> float64 [B, 3, H, W] with ImageNet statistics."""
-  x = (images_uint8.astype(np.float64) / 255.0 - MEAN) / STD
+def normalize(images_uint8, stats):
+  """uint8 [B, H, W, 3] -> float64 [B, 3, H, W] with the (mean, std) ``stats``."""
+  mean, std = stats
+  x = (images_uint8.astype(np.float64) / 255.0 - mean) / std
   return x.transpose(0, 3, 1, 2)
 
 
@@ -71,7 +72,7 @@ def resnet(sd, images_uint8, depths, att_size, residual=True, use_bn=True):
   """``(fc [B, D], att [B, g, g, D])`` of torchvision's ResNet trunk."""
   sd = {k: np.asarray(v, np.float64) for k, v in sd.items()}
   bn = (lambda y, p: batch_norm(y, sd, p)) if use_bn else (lambda y, p: y)
-  x = relu(bn(conv2d(normalize(images_uint8), sd["conv1.weight"], 2, 3), "bn1"))
+  x = relu(bn(conv2d(normalize(images_uint8, IMAGENET), sd["conv1.weight"], 2, 3), "bn1"))
   x = max_pool_3x3_s2_p1(x)
   for stage, depth in enumerate(depths):
     for block in range(depth):
@@ -103,7 +104,8 @@ def softmax(x):
 def vit(sd, images_uint8, patch, num_heads):
   """``(fc [B, D], att [B, g, g, D])`` of timm's ViT (token pooling, no head)."""
   sd = {k: np.asarray(v, np.float64) for k, v in sd.items()}
-  x = conv2d(normalize(images_uint8), sd["patch_embed.proj.weight"], patch, 0, sd["patch_embed.proj.bias"])
+  x = conv2d(normalize(images_uint8, MINUS_ONE_TO_ONE), sd["patch_embed.proj.weight"], patch, 0,
+             sd["patch_embed.proj.bias"])
   b, d, g, _ = x.shape
   x = x.reshape(b, d, g * g).transpose(0, 2, 1)  # timm: flatten(2).transpose(1, 2)
   x = np.concatenate([np.broadcast_to(sd["cls_token"], (b, 1, d)), x], axis=1) + sd["pos_embed"]
