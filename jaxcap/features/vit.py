@@ -1,0 +1,99 @@
+"""Vision Transformer image features with timm's ``vit_base_patch16_224`` layout (the CLIP image
+tower's, without its pre-LayerNorm).
+
+Dimension legend:
+  B batch (images), H = W = ``image_size``, P patch side, g = H / P patches per side,
+  N = g * g patches, D width, Hh heads, Dh = D / Hh, F MLP width.
+
+Pixels are scaled with ``mean`` / ``std`` (0.5 / 0.5, timm's augreg ViTs: values in [-1, 1]).
+Patch embedding: Conv P x P stride P (with bias) -> ``[B, N, D]``, a learned class token
+prepended, learned position embeddings ``[1, 1 + N, D]`` added. Then ``depth`` pre-LN blocks:
+``x + Attn(LN(x))``, ``x + MLP(LN(x))`` with multi-head self-attention (qkv and output
+projections with biases, scores scaled by 1 / sqrt(Dh)) and MLP = Dense(F) -> GELU (exact, erf)
+-> Dense(D); LayerNorm eps 1e-6; a final LayerNorm. No classifier.
+
+Outputs: ``fc [B, D]``, the class token after the final LayerNorm (timm's ``token`` pooling), and
+``att [B, g, g, D]``, the patch tokens after it. The position embeddings are learned for one
+size, so images must be ``image_size`` square (no interpolation of the table).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import jax.numpy as jnp
+import flax.linen as nn
+
+from jaxcap.features import image
+
+
+class Mlp(nn.Module):
+  mlp_dim: int
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x_BxLxD):
+    h = nn.gelu(nn.Dense(self.mlp_dim, dtype=self.dtype, name="fc1")(x_BxLxD), approximate=False)
+    return nn.Dense(x_BxLxD.shape[-1], dtype=self.dtype, name="fc2")(h)
+
+
+class Block(nn.Module):
+  """Pre-LN transformer block."""
+  num_heads: int
+  mlp_dim: int
+  eps: float = 1e-6
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x_BxLxD):
+    h = nn.LayerNorm(epsilon=self.eps, dtype=self.dtype, name="norm1")(x_BxLxD)
+    x_BxLxD = x_BxLxD + nn.MultiHeadDotProductAttention(
+        num_heads=self.num_heads, dtype=self.dtype, deterministic=True,
+        force_fp32_for_softmax=True, name="attn")(h)  # bfloat16 softmax loses small weights
+    h = nn.LayerNorm(epsilon=self.eps, dtype=self.dtype, name="norm2")(x_BxLxD)
+    return x_BxLxD + Mlp(self.mlp_dim, self.dtype, name="mlp")(h)
+
+
+class ViT(nn.Module):
+  """uint8 images ``[B, S, S, 3]`` (S = ``image_size``) -> ``{"fc": [B, D], "att": [B, g, g, D]}``."""
+  image_size: int = 224  # the one size the position table is learned for
+  patch: int = 16
+  eps: float = 1e-6  # LayerNorm's (timm's ViTs; torch's default 1e-5 elsewhere)
+  dim: int = 768
+  depth: int = 12
+  num_heads: int = 12
+  mlp_dim: int = 3072
+  # timm's augreg ViTs are trained on pixels scaled to [-1, 1] (mean = std = 0.5), not on
+  # ImageNet-normalised ones; OpenAI CLIP towers would need CLIP's own statistics here.
+  mean: Sequence[float] = image.INCEPTION_MEAN
+  std: Sequence[float] = image.INCEPTION_STD
+  dtype: Any = jnp.float32
+
+  @property
+  def feature_dim(self) -> int:
+    return self.dim
+
+  @property
+  def grid(self) -> int:
+    return self.image_size // self.patch
+
+  @nn.compact
+  def __call__(self, images_BxHxWx3):
+    b, h, w, _ = images_BxHxWx3.shape
+    if (h, w) != (self.image_size, self.image_size) or self.image_size % self.patch:
+      raise ValueError(f"images: expected {self.image_size} x {self.image_size} pixels (a multiple "
+                       f"of the patch {self.patch}) for this ViT, got {h} x {w}")
+    x = image.normalize(images_BxHxWx3, self.mean, self.std, self.dtype)
+    x = nn.Conv(self.dim, (self.patch, self.patch), strides=(self.patch, self.patch), padding="VALID",
+                dtype=self.dtype, name="patch_embed")(x)
+    g = self.grid
+    x_BxNxD = x.reshape(b, g * g, self.dim)
+    init = nn.initializers.normal(0.02)
+    cls_1x1xD = self.param("cls_token", init, (1, 1, self.dim))
+    pos_1xLxD = self.param("pos_embed", init, (1, 1 + g * g, self.dim))
+    x_BxLxD = jnp.concatenate([jnp.broadcast_to(cls_1x1xD, (b, 1, self.dim)).astype(self.dtype),
+                               x_BxNxD], axis=1) + pos_1xLxD.astype(self.dtype)
+    for i in range(self.depth):
+      x_BxLxD = Block(self.num_heads, self.mlp_dim, self.eps, self.dtype, name=f"blocks_{i}")(x_BxLxD)
+    x_BxLxD = nn.LayerNorm(epsilon=self.eps, dtype=self.dtype, name="norm")(x_BxLxD).astype(jnp.float32)
+    return {"fc": x_BxLxD[:, 0], "att": x_BxLxD[:, 1:].reshape(b, g, g, self.dim)}
