@@ -1,0 +1,201 @@
+"""Features of a folder of images, written in self-critical.pytorch's feature-dir layout.
+
+Dimension legend:
+  B batch (images), S the square input side (``size``), g the ``att`` grid side, D feature width.
+
+``run(images_dir, out_dir, module, variables, record)`` reads every image file of
+``images_dir`` (not recursive; the extensions of :data:`IMAGE_EXTENSIONS`) and writes
+
+- ``<out>/fc/<stem>.npy``: ``[D]`` float32 (``np.save``, as ``prepro_feats.py``);
+- ``<out>/att/<stem>.npz``: key ``feat``, the ``g x g`` grid flattened row-major to
+  ``[g*g, D]`` float32 (``np.savez_compressed``, as ``prepro_feats.py``), which
+  :mod:`jaxcap.data.karpathy` reads as regions (``data.grid=True`` gives them grid boxes);
+- ``<out>/features.json``: the backbone name, its field overrides, ``size``, ``att_size``,
+  ``dtype`` and the weights (file name + sha256, or ``random`` + seed), written before the
+  first feature file so that features of different backbones never share a folder.
+
+Each file is written to a temporary name and renamed (``os.replace``): an interrupted run
+leaves no half-written file, and a second run skips the images whose ``fc`` and ``att`` files
+both exist (resumable). ``<stem>`` is the file name without its extension, the key
+:func:`jaxcap.data.karpathy.image_key` gives an entry without ``cocoid``.
+
+Reading (:func:`read_image`): Pillow, ``ImageOps.exif_transpose`` (a phone photo's
+orientation tag), any mode -> RGB (grayscale repeated, alpha dropped), then resized to
+``size x size`` with bilinear filtering (Pillow's, antialiased when shrinking), aspect ratio not
+kept. ``prepro_feats.py`` instead feeds each image at its own resolution (one image per call);
+a fixed square is what lets the images go through in batches with one compiled program, and the
+``att`` grid is adaptive-average-pooled to ``g x g`` either way. A file Pillow cannot read is
+reported (a warning line naming it) and skipped; the others continue.
+
+This module imports no other part of jaxcap (``jaxcap.features`` is the bottom import layer).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import sys
+import time
+from typing import Callable
+
+import numpy as np
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm")
+RECORD_FILE = "features.json"
+
+
+def list_images(images_dir: str) -> list[str]:
+  """The image file names of ``images_dir`` (by extension, case-insensitive), sorted; one-line
+  ``ValueError`` when two share a stem (their features would share a file)."""
+  if not os.path.isdir(images_dir):
+    raise ValueError(f"--images={images_dir}: not a directory; expected a folder of images")
+  names = sorted(n for n in os.listdir(images_dir)
+                 if n.lower().endswith(IMAGE_EXTENSIONS) and os.path.isfile(os.path.join(images_dir, n)))
+  seen: dict[str, str] = {}
+  for n in names:
+    stem = os.path.splitext(n)[0]
+    if stem in seen:
+      raise ValueError(f"{os.path.join(images_dir, n)}: same name as {seen[stem]} without the "
+                       "extension; expected one image per file-name stem (the features are "
+                       "named <stem>.npy / <stem>.npz)")
+    seen[stem] = n
+  return names
+
+
+def read_image(path: str, size: int) -> np.ndarray:
+  """``[S, S, 3]`` uint8 RGB of the image file at ``path`` (see the module docstring)."""
+  from PIL import Image, ImageOps
+  with Image.open(path) as img:
+    img.load()
+    img = ImageOps.exif_transpose(img)
+    if img.mode != "RGB":
+      # Palette / alpha images through RGBA so that transparency becomes its colour, not noise.
+      img = img.convert("RGBA").convert("RGB") if img.mode in ("P", "PA", "LA") else img.convert("RGB")
+    img = img.resize((size, size), Image.BILINEAR)
+    return np.asarray(img, dtype=np.uint8)
+
+
+def sha256(path: str) -> str:
+  h = hashlib.sha256()
+  with open(path, "rb") as f:
+    for chunk in iter(lambda: f.read(1 << 20), b""):
+      h.update(chunk)
+  return h.hexdigest()
+
+
+def _atomic_write(path: str, write: Callable[[io.BufferedWriter], None]) -> None:
+  tmp = f"{path}.tmp{os.getpid()}"
+  try:
+    with open(tmp, "wb") as f:
+      write(f)
+    os.replace(tmp, path)
+  finally:
+    if os.path.exists(tmp):
+      os.remove(tmp)
+
+
+def write_record(out_dir: str, record: dict) -> None:
+  """Writes ``features.json``; one-line ``ValueError`` when ``out_dir`` already holds features
+  of another backbone, size, grid, dtype or weights (a mixed folder would train silently)."""
+  path = os.path.join(out_dir, RECORD_FILE)
+  if os.path.exists(path):
+    try:
+      with open(path) as f:
+        old = json.load(f)
+    except (OSError, ValueError) as e:
+      raise ValueError(f"{path}: unreadable ({e}); expected the features.json of an earlier "
+                       "run, or an --out without one") from None
+    for key in list(record) + sorted(set(old) - set(record)):
+      if old.get(key) != record.get(key):
+        raise ValueError(f"{path}: the features there have {key}={old.get(key)!r}, this run "
+                         f"{record.get(key)!r}; expected the same settings to resume, or another --out")
+    return
+  _atomic_write(path, lambda f: f.write((json.dumps(record, indent=1) + "\n").encode()))
+
+
+def _save_npy(array) -> Callable:
+  return lambda f: np.save(f, array)
+
+
+def _save_npz(array) -> Callable:
+  return lambda f: np.savez_compressed(f, feat=array)
+
+
+def run(images_dir: str, out_dir: str, module, variables, record: dict, size: int,
+        batch_size: int = 16, progress: bool = True, log=None) -> dict:
+  """Extracts the features of every image of ``images_dir`` not done yet; returns
+  ``{"total", "done_before", "extracted", "failed": [(name, reason)], "seconds"}``."""
+  from jaxcap.features import registry
+  log = log or (lambda s: print(s, file=sys.stderr, flush=True))
+  names = list_images(images_dir)
+  if not names:
+    raise ValueError(f"--images={images_dir}: no image files ({', '.join(IMAGE_EXTENSIONS)}); "
+                     "expected a folder of images")
+  fc_dir, att_dir = os.path.join(out_dir, "fc"), os.path.join(out_dir, "att")
+  os.makedirs(fc_dir, exist_ok=True)
+  os.makedirs(att_dir, exist_ok=True)
+  write_record(out_dir, record)
+
+  def done(name):
+    stem = os.path.splitext(name)[0]
+    return (os.path.exists(os.path.join(fc_dir, stem + ".npy"))
+            and os.path.exists(os.path.join(att_dir, stem + ".npz")))
+
+  todo = [n for n in names if not done(n)]
+  result = {"total": len(names), "done_before": len(names) - len(todo), "extracted": 0,
+            "failed": [], "seconds": 0.0}
+  if not todo:
+    return result
+  extract = registry.make_extract(module)
+  bar = None
+  if progress:
+    from tqdm import tqdm
+    bar = tqdm(total=len(todo), unit="img", file=sys.stderr, dynamic_ncols=True)
+  start = time.perf_counter()
+
+  def flush(batch):
+    if not batch:
+      return
+    images_BxSxSx3 = np.stack([img for _, img in batch])
+    n = len(batch)
+    if n < batch_size:  # pad the last batch: one compiled shape for the whole run
+      pad = np.repeat(images_BxSxSx3[-1:], batch_size - n, axis=0)
+      images_BxSxSx3 = np.concatenate([images_BxSxSx3, pad])
+    feats = extract(variables, images_BxSxSx3)
+    fc_BxD = np.asarray(feats["fc"], np.float32)
+    att_BxgxgxD = np.asarray(feats["att"], np.float32)
+    for k, (name, _) in enumerate(batch):
+      stem = os.path.splitext(name)[0]
+      att = att_BxgxgxD[k].reshape(-1, att_BxgxgxD.shape[-1])  # [g*g, D], row-major cells
+      _atomic_write(os.path.join(att_dir, stem + ".npz"), _save_npz(att))
+      _atomic_write(os.path.join(fc_dir, stem + ".npy"), _save_npy(fc_BxD[k]))
+    result["extracted"] += n
+    if bar is not None:
+      bar.update(n)
+    batch.clear()
+
+  batch: list = []
+  try:
+    for name in todo:
+      path = os.path.join(images_dir, name)
+      try:
+        img = read_image(path, size)
+      except Exception as e:  # pylint: disable=broad-except  (Pillow raises many kinds)
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        result["failed"].append((name, reason))
+        msg = f"warning: {path}: unreadable image ({reason}); skipped"
+        (bar.write(msg, file=sys.stderr) if bar is not None else log(msg))
+        if bar is not None:
+          bar.update(1)
+        continue
+      batch.append((name, img))
+      if len(batch) == batch_size:
+        flush(batch)
+    flush(batch)
+  finally:
+    if bar is not None:
+      bar.close()
+  result["seconds"] = time.perf_counter() - start
+  return result

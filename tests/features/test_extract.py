@@ -1,0 +1,206 @@
+"""``jaxcap-extract`` (``scripts/extract_features.py``): a folder of images -> self-critical's
+feature dirs + a Karpathy JSON that train.py reads unchanged.
+
+The folder: random RGB PNGs and JPEGs, a grayscale PNG, a JPEG with an EXIF orientation tag
+and a corrupt ``.jpg``; a tiny ResNet (``--fields``) with ``--random_weights`` at 32 px.
+"""
+
+import contextlib
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from jaxcap.commands import extract as command
+from jaxcap.features import extract
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "scripts" / "extract_features.py"
+TINY = ["--backbone", "resnet50", "--fields", '{"width": 4, "depths": [1, 1, 1, 1]}',
+        "--size", "32", "--att_size", "2", "--batch_size", "4", "--random_weights", "--no_progress"]
+GOOD = ["a0.png", "a1.jpg", "a2.png", "a3.jpg", "a4.png", "gray.png", "turned.jpg"]
+
+
+def make_images(folder: Path) -> None:
+  rng = np.random.default_rng(0)
+  folder.mkdir()
+  for i, name in enumerate(GOOD[:5]):
+    Image.fromarray(rng.integers(0, 256, (24 + 4 * i, 40, 3), dtype=np.uint8)).save(folder / name)
+  Image.fromarray(rng.integers(0, 256, (30, 30), dtype=np.uint8), "L").save(folder / "gray.png")
+  exif = Image.Exif()
+  exif[0x0112] = 6  # orientation: rotate 90 degrees clockwise to display
+  Image.fromarray(rng.integers(0, 256, (20, 40, 3), dtype=np.uint8)).save(folder / "turned.jpg", exif=exif)
+  (folder / "broken.jpg").write_bytes(b"\xff\xd8 not a jpeg")
+  (folder / "notes.txt").write_text("not an image: ignored")
+
+
+def run_cli(argv, capsys):
+  """The program in-process (``run_script`` exits): ``(exit code, stdout, stderr)``."""
+  saved = sys.argv
+  sys.argv = ["jaxcap-extract", *map(str, argv)]
+  try:
+    with pytest.raises(SystemExit) as e:
+      command.run()
+  finally:
+    sys.argv = saved
+  out = capsys.readouterr()
+  return e.value.code, out.out, out.err
+
+
+def run_script(argv, cwd):
+  env = dict(os.environ, JAX_PLATFORMS="cpu")
+  return subprocess.run([sys.executable, str(SCRIPT), *map(str, argv)], capture_output=True,
+                        text=True, env=env, timeout=120, cwd=cwd)
+
+
+@pytest.fixture(scope="module")
+def extracted(tmp_path_factory):
+  """One extraction (with captions) shared by the tests: ``(images, out, stdout, stderr)``."""
+  root = tmp_path_factory.mktemp("extract")
+  images, out = root / "images", root / "out"
+  make_images(images)
+  captions = {name: [f"A Red shape number {i}.", f"some noise in picture {i}"]
+              for i, name in enumerate(GOOD + ["broken.jpg"])}
+  (root / "captions.json").write_text(json.dumps(captions))
+  saved = sys.argv
+  sys.argv = ["jaxcap-extract", "--images", str(images), "--out", str(out), *TINY,
+              "--captions", str(root / "captions.json"), "--name", "mine", "--val", "2", "--test", "1"]
+  stdout, stderr = io.StringIO(), io.StringIO()
+  try:
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+      with pytest.raises(SystemExit) as e:
+        command.run()
+  finally:
+    sys.argv = saved
+  assert e.value.code == 0, stderr.getvalue()
+  return images, out, stdout.getvalue(), stderr.getvalue()
+
+
+def test_the_layout_and_shapes(extracted):
+  _, out, stdout, _ = extracted
+  stems = sorted(os.path.splitext(n)[0] for n in GOOD)
+  assert sorted(p.stem for p in (out / "fc").iterdir()) == stems
+  assert sorted(p.stem for p in (out / "att").iterdir()) == stems
+  assert not [p for p in out.rglob("*") if ".tmp" in p.name]  # nothing half-written
+  fc = np.load(out / "fc" / "gray.npy")
+  att = np.load(out / "att" / "turned.npz")["feat"]
+  assert fc.shape == (128,) and fc.dtype == np.float32
+  assert att.shape == (4, 128) and att.dtype == np.float32  # 2 x 2 grid flattened
+  assert np.all(np.isfinite(att)) and np.abs(att).sum() > 0
+  record = json.loads((out / "features.json").read_text())
+  assert record["backbone"] == "resnet50" and record["fields"] == {"width": 4, "depths": [1, 1, 1, 1]}
+  assert (record["size"], record["att_size"], record["dtype"]) == (32, 2, "float32")
+  assert record["weights"] == {"random": True, "seed": 0}
+  assert "extracted 7 images" in stdout and "images/s" in stdout
+
+
+def test_the_corrupt_file_is_reported_and_the_rest_extracted(extracted):
+  images, _, _, stderr = extracted
+  warnings = [l for l in stderr.splitlines() if l.startswith("warning:")]
+  assert len(warnings) == 1 and str(images / "broken.jpg") in warnings[0]
+  assert "1 unreadable image(s)" in stderr and "Traceback" not in stderr
+
+
+def test_a_second_run_extracts_nothing(extracted, capsys):
+  images, out, _, _ = extracted
+  before = {p: p.stat().st_mtime_ns for p in (out / "fc").iterdir()}
+  code, stdout, _ = run_cli(["--images", images, "--out", out, *TINY], capsys)
+  assert code == 0 and "extracted 0 images: 7 of the 8 images" in stdout
+  assert {p: p.stat().st_mtime_ns for p in (out / "fc").iterdir()} == before
+
+
+def test_another_backbone_setting_is_refused_in_the_same_out(extracted, capsys):
+  images, out, _, _ = extracted
+  argv = [a if a != "32" else "64" for a in TINY]
+  code, _, stderr = run_cli(["--images", images, "--out", out, *argv], capsys)
+  assert code == 2 and stderr.strip().startswith("error: ") and "size=32" in stderr
+
+
+def test_the_karpathy_json(extracted):
+  _, out, _, _ = extracted
+  data = json.loads((out / "dataset_mine.json").read_text())
+  images = data["images"]
+  assert data["dataset"] == "mine" and sorted(e["filename"] for e in images) == sorted(GOOD)
+  assert sorted(e["split"] for e in images).count("val") == 2
+  assert [e["split"] for e in images].count("test") == 1
+  first = images[0]["sentences"][0]
+  assert first["tokens"] == ["a", "red", "shape", "number", "0"] and first["raw"] == "A Red shape number 0."
+  sentids = [s["sentid"] for e in images for s in e["sentences"]]
+  assert sentids == list(range(len(sentids)))
+  assert all(s["imgid"] == e["imgid"] for e in images for s in e["sentences"])
+
+
+def test_the_dataset_reads_the_output(extracted):
+  from jaxcap.data import karpathy
+  import ml_collections
+  _, out, _, _ = extracted
+  from jaxcap.data import default_data_config
+  config = default_data_config("karpathy")
+  config.update(ml_collections.ConfigDict(dict(root=str(out), dataset_json="dataset_mine.json",
+                                               att_dir="att", fc_dir="fc", box_dir="", grid=True,
+                                               max_regions=4, min_word_count=1)))
+  splits = karpathy.read_splits(config)
+  assert {s: len(d.image_ids) for s, d in splits.items()} == {"train": 4, "val": 2, "test": 1}
+  item = splits["train"].features.read(0)
+  assert item["feats"].shape == (4, 128) and item["boxes"].shape == (4, 4)
+  assert item["global_feat"].shape == (128,)
+
+
+def test_exif_orientation_and_grayscale_are_read_as_rgb(extracted):
+  images, _, _, _ = extracted
+  turned = extract.read_image(str(images / "turned.jpg"), 16)
+  with Image.open(images / "turned.jpg") as img:
+    upright = img.convert("RGB").transpose(Image.Transpose.ROTATE_270).resize((16, 16), Image.BILINEAR)
+  assert turned.shape == (16, 16, 3) and turned.dtype == np.uint8
+  assert np.array_equal(turned, np.asarray(upright))
+  gray = extract.read_image(str(images / "gray.png"), 16)
+  assert gray.shape == (16, 16, 3) and np.array_equal(gray[..., 0], gray[..., 2])
+
+
+@pytest.mark.parametrize("case,argv,needle", [
+    ("missing images dir", ["--images", "{tmp}/nowhere", "--out", "{tmp}/o", *TINY], "--images={tmp}/nowhere"),
+    ("no weights", ["--images", "{tmp}", "--out", "{tmp}/o", "--backbone", "resnet50"], "--random_weights"),
+    ("unknown backbone", ["--images", "{tmp}", "--out", "{tmp}/o", "--backbone", "resnet7",
+                          "--random_weights"], "--backbone=resnet7"),
+])
+def test_bad_input_is_one_line(tmp_path, case, argv, needle):
+  proc = run_script([a.replace("{tmp}", str(tmp_path)) for a in argv], tmp_path)
+  lines = [l for l in proc.stderr.splitlines() if l.strip()]
+  assert proc.returncode == 2, (case, proc.stderr[-2000:])
+  assert len(lines) == 1 and lines[0].startswith("error: ") and "expected" in lines[0], lines
+  assert needle.format(tmp=tmp_path) in lines[0], lines[0]
+  assert not (tmp_path / "o").exists()
+
+
+def test_a_folder_of_unreadable_files_is_exit_2(tmp_path, capsys):
+  (tmp_path / "images").mkdir()
+  (tmp_path / "images" / "x.png").write_bytes(b"nope")
+  code, _, stderr = run_cli(["--images", tmp_path / "images", "--out", tmp_path / "o", *TINY], capsys)
+  assert code == 2 and stderr.strip().splitlines()[-1].startswith("error: ")
+  assert "none of the 1 images" in stderr
+
+
+@pytest.mark.slow
+def test_train_py_trains_on_the_output(extracted, tmp_path):
+  _, out, _, _ = extracted
+  argv = [sys.executable, str(REPO / "train.py"), "--config", "configs/transformer.py:coco",
+          f"--config.data.root={out}", "--config.data.dataset_json=dataset_mine.json",
+          "--config.data.att_dir=att", "--config.data.fc_dir=fc", "--config.data.box_dir=",
+          "--config.data.grid=True", "--config.data.max_regions=4", "--config.data.min_word_count=1",
+          "--config.num_train_steps=2", "--config.eval_every_steps=2",
+          "--config.checkpoint_every_steps=2", "--config.log_every_steps=1", "--config.batch_size=4",
+          "--config.eval_batch_size=4", "--config.warmup_steps=1", "--config.model.dim=32",
+          "--config.model.ff_dim=64", "--config.model.num_layers=1",
+          "--config.model.num_dec_layers=1", "--workdir", str(tmp_path / "run")]
+  # One CPU device: the batch of 4 need not split over the suite's 8.
+  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=1")
+  proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300, cwd=REPO)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert "Traceback" not in proc.stderr
+  assert "step 2: val CIDEr-D" in proc.stdout + proc.stderr
