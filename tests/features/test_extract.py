@@ -204,3 +204,32 @@ def test_train_py_trains_on_the_output(extracted, tmp_path):
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert "Traceback" not in proc.stderr
   assert "step 2: val CIDEr-D" in proc.stdout + proc.stderr
+
+
+def test_the_three_captions_formats_and_their_errors(tmp_path):
+  (tmp_path / "a.json").write_text(json.dumps({"x.jpg": ["One.", "Two"], "y.png": "Three"}))
+  (tmp_path / "b.json").write_text(json.dumps([{"image": "x.jpg", "caption": "One."},
+                                               {"image": "x.jpg", "caption": "Two"},
+                                               {"image": "y.png", "caption": "Three"}]))
+  (tmp_path / "c.txt").write_text("x.jpg#0\tOne.\nx.jpg#1\tTwo\n\ny.png#0\tThree\n")
+  want = {"x.jpg": ["One.", "Two"], "y.png": ["Three"]}
+  for name in ("a.json", "b.json", "c.txt"):
+    assert command.read_captions(str(tmp_path / name)) == want, name
+  (tmp_path / "bad.txt").write_text("x.jpg no tab here\n")
+  with pytest.raises(ValueError, match="line 1 has no tab; expected"):
+    command.read_captions(str(tmp_path / "bad.txt"))
+  (tmp_path / "bad.json").write_text('[{"image": "x.jpg"}]')
+  with pytest.raises(ValueError, match=r"item \[0\].*expected"):
+    command.read_captions(str(tmp_path / "bad.json"))
+
+
+def test_the_split_is_seeded_and_all_train_by_default():
+  caps = {f"{i}.png": [f"caption {i}"] for i in range(10)}
+  names = list(caps)
+  assert {e["split"] for e in command.karpathy_json(caps, names, 0, 0, 0, "d")["images"]} == {"train"}
+  one = command.karpathy_json(caps, names, 3, 2, 7, "d")
+  assert one == command.karpathy_json(caps, names[::-1], 3, 2, 7, "d")  # order of the input: none
+  splits = [e["split"] for e in one["images"]]
+  assert (splits.count("val"), splits.count("test"), splits.count("train")) == (3, 2, 5)
+  with pytest.raises(ValueError, match="--val=8 --test=3"):
+    command.karpathy_json(caps, names, 8, 3, 0, "d")
