@@ -56,6 +56,13 @@ NOT_RUN = [
     (r"^tensorboard ", "starts a server that runs until stopped"),
     (r"^jupyter ", "starts a notebook server; tests/test_notebooks.py executes the notebooks"),
     (r"^(source|\.) \.venv/bin/activate", "changes the interactive shell only"),
+    (r"^python scripts/extract_features.py --images photos ",
+     "needs real backbone weights (resnet101.safetensors) and the reader's own photos/ and "
+     "captions.json: tests/features/test_extract.py runs the same extraction with random weights "
+     "on generated images and trains train.py on its output"),
+    (r"^python train.py .*--config.data.root=data/photos ",
+     "trains on the extraction above (not run): tests/features/test_extract.py::"
+     "test_train_py_trains_on_the_output runs this command's overrides on its extracted output"),
     (r"^for i in 0 1; do .*JAX_NUM_PROCESSES=2",
      "the two-process launch: tests/training/test_multihost.py::test_train_py_two_processes_like_one "
      "runs this command (train.py, two processes x 4 CPU devices, the same environment variables) "
@@ -82,6 +89,9 @@ NEEDS_SHARED = re.compile(r"flickr8k|multi30k|m30k|experiments/(mnmt/table2|tpgn
 # (``{0}``, ``{1}``, ...: the regex's groups).
 PROMISES = [
     (r"^make train$", ["runs/transformer_synthetic/scores_test.json", "runs/transformer_synthetic/best"]),
+    (r"^python scripts/extract_features.py --images docs/figures --out runs/features_trial",
+     ["runs/features_trial/features.json", "runs/features_trial/fc/lstm_synthetic_curves.npy",
+      "runs/features_trial/att/lstm_synthetic_curves.npz"]),
     (r"^python train\.py$", ["runs/transformer_synthetic/scores_test.json"]),
     (r"--workdir runs/t1_scst", ["runs/t1_scst/scores_test.json"]),
     (r"^jaxcap-train .*--workdir runs/pkg ", ["runs/pkg/scores_test.json"]),
@@ -125,6 +135,7 @@ _SCRIPT_SHRINK = {
     "experiments/tpgn/table1.py": "--steps 4 --seeds 0",
     "experiments/tpgn/roles.py": "--fit-images 16",
     "experiments/decoding/cider_compat_diff.py": "--images 16",
+    "scripts/extract_features.py": "--size 64 --att_size 2",
     "benchmarks/run.py": "--batch 4 --eval_batch 4 --steps 1 --windows 1 --warmup 0 --train_images 16 --set dim=32",
 }
 # Script flags that take a config (their config overrides are shrunk like train.py's).
