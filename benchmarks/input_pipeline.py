@@ -100,7 +100,6 @@ def loop_vs_step(root: str, workdir: str, args) -> dict:
   """train.py's loop over the ``.npz`` directory ``root`` for ``args.loop_steps`` steps, and
   its jitted step alone: ``{"loop_images_per_s", "step_images_per_s", "loop_over_step"}``."""
   import jax
-  import jax.numpy as jnp
   from configs import common as configs
   from jaxcap.training import parallel, train_lib
 
@@ -134,7 +133,7 @@ def loop_vs_step(root: str, workdir: str, args) -> dict:
   holder = {"state": state}
 
   def run():
-    holder["state"], metrics = trainer._train_step(holder["state"], batch, jnp.float32(0.0))
+    holder["state"], metrics = trainer.train_step(holder["state"], batch, 0)
     return metrics
 
   _, dt, _, _ = common.timed_windows(run, warmup=2, windows=3, steps=args.log_every)

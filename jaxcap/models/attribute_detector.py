@@ -30,7 +30,6 @@ import numpy as np
 import jax
 import jax.numpy as jnp
 import flax.linen as nn
-import ml_collections
 import optax
 
 from jaxcap.data import attributes
@@ -224,10 +223,12 @@ def top_attributes(probs_IxK: np.ndarray, words: Sequence[str], top_k: int,
   return [[words[j] for j in row if probs_IxK[i, j] >= min_prob] for i, row in enumerate(order)]
 
 
-def default_config() -> ml_collections.ConfigDict:
+def default_config():
   """The settings of :func:`run` (a config's ``detector`` section) with their defaults: ``hidden``
   E, ``dropout``, the training run, then the attributes kept per image (the ``top_k`` most
-  probable with at least ``min_prob``) and the ``ks`` of the precision@k metrics."""
+  probable with at least ``min_prob``) and the ``ks`` of the precision@k metrics (an
+  ``ml_collections.ConfigDict``, imported here: model code imports without ml_collections)."""
+  import ml_collections
   return ml_collections.ConfigDict(dict(
       hidden=512, dropout=0.0, num_steps=2000, batch_size=100, learning_rate=1e-3,
       weight_decay=0.0, seed=0, top_k=20, min_prob=0.0, ks=(1, 5, 10)))
