@@ -188,16 +188,19 @@ def _lookup_idf(table: DfTable, hi, lo):
   g = table.hi_G.shape[0]
   if g == 0:
     return jnp.full(hi.shape, table.idf_unseen, jnp.float32)
-  lo_i = jnp.zeros(hi.shape, jnp.int32)
-  hi_i = jnp.full(hi.shape, g, jnp.int32)
-  for _ in range(int(np.ceil(np.log2(g + 1)))):
+
+  def halve(_, bounds):
+    lo_i, hi_i = bounds
     mid = (lo_i + hi_i) // 2
     at = jnp.minimum(mid, g - 1)
     t_hi, t_lo = table.hi_G[at], table.lo_G[at]
     less = (t_hi < hi) | ((t_hi == hi) & (t_lo < lo))
     active = lo_i < hi_i
-    lo_i = jnp.where(active & less, mid + 1, lo_i)
-    hi_i = jnp.where(active & ~less, mid, hi_i)
+    return jnp.where(active & less, mid + 1, lo_i), jnp.where(active & ~less, mid, hi_i)
+
+  # A loop, not unrolled steps: the program (and its compile time) stays small.
+  lo_i, _ = jax.lax.fori_loop(0, int(np.ceil(np.log2(g + 1))), halve,
+                              (jnp.zeros(hi.shape, jnp.int32), jnp.full(hi.shape, g, jnp.int32)))
   pos = jnp.minimum(lo_i, g - 1)
   found = (table.hi_G[pos] == hi) & (table.lo_G[pos] == lo)
   return jnp.where(found, table.idf_G[pos], table.idf_unseen)
