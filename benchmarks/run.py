@@ -23,8 +23,9 @@ Rows (one per model x what x dtype x batch):
 - ``greedy`` / ``beam`` / ``sample``: ``jaxcap.decoding.greedy`` / ``beam_search`` (``--beam``) /
   ``sample`` (``--samples`` per image) on ``--eval_batch`` images.
 - ``scst``: one self-critical step as the trainer runs it (``--samples`` samples + the greedy
-  baseline on the device, the CIDEr-D reward on the host, the gradient step on the device);
-  ``reward_share`` is the host reward's share of the step.
+  baseline on the device, the CIDEr-D reward, the gradient step on the device), one row per
+  ``--reward``: ``device`` (one jitted step, reward in jax.numpy) or ``host`` (reward in NumPy
+  between two jitted halves; ``reward_share`` is the host reward's share of the step).
 
 Each row: compile seconds (lowering + XLA compilation; for ``scst``, its first step, which
 compiles the sampler and the gradient step); the median step time of ``--windows`` timed
@@ -194,8 +195,8 @@ class ScstRunner:
   """
 
   def __init__(self, model, batch, mesh, *, samples: int, max_len: int, vocab: int, train_images: int,
-               baseline: str = "greedy", seed: int = 0):
-    from jaxcap.evaluation import cider
+               baseline: str = "greedy", seed: int = 0, reward: str = "host"):
+    from jaxcap.evaluation import cider, cider_device
     from jaxcap.training import parallel, scst, steps
 
     rng = np.random.default_rng(seed)
@@ -230,9 +231,24 @@ class ScstRunner:
     f2 = common.step_flops(grad_fn, self.state, batch, fake_samples, fake_adv)
     self.flops = (f1[0] + f2[0], f1[1] + f2[1])
     self.calls = 0
+    self.device_jit = None
+    if reward == "device":  # the trainer's one-jit step (scst.reward = "device")
+      refs_IxRxL, nref_I = cider_device.pad_references(train_refs, max_len)
+      self.reward_arrays = jax.device_put(scst.DeviceReward(
+          cider_device.table_from_doc_freq(scorer.doc_freq), refs_IxRxL, nref_I), repl)
+      fn = functools.partial(scst.scst_device_step, model=model, max_len=max_len, num_samples=samples,
+                             baseline=baseline, cider_weight=1.0, vocab_size=vocab,
+                             options=cider_device.Options())
+      self.device_jit = jax.jit(fn, in_shardings=(repl, data, repl), out_shardings=(repl, repl),
+                                donate_argnums=0)
 
   def __call__(self):
     from jaxcap.training import scst
+    if self.device_jit is not None:
+      t = time.perf_counter()
+      self.state, metrics = self.device_jit(self.state, self.batch, self.reward_arrays)
+      jax.block_until_ready(metrics)
+      return metrics, {"step": time.perf_counter() - t}
     key = jax.random.PRNGKey(10 + self.calls)
     self.calls += 1
     times = {}
@@ -252,11 +268,12 @@ class ScstRunner:
     return metrics, times
 
 
-def bench_scst(model, batch, args, mesh) -> dict:
+def bench_scst(model, batch, args, mesh, reward: str = "host") -> dict:
   """``{"run", "flops", "share"}`` of one SCST step; ``share()``: the host reward's median
-  share of the timed steps (the first call, which compiles, and the warm-up are left out)."""
+  share of the timed steps (the first call, which compiles, and the warm-up are left out;
+  None for the device reward, which is not timed apart from the step)."""
   runner = ScstRunner(model, batch, mesh, samples=args.samples, max_len=args.words + 1, vocab=args.vocab,
-                      train_images=args.train_images)
+                      train_images=args.train_images, reward=reward)
   parts = []
 
   def run():
@@ -265,6 +282,8 @@ def bench_scst(model, batch, args, mesh) -> dict:
     return out
 
   def share():
+    if reward == "device":
+      return None
     timed = parts[1 + args.warmup:1 + args.warmup + args.windows * args.steps]
     med = {k: float(np.median([p[k] for p in timed])) for k in timed[0]}
     return med["reward"] / max(sum(med.values()), 1e-12)
@@ -360,6 +379,8 @@ def parse_args(argv=None):
   p.add_argument("--samples", type=positive_int, default=5, help="sampled captions per image (sample, scst)")
   p.add_argument("--train_images", type=positive_int, default=5000, help="images behind the SCST reward's "
                  "document frequencies")
+  p.add_argument("--reward", default="host", help="scst: comma-separated subset of device,host "
+                 "(where the CIDEr-D reward is computed; one row each; host keeps earlier rows comparable)")
   p.add_argument("--steps", type=positive_int, default=10, help="steps per timed window")
   p.add_argument("--windows", type=positive_int, default=3, help="timed windows; the median is reported")
   p.add_argument("--warmup", type=nonnegative_int, default=3, help="untimed steps after compilation")
@@ -377,6 +398,9 @@ def parse_args(argv=None):
   bad = [i for i in filter(None, args.set.split(",")) if "=" not in i]
   if bad:
     p.error(f"--set: expected key=value items, got {','.join(bad)}")
+  bad = [r for r in args.reward.split(",") if r not in ("device", "host")]
+  if bad:
+    p.error(f"--reward: unknown {','.join(bad)}; expected a subset of device,host")
   bad = [w for w in args.what.split(",") if w not in WHATS]
   if bad:
     p.error(f"--what: unknown {','.join(bad)}; expected a subset of {','.join(WHATS)}")
@@ -402,6 +426,7 @@ def main(argv=None):
   names = args.models.split(",")  # checked by parse_args: registered, trainable names
   batches = [int(b) for b in args.batch.split(",")]  # positive, checked by parse_args
   eval_batches = [int(b) for b in args.eval_batch.split(",")]
+  rewards = args.reward.split(",")
   common.check_batches(batches + eval_batches, jax.device_count())
   mesh = parallel.make_mesh()
   info = common.data_info(args)
@@ -422,14 +447,15 @@ def main(argv=None):
     for dtype in args.dtype.split(","):
       model = _model(name, dtype, args, info)
       for what in args.what.split(","):
-        for b in (eval_batches if what in ("greedy", "beam", "sample") else batches):
+        for b, reward in [(b, r) for b in (eval_batches if what in ("greedy", "beam", "sample") else batches)
+                          for r in (rewards if what == "scst" else [None])]:
           batch = common.make_batch(jax.random.PRNGKey(0), b, args.captions, args.regions, args.feat_dim,
                                     args.vocab, args.words + 1, src_len=src_words, src_vocab=src_vocab)
           batch = jax.device_put(batch, parallel.batch_sharding(mesh))
           if what == "train":
             bench = bench_train(model, batch, args, mesh)
           elif what == "scst":
-            bench = bench_scst(model, batch, args, mesh)
+            bench = bench_scst(model, batch, args, mesh, reward)
           else:
             bench = bench_decode(model, batch, args, mesh, what)
           first_s, dt, spread, times = common.timed_windows(bench["run"], warmup=args.warmup,
@@ -445,7 +471,7 @@ def main(argv=None):
           peak_mem = device_peak_bytes()
           row = {"model": name, "what": what, "dtype": dtype, "batch": b,
                  "beam": args.beam if what == "beam" else None,
-                 "samples": args.samples if what in ("sample", "scst") else None,
+                 "samples": args.samples if what in ("sample", "scst") else None, "reward": reward,
                  "compile_s": round(compile_s, 2), "step_ms": round(dt * 1e3, 3),
                  "window_ms": [round(t * 1e3, 3) for t in times], "spread": round(spread, 4),
                  "images_per_s": round(b / dt, 2), "gflop_per_image": _sig(matmul / b / 1e9),
@@ -458,7 +484,8 @@ def main(argv=None):
           print(f"{name:>18} {what:>6} {dtype:>8} {b:>5} {compile_s:9.1f} {dt * 1e3:9.2f} {b / dt:9.1f} "
                 f"{matmul / b / 1e9:9.3f} {tflops:8.3f} {mfu_s:>6} {100 * spread:5.1f}% "
                 f"{row['compiled_mb'] if mem is not None else float('nan'):8.1f}"
-                + (f"  reward {100 * share:.0f}% of the step" if share is not None else ""), flush=True)
+                + (f"  {reward} reward" if reward else "")
+                + (f", {100 * share:.0f}% of the step" if share is not None else ""), flush=True)
           if args.profile:
             row["profile"] = profile(bench["run"], os.path.join(args.profile, f"{name}_{what}_{dtype}_{b}"))
             print(common.format_trace(row["profile"]), flush=True)

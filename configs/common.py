@@ -179,6 +179,11 @@ def base_config(dataset: str = "synthetic", model: str = "transformer") -> ml_co
   # EOS) | "self_critical" (self-critical.pytorch's CiderD exactly: df on full captions, no EOS
   # after a reference at the length limit). See jaxcap/evaluation/cider.py.
   c.scst.cider_compat = "jaxcap"
+  # Where the reward is computed: "device" (default: CIDEr-D in jax.numpy inside one jitted
+  # step, no host round trip; equals the host reward to ~1e-6, jaxcap/evaluation/cider_device.py)
+  # | "host" (NumPy CIDEr-D between two jitted halves: the checking option, and the one that
+  # supports bleu_weight > 0).
+  c.scst.reward = "device"
   # False: the gradient pass runs without dropout, like sampling (on-policy; see
   # jaxcap/training/scst.py). True: fresh dropout masks in the gradient pass (off-policy).
   c.scst.dropout = False

@@ -2,16 +2,21 @@
 
 Dimension legend: B images, n samples per image, T decoding steps, V vocabulary.
 
-One SCST step:
-  1. (device, jitted) sample n captions per image with the current parameters and, for the
-     greedy baseline, decode greedily;
-  2. (host, NumPy) reward = CIDEr-D in training mode (document frequencies of the training
-     references, cached on disk by :mod:`jaxcap.evaluation.cider`) + optional weighted BLEU-4,
-     with EOS counted as a word as self-critical.pytorch does;
-  3. (device, jitted) the loss ``-(r(w^s) - b) * log p(w^s)`` summed over the sampled tokens up
-     to and including the first EOS and divided by their number (self-critical.pytorch's
-     normalisation), plus the model's own ``extra_loss`` (e.g. AAT's attention-time cost,
-     eq. 17), and the optimiser update.
+One SCST step (``scst.reward = "device"``, the default): one jitted function
+(:func:`scst_device_step`) — sample n captions per image with the current parameters and, for
+the greedy baseline, decode greedily; the reward = CIDEr-D in training mode
+(:mod:`jaxcap.evaluation.cider_device`, jax.numpy: the document frequencies of the training
+references and the padded references of every training image live on the device), with EOS
+counted as a word as self-critical.pytorch does; then the loss
+``-(r(w^s) - b) * log p(w^s)`` summed over the sampled tokens up to and including the first EOS
+and divided by their number (self-critical.pytorch's normalisation), plus the model's own
+``extra_loss`` (e.g. AAT's attention-time cost, eq. 17), and the optimiser update. No host
+callback and no device-to-host transfer: the rewards equal the host scorer's to ~1e-6.
+
+``scst.reward = "host"`` (the checking option, and the only one for ``bleu_weight > 0``): the
+samples go to the host, the reward is :class:`Rewarder` (NumPy CIDEr-D of
+:mod:`jaxcap.evaluation.cider`, cached on disk, + optional weighted BLEU-4), and a second jitted
+function does the update.
 
 Baselines: ``"greedy"`` — the reward of the greedy caption (Rennie et al.); ``"mean"`` — the
 mean reward of the other n - 1 samples of the same image ("new self-critical", Luo 2020).
@@ -33,6 +38,7 @@ from __future__ import annotations
 
 import functools
 import os
+from typing import NamedTuple
 
 import numpy as np
 import jax
@@ -127,6 +133,18 @@ def sample_with_baseline(model, params, batch, rng, *, max_len: int, num_samples
   return samples_BxnxT, greedy
 
 
+def baseline_rewards_device(sample_r_Bxn, greedy_r_B, kind: str):
+  """:func:`baseline_rewards` in jax.numpy (inside the jitted device step)."""
+  if kind == "greedy":
+    return jnp.broadcast_to(greedy_r_B[:, None], sample_r_Bxn.shape)
+  if kind == "mean":
+    n = sample_r_Bxn.shape[1]
+    if n < 2:
+      raise ValueError("config field scst.num_samples: the 'mean' baseline needs at least 2 samples")
+    return (sample_r_Bxn.sum(axis=1, keepdims=True) - sample_r_Bxn) / (n - 1)
+  raise ValueError(f"config field scst.baseline: expected 'greedy' or 'mean', got {kind!r}")
+
+
 def advantages(reward_fn, samples_BxnxT: np.ndarray, image_index_B: np.ndarray,
                greedy_BxT: np.ndarray | None, baseline: str):
   """Step 2 (host): rewards and ``r(w^s) - b`` per sample.
@@ -190,15 +208,94 @@ def make_rewarder(trainer) -> Rewarder:
                   sc.get("cider_compat", "jaxcap"))
 
 
+class DeviceReward(NamedTuple):
+  """The device reward's arrays (a pytree, an argument of the jitted step).
+
+  Attributes:
+    table: document frequencies of the training references (:class:`cider_device.DfTable`).
+    refs_IxRxL: int32 references of every training image, PAD-filled to ``data.max_len``.
+    nref_I: int32 references per training image.
+  """
+
+  table: "cider_device.DfTable"
+  refs_IxRxL: jax.Array
+  nref_I: jax.Array
+
+
+def make_device_reward(trainer):
+  """``(arrays, static options)`` of the device CIDEr-D for the Trainer's config: the same
+  document-frequency table as :class:`Rewarder` (cached in ``data.cache_dir``) and the
+  training references as one padded array, both built once on the host."""
+  from jaxcap.evaluation import cider, cider_device
+  sc, dataset = trainer.config.scst, trainer.dataset
+  compat = sc.get("cider_compat", "jaxcap")
+  if compat not in cider.COMPAT_MODES:
+    raise ValueError(f"config field scst.cider_compat: expected one of {cider.COMPAT_MODES}, "
+                     f"got {compat!r}")
+  if sc.bleu_weight > 0:
+    raise ValueError("config field scst.reward: 'device' computes CIDEr-D only; "
+                     "scst.bleu_weight > 0 needs scst.reward='host'")
+  cider_device.check_vocab_size(len(dataset.vocab))
+  cache_dir = trainer.config.data.get("cache_dir", "") or os.path.join(trainer.workdir, "cache")
+  refs = dataset.train_references_ids(full=compat == "self_critical")
+  scorer = cider.CiderD.for_training(refs, cache_dir, dataset.vocab, compat=compat,
+                                     max_len=dataset.max_len)
+  table, options = cider_device.training_table(scorer)
+  # Both compat modes cut references at max_len words, so that is the array's width.
+  refs_IxRxL, nref_I = cider_device.pad_references(refs, dataset.max_len)
+  repl = parallel.replicated(trainer.mesh)
+  arrays = jax.device_put(DeviceReward(table, refs_IxRxL, nref_I), repl)
+  return arrays, dict(vocab_size=scorer.vocab_size, options=options)
+
+
+def scst_device_step(state, batch, reward: DeviceReward, *, model, max_len: int, num_samples: int,
+                     baseline: str, cider_weight: float, vocab_size: int, options,
+                     dropout: bool = False):
+  """One whole SCST step on the device (pure; jitted by :func:`make_scst_step`): sample (+
+  greedy), device CIDEr-D, advantages, guarded update. Returns ``(state, metrics)``."""
+  from jaxcap.evaluation import cider_device
+  from jaxcap.training import guard
+  rng = jax.random.fold_in(jax.random.fold_in(state.rng, state.step), 7)
+  samples_BxnxT, greedy_BxT = sample_with_baseline(model, state.params, batch, rng, max_len=max_len,
+                                                   num_samples=num_samples, baseline=baseline)
+  b, n, t = samples_BxnxT.shape
+  image_B = batch["image_index"].astype(jnp.int32)
+  # Only this batch's references: candidates index rows 0..B-1 of the gathered set.
+  refs_BxRxL, nref_B = reward.refs_IxRxL[image_B], reward.nref_I[image_B]
+  score = functools.partial(cider_device.score, refs_IxRxL=refs_BxRxL, nref_I=nref_B,
+                            table=reward.table, vocab_size=vocab_size, options=options)
+  r_sample_Bxn = cider_weight * score(samples_BxnxT.reshape(b * n, t),
+                                      jnp.repeat(jnp.arange(b, dtype=jnp.int32), n)).reshape(b, n)
+  r_greedy_B = None
+  if greedy_BxT is not None:
+    r_greedy_B = cider_weight * score(greedy_BxT, jnp.arange(b, dtype=jnp.int32))
+  base_Bxn = baseline_rewards_device(r_sample_Bxn, r_greedy_B, baseline)
+  adv_Bxn = jax.lax.stop_gradient(r_sample_Bxn - base_Bxn).astype(jnp.float32)
+  state, metrics = guard.guarded(scst_grad_step)(state, batch, samples_BxnxT, adv_Bxn, model=model,
+                                                 dropout=dropout)
+  metrics = dict(metrics, reward=r_sample_Bxn.mean(), baseline=base_Bxn.mean())
+  if r_greedy_B is not None:
+    metrics["greedy_reward"] = r_greedy_B.mean()
+  return state, metrics
+
+
 def make_scst_step(trainer, reward_fn=None):
-  """Returns ``step(state, batch, step_index) -> (state, metrics)`` for the Trainer's run:
-  sample (device) -> ``reward_fn`` (host; default :func:`make_rewarder`) -> update (device).
+  """Returns ``step(state, batch, step_index) -> (state, metrics)`` for the Trainer's run.
+
+  ``scst.reward = "device"`` (default) and no ``reward_fn``: one jitted
+  :func:`scst_device_step`. Otherwise sample (device) -> ``reward_fn`` (host; default
+  :func:`make_rewarder`) -> update (device).
 
   Args:
     reward_fn: ``(tokens [N, T], image_index [N]) -> rewards [N]`` (see :func:`advantages`).
   """
   config, model, mesh = trainer.config, trainer.model, trainer.mesh
   sc = config.scst
+  kind = sc.get("reward", "device")
+  if kind not in ("device", "host"):
+    raise ValueError(f"config field scst.reward: expected 'device' or 'host', got {kind!r}")
+  if reward_fn is None and kind == "device":
+    return _make_device_step(trainer)
   reward_fn = reward_fn if reward_fn is not None else make_rewarder(trainer)
   repl, data = parallel.replicated(mesh), parallel.batch_sharding(mesh)
   max_len = config.decode.max_len
@@ -230,4 +327,24 @@ def make_scst_step(trainer, reward_fn=None):
       metrics["greedy_reward"] = jnp.float32(r_greedy.mean())
     return state, metrics
 
+  return step
+
+
+def _make_device_step(trainer):
+  config, model, mesh = trainer.config, trainer.model, trainer.mesh
+  sc = config.scst
+  arrays, static = make_device_reward(trainer)
+  repl, data = parallel.replicated(mesh), parallel.batch_sharding(mesh)
+  fn = functools.partial(scst_device_step, model=model, max_len=config.decode.max_len,
+                         num_samples=sc.num_samples, baseline=sc.baseline,
+                         cider_weight=float(sc.cider_weight), dropout=bool(sc.get("dropout", False)),
+                         **static)
+  step_jit = jax.jit(fn, in_shardings=(repl, data, repl), out_shardings=(repl, repl),
+                     donate_argnums=0)
+
+  def step(state, batch, step_index):
+    del step_index  # the sampling key comes from state.step, as on the host path
+    return step_jit(state, batch, arrays)
+
+  step.jitted, step.reward_arrays = step_jit, arrays  # for tests and benchmarks
   return step

@@ -53,6 +53,7 @@ _CHOICES = (
     ("data.validate_features", ("all", "sample", "off")),
     ("data.degenerate_boxes", ("error", "allow")),
     ("data.missing_boxes", ("error", "whole_image")),
+    ("scst.reward", ("device", "host")),
 )
 _BOOLS = ("test_after_training", "spice", "data.truncate_regions")
 
@@ -100,6 +101,11 @@ def check_config(config, trainable: bool = True) -> None:
     if v is not _MISSING and v not in choices:
       raise ValueError(f"config field {path}: expected one of {', '.join(map(repr, choices))}, "
                        f"got {v!r}")
+  bleu = _get(config, "scst.bleu_weight")
+  if (_get(config, "scst.reward") == "device" and isinstance(bleu, (int, float))
+      and bleu > 0):  # the device reward is CIDEr-D only
+    raise ValueError(f"config field scst.reward: 'device' computes CIDEr-D only; "
+                     f"scst.bleu_weight={bleu} needs scst.reward='host'")
   for path in _BOOLS:
     v = _get(config, path)
     if v is not _MISSING and not isinstance(v, bool):

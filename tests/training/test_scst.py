@@ -204,3 +204,78 @@ def test_scst_from_a_cross_entropy_workdir_starts_from_its_parameters(tmp_path):
   with pytest.raises(ValueError, match="init_from"):
     train_lib.Trainer(bad, str(tmp_path / "scst2")).fit()
   assert not (tmp_path / "scst2").exists()
+
+
+def _device_step_setup(tmp_path, baseline="greedy"):
+  from jaxcap.data import pipeline
+  from jaxcap.training import parallel
+  config = tiny_config()
+  config.scst.num_samples = 2
+  config.scst.baseline = baseline
+  config.data.cache_dir = str(tmp_path / "cache")
+  trainer = train_lib.Trainer(config, str(tmp_path / "run"))
+  it = pipeline.make_train_iterator(trainer.dataset.split("train"), config.batch_size, seed=0)
+  return trainer, parallel.shard_batch(next(it), trainer.mesh)
+
+
+def _primitives(jaxpr):
+  """Names of every primitive in a jaxpr and in all its sub-jaxprs (scan, cond, pjit, ...)."""
+  out = set()
+  for eqn in jaxpr.eqns:
+    out.add(eqn.primitive.name)
+    for v in eqn.params.values():
+      for sub in v if isinstance(v, (tuple, list)) else (v,):
+        # By shape, not class: jax.core's Jaxpr classes moved between JAX versions.
+        if hasattr(sub, "eqns"):
+          out |= _primitives(sub)
+        elif hasattr(getattr(sub, "jaxpr", None), "eqns"):
+          out |= _primitives(sub.jaxpr)
+  return out
+
+
+def test_device_reward_step_matches_the_host_reward_step(tmp_path):
+  """The one-jit device step (default) and the host-reward step see the same samples, so
+  rewards, baselines and the updated parameters agree."""
+  baseline = "greedy"
+  trainer, batch = _device_step_setup(tmp_path, baseline)
+  assert trainer.config.scst.reward == "device"
+  dev_step = scst.make_scst_step(trainer)
+  assert hasattr(dev_step, "jitted")
+  s_dev, m_dev = dev_step(trainer.initial_state(), batch, 0)
+  trainer.config.scst.reward = "host"
+  s_host, m_host = scst.make_scst_step(trainer)(trainer.initial_state(), batch, 0)
+  keys = ["reward", "baseline", "scst_loss"] + (["greedy_reward"] if baseline == "greedy" else [])
+  for k in keys:
+    np.testing.assert_allclose(float(m_dev[k]), float(m_host[k]), rtol=1e-5, atol=1e-6)
+  assert float(m_dev["reward"]) > 0
+  for a, b in zip(jax.tree.leaves(s_dev.params), jax.tree.leaves(s_host.params)):
+    # Adam divides by sqrt(v): where a gradient entry is near 0, float32 rounding of the
+    # rewards (~1e-7) moves that entry's step by up to a fraction of the learning rate.
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0, atol=1e-3)
+
+
+def test_device_reward_step_has_no_host_callback_and_no_transfer(tmp_path):
+  trainer, batch = _device_step_setup(tmp_path, "mean")
+  step = scst.make_scst_step(trainer)
+  state = trainer.initial_state()
+  prims = _primitives(jax.make_jaxpr(step.jitted)(state, batch, step.reward_arrays).jaxpr)
+  assert "pjit" in prims or "closed_call" in prims or "scan" in prims or "while" in prims
+  assert not {p for p in prims if "callback" in p}, prims
+  step(state, batch, 0)  # compiles (constants are placed while tracing)
+  state = trainer.initial_state()
+  with jax.transfer_guard("disallow"):
+    state, metrics = step(state, batch, 1)
+  assert int(state.step) == 1 and np.isfinite(float(metrics["reward"]))
+
+
+def test_device_reward_with_bleu_is_a_config_error():
+  from jaxcap.training import validation
+  config = tiny_config()
+  config.scst.bleu_weight = 0.5
+  with pytest.raises(ValueError, match=r"^config field scst.reward: .*bleu_weight=0.5"):
+    validation.check_config(config)
+  config.scst.reward = "host"
+  validation.check_config(config)
+  config.scst.reward = "gpu"
+  with pytest.raises(ValueError, match="config field scst.reward: expected one of"):
+    validation.check_config(config)
