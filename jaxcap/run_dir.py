@@ -204,13 +204,8 @@ def read_features_record(workdir: str) -> dict | None:
 
 
 def _read_json_or_fail(path: str):
-  try:
-    with open(path) as f:
-      return json.load(f)
-  except (OSError, ValueError) as e:
-    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-    raise ValueError(f"{path}: unreadable ({first}); expected the features.json jaxcap-extract "
-                     "wrote") from None
+  from jaxcap.features import extract
+  return extract.read_json(path, "the features.json jaxcap-extract wrote")
 
 
 def _check_features_record(workdir: str, config) -> None:

@@ -136,17 +136,22 @@ def _atomic_write(path: str, write: Callable[[io.BufferedWriter], None]) -> None
       os.remove(tmp)
 
 
+def read_json(path: str, expected: str):
+  """The JSON file at ``path``; one-line ``ValueError`` naming it and ``expected`` otherwise."""
+  try:
+    with open(path) as f:
+      return json.load(f)
+  except (OSError, ValueError) as e:
+    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    raise ValueError(f"{path}: unreadable ({first}); expected {expected}") from None
+
+
 def write_record(out_dir: str, record: dict) -> None:
   """Writes ``features.json``; one-line ``ValueError`` when ``out_dir`` already holds features
   of another backbone, size, grid, dtype or weights (a mixed folder would train silently)."""
   path = os.path.join(out_dir, RECORD_FILE)
   if os.path.exists(path):
-    try:
-      with open(path) as f:
-        old = json.load(f)
-    except (OSError, ValueError) as e:
-      raise ValueError(f"{path}: unreadable ({e}); expected the features.json of an earlier "
-                       "run, or an --out without one") from None
+    old = read_json(path, "the features.json of an earlier run, or an --out without one")
     for key in list(record) + sorted(set(old) - set(record)):
       if old.get(key) != record.get(key):
         raise ValueError(f"{path}: the features there have {key}={old.get(key)!r}, this run "

@@ -15,7 +15,6 @@ This module imports no other part of jaxcap than :mod:`jaxcap.features`.
 
 from __future__ import annotations
 
-import json
 import os
 
 import numpy as np
@@ -25,12 +24,7 @@ from jaxcap.features import extract, registry
 
 def read(path: str) -> dict:
   """The record at ``path``; one-line ``ValueError`` when unreadable or missing a field."""
-  try:
-    with open(path) as f:
-      record = json.load(f)
-  except (OSError, ValueError) as e:
-    raise ValueError(f"{path}: unreadable ({e}); expected the features.json jaxcap-extract "
-                     "wrote") from None
+  record = extract.read_json(path, "the features.json jaxcap-extract wrote")
   missing = [k for k in ("backbone", "size", "att_size", "dtype", "weights")
              if not isinstance(record, dict) or k not in record]
   if missing:
