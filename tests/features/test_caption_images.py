@@ -19,7 +19,8 @@ import jaxcap
 from jaxcap import run_dir
 from tests.features.test_extract import GOOD, REPO, extract_folder, train_on
 
-pytestmark = pytest.mark.slow  # the shared fixture trains a model (about a minute on busy CPUs)
+# The tests of the shared fixture are slow: it extracts and trains (about a minute on busy CPUs).
+slow = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
@@ -43,12 +44,14 @@ def _evaluate(argv, cwd):
                         capture_output=True, text=True, env=env, timeout=300, cwd=cwd)
 
 
+@slow
 def test_the_run_keeps_the_features_record(trained):
   _, out, workdir = trained
   assert (json.loads((workdir / run_dir.FEATURES_FILE).read_text())
           == json.loads((out / "features.json").read_text()))
 
 
+@slow
 def test_one_caption_per_file(trained, run):
   images, _, _ = trained
   paths = [images / n for n in GOOD[:3]]
@@ -60,6 +63,7 @@ def test_one_caption_per_file(trained, run):
   assert run.caption_images([str(paths[1]), pixels], method="greedy", max_len=5) == [captions[1]] * 2
 
 
+@slow
 def test_the_features_are_the_extracted_files_as_training_read_them(trained, run):
   """What caption_images decodes equals what training saw: the dataset's reader on the files
   jaxcap-extract wrote, collated as a training batch."""
@@ -84,6 +88,7 @@ def test_the_features_are_the_extracted_files_as_training_read_them(trained, run
                                      err_msg=f"{image_id} {key}")
 
 
+@slow
 def test_weights_other_than_the_recorded_ones_are_refused(trained, tmp_path):
   from safetensors.numpy import save_file
   from jaxcap.features import extract, record
@@ -111,6 +116,7 @@ def test_weights_other_than_the_recorded_ones_are_refused(trained, tmp_path):
   assert len(caps) == 1 and isinstance(caps[0], str)
 
 
+@slow
 def test_a_run_without_features_json_is_refused(trained, tmp_path, run):
   images, _, workdir = trained
   copy = tmp_path / "run"
@@ -129,6 +135,7 @@ def test_a_run_without_features_json_is_refused(trained, tmp_path, run):
     run.caption_images([images / "a0.png"], str(images / "a0.png"))
 
 
+@slow
 def test_evaluate_images_writes_the_captions_and_reports_the_corrupt_file(trained, tmp_path):
   images, _, workdir = trained
   out = tmp_path / "captions.json"
@@ -144,6 +151,7 @@ def test_evaluate_images_writes_the_captions_and_reports_the_corrupt_file(traine
   assert not [p for p in tmp_path.iterdir() if ".tmp" in p.name]
 
 
+@slow
 @pytest.mark.parametrize("case,argv,needle", [
     ("missing dir", ["--images", "{tmp}/nowhere", "--out", "{tmp}/c.json"], "--images={tmp}/nowhere"),
     ("with --ensemble", ["--images", "{images}", "--out", "{tmp}/c.json", "--ensemble", "{run}"],
@@ -170,3 +178,25 @@ def test_evaluate_images_bad_input_is_one_line(trained, tmp_path, case, argv, ne
   assert len(lines) == 1 and lines[0].startswith(("error: ", "FATAL")), (case, lines)
   assert needle.format(**fill) in lines[0], lines[0]
   assert not (tmp_path / "c.json").exists()
+
+
+def test_init_workdir_copies_the_features_record_and_refuses_other_features(tmp_path):
+  import ml_collections
+  from jaxcap.data.vocab import Vocab
+  feats = tmp_path / "feats"
+  (feats / "att").mkdir(parents=True)
+  record = {"backbone": "resnet50", "size": 32, "att_size": 2, "dtype": "float32",
+            "weights": {"random": True, "seed": 0}}
+  (feats / "features.json").write_text(json.dumps(record))
+  config = ml_collections.ConfigDict({"model": {"name": "transformer"}, "data": {
+      "name": "karpathy", "root": str(tmp_path), "att_dir": str(feats / "att"), "fc_dir": ""}})
+  assert run_dir.features_record_source(config.data) == str(feats / "features.json")
+  vocab = Vocab(["a", "b"])
+  run_dir.init_workdir(str(tmp_path / "run"), config, vocab)
+  assert run_dir.read_features_record(str(tmp_path / "run")) == record
+  (feats / "features.json").write_text(json.dumps(dict(record, size=64)))
+  with pytest.raises(ValueError, match=r"features have size=64, this workdir's run was trained on size=32"):
+    run_dir.init_workdir(str(tmp_path / "run"), config, vocab)
+  config.data.att_dir = ""
+  assert run_dir.features_record_source(config.data) is None  # none in data.root
+  assert run_dir.read_features_record(str(tmp_path)) is None
