@@ -8,6 +8,7 @@ width, K beams, T decoding steps (``max_len``).
   import jaxcap
   run = jaxcap.load("runs/transformer_synthetic")          # best checkpoint (or step=N)
   captions = run.caption(feats_BxNxF)                       # list of B strings
+  captions = run.caption_images(["a.jpg", "b.png"])         # runs on jaxcap-extract's features
   scores = run.evaluate(split="test")                       # needs the run's dataset
   jaxcap.score({1: ["a red cube"]}, {1: "a red cube"})      # pycocoevalcap metrics
   eta_v = run.ablate(force_gate=1.0)                        # same parameters, changed model
@@ -302,6 +303,39 @@ def make_batch(features, info: dict, model=None) -> dict:
   return batch
 
 
+def image_features_batch(fc_BxD, att_BxCxD, data_config, info: dict) -> dict:
+  """The batch keys (``feats``, ``feats_mask``, ``boxes``, ``global_feat``, ``valid``,
+  ``image_index``) of features as ``jaxcap-extract`` writes them (``fc [B, D]``,
+  ``att [B, g*g, D]``), through the reader and collation training used
+  (:class:`jaxcap.data.base.ArrayFeatures`, :func:`jaxcap.data.base.collate`): ``att`` cells as
+  regions (grid boxes with ``data.grid``, else whole-image boxes) when ``data.att_dir`` is set,
+  else ``fc`` as the one region; ``fc`` as the global feature when ``data.fc_dir`` is set, else
+  the regions' mean; regions beyond ``max_regions`` dropped, the rest padded."""
+  from jaxcap.data import base
+  get = data_config.get
+  grid = bool(get("grid", False))
+  if get("att_dir"):
+    if get("box_dir") and not grid:
+      raise ValueError(f"caption_images: this run read region boxes from data.box_dir="
+                       f"{get('box_dir')!r}; expected a run on jaxcap-extract's grid features "
+                       "(data.grid=True or no box_dir), which have no box files")
+    reader = base.ArrayFeatures(att_BxCxD, global_feats=fc_BxD if get("fc_dir") else None,
+                                grid=grid, label="images")
+  else:
+    reader = base.ArrayFeatures(fc_BxD[:, None, :], global_feats=fc_BxD, label="images")
+  examples = []
+  for i in range(len(fc_BxD)):
+    feats, boxes, glob = base.resolve_features(reader.read(i), reader.name(i),
+                                               info["feature_dim"], info["global_dim"])
+    examples.append({"image_index": np.int32(i), "feats": feats, "boxes": boxes,
+                     "global_feat": glob,
+                     "captions": np.zeros((1, int(info["max_len"]) + 1), np.int32),
+                     "attributes": np.zeros((0,), np.int32),
+                     "attr_labels": np.zeros((int(info["num_attributes"]),), np.float32)})
+  batch = base.collate(examples, np.random.default_rng(0), info=info, seq_per_img=1)
+  return {k: batch[k] for k in ("image_index", "valid", "feats", "feats_mask", "boxes", "global_feat")}
+
+
 def _check_finite(x: np.ndarray, what: str) -> None:
   if x.size and not np.isfinite(x.sum(dtype=np.float64)):
     bad = ~np.isfinite(x).reshape(len(x), -1).all(1)
@@ -480,6 +514,56 @@ class Run:
     if tokens.ndim == 3:
       tokens = tokens[:, 0]
     return [self.vocab.decode(row) for row in tokens]
+
+  # ---------------------------------------------------------------- image files
+  def backbone(self, weights: str | None = None):
+    """The extractor the run's features came from (:class:`jaxcap.features.record.Backbone`,
+    built once per ``weights``); one line for a run without ``features.json``."""
+    from jaxcap.features import record as record_lib
+    cached = getattr(self, "_backbone", None)
+    if cached is not None and cached[0] == weights:
+      return cached[1]
+    record = run_dir.read_features_record(self.workdir) if self.workdir else None
+    if record is None:
+      raise ValueError(f"{self.workdir}: no {run_dir.FEATURES_FILE}; this run was trained on "
+                       "features jaxcap-extract did not write, so it cannot caption image files "
+                       "(caption feature arrays with Run.caption)")
+    where = os.path.join(self.workdir, run_dir.FEATURES_FILE)
+    backbone = record_lib.Backbone(record, weights, where)
+    self._backbone = (weights, backbone)
+    return backbone
+
+  def image_batch(self, images, weights: str | None = None, *, batch_size: int = 16) -> dict:
+    """The batch :meth:`caption_images` decodes: the recorded backbone's features of
+    ``images``, laid out as the run's dataset reader lays out the extracted files
+    (:func:`image_features_batch`)."""
+    fc_BxD, att_BxCxD = self.backbone(weights).features(images, batch_size)
+    return image_features_batch(fc_BxD, att_BxCxD, self.config.data, self.info)
+
+  def caption_images(self, images, weights: str | None = None, *, batch_size: int = 16,
+                     **decode_options) -> list[str]:
+    """Captions image files and / or pixel arrays with the backbone the run's features came from.
+
+    Args:
+      images: one or a list of image file paths (``str`` / ``Path``) and / or uint8 RGB
+        ``[H, W, 3]`` arrays; read as ``jaxcap-extract`` reads files (EXIF orientation, RGB,
+        resized to the recorded square ``size``).
+      weights: the backbone's ``.safetensors`` file, whose sha256 must be the one the run's
+        ``features.json`` records; None for a run trained on random-weight features (the
+        recorded seed's weights are rebuilt).
+      batch_size: images per backbone call.
+      **decode_options: as :meth:`caption` (``method``, ``beam_size``, ``max_len``, ...).
+
+    Returns:
+      one caption per image, in order.
+
+    Raises:
+      ValueError: one line: a run without ``features.json`` (trained on features
+        ``jaxcap-extract`` did not write), other weights than the recorded ones, an unreadable
+        file or a non-image array.
+    """
+    batch = self.image_batch(images, weights, batch_size=batch_size)
+    return self.caption(batch, **decode_options)
 
   # ---------------------------------------------------------------- evaluation
   def predict(self, split: str = "test", *, num_images: int = -1, method: str | None = None,

@@ -4,7 +4,10 @@ A workdir holds ``config.json`` and ``vocab.json`` (written once when training s
 every resume), ``info.json`` (the dataset's ``info``, so a run loads without its dataset),
 ``checkpoints/`` (latest k) and ``best/`` (best validation metric, ``config.best_metric``),
 ``metrics.jsonl`` and ``tensorboard/`` (:mod:`jaxcap.training.writers`), and after testing
-``predictions_<split><tag>.json`` and ``scores_<split><tag>.json``.
+``predictions_<split><tag>.json`` and ``scores_<split><tag>.json``. A run trained on features
+``jaxcap-extract`` wrote also keeps a copy of their ``features.json`` (the backbone, its
+settings and the weights' sha256), which lets :meth:`jaxcap.api.Run.caption_images` rebuild
+the same extractor; runs on other features have none.
 
 Training (:mod:`jaxcap.training.train_lib`) writes through this module; loading
 (:func:`jaxcap.load`) reads through it. Checkpoints are restored here (:func:`restore`: the best,
@@ -25,6 +28,9 @@ from jaxcap.data.vocab import Vocab
 CONFIG_FILE = "config.json"
 VOCAB_FILE = "vocab.json"
 INFO_FILE = "info.json"
+# What jaxcap-extract writes next to fc/ and att/ (jaxcap.features.extract.RECORD_FILE), and
+# the run's copy of it.
+FEATURES_FILE = "features.json"
 
 # Fields that may differ between the config a checkpoint was trained with and a resumed run.
 _RESUMABLE_MODEL_FIELDS = ("dropout", "dtype")
@@ -169,10 +175,59 @@ def check_workdir(workdir: str, config, vocab: Vocab) -> None:
                        f"the data's ({len(vocab)} words); use the same data and data.min_word_count")
 
 
+def features_record_source(data_config) -> str | None:
+  """The ``features.json`` ``jaxcap-extract`` wrote for the run's features: in the folder that
+  holds ``att_dir`` (else ``fc_dir``), else in ``data.root``; None when there is none."""
+  get = data_config.get
+  root = get("root") or ""
+  folders = []
+  for field in ("att_dir", "fc_dir"):
+    d = get(field) or ""
+    if d:
+      folders.append(os.path.dirname(os.path.normpath(d if os.path.isabs(d) else os.path.join(root, d))))
+  if root:
+    folders.append(root)
+  for folder in folders:
+    path = os.path.join(folder, FEATURES_FILE)
+    if os.path.isfile(path):
+      return path
+  return None
+
+
+def read_features_record(workdir: str) -> dict | None:
+  """The run's copy of ``features.json`` (None for a run without one); one line when damaged."""
+  path = os.path.join(workdir, FEATURES_FILE)
+  if not os.path.exists(path):
+    return None
+  from jaxcap.features import record
+  return record.read(path)
+
+
+def _read_json_or_fail(path: str):
+  from jaxcap.features import extract
+  return extract.read_json(path, "the features.json jaxcap-extract wrote")
+
+
+def _check_features_record(workdir: str, config) -> None:
+  """A resumed run's features must come from the backbone its copy of features.json names."""
+  saved = os.path.join(workdir, FEATURES_FILE)
+  source = features_record_source(config.data)
+  if source is None or not os.path.exists(saved):
+    return
+  new, old = _read_json_or_fail(source), _read_json_or_fail(saved)
+  if new != old:
+    key = sorted(k for k in set(new) | set(old) if new.get(k) != old.get(k))[0]
+    raise ValueError(f"{source}: the features have {key}={new.get(key)!r}, this workdir's run was "
+                     f"trained on {key}={old.get(key)!r} ({saved}); expected the same features, "
+                     "or use another --workdir")
+
+
 def init_workdir(workdir: str, config, vocab: Vocab, info: dict | None = None) -> None:
-  """Writes ``config.json``, ``vocab.json`` and the dataset's ``info.json`` (what
-  ``jaxcap.load`` rebuilds the model from without the dataset) once, atomically."""
+  """Writes ``config.json``, ``vocab.json``, the dataset's ``info.json`` (what
+  ``jaxcap.load`` rebuilds the model from without the dataset) and the copy of the features'
+  ``features.json`` (:func:`features_record_source`) once, atomically."""
   check_workdir(workdir, config, vocab)
+  _check_features_record(workdir, config)
   if jax.process_index() != 0:
     return
   os.makedirs(workdir, exist_ok=True)
@@ -182,6 +237,9 @@ def init_workdir(workdir: str, config, vocab: Vocab, info: dict | None = None) -
     vocab.save(os.path.join(workdir, VOCAB_FILE))
   if info is not None and not os.path.exists(os.path.join(workdir, INFO_FILE)):
     save_info(workdir, info)
+  source = features_record_source(config.data)
+  if source is not None and not os.path.exists(os.path.join(workdir, FEATURES_FILE)):
+    _write_json(os.path.join(workdir, FEATURES_FILE), _read_json_or_fail(source))
 
 
 # ---------------------------------------------------------------------------------------------

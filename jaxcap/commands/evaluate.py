@@ -5,6 +5,7 @@
   python evaluate.py --workdir runs/t1 --beam-size 6 --beam-groups 3 --diversity-strength 0.5 --sample-n 6 --sample-n-method beam
   python evaluate.py --ensemble runs/a,runs/b [--ensemble-weights 1,1] [--workdir OUT] [--beam-size 3]
   python evaluate.py --predictions P.json --references R.json --out S.json
+  python evaluate.py --workdir runs/mine --images photos/ --out captions.json [--weights resnet101.safetensors]
   jaxcap-evaluate --workdir runs/transformer_synthetic   # the same, once the package is installed
 
 The first form loads the best checkpoint (or ``--step``), decodes the split, prints the metric
@@ -14,6 +15,13 @@ several runs together (``jaxcap.load_ensemble``: the members' step probabilities
 from its best checkpoint, with the first run's data and decode config; the files go to ``--workdir``
 (default: the first run's) with the tag ``_ensemble`` unless ``--tag`` is given. The second scores a COCO
 results file against references in the COCO annotation format.
+
+``--images DIR`` captions every image file of DIR (the extensions ``jaxcap-extract`` reads) with
+a run trained on ``jaxcap-extract``'s features: its recorded backbone (``features.json``; the
+``--weights`` file with the recorded sha256, none for random weights) and the run's best
+checkpoint, with the decoding flags above. It writes ``[{"image": "<file name>", "caption":
+"..."}]`` to ``--out`` atomically; no references, no scores. An unreadable file is reported in one
+line and left out.
 """
 
 import os
@@ -66,7 +74,12 @@ flags.DEFINE_bool("spice", False, "Also compute SPICE (needs its Stanford CoreNL
 flags.DEFINE_string("tag", "", "Suffix of the output file names, e.g. _beam3.")
 flags.DEFINE_string("predictions", None, "Score this COCO results file instead of a checkpoint.")
 flags.DEFINE_string("references", None, "COCO annotation file with the references (with --predictions).")
-flags.DEFINE_string("out", None, "Where to write the scores JSON (with --predictions).")
+flags.DEFINE_string("out", None, "Where to write the scores JSON (with --predictions), or the "
+                    "captions JSON (with --images).")
+flags.DEFINE_string("images", None, "Caption every image file of this folder with the run's "
+                    "recorded backbone (runs trained on jaxcap-extract's features); needs --out.")
+flags.DEFINE_string("weights", None, "With --images: the backbone's .safetensors file (the one "
+                    "the run's features.json records; none for random weights).")
 
 # The spellings with dashes work too (--beam-size 3, --length-penalty gnmt, --block-trigrams).
 for _name in ("beam_size", "beam_mode", "length_penalty", "min_len", "block_trigrams", "suppress_unk", "top_k",
@@ -201,6 +214,59 @@ def evaluate_ensemble():
   decode_and_write(ens, decode_overrides(config), config.eval_batch_size, out_dir, FLAGS.tag or "_ensemble")
 
 
+def caption_images():
+  """--images DIR --out captions.json: the run's recorded backbone, then its best checkpoint."""
+  import json
+  import sys
+  from jaxcap import api, run_dir
+  from jaxcap.features import extract
+  from jaxcap.features import record as record_lib
+  if not FLAGS.out:
+    raise ValueError("--images needs --out captions.json; expected where to write the captions")
+  if os.path.isdir(FLAGS.out):
+    raise ValueError(f"--out={FLAGS.out}: is a directory; expected a JSON file name")
+  names = extract.list_images(FLAGS.images)
+  if not names:
+    raise ValueError(f"--images={FLAGS.images}: no image files ({', '.join(extract.IMAGE_EXTENSIONS)}); "
+                     "expected a folder of images")
+  config = run_dir.read_config(FLAGS.workdir)
+  record = run_dir.read_features_record(FLAGS.workdir)
+  if record is None:
+    raise ValueError(f"{FLAGS.workdir}: no {run_dir.FEATURES_FILE}; this run was trained on "
+                     "features jaxcap-extract did not write, so it cannot caption image files "
+                     "(caption feature arrays with Run.caption)")
+  # Refused before any image is read or any checkpoint restored.
+  record_lib.check_weights(record, FLAGS.weights, os.path.join(FLAGS.workdir, run_dir.FEATURES_FILE))
+  size, pixels, failed = int(record["size"]), [], []
+  for name in names:
+    path = os.path.join(FLAGS.images, name)
+    try:
+      pixels.append((name, extract.read_image(path, size)))
+    except Exception as e:  # pylint: disable=broad-except  (Pillow raises many kinds)
+      failed.append(name)
+      print(f"warning: {path}: unreadable image ({extract.unreadable_reason(e)}); skipped",
+            file=sys.stderr, flush=True)
+  if not pixels:
+    raise ValueError(f"--images={FLAGS.images}: none of the {len(names)} images could be read; "
+                     "expected image files Pillow can open")
+  run = api.load(FLAGS.workdir, FLAGS.step)
+  print(f"Captioning {len(pixels)} images of {FLAGS.images} with step {run.step} of "
+        f"{FLAGS.workdir} ({record['backbone']} features).", flush=True)
+  options = decode_overrides(config).to_dict()
+  captions = run.caption_images([img for _, img in pixels], FLAGS.weights,
+                                batch_size=FLAGS.batch_size or 16, **options)
+  out = [{"image": name, "caption": c} for (name, _), c in zip(pixels, captions)]
+  os.makedirs(os.path.dirname(os.path.abspath(FLAGS.out)), exist_ok=True)
+  tmp = f"{FLAGS.out}.tmp{os.getpid()}"
+  with open(tmp, "w") as f:
+    json.dump(out, f, indent=1)
+  os.replace(tmp, FLAGS.out)
+  for item in out[:5]:
+    print(f"  {item['image']}: {item['caption']}")
+  print(f"{FLAGS.out}: {len(out)} captions" + (f"; {len(failed)} unreadable image(s) skipped"
+                                              if failed else ""), flush=True)
+
+
 def score_predictions():
   from jaxcap.evaluation import files
   from jaxcap.run_dir import format_table
@@ -218,6 +284,19 @@ def main(argv):
   if FLAGS.ensemble_weights is not None and not FLAGS.ensemble:
     raise app.UsageError(f"--ensemble-weights={FLAGS.ensemble_weights}: weights without "
                          "--ensemble; expected --ensemble runs/a,runs/b with one weight per run")
+  if FLAGS.images is not None:
+    for flag in ("ensemble", "predictions"):
+      if getattr(FLAGS, flag):
+        raise app.UsageError(f"--images with --{flag}: expected --images with one --workdir "
+                             "(captions of image files, no scores)")
+    if not FLAGS.workdir:
+      raise app.UsageError("--images without --workdir; expected --workdir (a run trained on "
+                           "jaxcap-extract's features)")
+    if not os.path.isdir(FLAGS.images):
+      raise app.UsageError(f"--images={FLAGS.images}: not a directory; expected a folder of images")
+  elif FLAGS.weights is not None:
+    raise app.UsageError(f"--weights={FLAGS.weights} without --images; expected --images DIR "
+                         "(the backbone weights of image captioning)")
   if FLAGS.predictions:
     return run_main(score_predictions)
   if FLAGS.ensemble:
@@ -228,6 +307,8 @@ def main(argv):
   if not os.path.isdir(FLAGS.workdir):
     raise app.UsageError(f"--workdir={FLAGS.workdir}: not a directory; expected a workdir "
                          "written by train.py")
+  if FLAGS.images is not None:
+    return run_main(caption_images)
   return run_main(evaluate_workdir)
 
 

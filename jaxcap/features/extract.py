@@ -73,8 +73,48 @@ def read_image(path: str, size: int) -> np.ndarray:
     if img.mode != "RGB":
       # Palette / alpha images through RGBA so that transparency becomes its colour, not noise.
       img = img.convert("RGBA").convert("RGB") if img.mode in ("P", "PA", "LA") else img.convert("RGB")
-    img = img.resize((size, size), Image.BILINEAR)
-    return np.asarray(img, dtype=np.uint8)
+    return _square(img, size)
+
+
+def unreadable_reason(e: Exception) -> str:
+  """The first line of what Pillow raised for an unreadable file (its type when empty)."""
+  return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+
+
+def _square(img, size: int) -> np.ndarray:
+  from PIL import Image
+  return np.asarray(img.resize((size, size), Image.BILINEAR), dtype=np.uint8)
+
+
+def image_array(array, size: int, what: str = "image") -> np.ndarray:
+  """``[S, S, 3]`` uint8 of a uint8 RGB ``[H, W, 3]`` array: as it is when already ``S x S``,
+  else resized as :func:`read_image` resizes a file's pixels; one-line ``ValueError`` for
+  another shape or dtype."""
+  from PIL import Image
+  x = np.asarray(array)
+  if x.ndim != 3 or x.shape[-1] != 3 or x.dtype != np.uint8 or min(x.shape[:2]) < 1:
+    raise ValueError(f"{what}: expected a uint8 RGB array [H, W, 3] (or an image file path), "
+                     f"got {x.dtype} {list(x.shape)}")
+  if x.shape[:2] == (size, size):
+    return x
+  return _square(Image.fromarray(x, "RGB"), size)
+
+
+def features_of(extract: Callable, variables, images_BxSxSx3: np.ndarray, batch_size: int):
+  """``(fc [B, D], att [B, g*g, D])`` float32 of images in batches of ``batch_size`` (the last
+  padded with copies of its last image: one compiled shape); ``att`` cells row-major, as the
+  ``.npz`` files hold them."""
+  fcs, atts = [], []
+  for start in range(0, len(images_BxSxSx3), batch_size):
+    chunk = images_BxSxSx3[start:start + batch_size]
+    n = len(chunk)
+    if n < batch_size:
+      chunk = np.concatenate([chunk, np.repeat(chunk[-1:], batch_size - n, axis=0)])
+    feats = extract(variables, chunk)
+    att_BxgxgxD = np.asarray(feats["att"], np.float32)[:n]
+    fcs.append(np.asarray(feats["fc"], np.float32)[:n])
+    atts.append(att_BxgxgxD.reshape(n, -1, att_BxgxgxD.shape[-1]))
+  return np.concatenate(fcs), np.concatenate(atts)
 
 
 def sha256(path: str) -> str:
@@ -96,17 +136,22 @@ def _atomic_write(path: str, write: Callable[[io.BufferedWriter], None]) -> None
       os.remove(tmp)
 
 
+def read_json(path: str, expected: str):
+  """The JSON file at ``path``; one-line ``ValueError`` naming it and ``expected`` otherwise."""
+  try:
+    with open(path) as f:
+      return json.load(f)
+  except (OSError, ValueError) as e:
+    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    raise ValueError(f"{path}: unreadable ({first}); expected {expected}") from None
+
+
 def write_record(out_dir: str, record: dict) -> None:
   """Writes ``features.json``; one-line ``ValueError`` when ``out_dir`` already holds features
   of another backbone, size, grid, dtype or weights (a mixed folder would train silently)."""
   path = os.path.join(out_dir, RECORD_FILE)
   if os.path.exists(path):
-    try:
-      with open(path) as f:
-        old = json.load(f)
-    except (OSError, ValueError) as e:
-      raise ValueError(f"{path}: unreadable ({e}); expected the features.json of an earlier "
-                       "run, or an --out without one") from None
+    old = read_json(path, "the features.json of an earlier run, or an --out without one")
     for key in list(record) + sorted(set(old) - set(record)):
       if old.get(key) != record.get(key):
         raise ValueError(f"{path}: the features there have {key}={old.get(key)!r}, this run "
@@ -158,18 +203,12 @@ def run(images_dir: str, out_dir: str, module, variables, record: dict, size: in
   def flush(batch):
     if not batch:
       return
-    images_BxSxSx3 = np.stack([img for _, img in batch])
     n = len(batch)
-    if n < batch_size:  # pad the last batch: one compiled shape for the whole run
-      pad = np.repeat(images_BxSxSx3[-1:], batch_size - n, axis=0)
-      images_BxSxSx3 = np.concatenate([images_BxSxSx3, pad])
-    feats = extract(variables, images_BxSxSx3)
-    fc_BxD = np.asarray(feats["fc"], np.float32)
-    att_BxgxgxD = np.asarray(feats["att"], np.float32)
+    fc_BxD, att_BxCxD = features_of(extract, variables, np.stack([img for _, img in batch]),
+                                    batch_size)
     for k, (name, _) in enumerate(batch):
       stem = os.path.splitext(name)[0]
-      att = att_BxgxgxD[k].reshape(-1, att_BxgxgxD.shape[-1])  # [g*g, D], row-major cells
-      _atomic_write(os.path.join(att_dir, stem + ".npz"), _save_npz(att))
+      _atomic_write(os.path.join(att_dir, stem + ".npz"), _save_npz(att_BxCxD[k]))
       _atomic_write(os.path.join(fc_dir, stem + ".npy"), _save_npy(fc_BxD[k]))
     result["extracted"] += n
     if bar is not None:
@@ -183,7 +222,7 @@ def run(images_dir: str, out_dir: str, module, variables, record: dict, size: in
       try:
         img = read_image(path, size)
       except Exception as e:  # pylint: disable=broad-except  (Pillow raises many kinds)
-        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        reason = unreadable_reason(e)
         result["failed"].append((name, reason))
         msg = f"warning: {path}: unreadable image ({reason}); skipped"
         (bar.write(msg, file=sys.stderr) if bar is not None else log(msg))

@@ -59,10 +59,8 @@ def run_script(argv, cwd):
                         text=True, env=env, timeout=120, cwd=cwd)
 
 
-@pytest.fixture(scope="module")
-def extracted(tmp_path_factory):
-  """One extraction (with captions) shared by the tests: ``(images, out, stdout, stderr)``."""
-  root = tmp_path_factory.mktemp("extract")
+def extract_folder(root: Path):
+  """The test folder extracted (with captions) under ``root``: ``(images, out, stdout, stderr)``."""
   images, out = root / "images", root / "out"
   make_images(images)
   captions = {name: [f"A Red shape number {i}.", f"some noise in picture {i}"]
@@ -80,6 +78,28 @@ def extracted(tmp_path_factory):
     sys.argv = saved
   assert e.value.code == 0, stderr.getvalue()
   return images, out, stdout.getvalue(), stderr.getvalue()
+
+
+def train_on(out: Path, workdir: Path) -> subprocess.CompletedProcess:
+  """train.py for 2 steps of a tiny transformer on the extracted ``out``."""
+  argv = [sys.executable, str(REPO / "train.py"), "--config", "configs/transformer.py:coco",
+          f"--config.data.root={out}", "--config.data.dataset_json=dataset_mine.json",
+          "--config.data.att_dir=att", "--config.data.fc_dir=fc", "--config.data.box_dir=",
+          "--config.data.grid=True", "--config.data.max_regions=4", "--config.data.min_word_count=1",
+          "--config.num_train_steps=2", "--config.eval_every_steps=2",
+          "--config.checkpoint_every_steps=2", "--config.log_every_steps=1", "--config.batch_size=4",
+          "--config.eval_batch_size=4", "--config.warmup_steps=1", "--config.model.dim=32",
+          "--config.model.ff_dim=64", "--config.model.num_layers=1",
+          "--config.model.num_dec_layers=1", "--workdir", str(workdir)]
+  # One CPU device: the batch of 4 need not split over the suite's 8.
+  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=1")
+  return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300, cwd=REPO)
+
+
+@pytest.fixture(scope="module")
+def extracted(tmp_path_factory):
+  """One extraction (with captions) shared by the tests: ``(images, out, stdout, stderr)``."""
+  return extract_folder(tmp_path_factory.mktemp("extract"))
 
 
 def test_the_layout_and_shapes(extracted):
@@ -189,21 +209,13 @@ def test_a_folder_of_unreadable_files_is_exit_2(tmp_path, capsys):
 @pytest.mark.slow
 def test_train_py_trains_on_the_output(extracted, tmp_path):
   _, out, _, _ = extracted
-  argv = [sys.executable, str(REPO / "train.py"), "--config", "configs/transformer.py:coco",
-          f"--config.data.root={out}", "--config.data.dataset_json=dataset_mine.json",
-          "--config.data.att_dir=att", "--config.data.fc_dir=fc", "--config.data.box_dir=",
-          "--config.data.grid=True", "--config.data.max_regions=4", "--config.data.min_word_count=1",
-          "--config.num_train_steps=2", "--config.eval_every_steps=2",
-          "--config.checkpoint_every_steps=2", "--config.log_every_steps=1", "--config.batch_size=4",
-          "--config.eval_batch_size=4", "--config.warmup_steps=1", "--config.model.dim=32",
-          "--config.model.ff_dim=64", "--config.model.num_layers=1",
-          "--config.model.num_dec_layers=1", "--workdir", str(tmp_path / "run")]
-  # One CPU device: the batch of 4 need not split over the suite's 8.
-  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=1")
-  proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300, cwd=REPO)
+  proc = train_on(out, tmp_path / "run")
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert "Traceback" not in proc.stderr
   assert "step 2: val CIDEr-D" in proc.stdout + proc.stderr
+  # The run keeps the record of the backbone its features came from.
+  assert (json.loads((tmp_path / "run" / "features.json").read_text())
+          == json.loads((out / "features.json").read_text()))
 
 
 def test_the_three_captions_formats_and_their_errors(tmp_path):

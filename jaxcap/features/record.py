@@ -1,0 +1,112 @@
+"""The backbone a ``features.json`` record names, rebuilt: module, weights and pixels -> features.
+
+Dimension legend:
+  B images, S the square input side (``size``), C = g*g the ``att`` grid cells, D feature width.
+
+``jaxcap-extract`` writes the record (:mod:`jaxcap.features.extract`); a run trained on the
+extracted files keeps a copy (:mod:`jaxcap.run_dir`), and :class:`Backbone` rebuilds from it the
+exact extractor: the same architecture and field overrides, ``att_size``, compute ``dtype``,
+input ``size`` and weights. The weights are the ``.safetensors`` file whose sha256 the record
+holds (another file is refused: features of other weights would be captioned as if they were
+the training's), or, for a record of random weights, the recorded seed's (no file).
+
+This module imports no other part of jaxcap than :mod:`jaxcap.features`.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from jaxcap.features import extract, registry
+
+
+def read(path: str) -> dict:
+  """The record at ``path``; one-line ``ValueError`` when unreadable or missing a field."""
+  record = extract.read_json(path, "the features.json jaxcap-extract wrote")
+  missing = [k for k in ("backbone", "size", "att_size", "dtype", "weights")
+             if not isinstance(record, dict) or k not in record]
+  if missing:
+    raise ValueError(f"{path}: no field {missing[0]!r}; expected the features.json "
+                     "jaxcap-extract wrote")
+  return record
+
+
+def build(record: dict):
+  """The flax module the record's features came from (as ``jaxcap-extract`` builds it)."""
+  fields = {k: tuple(v) if isinstance(v, list) else v for k, v in (record.get("fields") or {}).items()}
+  cls = registry.BACKBONES[record["backbone"]][0] if record["backbone"] in registry.BACKBONES else None
+  if cls is not None and "att_size" in cls.__dataclass_fields__:
+    fields["att_size"] = int(record["att_size"])
+  fields["dtype"] = record["dtype"]
+  return registry.build(record["backbone"], **fields)
+
+
+def is_random(record: dict) -> bool:
+  return bool(record["weights"].get("random"))
+
+
+def check_weights(record: dict, weights: str | None, where: str = "features.json") -> None:
+  """One-line ``ValueError`` unless ``weights`` is what the record needs: None for random
+  weights, else a file with the recorded sha256."""
+  w = record["weights"]
+  if is_random(record):
+    if weights is not None:
+      raise ValueError(f"{weights}: this run was trained on RANDOM backbone weights (seed "
+                       f"{w.get('seed', 0)}, {where}); expected no weights file")
+    return
+  if weights is None:
+    raise ValueError(f"weights: missing; this run was trained on the features of {w['file']} "
+                     f"(sha256 {w['sha256'][:12]}..., {where}); expected that .safetensors file")
+  if not os.path.isfile(weights):
+    raise ValueError(f"{weights}: no such file; expected the backbone weights {w['file']}")
+  digest = extract.sha256(weights)
+  if digest != w["sha256"]:
+    raise ValueError(f"{weights}: sha256 {digest[:12]}... differs from the backbone weights this "
+                     f"run was trained on ({w['file']}, sha256 {w['sha256'][:12]}...); expected "
+                     "the same file")
+
+
+class Backbone:
+  """The record's extractor: ``features(images) -> (fc [B, D], att [B, C, D])``."""
+
+  def __init__(self, record: dict, weights: str | None = None, where: str = "features.json"):
+    check_weights(record, weights, where)
+    self.record, self.size = record, int(record["size"])
+    self.module = build(record)
+    if is_random(record):
+      self.variables = registry.random_variables(self.module, seed=int(record["weights"].get("seed", 0)),
+                                                 size=self.size)
+    else:
+      from jaxcap.features import weights as weights_lib
+      self.variables, _ = weights_lib.load(weights, self.module)
+    self._extract = registry.make_extract(self.module)
+
+  def pixels(self, images) -> np.ndarray:
+    """``[B, S, S, 3]`` uint8 of image file paths and / or uint8 ``[H, W, 3]`` arrays, read as
+    ``jaxcap-extract`` reads files; one-line ``ValueError`` naming an unreadable one."""
+    if isinstance(images, (str, os.PathLike)) or (isinstance(images, np.ndarray) and images.ndim == 3):
+      images = [images]
+    out = []
+    for i, item in enumerate(images):
+      if isinstance(item, (str, os.PathLike)):
+        path = os.fspath(item)
+        if not os.path.isfile(path):
+          raise ValueError(f"{path}: no such file; expected an image file")
+        try:
+          out.append(extract.read_image(path, self.size))
+        except Exception as e:  # pylint: disable=broad-except  (Pillow raises many kinds)
+          raise ValueError(f"{path}: unreadable image ({extract.unreadable_reason(e)}); expected "
+                           "an image file Pillow can open") from None
+      else:
+        out.append(extract.image_array(item, self.size, what=f"images[{i}]"))
+    if not out:
+      raise ValueError("images: empty; expected at least one image path or array")
+    return np.stack(out)
+
+  def features(self, images, batch_size: int = 16):
+    """``(fc [B, D], att [B, C, D])`` float32, equal to the files ``jaxcap-extract`` writes."""
+    pixels = self.pixels(images)
+    return extract.features_of(self._extract, self.variables, pixels,
+                               max(1, min(int(batch_size), len(pixels))))
