@@ -63,6 +63,10 @@ NOT_RUN = [
     (r"^python train.py .*--config.data.root=data/photos ",
      "trains on the extraction above (not run): tests/features/test_extract.py::"
      "test_train_py_trains_on_the_output runs this command's overrides on its extracted output"),
+    (r"^python evaluate.py --workdir runs/photos --images photos_new ",
+     "captions the reader's own photos with the run trained on the extraction above (not run; "
+     "needs resnet101.safetensors): tests/features/test_caption_images.py runs evaluate.py "
+     "--images on a run trained on a random-weights extraction"),
     (r"^for i in 0 1; do .*JAX_NUM_PROCESSES=2",
      "the two-process launch: tests/training/test_multihost.py::test_train_py_two_processes_like_one "
      "runs this command (train.py, two processes x 4 CPU devices, the same environment variables) "
