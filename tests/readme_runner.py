@@ -87,7 +87,7 @@ HEAVY = {
 }
 
 # Commands that need ../shared/data (skipped where it is absent).
-NEEDS_SHARED = re.compile(r"flickr8k|multi30k|m30k|experiments/(mnmt/table2|tpgn/table1|image_transformer/table3)\.py")
+NEEDS_SHARED = re.compile(r"flickr8k|multi30k|m30k|experiments/(mnmt/table2|tpgn/table1|image_transformer/table3)\.py|runs/tpgn_table1")
 
 # What a command promises to write (paths relative to the copy's root), by regex on the command
 # (``{0}``, ``{1}``, ...: the regex's groups).

@@ -18,8 +18,11 @@ Read in place, one file per image and per access (no conversion step):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import sys
+import threading
 
 import numpy as np
 
@@ -33,9 +36,15 @@ def _resolve(root: str, path: str) -> str:
   return path if os.path.isabs(path) else os.path.join(root, path)
 
 
+# numpy parses each .npy header with ast.literal_eval, which CPython 3.11 (3.11.7 here) can
+# break when loader threads call it at once ("SystemError: AST constructor recursion depth
+# mismatch", CPython gh-106905): one file at a time there, in parallel on newer Pythons.
+_LOAD_LOCK = threading.Lock() if sys.version_info < (3, 12) else contextlib.nullcontext()
+
+
 def load_array(path: str, key: str | None = None) -> np.ndarray:
   """``np.load`` of one feature file with a one-line ValueError when missing or unreadable."""
-  with base.feature_file_errors(path):
+  with base.feature_file_errors(path), _LOAD_LOCK:
     with open(path, "rb") as f:
       if key is None:
         return np.load(f, allow_pickle=False)

@@ -175,7 +175,7 @@ def test_image_transformer_figure3_script(tmp_path):
 @pytest.mark.slow  # builds and decodes an (untrained) AAT model
 def test_plot_attention_steps_script_random_init(tmp_path):
   out = tmp_path / "steps.png"
-  _script("plot_attention_steps").main(["--random_init", "--out", str(out)])
+  _script("scripts/plot_attention_steps.py").main(["--random_init", "--out", str(out)])
   _check_png(out)
 
 
