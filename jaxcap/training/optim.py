@@ -28,7 +28,7 @@ def scst_start_step(config, steps_per_epoch: int) -> int:
   ``scst.start_epoch`` (when >= 0) counts epochs of the training split and takes precedence
   over ``scst.start_step``.
   """
-  epoch = int(config.scst.get("start_epoch", -1))
+  epoch = int(config.scst.start_epoch)
   if epoch >= 0:
     return epoch * int(steps_per_epoch)
   return int(config.scst.start_step)

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import jax
@@ -105,10 +105,11 @@ def scst_grad_step(state, batch, samples_BxnxT, advantage_Bxn, *, model, tx=None
   return steps.apply_gradients(state, loss_fn, tx)
 
 
-def baseline_rewards(sample_r_Bxn: np.ndarray, greedy_r_B: np.ndarray | None, kind: str) -> np.ndarray:
-  """The baseline b per sample: greedy reward, or the mean of the image's other samples."""
+def baseline_rewards(sample_r_Bxn, greedy_r_B, kind: str, xp=np):
+  """The baseline b per sample: greedy reward, or the mean of the image's other samples
+  (``xp``: numpy on the host, jax.numpy inside the jitted device step)."""
   if kind == "greedy":
-    return np.repeat(greedy_r_B[:, None], sample_r_Bxn.shape[1], axis=1)
+    return xp.broadcast_to(greedy_r_B[:, None], sample_r_Bxn.shape)
   if kind == "mean":
     n = sample_r_Bxn.shape[1]
     if n < 2:
@@ -131,18 +132,6 @@ def sample_with_baseline(model, params, batch, rng, *, max_len: int, num_samples
   if baseline == "greedy":
     greedy = decoding.greedy(model, params, batch, max_len=max_len).tokens
   return samples_BxnxT, greedy
-
-
-def baseline_rewards_device(sample_r_Bxn, greedy_r_B, kind: str):
-  """:func:`baseline_rewards` in jax.numpy (inside the jitted device step)."""
-  if kind == "greedy":
-    return jnp.broadcast_to(greedy_r_B[:, None], sample_r_Bxn.shape)
-  if kind == "mean":
-    n = sample_r_Bxn.shape[1]
-    if n < 2:
-      raise ValueError("config field scst.num_samples: the 'mean' baseline needs at least 2 samples")
-    return (sample_r_Bxn.sum(axis=1, keepdims=True) - sample_r_Bxn) / (n - 1)
-  raise ValueError(f"config field scst.baseline: expected 'greedy' or 'mean', got {kind!r}")
 
 
 def advantages(reward_fn, samples_BxnxT: np.ndarray, image_index_B: np.ndarray,
@@ -203,9 +192,15 @@ def make_rewarder(trainer) -> Rewarder:
   """The reward of the Trainer's config (``config.scst``), its CIDEr-D document frequencies
   cached in ``config.data.cache_dir`` (default ``<workdir>/cache``)."""
   sc = trainer.config.scst
-  cache_dir = trainer.config.data.get("cache_dir", "") or os.path.join(trainer.workdir, "cache")
+  cache_dir = _cache_dir(trainer)
   return Rewarder(trainer.dataset, cache_dir, sc.cider_weight, sc.bleu_weight,
-                  sc.get("cider_compat", "jaxcap"))
+                  sc.cider_compat)
+
+
+def _cache_dir(trainer) -> str:
+  """Where the training CIDEr-D document frequencies are cached: ``data.cache_dir`` if a config
+  sets one (several runs on one dataset share it), else the run's own ``cache/``."""
+  return trainer.config.data.get("cache_dir", "") or os.path.join(trainer.workdir, "cache")
 
 
 class DeviceReward(NamedTuple):
@@ -217,7 +212,7 @@ class DeviceReward(NamedTuple):
     nref_I: int32 references per training image.
   """
 
-  table: "cider_device.DfTable"
+  table: Any  # cider_device.DfTable (imported when the device reward is built)
   refs_IxRxL: jax.Array
   nref_I: jax.Array
 
@@ -228,7 +223,7 @@ def make_device_reward(trainer):
   training references as one padded array, both built once on the host."""
   from jaxcap.evaluation import cider, cider_device
   sc, dataset = trainer.config.scst, trainer.dataset
-  compat = sc.get("cider_compat", "jaxcap")
+  compat = sc.cider_compat
   if compat not in cider.COMPAT_MODES:
     raise ValueError(f"config field scst.cider_compat: expected one of {cider.COMPAT_MODES}, "
                      f"got {compat!r}")
@@ -236,7 +231,7 @@ def make_device_reward(trainer):
     raise ValueError("config field scst.reward: 'device' computes CIDEr-D only; "
                      "scst.bleu_weight > 0 needs scst.reward='host'")
   cider_device.check_vocab_size(len(dataset.vocab))
-  cache_dir = trainer.config.data.get("cache_dir", "") or os.path.join(trainer.workdir, "cache")
+  cache_dir = _cache_dir(trainer)
   refs = dataset.train_references_ids(full=compat == "self_critical")
   scorer = cider.CiderD.for_training(refs, cache_dir, dataset.vocab, compat=compat,
                                      max_len=dataset.max_len)
@@ -269,7 +264,7 @@ def scst_device_step(state, batch, reward: DeviceReward, *, model, max_len: int,
   r_greedy_B = None
   if greedy_BxT is not None:
     r_greedy_B = cider_weight * score(greedy_BxT, jnp.arange(b, dtype=jnp.int32))
-  base_Bxn = baseline_rewards_device(r_sample_Bxn, r_greedy_B, baseline)
+  base_Bxn = baseline_rewards(r_sample_Bxn, r_greedy_B, baseline, xp=jnp)
   adv_Bxn = jax.lax.stop_gradient(r_sample_Bxn - base_Bxn).astype(jnp.float32)
   state, metrics = guard.guarded(scst_grad_step)(state, batch, samples_BxnxT, adv_Bxn, model=model,
                                                  dropout=dropout)
@@ -291,7 +286,7 @@ def make_scst_step(trainer, reward_fn=None):
   """
   config, model, mesh = trainer.config, trainer.model, trainer.mesh
   sc = config.scst
-  kind = sc.get("reward", "device")
+  kind = sc.reward
   if kind not in ("device", "host"):
     raise ValueError(f"config field scst.reward: expected 'device' or 'host', got {kind!r}")
   if reward_fn is None and kind == "device":
@@ -303,7 +298,7 @@ def make_scst_step(trainer, reward_fn=None):
   sample_fn = functools.partial(sample_with_baseline, model, max_len=max_len,
                                 num_samples=sc.num_samples, baseline=sc.baseline)
   sample_jit = jax.jit(sample_fn, in_shardings=(repl, data, None), out_shardings=(data, data))
-  dropout = bool(sc.get("dropout", False))
+  dropout = bool(sc.dropout)
   from jaxcap.training import guard  # a non-finite update is not applied (see guard.py)
   grad_jit = jax.jit(functools.partial(guard.guarded(scst_grad_step), model=model, dropout=dropout),
                      in_shardings=(repl, data, data, data), out_shardings=(repl, repl), donate_argnums=0)
@@ -337,7 +332,7 @@ def _make_device_step(trainer):
   repl, data = parallel.replicated(mesh), parallel.batch_sharding(mesh)
   fn = functools.partial(scst_device_step, model=model, max_len=config.decode.max_len,
                          num_samples=sc.num_samples, baseline=sc.baseline,
-                         cider_weight=float(sc.cider_weight), dropout=bool(sc.get("dropout", False)),
+                         cider_weight=float(sc.cider_weight), dropout=bool(sc.dropout),
                          **static)
   step_jit = jax.jit(fn, in_shardings=(repl, data, repl), out_shardings=(repl, repl),
                      donate_argnums=0)
