@@ -162,7 +162,7 @@ def define_config(name: str, default: str, help_text: str, flag_values=None) -> 
   """``config_flags.DEFINE_config_file(name, ...)`` whose default behaves like ``--name=default``."""
   from absl import flags
   from ml_collections import config_flags
-  flag_values = flag_values or flags.FLAGS
+  flag_values = flags.FLAGS if flag_values is None else flag_values  # an empty FlagValues is falsy
   _CONFIG_DEFAULTS[name] = default
   config_flags.DEFINE_config_file(name, None, f"{help_text} (default: {default})",
                                   flag_values=flag_values, lock_config=True)
@@ -314,7 +314,7 @@ def parse_flags(argv, flag_values=None) -> list[str]:
   config error.
   """
   from absl import app, flags
-  flag_values = flag_values or flags.FLAGS
+  flag_values = flags.FLAGS if flag_values is None else flag_values  # an empty FlagValues is falsy
   app.define_help_flags()
   configs = _config_flag_names(flag_values)
   # A second parse in the same process: forget the last values and the --config.x flags that

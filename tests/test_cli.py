@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from jaxcap import cli
 from jaxcap.cli import default_workdir
 
 REPO = Path(__file__).resolve().parents[1]
@@ -96,3 +97,13 @@ def test_evaluate_attributes_flag():
   assert overrides("--attributes=oracle") == {"attributes": "noisy", "test_attributes": "oracle"}
   assert overrides("--attributes=none", "--split=val") == {"attributes": "none",
                                                            "test_attributes": ""}
+
+
+def test_config_flag_defined_in_an_own_empty_flag_values():
+  # An empty FlagValues is falsy: it must still be the one used, not absl's global FLAGS.
+  from absl import flags
+  fv = flags.FlagValues()
+  cli.define_config("config", "configs/transformer.py:synthetic", "cfg", flag_values=fv)
+  assert "config" in fv and "config" not in flags.FLAGS
+  cli.parse_flags(["train.py", "--config.num_train_steps=7"], flag_values=fv)
+  assert fv.config.num_train_steps == 7
