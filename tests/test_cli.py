@@ -102,8 +102,9 @@ def test_evaluate_attributes_flag():
 def test_config_flag_defined_in_an_own_empty_flag_values():
   # An empty FlagValues is falsy: it must still be the one used, not absl's global FLAGS.
   from absl import flags
+  name = "config_of_an_own_flag_values"  # a name no program defines in the global FLAGS
   fv = flags.FlagValues()
-  cli.define_config("config", "configs/transformer.py:synthetic", "cfg", flag_values=fv)
-  assert "config" in fv and "config" not in flags.FLAGS
-  cli.parse_flags(["train.py", "--config.num_train_steps=7"], flag_values=fv)
-  assert fv.config.num_train_steps == 7
+  cli.define_config(name, "configs/transformer.py:synthetic", "cfg", flag_values=fv)
+  assert name in fv and name not in flags.FLAGS
+  cli.parse_flags(["train.py", f"--{name}.num_train_steps=7"], flag_values=fv)
+  assert fv[name].value.num_train_steps == 7
