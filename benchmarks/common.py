@@ -297,11 +297,12 @@ def jaxpr_matmul_flops(jaxpr) -> float:
   return total
 
 
-def step_flops(fn, *args) -> tuple[float, float]:
-  """``(matmul FLOPs from the jaxpr, all-op FLOPs from the lowered HLO)`` of one call."""
+def step_flops(fn, *args, lowered=None) -> tuple[float, float]:
+  """``(matmul FLOPs from the jaxpr, all-op FLOPs from the lowered HLO)`` of one call
+  (``lowered``: ``jax.jit(fn).lower(*args)`` where the caller has it, not lowered twice)."""
   matmul = jaxpr_matmul_flops(jax.make_jaxpr(fn)(*args))
   try:
-    cost = jax.jit(fn).lower(*args).cost_analysis()
+    cost = (lowered if lowered is not None else jax.jit(fn).lower(*args)).cost_analysis()
     cost = cost[0] if isinstance(cost, (list, tuple)) else cost
     hlo = float(cost.get("flops", 0.0)) if cost else 0.0
   except Exception:  # noqa: BLE001 - cost analysis is optional on some backends

@@ -156,6 +156,7 @@ def main(argv=None):
   ap.add_argument("--model", default="transformer", help="the loop's registered model")
   ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
   ap.add_argument("--set", default="", help="the loop's model field overrides, e.g. dim=64,num_layers=1")
+  ap.add_argument("--out", default="", help="also write the rows as a JSON record (device, versions, commit)")
   args = ap.parse_args(argv)
   try:
     threads = [nonnegative_int(t) for t in args.threads.split(",")]
@@ -166,10 +167,23 @@ def main(argv=None):
   if args.images - VAL_IMAGES < args.batch:
     ap.error(f"--images: expected at least --batch + {VAL_IMAGES} (the validation images), got {args.images}")
   b = args.batch
+  record = None
+  if args.out:
+    import run as bench_run  # the same environment record and atomic writer as run.py
+    record = {"benchmark": "benchmarks/input_pipeline.py", "argv": sys.argv[1:] if argv is None else list(argv),
+              "environment": dict(bench_run.environment(), cpu_count=os.cpu_count()), "rows": []}
+
+  def keep(row):
+    if record is not None:
+      record["rows"].append(dict(row, batch=b))
+      bench_run.write_json_atomic(args.out, record)
+
   print(f"{os.cpu_count()} CPUs; batches of {b} x {N} x {D} float32 ({b * N * D * 4 / 2**20:.1f} MiB)")
   ds = in_memory_dataset(args.images)
   for t in threads:
-    print(f"in-memory            threads={t}: {measure(ds, b, args.batches, num_threads=t):8.0f} images/s")
+    r = measure(ds, b, args.batches, num_threads=t)
+    keep({"source": "memory", "threads": t, "workers": 0, "images_per_s": round(r, 1)})
+    print(f"in-memory            threads={t}: {r:8.0f} images/s")
   tmp = tempfile.mkdtemp(prefix="jaxcap_bench_")
   try:
     for compressed in (False, True):
@@ -177,16 +191,21 @@ def main(argv=None):
       write_karpathy_dir(root, args.images, compressed)
       ds = data.get_dataset(disk_data_config(root))
       kind = "npz compressed " if compressed else "npz            "
+      source = "npz_compressed" if compressed else "npz"
       for t in threads:
-        print(f"disk {kind} threads={t}: {measure(ds, b, args.batches, num_threads=t):8.0f} images/s")
+        r = measure(ds, b, args.batches, num_threads=t)
+        keep({"source": source, "threads": t, "workers": 0, "images_per_s": round(r, 1)})
+        print(f"disk {kind} threads={t}: {r:8.0f} images/s")
       if args.workers:
         r = measure(ds, b, args.batches, num_threads=2, num_workers=args.workers)
+        keep({"source": source, "threads": 2, "workers": args.workers, "images_per_s": round(r, 1)})
         print(f"disk {kind} workers={args.workers}: {r:8.0f} images/s")
     if args.loop_steps:
       r = loop_vs_step(os.path.join(tmp, "u"), os.path.join(tmp, "run"), args)
       print(f"train.py loop from npz ({args.model}, {args.dtype}, batch {b}): {r['loop_images_per_s']:8.1f} images/s; "
             f"the step alone {r['step_images_per_s']:8.1f} images/s; loop / step {r['loop_over_step']:.2f}")
       print(json.dumps(r))
+      keep(dict(r, source="train.py loop from npz", model=args.model, dtype=args.dtype, steps=args.loop_steps))
   finally:
     shutil.rmtree(tmp, ignore_errors=True)
 

@@ -3,14 +3,16 @@
   python benchmarks/report.py            # rewrites the generated sections in place
   python benchmarks/report.py --check    # exit 1 when a generated section is out of date (CI-able)
   python benchmarks/report.py --print    # only print the tables
+  python benchmarks/report.py --collect DIR   # one benchmarks/gpu_record.sh call's files -> records
 
-Reads every ``benchmarks/results/*.json`` written by ``benchmarks/run.py`` and replaces the text
-between ``<!-- benchmark-results:begin -->`` and ``<!-- benchmark-results:end -->`` in
-docs/PERFORMANCE.md (which must have them) and in README.md where it has them, so the numbers
-in the docs are never typed by hand. One table per record (device,
-date, commit, versions), one row per benchmark row, with the PyTorch reference (self-critical.pytorch
-or the official code on one H100, 50 images per step) and the speed-up over it where the record
-was measured on an H100 and a reference exists.
+Reads every ``benchmarks/results/*.json`` written by ``benchmarks/run.py`` (or collected from
+``benchmarks/gpu_record.sh``) and replaces the text between ``<!-- benchmark-results:begin -->``
+and ``<!-- benchmark-results:end -->`` in docs/PERFORMANCE.md (one table per record: device,
+date, commit, versions; one row per benchmark row) and in README.md (one summary line per model
+of the newest accelerator record), so the numbers in the docs are never typed by hand. A record
+whose ``references`` names the PyTorch references' JSON measured in the same call
+(``../shared/anchors/bench_pytorch_refs.py``) gets each row's ratio to the matching reference row:
+the reference's fastest setting (strict fp32, TF32 or bf16 autocast; attention masks or none).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import argparse
 import glob
 import json
 import os
+import re
 import sys
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -27,19 +30,113 @@ DOCS = (os.path.join(_REPO, "docs", "PERFORMANCE.md"), os.path.join(_REPO, "READ
 OPTIONAL = {DOCS[1]}  # the README may only link to docs/PERFORMANCE.md
 BEGIN, END = "<!-- benchmark-results:begin -->", "<!-- benchmark-results:end -->"
 
-# PyTorch references on one H100 at 50 images per step, float32: (train, beam-3) images/s
-# (self-critical.pytorch, and the official AAT code; ../shared/anchors).
-REFERENCE_H100 = {"transformer": (653, 266), "updown": (806, 308), "aoanet": (596, 311), "aat": (180, 7.6)}
+# jaxcap model -> the PyTorch reference model of bench_pytorch_refs.py (self-critical.pytorch's
+# Transformer, UpDown and AoANet; the official AAT code). jaxcap's LSTM is the Up-Down-style one.
+REFERENCE_MODELS = {"transformer": "TransformerModel", "aat": "AATModel", "aoanet": "AoAModel",
+                    "lstm": "UpDownModel"}
+REFERENCE_KINDS = {"train": "train_", "greedy": "greedy_", "beam": "beam3_"}
+FEATURES = "benchmarks/features.py"
+PIPELINE = "benchmarks/input_pipeline.py"
+OWN_RECORDS = {FEATURES: "features_", PIPELINE: "input_pipeline_"}  # records kept in their own file
 
 
 def load_records(folder: str = RESULTS) -> list[dict]:
+  """The run.py records under ``folder`` (PyTorch reference files are read through the record
+  that names them), each with ``_file`` and, where it names one, ``_references``."""
   records = []
   for path in sorted(glob.glob(os.path.join(folder, "*.json"))):
     with open(path) as f:
       rec = json.load(f)
+    if "rows" not in rec:  # a references file
+      continue
     rec["_file"] = os.path.relpath(path, _REPO)
+    if rec.get("references"):
+      with open(os.path.join(os.path.dirname(path), rec["references"])) as f:
+        rec["_references"] = json.load(f)
     records.append(rec)
   return records
+
+
+def reference(refs: dict | None, row: dict):
+  """``(images/s, setting)`` of the fastest matching PyTorch reference row, or None."""
+  model = REFERENCE_MODELS.get(row["model"])
+  prefix = REFERENCE_KINDS.get(row["what"])
+  if not refs or not model or not prefix or row["what"] == "beam" and row.get("beam") != 3:
+    return None
+  found = [(v["img_per_s"], k[len(prefix):]) for k, v in (refs.get(model) or {}).items()
+           if k.startswith(prefix) and isinstance(v, dict) and v.get("img_per_s")]
+  return max(found) if found else None
+
+
+def _ratio(rec: dict, row: dict) -> str:
+  ref = reference(rec.get("_references"), row) if "images_per_s" in row else None
+  return f"{row['images_per_s'] / ref[0]:.1f}× ({ref[0]:,.0f} {ref[1]})" if ref else ""
+
+
+def collect(src: str, dest: str = RESULTS) -> list[str]:
+  """One ``benchmarks/gpu_record.sh`` call's files (``records.tgz`` unpacked in ``src``) -> the
+  committed records: ``<device>_<date>.json`` (the timed parts' rows in order, each with
+  ``compile_s_cold``, its compile seconds in the precompile pass) and, where the references ran,
+  ``<device>_<date>_pytorch_refs.json``. Returns the paths written."""
+  def order(path):
+    return int(re.sub(r"\D", "", os.path.basename(path)) or 0)
+
+  parts = sorted(glob.glob(os.path.join(src, "t[0-9]*.json")), key=order)
+  if not parts:
+    raise SystemExit(f"--collect {src}: no t<N>.json records of benchmarks/gpu_record.sh there")
+  cold = {}
+  for path in glob.glob(os.path.join(src, "compile_*.json")):
+    with open(path) as f:
+      for r in json.load(f)["rows"]:
+        if "compile_s" in r and "model" in r:
+          cold[(r["model"], r["what"], r["dtype"], r["batch"], r.get("reward"))] = r["compile_s"]
+  record, written = None, []
+  for path in parts:
+    with open(path) as f:
+      rec = json.load(f)
+    if rec.get("benchmark") in OWN_RECORDS:  # its own record, as the script writes it
+      out = os.path.join(dest, OWN_RECORDS[rec["benchmark"]] + _stem(rec["environment"]) + ".json")
+      _write_json(out, rec)
+      written.append(out)
+      continue
+    if record is None:
+      record = dict(rec, argv=[], rows=[])
+    record["argv"].append(rec["argv"])
+    for r in rec["rows"]:
+      r["compile_s_cold"] = cold.get((r["model"], r["what"], r["dtype"], r["batch"], r.get("reward")))
+      record["rows"].append(r)
+  record["benchmark"] = "benchmarks/gpu_record.sh"
+  record["compile_note"] = ("compile_s: lowering + a load from the persistent compilation cache that the "
+                            "precompile pass filled (a full compile where it had not reached the row); "
+                            "compile_s_cold: that pass's compile seconds, six processes compiling at once")
+  smi = os.path.join(src, "nvidia_smi.csv")
+  if os.path.exists(smi):
+    with open(smi) as f:
+      record["nvidia_smi"] = f.read().strip()
+  stem = _stem(record["environment"])
+  refs = os.path.join(src, "pytorch_refs.json")
+  if os.path.exists(refs):
+    record["references"] = stem + "_pytorch_refs.json"
+    with open(refs) as f:
+      ref_obj = json.load(f)
+    _write_json(os.path.join(dest, record["references"]), ref_obj)
+    written.append(os.path.join(dest, record["references"]))
+  _write_json(os.path.join(dest, stem + ".json"), record)
+  written.append(os.path.join(dest, stem + ".json"))
+  return written
+
+
+def _stem(env: dict) -> str:
+  return re.sub(r"[^a-z0-9]+", "_", env["device_kind"].lower()).strip("_") + "_" + env["date"][:10]
+
+
+def _write_json(path: str, obj) -> None:
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  tmp = path + ".tmp"
+  with open(tmp, "w") as f:
+    json.dump(obj, f, indent=1)
+    f.write("\n")
+  os.replace(tmp, path)
 
 
 def _fmt(x, digits=1):
@@ -48,28 +145,96 @@ def _fmt(x, digits=1):
   return f"{x:,.{digits}f}"
 
 
-def record_table(rec: dict) -> str:
+def _head(rec: dict) -> str:
   env = rec["environment"]
-  h100 = "h100" in env["device_kind"].lower()
-  head = (f"**{env['device_kind']}** × {env['device_count']}, {env['date'][:10]}, jax {env['jax']}"
+  refs = rec.get("_references") or {}
+  ref_env = refs.get("env") or {}
+  return (f"**{env['device_kind']}** × {env['device_count']}, {env['date'][:10]}, jax {env['jax']}"
           f"{', CUDA ' + str(env['cuda'].get('cuda_runtime')) if env.get('cuda') else ''}, "
           f"commit `{(env.get('git_commit') or '?')[:10]}`{' (dirty)' if env.get('git_dirty') else ''} "
-          f"— `{rec['_file']}`")
-  lines = [head, "",
+          f"— `{rec['_file']}`"
+          + (f"; PyTorch references in the same call: torch {ref_env.get('torch', '?')} on "
+             f"{ref_env.get('gpu', '?')} — `{rec['references']}`" if refs else ""))
+
+
+def features_table(rec: dict) -> str:
+  lines = [_head(rec) + " (feature extraction: the backbone's forward pass, random weights and images)", "",
+           "| backbone | image side | dtype | batch | images/s | step ms (spread) | GFLOP/img | MFU | compile s |",
+           "|---|---:|---|---:|---:|---:|---:|---:|---:|"]
+  for r in rec["rows"]:
+    mfu = f"{100 * r['mfu']:.1f}%" if r.get("mfu") is not None else "–"
+    lines.append(f"| {r['backbone']} | {r['size']} | {r['dtype']} | {r['batch']} | {_fmt(r['images_per_s'])} | "
+                 f"{_fmt(r['step_ms'], 2)} ({100 * r['spread']:.0f}%) | {_fmt(r['gflop_per_image'], 2)} | {mfu} | "
+                 f"{_fmt(r['compile_s'])} |")
+  return "\n".join(lines)
+
+
+def pipeline_table(rec: dict) -> str:
+  lines = [_head(rec) + f" (input pipeline, {rec['environment'].get('cpu_count', '?')} CPUs)", "",
+           "| what | threads | workers | batch | images/s | notes |", "|---|---:|---:|---:|---:|---|"]
+  for r in rec["rows"]:
+    if "loop_images_per_s" in r:
+      lines.append(f"| {r['source']} ({r['model']}, {r['dtype']}, {r['steps']} steps) | – | – | {r['batch']} | "
+                   f"{_fmt(r['loop_images_per_s'])} | the step alone {_fmt(r['step_images_per_s'])} images/s; "
+                   f"loop / step {r['loop_over_step']:.2f} |")
+    else:
+      lines.append(f"| loader, {r['source']} | {r['threads']} | {r['workers']} | {r['batch']} | "
+                   f"{_fmt(r['images_per_s'])} | – |")
+  return "\n".join(lines)
+
+
+def record_table(rec: dict) -> str:
+  if rec.get("benchmark") == FEATURES:
+    return features_table(rec)
+  if rec.get("benchmark") == PIPELINE:
+    return pipeline_table(rec)
+  lines = [_head(rec), "",
            "| model | step | dtype | batch | images/s | step ms (spread) | GFLOP/img | MFU | compile s | "
-           "notes | vs PyTorch H100 |",
+           "notes | vs PyTorch (its fastest setting) |",
            "|---|---|---|---:|---:|---:|---:|---:|---:|---|---:|"]
   for r in rec["rows"]:
     step = r["what"] + (f"-{r['beam']}" if r["what"] == "beam" and r.get("beam") else "")
-    step += f" ×{r['samples']}" if r["what"] == "sample" and r.get("samples") else ""
-    ref = ""
-    if h100 and r["model"] in REFERENCE_H100 and r["what"] in ("train", "beam") and r["dtype"] == "float32":
-      base = REFERENCE_H100[r["model"]][0 if r["what"] == "train" else 1]
-      ref = f"{r['images_per_s'] / base:.1f}× ({base:,})"
+    step += f" ×{r['samples']}" if r["what"] in ("sample", "scst") and r.get("samples") else ""
+    step += f" ({r['reward']} reward)" if r["what"] == "scst" and r.get("reward") else ""
+    if "error" in r:
+      lines.append(f"| {r['model']} | {step} | {r['dtype']} | {r['batch']} | failed: {r['error'][:80]} "
+                   "| – | – | – | – | – | – |")
+      continue
     mfu = f"{100 * r['mfu']:.1f}%" if r.get("mfu") is not None else "–"
+    comp = _fmt(r["compile_s"]) + (f" ({_fmt(r['compile_s_cold'])} cold)" if r.get("compile_s_cold") else "")
     lines.append(f"| {r['model']} | {step} | {r['dtype']} | {r['batch']} | {_fmt(r['images_per_s'])} | "
                  f"{_fmt(r['step_ms'], 2)} ({100 * r['spread']:.0f}%) | {_fmt(r['gflop_per_image'], 2)} | "
-                 f"{mfu} | {_fmt(r['compile_s'])} | {_notes(r) or '–'} | {ref or '–'} |")
+                 f"{mfu} | {comp} | {_notes(r) or '–'} | {_ratio(rec, r) or '–'} |")
+  return "\n".join(lines)
+
+
+def summary_table(rec: dict) -> str:
+  """README's table: per model, images/s (and the ratio to its reference) of the main rows at
+  the record's first batch size."""
+  cols = [("train", "float32", None), ("train", "bfloat16", None), ("greedy", "float32", None),
+          ("beam", "float32", None), ("scst", "float32", "device")]
+  first = {}
+  for r in rec["rows"]:
+    if "error" not in r:
+      first.setdefault((r["model"], r["what"], r["dtype"], r.get("reward")), r)
+  models = list(dict.fromkeys(r["model"] for r in rec["rows"]))
+  lines = [_head(rec), "",
+           "| model | train f32 | train bf16 | greedy | beam-3 | SCST (device reward) |", "|---|" + "---:|" * 5]
+  for m in models:
+    cells = []
+    for what, dtype, reward in cols:
+      r = first.get((m, what, dtype, reward))
+      if r is None:
+        cells.append("–")
+        continue
+      ratio = _ratio(rec, r)
+      cells.append(f"{_fmt(r['images_per_s'], 0)}" + (f" ({ratio.split(' (')[0]})" if ratio else ""))
+    lines.append(f"| {m} | " + " | ".join(cells) + " |")
+  lines.append("")
+  lines.append("images/s at " + ", ".join(sorted({f"{r['batch']} ({r['what']})" for r in first.values()
+                                                   if r["what"] in ("train", "greedy")}))
+               + " images per call; (n×): against the PyTorch reference's fastest setting measured in the "
+               "same call; every row, the references and the profile: docs/PERFORMANCE.md.")
   return "\n".join(lines)
 
 
@@ -84,12 +249,24 @@ def _notes(r: dict) -> str:
   return "; ".join(notes)
 
 
+_NONE = ("No benchmark record is committed yet: run `python benchmarks/run.py` on the target "
+         "device (it writes `benchmarks/results/<device>_<date>.json`), then "
+         "`python benchmarks/report.py`.")
+
+
 def render(records: list[dict]) -> str:
   if not records:
-    return ("No benchmark record is committed yet: run `python benchmarks/run.py` on the target "
-            "device (it writes `benchmarks/results/<device>_<date>.json`), then "
-            "`python benchmarks/report.py`.")
+    return _NONE
   return "\n\n".join(record_table(r) for r in records)
+
+
+def render_summary(records: list[dict]) -> str:
+  """The newest accelerator record's summary (a CPU record's full table if there is none)."""
+  gpu = [r for r in records if r["environment"].get("platform") not in (None, "cpu")
+         and r.get("benchmark") not in OWN_RECORDS]
+  if not gpu:
+    return render(records)
+  return summary_table(max(gpu, key=lambda r: r["environment"]["date"]))
 
 
 def replace_section(text: str, body: str, path: str) -> str:
@@ -105,11 +282,20 @@ def main(argv=None) -> int:
   p.add_argument("--check", action="store_true")
   p.add_argument("--print", dest="print_only", action="store_true")
   p.add_argument("--results", default=RESULTS)
+  p.add_argument("--collect", default="", help="the unpacked records.tgz of one benchmarks/gpu_record.sh "
+                 "call: write its records under --results, then the tables")
   args = p.parse_args(argv)
+  if args.collect:
+    if not os.path.isdir(args.collect):
+      p.error(f"--collect={args.collect}: not a directory; expected the unpacked records.tgz of "
+              "benchmarks/gpu_record.sh")
+    for path in collect(args.collect, args.results):
+      print(f"wrote {os.path.relpath(path, _REPO)}")
   if args.results != RESULTS and not os.path.isdir(args.results):  # the default: none committed yet
     p.error(f"--results={args.results}: not a directory; expected the folder of benchmarks/run.py's "
             "JSON records")
-  body = render(load_records(args.results))
+  records = load_records(args.results)
+  body = render(records)
   if args.print_only:
     print(body)
     return 0
@@ -119,7 +305,7 @@ def main(argv=None) -> int:
       text = f.read()
     if path in OPTIONAL and BEGIN not in text:
       continue
-    new = replace_section(text, body, path)
+    new = replace_section(text, render_summary(records) if path in OPTIONAL else body, path)
     if new != text:
       if args.check:
         stale.append(path)

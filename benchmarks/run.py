@@ -132,10 +132,11 @@ def bench_train(model, batch, args, mesh) -> dict:
   tx = optax.adam(1e-4, b1=0.9, b2=0.98, eps=1e-9)
   state = steps.create_state(params, tx, jax.random.PRNGKey(2))
   step = functools.partial(steps.train_step, model=model, tx=tx)
-  flops = common.step_flops(step, state, batch)
   t0 = time.perf_counter()
-  compiled = jax.jit(step, donate_argnums=0).lower(state, batch).compile()
+  lowered = jax.jit(step, donate_argnums=0).lower(state, batch)
+  compiled = lowered.compile()
   compile_s = time.perf_counter() - t0
+  flops = common.step_flops(step, state, batch, lowered=lowered)
   holder = {"state": state}
 
   def run():
@@ -159,10 +160,11 @@ def bench_decode(model, batch, args, mesh, method) -> dict:
   else:
     fn = lambda p, b, k: decoding.sample(model, p, b, k, max_len=args.words,  # noqa: E731
                                          num_samples=args.samples).tokens
-  flops = common.step_flops(fn, params, dec, key)
   t0 = time.perf_counter()
-  compiled = jax.jit(fn).lower(params, dec, key).compile()
+  lowered = jax.jit(fn).lower(params, dec, key)
+  compiled = lowered.compile()
   compile_s = time.perf_counter() - t0
+  flops = common.step_flops(fn, params, dec, key, lowered=lowered)
   return {"run": lambda: compiled(params, dec, key), "flops": flops, "compiled": compiled,
           "compile_s": compile_s}
 
@@ -328,6 +330,13 @@ def environment() -> dict:
     env["git_dirty"] = bool(dirty)
   except Exception:  # noqa: BLE001 - a copy without git
     env["git_commit"] = None
+  if not env["git_commit"]:  # a copy of the tree without .git (a lent GPU host): the caller says
+    env["git_commit"] = os.environ.get("JAXCAP_GIT_COMMIT") or None
+  # float32 rows run at XLA's default matmul precision (TF32 on Ampere and later GPUs); compile
+  # seconds are a cache load where a persistent compilation cache is set.
+  for key, flag in (("default_matmul_precision", "jax_default_matmul_precision"),
+                    ("compilation_cache_dir", "jax_compilation_cache_dir")):
+    env[key] = getattr(jax.config, flag, None) or None
   return env
 
 
@@ -452,14 +461,22 @@ def main(argv=None):
           batch = common.make_batch(jax.random.PRNGKey(0), b, args.captions, args.regions, args.feat_dim,
                                     args.vocab, args.words + 1, src_len=src_words, src_vocab=src_vocab)
           batch = jax.device_put(batch, parallel.batch_sharding(mesh))
-          if what == "train":
-            bench = bench_train(model, batch, args, mesh)
-          elif what == "scst":
-            bench = bench_scst(model, batch, args, mesh, reward)
-          else:
-            bench = bench_decode(model, batch, args, mesh, what)
-          first_s, dt, spread, times = common.timed_windows(bench["run"], warmup=args.warmup,
-                                                            windows=args.windows, steps=args.steps)
+          try:
+            if what == "train":
+              bench = bench_train(model, batch, args, mesh)
+            elif what == "scst":
+              bench = bench_scst(model, batch, args, mesh, reward)
+            else:
+              bench = bench_decode(model, batch, args, mesh, what)
+            first_s, dt, spread, times = common.timed_windows(bench["run"], warmup=args.warmup,
+                                                              windows=args.windows, steps=args.steps)
+          except Exception as e:  # noqa: BLE001 - e.g. out of memory at a large batch: the other rows go on
+            msg = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
+            print(f"{name:>18} {what:>6} {dtype:>8} {b:>5} failed: {msg}", flush=True)
+            record["rows"].append({"model": name, "what": what, "dtype": dtype, "batch": b, "reward": reward,
+                                   "error": msg})
+            write_json_atomic(out_path, record)
+            continue
           compile_s = bench.get("compile_s", first_s)  # scst: its first step compiles
           share = bench["share"]() if "share" in bench else None
           matmul, hlo = bench["flops"]
@@ -487,7 +504,10 @@ def main(argv=None):
                 + (f"  {reward} reward" if reward else "")
                 + (f", {100 * share:.0f}% of the step" if share is not None else ""), flush=True)
           if args.profile:
-            row["profile"] = profile(bench["run"], os.path.join(args.profile, f"{name}_{what}_{dtype}_{b}"))
+            try:
+              row["profile"] = profile(bench["run"], os.path.join(args.profile, f"{name}_{what}_{dtype}_{b}"))
+            except Exception as e:  # noqa: BLE001 - a profiler that cannot start must not lose the row
+              row["profile"] = {"note": f"profile failed: {type(e).__name__}: {str(e)[:200]}"}
             print(common.format_trace(row["profile"]), flush=True)
           record["rows"].append(row)
           write_json_atomic(out_path, record)  # after every row: a crash keeps the rows so far

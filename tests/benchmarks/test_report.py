@@ -22,18 +22,80 @@ def _row(**kw):
   return row
 
 
-def test_render_names_the_record_and_compares_h100_rows_with_pytorch(tmp_path):
-  rec = {"environment": {"device_kind": "NVIDIA H100 80GB HBM3", "device_count": 1, "date": "2026-11-23T10:00:00Z",
-                         "jax": "0.11.2", "cuda": {"cuda_runtime": 12080}, "git_commit": "abcdef1234567"},
-         "rows": [_row(), _row(what="beam", beam=3, images_per_s=2660.0, mfu=None), _row(model="eta")]}
-  (tmp_path / "h100.json").write_text(json.dumps(rec))
-  text = report.render(report.load_records(str(tmp_path)))
-  assert "NVIDIA H100" in text and "abcdef1234" in text and "2026-11-23" in text
+_REFS = {"env": {"torch": "2.11.0", "gpu": "NVIDIA H100 80GB HBM3"},
+         "TransformerModel": {"train_fp32_mask": {"img_per_s": 640.0}, "train_bf16_mask": {"img_per_s": 653.0},
+                              "beam3_fp32": {"img_per_s": 266.0}, "greedy_fp32": {"img_per_s": 600.0}},
+         "UpDownModel": {"train_fp32_mask": {"error": "Traceback ..."}}}
+
+
+def _h100(**kw):
+  rec = {"environment": {"device_kind": "NVIDIA H100 80GB HBM3", "device_count": 1, "platform": "gpu",
+                         "date": "2026-11-23T10:00:00Z", "jax": "0.11.2", "cuda": {"cuda_runtime": 12080},
+                         "git_commit": "abcdef1234567"},
+         "rows": [_row(), _row(what="beam", beam=3, images_per_s=2660.0, mfu=None), _row(model="eta"),
+                  _row(model="lstm")]}
+  rec.update(kw)
+  return rec
+
+
+def test_render_compares_rows_with_the_fastest_reference_setting_of_the_same_call(tmp_path):
+  (tmp_path / "h100.json").write_text(json.dumps(_h100(references="refs.json")))
+  (tmp_path / "refs.json").write_text(json.dumps(_REFS))
+  records = report.load_records(str(tmp_path))
+  assert len(records) == 1  # the references file is not a record of its own
+  text = report.render(records)
+  assert "NVIDIA H100" in text and "abcdef1234" in text and "2026-11-23" in text and "torch 2.11.0" in text
   lines = [l for l in text.splitlines() if l.startswith("| transformer")]
-  assert "5.0× (653)" in lines[0] and "31.0%" in lines[0]
-  assert "10.0× (266)" in lines[1] and "beam-3" in lines[1]
-  eta = [l for l in text.splitlines() if l.startswith("| eta")][0]
-  assert eta.endswith("| – |")  # no PyTorch reference for ETA
+  assert "5.0× (653 bf16_mask)" in lines[0] and "31.0%" in lines[0]  # bf16 autocast was its fastest
+  assert "10.0× (266 fp32)" in lines[1] and "beam-3" in lines[1]
+  for model in ("eta", "lstm"):  # no reference model; a reference whose every row failed
+    assert [l for l in text.splitlines() if l.startswith(f"| {model}")][0].endswith("| – |")
+
+
+def test_without_a_references_file_no_ratio_is_given(tmp_path):
+  (tmp_path / "h100.json").write_text(json.dumps(_h100()))
+  text = report.render(report.load_records(str(tmp_path)))
+  assert "×" not in "".join(l for l in text.splitlines() if l.startswith("| transformer"))
+
+
+def test_summary_has_one_line_per_model_with_its_ratios(tmp_path):
+  rec = _h100(references="refs.json")
+  rec["rows"].append(_row(what="train", dtype="bfloat16", images_per_s=6530.0))
+  rec["rows"].append(_row(model="aat", what="train", error="XlaRuntimeError: RESOURCE_EXHAUSTED"))
+  (tmp_path / "h100.json").write_text(json.dumps(rec))
+  (tmp_path / "refs.json").write_text(json.dumps(_REFS))
+  text = report.render_summary(report.load_records(str(tmp_path)))
+  line = [l for l in text.splitlines() if l.startswith("| transformer")][0]
+  assert line.startswith("| transformer | 3,265 (5.0×) | 6,530 (10.0×) | – | 2,660 (10.0×) | – |")
+  assert [l for l in text.splitlines() if l.startswith("| aat")][0] == "| aat | – | – | – | – | – |"
+  assert "failed: XlaRuntimeError" in report.render(report.load_records(str(tmp_path)))
+
+
+def test_collect_merges_the_parts_and_the_cold_compile_seconds(tmp_path):
+  src, dest = tmp_path / "src", tmp_path / "results"
+  src.mkdir()
+  env = _h100()["environment"]
+  for name, rows in (("t1", [_row()]), ("t2", [_row(what="beam", beam=3)]), ("t10", [_row(model="eta")])):
+    (src / f"{name}.json").write_text(json.dumps({"argv": [name], "environment": env, "rows": rows}))
+  (src / "compile_t1.json").write_text(json.dumps({"rows": [_row(compile_s=61.5, reward=None)]}))
+  features = {"backbone": "resnet101", "size": 448, "dtype": "bfloat16", "batch": 64, "compile_s": 20.0,
+              "step_ms": 40.0, "spread": 0.01, "images_per_s": 1600.0, "gflop_per_image": 31.2, "mfu": 0.05}
+  (src / "t3.json").write_text(json.dumps({"benchmark": "benchmarks/features.py", "argv": [], "environment": env,
+                                           "rows": [features]}))
+  (src / "compile_t3.json").write_text(json.dumps({"rows": [features]}))  # no model: not a cold compile
+  (src / "pytorch_refs.json").write_text(json.dumps(_REFS))
+  (src / "nvidia_smi.csv").write_text("name, driver_version\nNVIDIA H100 80GB HBM3, 580\n")
+  written = report.collect(str(src), str(dest))
+  assert sorted(os.path.basename(p) for p in written) == [
+      "features_nvidia_h100_80gb_hbm3_2026-11-23.json", "nvidia_h100_80gb_hbm3_2026-11-23.json",
+      "nvidia_h100_80gb_hbm3_2026-11-23_pytorch_refs.json"]
+  rec = json.loads((dest / "nvidia_h100_80gb_hbm3_2026-11-23.json").read_text())
+  assert rec["argv"] == [["t1"], ["t2"], ["t10"]]  # parts in their number's order, not the name's
+  assert [r["compile_s_cold"] for r in rec["rows"]] == [61.5, None, None]
+  assert rec["references"] == "nvidia_h100_80gb_hbm3_2026-11-23_pytorch_refs.json" and "H100" in rec["nvidia_smi"]
+  text = report.render(report.load_records(str(dest)))
+  assert "(61.5 cold)" in text and "| resnet101 | 448 | bfloat16 | 64 | 1,600.0 |" in text
+  assert "resnet101" not in report.render_summary(report.load_records(str(dest)))
 
 
 def test_a_cpu_record_gets_no_speedup_column(tmp_path):

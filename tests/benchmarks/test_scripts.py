@@ -29,6 +29,8 @@ TINY = {
     "run.py:translation": ["--models", "mnmt", "--captions", "1", "--src_vocab", "40", "--src_words", "7",
                            "--what", "train,beam", "--set", "hidden_dim=16,embed_dim=16,att_dim=16,modalities=text",
                            *_TINY_RUN],
+    "features.py": ["--backbones", "resnet50,vit_b16", "--sizes", "32,48", "--dtype", "float32,bfloat16",
+                    "--batch", "1", "--steps", "1", "--windows", "1", "--warmup", "0", "--out", "{tmp}/bench.json"],
     "tpgn.py": ["--d", "3", "--batch", "4", "--vocab", "50", "--words", "5", "--steps", "1"],
     # The loader, then train.py's loop from the .npz files against its step alone.
     "input_pipeline.py": ["--images", "40", "--batch", "8", "--batches", "2", "--threads", "0", "--workers", "0",
@@ -68,13 +70,21 @@ def test_benchmark_runs(case, tmp_path):
   assert out.returncode == 0, out.stderr[-3000:]
   if script == "run.py":
     _check_record(case, tmp_path / "bench.json")
+  elif script == "features.py":
+    import json
+    rows = json.loads((tmp_path / "bench.json").read_text())["rows"]
+    # a ViT runs at its own side only; a ResNet at every --sizes
+    assert [(r["backbone"], r["size"], r["dtype"]) for r in rows] == [
+        ("resnet50", 32, "float32"), ("resnet50", 48, "float32"), ("resnet50", 32, "bfloat16"),
+        ("resnet50", 48, "bfloat16"), ("vit_b16", 224, "float32"), ("vit_b16", 224, "bfloat16")]
+    assert all(r["images_per_s"] > 0 and r["gflop_per_image"] > 0 for r in rows), rows
   elif script == "tpgn.py":
     assert '"dominant"' in out.stdout, out.stdout
   else:
     assert "loop / step" in out.stdout and "images/s" in out.stdout, out.stdout
 
 
-# A GPU image has jax, flax, optax and numpy only: run.py, tpgn.py and report.py must run
+# A GPU image has jax, flax, optax and numpy only: run.py, tpgn.py, features.py and report.py must run
 # without grain, tensorflow_datasets, ml_collections and pycocoevalcap (an import of any fails).
 _BLOCKED = ("grain", "tensorflow_datasets", "tensorflow", "ml_collections", "pycocoevalcap")
 _WITHOUT = """
@@ -95,6 +105,8 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 @pytest.mark.parametrize("script,args", [
     ("run.py", ["--models", "transformer", "--what", "train,scst", *_TINY_TRANSFORMER, *_TINY_RUN]),
     ("tpgn.py", TINY["tpgn.py"]),
+    ("features.py", ["--backbones", "resnet50", "--sizes", "32", "--batch", "1", "--steps", "1", "--windows", "1",
+                     "--out", "{tmp}/f.json"]),
     ("report.py", ["--print"]),
 ])
 def test_runs_without_grain_tfds_ml_collections(script, args, tmp_path):
@@ -108,6 +120,8 @@ def test_runs_without_grain_tfds_ml_collections(script, args, tmp_path):
 # written; every benchmark script at least once (common.py is a module, not a script).
 BAD_FLAGS = [
     ("cider_throughput.py", ["--images", "0"], "--images"),
+    ("features.py", ["--backbones", "resnet7"], "--backbones"),
+    ("features.py", ["--sizes", "0"], "--sizes"),
     ("input_pipeline.py", ["--threads", "1,x"], "--threads"),
     ("input_pipeline.py", ["--loop_steps", "2", "--model", "bogus"], "--model"),
     ("report.py", ["--results", "{tmp}/nowhere", "--print"], "--results"),
@@ -138,3 +152,24 @@ def test_a_bad_flag_value_is_one_line_and_exit_2(tmp_path, script, args, flag):
   assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
   assert len(lines) == 1 and lines[0].startswith(f"error: {flag}") and "expected" in lines[0], proc.stderr[-2000:]
   assert os.listdir(tmp_path) == []  # nothing written
+
+
+@pytest.mark.slow
+def test_a_failing_row_is_recorded_and_the_other_rows_go_on(tmp_path, monkeypatch):
+  """A row that fails (e.g. out of memory at a large batch) is one line and an ``error`` row; the
+  record keeps every other row."""
+  import json
+  sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+  import run as bench_run
+
+  def broken(*a, **k):
+    raise RuntimeError("RESOURCE_EXHAUSTED: out of memory\nmore detail")
+
+  monkeypatch.setattr(bench_run, "bench_decode", broken)
+  out = tmp_path / "bench.json"
+  bench_run.main(["--models", "show_tell", "--what", "greedy,train", "--set", "hidden_dim=16,embed_dim=16",
+                  *[a.format(tmp=tmp_path) for a in _TINY_RUN]])
+  rows = json.loads(out.read_text())["rows"]
+  assert rows[0] == {"model": "show_tell", "what": "greedy", "dtype": "float32", "batch": 8, "reward": None,
+                     "error": "RuntimeError: RESOURCE_EXHAUSTED: out of memory"}
+  assert rows[1]["what"] == "train" and rows[1]["images_per_s"] > 0
