@@ -310,17 +310,29 @@ def step_flops(fn, *args, lowered=None) -> tuple[float, float]:
   return matmul, hlo
 
 
-# Dense peak TFLOP/s per device (bfloat16, float32 without TF32) of accelerators we know.
-PEAK_TFLOPS = {"H100": (989.0, 67.0), "H200": (989.0, 67.0), "A100": (312.0, 19.5),
-               "TPU v4": (275.0, 275.0), "TPU v5": (197.0, 197.0)}
+# Dense peak TFLOP/s per device: (bfloat16, TF32, float32 without TF32), vendors' datasheets.
+PEAK_TFLOPS = {"H100": (989.0, 494.7, 67.0), "H200": (989.0, 494.7, 67.0), "A100": (312.0, 156.0, 19.5),
+               "TPU v4": (275.0, 275.0, 275.0), "TPU v5": (197.0, 197.0, 197.0)}
+# jax_default_matmul_precision values under which a GPU runs float32 matmuls in full float32
+# (None / "default" / "tensorfloat32" let XLA use TF32 on Ampere and later: the profiles'
+# kernels are ``..._tf32f32_...``).
+_FULL_FP32 = ("highest", "float32")
+
+
+def device_peak(device_kind: str, dtype: str, precision: str | None = None):
+  """Dense peak TFLOP/s of one device of ``device_kind`` for ``dtype`` matmuls at ``precision``
+  (``jax_default_matmul_precision``), or None for an unknown device (CPUs)."""
+  for name, (bf16, tf32, fp32) in PEAK_TFLOPS.items():
+    if name.lower() in device_kind.lower():
+      if dtype == "bfloat16":
+        return bf16
+      return fp32 if str(precision).lower() in _FULL_FP32 else tf32
+  return None
 
 
 def peak_tflops(dtype: str, override: float | None):
-  """Dense peak TFLOP/s of one device (bfloat16, else float32 without TF32), or None."""
+  """Dense peak TFLOP/s of this process's device for ``dtype`` at the current default matmul
+  precision (``override`` where given), or None."""
   if override:
     return override
-  kind = jax.devices()[0].device_kind
-  for name, (bf16, fp32) in PEAK_TFLOPS.items():
-    if name.lower() in kind.lower():
-      return bf16 if dtype == "bfloat16" else fp32
-  return None
+  return device_peak(jax.devices()[0].device_kind, dtype, jax.config.jax_default_matmul_precision)

@@ -73,11 +73,23 @@ def _ratio(rec: dict, row: dict) -> str:
   return f"{row['images_per_s'] / ref[0]:.1f}× ({ref[0]:,.0f} {ref[1]})" if ref else ""
 
 
-def collect(src: str, dest: str = RESULTS) -> list[str]:
+def _recompute_mfu(rec: dict) -> None:
+  """Each row's MFU from its TFLOP/s and the device's dense peak for its dtype at the record's
+  matmul precision (float32 at XLA's default precision runs TF32 matmuls on a GPU)."""
+  from common import device_peak  # benchmarks/common.py (imports jax: only collect needs it)
+  env = rec["environment"]
+  for r in rec["rows"]:
+    peak = device_peak(env["device_kind"], r.get("dtype", "float32"), env.get("default_matmul_precision"))
+    if "tflops" in r and peak:
+      r["mfu"], r["mfu_peak_tflops"] = round(r["tflops"] / (peak * env.get("device_count", 1)), 4), peak
+
+
+def collect(src: str, dest: str = RESULTS, note: str = "", commit: str = "") -> list[str]:
   """One ``benchmarks/gpu_record.sh`` call's files (``records.tgz`` unpacked in ``src``) -> the
   committed records: ``<device>_<date>.json`` (the timed parts' rows in order, each with
   ``compile_s_cold``, its compile seconds in the precompile pass) and, where the references ran,
-  ``<device>_<date>_pytorch_refs.json``. Returns the paths written."""
+  ``<device>_<date>_pytorch_refs.json``. ``commit``: the commit the call ran, where the records'
+  own (read from the device's copy of the tree) is wrong. Returns the paths written."""
   def order(path):
     return int(re.sub(r"\D", "", os.path.basename(path)) or 0)
 
@@ -94,7 +106,10 @@ def collect(src: str, dest: str = RESULTS) -> list[str]:
   for path in parts:
     with open(path) as f:
       rec = json.load(f)
+    if commit:
+      rec["environment"].update(git_commit=commit, git_dirty=None, git_commit_source="given when collected")
     if rec.get("benchmark") in OWN_RECORDS:  # its own record, as the script writes it
+      _recompute_mfu(rec)
       out = os.path.join(dest, OWN_RECORDS[rec["benchmark"]] + _stem(rec["environment"]) + ".json")
       _write_json(out, rec)
       written.append(out)
@@ -106,6 +121,9 @@ def collect(src: str, dest: str = RESULTS) -> list[str]:
       r["compile_s_cold"] = cold.get((r["model"], r["what"], r["dtype"], r["batch"], r.get("reward")))
       record["rows"].append(r)
   record["benchmark"] = "benchmarks/gpu_record.sh"
+  _recompute_mfu(record)
+  if note:
+    record["note"] = note
   record["compile_note"] = ("compile_s: lowering + a load from the persistent compilation cache that the "
                             "precompile pass filled (a full compile where it had not reached the row); "
                             "compile_s_cold: that pass's compile seconds, six processes compiling at once")
@@ -154,7 +172,8 @@ def _head(rec: dict) -> str:
           f"commit `{(env.get('git_commit') or '?')[:10]}`{' (dirty)' if env.get('git_dirty') else ''} "
           f"— `{rec['_file']}`"
           + (f"; PyTorch references in the same call: torch {ref_env.get('torch', '?')} on "
-             f"{ref_env.get('gpu', '?')} — `{rec['references']}`" if refs else ""))
+             f"{ref_env.get('gpu', '?')} — `{rec['references']}`" if refs else "")
+          + (f". {rec['note']}" if rec.get("note") else ""))
 
 
 def features_table(rec: dict) -> str:
@@ -284,12 +303,16 @@ def main(argv=None) -> int:
   p.add_argument("--results", default=RESULTS)
   p.add_argument("--collect", default="", help="the unpacked records.tgz of one benchmarks/gpu_record.sh "
                  "call: write its records under --results, then the tables")
+  p.add_argument("--note", default="", help="with --collect: a sentence kept in the record and shown under "
+                 "its table (e.g. which parts ran in a later call)")
+  p.add_argument("--commit", default="", help="with --collect: the commit the call ran (where the device's "
+                 "copy of .git gave a stale one)")
   args = p.parse_args(argv)
   if args.collect:
     if not os.path.isdir(args.collect):
       p.error(f"--collect={args.collect}: not a directory; expected the unpacked records.tgz of "
               "benchmarks/gpu_record.sh")
-    for path in collect(args.collect, args.results):
+    for path in collect(args.collect, args.results, args.note, args.commit):
       print(f"wrote {os.path.relpath(path, _REPO)}")
   if args.results != RESULTS and not os.path.isdir(args.results):  # the default: none committed yet
     p.error(f"--results={args.results}: not a directory; expected the folder of benchmarks/run.py's "

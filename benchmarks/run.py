@@ -31,7 +31,8 @@ Each row: compile seconds (lowering + XLA compilation; for ``scst``, its first s
 compiles the sampler and the gradient step); the median step time of ``--windows`` timed
 windows of ``--steps`` steps after ``--warmup`` untimed ones, and their spread
 ((max - min) / median); images/s; model FLOPs per image; TFLOP/s; MFU against the device's
-dense peak (a table of known accelerators, or ``--peak_tflops``; none for CPUs); the compiled
+dense peak (a table of known accelerators: bfloat16, or TF32 for float32 at XLA's default matmul
+precision; ``--peak_tflops``; none for CPUs); the compiled
 program's memory (XLA's memory analysis: arguments + outputs + temporaries) and the device's
 peak bytes in use so far. ``--profile DIR`` traces 3 more steps of each row under DIR and adds
 ``profile`` to the row: how busy the device was, the kernel count and the top kernels by time
@@ -330,8 +331,8 @@ def environment() -> dict:
     env["git_dirty"] = bool(dirty)
   except Exception:  # noqa: BLE001 - a copy without git
     env["git_commit"] = None
-  if not env["git_commit"]:  # a copy of the tree without .git (a lent GPU host): the caller says
-    env["git_commit"] = os.environ.get("JAXCAP_GIT_COMMIT") or None
+  if os.environ.get("JAXCAP_GIT_COMMIT"):  # the caller knows better (a copied tree's .git can be stale)
+    env["git_commit"], env["git_dirty"] = os.environ["JAXCAP_GIT_COMMIT"], None
   # float32 rows run at XLA's default matmul precision (TF32 on Ampere and later GPUs); compile
   # seconds are a cache load where a persistent compilation cache is set.
   for key, flag in (("default_matmul_precision", "jax_default_matmul_precision"),
