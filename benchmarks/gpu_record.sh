@@ -67,6 +67,7 @@ PARTS=(
   "t8|@features --backbones resnet101,vit_b16 --sizes $SIZES --dtype float32,bfloat16 --batch $FB"
   "t9|--models $ALL5 --what greedy,beam,scst --dtype float32 --reward device --batch $B50 --eval_batch $B100"
   "t10|@pipeline --images $PI --batch $B50 --batches 40 --threads 2,8 --workers 0 --loop_steps 60 --log_every 10"
+  "t11|@pipeline --images $PI --batch $B50 --batches 40 --threads 2 --workers 8 --loop_steps 60 --log_every 10 --loop_workers 8"
 )
 # cmd_of ARGS: the command of a part's arguments ("@features ..." is benchmarks/features.py)
 cmd_of() {
@@ -88,7 +89,7 @@ PRECOMPILE=(
   "t5:eta t5:image_transformer t7:eta t7:image_transformer t9:eta t9:image_transformer"
   "t5:show_tell t5:tpgn t5:mnmt t7:show_tell t7:tpgn t7:mnmt t9:show_tell t9:tpgn t9:mnmt"
   "t8"
-  "t10"
+  "t10 t11"
 )
 # ONLY=t5,t9 keeps those parts (a later call for the rows an earlier one did not reach)
 if [[ -n "${ONLY:-}" ]]; then

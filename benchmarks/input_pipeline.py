@@ -105,6 +105,7 @@ def loop_vs_step(root: str, workdir: str, args) -> dict:
 
   c = configs.base_config("coco", args.model)
   c.data = disk_data_config(root)
+  c.data.num_workers = args.loop_workers
   c.dtype = args.dtype
   c.batch_size = args.batch
   c.num_train_steps = args.loop_steps
@@ -156,6 +157,8 @@ def main(argv=None):
   ap.add_argument("--model", default="transformer", help="the loop's registered model")
   ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
   ap.add_argument("--set", default="", help="the loop's model field overrides, e.g. dim=64,num_layers=1")
+  ap.add_argument("--loop_workers", type=nonnegative_int, default=0, help="the loop's grain worker processes "
+                  "(data.num_workers; 0: threads of this process, which share its GIL with the step's dispatch)")
   ap.add_argument("--out", default="", help="also write the rows as a JSON record (device, versions, commit)")
   args = ap.parse_args(argv)
   try:
@@ -202,10 +205,12 @@ def main(argv=None):
         print(f"disk {kind} workers={args.workers}: {r:8.0f} images/s")
     if args.loop_steps:
       r = loop_vs_step(os.path.join(tmp, "u"), os.path.join(tmp, "run"), args)
-      print(f"train.py loop from npz ({args.model}, {args.dtype}, batch {b}): {r['loop_images_per_s']:8.1f} images/s; "
+      print(f"train.py loop from npz ({args.model}, {args.dtype}, batch {b}, {args.loop_workers} workers): "
+            f"{r['loop_images_per_s']:8.1f} images/s; "
             f"the step alone {r['step_images_per_s']:8.1f} images/s; loop / step {r['loop_over_step']:.2f}")
       print(json.dumps(r))
-      keep(dict(r, source="train.py loop from npz", model=args.model, dtype=args.dtype, steps=args.loop_steps))
+      keep(dict(r, source="train.py loop from npz", model=args.model, dtype=args.dtype, steps=args.loop_steps,
+                workers=args.loop_workers))
   finally:
     shutil.rmtree(tmp, ignore_errors=True)
 

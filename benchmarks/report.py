@@ -193,7 +193,8 @@ def pipeline_table(rec: dict) -> str:
            "| what | threads | workers | batch | images/s | notes |", "|---|---:|---:|---:|---:|---|"]
   for r in rec["rows"]:
     if "loop_images_per_s" in r:
-      lines.append(f"| {r['source']} ({r['model']}, {r['dtype']}, {r['steps']} steps) | – | – | {r['batch']} | "
+      lines.append(f"| {r['source']} ({r['model']}, {r['dtype']}, {r['steps']} steps) | 2 | {r.get('workers', 0)} | "
+                   f"{r['batch']} | "
                    f"{_fmt(r['loop_images_per_s'])} | the step alone {_fmt(r['step_images_per_s'])} images/s; "
                    f"loop / step {r['loop_over_step']:.2f} |")
     else:

@@ -37,7 +37,8 @@ def _process_defaults(shard_index, shard_count):
 
 
 def _read_options(num_threads: int, prefetch: int):
-  return grain.ReadOptions(num_threads=num_threads, prefetch_buffer_size=prefetch)
+  # grain reads with at most prefetch_buffer_size threads at once: a smaller buffer idles threads.
+  return grain.ReadOptions(num_threads=num_threads, prefetch_buffer_size=max(prefetch, num_threads))
 
 
 def _maybe_multiprocess(ds, num_workers: int):
