@@ -3,7 +3,9 @@
 ``--config configs/mnmt.py:<dataset>,variant=<v>`` with ``v`` one of :data:`TABLE2`
 (Table 2's rows in order: ``nmt``, ``imgtxt``, ``mnmt1`` ... ``mnmt8``; default ``mnmt7``,
 CONCAT with encoder-dependent attention and a shared decoder projection, the paper's best).
-``fusion_tanh=False`` gives nmtpy's linear CONCAT.
+``fusion_tanh=False`` gives nmtpy's linear CONCAT; ``decoder=nmtpy`` (or
+``--config.model.decoder=nmtpy``) the authors' released CGRU (one recurrent state, dl4mt's
+GRUs and readout) instead of the paper's eq. 7 read literally (``decoder=paper``, the default).
 
 * ``synthetic``: CPU-sized, the bilingual synthetic scenes (``task="translate"``, grid
   features as the visual annotations; 30% of the English sources omit a colour that the
@@ -34,9 +36,11 @@ _M30K_STEPS_PER_EPOCH = 29000 // 32
 
 
 def get_config(arg: str | None = None):
-  a = common.parse_arg(arg, variant="mnmt7", fusion_tanh=True, size="")
+  a = common.parse_arg(arg, variant="mnmt7", fusion_tanh=True, decoder="paper", size="")
   if a.variant not in TABLE2:
     raise ValueError(f"config argument variant: expected one of {TABLE2}, got {a.variant!r}")
+  if a.decoder not in mnmt.DECODERS:
+    raise ValueError(f"config argument decoder: expected one of {mnmt.DECODERS}, got {a.decoder!r}")
   size = a.size or ("paper" if a.dataset == "multi30k" else "cpu")
   if size not in ("paper", "cpu"):
     raise ValueError(f"config argument size: expected 'paper' or 'cpu', got {a.size!r}")
@@ -46,6 +50,7 @@ def get_config(arg: str | None = None):
     del c.model[field]
   c.model.variant = a.variant
   c.model.fusion_tanh = a.fusion_tanh
+  c.model.decoder = a.decoder
   c.data.task = "translate"
 
   # Paper section 5.2.

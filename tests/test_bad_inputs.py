@@ -511,6 +511,8 @@ CASES = _spelled(CONFIG_CASES) + [
       model="mnmt_synthetic"),
     C("mnmt-hidden-dim-0", ["--config.model.hidden_dim=0"], "model.hidden_dim",
       model="mnmt_synthetic"),
+    C("mnmt-decoder-unknown", ["--config.model.decoder=dl4mt"], "model.decoder",
+      model="mnmt_synthetic"),
     # ---- model: TPGN (its GloVe file is read when the run starts: checked before writing)
     C("tpgn-glove-empty", ["--config.model.glove_path={tmp}/glove.txt"],
       "glove.txt: holds no vectors", model="tpgn", mutate=_write("glove.txt", "")),

@@ -24,6 +24,13 @@ Mutant audit (each failed test_whole_model_matches_numpy in every default case):
  13. tanh dropped inside the attention energy (eq. 9).
 decode_step equals teacher forcing on arbitrary tokens (test_decode_step_equals_teacher_forcing)
 and one CGRU step equals the reference directly (test_one_cgru_step), which covers greedy steps.
+
+``decoder="nmtpy"`` (the authors' released CGRU) has its own float64 reference (``np_nmtpy_*``),
+written from dl4mt's / nmtpy's equations with their stacked matrices and one carried state;
+test_nmtpy_reference_tells_the_readings_apart shows that five other readings (GRU1 fed its own
+state, a BOS embedding at t = 1, the readout from h', the reset gate before the matrix, no
+b_att) each move it far beyond the tolerance, and test_decoders_differ_on_the_same_parameters
+that the two decoders agree at t = 1 only.
 """
 
 from __future__ import annotations
@@ -53,9 +60,9 @@ _KW["mnmt7_linear"] = dict(fusion="concat", encoder_dependent=True, decoder_depe
                            fusion_tanh=False)
 
 
-def _model(name):
+def _model(name, decoder="paper"):
   return MultimodalNMT(vocab_size=V, src_vocab_size=VS, embed_dim=E, hidden_dim=H, att_dim=A,
-                       **_KW[name])
+                       decoder=decoder, **_KW[name])
 
 
 def _batch(seed=0):
@@ -73,8 +80,8 @@ def _batch(seed=0):
 
 
 @functools.lru_cache(maxsize=None)
-def _model_and_params(name):
-  model = _model(name)
+def _model_and_params(name, decoder="paper"):
+  model = _model(name, decoder)
   batch = _batch()
   params = _jit(model.init)(jax.random.key(1), batch, shift_right(jnp.asarray(batch["captions"])))
   # Non-zero biases, so that a dropped bias would show (the paper initialises them to zero).
@@ -351,6 +358,266 @@ def test_beam_search_through_the_protocol():
 
 
 # ----------------------------------------------------------------------------------------------
+# decoder="nmtpy": a NumPy reference of the authors' released CGRU, written from dl4mt's /
+# nmtpy's equations (dl4mt-tutorial session3/nmt.py gru_cond_layer, nmtpy/layers.py
+# gru_cond_layer and fusion_*.py gru_decoder_multi, nmtpy/models/basefusion.py and attention.py
+# build), with their stacked matrices: one product gives both gates [r | u], another the
+# candidate; GRU1's biases (b, bx) go with the word's products, GRU2's (b_nl, bx_nl) with the
+# state's, bx_nl inside the reset product. One state is carried: h'_t = GRU1(h_{t-1}, x_t),
+# attention from h'_t, h_t = GRU2(h'_t, c_t); x_1 = 0 (their shifted embeddings).
+
+
+def _dl4mt_weights(cell, side):
+  """A cell's parameters under dl4mt's names (W, U stacked [r | u]; Wx, Ux; b, bx on ``side``);
+  the other side must have no bias (dl4mt's GRUs have one bias per product pair)."""
+  own, other = ("i", "h") if side == "input" else ("h", "i")
+  for g in "rzn":
+    assert "bias" not in cell[other + g], f"{other}{g} has a bias"
+  return {"W": np.concatenate([cell["ir"]["kernel"], cell["iz"]["kernel"]], axis=1),
+          "U": np.concatenate([cell["hr"]["kernel"], cell["hz"]["kernel"]], axis=1),
+          "Wx": cell["in"]["kernel"], "Ux": cell["hn"]["kernel"],
+          "b": np.concatenate([cell[own + "r"]["bias"], cell[own + "z"]["bias"]]),
+          "bx": cell[own + "n"]["bias"]}
+
+
+def np_dl4mt_gru(w, x, h, side, mutant=""):
+  """dl4mt's GRU step: ``u * h + (1 - u) * tanh(preactx)``, the reset gate scaling ``Ux h``."""
+  d = h.shape[-1]
+  if side == "input":  # gru_layer / GRU1: state_below_ = x W + b, state_belowx = x Wx + bx
+    gates = _sigmoid(h @ w["U"] + (x @ w["W"] + w["b"]))
+    r, u = gates[:d], gates[d:]
+    rec = (r * h) @ w["Ux"] if mutant == "reset_before_matrix" else (h @ w["Ux"]) * r
+    preactx = rec + (x @ w["Wx"] + w["bx"])
+  else:  # GRU2: preact = h U_nl + b_nl + c Wc; preactx = (h Ux_nl + bx_nl) * r2 + c Wcx
+    gates = _sigmoid(h @ w["U"] + w["b"] + x @ w["W"])
+    r, u = gates[:d], gates[d:]
+    rec = (r * h) @ w["Ux"] + w["bx"] if mutant == "reset_before_matrix" else (h @ w["Ux"] + w["bx"]) * r
+    preactx = rec + x @ w["Wx"]
+  return u * h + (1.0 - u) * np.tanh(preactx)
+
+
+def np_nmtpy_attention(p, kw, m, h1, ann, mutant=""):
+  """pctx = a Wc_att + b_att; alpha = softmax(tanh(pctx + h1 W_comb_att) U_att); c = sum alpha a."""
+  both = kw.get("modalities", "both") == "both"
+  enc = f"_{m}" if both and kw["encoder_dependent"] else ""
+  dec = f"_{m}" if both and kw["decoder_dependent"] else ""
+  w_c = p["W_C" + enc]
+  b_att = 0.0 if mutant == "no_attention_bias" else w_c["bias"]
+  pctx = ann @ w_c["kernel"] + b_att
+  e = np.tanh(pctx + h1 @ p["W_D" + dec]["kernel"]) @ p["U_A" + enc]["kernel"][:, 0]
+  alpha = np.exp(e - e.max())
+  alpha /= alpha.sum()
+  return alpha @ ann
+
+
+def np_nmtpy_step(p, kw, ann, y, h, t, mutant="", h1_prev=None):
+  """One step of the released CGRU and its readout: ``(logits, h'_t, h_t)``."""
+  emb = p["trg_embed"]["embedding"]
+  x = emb[y] if (t > 0 or mutant == "bos_embedding") else np.zeros(emb.shape[1])
+  h1 = np_dl4mt_gru(_dl4mt_weights(p["g1"], "input"), x,
+                    h1_prev if mutant == "gru1_own_state" else h, "input", mutant)
+  c = np_fuse(p, kw, {m: np_nmtpy_attention(p, kw, m, h1, a, mutant) for m, a in ann.items()})
+  h2 = np_dl4mt_gru(_dl4mt_weights(p["g2"], "hidden"), c, h1, "hidden", mutant)
+  # Readout: basefusion's tanh(ff_logit_gru(h) + emb + ff_logit_ctx(c)); attention.py (text
+  # only) projects the word too (ff_logit_prev). All ff layers are affine.
+  ff = lambda name, v: v @ p[name]["kernel"] + p[name]["bias"]
+  prev = ff("L_y", x) if kw.get("modalities") == "text" else x
+  state = h1 if mutant == "readout_from_gru1" else h2
+  logits = ff("L_o", np.tanh(ff("L_s", state) + prev + ff("L_c", c)))
+  return logits, h1, h2
+
+
+def np_nmtpy_forward(p, kw, src, feats, fmask, tokens, mutant=""):
+  """The whole model for one example, ``[T, V]`` logits; the encoders are the paper's."""
+  ann = np_annotations(p, kw, src, feats, fmask)
+  pooled = ann["txt" if "txt" in ann else "im"].mean(0)
+  h = np.tanh(pooled @ p["W_init"]["kernel"] + p["W_init"]["bias"])  # init_cgru='text'
+  h1, out = h, []
+  for t, y in enumerate(tokens):
+    logits, h1, h = np_nmtpy_step(p, kw, ann, y, h, t, mutant, h1_prev=h1)
+    out.append(logits)
+  return np.stack(out)
+
+
+def _log_softmax(x):
+  x = x - x.max(-1, keepdims=True)
+  return x - np.log(np.exp(x).sum(-1, keepdims=True))
+
+
+def _nmtpy_logprobs(name, mutant=""):
+  """(model's teacher-forced log-probs [B, S, T, V], the reference's under ``mutant``)."""
+  model, params = _model_and_params(name, "nmtpy")
+  batch = _batch()
+  tokens = shift_right(jnp.asarray(batch["captions"]))
+  logits, _ = _logits(model, params, batch, tokens)
+  p = _np(params["params"])
+  ref = np.stack([[np_nmtpy_forward(p, _KW[name], batch["src"][b], np.float64(batch["feats"][b]),
+                                    batch["feats_mask"][b], np.asarray(tokens[b, s]), mutant)
+                   for s in range(S)] for b in range(B)])
+  return np.asarray(jax.nn.log_softmax(logits, axis=-1)), _log_softmax(ref), np.asarray(logits), ref
+
+
+# CONCAT with decoder-dependent W_D (MNMT6), SUM with encoder-dependent attention (MNMT3),
+# nmtpy's linear CONCAT (MNMT7), text-only NMT (with ff_logit_prev), IMGTXT.
+@pytest.mark.parametrize("name", ["mnmt6", "mnmt3", "mnmt7_linear", "nmt", "imgtxt"])
+def test_nmtpy_whole_model_matches_numpy(name):
+  """decoder="nmtpy": the model's teacher-forced log-probabilities (and logits) equal the
+  float64 reference of the released CGRU, fed the model's parameters (biases non-zero)."""
+  lp, ref_lp, logits, ref = _nmtpy_logprobs(name)
+  assert lp.shape == (B, S, T, V)
+  np.testing.assert_allclose(lp, ref_lp, rtol=2e-4, atol=2e-5)
+  np.testing.assert_allclose(logits, ref, rtol=2e-4, atol=2e-5)
+
+
+@pytest.mark.parametrize("mutant", ["gru1_own_state", "bos_embedding", "readout_from_gru1",
+                                    "reset_before_matrix", "no_attention_bias"])
+def test_nmtpy_reference_tells_the_readings_apart(mutant):
+  """The comparison above is not weak: each other reading of nmtpy's decoder (GRU1 fed its own
+  previous output h'_{t-1}, the paper's g1 chain, instead of GRU2's h_{t-1}; the BOS embedding
+  at t = 1; the readout from h'_t; Cho et al.'s reset gate on h before the matrix; no b_att)
+  moves the reference's log-probabilities far beyond the tolerance (at least 1e-2, where the
+  model matches the right reading within 2e-4), away from the model's."""
+  lp, ref_lp, _, _ = _nmtpy_logprobs("mnmt6", mutant)
+  err = np.abs(lp - ref_lp)
+  assert err.max() > 1e-2, err.max()
+  np.testing.assert_allclose(_nmtpy_logprobs("mnmt6")[1], lp, rtol=2e-4, atol=2e-5)  # control
+
+
+def test_decoders_differ_on_the_same_parameters():
+  """The paper's and nmtpy's decoders on the same numbers (the biases only one of them has are
+  zero, GRU2's gate biases moved to the state side where dl4mt has them, BOS's embedding zero):
+  the first step agrees (the readings coincide at t = 1, as the module docstring says), every
+  later step of every caption differs."""
+  paper, params = _model_and_params("mnmt7")
+  _, nmtpy_params = _model_and_params("mnmt7", "nmtpy")
+  pp = jax.tree.map(np.array, params["params"])
+  pp["g1"]["hn"]["bias"][:] = 0.0  # flax's b_hn, which dl4mt's GRU1 lacks
+  pp["g2"]["in"]["bias"][:] = 0.0  # flax's b_in, which dl4mt's GRU2 lacks
+  pp["trg_embed"]["embedding"][1] = 0.0  # BOS: nmtpy's zero first embedding
+  pn = jax.tree.map(np.array, pp)
+  del pn["g1"]["hn"]["bias"], pn["g2"]["in"]["bias"]
+  for g in "rz":  # GRU2's gate biases, additive on either side, sit on the state side in dl4mt
+    pn["g2"]["h" + g]["bias"] = pn["g2"]["i" + g].pop("bias")
+  for name in ("W_C_txt", "W_C_im", "L_s", "L_c"):
+    pn[name]["bias"] = np.zeros(pn[name]["kernel"].shape[1], np.float32)
+  assert jax.tree.structure(pn) == jax.tree.structure(nmtpy_params["params"])
+  batch = _batch()
+  tokens = shift_right(jnp.asarray(batch["captions"]))
+  lp_paper = np.asarray(jax.nn.log_softmax(_logits(paper, {"params": pp}, batch, tokens)[0]))
+  nmtpy = _model("mnmt7", "nmtpy")
+  lp_nmtpy = np.asarray(jax.nn.log_softmax(_logits(nmtpy, {"params": pn}, batch, tokens)[0]))
+  np.testing.assert_allclose(lp_nmtpy[:, :, 0], lp_paper[:, :, 0], rtol=1e-5, atol=1e-6)
+  gap = np.abs(lp_nmtpy[:, :, 1:] - lp_paper[:, :, 1:]).max(-1)  # [B, S, T-1]
+  assert gap.min() > 1e-4, gap.min()
+
+
+def test_nmtpy_one_cgru_step_and_cache():
+  """init_cache holds the one state h_0; decode_step at t = 0 (zero word vector) and t = 3
+  from an arbitrary cached h equals the reference step, and caches GRU2's output h_t."""
+  model, params = _model_and_params("mnmt7", "nmtpy")
+  batch = _batch()
+  enc = model.apply(params, batch, method="encode")
+  cache0 = model.apply(params, enc, T, method="init_cache")
+  assert set(cache0) == {"h"}
+  np.testing.assert_array_equal(cache0["h"], enc["h0"])
+  p = _np(params["params"])
+  rng = np.random.default_rng(5)
+  cache = {"h": rng.normal(size=(B, H)).astype(np.float32)}
+  tokens = jnp.asarray(rng.integers(4, V, size=(B,)), jnp.int32)
+  for t in (0, 3):
+    logits, new, _ = _decode_step(model, params, enc, cache, tokens, jnp.int32(t))
+    assert set(new) == {"h"}
+    for b in range(B):
+      ann = np_annotations(p, _KW["mnmt7"], batch["src"][b], np.float64(batch["feats"][b]),
+                           batch["feats_mask"][b])
+      ref, _, h = np_nmtpy_step(p, _KW["mnmt7"], ann, int(tokens[b]), np.float64(cache["h"][b]), t)
+      np.testing.assert_allclose(logits[b], ref, rtol=1e-4, atol=1e-5)
+      np.testing.assert_allclose(new["h"][b], h, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["mnmt7", "nmt"])
+def test_nmtpy_decode_step_equals_teacher_forcing(name):
+  model, params = _model_and_params(name, "nmtpy")
+  batch = _batch()
+  tokens = shift_right(jnp.asarray(batch["captions"]))
+  logits, aux = _logits(model, params, batch, tokens)
+  enc = jax.tree.map(lambda x: jnp.repeat(x, S, axis=0), model.apply(params, batch, method="encode"))
+  cache = model.apply(params, enc, T, method="init_cache")
+  flat = tokens.reshape(B * S, T)
+  for t in range(T):
+    lg, cache, a = _decode_step(model, params, enc, cache, flat[:, t], jnp.int32(t))
+    np.testing.assert_allclose(lg, logits.reshape(B * S, T, V)[:, t], rtol=1e-5, atol=1e-5)
+    for k in a:
+      np.testing.assert_allclose(a[k], aux[k][:, t], rtol=1e-5, atol=1e-6)
+
+
+def _teacher_forced_token_logprobs(model, params, batch, seq_BxT):
+  """Log-probabilities of ``seq`` (cut after its first EOS) under teacher forcing: ``[B, T]``."""
+  caps = np.where(np.cumsum(seq_BxT == 2, 1) - (seq_BxT == 2) > 0, 0, seq_BxT)
+  logits = _logits(model, params, batch, shift_right(jnp.asarray(caps[:, None])))[0][:, 0]
+  lp = jax.nn.log_softmax(logits)
+  tok_lp = np.take_along_axis(np.asarray(lp), caps[:, :, None], -1)[..., 0]
+  return tok_lp * (caps != 0), np.asarray(lp), caps
+
+
+def test_nmtpy_greedy_beam_search_and_scst_sampling():
+  """decoder="nmtpy" through the protocol: greedy picks the teacher-forced arg-max, beam
+  search's best score is its teacher-forced log-probability, SCST's samples carry their
+  teacher-forced log-probabilities and a finite, non-zero policy gradient."""
+  from jaxcap import decoding
+  from jaxcap.training import scst
+  model, params = _model_and_params("mnmt6", "nmtpy")
+  batch = _batch()
+  greedy = np.asarray(decoding.greedy(model, params, batch, max_len=6).tokens)
+  _, lp, caps = _teacher_forced_token_logprobs(model, params, batch, greedy)
+  real = caps != 0
+  np.testing.assert_array_equal(lp.argmax(-1)[real], greedy[real])
+  out = decoding.beam_search(model, params, batch, beam_size=3, max_len=6)
+  assert out.tokens.shape == (B, 3, 6) and bool(jnp.all(jnp.isfinite(out.scores[:, 0])))
+  tok_lp, _, _ = _teacher_forced_token_logprobs(model, params, batch, np.asarray(out.tokens[:, 0]))
+  np.testing.assert_allclose(tok_lp.sum(-1), out.logprobs[:, 0], rtol=1e-4, atol=1e-4)
+  # SCST: 2 samples per image, re-scored by the gradient pass (teacher forcing).
+  smp = decoding.sample(model, params, batch, jax.random.key(3), max_len=6, num_samples=2)
+  logits, _ = scst.sample_logits(model, params, batch, smp.tokens, jax.random.key(4))
+  toks = np.asarray(smp.tokens).reshape(B * 2, 6)
+  tf_lp = np.take_along_axis(np.asarray(jax.nn.log_softmax(logits)), toks[..., None], -1)[..., 0]
+  real = toks != 0
+  np.testing.assert_allclose(tf_lp[real], np.asarray(smp.token_logprobs).reshape(B * 2, 6)[real],
+                             rtol=1e-4, atol=1e-5)
+  adv = jnp.asarray([1.0, -1.0] * B)
+  grads = jax.grad(lambda prm: scst.scst_loss(scst.sample_logits(model, prm, batch, smp.tokens,
+                                                                  jax.random.key(4))[0],
+                                              jnp.asarray(toks), adv)[0])(params)
+  g1 = np.concatenate([np.ravel(x) for x in jax.tree.leaves(grads["params"]["g1"])])
+  assert np.all(np.isfinite(g1)) and np.abs(g1).max() > 0
+
+
+def test_nmtpy_parameter_tree():
+  """dl4mt's bias placement (GRU1 word side, GRU2 state side), b_att on W_C, affine L_s / L_c,
+  L_y for text only; the paper decoder's tree has none of these changes."""
+  batch = _batch()
+  tokens = shift_right(jnp.asarray(batch["captions"]))
+  shapes = lambda name, dec: jax.eval_shape(_model(name, dec).init, jax.random.key(0), batch,
+                                            tokens)["params"]
+  nm, pa = shapes("mnmt8", "nmtpy"), shapes("mnmt8", "paper")
+  has_bias = lambda cell: sorted(k for k in cell if "bias" in cell[k])
+  assert has_bias(nm["g1"]) == ["in", "ir", "iz"] and has_bias(nm["g2"]) == ["hn", "hr", "hz"]
+  assert has_bias(pa["g1"]) == has_bias(pa["g2"]) == ["hn", "in", "ir", "iz"]
+  for name in ("W_C_txt", "W_C_im", "L_s", "L_c"):
+    assert "bias" in nm[name] and "bias" not in pa[name]
+  assert "L_y" not in nm and "L_y" in shapes("nmt", "nmtpy") and "L_y" not in shapes("nmt", "paper")
+  count = lambda tree: sum(x.size for x in jax.tree.leaves(tree))
+  # g1, g2: one candidate bias fewer each; two b_att [A]; b_s, b_c [E].
+  assert count(nm) - count(pa) == -2 * H + 2 * A + 2 * E
+
+
+def test_direct_construction_rejects_an_unknown_decoder():
+  with pytest.raises(ValueError, match=r"model\.decoder: expected one of \('paper', 'nmtpy'\)"):
+    batch = _batch()
+    _model("mnmt7", "dl4mt").init(jax.random.key(0), batch, shift_right(jnp.asarray(batch["captions"])))
+
+
+# ----------------------------------------------------------------------------------------------
 # Configs.
 
 
@@ -369,6 +636,17 @@ def test_config_variants_build(variant):
   assert cfg.data.task == "translate"
 
 
+def test_config_decoder_switch():
+  from configs import mnmt as mnmt_config
+  info = {"vocab_size": 20, "src_vocab_size": 30}
+  assert registry.build(mnmt_config.get_config("synthetic").model, info).decoder == "paper"
+  cfg = mnmt_config.get_config("synthetic,variant=nmt,decoder=nmtpy")
+  model = registry.build(cfg.model, info)
+  assert (model.decoder, model.modalities) == ("nmtpy", "text")
+  with pytest.raises(ValueError, match="config argument decoder"):
+    mnmt_config.get_config("synthetic,decoder=dl4mt")
+
+
 def test_paper_config():
   from configs import mnmt as mnmt_config
   cfg = mnmt_config.get_config("multi30k")
@@ -380,7 +658,8 @@ def test_paper_config():
 
 
 @pytest.mark.parametrize("field,value", [("variant", "mnmt9"), ("hidden_dim", 0), ("fusion", "max"),
-                                         ("modalities", "audio"), ("dropout", 1.0)])
+                                         ("modalities", "audio"), ("dropout", 1.0),
+                                         ("decoder", "dl4mt")])
 def test_bad_config_is_a_one_line_value_error(field, value):
   import ml_collections
   cfg = ml_collections.ConfigDict({"name": "mnmt", field: value})
