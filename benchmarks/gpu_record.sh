@@ -53,14 +53,17 @@ if [[ -f .anchors/bench_pytorch_refs.py && -z "${NO_REFS:-}" ]]; then
   [[ -f /tmp/rec/results.json ]] && mv /tmp/rec/results.json /tmp/rec/pytorch_refs.json
 fi
 
-# The timed rows, most important first: "name|run.py arguments". A paper-sized row compiles in
-# up to a minute on an H100, so not every row fits one call: the order says which go first.
+# The timed rows, most important first: "name|run.py arguments" (their order, not their names,
+# says which go first; t12 / t13: what the dropout masks and their random bits cost the step). A
+# paper-sized row compiles in 10-130 s on an H200, so not every row fits one call.
 ALL5="eta,image_transformer,show_tell,tpgn,mnmt"
 PARTS=(
   "t1|--models transformer --what train --dtype float32,bfloat16 --batch $B50 --profile /tmp/prof"
   "t2|--models transformer --what greedy,beam,scst --dtype float32 --reward device,host --batch $B50 --eval_batch $B100"
   "t3|--models aat,aoanet,lstm --what train,beam --dtype float32 --batch $B50 --eval_batch $B100"
   "t4|--models transformer --what train --dtype bfloat16 --batch $BIG"
+  "t12|--models transformer --what train --dtype bfloat16 --batch $B50 --prng unsafe_rbg --profile /tmp/prof"
+  "t13|--models transformer --what train --dtype bfloat16 --batch $B50 --dropout 0 --profile /tmp/prof"
   "t5|--models $ALL5 --what train --dtype float32 --batch $B50"
   "t6|--models aat,aoanet,lstm --what greedy,scst --dtype float32 --reward device --batch $B50 --eval_batch $B100"
   "t7|--models aat,aoanet,lstm,$ALL5 --what train --dtype bfloat16 --batch $B50"
@@ -83,7 +86,7 @@ quick_of() { if [[ $1 == @pipeline* ]]; then echo "--batches 2 --threads 0"; els
 # Precompile groups, one process each, items "part[:model]" in the order of the parts above.
 PRECOMPILE=(
   "t1 t4"
-  "t2"
+  "t2 t12 t13"
   "t3:aat t6:aat t7:aat"
   "t3:aoanet t3:lstm t6:aoanet t6:lstm t7:aoanet t7:lstm"
   "t5:eta t5:image_transformer t7:eta t7:image_transformer t9:eta t9:image_transformer"

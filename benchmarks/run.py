@@ -490,6 +490,10 @@ def main(argv=None):
           row = {"model": name, "what": what, "dtype": dtype, "batch": b,
                  "beam": args.beam if what == "beam" else None,
                  "samples": args.samples if what in ("sample", "scst") else None, "reward": reward,
+                 # what makes this row differ from the model's paper-sized default (kept per row:
+                 # records of several runs are merged)
+                 "prng": args.prng, "dropout": args.dropout, "layers": args.layers or None,
+                 "overrides": args.set or None,
                  "compile_s": round(compile_s, 2), "step_ms": round(dt * 1e3, 3),
                  "window_ms": [round(t * 1e3, 3) for t in times], "spread": round(spread, 4),
                  "images_per_s": round(b / dt, 2), "gflop_per_image": _sig(matmul / b / 1e9),

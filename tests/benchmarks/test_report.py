@@ -62,13 +62,15 @@ def test_summary_has_one_line_per_model_with_its_ratios(tmp_path):
   rec = _h100(references="refs.json")
   rec["rows"].append(_row(what="train", dtype="bfloat16", images_per_s=6530.0))
   rec["rows"].append(_row(model="aat", what="train", error="XlaRuntimeError: RESOURCE_EXHAUSTED"))
+  rec["rows"].insert(0, _row(images_per_s=9999.0, dropout=0.0))  # a variant row: not the summary's
   (tmp_path / "h100.json").write_text(json.dumps(rec))
   (tmp_path / "refs.json").write_text(json.dumps(_REFS))
   text = report.render_summary(report.load_records(str(tmp_path)))
   line = [l for l in text.splitlines() if l.startswith("| transformer")][0]
   assert line.startswith("| transformer | 3,265 (5.0×) | 6,530 (10.0×) | – | 2,660 (10.0×) | – |")
   assert [l for l in text.splitlines() if l.startswith("| aat")][0] == "| aat | – | – | – | – | – |"
-  assert "failed: XlaRuntimeError" in report.render(report.load_records(str(tmp_path)))
+  full = report.render(report.load_records(str(tmp_path)))
+  assert "failed: XlaRuntimeError" in full and "| transformer | train, dropout 0.0 | float32 |" in full
 
 
 def test_collect_merges_the_parts_and_the_cold_compile_seconds(tmp_path):
