@@ -11,23 +11,25 @@
 #   4. everything packed into $OUT/records.tgz (benchmarks/results/ gets the JSONs from there).
 #
 #   OUT=/tmp/rec JAXCAP_GIT_COMMIT=$(git rev-parse HEAD) bash benchmarks/gpu_record.sh
-# Knobs: PYTHON (python3), BUDGET_S (total seconds, 565), TIMED_S (seconds kept for phase 3, 170),
+# Knobs: WORK (/tmp/jaxcap_gpu_work), PYTHON (python3), BUDGET_S (total seconds, 565), TIMED_S
+# (seconds kept for phase 3, 170),
 # ONLY (comma-separated part names: only those), NO_REFS=1 (no PyTorch references), SMALL=1 (tiny
 # CPU smoke run).
 set -u
 OUT=${OUT:-/tmp/jaxcap_gpu_record}
+WORK=${WORK:-/tmp/jaxcap_gpu_work}  # the parts' records and logs, the compilation cache, traces, wheels
 PY=${PYTHON:-python3}
 BUDGET_S=${BUDGET_S:-565}
 TIMED_S=${TIMED_S:-170}
-mkdir -p "$OUT" /tmp/rec
+mkdir -p "$OUT" "$WORK/rec"
 export PYTHONUNBUFFERED=1
 T0=$(date +%s)
 left() { echo $(( BUDGET_S - ($(date +%s) - T0) )); }
 # deadline SECONDS CMD...: runs CMD for at most SECONDS and at most what is left of the budget
 deadline() { local s=$1; shift; local l; l=$(left); (( l < s )) && s=$l; (( s < 5 )) && { echo "skipped (no time left): $*"; return 0; }; timeout -k 5 "$s" "$@"; echo "[rc $? after $(( $(date +%s) - T0 )) s] $*"; }
 
-nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv > /tmp/rec/nvidia_smi.csv 2>&1
-cat /tmp/rec/nvidia_smi.csv
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv > $WORK/rec/nvidia_smi.csv 2>&1
+cat $WORK/rec/nvidia_smi.csv
 
 if [[ "${SMALL:-0}" == 1 ]]; then  # smoke test of this script on a CPU
   SHAPE=(--layers 1 --samples 2 --regions 4 --feat_dim 16 --vocab 50 --words 5 --train_images 20
@@ -41,16 +43,16 @@ else
 fi
 # grain and ml_collections for the input pipeline's part, carried as wheels (.whl) to a bare image
 if [[ -d .whl ]]; then
-  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target $WORK/site .whl/*.whl \
     || echo "wheels not installed: the input-pipeline part will fail"
 fi
 RUN=("$PY" benchmarks/run.py "${SHAPE[@]}")
 
 # 1. PyTorch references (strict fp32, TF32, bf16 autocast training; fp32 decoding)
 if [[ -f .anchors/bench_pytorch_refs.py && -z "${NO_REFS:-}" ]]; then
-  deadline 150 env OUT=/tmp/rec "$PY" .anchors/bench_pytorch_refs.py --models transformer,updown,aoa,aat \
+  deadline 150 env OUT=$WORK/rec "$PY" .anchors/bench_pytorch_refs.py --models transformer,updown,aoa,aat \
     --modes fp32,tf32,bf16 --decode_modes fp32 --device $DEV "${REFS[@]}"
-  [[ -f /tmp/rec/results.json ]] && mv /tmp/rec/results.json /tmp/rec/pytorch_refs.json
+  [[ -f $WORK/rec/results.json ]] && mv $WORK/rec/results.json $WORK/rec/pytorch_refs.json
 fi
 
 # The timed rows, most important first: "name|run.py arguments" (their order, not their names,
@@ -58,12 +60,12 @@ fi
 # paper-sized row compiles in 10-130 s on an H200, so not every row fits one call.
 ALL5="eta,image_transformer,show_tell,tpgn,mnmt"
 PARTS=(
-  "t1|--models transformer --what train --dtype float32,bfloat16 --batch $B50 --profile /tmp/prof"
+  "t1|--models transformer --what train --dtype float32,bfloat16 --batch $B50 --profile $WORK/prof"
   "t2|--models transformer --what greedy,beam,scst --dtype float32 --reward device,host --batch $B50 --eval_batch $B100"
   "t3|--models aat,aoanet,lstm --what train,beam --dtype float32 --batch $B50 --eval_batch $B100"
   "t4|--models transformer --what train --dtype bfloat16 --batch $BIG"
-  "t12|--models transformer --what train --dtype bfloat16 --batch $B50 --prng unsafe_rbg --profile /tmp/prof"
-  "t13|--models transformer --what train --dtype bfloat16 --batch $B50 --dropout 0 --profile /tmp/prof"
+  "t12|--models transformer --what train --dtype bfloat16 --batch $B50 --prng unsafe_rbg --profile $WORK/prof"
+  "t13|--models transformer --what train --dtype bfloat16 --batch $B50 --dropout 0 --profile $WORK/prof"
   "t5|--models $ALL5 --what train --dtype float32 --batch $B50"
   "t6|--models aat,aoanet,lstm --what greedy,scst --dtype float32 --reward device --batch $B50 --eval_batch $B100"
   "t7|--models aat,aoanet,lstm,$ALL5 --what train --dtype bfloat16 --batch $B50"
@@ -76,7 +78,7 @@ PARTS=(
 cmd_of() {
   case $1 in
     @features*) echo "$PY benchmarks/features.py ${FSHAPE[*]} ${1#@features }" ;;
-    @pipeline*) echo "env PYTHONPATH=/tmp/site $PY benchmarks/input_pipeline.py ${PSHAPE[*]} ${1#@pipeline }" ;;
+    @pipeline*) echo "env PYTHONPATH=$WORK/site $PY benchmarks/input_pipeline.py ${PSHAPE[*]} ${1#@pipeline }" ;;
     *) echo "${RUN[*]} $1" ;;
   esac
 }
@@ -114,7 +116,7 @@ args_of() {  # args_of PART[:MODEL] -> run.py arguments (the part's, its models 
 }
 
 # 2. Compile the rows into the persistent cache, one process per group, until TIMED_S is left
-export JAX_COMPILATION_CACHE_DIR=/tmp/jaxcache JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0 \
+export JAX_COMPILATION_CACHE_DIR=$WORK/jaxcache JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0 \
   JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES=-1
 i=0
 for g in "${PRECOMPILE[@]}"; do
@@ -125,22 +127,22 @@ for g in "${PRECOMPILE[@]}"; do
       # shellcheck disable=SC2046
       s=$(( $(left) - TIMED_S )); (( s < 5 )) && break
       a=$(args_of "$item" | sed 's/--profile [^ ]*//')
-      timeout -k 5 $s $(cmd_of "$a") $(quick_of "$a") --out "/tmp/rec/compile_${item/:/_}.json" \
-        >> "/tmp/rec/compile_g$i.log" 2>&1
+      timeout -k 5 $s $(cmd_of "$a") $(quick_of "$a") --out "$WORK/rec/compile_${item/:/_}.json" \
+        >> "$WORK/rec/compile_g$i.log" 2>&1
     done
   ) &
 done
 wait
 echo "[precompile done after $(( $(date +%s) - T0 )) s]"
-tail -n 3 /tmp/rec/compile_g*.log
+tail -n 3 $WORK/rec/compile_g*.log
 
 # 3. The timed rows, one process at a time, each part under the budget that is left
 for p in "${PARTS[@]}"; do
   name=${p%%|*}
   # shellcheck disable=SC2046
-  deadline 300 $(cmd_of "${p#*|}") --out "/tmp/rec/$name.json"
+  deadline 300 $(cmd_of "${p#*|}") --out "$WORK/rec/$name.json"
 done
 
 # 4. Pack
-tar -czf "$OUT/records.tgz" -C /tmp/rec . && ls -la "$OUT"
+tar -czf "$OUT/records.tgz" -C $WORK/rec . && ls -la "$OUT"
 echo "[done after $(( $(date +%s) - T0 )) s]"

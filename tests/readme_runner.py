@@ -67,6 +67,12 @@ NOT_RUN = [
      "captions the reader's own photos with the run trained on the extraction above (not run; "
      "needs resnet101.safetensors): tests/features/test_caption_images.py runs evaluate.py "
      "--images on a run trained on a random-weights extraction"),
+    (r"^bash benchmarks/gpu_record\.sh",
+     "the one-call GPU record (a GPU host, the PyTorch references in .anchors/): "
+     "tests/benchmarks/test_gpu_record.py runs it in its tiny CPU mode (SMALL=1) and collects it"),
+    (r"^python benchmarks/report\.py --collect DIR",
+     "DIR is what a GPU call of gpu_record.sh packed: tests/benchmarks/test_gpu_record.py collects "
+     "the tiny CPU run's"),
     (r"^for i in 0 1; do .*JAX_NUM_PROCESSES=2",
      "the two-process launch: tests/training/test_multihost.py::test_train_py_two_processes_like_one "
      "runs this command (train.py, two processes x 4 CPU devices, the same environment variables) "

@@ -168,6 +168,8 @@ RULES = {
     "jupyter": lambda args: "" if all((REPO / a).exists() for a in args if a.endswith(".ipynb"))
     else "a notebook the command names is missing",
     "-m pytest": lambda args: "",
+    "bash": lambda args: "" if args and (REPO / args[0]).is_file() and subprocess.run(
+        ["bash", "-n", str(REPO / args[0])]).returncode == 0 else f"bash {args}: no such script, or it does not parse",
 }
 
 # Parses each command with the program's own absl flags in one subprocess (flags are global).
