@@ -67,7 +67,7 @@ NOT_RUN = [
      "captions the reader's own photos with the run trained on the extraction above (not run; "
      "needs resnet101.safetensors): tests/features/test_caption_images.py runs evaluate.py "
      "--images on a run trained on a random-weights extraction"),
-    (r"^bash benchmarks/gpu_record\.sh",
+    (r"(^|\s)bash benchmarks/gpu_record\.sh",
      "the one-call GPU record (a GPU host, the PyTorch references in .anchors/): "
      "tests/benchmarks/test_gpu_record.py runs it in its tiny CPU mode (SMALL=1) and collects it"),
     (r"^python benchmarks/report\.py --collect DIR",
