@@ -48,6 +48,10 @@ SHARED_DATA = Path(os.environ.get("JAXCAP_SHARED_DATA", REPO.parent / "shared" /
 
 # (regex on the command, reason): matched commands are not run.
 NOT_RUN = [
+    (r"/work/runs/scst|^export JAXCAP_SHARED_DATA=/work/shared/data$",
+     "the Flickr8k SCST sweep and table as they were run (a worktree without ../shared, absolute "
+     "run folders outside the checkout, ~1 hour of training): tests/scripts/test_table_scripts.py "
+     "runs table.py's --xe-workdir / --scst-* flags and scst_sweep.py on faked runs"),
     (r"^make test$", "the default test suite itself: .ci/run's first step"),
     (r"^make test-slow", "the slow test suite, which holds this test: .ci/run's second step"),
     (r"^pip install", "installs into the current environment: tests/test_package.py installs the "

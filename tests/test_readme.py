@@ -105,7 +105,7 @@ def documented_commands():
 
 def _program(words):
   """``("train" | "evaluate" | <path.py> | <executable>, args)``."""
-  if words[0] in ("python", "python3") and len(words) > 1:
+  if words[0] in ("python", "python3", ".venv/bin/python") and len(words) > 1:
     if words[1] == "-m":
       return "-m " + words[2], words[3:]
     return {"train.py": "train", "evaluate.py": "evaluate"}.get(words[1], words[1]), words[2:]
@@ -165,6 +165,7 @@ RULES = {
     "source": lambda args: "" if args == [".venv/bin/activate"] else f"source {args}: not covered",
     ".": lambda args: "" if args == [".venv/bin/activate"] else f". {args}: not covered",
     "cd": lambda args: "",
+    "export": lambda args: "" if args and all("=" in a for a in args) else f"export {args}: not covered",
     "jupyter": lambda args: "" if all((REPO / a).exists() for a in args if a.endswith(".ipynb"))
     else "a notebook the command names is missing",
     "-m pytest": lambda args: "",

@@ -13,8 +13,13 @@ Per model ``m`` and seed ``k``:
   config's schedule unless ``--steps``), trained and tested on the 200 test images.
 * ``<workdir>/<m>/scst/seed<k>``: the same config started from that run's best checkpoint
   (``init_from``) with self-critical training from step 0 (``scst.start_step = 0``, the
-  config's ``scst`` section: CIDEr-D reward, greedy baseline, 5 samples) for ``--scst-steps``
-  steps (0: no SCST stage), then tested.
+  config's ``scst`` section: CIDEr-D reward, greedy baseline, 5 samples; ``--scst-lr``,
+  ``--scst-baseline``, ``--scst-samples`` override it) for ``--scst-steps`` steps (0: no SCST
+  stage), validating every ``--scst-eval-every`` steps (0: the config's interval, at most half
+  the steps), then its best validation checkpoint is tested. ``--xe-workdir`` starts the SCST
+  stage from the cross-entropy runs of another workdir, so that SCST settings can be compared
+  in workdirs of their own (``experiments/flickr8k/scst_sweep.py`` reads their validation
+  curves).
 
 A run whose workdir holds ``scores_test.json`` (written when a run finishes testing) is read
 back, not retrained, so an interrupted table resumes and runs started by hand with the same
@@ -78,12 +83,17 @@ def stage_config(model: str, stage: str, seed: int, args):
   config.scst.start_step = -1
   config.scst.start_epoch = -1
   if stage == "scst":
-    config.init_from = run_dir(args.workdir, model, "xe", seed)
+    config.init_from = run_dir(getattr(args, "xe_workdir", "") or args.workdir, model, "xe", seed)
     config.scst.start_step = 0
     if args.scst_lr:
       config.scst.learning_rate = args.scst_lr
+    if getattr(args, "scst_samples", 0):
+      config.scst.num_samples = args.scst_samples
+    if getattr(args, "scst_baseline", ""):
+      config.scst.baseline = args.scst_baseline
     config.num_train_steps = args.scst_steps
-    config.eval_every_steps = min(config.eval_every_steps, max(1, args.scst_steps // 2))
+    config.eval_every_steps = getattr(args, "scst_eval_every", 0) or min(config.eval_every_steps,
+                                                          max(1, args.scst_steps // 2))
     config.checkpoint_every_steps = config.eval_every_steps
   return config
 
@@ -186,6 +196,18 @@ def main(argv=None):
                   help="SCST steps after cross-entropy (0: no SCST stage)")
   ap.add_argument("--scst-lr", "--scst_lr", dest="scst_lr", type=float, default=0.0,
                   help="SCST learning rate (0: the config's scst.learning_rate)")
+  ap.add_argument("--scst-samples", "--scst_samples", dest="scst_samples", type=int, default=0,
+                  help="SCST samples per image (0: the config's scst.num_samples)")
+  ap.add_argument("--scst-baseline", "--scst_baseline", dest="scst_baseline", default="",
+                  choices=("", "greedy", "mean"),
+                  help="SCST baseline: greedy or mean (of the other samples); empty: the config's")
+  ap.add_argument("--scst-eval-every", "--scst_eval_every", dest="scst_eval_every", type=int,
+                  default=0, help="SCST validation (and checkpoint) interval in steps "
+                  "(0: the config's, at most half the SCST steps)")
+  ap.add_argument("--xe-workdir", "--xe_workdir", dest="xe_workdir", default="",
+                  help="where the cross-entropy runs that SCST starts from are (<xe-workdir>/<m>/xe/"
+                  "seed<k>; empty: --workdir), so SCST settings can be compared in workdirs of "
+                  "their own from the same cross-entropy runs")
   ap.add_argument("--seed-major", "--seed_major", dest="seed_major", action="store_true",
                   help="loop seeds outside models (every model gets seed 0 before any gets seed 1)")
   ap.add_argument("--no-nn", "--no_nn", dest="nn", action="store_false",
@@ -216,7 +238,7 @@ def main(argv=None):
       if args.report and not os.path.exists(scores_file(run_dir(args.workdir, model, stage, seed))):
         continue
       if stage == "scst" and "xe" not in stages and not os.path.exists(
-          scores_file(run_dir(args.workdir, model, "xe", seed))):
+          scores_file(run_dir(args.xe_workdir or args.workdir, model, "xe", seed))):
         print(f"--- skipping {model} scst seed {seed}: no finished xe run", flush=True)
         continue
       per[(model, stage)][seed] = run_one(model, stage, seed, args)

@@ -168,6 +168,46 @@ def test_flickr8k_table_configs_and_stage_settings(tmp_path):
     mod.main(["--workdir", str(tmp_path), "--stages", "rl"])
 
 
+def test_flickr8k_table_scst_settings_flags(tmp_path):
+  # --scst-samples / --scst-baseline / --scst-eval-every set the SCST stage's config, and
+  # --xe-workdir starts it from cross-entropy runs kept elsewhere (one sweep workdir a setting).
+  mod = _load("experiments/flickr8k/table.py")
+  args = mod.argparse.Namespace(workdir=str(tmp_path / "sweep"), steps=0, batch_size=0, scst_steps=600,
+                                scst_lr=1e-4, scst_samples=3, scst_baseline="mean", scst_eval_every=50,
+                                xe_workdir=str(tmp_path / "xe_runs"))
+  c = mod.stage_config("aoanet", "scst", 1, args)
+  assert c.init_from == str(tmp_path / "xe_runs" / "aoanet" / "xe" / "seed1")
+  assert (c.scst.num_samples, c.scst.baseline, c.num_train_steps) == (3, "mean", 600)
+  assert c.eval_every_steps == c.checkpoint_every_steps == 50
+  assert c.scst.learning_rate == pytest.approx(1e-4)
+  xe = mod.stage_config("aoanet", "xe", 1, args)  # the flags touch only the SCST stage
+  assert xe.scst.start_step == -1 and not xe.init_from and xe.eval_every_steps == 200
+
+
+def test_flickr8k_scst_sweep_reads_validation_curves(tmp_path):
+  # Faked metrics.jsonl: the cross-entropy run (best validation 0.30 at step 400) and two settings.
+  def metrics(path, records):
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, "metrics.jsonl"), "w") as f:
+      f.write("\n".join(json.dumps(r) for r in records) + "\n")
+  metrics(str(tmp_path / "xe" / "aoanet" / "xe" / "seed0"),
+          [{"step": 200, "val/CIDEr": 0.2}, {"step": 400, "val/CIDEr": 0.3}, {"step": 600, "val/CIDEr": 0.25}])
+  for name, vals in (("lr1e-4_greedy", (0.31, 0.33, 0.29)), ("lr2e-5_mean", (0.30, 0.305, 0.31))):
+    metrics(str(tmp_path / "sweep" / name / "aoanet" / "scst" / "seed0"),
+            [r for k, v in zip((150, 300, 600), vals)
+             for r in ({"step": k, "train/reward": v + 0.2}, {"step": k, "val/CIDEr": v})])
+  out = tmp_path / "results"
+  _run("experiments/flickr8k/scst_sweep.py", "--sweep", tmp_path / "sweep", "--xe-workdir", tmp_path / "xe",
+       "--out", out)
+  md = (out / "scst_sweep.md").read_text()
+  assert "best checkpoint (step 400)" in md and "| XE start (step 0) | - | 30.0 | - | - |" in md
+  assert "| lr1e-4_greedy | 600 | 33.0 | 300 | 31.0, 33.0, 29.0 |" in md
+  assert md.index("lr1e-4_greedy") < md.index("lr2e-5_mean")  # best validation first
+  data = json.loads((out / "scst_sweep.json").read_text())
+  assert data["settings"]["lr2e-5_mean"]["best_step"] == 600 and (out / "scst_sweep.png").stat().st_size > 0
+  assert sorted(p.name for p in out.iterdir()) == ["scst_sweep.json", "scst_sweep.md", "scst_sweep.png"]
+
+
 def _one_device_env():
   env = dict(os.environ)
   # One CPU device: the flickr8k configs' batch of 25 need not split by 8.
