@@ -126,6 +126,8 @@ PROMISES = [
     (r"--beam-mode self_critical --tag _sc3", ["runs/transformer_synthetic/scores_test_sc3.json"]),
     # Every table script writes its markdown table ({0}: the command's workdir).
     (r"experiments/\w+/(?:table\d?|ablations)\.py --workdir (\S+)", ["{0}/table.md"]),
+    (r"experiments/pixels/run\.py --workdir (\S+)", ["{0}/table.md", "{0}/results.json"]),
+    (r"-m jaxcap\.data\.render --out (\S+)", ["{0}/captions.json", "{0}/images/test_00000.png"]),
     (r"benchmarks/run\.py", ["benchmarks/results"]),
 ]
 
@@ -150,6 +152,12 @@ _SCRIPT_SHRINK = {
     "experiments/tpgn/roles.py": "--fit-images 16",
     "experiments/decoding/cider_compat_diff.py": "--images 16",
     "scripts/extract_features.py": "--size 64 --att_size 2",
+    "experiments/pixels/run.py": ("--num_train 24 --num_val 8 --num_test 8 --size 32 --att_size 2 "
+                                  "--fields '{\"width\": 4, \"depths\": [1, 1, 1, 1]}' --steps 4 "
+                                  "--eval_every 4 --batch_size 8 --seeds 0 --override model.dim=32 "
+                                  "--override model.ff_dim=64 --override model.num_layers=1 "
+                                  "--override model.num_dec_layers=1"),
+    "-m jaxcap.data.render": "--num_train 24 --num_val 8 --num_test 8 --size 32",
     "benchmarks/run.py": "--batch 4 --eval_batch 4 --steps 1 --windows 1 --warmup 0 --train_images 16 --set dim=32",
 }
 # Script flags that take a config (their config overrides are shrunk like train.py's).
@@ -193,7 +201,8 @@ def part_commands(part: str):
 # (under "Error bars" and the like) the multi-seed / longer-schedule reproductions of it. Shrunk
 # to one seed and 4 steps, a reproduction is the first command's run again in another workdir.
 _TABLE_SCRIPTS = ("experiments/eta/ablations.py", "experiments/aat/table1.py", "experiments/flickr8k/table.py",
-                  "experiments/mnmt/table2.py", "experiments/image_transformer/table3.py", "experiments/tpgn/table1.py")
+                  "experiments/mnmt/table2.py", "experiments/image_transformer/table3.py", "experiments/tpgn/table1.py",
+                  "experiments/pixels/run.py")
 
 
 def _not_run(cmd: str, where: str = "", commands=()):
@@ -270,6 +279,8 @@ def shrink(root: Path, cmd: str) -> str:
     args = " ".join(_config_shrink(root, words))
     return f"make -o {venv / '.installed-requirements'} train VENV={venv} ARGS={shlex.quote(args)}"
   prog = words[1] if words[0] in ("python", "python3") and len(words) > 1 else words[0]
+  if prog == "-m" and len(words) > 2:
+    prog = f"-m {words[2]}"
   if prog in ("train.py", "jaxcap-train"):
     return cmd + " " + " ".join(_config_shrink(root, words))
   if prog in _CONFIG_SCRIPTS:

@@ -14,6 +14,7 @@ command is checked by the rule of its program:
 * ``python scripts/<x>.py`` / ``python experiments/<paper>/<x>.py`` / ``python benchmarks/<x>.py``
   (any ``.py`` file of the checkout): the file exists and defines every ``--flag`` the command
   uses (absl or argparse);
+* ``python -m jaxcap.<module>``: the module's file exists and defines every ``--flag``, as a script;
 * ``make <target>``: a Makefile target (``make test`` / ``make test-slow`` are .ci/run's steps);
 * ``pip install -r requirements.txt`` / ``-e .`` / ``.``: the files exist (tests/test_package.py
   installs the package into a fresh virtual environment);
@@ -224,6 +225,10 @@ def test_every_readme_command_is_covered():
       parsed.append((where, prog, args))
     elif prog.endswith(".py"):
       err = _check_script(prog, args)
+      if err:
+        failures.append(f"{where}: {' '.join(words)}\n    {err}")
+    elif prog.startswith("-m jaxcap."):  # a module of the package run as a program
+      err = _check_script(prog[3:].replace(".", "/") + ".py", args)
       if err:
         failures.append(f"{where}: {' '.join(words)}\n    {err}")
     elif prog in RULES:

@@ -19,7 +19,9 @@ It writes ``<out>/dataset_<name>.json`` in Karpathy's format (tokens lowercased 
 permutation of the captioned file names (sorted, then shuffled with ``--seed``) gives the first
 ``--val`` images to ``val``, the next ``--test`` to ``test`` and the rest to ``train``; both 0
 (the default) puts every image in ``train``. train.py evaluates on ``val``, so give ``--val``
-to train on the output.
+to train on the output. A JSON list whose items also name a ``"split"`` (``train``, ``val`` or
+``test``; every item, one split per image) keeps those splits instead (then ``--val`` /
+``--test`` are refused): a data set's own split, e.g. :mod:`jaxcap.data.render`'s scenes.
 
 Exit codes: 0 when every image has its features (this run's or an earlier one's) or at least
 one was extracted; unreadable images are then listed at the end and left out of the dataset
@@ -64,8 +66,17 @@ def parser() -> argparse.ArgumentParser:
 
 
 # ------------------------------------------------------------------------------------ captions
+SPLITS = ("train", "val", "test")
+
+
 def read_captions(path: str) -> dict[str, list[str]]:
   """``{file name: [caption, ...]}`` of a captions file in one of the module docstring's formats."""
+  return read_captions_and_splits(path)[0]
+
+
+def read_captions_and_splits(path: str) -> tuple[dict[str, list[str]], dict[str, str] | None]:
+  """``({file name: [caption, ...]}, {file name: split} or None)``: the captions and, for a JSON
+  list whose items name a ``"split"``, each image's split (module docstring)."""
   try:
     with open(path, encoding="utf-8") as f:
       text = f.read()
@@ -73,6 +84,7 @@ def read_captions(path: str) -> dict[str, list[str]]:
     raise ValueError(f"--captions={path}: not UTF-8 text ({e}); expected JSON or Flickr8k's "
                      "<file>#<n><TAB><caption> lines") from None
   out: dict[str, list[str]] = {}
+  splits: dict[str, str] | None = None
   if text.lstrip()[:1] in ("{", "["):
     try:
       data = json.loads(text)
@@ -94,6 +106,22 @@ def read_captions(path: str) -> dict[str, list[str]]:
           raise ValueError(f"--captions={path}: item [{n}] is not an object with string "
                            "'image' and 'caption'; expected [{\"image\": ..., \"caption\": ...}]")
         out.setdefault(item["image"], []).append(item["caption"])
+        has_split = "split" in item
+        if n == 0:
+          splits = {} if has_split else None
+        elif has_split != (splits is not None):
+          raise ValueError(f"--captions={path}: item [{n}] has {'a' if has_split else 'no'} 'split', "
+                           f"item [0] {'none' if has_split else 'one'}; expected a split on every "
+                           "item or on none")
+        if splits is not None:
+          split = item["split"]
+          if split not in SPLITS:
+            raise ValueError(f"--captions={path}: item [{n}] has split {split!r}; expected one "
+                             f"of {', '.join(SPLITS)}")
+          if splits.setdefault(item["image"], split) != split:
+            raise ValueError(f"--captions={path}: item [{n}] puts {item['image']!r} in {split!r}, "
+                             f"an earlier item in {splits[item['image']]!r}; expected one split "
+                             "per image")
   else:
     for n, line in enumerate(text.splitlines(), 1):
       if not line.strip():
@@ -105,21 +133,25 @@ def read_captions(path: str) -> dict[str, list[str]]:
       out.setdefault(key.strip().split("#")[0], []).append(caption.strip())
   if not out:
     raise ValueError(f"--captions={path}: no captions; expected at least one image's captions")
-  return out
+  return out, splits
 
 
 def karpathy_json(captions: dict[str, list[str]], names: list[str], val: int, test: int,
-                  seed: int, name: str) -> dict:
-  """Karpathy's ``{"images": [...], "dataset": name}`` of the captioned file ``names``."""
+                  seed: int, name: str, splits: dict[str, str] | None = None) -> dict:
+  """Karpathy's ``{"images": [...], "dataset": name}`` of the captioned file ``names``; their
+  split is ``splits[name]`` when given, else drawn from ``val``, ``test`` and ``seed``."""
   from jaxcap.data.vocab import tokenize
   names = sorted(names)
-  if val + test > len(names):
-    raise ValueError(f"--val={val} --test={test}: {len(names)} captioned images; expected "
-                     "val + test <= the captioned images")
-  order = np.random.default_rng(seed).permutation(len(names))
-  split = {}
-  for rank, i in enumerate(order):
-    split[names[i]] = "val" if rank < val else "test" if rank < val + test else "train"
+  if splits is not None:
+    split = {n: splits[n] for n in names}
+  else:
+    if val + test > len(names):
+      raise ValueError(f"--val={val} --test={test}: {len(names)} captioned images; expected "
+                       "val + test <= the captioned images")
+    order = np.random.default_rng(seed).permutation(len(names))
+    split = {}
+    for rank, i in enumerate(order):
+      split[names[i]] = "val" if rank < val else "test" if rank < val + test else "train"
   images, sentid = [], 0
   for imgid, fname in enumerate(names):
     sents = []
@@ -188,7 +220,10 @@ def main() -> int:
   if grid and args.att_size and args.att_size != grid:
     raise ValueError(f"--att_size={args.att_size}: {args.backbone}'s grid is its {grid} x {grid} "
                      f"patches; expected --att_size {grid} or none")
-  captions = read_captions(args.captions) if args.captions else None
+  captions, splits = read_captions_and_splits(args.captions) if args.captions else (None, None)
+  if splits is not None and (args.val or args.test):
+    raise ValueError(f"--val={args.val} --test={args.test}: --captions={args.captions} gives every "
+                     "image's split; expected --val and --test 0 (or a captions file without splits)")
   names = extract.list_images(args.images)
   if captions is not None and not set(captions) & set(names):
     raise ValueError(f"--captions={args.captions}: names none of the {len(names)} images of "
@@ -229,7 +264,7 @@ def main() -> int:
     if missing:
       print(f"{len(missing)} captioned file(s) not in {args.images} (left out), e.g. {missing[0]}",
             file=sys.stderr, flush=True)
-    data = karpathy_json(captions, usable, args.val, args.test, args.seed, args.name)
+    data = karpathy_json(captions, usable, args.val, args.test, args.seed, args.name, splits)
     path = os.path.join(args.out, f"dataset_{args.name}.json")
     tmp = f"{path}.tmp{os.getpid()}"
     with open(tmp, "w") as f:

@@ -56,6 +56,8 @@ Features (computed lazily and deterministically from ``(seed, split, i)``)
   (background: ``E_texture``) plus ``noise * N(0, 1)``. ``grid [G, G, D]``: every cell sums
   ``s`` of the regions weighted by the fraction of the cell each box covers, plus noise.
   ``global_feat [Dg]``: the mean of ``s`` through a fixed random projection, plus noise.
+  Pixels instead: :mod:`jaxcap.data.render` draws each scene (:meth:`SyntheticScenes.scene`)
+  as an image file, for ``jaxcap-extract`` and ``Run.caption_images``.
 
 German side (``captions_de``; the translation task)
   A second grammar with grammatical gender: nouns kreis (m) | scheibe (f), quadrat |

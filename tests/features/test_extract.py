@@ -245,3 +245,36 @@ def test_the_split_is_seeded_and_all_train_by_default():
   assert (splits.count("val"), splits.count("test"), splits.count("train")) == (3, 2, 5)
   with pytest.raises(ValueError, match="--val=8 --test=3"):
     command.karpathy_json(caps, names, 8, 3, 0, "d")
+
+
+def test_a_captions_list_with_splits_keeps_them(tmp_path):
+  items = [{"image": "x.jpg", "caption": "One.", "split": "test"},
+           {"image": "y.png", "caption": "Two", "split": "val"},
+           {"image": "x.jpg", "caption": "Three", "split": "test"},
+           {"image": "z.png", "caption": "Four", "split": "train"}]
+  (tmp_path / "s.json").write_text(json.dumps(items))
+  captions, splits = command.read_captions_and_splits(str(tmp_path / "s.json"))
+  assert captions == {"x.jpg": ["One.", "Three"], "y.png": ["Two"], "z.png": ["Four"]}
+  assert splits == {"x.jpg": "test", "y.png": "val", "z.png": "train"}
+  data = command.karpathy_json(captions, ["z.png", "x.jpg"], 0, 0, 0, "d", splits)
+  assert [(e["filename"], e["split"]) for e in data["images"]] == [("x.jpg", "test"), ("z.png", "train")]
+  assert command.read_captions_and_splits(str(tmp_path / "s.json"))[0] == command.read_captions(
+      str(tmp_path / "s.json"))
+  for bad, needle in (
+      ([items[0], {"image": "y.png", "caption": "Two"}], r"item \[1\] has no 'split', item \[0\] one"),
+      ([{"image": "y.png", "caption": "Two"}, items[0]], r"item \[1\] has a 'split', item \[0\] none"),
+      ([dict(items[0], split="dev")], r"item \[0\] has split 'dev'; expected one of train, val, test"),
+      ([items[0], dict(items[2], split="train")], r"item \[1\] puts 'x.jpg' in 'train', an earlier item in 'test'"),
+  ):
+    (tmp_path / "bad.json").write_text(json.dumps(bad))
+    with pytest.raises(ValueError, match=needle):
+      command.read_captions_and_splits(str(tmp_path / "bad.json"))
+
+
+def test_splits_in_the_captions_with_val_or_test_is_one_line(tmp_path, capsys):
+  make_images(tmp_path / "images")
+  (tmp_path / "s.json").write_text(json.dumps([{"image": "a0.png", "caption": "x", "split": "val"}]))
+  code, _, stderr = run_cli(["--images", tmp_path / "images", "--out", tmp_path / "o", *TINY,
+                             "--captions", tmp_path / "s.json", "--val", "1"], capsys)
+  assert code == 2 and stderr.strip().startswith("error: --val=1 --test=0: ")
+  assert "gives every image's split" in stderr and not (tmp_path / "o").exists()
