@@ -61,15 +61,19 @@ def main(argv=None):
   ap.add_argument("--seed", type=int, default=0)
   ap.add_argument("--out", required=True, help="folder for scst_sweep.{md,json,png}")
   args = ap.parse_args(argv)
+  if os.path.exists(args.out) and not os.path.isdir(args.out):
+    raise SystemExit(f"--out: {args.out} is a file; expected a folder for scst_sweep.{{md,json,png}}")
   if not os.path.isdir(args.sweep):
-    raise SystemExit(f"--sweep: {args.sweep} is not a directory")
+    raise SystemExit(f"--sweep: {args.sweep} is not a directory; expected the folder of the sweep's "
+                     "table.py workdirs")
   settings = {}
   for name in sorted(os.listdir(args.sweep)):
     s = read_setting(os.path.join(args.sweep, name), args.model, args.seed)
     if s:
       settings[name] = s
   if not settings:
-    raise SystemExit(f"--sweep: no finished SCST validation in {args.sweep}/*/{args.model}/scst/seed{args.seed}")
+    raise SystemExit(f"--sweep: no finished SCST validation in {args.sweep}/*/{args.model}/scst/seed{args.seed}; "
+                     "expected table.py --stages scst workdirs there")
   xe_step, xe_val = xe_start(args.xe_workdir, args.model, args.seed)
 
   rows = [["XE start (step 0)", "-", f"{100 * xe_val:.1f}", "-", "-"]]
