@@ -149,12 +149,8 @@ def _stem(env: dict) -> str:
 
 
 def _write_json(path: str, obj) -> None:
-  os.makedirs(os.path.dirname(path), exist_ok=True)
-  tmp = path + ".tmp"
-  with open(tmp, "w") as f:
-    json.dump(obj, f, indent=1)
-    f.write("\n")
-  os.replace(tmp, path)
+  from jaxcap.analysis.experiment import write_json  # atomic, makes the folder
+  write_json(path, obj)
 
 
 def _fmt(x, digits=1):
@@ -193,7 +189,7 @@ def pipeline_table(rec: dict) -> str:
            "| what | threads | workers | batch | images/s | notes |", "|---|---:|---:|---:|---:|---|"]
   for r in rec["rows"]:
     if "loop_images_per_s" in r:
-      lines.append(f"| {r['source']} ({r['model']}, {r['dtype']}, {r['steps']} steps) | 2 | {r.get('workers', 0)} | "
+      lines.append(f"| {r['source']} ({r['model']}, {r['dtype']}, {r['steps']} steps) | train.py's | {r.get('workers', 0)} | "
                    f"{r['batch']} | "
                    f"{_fmt(r['loop_images_per_s'])} | the step alone {_fmt(r['step_images_per_s'])} images/s; "
                    f"loop / step {r['loop_over_step']:.2f} |")
