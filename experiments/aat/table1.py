@@ -49,14 +49,46 @@ ROWS = {
 DEFAULT_ROWS = ("base", "recurrent2", "recurrent4", "adaptive")
 
 
-def average_steps(run, split: str) -> float:
+# Word classes of the synthetic English captions for the attention-steps breakdown. A relation
+# word ("left", "above", "inside", ...) and the noun phrase after it (the second object, up to its
+# shape noun) are where a caption needs two objects located in turn.
+RELATION_WORDS = frozenset(("left", "right", "above", "over", "below", "under", "beneath", "inside", "in"))
+WORD_CLASSES = ("colour", "size", "material", "shape", "number", "relation", "second object",
+                "function", "EOS")
+
+
+def word_classes(words: list[str]) -> list[str]:
+  """The class of each word of one generated caption (then ``EOS``), see :data:`WORD_CLASSES`:
+  words of the noun phrase after a relation word are ``second object`` whatever their kind."""
+  from jaxcap.data import synthetic as syn
+  shapes = {w for syns in syn.EN_SHAPE.values() for pair in syns for w in pair} | {"shapes"}
+  sizes = {w for v in syn.EN_SIZE.values() for w in v}
+  out, after_relation = [], False
+  for w in words:
+    if w in RELATION_WORDS:
+      out.append("relation")
+      after_relation = True
+      continue
+    if after_relation and (w in shapes or w in syn.COLOURS or w in sizes or w in syn.EN_MATERIAL):
+      out.append("second object")
+      after_relation = w not in shapes  # the phrase ends at its shape noun
+      continue
+    out.append("colour" if w in syn.COLOURS else "size" if w in sizes else
+               "material" if w in syn.EN_MATERIAL else "shape" if w in shapes else
+               "number" if w in syn.EN_NUMBER.values() else "function")
+  return out + ["EOS"]
+
+
+def average_steps(run, split: str, by_class: dict | None = None) -> float:
   """Mean N(t) over the generated tokens (words and EOS) of greedy decoding on ``split`` by
-  ``run`` (:func:`jaxcap.load`)."""
+  ``run`` (:func:`jaxcap.load`). ``by_class`` (a dict) receives ``{class: [mean steps,
+  tokens]}`` over :data:`WORD_CLASSES`."""
   from jaxcap import decoding
   from jaxcap.data import pipeline
-  from jaxcap.data.vocab import PAD
+  from jaxcap.data.vocab import EOS, PAD
   import jax
   total = count = 0.0
+  sums = {c: [0.0, 0] for c in WORD_CLASSES}
   for batch in pipeline.eval_batches(run.dataset.split(split), int(run.config.eval_batch_size), num_threads=0):
     valid = np.asarray(batch.pop("valid"))
     batch = {k: v for k, v in batch.items() if k in ("feats", "feats_mask", "boxes", "global_feat")}
@@ -67,6 +99,15 @@ def average_steps(run, split: str) -> float:
     mask = (tokens != PAD) & valid[:, None]
     total += float(np.sum(steps * mask))
     count += float(np.sum(mask))
+    for row in np.flatnonzero(valid):
+      ids = [int(t) for t in tokens[row] if t != PAD]
+      words = [run.vocab.itos[t] for t in ids if t != EOS]
+      classes = word_classes(words)[:len(ids)]  # a caption cut at max_len has no EOS
+      for c, n in zip(classes, steps[row][:len(ids)]):
+        sums[c][0] += float(n)
+        sums[c][1] += 1
+  if by_class is not None:
+    by_class.update({c: [s / k if k else None, k] for c, (s, k) in sums.items()})
   return total / max(count, 1.0)
 
 
@@ -100,11 +141,12 @@ def run_one(key: str, seed: int, args) -> dict:
   scores = train_lib.train_and_evaluate(config, workdir)
   seconds = time.time() - t0
   import jaxcap
-  avg = average_steps(jaxcap.load(workdir), config.test_split)
+  by_class = {}
+  avg = average_steps(jaxcap.load(workdir), config.test_split, by_class)
   overall = scores.get("overall", {})
   return {"seed": seed, "avg_steps": round(avg, 4), "CIDEr": overall.get("CIDEr"),
           "METEOR": overall.get("METEOR"), "Bleu_4": overall.get("Bleu_4"),
-          "train_seconds": round(seconds, 1)}
+          "train_seconds": round(seconds, 1), "steps_by_class": by_class}
 
 
 def summarize(runs: list[dict], keys=("avg_steps", "CIDEr", "METEOR", "Bleu_4", "train_seconds")) -> dict:
@@ -120,6 +162,24 @@ def format_table(results: list[dict]) -> str:
       ["attention", "min", "max", "seeds", "avg. steps", "CIDEr-D", "METEOR", "BLEU-4"],
       [[f"{r['model']} (`{r['row']}`)", r["min"], r["max"], len(r["seeds"]), pm(r.get("avg_steps"), 1.0, 2),
         pm(r.get("CIDEr")), pm(r.get("METEOR")), pm(r.get("Bleu_4"))] for r in results])
+
+
+def format_steps_table(results: list[dict]) -> str:
+  """Markdown: per row, the mean attention steps of each word class (mean ± std over the seeds
+  whose greedy test captions have that class; the class's share of the tokens below it)."""
+  rows = []
+  for r in results:
+    per = [run.get("steps_by_class") for run in r["runs"]]
+    if not all(per):
+      continue
+    cells = []
+    for c in WORD_CLASSES:
+      ms = experiment.mean_std(p[c][0] for p in per)
+      total = sum(sum(k for _, k in p.values()) for p in per)
+      share = sum(p[c][1] for p in per) / max(total, 1)
+      cells.append(f"{experiment.pm(ms, 1.0, 2)} ({100 * share:.0f} %)" if ms else "-")
+    rows.append([f"{r['model']} (`{r['row']}`)", *cells])
+  return experiment.markdown_table(["attention", *WORD_CLASSES], rows) if rows else ""
 
 
 def main(argv=None):
@@ -145,6 +205,13 @@ def main(argv=None):
   table = format_table(results)
   print(f"\nMean ± std (ddof = 1) over seeds {args.seeds}, scores x100:\n{table}")
   experiment.write_table(args.workdir, results, f"Mean ± std (ddof = 1) over seeds {args.seeds}, scores x100.", table)
+  steps = format_steps_table(results)
+  if steps:
+    print(f"\nAttention steps per generated word class (greedy, test split):\n{steps}")
+    experiment.write_text(os.path.join(args.workdir, "steps_by_class.md"),
+                          f"Attention steps per generated word class, greedy decoding on the test split; "
+                          f"mean ± std (ddof = 1) over seeds {args.seeds} (the class's share of the "
+                          f"generated tokens).\n\n{steps}\n")
   return results
 
 

@@ -60,19 +60,24 @@ UNSUPPORTED = {
 }
 METRICS = (("CIDEr-D", "CIDEr"), ("BLEU-4", "Bleu_4"), ("METEOR", "METEOR"))
 STAGES = ("xe", "scst")
+STAGE_LABELS = {"xe": "XE", "scst": "XE + SCST", "gain": "SCST − XE (paired)"}
 
 
-def base_config(model: str, workdir: str):
-  """``configs/<model>.py:flickr8k`` (ETA: with detected attributes under ``workdir``)."""
-  config = importlib.import_module(f"configs.{model}").get_config("flickr8k")
-  if model == "eta":
+DATASETS = ("flickr8k", "synthetic")
+
+
+def base_config(model: str, workdir: str, dataset: str = "flickr8k"):
+  """``configs/<model>.py:<dataset>`` (ETA on flickr8k: with detected attributes under
+  ``workdir``)."""
+  config = importlib.import_module(f"configs.{model}").get_config(dataset)
+  if model == "eta" and dataset == "flickr8k":
     config.data.attributes_file = os.path.join(workdir, "attributes_flickr8k", "attributes.json")
   return config
 
 
 def stage_config(model: str, stage: str, seed: int, args):
   """The config of one run; ``stage`` "scst" starts from the seed's cross-entropy run."""
-  config = base_config(model, args.workdir)
+  config = base_config(model, args.workdir, getattr(args, "dataset", "flickr8k"))
   config.seed = seed
   if args.steps:
     config.num_train_steps = args.steps
@@ -155,7 +160,7 @@ def nearest_neighbour(args) -> dict:
     from configs import nearest_neighbour as nn_config
     from jaxcap.training import train_lib
     print(f"=== nearest_neighbour -> {workdir}", flush=True)
-    train_lib.train_and_evaluate(nn_config.get_config("flickr8k"), workdir)
+    train_lib.train_and_evaluate(nn_config.get_config(args.dataset), workdir)
   with open(done) as f:
     return dict(json.load(f)["overall"])
 
@@ -167,7 +172,7 @@ def format_table(rows: list[dict], nn: dict | None) -> str:
     cells = [experiment.pm((mean[k], std[k]) if k in mean else None) for _, k in METRICS]
     steps = f"{mean['run_steps']:.0f}" if "run_steps" in mean else "-"
     secs = f"{mean['run_seconds']:.0f}" if "run_seconds" in mean else "-"
-    out.append([r["model"], "XE" if r["stage"] == "xe" else "XE + SCST", r["n"], *cells, steps, secs])
+    out.append([r["model"], STAGE_LABELS[r["stage"]], r["n"], *cells, steps, secs])
   if nn:
     out.append(["nearest neighbour", "-", "-", *(f"{100 * nn[k]:.1f}" if k in nn else "-" for _, k in METRICS),
                 "-", "-"])
@@ -175,9 +180,11 @@ def format_table(rows: list[dict], nn: dict | None) -> str:
                                    out)
 
 
-def write_tables(workdir: str, rows: list[dict], nn: dict | None, seeds: list) -> str:
+def write_tables(workdir: str, rows: list[dict], nn: dict | None, seeds: list,
+                 dataset: str = "flickr8k") -> str:
   table = format_table(rows, nn)
-  caption = (f"flickr8k_xception test split (200 images); mean ± std (ddof = 1) over the finished "
+  split = "flickr8k_xception test split (200 images)" if dataset == "flickr8k" else f"{dataset} test split"
+  caption = (f"{split}; mean ± std (ddof = 1) over the finished "
              f"runs of seeds {','.join(map(str, seeds))} (their number: column seeds); scores x100.")
   experiment.write_table(workdir, {"rows": rows, "nearest_neighbour": nn, "seeds": seeds}, caption, table)
   return table
@@ -186,6 +193,8 @@ def write_tables(workdir: str, rows: list[dict], nn: dict | None, seeds: list) -
 def main(argv=None):
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   ap.add_argument("--workdir", required=True)
+  ap.add_argument("--dataset", default="flickr8k", choices=DATASETS,
+                  help="the configs' dataset argument (synthetic: the default scenes of train.py)")
   ap.add_argument("--models", default=",".join(MODELS), help=f"comma-separated subset of {list(MODELS)}")
   ap.add_argument("--seeds", default="0,1,2,3,4", help="comma-separated seeds (config.seed)")
   ap.add_argument("--stages", default="xe,scst", help="xe, scst or both")
@@ -242,19 +251,32 @@ def main(argv=None):
         print(f"--- skipping {model} scst seed {seed}: no finished xe run", flush=True)
         continue
       per[(model, stage)][seed] = run_one(model, stage, seed, args)
-    write_tables(args.workdir, table_rows(per), nn, seeds)
+    write_tables(args.workdir, table_rows(per), nn, seeds, args.dataset)
 
   # Each run keeps its own scores_test.json (run_one reads it back), so no result file here.
   experiment.run_grid(models, seeds, run, seed_major=args.seed_major)
   rows = table_rows(per)
-  print(write_tables(args.workdir, rows, nn, seeds))
+  print(write_tables(args.workdir, rows, nn, seeds, args.dataset))
   return rows
 
 
 def table_rows(per: dict) -> list[dict]:
-  """``{(model, stage): {seed: overall}}`` -> the table's rows (mean ± std over the seeds)."""
-  return [{"model": m, "stage": s, "seeds": {str(k): v for k, v in d.items()}, **experiment.summarize(d)}
-          for (m, s), d in per.items() if d]
+  """``{(model, stage): {seed: overall}}`` -> the table's rows (mean ± std over the seeds); after
+  a model's SCST row, its paired gain (stage "gain": SCST minus cross-entropy per seed, over the
+  seeds that have both)."""
+  rows = []
+  for (m, s), d in per.items():
+    if not d:
+      continue
+    rows.append({"model": m, "stage": s, "seeds": {str(k): v for k, v in d.items()}, **experiment.summarize(d)})
+    xe = per.get((m, "xe"), {})
+    both = [k for k in d if k in xe] if s == "scst" else []
+    if both:
+      gain = {k: {key: d[k][key] - xe[k][key] for _, key in METRICS if key in d[k] and key in xe[k]}
+              for k in both}
+      rows.append({"model": m, "stage": "gain", "seeds": {str(k): v for k, v in gain.items()},
+                   **experiment.summarize(gain)})
+  return rows
 
 
 if __name__ == "__main__":

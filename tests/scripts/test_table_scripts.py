@@ -109,7 +109,9 @@ def test_flickr8k_table_resumes_and_reports_against_nearest_neighbour(tmp_path):
   _run("experiments/flickr8k/table.py", "--workdir", tmp_path, "--models", "transformer", "--seeds", "0,1,2")
   table = json.loads((tmp_path / "table.json").read_text())
   rows = {r["stage"]: r for r in table["rows"]}
-  assert set(rows) == {"xe", "scst"} and table["seeds"] == [0, 1, 2]
+  assert set(rows) == {"xe", "scst", "gain"} and table["seeds"] == [0, 1, 2]
+  # The paired gain: SCST minus XE seed by seed (+0.1 each), so its spread is 0, not the seeds'.
+  assert rows["gain"]["mean"]["CIDEr"] == pytest.approx(0.1) and rows["gain"]["std"]["CIDEr"] == pytest.approx(0.0)
   assert rows["xe"]["mean"]["CIDEr"] == pytest.approx(MEAN) and rows["xe"]["std"]["CIDEr"] == pytest.approx(STD)
   assert rows["scst"]["mean"]["CIDEr"] == pytest.approx(MEAN + 0.1)
   assert rows["scst"]["seeds"]["1"]["run_steps"] == 300
@@ -117,6 +119,7 @@ def test_flickr8k_table_resumes_and_reports_against_nearest_neighbour(tmp_path):
   md = (tmp_path / "table.md").read_text()
   assert f"| transformer | XE | 3 | {100 * MEAN:.1f} ± {100 * STD:.1f} | 20.0 ± 0.0 | 18.0 ± 0.0 | 1200 | 60 |" in md
   assert "| transformer | XE + SCST | 3 | 140.0 ± 36.1 |" in md
+  assert "| transformer | SCST − XE (paired) | 3 | 10.0 ± 0.0 |" in md
   assert "| nearest neighbour | - | - | 16.6 | 10.0 | 15.0 | - | - |" in md
   # --scst-steps 0 drops the SCST rows.
   _run("experiments/flickr8k/table.py", "--workdir", tmp_path, "--models", "transformer", "--seeds", "0,1,2", "--scst-steps", "0")
@@ -135,7 +138,7 @@ def test_flickr8k_table_report_reads_finished_runs_and_trains_nothing(tmp_path):
   _run("experiments/flickr8k/table.py", "--workdir", tmp_path, "--seeds", "0,1,2,3,4", "--report")
   table = json.loads((tmp_path / "table.json").read_text())
   rows = {(r["model"], r["stage"]): r for r in table["rows"]}
-  assert set(rows) == {("transformer", "xe"), ("transformer", "scst"), ("aoanet", "xe")}
+  assert set(rows) == {("transformer", "xe"), ("transformer", "scst"), ("transformer", "gain"), ("aoanet", "xe")}
   assert rows[("transformer", "xe")]["n"] == 3 and rows[("aoanet", "xe")]["n"] == 1
   assert rows[("transformer", "scst")]["mean"]["CIDEr"] == pytest.approx(MEAN)
   assert table["nearest_neighbour"] is None  # not finished: not run either
@@ -182,6 +185,78 @@ def test_flickr8k_table_scst_settings_flags(tmp_path):
   assert c.scst.learning_rate == pytest.approx(1e-4)
   xe = mod.stage_config("aoanet", "xe", 1, args)  # the flags touch only the SCST stage
   assert xe.scst.start_step == -1 and not xe.init_from and xe.eval_every_steps == 200
+  # --dataset synthetic: the same stages on the configs' synthetic scenes (train.py's default).
+  args.dataset = "synthetic"
+  syn = mod.stage_config("transformer", "scst", 2, args)
+  assert syn.data.name == "synthetic_scenes" and syn.num_train_steps == 600 and syn.scst.start_step == 0
+  assert mod.stage_config("transformer", "xe", 2, args).num_train_steps == 1000  # cpu_sized's schedule
+  with pytest.raises(SystemExit):
+    mod.main(["--workdir", str(tmp_path), "--dataset", "coco"])
+
+
+def test_aat_word_classes_mark_the_second_object_of_a_relation():
+  mod = _load("experiments/aat/table1.py")
+  words = "two shapes : a red circle to the left of a small blue square and a metal star".split()
+  assert mod.word_classes(words) == [
+      "number", "shape", "function", "function", "colour", "shape", "function", "function", "relation",
+      "function", "function", "second object", "second object", "second object", "function", "function",
+      "material", "shape", "EOS"]
+  assert set(mod.word_classes(["inside", "a", "big", "box"])) <= set(mod.WORD_CLASSES)
+
+
+def test_flickr8k_config_sweep_settings_change_one_field_each(tmp_path):
+  mod = _load("experiments/flickr8k/config_sweep.py")
+  base = mod.run_config("transformer", "base", 0, str(tmp_path))
+  assert base.test_after_training is False and base.seed == 0  # validation only
+  half = mod.run_config("transformer", "learning_rate*0.5+model.dropout=0.5", 2, str(tmp_path))
+  assert half.learning_rate == pytest.approx(base.learning_rate / 2) and half.model.dropout == 0.5
+  assert half.seed == 2 and half.num_train_steps == base.num_train_steps
+  longer = mod.run_config("transformer", "num_train_steps*1.5", 0, str(tmp_path))
+  assert longer.num_train_steps == 1800 and isinstance(longer.num_train_steps, int)
+  step = mod.run_config("transformer", mod.EXTRA["transformer"][0], 0, str(tmp_path))
+  assert (step.schedule, step.learning_rate, step.decay_every_epochs, step.warmup_steps) == ("step", 1e-3, 10, 0)
+  assert mod.dirname("learning_rate*0.5+model.dropout=0.5") == "learning_rate_x0.5__model.dropout=0.5"
+  for bad, needle in (("model.nope=1", "no field 'nope'"), ("nope.x=1", "no section 'nope'"),
+                      ("schedule*2", "not a number"), ("learning_rate", "key=value"),
+                      ("learning_rate*x", "not a number")):
+    with pytest.raises(SystemExit, match=needle):
+      mod.run_config("transformer", bad, 0, str(tmp_path))
+  for model in mod.EXTRA:  # every default setting applies to its model's config
+    for setting in (*mod.GENERIC, *mod.EXTRA[model]):
+      mod.run_config(model, setting, 0, str(tmp_path))
+
+
+def test_flickr8k_config_sweep_reads_back_runs_and_chooses_on_validation(tmp_path):
+  # Faked finished runs (sweep.json): two settings x two seeds; nothing trains.
+  vals = {"base": (0.30, 0.34), "learning_rate*0.5": (0.36, 0.38)}
+  mod = _load("experiments/flickr8k/config_sweep.py")
+  for setting, per_seed in vals.items():
+    for seed, v in enumerate(per_seed):
+      _write(str(tmp_path / "transformer" / mod.dirname(setting) / f"seed{seed}" / "sweep.json"),
+             {"setting": setting, "seed": seed, "steps": 1200, "seconds": 60.0, "val_steps": [200, 400],
+              "val_CIDEr": [v - 0.05, v], "best_step": 400, "best_val_CIDEr": v, "last_val_CIDEr": v})
+  _run("experiments/flickr8k/config_sweep.py", "--model", "transformer", "--workdir", tmp_path,
+       "--settings", "base;learning_rate*0.5", "--seeds", "0,1", "--out", tmp_path / "out")
+  table = json.loads((tmp_path / "out" / "config_sweep_transformer.json").read_text())
+  rows = {r["setting"]: r for r in table["rows"]}
+  assert rows["base"]["best_val_CIDEr"] == pytest.approx([0.32, 0.02 ** 0.5 * 0.2])
+  assert rows["learning_rate*0.5"]["chosen"] and not rows["base"]["chosen"]
+  md = (tmp_path / "out" / "config_sweep_transformer.md").read_text()
+  assert "| `learning_rate*0.5` | 2 | 37.0 ± 1.4 | 400 | 37.0 ± 1.4 | 1200 | 60 | chosen |" in md
+  assert "test split is not decoded" in md
+
+
+@pytest.mark.slow
+def test_flickr8k_config_sweep_trains_and_reads_validation(tmp_path, shared_data):
+  del shared_data
+  tiny = "num_train_steps=4+eval_every_steps=2+checkpoint_every_steps=2+batch_size=8"
+  _run("experiments/flickr8k/config_sweep.py", "--model", "transformer", "--workdir", tmp_path,
+       "--settings", f"{tiny};{tiny}+learning_rate*0.5", "--seeds", "0", env=_one_device_env(), timeout=600)
+  table = json.loads((tmp_path / "config_sweep_transformer.json").read_text())
+  assert [r["n"] for r in table["rows"]] == [1, 1]
+  run = tmp_path / "transformer" / "num_train_steps=4__eval_every_steps=2__checkpoint_every_steps=2__batch_size=8" / "seed0"
+  result = json.loads((run / "sweep.json").read_text())
+  assert result["val_steps"] == [2, 4] and not (run / "scores_test.json").exists()  # never tested
 
 
 def test_flickr8k_scst_sweep_reads_validation_curves(tmp_path):
@@ -221,7 +296,7 @@ def test_flickr8k_table_trains_xe_then_scst(tmp_path, shared_data):
   _run("experiments/flickr8k/table.py", "--workdir", tmp_path, "--models", "transformer", "--seeds", "0",
        "--steps", "4", "--scst-steps", "2", "--batch-size", "8", env=_one_device_env(), timeout=600)
   table = json.loads((tmp_path / "table.json").read_text())
-  assert [r["stage"] for r in table["rows"]] == ["xe", "scst"]
+  assert [r["stage"] for r in table["rows"]] == ["xe", "scst", "gain"]
   cfg = json.loads((tmp_path / "transformer" / "scst" / "seed0" / "config.json").read_text())
   assert cfg["init_from"].endswith(os.path.join("transformer", "xe", "seed0")) and cfg["scst"]["start_step"] == 0
   assert 0.0 < table["nearest_neighbour"]["CIDEr"] < 1.0

@@ -1,0 +1,196 @@
+"""The Flickr8k configs' settings, chosen on the VALIDATION split: one model's ``:flickr8k``
+config changed one choice at a time, each setting trained per seed, scored by its best
+validation CIDEr-D (the checkpoint train.py keeps); the test split is never decoded.
+
+  python experiments/flickr8k/config_sweep.py --model transformer --workdir runs/f8k_sweep \\
+      [--settings "base;learning_rate*0.5;model.dropout=0.5"] [--seeds 0] [--out experiments/flickr8k/results]
+
+A setting is ``base`` (the config as it is) or changes joined with ``+``: ``key=value`` sets a
+field (dotted: ``model.dropout=0.5``; numbers, ``True`` / ``False`` and strings), ``key*f``
+multiplies a numeric field (``learning_rate*0.5`` scales Adam's rate and the Noam scale alike;
+``num_train_steps*1.5`` also scales ``eval_every_steps``' run length, not the interval). A
+model's default settings (``--settings`` left out) are :data:`GENERIC` plus its entry in
+:data:`EXTRA`. Runs: ``<workdir>/<model>/<setting>/seed<k>`` (``config.test_after_training``
+off); a finished run (``sweep.json`` there) is read back, so a sweep resumes and can be split
+over processes (disjoint ``--settings``, e.g. one per core under ``taskset``), the last one
+writing the whole table. Written: ``<out>/config_sweep_<model>.{md,json}``: per setting the best
+validation CIDEr-D (mean ± std, ddof = 1, over the seeds), its step and the run's seconds; the
+chosen setting is the highest mean.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import re
+import sys
+import time
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_REPO = os.path.dirname(os.path.dirname(_HERE))
+for _p in (_REPO, _HERE):
+  if _p not in sys.path:
+    sys.path.insert(0, _p)
+
+from jaxcap.analysis import experiment, figures  # noqa: E402
+
+# One choice at a time around each config: learning rate (Adam's, or the Noam scale), dropout,
+# schedule length.
+GENERIC = ("base", "learning_rate*0.5", "learning_rate*2", "model.dropout=0.1", "model.dropout=0.5",
+           "num_train_steps*1.5")
+# Per model: the schedule of the best Flickr8k model (AoANet / Image Transformer: Adam 1e-3 x 0.8
+# every 10 epochs, 1,800 steps) where a config uses another one.
+_STEP_DECAY = "schedule=step+learning_rate=1e-3+decay_every_epochs=10+decay_rate=0.8+warmup_steps=0+num_train_steps=1800"
+EXTRA = {"transformer": (_STEP_DECAY, _STEP_DECAY + "+model.dropout=0.5"), "eta": (_STEP_DECAY,)}
+
+
+def parse_setting(text: str) -> list[tuple[str, str, object]]:
+  """``"a=1+b*2"`` -> ``[("a", "=", 1), ("b", "*", 2.0)]``; ``"base"`` -> ``[]``."""
+  text = text.strip()
+  if text == "base":
+    return []
+  out = []
+  for item in text.split("+"):
+    m = re.fullmatch(r"\s*([A-Za-z_][\w.]*)\s*([=*])\s*(.*?)\s*", item)
+    if not m or not m.group(3):
+      raise SystemExit(f"--settings: {item!r} in {text!r}: expected key=value or key*factor")
+    key, op, raw = m.groups()
+    if op == "*":
+      try:
+        value = float(raw)
+      except ValueError:
+        raise SystemExit(f"--settings: {item!r}: the factor {raw!r} is not a number") from None
+    else:
+      try:
+        value = ast.literal_eval(raw)
+      except (ValueError, SyntaxError):
+        value = raw
+    out.append((key, op, value))
+  return out
+
+
+def apply_setting(config, setting: str):
+  """``config`` with ``setting``'s changes (a field it does not have: SystemExit)."""
+  for key, op, value in parse_setting(setting):
+    *parents, leaf = key.split(".")
+    node = config
+    for p in parents:
+      node = node.get(p) if hasattr(node, "get") else None
+      if node is None:
+        raise SystemExit(f"--settings: {key!r}: the config has no section {p!r}")
+    if leaf not in node:
+      raise SystemExit(f"--settings: {key!r}: the config has no field {leaf!r}")
+    if op == "*":
+      old = node[leaf]
+      if not isinstance(old, (int, float)) or isinstance(old, bool):
+        raise SystemExit(f"--settings: {key!r} is {old!r}, not a number to multiply")
+      value = type(old)(round(old * value)) if isinstance(old, int) else old * value
+    with node.ignore_type():
+      node[leaf] = value
+  return config
+
+
+def dirname(setting: str) -> str:
+  """A folder name for ``setting`` (``learning_rate*0.5`` -> ``learning_rate_x0.5``)."""
+  return re.sub(r"[^\w.=-]", "_", setting.strip().replace("*", "_x").replace("+", "__"))
+
+
+def run_config(model: str, setting: str, seed: int, workdir: str):
+  import table
+  config = table.base_config(model, workdir)
+  config.seed = seed
+  config.test_after_training = False  # chosen on validation: the test split is not decoded
+  return apply_setting(config, setting)
+
+
+def run_one(model: str, setting: str, seed: int, workdir: str) -> dict:
+  """Trains one setting for one seed unless its ``sweep.json`` is there; returns it."""
+  run = os.path.join(workdir, model, dirname(setting), f"seed{seed}")
+  done = os.path.join(run, "sweep.json")
+  if not os.path.exists(done):
+    import table
+    from jaxcap.training import train_lib
+    config = run_config(model, setting, seed, workdir)
+    if model == "eta" and config.data.attributes == "detected":
+      table.ensure_attributes(config)
+    print(f"=== {model} [{setting}] seed {seed} ({config.num_train_steps} steps) -> {run}", flush=True)
+    t0 = time.time()
+    train_lib.train_and_evaluate(config, run)
+    seconds = round(time.time() - t0, 1)
+    steps, values = figures.load_metrics(run)["val/CIDEr"]
+    k = int(values.argmax())
+    experiment.write_json(done, {
+        "setting": setting, "seed": seed, "steps": int(config.num_train_steps), "seconds": seconds,
+        "val_steps": steps.tolist(), "val_CIDEr": values.tolist(), "best_step": int(steps[k]),
+        "best_val_CIDEr": float(values[k]), "last_val_CIDEr": float(values[-1])})
+  return experiment.read_json(done)
+
+
+def summarize(results: dict) -> list[dict]:
+  """``{setting: {seed: run}}`` -> rows with mean ± std of the best validation CIDEr-D."""
+  rows = []
+  for setting, per_seed in results.items():
+    runs = list(per_seed.values())
+    row = {"setting": setting, "n": len(runs), "seeds": {str(k): v for k, v in per_seed.items()}}
+    for key in ("best_val_CIDEr", "last_val_CIDEr", "best_step", "seconds", "steps"):
+      row[key] = experiment.mean_std(r[key] for r in runs)
+    rows.append(row)
+  best = max(rows, key=lambda r: r["best_val_CIDEr"][0]) if rows else None
+  for r in rows:
+    r["chosen"] = r is best
+  return rows
+
+
+def format_table(rows: list[dict]) -> str:
+  pm = experiment.pm
+  return experiment.markdown_table(
+      ["setting", "seeds", "best val CIDEr-D", "at step", "last val CIDEr-D", "steps", "s / run", ""],
+      [[f"`{r['setting']}`", r["n"], pm(r["best_val_CIDEr"]), f"{r['best_step'][0]:.0f}",
+        pm(r["last_val_CIDEr"]), f"{r['steps'][0]:.0f}", f"{r['seconds'][0]:.0f}",
+        "chosen" if r["chosen"] else ""] for r in rows])
+
+
+def main(argv=None):
+  import table
+  ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  ap.add_argument("--model", required=True, help=f"one of {list(table.MODELS)}")
+  ap.add_argument("--workdir", required=True)
+  ap.add_argument("--settings", default="", help="';'-separated settings (empty: the model's defaults)")
+  ap.add_argument("--seeds", default="0")
+  ap.add_argument("--out", default="", help="folder for config_sweep_<model>.{md,json} (empty: --workdir)")
+  args = ap.parse_args(argv)
+  if args.model not in table.MODELS:
+    raise SystemExit(f"--model: unknown model {args.model!r}; expected one of {list(table.MODELS)}")
+  seeds = experiment.parse_seeds(args.seeds)
+  out = args.out or args.workdir
+  for flag, path in (("--workdir", args.workdir), ("--out", out)):
+    if os.path.exists(path) and not os.path.isdir(path):
+      raise SystemExit(f"{flag}: {path} is a file, expected a folder")
+  settings = ([s.strip() for s in args.settings.split(";") if s.strip()] if args.settings
+              else list(GENERIC) + list(EXTRA.get(args.model, ())))
+  for s in settings:  # every setting is checked against the config before anything trains
+    run_config(args.model, s, 0, args.workdir)
+  results = {s: {} for s in settings}
+
+  def run(setting, seed):
+    results[setting][seed] = run_one(args.model, setting, seed, args.workdir)
+    return results[setting][seed]
+
+  experiment.run_grid(settings, seeds, run)
+  rows = summarize(results)
+  md = format_table(rows)
+  caption = (f"`configs/{args.model}.py:flickr8k`, one change at a time; best validation CIDEr-D "
+             f"(the validation split, x100) over the run's validations, mean ± std (ddof = 1) over seeds "
+             f"{','.join(map(str, seeds))}; the test split is not decoded.")
+  experiment.write_json(os.path.join(out, f"config_sweep_{args.model}.json"),
+                        {"model": args.model, "rows": rows, "seeds": seeds})
+  experiment.write_text(os.path.join(out, f"config_sweep_{args.model}.md"), f"{caption}\n\n{md}\n")
+  print(md)
+  return rows
+
+
+if __name__ == "__main__":
+  from jaxcap.cli import run_script
+  run_script(main)  # bad input: one line, exit 2
