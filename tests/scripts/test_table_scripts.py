@@ -313,3 +313,25 @@ def test_eta_and_aat_tables_train_tiny_runs(tmp_path):
        "--batch_size", "8", "--eval_images", "16", "--test_images", "16", env=env, timeout=600)
   (row,) = json.loads((tmp_path / "aat" / "table.json").read_text())
   assert [r["seed"] for r in row["runs"]] == [0, 1] and len(row["CIDEr"]) == 2
+
+
+def test_mnmt_table2_keeps_one_decoder_per_workdir(tmp_path):
+  _write(str(tmp_path / "table2.json"), {"nmt/seed0": {"decoder": "nmtpy", "loss": 1.0}})
+  out = subprocess.run([PY, os.path.join(ROOT, "experiments/mnmt/table2.py"), "--workdir", str(tmp_path),
+                        "--decoder", "paper"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+  assert out.returncode == 2 and "holds runs of decoder 'nmtpy'" in out.stderr, out.stderr[-2000:]
+  out = subprocess.run([PY, os.path.join(ROOT, "experiments/mnmt/table2.py"), "--workdir", str(tmp_path / "x"),
+                        "--decoder", "dl4mt"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+  assert out.returncode == 2 and "--decoder" in out.stderr and not (tmp_path / "x").exists(), out.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_mnmt_table2_validates_and_tests_the_best_step(tmp_path):
+  _run("experiments/mnmt/table2.py", "--workdir", tmp_path, "--rows", "nmt", "--seeds", "0", "--steps", "6",
+       "--batch", "8", "--num_train", "64", "--num_test", "16", "--hidden", "16", "--embed", "16",
+       "--decoder", "nmtpy", "--val_every", "3", "--num_val", "8", "--no_meteor", timeout=600)
+  res = json.loads((tmp_path / "table2.json").read_text())["nmt/seed0"]
+  assert res["decoder"] == "nmtpy" and [s for s, _ in res["val_curve"]] == [3, 6]
+  assert res["best_step"] in (3, 6) and res["best_val_BLEU"] == max(b for _, b in res["val_curve"])
+  md = (tmp_path / "table.md").read_text()
+  assert "decoder `nmtpy`" in md and "| val BLEU (best) | at step | last-quarter gain |" in md
