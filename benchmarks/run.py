@@ -37,7 +37,8 @@ program's memory (XLA's memory analysis: arguments + outputs + temporaries) and 
 peak bytes in use so far. ``--profile DIR`` traces 3 more steps of each row under DIR and adds
 ``profile`` to the row: how busy the device was, the kernel count and the top kernels by time
 (a CPU trace has no device plane: the row says so). ``--dropout 0`` and ``--prng rbg`` /
-``unsafe_rbg`` measure what the dropout masks and their random numbers cost.
+``unsafe_rbg`` measure what the dropout masks and their random numbers cost (train.py's
+``config.prng_impl`` makes the same choice for a run).
 
 FLOPs: the matrix-multiply FLOPs of the step's jaxpr (``dot_general`` and convolutions,
 2 x M x N x K), with ``scan`` bodies counted ``length`` times. XLA's cost analysis counts a loop

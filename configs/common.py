@@ -157,6 +157,10 @@ def base_config(dataset: str = "synthetic", model: str = "transformer") -> ml_co
   c.grad_clip_value = 0.1  # self-critical.pytorch clips each gradient entry to [-0.1, 0.1]; 0 disables
   c.label_smoothing = 0.0
   c.dtype = "float32"  # compute dtype ("bfloat16" keeps float32 parameters)
+  # The random-bit generator of dropout masks and SCST samples: "threefry2x32" (JAX's default)
+  # | "rbg" | "unsafe_rbg" (the accelerator's bit generator: cheaper masks on GPUs and TPUs, other
+  # numbers). Fixed for a run at its start: the state's key has the generator's shape.
+  c.prng_impl = "threefry2x32"
   c.spice = False
   # Start from the parameters of another run's checkpoint (its workdir; best, else latest),
   # e.g. self-critical training from a cross-entropy run: --config.init_from=runs/xe

@@ -164,6 +164,12 @@ def check_workdir(workdir: str, config, vocab: Vocab) -> None:
                        f"(model.{diff[0]}: {old_model.get(diff[0], '<absent>')!r} there, "
                        f"{new_model.get(diff[0], '<absent>')!r} now); "
                        "expected the same model config, or use another --workdir")
+    from jaxcap.training.steps import PRNG_IMPLS  # [0]: the default, of configs saved before the field
+    old_impl, new_impl = old.get("prng_impl", PRNG_IMPLS[0]), new.get("prng_impl", PRNG_IMPLS[0])
+    if old_impl != new_impl and os.path.isdir(os.path.join(workdir, "checkpoints")):
+      raise ValueError(f"{cfg_path}: this workdir's checkpoints were trained with prng_impl="
+                       f"{old_impl!r}, not {new_impl!r} (its key has another shape); expected the "
+                       "same prng_impl, or use another --workdir")
     if old.get("data", {}).get("name") != new["data"]["name"]:
       raise ValueError(f"{cfg_path}: this workdir was trained on data.name="
                        f"{old.get('data', {}).get('name')!r}, not {new['data']['name']!r}; use another --workdir")
@@ -274,7 +280,7 @@ def abstract_state(model, config, info: dict, sharding):
 
   def init_state():
     variables = model.init(jax.random.PRNGKey(0), batch, shift_right(batch["captions"]), train=False)
-    return steps.create_state(variables, tx, jax.random.PRNGKey(0))
+    return steps.create_state(variables, tx, steps.rng_key(0, config))
 
   return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding),
                       jax.eval_shape(init_state))

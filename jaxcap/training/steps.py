@@ -30,6 +30,19 @@ class TrainState(train_state.TrainState):
   rng: jax.Array
 
 
+PRNG_IMPLS = ("threefry2x32", "rbg", "unsafe_rbg")  # the first: JAX's default
+
+
+def rng_key(seed: int, config=None) -> jax.Array:
+  """The run's root key from ``config.prng_impl`` (absent in configs saved before it existed:
+  JAX's default, threefry2x32). Dropout and sampling keys are folded from it, so they inherit
+  its generator. threefry2x32 stays a raw ``uint32[2]`` key (the checkpoints of every earlier
+  run hold one); another generator is a typed key (``jax.random.key``): a raw key does not
+  carry its generator, so fold_in would read rbg's 4 words as threefry's."""
+  impl = config.get("prng_impl", PRNG_IMPLS[0]) if config is not None else PRNG_IMPLS[0]
+  return jax.random.PRNGKey(seed) if impl == PRNG_IMPLS[0] else jax.random.key(seed, impl=impl)
+
+
 def create_state(params, tx, rng) -> TrainState:
   # Not TrainState.create: its step is a Python 0 (a weakly typed leaf); the checkpoint holds int32.
   return TrainState(step=jnp.zeros((), jnp.int32), apply_fn=None, params=params, tx=tx,

@@ -63,7 +63,7 @@ class Trainer:
   def initial_state(self):
     batch = sample_batch(self.dataset, "train", min(2, self.num_train))
     params = init_params(self.model, batch, self.config.seed, self.mesh)
-    state = steps.create_state(params, self.tx, jax.random.PRNGKey(self.config.seed + 1))
+    state = steps.create_state(params, self.tx, steps.rng_key(self.config.seed + 1, self.config))
     return jax.device_put(state, parallel.replicated(self.mesh))
 
   # ---------------------------------------------------------------- jitted steps

@@ -28,6 +28,7 @@ import time
 import numpy as np
 
 from jaxcap.data import base, complete_data_config
+from jaxcap.training.steps import PRNG_IMPLS
 
 _MISSING = object()
 
@@ -54,6 +55,7 @@ _CHOICES = (
     ("data.degenerate_boxes", ("error", "allow")),
     ("data.missing_boxes", ("error", "whole_image")),
     ("scst.reward", ("device", "host")),
+    ("prng_impl", PRNG_IMPLS),
 )
 _BOOLS = ("test_after_training", "spice", "data.truncate_regions")
 

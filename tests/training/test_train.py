@@ -180,6 +180,26 @@ def test_workdir_of_another_model_or_vocab_is_refused_and_left_intact(tmp_path, 
   assert _snapshot(workdir) == before
 
 
+def test_prng_impl_keys_dropout_and_is_fixed_for_a_run(tmp_path, tiny_dataset):
+  # rbg: the state's key has rbg's shape, the dropout masks other bits (another loss after
+  # the first step), a resume continues with it; threefry in the same workdir is refused.
+  config = tiny_config(num_train_steps=4, prng_impl="rbg", **{"model.dropout": 0.3})
+  rbg_run = tmp_path / "rbg"
+  state = train_lib.Trainer(config, str(rbg_run), dataset=tiny_dataset).fit()
+  assert str(jax.random.key_impl(state.rng)) == "rbg" and jax.random.key_data(state.rng).shape == (4,)
+  fry = train_lib.Trainer(tiny_config(num_train_steps=4, **{"model.dropout": 0.3}), str(tmp_path / "fry"),
+                          dataset=tiny_dataset).fit()
+  assert not np.allclose(jax.tree.leaves(state.params)[0], jax.tree.leaves(fry.params)[0])
+  config.num_train_steps = 6
+  assert int(train_lib.Trainer(config, str(rbg_run), dataset=tiny_dataset).fit().step) == 6
+  before = _snapshot(rbg_run)
+  r = _run(_train_cmd(rbg_run, 8, ["--config.model.dropout=0.3"]))
+  assert r.returncode == 2 and "prng_impl='rbg', not 'threefry2x32'" in r.stderr, r.stderr[-2000:]
+  assert _snapshot(rbg_run) == before
+  r = _run(_train_cmd(tmp_path / "bad", 2, ["--config.prng_impl=philox"]))
+  assert r.returncode == 2 and "prng_impl" in r.stderr and "expected one of" in r.stderr, r.stderr[-2000:]
+
+
 def test_train_checkpoint_evaluate_end_to_end(tmp_path):
   workdir = tmp_path / "e2e"
   r = _run(_train_cmd(workdir, 8, ["--config.test_after_training=True", "--config.eval_every_steps=4"]))
