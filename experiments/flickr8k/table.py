@@ -20,6 +20,13 @@ Per model ``m`` and seed ``k``:
   stage from the cross-entropy runs of another workdir, so that SCST settings can be compared
   in workdirs of their own (``experiments/flickr8k/scst_sweep.py`` reads their validation
   curves).
+* ``<workdir>/<m>/xe_more/seed<k>`` (``--stages xe,scst,xe_more``): the control for SCST's extra
+  steps, a copy of the cross-entropy run resumed for ``--scst-steps`` more cross-entropy steps
+  on its own schedule, validated as often as the SCST stage, its best checkpoint tested.
+
+After each model's rows come the paired differences per seed: SCST − XE, and SCST − XE
+continued when the control ran. ``--dataset synthetic`` runs the same stages on the configs'
+synthetic scenes (train.py's default data) instead of Flickr8k.
 
 A run whose workdir holds ``scores_test.json`` (written when a run finishes testing) is read
 back, not retrained, so an interrupted table resumes and runs started by hand with the same
@@ -59,8 +66,11 @@ UNSUPPORTED = {
     "nearest_neighbour": "the retrieval baseline: the reference row of the table",
 }
 METRICS = (("CIDEr-D", "CIDEr"), ("BLEU-4", "Bleu_4"), ("METEOR", "METEOR"))
-STAGES = ("xe", "scst")
-STAGE_LABELS = {"xe": "XE", "scst": "XE + SCST", "gain": "SCST − XE (paired)"}
+STAGES = ("xe", "scst", "xe_more")
+STAGE_LABELS = {"xe": "XE", "scst": "XE + SCST", "xe_more": "XE continued (control)",
+                "gain": "SCST − XE (paired)", "gain_more": "SCST − XE continued (paired)"}
+# Paired rows (label key, minuend stage, subtrahend stage): per seed, over the seeds with both.
+GAINS = (("gain", "scst", "xe"), ("gain_more", "scst", "xe_more"))
 
 
 DATASETS = ("flickr8k", "synthetic")
@@ -100,6 +110,13 @@ def stage_config(model: str, stage: str, seed: int, args):
     config.eval_every_steps = getattr(args, "scst_eval_every", 0) or min(config.eval_every_steps,
                                                           max(1, args.scst_steps // 2))
     config.checkpoint_every_steps = config.eval_every_steps
+  elif stage == "xe_more":
+    # The control for SCST's extra steps: the cross-entropy run resumed (a copy of its folder)
+    # for as many more steps, validated as often as the SCST stage.
+    config.num_train_steps += args.scst_steps
+    config.eval_every_steps = getattr(args, "scst_eval_every", 0) or min(config.eval_every_steps,
+                                                                         max(1, args.scst_steps // 2))
+    config.checkpoint_every_steps = config.eval_every_steps
   return config
 
 
@@ -130,6 +147,17 @@ def ensure_attributes(config) -> None:
     print(f"detector val: {result['val']}; frequency prior: {result.get('val_prior')}", flush=True)
 
 
+def copy_xe_run(src: str, dst: str) -> None:
+  """``src``'s run folder without its test results, as ``dst`` (written under a temporary name,
+  then renamed, so an interrupted copy is not taken for a run)."""
+  import shutil
+  tmp = f"{dst}.copying"
+  shutil.rmtree(tmp, ignore_errors=True)
+  shutil.copytree(src, tmp, ignore=shutil.ignore_patterns("scores_test*.json", "predictions_test*.json",
+                                                          "run_seconds.json"))
+  os.replace(tmp, dst)
+
+
 def run_one(model: str, stage: str, seed: int, args) -> dict:
   """Scores (``overall``) of one run, training it unless its test scores are there."""
   workdir = run_dir(args.workdir, model, stage, seed)
@@ -138,6 +166,8 @@ def run_one(model: str, stage: str, seed: int, args) -> dict:
   if not os.path.exists(done):
     from jaxcap.training import train_lib
     config = stage_config(model, stage, seed, args)
+    if stage == "xe_more" and not os.path.exists(workdir):
+      copy_xe_run(run_dir(getattr(args, "xe_workdir", "") or args.workdir, model, "xe", seed), workdir)
     if model == "eta" and config.data.attributes == "detected":
       ensure_attributes(config)
     print(f"=== {model} {stage} seed {seed} ({config.num_train_steps} steps) -> {workdir}", flush=True)
@@ -197,7 +227,9 @@ def main(argv=None):
                   help="the configs' dataset argument (synthetic: the default scenes of train.py)")
   ap.add_argument("--models", default=",".join(MODELS), help=f"comma-separated subset of {list(MODELS)}")
   ap.add_argument("--seeds", default="0,1,2,3,4", help="comma-separated seeds (config.seed)")
-  ap.add_argument("--stages", default="xe,scst", help="xe, scst or both")
+  ap.add_argument("--stages", default="xe,scst",
+                  help="a subset of xe, scst, xe_more (cross-entropy continued for --scst-steps more "
+                  "steps from the xe run: the control for SCST's extra steps)")
   ap.add_argument("--steps", type=int, default=0, help="cross-entropy steps (0: the config's)")
   ap.add_argument("--batch-size", "--batch_size", dest="batch_size", type=int, default=0,
                   help="images per step (0: the config's)")
@@ -236,7 +268,7 @@ def main(argv=None):
     if s not in STAGES:
       raise SystemExit(f"--stages: unknown stage {s!r}; expected a subset of {list(STAGES)}")
   if args.scst_steps <= 0:
-    stages = [s for s in stages if s != "scst"]
+    stages = [s for s in stages if s not in ("scst", "xe_more")]
 
   nn_done = os.path.exists(scores_file(os.path.join(args.workdir, "nearest_neighbour")))
   nn = nearest_neighbour(args) if args.nn and (nn_done or not args.report) else None
@@ -246,9 +278,9 @@ def main(argv=None):
     for stage in stages:  # SCST needs the same seed's cross-entropy run first.
       if args.report and not os.path.exists(scores_file(run_dir(args.workdir, model, stage, seed))):
         continue
-      if stage == "scst" and "xe" not in stages and not os.path.exists(
+      if stage != "xe" and "xe" not in stages and not os.path.exists(
           scores_file(run_dir(args.xe_workdir or args.workdir, model, "xe", seed))):
-        print(f"--- skipping {model} scst seed {seed}: no finished xe run", flush=True)
+        print(f"--- skipping {model} {stage} seed {seed}: no finished xe run", flush=True)
         continue
       per[(model, stage)][seed] = run_one(model, stage, seed, args)
     write_tables(args.workdir, table_rows(per), nn, seeds, args.dataset)
@@ -261,21 +293,23 @@ def main(argv=None):
 
 
 def table_rows(per: dict) -> list[dict]:
-  """``{(model, stage): {seed: overall}}`` -> the table's rows (mean ± std over the seeds); after
-  a model's SCST row, its paired gain (stage "gain": SCST minus cross-entropy per seed, over the
-  seeds that have both)."""
+  """``{(model, stage): {seed: overall}}`` -> the table's rows (mean ± std over the seeds), each
+  model's stages followed by its paired rows (:data:`GAINS`: per seed, over the seeds with both;
+  their spread is the seeds' spread of the difference, not of either score)."""
   rows = []
-  for (m, s), d in per.items():
-    if not d:
-      continue
-    rows.append({"model": m, "stage": s, "seeds": {str(k): v for k, v in d.items()}, **experiment.summarize(d)})
-    xe = per.get((m, "xe"), {})
-    both = [k for k in d if k in xe] if s == "scst" else []
-    if both:
-      gain = {k: {key: d[k][key] - xe[k][key] for _, key in METRICS if key in d[k] and key in xe[k]}
-              for k in both}
-      rows.append({"model": m, "stage": "gain", "seeds": {str(k): v for k, v in gain.items()},
-                   **experiment.summarize(gain)})
+  for m in dict.fromkeys(m for m, _ in per):
+    for s in STAGES:
+      d = per.get((m, s), {})
+      if d:
+        rows.append({"model": m, "stage": s, "seeds": {str(k): v for k, v in d.items()}, **experiment.summarize(d)})
+    for label, plus, minus in GAINS:
+      a, b = per.get((m, plus), {}), per.get((m, minus), {})
+      both = [k for k in a if k in b]
+      if both:
+        gain = {k: {key: a[k][key] - b[k][key] for _, key in METRICS if key in a[k] and key in b[k]}
+                for k in both}
+        rows.append({"model": m, "stage": label, "seeds": {str(k): v for k, v in gain.items()},
+                     **experiment.summarize(gain)})
   return rows
 
 

@@ -126,6 +126,32 @@ def test_flickr8k_table_resumes_and_reports_against_nearest_neighbour(tmp_path):
   assert [r["stage"] for r in json.loads((tmp_path / "table.json").read_text())["rows"]] == ["xe"]
 
 
+def test_flickr8k_table_xe_continued_control_and_its_paired_row(tmp_path):
+  for seed, c in CIDER.items():
+    for stage, bonus in (("xe", 0.0), ("scst", 0.1), ("xe_more", 0.04)):
+      _write(str(tmp_path / "transformer" / stage / f"seed{seed}" / "scores_test.json"),
+             {"overall": {"CIDEr": c + bonus, "Bleu_4": 0.2, "METEOR": 0.18}})
+  _run("experiments/flickr8k/table.py", "--workdir", tmp_path, "--models", "transformer", "--seeds", "0,1,2",
+       "--stages", "xe,scst,xe_more", "--no-nn")
+  rows = json.loads((tmp_path / "table.json").read_text())["rows"]
+  assert [r["stage"] for r in rows] == ["xe", "scst", "xe_more", "gain", "gain_more"]
+  assert rows[-1]["mean"]["CIDEr"] == pytest.approx(0.06) and rows[-1]["std"]["CIDEr"] == pytest.approx(0.0)
+  assert "| transformer | SCST − XE continued (paired) | 3 | 6.0 ± 0.0 |" in (tmp_path / "table.md").read_text()
+  # The control's config: the xe run's schedule plus the SCST steps, validated as SCST is; its
+  # folder starts as a copy of the xe run without the test results.
+  mod = _load("experiments/flickr8k/table.py")
+  args = mod.argparse.Namespace(workdir=str(tmp_path), steps=0, batch_size=0, scst_steps=400, scst_lr=0.0,
+                                scst_eval_every=100, dataset="synthetic")
+  more = mod.stage_config("transformer", "xe_more", 1, args)
+  assert more.num_train_steps == 1400 and more.eval_every_steps == more.checkpoint_every_steps == 100
+  assert more.scst.start_step == -1 and not more.init_from
+  src = tmp_path / "transformer" / "xe" / "seed1"
+  (src / "checkpoints" / "1000").mkdir(parents=True)
+  (src / "metrics.jsonl").write_text("{}\n")
+  mod.copy_xe_run(str(src), str(tmp_path / "copy"))
+  assert sorted(p.name for p in (tmp_path / "copy").iterdir()) == ["checkpoints", "metrics.jsonl"]
+
+
 def test_flickr8k_table_report_reads_finished_runs_and_trains_nothing(tmp_path):
   # transformer: seeds 0-2 finished (xe and scst); aoanet: seed 0 xe only; nothing else.
   for seed, c in CIDER.items():
@@ -294,9 +320,13 @@ def _one_device_env():
 def test_flickr8k_table_trains_xe_then_scst(tmp_path, shared_data):
   del shared_data
   _run("experiments/flickr8k/table.py", "--workdir", tmp_path, "--models", "transformer", "--seeds", "0",
-       "--steps", "4", "--scst-steps", "2", "--batch-size", "8", env=_one_device_env(), timeout=600)
+       "--steps", "4", "--scst-steps", "2", "--batch-size", "8", "--stages", "xe,scst,xe_more",
+       env=_one_device_env(), timeout=900)
   table = json.loads((tmp_path / "table.json").read_text())
-  assert [r["stage"] for r in table["rows"]] == ["xe", "scst", "gain"]
+  assert [r["stage"] for r in table["rows"]] == ["xe", "scst", "xe_more", "gain", "gain_more"]
+  # The control resumed the xe run's copy: its metrics go on from step 4 to 6.
+  more = [json.loads(l) for l in (tmp_path / "transformer" / "xe_more" / "seed0" / "metrics.jsonl").read_text().splitlines()]
+  assert max(r["step"] for r in more) == 6 and any(r["step"] == 4 for r in more)
   cfg = json.loads((tmp_path / "transformer" / "scst" / "seed0" / "config.json").read_text())
   assert cfg["init_from"].endswith(os.path.join("transformer", "xe", "seed0")) and cfg["scst"]["start_step"] == 0
   assert 0.0 < table["nearest_neighbour"]["CIDEr"] < 1.0
