@@ -153,20 +153,27 @@ def advantages(reward_fn, samples_BxnxT: np.ndarray, image_index_B: np.ndarray,
   return adv, r_sample, r_greedy
 
 
+def training_scorer(dataset, cache_dir: str, cider_compat: str):
+  """``(training references as ids, CiderD scorer)`` of the SCST reward in ``cider_compat`` mode
+  (its document frequencies cached in ``cache_dir``): what the host and the device rewards
+  share."""
+  from jaxcap.evaluation import cider
+  if cider_compat not in cider.COMPAT_MODES:
+    raise ValueError(f"config field scst.cider_compat: expected one of {cider.COMPAT_MODES}, "
+                     f"got {cider_compat!r}")
+  # self-critical.pytorch: df on full captions, references cut to max_len by the scorer.
+  refs = dataset.train_references_ids(full=cider_compat == "self_critical")
+  return refs, cider.CiderD.for_training(refs, cache_dir, dataset.vocab, compat=cider_compat,
+                                         max_len=dataset.max_len)
+
+
 class Rewarder:
   """CIDEr-D (training mode) + optional weighted BLEU-4 for sampled token ids."""
 
   def __init__(self, dataset, cache_dir: str, cider_weight: float = 1.0, bleu_weight: float = 0.0,
                cider_compat: str = "jaxcap"):
-    from jaxcap.evaluation import cider
     self.vocab = dataset.vocab
-    if cider_compat not in cider.COMPAT_MODES:
-      raise ValueError(f"config field scst.cider_compat: expected one of {cider.COMPAT_MODES}, "
-                       f"got {cider_compat!r}")
-    # self-critical.pytorch: df on full captions, references cut to max_len by the scorer.
-    refs = dataset.train_references_ids(full=cider_compat == "self_critical")
-    self.scorer = cider.CiderD.for_training(refs, cache_dir, dataset.vocab, compat=cider_compat,
-                                            max_len=dataset.max_len)
+    refs, self.scorer = training_scorer(dataset, cache_dir, cider_compat)
     self.refs = self.scorer.prepare_refs(refs)
     self.cider_weight, self.bleu_weight = cider_weight, bleu_weight
     self._ref_strings = None
@@ -221,20 +228,13 @@ def make_device_reward(trainer):
   """``(arrays, static options)`` of the device CIDEr-D for the Trainer's config: the same
   document-frequency table as :class:`Rewarder` (cached in ``data.cache_dir``) and the
   training references as one padded array, both built once on the host."""
-  from jaxcap.evaluation import cider, cider_device
+  from jaxcap.evaluation import cider_device
   sc, dataset = trainer.config.scst, trainer.dataset
-  compat = sc.cider_compat
-  if compat not in cider.COMPAT_MODES:
-    raise ValueError(f"config field scst.cider_compat: expected one of {cider.COMPAT_MODES}, "
-                     f"got {compat!r}")
   if sc.bleu_weight > 0:
     raise ValueError("config field scst.reward: 'device' computes CIDEr-D only; "
                      "scst.bleu_weight > 0 needs scst.reward='host'")
   cider_device.check_vocab_size(len(dataset.vocab))
-  cache_dir = _cache_dir(trainer)
-  refs = dataset.train_references_ids(full=compat == "self_critical")
-  scorer = cider.CiderD.for_training(refs, cache_dir, dataset.vocab, compat=compat,
-                                     max_len=dataset.max_len)
+  refs, scorer = training_scorer(dataset, _cache_dir(trainer), sc.cider_compat)
   table, options = cider_device.training_table(scorer)
   # Both compat modes cut references at max_len words, so that is the array's width.
   refs_IxRxL, nref_I = cider_device.pad_references(refs, dataset.max_len)
