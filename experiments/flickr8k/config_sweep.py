@@ -8,7 +8,7 @@ validation CIDEr-D (the checkpoint train.py keeps); the test split is never deco
 A setting is ``base`` (the config as it is) or changes joined with ``+``: ``key=value`` sets a
 field (dotted: ``model.dropout=0.5``; numbers, ``True`` / ``False`` and strings), ``key*f``
 multiplies a numeric field (``learning_rate*0.5`` scales Adam's rate and the Noam scale alike;
-``num_train_steps*1.5`` also scales ``eval_every_steps``' run length, not the interval). A
+``num_train_steps*1.5`` lengthens the run, the validation interval stays). A
 model's default settings (``--settings`` left out) are :data:`GENERIC` plus its entry in
 :data:`EXTRA`. Runs: ``<workdir>/<model>/<setting>/seed<k>`` (``config.test_after_training``
 off); a finished run (``sweep.json`` there) is read back, so a sweep resumes and can be split
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import json
 import os
 import re
 import sys

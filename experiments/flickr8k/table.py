@@ -97,6 +97,10 @@ def stage_config(model: str, stage: str, seed: int, args):
     config.batch_size = args.batch_size
   config.scst.start_step = -1
   config.scst.start_epoch = -1
+  if stage in ("scst", "xe_more"):
+    # SCST and its control (more cross-entropy steps) are validated, and checkpointed, alike.
+    config.eval_every_steps = config.checkpoint_every_steps = (
+        getattr(args, "scst_eval_every", 0) or min(config.eval_every_steps, max(1, args.scst_steps // 2)))
   if stage == "scst":
     config.init_from = run_dir(getattr(args, "xe_workdir", "") or args.workdir, model, "xe", seed)
     config.scst.start_step = 0
@@ -107,16 +111,9 @@ def stage_config(model: str, stage: str, seed: int, args):
     if getattr(args, "scst_baseline", ""):
       config.scst.baseline = args.scst_baseline
     config.num_train_steps = args.scst_steps
-    config.eval_every_steps = getattr(args, "scst_eval_every", 0) or min(config.eval_every_steps,
-                                                          max(1, args.scst_steps // 2))
-    config.checkpoint_every_steps = config.eval_every_steps
   elif stage == "xe_more":
-    # The control for SCST's extra steps: the cross-entropy run resumed (a copy of its folder)
-    # for as many more steps, validated as often as the SCST stage.
+    # The cross-entropy run resumed (a copy of its folder) for as many more steps as SCST takes.
     config.num_train_steps += args.scst_steps
-    config.eval_every_steps = getattr(args, "scst_eval_every", 0) or min(config.eval_every_steps,
-                                                                         max(1, args.scst_steps // 2))
-    config.checkpoint_every_steps = config.eval_every_steps
   return config
 
 

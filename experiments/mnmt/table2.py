@@ -106,7 +106,6 @@ def main(argv=None):
   test_batches = list(pipeline.eval_batches(test, 100, num_threads=0))
   val_ids, val_refs = dataset.image_ids("val"), dataset.references("val")
   val_batches = list(pipeline.eval_batches(dataset.split("val"), 100, num_threads=0)) if args.val_every else []
-  train_batches = None
   print(f"data: {args.num_train} train / {len(test)} test images, {len(omitted)} test sources omit a "
         f"colour; V_de={info['vocab_size']} V_en={info['src_vocab_size']}", flush=True)
 
