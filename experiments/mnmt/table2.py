@@ -208,10 +208,20 @@ def main(argv=None):
     return [experiment.pm(experiment.mean_std(r.get(k) for r in runs), 1.0, d)
             for k, d in (("best_val_BLEU", 2), ("best_step", 0), ("last_quarter_gain", 2))]
 
+  def paired(row, metric):
+    """Mean ± std over seeds of (row - NMT) in the same seed: the text-only baseline's gap."""
+    if row == "nmt":
+      return "-"
+    both = [s for s in seeds if f"{row}/seed{s}" in results and f"nmt/seed{s}" in results]
+    return experiment.pm(experiment.mean_std(
+        results[f"{row}/seed{s}"]["first"][metric] - results[f"nmt/seed{s}"]["first"][metric]
+        for s in both), 1.0, 2)
+
   caption = (f"Table 2 analog (synthetic bilingual scenes, test split), decoder `{args.decoder}`, "
              f"{args.steps} steps; mean ± std (ddof = 1) over seeds {','.join(map(str, seeds))}; "
-             "first source (best source).")
-  header = ["Model", "METEOR", "BLEU", "CIDEr-D", "BLEU, colour omitted", "CIDEr-D, colour omitted"]
+             "first source (best source); − NMT: the row minus the same seed's text-only NMT, first source.")
+  header = ["Model", "METEOR", "BLEU", "CIDEr-D", "BLEU, colour omitted", "CIDEr-D, colour omitted",
+            "BLEU − NMT", "BLEU − NMT, colour omitted"]
   if args.val_every:
     caption += (f" Tested at the best validation sacreBLEU ({num_val} images, every {args.val_every} "
                 "steps); last-quarter gain: best validation BLEU after 3/4 of the steps minus before.")
@@ -219,6 +229,7 @@ def main(argv=None):
   table = experiment.markdown_table(
       header,
       [[row.upper(), *(cell(row, m) for m in ("METEOR", "BLEU", "CIDEr", "omit_BLEU", "omit_CIDEr")),
+        paired(row, "BLEU"), paired(row, "omit_BLEU"),
         *(val_cells(row) if args.val_every else [])]
        for row in rows])
   print(f"\n{caption}\n{table}")

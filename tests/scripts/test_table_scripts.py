@@ -238,9 +238,13 @@ def test_flickr8k_config_sweep_settings_change_one_field_each(tmp_path):
   assert half.learning_rate == pytest.approx(base.learning_rate / 2) and half.model.dropout == 0.5
   assert half.seed == 2 and half.num_train_steps == base.num_train_steps
   longer = mod.run_config("transformer", "num_train_steps*1.5", 0, str(tmp_path))
-  assert longer.num_train_steps == 1800 and isinstance(longer.num_train_steps, int)
-  step = mod.run_config("transformer", mod.EXTRA["transformer"][0], 0, str(tmp_path))
+  assert longer.num_train_steps == round(1.5 * base.num_train_steps) and isinstance(longer.num_train_steps, int)
+  step = mod.run_config("eta", mod.EXTRA["eta"][0], 0, str(tmp_path))  # AoANet's schedule, read from its config
   assert (step.schedule, step.learning_rate, step.decay_every_epochs, step.warmup_steps) == ("step", 1e-3, 10, 0)
+  assert step.num_train_steps == 1800 and mod.run_config("eta", "base", 0, str(tmp_path)).schedule == "noam"
+  noam = mod.run_config("transformer", mod.EXTRA["transformer"][0], 0, str(tmp_path))
+  assert (noam.schedule, noam.learning_rate, noam.warmup_steps, noam.num_train_steps, noam.model.dropout) == (
+      "noam", 1.0, 300, 1200, 0.3)
   assert mod.dirname("learning_rate*0.5+model.dropout=0.5") == "learning_rate_x0.5__model.dropout=0.5"
   for bad, needle in (("model.nope=1", "no field 'nope'"), ("nope.x=1", "no section 'nope'"),
                       ("schedule*2", "not a number"), ("learning_rate", "key=value"),
@@ -345,6 +349,29 @@ def test_eta_and_aat_tables_train_tiny_runs(tmp_path):
   assert [r["seed"] for r in row["runs"]] == [0, 1] and len(row["CIDEr"]) == 2
 
 
+def test_flickr8k_config_sweep_report_trains_nothing(tmp_path):
+  mod = _load("experiments/flickr8k/config_sweep.py")
+  for setting, seed, v in (("base", 0, 0.30), ("model.dropout=0.5", 0, 0.31), ("model.dropout=0.5", 1, 0.35)):
+    _write(str(tmp_path / "transformer" / mod.dirname(setting) / f"seed{seed}" / "sweep.json"),
+           {"setting": setting, "seed": seed, "steps": 1800, "seconds": 60.0, "val_steps": [200],
+            "val_CIDEr": [v], "best_step": 200, "best_val_CIDEr": v, "last_val_CIDEr": v})
+  _run("experiments/flickr8k/config_sweep.py", "--model", "transformer", "--workdir", tmp_path, "--report",
+       "--settings", "base;model.dropout=0.5;learning_rate*2", "--seeds", "0,1", "--out", tmp_path / "out")
+  rows = {r["setting"]: r for r in json.loads((tmp_path / "out" / "config_sweep_transformer.json").read_text())["rows"]}
+  assert sorted(rows) == ["base", "model.dropout=0.5"] and rows["base"]["n"] == 1 and rows["model.dropout=0.5"]["n"] == 2
+  assert not (tmp_path / "transformer" / "base" / "seed1").exists()  # the missing run was not trained
+  assert not (tmp_path / "transformer" / "learning_rate_x2").exists()
+  # A setting that leaves the config as it is (the Transformer's dropout is 0.1) is base: not run twice.
+  _run("experiments/flickr8k/config_sweep.py", "--model", "transformer", "--workdir", tmp_path, "--report",
+       "--settings", "base;model.dropout=0.1", "--seeds", "0", "--out", tmp_path / "out2")
+  rows = json.loads((tmp_path / "out2" / "config_sweep_transformer.json").read_text())["rows"]
+  assert [r["setting"] for r in rows] == ["base"] and rows[0]["best_val_CIDEr"][0] == pytest.approx(0.30)
+  out = subprocess.run([PY, os.path.join(ROOT, "experiments/flickr8k/config_sweep.py"), "--model", "lstm", "--workdir",
+                        str(tmp_path), "--report", "--settings", "base"], capture_output=True, text=True,
+                       timeout=120, cwd=ROOT)
+  assert out.returncode == 2 and "no finished run" in out.stderr, out.stderr[-2000:]
+
+
 def test_mnmt_table2_keeps_one_decoder_per_workdir(tmp_path):
   _write(str(tmp_path / "table2.json"), {"nmt/seed0": {"decoder": "nmtpy", "loss": 1.0}})
   out = subprocess.run([PY, os.path.join(ROOT, "experiments/mnmt/table2.py"), "--workdir", str(tmp_path),
@@ -353,6 +380,23 @@ def test_mnmt_table2_keeps_one_decoder_per_workdir(tmp_path):
   out = subprocess.run([PY, os.path.join(ROOT, "experiments/mnmt/table2.py"), "--workdir", str(tmp_path / "x"),
                         "--decoder", "dl4mt"], capture_output=True, text=True, timeout=120, cwd=ROOT)
   assert out.returncode == 2 and "--decoder" in out.stderr and not (tmp_path / "x").exists(), out.stderr[-2000:]
+
+
+def test_mnmt_table2_pairs_each_row_with_the_same_seeds_nmt(tmp_path):
+  # Finished runs (faked) are read back; the "- NMT" columns are per-seed differences.
+  def run(bleu, omit):
+    scores = {"BLEU": bleu, "METEOR": 50.0, "CIDEr": 300.0, "omit_BLEU": omit, "omit_CIDEr": 200.0}
+    return {"decoder": "paper", "loss": 1.0, "first": scores, "best": scores}
+  _write(str(tmp_path / "table2.json"), {
+      "nmt/seed0": run(80.0, 70.0), "nmt/seed1": run(90.0, 72.0),
+      "mnmt7/seed0": run(81.0, 71.0), "mnmt7/seed1": run(88.0, 75.0)})
+  _run("experiments/mnmt/table2.py", "--workdir", tmp_path, "--rows", "nmt,mnmt7", "--seeds", "0,1",
+       "--num_train", "16", "--num_test", "8", "--no_meteor", timeout=300)
+  rows = {line.split(" | ")[0].strip("| "): line.split(" | ")
+          for line in (tmp_path / "table.md").read_text().splitlines() if line.startswith("| ")}
+  assert rows["Model"][6:8] == ["BLEU − NMT", "BLEU − NMT, colour omitted |"]
+  # seed differences +1, -2 (mean -0.5, std 2.12) and +1, +3 (mean 2, std 1.41); unpaired stds would differ
+  assert rows["MNMT7"][6:8] == ["-0.50 ± 2.12", "2.00 ± 1.41 |"] and rows["NMT"][6] == "-"
 
 
 @pytest.mark.slow
