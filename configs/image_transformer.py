@@ -78,6 +78,5 @@ def build(a, name: str, cpu_layers: int = 3):
     # every 10 epochs for 1,200 steps was still climbing (0.128); Noam (scale 1, 300 warm-up
     # steps, as the Transformer's flickr8k run) overfitted (0.117); 1e-3 every 10 epochs for
     # 1,800 steps, best validation checkpoint at step 1,200: 0.197.
-    c = common.step_decay(common.flickr8k_sized(c, num_train_steps=1800), 1e-3,
-                          decay_every_epochs=10)
+    c = common.flickr8k_step_decay(c)
   return c

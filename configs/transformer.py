@@ -35,6 +35,5 @@ def get_config(arg: str | None = None):
     c.model.update(SMALL_SIZES)
   if a.dataset == "flickr8k":
     # AoANet's schedule and dropout 0.1: the best validation CIDEr-D of config_sweep.py's settings.
-    c = common.step_decay(common.flickr8k_sized(c, num_train_steps=1800, dropout=0.1), 1e-3,
-                          decay_every_epochs=10)
+    c = common.flickr8k_step_decay(c, dropout=0.1)
   return c

@@ -121,10 +121,15 @@ def run_config(model: str, setting: str, seed: int, workdir: str):
   return apply_setting(config, setting)
 
 
+def sweep_file(workdir: str, model: str, setting: str, seed: int) -> str:
+  """A finished run's ``sweep.json``, in its run folder ``<workdir>/<model>/<setting>/seed<k>``."""
+  return os.path.join(workdir, model, dirname(setting), f"seed{seed}", "sweep.json")
+
+
 def run_one(model: str, setting: str, seed: int, workdir: str) -> dict:
   """Trains one setting for one seed unless its ``sweep.json`` is there; returns it."""
-  run = os.path.join(workdir, model, dirname(setting), f"seed{seed}")
-  done = os.path.join(run, "sweep.json")
+  done = sweep_file(workdir, model, setting, seed)
+  run = os.path.dirname(done)
   if not os.path.exists(done):
     import table
     from jaxcap.training import train_lib
@@ -196,8 +201,7 @@ def main(argv=None):
   results = {s: {} for s in settings}
 
   def run(setting, seed):
-    done = os.path.join(args.workdir, args.model, dirname(setting), f"seed{seed}", "sweep.json")
-    if args.report and not os.path.exists(done):
+    if args.report and not os.path.exists(sweep_file(args.workdir, args.model, setting, seed)):
       return None
     results[setting][seed] = run_one(args.model, setting, seed, args.workdir)
     return results[setting][seed]
