@@ -56,7 +56,8 @@ if [[ -f .anchors/bench_pytorch_refs.py && -z "${NO_REFS:-}" ]]; then
 fi
 
 # The timed rows, most important first: "name|run.py arguments" (their order, not their names,
-# says which go first; t12 / t13: what the dropout masks and their random bits cost the step). A
+# says which go first; t12 / t13: what the dropout masks and their random bits cost the step;
+# t14: Adam over one flattened vector). A
 # paper-sized row compiles in 10-130 s on an H200, so not every row fits one call.
 ALL5="eta,image_transformer,show_tell,tpgn,mnmt"
 PARTS=(
@@ -66,6 +67,7 @@ PARTS=(
   "t4|--models transformer --what train --dtype bfloat16 --batch $BIG"
   "t12|--models transformer --what train --dtype bfloat16 --batch $B50 --prng unsafe_rbg --profile $WORK/prof"
   "t13|--models transformer --what train --dtype bfloat16 --batch $B50 --dropout 0 --profile $WORK/prof"
+  "t14|--models transformer --what train --dtype bfloat16 --batch $B50 --optimizer flat_adam --profile $WORK/prof"
   "t5|--models $ALL5 --what train --dtype float32 --batch $B50"
   "t6|--models aat,aoanet,lstm --what greedy,scst --dtype float32 --reward device --batch $B50 --eval_batch $B100"
   "t7|--models aat,aoanet,lstm,$ALL5 --what train --dtype bfloat16 --batch $B50"
@@ -88,7 +90,8 @@ quick_of() { if [[ $1 == @pipeline* ]]; then echo "--batches 2 --threads 0"; els
 # Precompile groups, one process each, items "part[:model]" in the order of the parts above.
 PRECOMPILE=(
   "t1 t4"
-  "t2 t12 t13"
+  "t2 t12"
+  "t13 t14"
   "t3:aat t6:aat t7:aat"
   "t3:aoanet t3:lstm t6:aoanet t6:lstm t7:aoanet t7:lstm"
   "t5:eta t5:image_transformer t7:eta t7:image_transformer t9:eta t9:image_transformer"

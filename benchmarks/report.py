@@ -212,7 +212,7 @@ def record_table(rec: dict) -> str:
     step = r["what"] + (f"-{r['beam']}" if r["what"] == "beam" and r.get("beam") else "")
     step += f" ×{r['samples']}" if r["what"] in ("sample", "scst") and r.get("samples") else ""
     step += f" ({r['reward']} reward)" if r["what"] == "scst" and r.get("reward") else ""
-    step += "".join(f", {k} {r[k]}" for k in ("prng", "dropout", "layers", "overrides") if r.get(k) is not None)
+    step += "".join(f", {k} {r[k]}" for k in ("prng", "dropout", "optimizer", "layers", "overrides") if r.get(k) is not None)
     if "error" in r:
       lines.append(f"| {r['model']} | {step} | {r['dtype']} | {r['batch']} | failed: {r['error'][:80]} "
                    "| – | – | – | – | – | – |")
@@ -232,7 +232,7 @@ def summary_table(rec: dict) -> str:
           ("beam", "float32", None), ("scst", "float32", "device")]
   first = {}
   for r in rec["rows"]:
-    if "error" not in r and not any(r.get(k) is not None for k in ("prng", "dropout", "layers", "overrides")):
+    if "error" not in r and not any(r.get(k) is not None for k in ("prng", "dropout", "optimizer", "layers", "overrides")):
       first.setdefault((r["model"], r["what"], r["dtype"], r.get("reward")), r)
   models = list(dict.fromkeys(r["model"] for r in rec["rows"]))
   lines = [_head(rec), "",

@@ -132,6 +132,8 @@ def bench_train(model, batch, args, mesh) -> dict:
   repl = parallel.replicated(mesh)
   params = _init_params(model, batch, repl)
   tx = optax.adam(1e-4, b1=0.9, b2=0.98, eps=1e-9)
+  if args.optimizer == "flat_adam":  # one vector for all parameters: a few large update kernels
+    tx = optax.flatten(tx)            # instead of one or more per parameter array
   state = steps.create_state(params, tx, jax.random.PRNGKey(2))
   step = functools.partial(steps.train_step, model=model, tx=tx)
   t0 = time.perf_counter()
@@ -398,6 +400,9 @@ def parse_args(argv=None):
   p.add_argument("--peak_tflops", type=float, default=None)
   p.add_argument("--prng", default=None, choices=("threefry2x32", "rbg", "unsafe_rbg"),
                  help="jax_default_prng_impl (dropout masks, sampling); default JAX's")
+  p.add_argument("--optimizer", default="adam", choices=("adam", "flat_adam"),
+                 help="train rows: optax.adam per parameter array (the trainer's) or optax.flatten(adam) "
+                 "over one concatenated vector (fewer, larger kernels; same arithmetic)")
   p.add_argument("--profile", default="", help="trace 3 more steps of each row under this directory; "
                  "the row gets the device's busy share, kernel count and top kernels")
   p.add_argument("--set", default="", help="model config overrides for every model that has the field, "
@@ -493,7 +498,8 @@ def main(argv=None):
                  "samples": args.samples if what in ("sample", "scst") else None, "reward": reward,
                  # what makes this row differ from the model's paper-sized default (kept per row:
                  # records of several runs are merged)
-                 "prng": args.prng, "dropout": args.dropout, "layers": args.layers or None,
+                 "prng": args.prng, "dropout": args.dropout,
+                 "optimizer": args.optimizer if args.optimizer != "adam" else None, "layers": args.layers or None,
                  "overrides": args.set or None,
                  "compile_s": round(compile_s, 2), "step_ms": round(dt * 1e3, 3),
                  "window_ms": [round(t * 1e3, 3) for t in times], "spread": round(spread, 4),
