@@ -101,7 +101,7 @@ def collect(src: str, dest: str = RESULTS, note: str = "", commit: str = "") -> 
     with open(path) as f:
       for r in json.load(f)["rows"]:
         if "compile_s" in r and "model" in r:
-          cold[(r["model"], r["what"], r["dtype"], r["batch"], r.get("reward"))] = r["compile_s"]
+          cold[_row_key(r)] = r["compile_s"]
   record, written = None, []
   for path in parts:
     with open(path) as f:
@@ -118,7 +118,7 @@ def collect(src: str, dest: str = RESULTS, note: str = "", commit: str = "") -> 
       record = dict(rec, argv=[], rows=[])
     record["argv"].append(rec["argv"])
     for r in rec["rows"]:
-      r["compile_s_cold"] = cold.get((r["model"], r["what"], r["dtype"], r["batch"], r.get("reward")))
+      r["compile_s_cold"] = cold.get(_row_key(r))
       record["rows"].append(r)
   record["benchmark"] = "benchmarks/gpu_record.sh"
   _recompute_mfu(record)
@@ -142,6 +142,12 @@ def collect(src: str, dest: str = RESULTS, note: str = "", commit: str = "") -> 
   _write_json(os.path.join(dest, stem + ".json"), record)
   written.append(os.path.join(dest, stem + ".json"))
   return written
+
+
+def _row_key(r: dict) -> tuple:
+  """What makes a row's compiled step: its model, kind, dtype, batch, reward and variant."""
+  return tuple(r.get(k) for k in ("model", "what", "dtype", "batch", "reward", "prng", "dropout", "optimizer",
+                                  "layers", "overrides"))
 
 
 def _stem(env: dict) -> str:

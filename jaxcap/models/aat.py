@@ -346,7 +346,7 @@ class AATCaptioner(CaptionModel, AttentionTimeFields, kw_only=True):
 
   def setup(self):
     self.feat_proj = nn.Dense(self.dim, dtype=self.dtype)
-    self.embed = nn.Embed(self.vocab_size, self.dim, dtype=self.dtype)
+    self.embed = layers.Embed(self.vocab_size, self.dim, dtype=self.dtype)
     self.lstm1 = nn.OptimizedLSTMCell(self.dim, dtype=self.dtype)
     if self.norm_h1:
       self.norm1 = nn.LayerNorm(dtype=self.dtype)

@@ -283,7 +283,7 @@ class ETACaptioner(TransformerSizes):
         self.v_encoder = self.encoder_stack()
     if self.use_s and self.semantic_encoder:
       self.s_encoder = self.encoder_stack()
-    self.embed = nn.Embed(self.vocab_size, self.dim, dtype=self.dtype)
+    self.embed = layers.Embed(self.vocab_size, self.dim, dtype=self.dtype)
     self.in_dropout = nn.Dropout(self.dropout)
     self.dec_layers = [
         ETADecoderBlock(self.dim, self.num_heads, self.ff_dim, self.dropout, self.variant,

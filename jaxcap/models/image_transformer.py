@@ -315,7 +315,7 @@ class ImageTransformer(CaptionModel):
                               dropout=self.dropout, dtype=self.dtype, name=f"layer_{i}"))
     self.layers = enc
     hd = self.dim // self.num_heads
-    self.embed = nn.Embed(self.vocab_size, self.dim, dtype=self.dtype)
+    self.embed = layers.Embed(self.vocab_size, self.dim, dtype=self.dtype)
     self.lstm = nn.OptimizedLSTMCell(self.dim, dtype=self.dtype)
     self.dec_query = nn.DenseGeneral((self.num_heads, hd), dtype=self.dtype)  # W_DQ
     self.dec_key = nn.DenseGeneral((self.num_sub, self.num_heads, hd), use_bias=False,

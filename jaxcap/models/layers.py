@@ -62,6 +62,23 @@ def attention_weights(q_BxLxHxDh, k_BxMxHxDh, mask_BxLxM=None):
   return jax.nn.softmax(logits_BxHxLxM, axis=-1)
 
 
+class Embed(nn.Embed):
+  """``nn.Embed`` that gathers rows of the float32 table and then casts them to ``dtype``.
+
+  flax casts the whole table and gathers from the cast copy: the same values, but the
+  gradient is then a scatter-add into a bfloat16 table, which rounds each of the many additions
+  into a frequent word's row and runs as slow atomics on GPUs (the largest single kernel of the
+  Transformer's bfloat16 step on an H100). Gathering first keeps that scatter-add in float32.
+  """
+
+  def __call__(self, inputs):
+    if self.num_embeddings == 1 or self.dtype is None or jnp.dtype(self.dtype) == jnp.dtype(self.param_dtype):
+      return super().__call__(inputs)
+    if not jnp.issubdtype(inputs.dtype, jnp.integer):
+      raise ValueError("Input type must be an integer or unsigned integer.")
+    return jnp.take(self.embedding, inputs, axis=0).astype(self.dtype)
+
+
 class MultiHeadAttention(nn.Module):
   """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O, head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V).
 

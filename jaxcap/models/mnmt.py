@@ -107,7 +107,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxcap.data.vocab import PAD
-from jaxcap.models import fields
+from jaxcap.models import fields, layers
 from jaxcap.models.base import CaptionModel
 from jaxcap.models.layers import masked_mean
 from jaxcap.models.registry import register
@@ -262,14 +262,14 @@ class MultimodalNMT(CaptionModel):
     both = self.modalities == "both"
     nmtpy = self._nmtpy
     if "txt" in self._mods:
-      self.src_embed = nn.Embed(self.src_vocab_size, self.embed_dim, embedding_init=_XAVIER,
+      self.src_embed = layers.Embed(self.src_vocab_size, self.embed_dim, embedding_init=_XAVIER,
                                 dtype=dt, param_dtype=jnp.float32)
       self.encoder = nn.Bidirectional(nn.RNN(_gru(self.hidden_dim, dt)),
                                       nn.RNN(_gru(self.hidden_dim, dt)))
     if "im" in self._mods:
       self.W_im = _dense(h2, dt)
     self.W_init = _dense(self.hidden_dim, dt, use_bias=True)
-    self.trg_embed = nn.Embed(self.vocab_size, self.embed_dim, embedding_init=_XAVIER, dtype=dt,
+    self.trg_embed = layers.Embed(self.vocab_size, self.embed_dim, embedding_init=_XAVIER, dtype=dt,
                               param_dtype=jnp.float32)
     if nmtpy:
       # dl4mt's CGRU: GRU1's biases on the word side (W/b, Wx/bx), GRU2's on the state side

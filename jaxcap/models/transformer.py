@@ -121,7 +121,7 @@ class TransformerCaptioner(TransformerSizes):
     self.feat_proj = nn.Dense(self.dim, dtype=self.dtype)
     self.feat_dropout = nn.Dropout(self.dropout)
     self.encoder = self.encoder_stack()
-    self.embed = nn.Embed(self.vocab_size, self.dim, dtype=self.dtype)
+    self.embed = layers.Embed(self.vocab_size, self.dim, dtype=self.dtype)
     self.emb_dropout = nn.Dropout(self.dropout)
     self.dec_layers = [DecoderBlock(self.dim, self.num_heads, self.ff_dim, self.dropout, self.dtype)
                        for _ in range(self.num_dec_layers)]

@@ -77,7 +77,9 @@ def test_collect_merges_the_parts_and_the_cold_compile_seconds(tmp_path):
   src, dest = tmp_path / "src", tmp_path / "results"
   src.mkdir()
   env = _h100()["environment"]
-  for name, rows in (("t1", [_row()]), ("t2", [_row(what="beam", beam=3)]), ("t10", [_row(model="eta")])):
+  # t4: the same step with dropout 0 (another compiled program: not t1's cold compile)
+  for name, rows in (("t1", [_row()]), ("t2", [_row(what="beam", beam=3)]), ("t4", [_row(dropout=0.0)]),
+                     ("t10", [_row(model="eta")])):
     (src / f"{name}.json").write_text(json.dumps({"argv": [name], "environment": env, "rows": rows}))
   (src / "compile_t1.json").write_text(json.dumps({"rows": [_row(compile_s=61.5, reward=None)]}))
   features = {"backbone": "resnet101", "size": 448, "dtype": "bfloat16", "batch": 64, "compile_s": 20.0,
@@ -92,8 +94,8 @@ def test_collect_merges_the_parts_and_the_cold_compile_seconds(tmp_path):
       "features_nvidia_h100_80gb_hbm3_2026-11-23.json", "nvidia_h100_80gb_hbm3_2026-11-23.json",
       "nvidia_h100_80gb_hbm3_2026-11-23_pytorch_refs.json"]
   rec = json.loads((dest / "nvidia_h100_80gb_hbm3_2026-11-23.json").read_text())
-  assert rec["argv"] == [["t1"], ["t2"], ["t10"]]  # parts in their number's order, not the name's
-  assert [r["compile_s_cold"] for r in rec["rows"]] == [61.5, None, None]
+  assert rec["argv"] == [["t1"], ["t2"], ["t4"], ["t10"]]  # parts in their number's order, not the name's
+  assert [r["compile_s_cold"] for r in rec["rows"]] == [61.5, None, None, None]
   assert rec["references"] == "nvidia_h100_80gb_hbm3_2026-11-23_pytorch_refs.json" and "H100" in rec["nvidia_smi"]
   text = report.render(report.load_records(str(dest)))
   assert "(61.5 cold)" in text and "| resnet101 | 448 | bfloat16 | 64 | 1,600.0 |" in text
