@@ -198,6 +198,9 @@ def main(argv=None):
     if s != "base" and run_config(args.model, s, 0, args.workdir).to_dict() == base:
       print(f"--- {s}: the config as it is (base), not run twice", flush=True)
       settings.remove(s)
+  if not settings:  # nothing left to train or report: not an error
+    print("--- every setting is the config as it is: nothing to run", flush=True)
+    return []
   results = {s: {} for s in settings}
 
   def run(setting, seed):

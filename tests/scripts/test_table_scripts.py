@@ -274,6 +274,10 @@ def test_flickr8k_config_sweep_reads_back_runs_and_chooses_on_validation(tmp_pat
   md = (tmp_path / "out" / "config_sweep_transformer.md").read_text()
   assert "| `learning_rate*0.5` | 2 | 37.0 ± 1.4 | 400 | 37.0 ± 1.4 | 1200 | 60 | chosen |" in md
   assert "test split is not decoded" in md
+  # only settings equal to the config (the Transformer's dropout is 0.1): skipped, not an error
+  out = _run("experiments/flickr8k/config_sweep.py", "--model", "transformer", "--workdir", tmp_path,
+             "--settings", "model.dropout=0.1", "--out", tmp_path / "out2")
+  assert "nothing to run" in out and not (tmp_path / "out2").exists()
 
 
 @pytest.mark.slow
