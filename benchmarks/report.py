@@ -144,10 +144,14 @@ def collect(src: str, dest: str = RESULTS, note: str = "", commit: str = "") -> 
   return written
 
 
+# A row's fields that make it a variant of its model's paper-sized step (run.py's --prng, --dropout,
+# --optimizer, --layers, --set): shown in its step column, kept out of the summary.
+VARIANT_FIELDS = ("prng", "dropout", "optimizer", "layers", "overrides")
+
+
 def _row_key(r: dict) -> tuple:
   """What makes a row's compiled step: its model, kind, dtype, batch, reward and variant."""
-  return tuple(r.get(k) for k in ("model", "what", "dtype", "batch", "reward", "prng", "dropout", "optimizer",
-                                  "layers", "overrides"))
+  return tuple(r.get(k) for k in ("model", "what", "dtype", "batch", "reward", *VARIANT_FIELDS))
 
 
 def _stem(env: dict) -> str:
@@ -218,7 +222,7 @@ def record_table(rec: dict) -> str:
     step = r["what"] + (f"-{r['beam']}" if r["what"] == "beam" and r.get("beam") else "")
     step += f" ×{r['samples']}" if r["what"] in ("sample", "scst") and r.get("samples") else ""
     step += f" ({r['reward']} reward)" if r["what"] == "scst" and r.get("reward") else ""
-    step += "".join(f", {k} {r[k]}" for k in ("prng", "dropout", "optimizer", "layers", "overrides") if r.get(k) is not None)
+    step += "".join(f", {k} {r[k]}" for k in VARIANT_FIELDS if r.get(k) is not None)
     if "error" in r:
       lines.append(f"| {r['model']} | {step} | {r['dtype']} | {r['batch']} | failed: {r['error'][:80]} "
                    "| – | – | – | – | – | – |")
@@ -238,7 +242,7 @@ def summary_table(rec: dict) -> str:
           ("beam", "float32", None), ("scst", "float32", "device")]
   first = {}
   for r in rec["rows"]:
-    if "error" not in r and not any(r.get(k) is not None for k in ("prng", "dropout", "optimizer", "layers", "overrides")):
+    if "error" not in r and not any(r.get(k) is not None for k in VARIANT_FIELDS):
       first.setdefault((r["model"], r["what"], r["dtype"], r.get("reward")), r)
   models = list(dict.fromkeys(r["model"] for r in rec["rows"]))
   lines = [_head(rec), "",
