@@ -56,25 +56,27 @@ if [[ -f .anchors/bench_pytorch_refs.py && -z "${NO_REFS:-}" ]]; then
 fi
 
 # The timed rows, most important first: "name|run.py arguments" (their order, not their names,
-# says which go first; t12 / t13: what the dropout masks and their random bits cost the step;
-# t14: Adam over one flattened vector). A
+# says which go first; t15: flax's embedding (table cast, then gathered) against layers.Embed's;
+# t12 / t13: what the dropout masks and their random bits cost the step; t14: Adam over one
+# flattened vector). A
 # paper-sized row compiles in 10-130 s on an H200, so not every row fits one call.
 ALL5="eta,image_transformer,show_tell,tpgn,mnmt"
 PARTS=(
   "t1|--models transformer --what train --dtype float32,bfloat16 --batch $B50 --profile $WORK/prof"
+  "t15|--models transformer --what train --dtype bfloat16 --batch $B50 --embed table --profile $WORK/prof"
+  "t4|--models transformer --what train --dtype bfloat16 --batch $BIG"
   "t2|--models transformer --what greedy,beam,scst --dtype float32 --reward device,host --batch $B50 --eval_batch $B100"
   "t3|--models aat,aoanet,lstm --what train,beam --dtype float32 --batch $B50 --eval_batch $B100"
-  "t4|--models transformer --what train --dtype bfloat16 --batch $BIG"
   "t12|--models transformer --what train --dtype bfloat16 --batch $B50 --prng unsafe_rbg --profile $WORK/prof"
   "t13|--models transformer --what train --dtype bfloat16 --batch $B50 --dropout 0 --profile $WORK/prof"
   "t14|--models transformer --what train --dtype bfloat16 --batch $B50 --optimizer flat_adam --profile $WORK/prof"
+  "t10|@pipeline --images $PI --batch $B50 --batches 40 --threads 2,8 --workers 0 --loop_steps 60 --log_every 10"
+  "t11|@pipeline --images $PI --batch $B50 --batches 40 --threads 2 --workers 8 --loop_steps 60 --log_every 10 --loop_workers 8"
   "t5|--models $ALL5 --what train --dtype float32 --batch $B50"
   "t6|--models aat,aoanet,lstm --what greedy,scst --dtype float32 --reward device --batch $B50 --eval_batch $B100"
   "t7|--models aat,aoanet,lstm,$ALL5 --what train --dtype bfloat16 --batch $B50"
   "t8|@features --backbones resnet101,vit_b16 --sizes $SIZES --dtype float32,bfloat16 --batch $FB"
   "t9|--models $ALL5 --what greedy,beam,scst --dtype float32 --reward device --batch $B50 --eval_batch $B100"
-  "t10|@pipeline --images $PI --batch $B50 --batches 40 --threads 2,8 --workers 0 --loop_steps 60 --log_every 10"
-  "t11|@pipeline --images $PI --batch $B50 --batches 40 --threads 2 --workers 8 --loop_steps 60 --log_every 10 --loop_workers 8"
 )
 # cmd_of ARGS: the command of a part's arguments ("@features ..." is benchmarks/features.py)
 cmd_of() {
@@ -87,15 +89,18 @@ cmd_of() {
 # the arguments that make a part's run a compile-only one (argparse keeps an option's last value)
 # (the loop keeps its step count: its learning-rate schedule is part of the compiled step)
 quick_of() { if [[ $1 == @pipeline* ]]; then echo "--batches 2 --threads 0"; else echo "--steps 1 --windows 1 --warmup 0"; fi; }
-# Precompile groups, one process each, items "part[:model]" in the order of the parts above.
+# Precompile groups, one process each (at most three compilations each: a paper-sized one takes
+# 30-100 s under this concurrency), items "part[:model]".
 PRECOMPILE=(
-  "t1 t4"
-  "t2 t12"
-  "t13 t14"
+  "t1" "t15" "t4" "t2" "t12" "t13" "t14"
   "t3:aat t6:aat t7:aat"
-  "t3:aoanet t3:lstm t6:aoanet t6:lstm t7:aoanet t7:lstm"
-  "t5:eta t5:image_transformer t7:eta t7:image_transformer t9:eta t9:image_transformer"
-  "t5:show_tell t5:tpgn t5:mnmt t7:show_tell t7:tpgn t7:mnmt t9:show_tell t9:tpgn t9:mnmt"
+  "t3:aoanet t6:aoanet t7:aoanet"
+  "t3:lstm t6:lstm t7:lstm"
+  "t5:eta t7:eta t9:eta"
+  "t5:image_transformer t7:image_transformer t9:image_transformer"
+  "t5:show_tell t7:show_tell t9:show_tell"
+  "t5:tpgn t7:tpgn t9:tpgn"
+  "t5:mnmt t7:mnmt t9:mnmt"
   "t8"
   "t10 t11"
 )

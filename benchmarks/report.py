@@ -145,8 +145,8 @@ def collect(src: str, dest: str = RESULTS, note: str = "", commit: str = "") -> 
 
 
 # A row's fields that make it a variant of its model's paper-sized step (run.py's --prng, --dropout,
-# --optimizer, --layers, --set): shown in its step column, kept out of the summary.
-VARIANT_FIELDS = ("prng", "dropout", "optimizer", "layers", "overrides")
+# --optimizer, --layers, --embed, --set): shown in its step column, kept out of the summary.
+VARIANT_FIELDS = ("prng", "dropout", "optimizer", "layers", "embed", "overrides")
 
 
 def _row_key(r: dict) -> tuple:

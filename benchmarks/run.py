@@ -38,7 +38,8 @@ peak bytes in use so far. ``--profile DIR`` traces 3 more steps of each row unde
 ``profile`` to the row: how busy the device was, the kernel count and the top kernels by time
 (a CPU trace has no device plane: the row says so). ``--dropout 0`` and ``--prng rbg`` /
 ``unsafe_rbg`` measure what the dropout masks and their random numbers cost (train.py's
-``config.prng_impl`` makes the same choice for a run).
+``config.prng_impl`` makes the same choice for a run); ``--embed table`` restores flax's
+embedding (the table cast before the gather) to measure ``layers.Embed`` against it.
 
 FLOPs: the matrix-multiply FLOPs of the step's jaxpr (``dot_general`` and convolutions,
 2 x M x N x K), with ``scan`` bodies counted ``length`` times. XLA's cost analysis counts a loop
@@ -403,6 +404,10 @@ def parse_args(argv=None):
   p.add_argument("--optimizer", default="adam", choices=("adam", "flat_adam"),
                  help="train rows: optax.adam per parameter array (the trainer's) or optax.flatten(adam) "
                  "over one concatenated vector (fewer, larger kernels; same arithmetic)")
+  p.add_argument("--embed", default="gather", choices=("gather", "table"),
+                 help="word embeddings below float32: gather float32 rows, then cast (layers.Embed's) or "
+                 "cast the whole table, then gather (flax nn.Embed's; its gradient is a low-precision "
+                 "scatter-add)")
   p.add_argument("--profile", default="", help="trace 3 more steps of each row under this directory; "
                  "the row gets the device's busy share, kernel count and top kernels")
   p.add_argument("--set", default="", help="model config overrides for every model that has the field, "
@@ -437,6 +442,10 @@ def main(argv=None):
   args = parse_args(argv)
   if args.prng:
     jax.config.update("jax_default_prng_impl", args.prng)
+  if args.embed == "table":  # every model's word embedding back to flax's cast-then-gather
+    import flax.linen as nn
+    from jaxcap.models import layers
+    layers.Embed.__call__ = nn.Embed.__call__
   from jaxcap.training import parallel
 
   names = args.models.split(",")  # checked by parse_args: registered, trainable names
@@ -500,6 +509,7 @@ def main(argv=None):
                  # records of several runs are merged)
                  "prng": args.prng, "dropout": args.dropout,
                  "optimizer": args.optimizer if args.optimizer != "adam" else None, "layers": args.layers or None,
+                 "embed": args.embed if args.embed != "gather" else None,
                  "overrides": args.set or None,
                  "compile_s": round(compile_s, 2), "step_ms": round(dt * 1e3, 3),
                  "window_ms": [round(t * 1e3, 3) for t in times], "spread": round(spread, 4),

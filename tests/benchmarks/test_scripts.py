@@ -173,3 +173,43 @@ def test_a_failing_row_is_recorded_and_the_other_rows_go_on(tmp_path, monkeypatc
   assert rows[0] == {"model": "show_tell", "what": "greedy", "dtype": "float32", "batch": 8, "reward": None,
                      "error": "RuntimeError: RESOURCE_EXHAUSTED: out of memory"}
   assert rows[1]["what"] == "train" and rows[1]["images_per_s"] > 0
+
+
+def _scatter_add_dtypes(embed_module) -> set:
+  """The dtypes of the scatter-adds in the gradient of a bfloat16 embedding lookup."""
+  import jax
+  import jax.numpy as jnp
+  ids = jnp.array([[1, 2, 1]])
+  params = embed_module.init(jax.random.PRNGKey(0), ids)
+  from jax.extend import core
+
+  def eqns(jaxpr):  # nested jaxprs (pjit, custom_jvp) included
+    for e in jaxpr.eqns:
+      yield e
+      for v in e.params.values():
+        for sub in (v if isinstance(v, (list, tuple)) else [v]):
+          if isinstance(sub, (core.Jaxpr, core.ClosedJaxpr)):
+            yield from eqns(getattr(sub, "jaxpr", sub))
+
+  closed = jax.make_jaxpr(jax.grad(lambda p: embed_module.apply(p, ids).astype(jnp.float32).sum()))(params)
+  return {str(e.outvars[0].aval.dtype) for e in eqns(closed.jaxpr) if e.primitive.name == "scatter-add"}
+
+
+@pytest.mark.slow
+def test_embed_table_restores_flax_cast_then_gather(tmp_path, monkeypatch):
+  """``--embed table`` (the A/B of layers.Embed on a GPU): rows say so, and the embedding's
+  gradient is flax's bfloat16 scatter-add again instead of layers.Embed's float32 one."""
+  import json
+  import jax.numpy as jnp
+  sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+  import run as bench_run
+  from jaxcap.models import layers
+
+  embed = layers.Embed(num_embeddings=10, features=4, dtype=jnp.bfloat16)
+  assert _scatter_add_dtypes(embed) == {"float32"}
+  monkeypatch.setattr(layers.Embed, "__call__", layers.Embed.__call__)  # restored after the test
+  bench_run.main(["--models", "transformer", "--what", "train", "--dtype", "bfloat16", "--embed", "table",
+                  *_TINY_TRANSFORMER, *[a.format(tmp=tmp_path) for a in _TINY_RUN]])
+  rows = json.loads((tmp_path / "bench.json").read_text())["rows"]
+  assert [(r["embed"], r["images_per_s"] > 0) for r in rows] == [("table", True)]
+  assert _scatter_add_dtypes(embed) == {"bfloat16"}
