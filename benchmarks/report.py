@@ -9,7 +9,7 @@ Reads every ``benchmarks/results/*.json`` written by ``benchmarks/run.py`` (or c
 ``benchmarks/gpu_record.sh``) and replaces the text between ``<!-- benchmark-results:begin -->``
 and ``<!-- benchmark-results:end -->`` in docs/PERFORMANCE.md (one table per record: device,
 date, commit, versions; one row per benchmark row) and in README.md (one summary line per model
-of the newest accelerator record), so the numbers in the docs are never typed by hand. A record
+from the newest accelerator's records, each cell from the newest record that has it), so the numbers in the docs are never typed by hand. A record
 whose ``references`` names the PyTorch references' JSON measured in the same call
 (``../shared/anchors/bench_pytorch_refs.py``) gets each row's ratio to the matching reference row:
 the reference's fastest setting (strict fp32, TF32 or bf16 autocast; attention masks or none).
@@ -110,7 +110,8 @@ def collect(src: str, dest: str = RESULTS, note: str = "", commit: str = "") -> 
       rec["environment"].update(git_commit=commit, git_dirty=None, git_commit_source="given when collected")
     if rec.get("benchmark") in OWN_RECORDS:  # its own record, as the script writes it
       _recompute_mfu(rec)
-      out = os.path.join(dest, OWN_RECORDS[rec["benchmark"]] + _stem(rec["environment"]) + ".json")
+      prefix = OWN_RECORDS[rec["benchmark"]]
+      out = os.path.join(dest, prefix + _stem(rec["environment"], dest, prefix) + ".json")
       _write_json(out, rec)
       written.append(out)
       continue
@@ -131,7 +132,7 @@ def collect(src: str, dest: str = RESULTS, note: str = "", commit: str = "") -> 
   if os.path.exists(smi):
     with open(smi) as f:
       record["nvidia_smi"] = f.read().strip()
-  stem = _stem(record["environment"])
+  stem = _stem(record["environment"], dest)
   refs = os.path.join(src, "pytorch_refs.json")
   if os.path.exists(refs):
     record["references"] = stem + "_pytorch_refs.json"
@@ -154,8 +155,16 @@ def _row_key(r: dict) -> tuple:
   return tuple(r.get(k) for k in ("model", "what", "dtype", "batch", "reward", *VARIANT_FIELDS))
 
 
-def _stem(env: dict) -> str:
-  return re.sub(r"[^a-z0-9]+", "_", env["device_kind"].lower()).strip("_") + "_" + env["date"][:10]
+def _stem(env: dict, dest: str = "", prefix: str = "") -> str:
+  """``<device>_<date>``; ``..._<HHMM>`` where ``dest`` already holds another call's record of
+  that device and day (a second lease the same day must not overwrite the first)."""
+  stem = re.sub(r"[^a-z0-9]+", "_", env["device_kind"].lower()).strip("_") + "_" + env["date"][:10]
+  path = os.path.join(dest, prefix + stem + ".json")
+  if dest and os.path.exists(path):
+    with open(path) as f:
+      if json.load(f).get("environment", {}).get("date") != env["date"]:
+        stem += "_" + re.sub(r"\D", "", env["date"][11:16])
+  return stem
 
 
 def _write_json(path: str, obj) -> None:
@@ -235,33 +244,42 @@ def record_table(rec: dict) -> str:
   return "\n".join(lines)
 
 
-def summary_table(rec: dict) -> str:
-  """README's table: per model, images/s (and the ratio to its reference) of the main rows at
-  the record's first batch size."""
+def summary_table(recs: list[dict]) -> str:
+  """README's table: per model, images/s (and the ratio to its reference, measured in the same
+  call) of the main rows at the first batch size, each cell from the newest of ``recs`` (one
+  device's records, newest first) that has that row; a cell from an older record names it."""
   cols = [("train", "float32", None), ("train", "bfloat16", None), ("greedy", "float32", None),
           ("beam", "float32", None), ("scst", "float32", "device")]
   first = {}
-  for r in rec["rows"]:
-    if "error" not in r and not any(r.get(k) is not None for k in VARIANT_FIELDS):
-      first.setdefault((r["model"], r["what"], r["dtype"], r.get("reward")), r)
-  models = list(dict.fromkeys(r["model"] for r in rec["rows"]))
-  lines = [_head(rec), "",
+  for i, rec in enumerate(recs):
+    seen = set()
+    for r in rec["rows"]:
+      key = (r["model"], r["what"], r["dtype"], r.get("reward"))
+      if "error" not in r and not any(r.get(k) is not None for k in VARIANT_FIELDS) and key not in seen:
+        seen.add(key)
+        first.setdefault(key, (i, rec, r))
+  models = list(dict.fromkeys(r["model"] for rec in recs for r in rec["rows"]))
+  used = sorted({i for i, _, _ in first.values()})
+  head = _head(recs[0]) + "".join(f"\n\n[{i + 1}] " + _head(recs[i]) for i in used if i)
+  lines = [head, "",
            "| model | train f32 | train bf16 | greedy | beam-3 | SCST (device reward) |", "|---|" + "---:|" * 5]
   for m in models:
     cells = []
     for what, dtype, reward in cols:
-      r = first.get((m, what, dtype, reward))
-      if r is None:
+      if (m, what, dtype, reward) not in first:
         cells.append("–")
         continue
+      i, rec, r = first[(m, what, dtype, reward)]
       ratio = _ratio(rec, r)
-      cells.append(f"{_fmt(r['images_per_s'], 0)}" + (f" ({ratio.split(' (')[0]})" if ratio else ""))
+      cells.append(f"{_fmt(r['images_per_s'], 0)}" + (f" ({ratio.split(' (')[0]})" if ratio else "")
+                   + (f" [{i + 1}]" if i else ""))
     lines.append(f"| {m} | " + " | ".join(cells) + " |")
   lines.append("")
-  lines.append("images/s at " + ", ".join(sorted({f"{r['batch']} ({r['what']})" for r in first.values()
+  lines.append("images/s at " + ", ".join(sorted({f"{r['batch']} ({r['what']})" for _, _, r in first.values()
                                                    if r["what"] in ("train", "greedy")}))
                + " images per call; (n×): against the PyTorch reference's fastest setting measured in the "
-               "same call; every row, the references and the profile: docs/PERFORMANCE.md.")
+               "same call; [n]: a row the newest record lacks, from the earlier record [n]; every row, the "
+               "references and the profile: docs/PERFORMANCE.md.")
   return "\n".join(lines)
 
 
@@ -288,12 +306,14 @@ def render(records: list[dict]) -> str:
 
 
 def render_summary(records: list[dict]) -> str:
-  """The newest accelerator record's summary (a CPU record's full table if there is none)."""
+  """The summary of the newest accelerator's records (a CPU record's full table if there is none)."""
   gpu = [r for r in records if r["environment"].get("platform") not in (None, "cpu")
          and r.get("benchmark") not in OWN_RECORDS]
   if not gpu:
     return render(records)
-  return summary_table(max(gpu, key=lambda r: r["environment"]["date"]))
+  newest = max(gpu, key=lambda r: r["environment"]["date"])
+  same = [r for r in gpu if r["environment"]["device_kind"] == newest["environment"]["device_kind"]]
+  return summary_table(sorted(same, key=lambda r: r["environment"]["date"], reverse=True))
 
 
 def replace_section(text: str, body: str, path: str) -> str:

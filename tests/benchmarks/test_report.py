@@ -121,3 +121,27 @@ def test_notes_name_the_reward_share_and_the_profiled_device_busy_share(tmp_path
   assert "| reward 18% of the step |" in lines[0]
   assert "sample ×5" in lines[1] and "| device busy 71%, 1,000 kernels/step |" in lines[1]
   assert "| – | – |" in lines[2]
+
+
+def test_a_second_call_the_same_day_gets_its_own_file_and_the_summary_merges_them(tmp_path):
+  """Two leases of one device on one day: the second call's records do not overwrite the first's,
+  and README's summary takes each cell from the newest record that has it, naming an older one."""
+  dest = tmp_path / "results"
+  for name, date, rows in (("a", "2026-11-23T10:00:00Z", [_row(), _row(what="beam", beam=3, images_per_s=2660.0)]),
+                           ("b", "2026-11-23T16:12:20Z", [_row(images_per_s=4000.0), _row(model="tpgn")])):
+    src = tmp_path / name
+    src.mkdir()
+    env = dict(_h100()["environment"], date=date)
+    (src / "t1.json").write_text(json.dumps({"argv": ["t1"], "environment": env, "rows": rows}))
+    (src / "pytorch_refs.json").write_text(json.dumps(_REFS))
+    report.collect(str(src), str(dest))
+  assert sorted(os.listdir(dest)) == [
+      "nvidia_h100_80gb_hbm3_2026-11-23.json", "nvidia_h100_80gb_hbm3_2026-11-23_1612.json",
+      "nvidia_h100_80gb_hbm3_2026-11-23_1612_pytorch_refs.json", "nvidia_h100_80gb_hbm3_2026-11-23_pytorch_refs.json"]
+  report.collect(str(tmp_path / "b"), str(dest))  # collecting the same call again rewrites its own file
+  assert len(os.listdir(dest)) == 4
+  text = report.render_summary(report.load_records(str(dest)))
+  line = [l for l in text.splitlines() if l.startswith("| transformer")][0]
+  assert line == "| transformer | 4,000 (6.1×) | – | – | 2,660 (10.0×) [2] | – |", line
+  assert "[2] **NVIDIA H100" in text and "nvidia_h100_80gb_hbm3_2026-11-23.json" in text
+  assert [l for l in text.splitlines() if l.startswith("| tpgn")]
