@@ -9,6 +9,8 @@ only its own shard of the global batch (``jax.make_array_from_process_local_data
 from __future__ import annotations
 
 import os
+import queue
+import threading
 
 import numpy as np
 import jax
@@ -101,6 +103,62 @@ def shard_batch(batch: dict, mesh: Mesh) -> dict:
   """Process-local numpy batch -> global jax.Arrays sharded along axis 0."""
   sharding = batch_sharding(mesh)
   return {k: jax.make_array_from_process_local_data(sharding, np.asarray(v)) for k, v in batch.items()}
+
+
+class DevicePrefetch:
+  """``(host batch, device batch)`` pairs of ``iterator``, fetched and copied to ``mesh`` ahead.
+
+  A background thread takes the next ``size`` batches from the loader and copies them to the
+  devices (:func:`shard_batch`) while the devices run the current step, so neither the loader's
+  hand-over (grain workers' shared memory) nor the host-to-device copy sits on the loop's thread
+  between two dispatches (flax's ``prefetch_to_device`` keeps transfers ahead but runs them on
+  the caller's thread, and is written for ``pmap``). The batches and their order are the
+  loader's. ``get_state()`` is the loader's state after the last batch handed out, not after the
+  ones buffered ahead, so a checkpoint resumes at the first batch the loop has not seen; a
+  loader's error is raised by the ``next()`` that would have returned its batch.
+  """
+
+  def __init__(self, iterator, mesh: Mesh, size: int = 2):
+    self._it, self._mesh = iterator, mesh
+    self._state = iterator.get_state()
+    self._queue: queue.Queue = queue.Queue(maxsize=max(1, size))
+    self._stop = threading.Event()
+    self._thread = threading.Thread(target=self._fill, name="DevicePrefetch", daemon=True)
+    self._thread.start()
+
+  def _fill(self):
+    while not self._stop.is_set():
+      try:
+        host = next(self._it)
+        item = (host, shard_batch(host, self._mesh), self._it.get_state())
+      except BaseException as e:  # handed to the loop's thread, raised there
+        item = e
+      while not self._stop.is_set():
+        try:
+          self._queue.put(item, timeout=0.1)
+          break
+        except queue.Full:
+          continue
+      if isinstance(item, BaseException):
+        return
+
+  def __iter__(self):
+    return self
+
+  def __next__(self) -> tuple[dict, dict]:
+    item = self._queue.get()
+    if isinstance(item, BaseException):
+      self.close()
+      raise item
+    host, device, self._state = item
+    return host, device
+
+  def get_state(self) -> dict:
+    return self._state
+
+  def close(self) -> None:
+    self._stop.set()
+    self._thread.join(timeout=10)
 
 
 def to_host(x):

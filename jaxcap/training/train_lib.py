@@ -130,14 +130,15 @@ class Trainer:
     config, end = self.config, self.config.num_train_steps
     state, it, start = self._start()
     due = lambda done, every: done % every == 0 or done == end
-    with contextlib.closing(_TrainLog(self.workdir, end, start, config.batch_size)) as log:
+    it = parallel.DevicePrefetch(it, self.mesh)  # the next batches read and copied on another thread
+    with contextlib.closing(it), contextlib.closing(_TrainLog(self.workdir, end, start, config.batch_size)) as log:
       monitor = guard_lib.Monitor(config.nonfinite, self.dataset.image_ids("train"),
                                   log.writer)
       stopper = _EarlyStopping(int(config.early_stopping_patience),
                                run_dir.best_metric(config))
       for step in range(start, end):
-        host_batch = next(it)
-        state, metrics = self.train_step(state, parallel.shard_batch(host_batch, self.mesh), step)
+        host_batch, batch = next(it)
+        state, metrics = self.train_step(state, batch, step)
         metrics, flags = guard_lib.split_metrics(metrics)
         done = step + 1
         monitor.add(done, flags, host_batch)
