@@ -2,8 +2,9 @@
 
 * ``synthetic`` (default): CPU-sized (LSTM and embeddings 128, Adam 2e-3, 500 steps of 50
   images, the same schedule as ``configs/tpgn.py:synthetic``).
-* ``flickr8k``: LSTM 512 as the paper, dropout 0.5, 500 steps of 25 images (as
-  ``configs/tpgn.py:flickr8k``).
+* ``flickr8k``: LSTM 512 as the paper, dropout 0.5; 1,800 steps of 25 images, Adam 1e-3 x0.8
+  every 10 epochs (AoANet's Flickr8k schedule, chosen on validation:
+  experiments/flickr8k/results/config_sweep_show_tell.md).
 * ``coco``: LSTM 512, embeddings 512, dropout 0.5; Adam 5e-4 x0.8 every 3 epochs, batch 50,
   30 epochs, beam 3 (the same schedule as ``configs/tpgn.py:coco``; NIC itself used SGD).
 """
@@ -25,5 +26,6 @@ def get_config(arg: str | None = None):
     c.model.hidden_dim = c.model.embed_dim = a.dim or 128
     c.model.dropout = 0.2 if a.dropout < 0 else a.dropout
   if a.dataset == "flickr8k":
-    c = common.flickr8k_sized(c, num_train_steps=500, eval_every_steps=100, dropout=None)
+    c = common.step_decay(common.flickr8k_sized(c, num_train_steps=1800, eval_every_steps=100, dropout=None),
+                          1e-3, decay_every_epochs=10)
   return c
