@@ -9,9 +9,9 @@ Reads every ``benchmarks/results/*.json`` written by ``benchmarks/run.py`` (or c
 ``benchmarks/gpu_record.sh``) and replaces the text between ``<!-- benchmark-results:begin -->``
 and ``<!-- benchmark-results:end -->`` in docs/PERFORMANCE.md (one table per record: device,
 date, commit, versions; one row per benchmark row) and in README.md (one summary line per model
-from the newest accelerator's records, each cell from the newest record that has it), so the numbers in the docs are never typed by hand. A record
-whose ``references`` names the PyTorch references' JSON measured in the same call
-(``../shared/anchors/bench_pytorch_refs.py``) gets each row's ratio to the matching reference row:
+from the newest accelerator's records, each cell from the newest record that has it), so the
+numbers in the docs are never typed by hand. A record whose ``references`` names the PyTorch
+references' JSON measured in the same call (``../shared/anchors/bench_pytorch_refs.py``) gets each row's ratio to the matching reference row:
 the reference's fastest setting (strict fp32, TF32 or bf16 autocast; attention masks or none).
 """
 
