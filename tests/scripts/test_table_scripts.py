@@ -245,6 +245,12 @@ def test_flickr8k_config_sweep_settings_change_one_field_each(tmp_path):
   noam = mod.run_config("transformer", mod.EXTRA["transformer"][0], 0, str(tmp_path))
   assert (noam.schedule, noam.learning_rate, noam.warmup_steps, noam.num_train_steps, noam.model.dropout) == (
       "noam", 1.0, 300, 1200, 0.3)
+  # The Image Transformer's chosen dropout / rate stay its own: AoANet's config is built by the
+  # same function and keeps its 0.3 / 1e-3; the old Image Transformer config is its EXTRA row.
+  it = {s: mod.run_config("image_transformer", s, 0, str(tmp_path)) for s in ("base", *mod.EXTRA["image_transformer"])}
+  aoanet = mod.run_config("aoanet", "base", 0, str(tmp_path))
+  assert [(c.model.dropout, c.learning_rate) for c in (*it.values(), aoanet)] == [
+      (0.1, pytest.approx(5e-4)), (0.3, pytest.approx(1e-3)), (0.3, pytest.approx(1e-3))]
   assert mod.dirname("learning_rate*0.5+model.dropout=0.5") == "learning_rate_x0.5__model.dropout=0.5"
   for bad, needle in (("model.nope=1", "no field 'nope'"), ("nope.x=1", "no section 'nope'"),
                       ("schedule*2", "not a number"), ("learning_rate", "key=value"),
@@ -257,8 +263,9 @@ def test_flickr8k_config_sweep_settings_change_one_field_each(tmp_path):
 
 
 def test_flickr8k_config_sweep_reads_back_runs_and_chooses_on_validation(tmp_path):
-  # Faked finished runs (sweep.json): two settings x two seeds; nothing trains.
-  vals = {"base": (0.30, 0.34), "learning_rate*0.5": (0.36, 0.38)}
+  # Faked finished runs (sweep.json): two settings x two seeds and a third on one seed, higher
+  # but not a finalist; nothing trains.
+  vals = {"base": (0.30, 0.34), "learning_rate*0.5": (0.36, 0.38), "learning_rate*2": (0.50,)}
   mod = _load("experiments/flickr8k/config_sweep.py")
   for setting, per_seed in vals.items():
     for seed, v in enumerate(per_seed):
@@ -274,6 +281,13 @@ def test_flickr8k_config_sweep_reads_back_runs_and_chooses_on_validation(tmp_pat
   md = (tmp_path / "out" / "config_sweep_transformer.md").read_text()
   assert "| `learning_rate*0.5` | 2 | 37.0 ± 1.4 | 400 | 37.0 ± 1.4 | 1200 | 60 | chosen |" in md
   assert "test split is not decoded" in md
+  # With the one-seed setting (its seed 1 unfinished: --report trains nothing).
+  _run("experiments/flickr8k/config_sweep.py", "--model", "transformer", "--workdir", tmp_path, "--report",
+       "--settings", "base;learning_rate*0.5;learning_rate*2", "--seeds", "0,1", "--out", tmp_path / "out")
+  table = json.loads((tmp_path / "out" / "config_sweep_transformer.json").read_text())
+  assert [(r["setting"], r["n"]) for r in table["rows"] if r["chosen"] or r["n"] == 1] == [
+      ("learning_rate*0.5", 2), ("learning_rate*2", 1)]
+  assert [r["chosen"] for r in table["rows"]] == [False, True, False]
 
 
 @pytest.mark.slow
