@@ -237,7 +237,7 @@ def flickr8k_step_decay(c: ml_collections.ConfigDict, dropout: float | None = 0.
                         learning_rate: float = 1e-3) -> ml_collections.ConfigDict:
   """:func:`flickr8k_sized` for 1,800 steps with Adam ``learning_rate`` x 0.8 every 10 epochs: the
   Flickr8k schedule of AoANet, and (with the dropout and rate chosen on validation) of the
-  Transformer, the Image Transformer and Show and Tell."""
+  Transformer and the Image Transformer."""
   return step_decay(flickr8k_sized(c, num_train_steps=1800, dropout=dropout), learning_rate,
                     decay_every_epochs=10)
 

@@ -15,8 +15,9 @@ off); a finished run (``sweep.json`` there) is read back, so a sweep resumes and
 over processes (disjoint ``--settings``, e.g. one per core under ``taskset``), the last one
 writing the whole table. Written: ``<out>/config_sweep_<model>.{md,json}``: per setting the best
 validation CIDEr-D (mean ± std, ddof = 1, over the seeds), its step and the run's seconds; the
-chosen setting is the highest mean among the settings run on the most seeds (the finalists). ``--report`` trains nothing: the table of the runs finished
-so far (a setting with fewer finished seeds says so in its seeds column).
+chosen setting is the highest mean among the settings run on the most seeds (the finalists).
+``--report`` trains nothing: the table of the runs finished so far (a setting with fewer
+finished seeds says so in its seeds column).
 """
 
 from __future__ import annotations
