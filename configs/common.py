@@ -236,8 +236,8 @@ def flickr8k_sized(c: ml_collections.ConfigDict, num_train_steps: int = 1200,
 def flickr8k_step_decay(c: ml_collections.ConfigDict, dropout: float | None = 0.3,
                         learning_rate: float = 1e-3) -> ml_collections.ConfigDict:
   """:func:`flickr8k_sized` for 1,800 steps with Adam ``learning_rate`` x 0.8 every 10 epochs: the
-  Flickr8k schedule of AoANet, and (with the dropout and rate chosen on validation) of the
-  Transformer and the Image Transformer."""
+  Flickr8k schedule of AoANet, ETA and AAT, and (with the dropout and rate chosen on validation)
+  of the Transformer and the Image Transformer."""
   return step_decay(flickr8k_sized(c, num_train_steps=1800, dropout=dropout), learning_rate,
                     decay_every_epochs=10)
 

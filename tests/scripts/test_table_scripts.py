@@ -239,9 +239,16 @@ def test_flickr8k_config_sweep_settings_change_one_field_each(tmp_path):
   assert half.seed == 2 and half.num_train_steps == base.num_train_steps
   longer = mod.run_config("transformer", "num_train_steps*1.5", 0, str(tmp_path))
   assert longer.num_train_steps == round(1.5 * base.num_train_steps) and isinstance(longer.num_train_steps, int)
-  step = mod.run_config("eta", mod.EXTRA["eta"][0], 0, str(tmp_path))  # AoANet's schedule, read from its config
+  step = mod.run_config("tpgn", mod.EXTRA["tpgn"][0], 0, str(tmp_path))  # AoANet's schedule, read from its config
   assert (step.schedule, step.learning_rate, step.decay_every_epochs, step.warmup_steps) == ("step", 1e-3, 10, 0)
-  assert step.num_train_steps == 1800 and mod.run_config("eta", "base", 0, str(tmp_path)).schedule == "noam"
+  assert step.num_train_steps == 1800 and mod.run_config("tpgn", "base", 0, str(tmp_path)).num_train_steps == 1000
+  assert mod.run_config("tpgn", mod.EXTRA["tpgn"][1], 0, str(tmp_path)).num_train_steps == 500  # as it was
+  # ETA and AAT took AoANet's schedule; their old configs stay one setting each.
+  for model, old in (("eta", ("noam", 1.0, 300, 1200)), ("aat", ("step", 2e-3, 0, 1200))):
+    now, was = (mod.run_config(model, s, 0, str(tmp_path)) for s in ("base", mod.EXTRA[model][0]))
+    assert (now.schedule, now.learning_rate, now.warmup_steps, now.num_train_steps) == ("step", 1e-3, 0, 1800)
+    assert (was.schedule, was.learning_rate, was.warmup_steps, was.num_train_steps) == old
+    assert was.model.dropout == now.model.dropout == 0.3
   noam = mod.run_config("transformer", mod.EXTRA["transformer"][0], 0, str(tmp_path))
   assert (noam.schedule, noam.learning_rate, noam.warmup_steps, noam.num_train_steps, noam.model.dropout) == (
       "noam", 1.0, 300, 1200, 0.3)
