@@ -49,7 +49,5 @@ def get_config(arg: str | None = None):
     c = common.step_decay(common.cpu_sized(c), 2e-3)
     c.model.update(dim=128, num_heads=a.heads or 4, dropout=0.1)
   if a.dataset == "flickr8k":
-    # Chosen on validation (see the docstring): AoANet's step decay over
-    # 1,800 steps led the config's own schedule on two seeds.
     c = common.flickr8k_step_decay(c)
   return c

@@ -105,7 +105,5 @@ def get_config(arg: str | None = None):
     c.scst.start_step = -1
     c.scst.start_epoch = -1
   if a.dataset == "flickr8k":
-    # Chosen on validation (see the docstring): AoANet's step decay over
-    # 1,800 steps led the config's own schedule on two seeds.
     c = common.flickr8k_step_decay(c)
   return c

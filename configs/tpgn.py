@@ -38,7 +38,6 @@ def get_config(arg: str | None = None):
     c = common.run_length(common.step_decay(common.cpu_sized(c), 2e-3), 500, 250)
     c.model.d = a.d or 16
   if a.dataset == "flickr8k":
-    # 1,000 steps chosen on validation over the 500 it had (experiments/flickr8k/README.md, "TPGN").
     c = common.flickr8k_sized(c, num_train_steps=1000, eval_every_steps=100,
                               dropout=0.3 if a.dropout < 0 else a.dropout)
     c.model.d = a.d or 25
