@@ -58,12 +58,17 @@ fi
 # The timed rows, most important first: "name|run.py arguments" (their order, not their names,
 # says which go first; t15: flax's embedding (table cast, then gathered) against layers.Embed's;
 # t12 / t13: what the dropout masks and their random bits cost the step; t14: Adam over one
-# flattened vector). A
+# flattened vector; t16 / t17: cuDNN's fused attention kernel against XLA's fusion of the same
+# jax.nn.dot_product_attention (neither drops out the attention weights), t18: cuDNN's at the
+# larger batches). A
 # paper-sized row compiles in 10-130 s on an H200, so not every row fits one call.
 ALL5="eta,image_transformer,show_tell,tpgn,mnmt"
 PARTS=(
   "t1|--models transformer --what train --dtype float32,bfloat16 --batch $B50 --profile $WORK/prof"
   "t15|--models transformer --what train --dtype bfloat16 --batch $B50 --embed table --profile $WORK/prof"
+  "t16|--models transformer --what train --dtype bfloat16 --batch $B50 --set attention_impl=cudnn --profile $WORK/prof"
+  "t17|--models transformer --what train --dtype bfloat16 --batch $B50 --set attention_impl=xla --profile $WORK/prof"
+  "t18|--models transformer --what train,greedy,beam --dtype bfloat16 --batch $BIG --eval_batch $B100 --set attention_impl=cudnn"
   "t4|--models transformer --what train --dtype bfloat16 --batch $BIG"
   "t2|--models transformer --what greedy,beam,scst --dtype float32 --reward device,host --batch $B50 --eval_batch $B100"
   "t3|--models aat,aoanet,lstm --what train,beam --dtype float32 --batch $B50 --eval_batch $B100"
@@ -92,7 +97,7 @@ quick_of() { if [[ $1 == @pipeline* ]]; then echo "--batches 2 --threads 0"; els
 # Precompile groups, one process each (at most three compilations each: a paper-sized one takes
 # 30-100 s under this concurrency), items "part[:model]".
 PRECOMPILE=(
-  "t1" "t15" "t4" "t2" "t12" "t13" "t14"
+  "t1" "t15" "t16" "t17" "t18" "t4" "t2" "t12" "t13" "t14"
   "t3:aat t6:aat t7:aat"
   "t3:aoanet t6:aoanet t7:aoanet"
   "t3:lstm t6:lstm t7:lstm"

@@ -8,6 +8,14 @@ Blocks follow Vaswani et al. (2017) exactly as the captioning papers restate it
 (ETA eqs. 1-3, 6): post-norm residual sub-layers ``LayerNorm(x + Dropout(Sublayer(x)))``.
 Attention scores, softmax and the output logits are computed in float32 whatever the
 compute dtype, because bfloat16 softmax over long key sets loses the small weights.
+
+Attention runs one of three ways (``attention_impl``, a field of the attention modules):
+``"einsum"`` (the default) writes the weights out, drops them out at the model's rate (as
+Vaswani et al.'s implementation does) and can return them; ``"xla"`` and ``"cudnn"`` call
+``jax.nn.dot_product_attention`` (XLA's fusion, or cuDNN's fused flash-attention kernel on
+GPUs: bfloat16 / float16 only). The fused kernels take no per-step dropout key, so those two
+do not drop out the attention weights (every other dropout stays); with no dropout the three
+compute the same function.
 """
 
 from __future__ import annotations
@@ -22,6 +30,8 @@ import flax.linen as nn
 Dtype = Any
 
 NEG_INF = -1e9
+
+ATTENTION_IMPLEMENTATIONS = ("einsum", "xla", "cudnn")
 
 
 def sinusoidal_positions(length: int, dim: int) -> np.ndarray:
@@ -93,8 +103,11 @@ class MultiHeadAttention(nn.Module):
   dim: int
   dropout: float = 0.0
   dtype: Dtype = jnp.float32
+  attention_impl: str = "einsum"  # ATTENTION_IMPLEMENTATIONS (module docstring)
 
   def setup(self):
+    if self.attention_impl not in ATTENTION_IMPLEMENTATIONS:
+      raise ValueError(f"attention_impl={self.attention_impl!r}: expected one of {ATTENTION_IMPLEMENTATIONS}")
     if self.dim % self.num_heads:
       raise ValueError(f"model width {self.dim} is not divisible by heads={self.num_heads}")
     head_dim = self.dim // self.num_heads
@@ -116,9 +129,35 @@ class MultiHeadAttention(nn.Module):
     return self.query(q_BxLxD)
 
   def attend_kv(self, q_BxLxD, k_BxMxHxDh, v_BxMxHxDh, mask_BxLxM=None, train: bool = False,
-                return_weights: bool = False):
-    """Attends projected keys/values with raw queries ``[B, L, D] -> [B, L, D]``."""
+                return_weights: bool = False, is_causal: bool = False):
+    """Attends projected keys/values with raw queries ``[B, L, D] -> [B, L, D]``.
+
+    ``mask_BxLxM`` (True: attend) may be ``[B, 1, M]`` for a mask that is the same for every
+    query (with ``attention_impl`` "xla" or "cudnn" its True entries must come first: it is taken
+    as the keys' lengths); ``is_causal`` adds the causal mask (query i sees keys j <= i)."""
     q_BxLxHxDh = self.project_q(q_BxLxD)
+    if self.attention_impl != "einsum":
+      if return_weights:
+        raise ValueError(f"attention_impl={self.attention_impl!r} does not return the attention weights; "
+                         "use attention_impl='einsum'")
+      masks = {}
+      if mask_BxLxM is not None and mask_BxLxM.shape[1] == 1:
+        # One mask for every query is taken as the keys' lengths (the valid keys come first, as
+        # collate lays out regions and the decoding cache its positions): cuDNN's padding mask
+        # needs no bias tensor, and a bias would need even query lengths (17 here) in training.
+        # At least one key: an all-padding row (a batch's filler image) stays finite.
+        lengths_B = jnp.maximum(mask_BxLxM[:, 0].sum(-1), 1).astype(jnp.int32)
+        masks["key_value_seq_lengths"] = jnp.broadcast_to(lengths_B, q_BxLxD.shape[:1])
+      elif mask_BxLxM is not None:
+        masks["mask"] = mask_BxLxM[:, None]
+      o_BxLxHxDh = jax.nn.dot_product_attention(
+          q_BxLxHxDh.astype(self.dtype), k_BxMxHxDh.astype(self.dtype),
+          v_BxMxHxDh.astype(self.dtype), is_causal=is_causal, implementation=self.attention_impl,
+          **masks)
+      return self.out(o_BxLxHxDh)
+    if is_causal:
+      causal = causal_mask(q_BxLxD.shape[1])
+      mask_BxLxM = causal if mask_BxLxM is None else mask_BxLxM & causal
     w_BxHxLxM = attention_weights(q_BxLxHxDh, k_BxMxHxDh, mask_BxLxM)
     w_drop = self.attn_dropout(w_BxHxLxM, deterministic=not train)
     o_BxLxHxDh = jnp.einsum("bhlm,bmhd->blhd", w_drop.astype(self.dtype), v_BxMxHxDh.astype(self.dtype))
@@ -128,9 +167,10 @@ class MultiHeadAttention(nn.Module):
     return out_BxLxD
 
   def __call__(self, q_BxLxD, kv_BxMxD, mask_BxLxM=None, train: bool = False,
-               return_weights: bool = False):
+               return_weights: bool = False, is_causal: bool = False):
     k, v = self.project_kv(kv_BxMxD)
-    return self.attend_kv(q_BxLxD, k, v, mask_BxLxM, train=train, return_weights=return_weights)
+    return self.attend_kv(q_BxLxD, k, v, mask_BxLxM, train=train, return_weights=return_weights,
+                          is_causal=is_causal)
 
 
 class FeedForward(nn.Module):
@@ -177,6 +217,7 @@ class BlockSizes(nn.Module):
   ff_dim: int
   dropout: float = 0.1
   dtype: Dtype = jnp.float32
+  attention_impl: str = "einsum"  # ATTENTION_IMPLEMENTATIONS (module docstring)
 
 
 class EncoderBlock(BlockSizes):
@@ -184,8 +225,12 @@ class EncoderBlock(BlockSizes):
 
   @nn.compact
   def __call__(self, x_BxMxD, mask_BxM, train: bool = False):
-    mask_BxMxM = mask_BxM[:, None, :] & mask_BxM[:, :, None]
-    att = MultiHeadAttention(self.num_heads, self.dim, self.dropout, self.dtype, name="self_attn")
+    if self.attention_impl == "einsum":
+      mask_BxMxM = mask_BxM[:, None, :] & mask_BxM[:, :, None]
+    else:  # keys only: a padding query row with no key left is NaN in cuDNN's kernel
+      mask_BxMxM = mask_BxM[:, None, :]
+    att = MultiHeadAttention(self.num_heads, self.dim, self.dropout, self.dtype, self.attention_impl,
+                             name="self_attn")
     x = AddNorm(self.dropout, self.dtype, name="norm1")(x_BxMxD, att(x_BxMxD, x_BxMxD, mask_BxMxM, train), train)
     ffn = FeedForward(self.dim, self.ff_dim, self.dropout, self.dtype, name="ffn")
     return AddNorm(self.dropout, self.dtype, name="norm2")(x, ffn(x, train), train)
@@ -200,7 +245,7 @@ class Encoder(BlockSizes):
   def __call__(self, x_BxMxD, mask_BxM, train: bool = False):
     for i in range(self.num_layers):
       x_BxMxD = EncoderBlock(self.dim, self.num_heads, self.ff_dim, self.dropout, self.dtype,
-                             name=f"layer_{i}")(x_BxMxD, mask_BxM, train)
+                             self.attention_impl, name=f"layer_{i}")(x_BxMxD, mask_BxM, train)
     return x_BxMxD
 
 
@@ -211,12 +256,13 @@ class CausalSelfAttention(nn.Module):
   dim: int
   dropout: float = 0.0
   dtype: Dtype = jnp.float32
+  attention_impl: str = "einsum"  # ATTENTION_IMPLEMENTATIONS (module docstring)
 
   def setup(self):
-    self.mha = MultiHeadAttention(self.num_heads, self.dim, self.dropout, self.dtype)
+    self.mha = MultiHeadAttention(self.num_heads, self.dim, self.dropout, self.dtype, self.attention_impl)
 
   def __call__(self, x_BxLxD, train: bool = False):
-    return self.mha(x_BxLxD, x_BxLxD, causal_mask(x_BxLxD.shape[1]), train)
+    return self.mha(x_BxLxD, x_BxLxD, None, train, is_causal=True)
 
   def step(self, x_Bx1xD, cache, t, train: bool = False):
     """One position: writes its key/value at ``t`` and attends to positions ``<= t``.

@@ -38,8 +38,10 @@ class DecoderBlock(layers.BlockSizes):
   """Masked self-attention -> cross-attention over regions -> FFN (post-norm residuals)."""
 
   def setup(self):
-    self.self_attn = layers.CausalSelfAttention(self.num_heads, self.dim, self.dropout, self.dtype)
-    self.cross_attn = layers.MultiHeadAttention(self.num_heads, self.dim, self.dropout, self.dtype)
+    self.self_attn = layers.CausalSelfAttention(self.num_heads, self.dim, self.dropout, self.dtype,
+                                                self.attention_impl)
+    self.cross_attn = layers.MultiHeadAttention(self.num_heads, self.dim, self.dropout, self.dtype,
+                                                self.attention_impl)
     self.ffn = layers.FeedForward(self.dim, self.ff_dim, self.dropout, self.dtype)
     self.norm1 = layers.AddNorm(self.dropout, self.dtype)
     self.norm2 = layers.AddNorm(self.dropout, self.dtype)
@@ -49,8 +51,7 @@ class DecoderBlock(layers.BlockSizes):
     return self.cross_attn.project_kv(memory_BxNxD)
 
   def _rest(self, x, k, v, mask_BxN, train):
-    mask_BxLxN = jnp.broadcast_to(mask_BxN[:, None, :], (x.shape[0], x.shape[1], mask_BxN.shape[1]))
-    x = self.norm2(x, self.cross_attn.attend_kv(x, k, v, mask_BxLxN, train), train)
+    x = self.norm2(x, self.cross_attn.attend_kv(x, k, v, mask_BxN[:, None, :], train), train)
     return self.norm3(x, self.ffn(x, train), train)
 
   def __call__(self, x_BxTxD, k, v, mask_GxN, train: bool = False, group: int = 1):
@@ -87,10 +88,11 @@ class TransformerSizes(CaptionModel):
                   "ff_dim": fields.POSITIVE, "dropout": fields.RATE}
   check_fields = staticmethod(fields.heads_divide_dim)
 
-  def encoder_stack(self):
-    """The encoder: ``num_layers`` blocks of this model's sizes."""
+  def encoder_stack(self, **block):
+    """The encoder: ``num_layers`` blocks of this model's sizes (``block``: other fields of
+    :class:`layers.BlockSizes`)."""
     return layers.Encoder(self.dim, self.num_heads, self.ff_dim, self.dropout, self.dtype,
-                          num_layers=self.num_layers)
+                          num_layers=self.num_layers, **block)
 
 
 @register("transformer")
@@ -106,6 +108,9 @@ class TransformerCaptioner(TransformerSizes):
     region_activation: ``"relu"`` (default, self-critical.pytorch's ``att_embed``) or
       ``"linear"`` (ETA's region projection, sec. 4.1) after the region projection.
     dtype: compute dtype; parameters stay float32, logits are float32.
+    attention_impl: ``"einsum"`` (default), ``"xla"`` or ``"cudnn"``: how every attention layer
+      runs (:mod:`jaxcap.models.layers`; the fused two do not drop out the attention weights,
+      and ``"cudnn"`` needs a GPU and a bfloat16 / float16 ``dtype``).
   """
 
   share_embeddings: bool = False
@@ -113,18 +118,27 @@ class TransformerCaptioner(TransformerSizes):
   # After dtype: models that build a TransformerCaptioner positionally (ETA's late fusion)
   # keep their meaning.
   region_activation: str = "relu"
+  attention_impl: str = "einsum"
 
   field_checks = dict(TransformerSizes.field_checks,
-                      region_activation=fields.one_of(REGION_ACTIVATIONS))
+                      region_activation=fields.one_of(REGION_ACTIVATIONS),
+                      attention_impl=fields.one_of(layers.ATTENTION_IMPLEMENTATIONS))
+
+  @staticmethod
+  def check_fields(values):
+    fields.heads_divide_dim(values)
+    if values["attention_impl"] == "cudnn" and values["dtype"] == jnp.float32:
+      raise ValueError("config field model.attention_impl: 'cudnn' runs in bfloat16 or float16 only; expected "
+                       "model.dtype='bfloat16' with it, or attention_impl 'einsum' / 'xla'")
 
   def setup(self):
     self.feat_proj = nn.Dense(self.dim, dtype=self.dtype)
     self.feat_dropout = nn.Dropout(self.dropout)
-    self.encoder = self.encoder_stack()
+    self.encoder = self.encoder_stack(attention_impl=self.attention_impl)
     self.embed = layers.Embed(self.vocab_size, self.dim, dtype=self.dtype)
     self.emb_dropout = nn.Dropout(self.dropout)
-    self.dec_layers = [DecoderBlock(self.dim, self.num_heads, self.ff_dim, self.dropout, self.dtype)
-                       for _ in range(self.num_dec_layers)]
+    self.dec_layers = [DecoderBlock(self.dim, self.num_heads, self.ff_dim, self.dropout, self.dtype,
+                                    self.attention_impl) for _ in range(self.num_dec_layers)]
     if not self.share_embeddings:
       self.logits_proj = nn.Dense(self.vocab_size, dtype=self.dtype)
     self.positions = layers.sinusoidal_positions(self.max_len + 2, self.dim)

@@ -138,3 +138,70 @@ def test_bfloat16_compute_keeps_float32_params_and_logits():
 def test_bad_dtype_is_a_one_line_error():
   with pytest.raises(ValueError, match="dtype"):
     build(dtype="float8")
+
+
+def test_fused_attention_mha_matches_numpy():
+  """attention_impl="xla" (jax.nn.dot_product_attention) computes the same MultiHead(Q, K, V),
+  with a per-key mask and with the causal mask."""
+  r = np.random.RandomState(2)
+  x = r.randn(2, 6, 16).astype(np.float32)
+  key_mask = np.ones((2, 1, 6), bool)
+  key_mask[1, 0, 4:] = False
+  mha = layers.MultiHeadAttention(num_heads=4, dim=16, attention_impl="xla")
+  params = mha.init(jax.random.PRNGKey(0), x, x, key_mask)
+  p = jax.tree.map(np.asarray, params["params"])
+  np.testing.assert_allclose(mha.apply(params, x, x, key_mask),
+                             np_mha(p, x, x, np.broadcast_to(key_mask, (2, 6, 6)), 4),
+                             rtol=1e-4, atol=1e-5)
+  causal = np.tril(np.ones((6, 6), bool))[None]
+  np.testing.assert_allclose(mha.apply(params, x, x, None, is_causal=True),
+                             np_mha(p, x, x, np.broadcast_to(causal, (2, 6, 6)), 4),
+                             rtol=1e-4, atol=1e-5)
+  with pytest.raises(ValueError, match="attention weights"):
+    mha.apply(params, x, x, key_mask, return_weights=True)
+  no_keys = np.zeros((2, 1, 6), bool)  # a filler image of a batch: finite, whatever its value
+  assert np.isfinite(np.asarray(mha.apply(params, x, x, no_keys))).all()
+
+
+def test_fused_attention_transformer_equals_einsum(model_and_params):
+  """The whole Transformer with attention_impl="xla": the einsum model's parameters give the same
+  teacher-forced logits and parameter gradients (no dropout), and the same cached decoding."""
+  model, params = model_and_params
+  fused = build(attention_impl="xla")
+  batch = make_batch(4)
+  tokens = shift_right(batch["captions"])
+  np.testing.assert_allclose(fused.apply(params, batch, tokens)[0], model.apply(params, batch, tokens)[0],
+                             rtol=1e-5, atol=1e-5)
+  w = jax.random.normal(jax.random.PRNGKey(6), tokens.shape + (V,))
+  grads = [jax.grad(lambda p, m=m: jnp.sum(w * jax.nn.log_softmax(m.apply(p, batch, tokens)[0])))(params)
+           for m in (model, fused)]
+  for (path, a), c in zip(jax.tree_util.tree_leaves_with_path(grads[0]), jax.tree.leaves(grads[1])):
+    np.testing.assert_allclose(a, c, rtol=1e-4, atol=1e-5, err_msg=jax.tree_util.keystr(path))
+  outs = []
+  for m in (model, fused):
+    enc = m.apply(params, batch, method="encode")
+    cache = m.apply(params, enc, T, method="init_cache")
+    step = []
+    for t in range(3):
+      logits, cache, _ = m.apply(params, enc, cache, tokens[:, 0, t], jnp.int32(t), method="decode_step")
+      step.append(logits)
+    outs.append(np.stack(step, 1))
+  np.testing.assert_allclose(outs[1], outs[0], rtol=1e-5, atol=1e-5)
+
+
+def test_fused_attention_keeps_every_other_dropout():
+  """With dropout, attention_impl="xla" still drops out (the residual, FFN and embedding dropouts):
+  its training logits differ from its deterministic ones."""
+  model, batch = build(dropout=0.3, attention_impl="xla"), make_batch()
+  tokens = shift_right(batch["captions"])
+  params = model.init(jax.random.PRNGKey(0), batch, tokens)
+  det, _ = model.apply(params, batch, tokens)
+  drop, _ = model.apply(params, batch, tokens, train=True, rngs={"dropout": jax.random.PRNGKey(1)})
+  assert np.abs(np.asarray(drop - det)).max() > 1e-2
+
+
+def test_bad_attention_is_a_one_line_error():
+  with pytest.raises(ValueError, match="attention_impl"):
+    build(attention_impl="flash")
+  with pytest.raises(ValueError, match="bfloat16"):
+    build(attention_impl="cudnn")  # float32
