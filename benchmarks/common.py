@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import time
 
 import numpy as np
@@ -201,44 +202,137 @@ def timed_windows(run, *, warmup: int, windows: int, steps: int):
 _MATMUL_KERNELS = ("gemm", "xmma", "cutlass", "cublas", "sm90", "wgmma")
 
 
-def trace_summary(trace_dir: str, top: int = 15) -> dict:
-  """Device time by kernel from a ``jax.profiler.trace`` directory (no TensorBoard needed).
-
-  Reads the newest ``*.xplane.pb`` with ``jax.profiler.ProfileData``. On a GPU the kernels are
-  the events of the device plane's stream lines; their union over the traced wall time says
-  how busy the device was (the rest is launch gaps or the host). Returns ``{"busy_pct",
-  "busy_ms", "traced_ms", "kernels", "kernel_ms", "matmul_ms", "top": [[name, ms, calls]]}``,
-  or ``{"note": why not}`` (no trace; a CPU trace has no device plane).
-  """
-  import collections
+def _trace_events(trace_dir: str, device: bool = True):
+  """``(name, start_ns, end_ns, hlo_op)`` of the newest trace's kernels (``device``: the device
+  plane's stream lines) or of XLA:CPU's thunks (the host lines' events with an ``hlo_op``);
+  None when there is no ``*.xplane.pb`` under ``trace_dir``."""
   import glob
 
   from jax.profiler import ProfileData
 
   files = sorted(glob.glob(os.path.join(trace_dir, "**", "*.xplane.pb"), recursive=True), key=os.path.getmtime)
   if not files:
-    return {"note": f"no *.xplane.pb under {trace_dir}"}
-  data = ProfileData.from_file(files[-1])
-  totals, counts, spans = collections.Counter(), collections.Counter(), []
-  for plane in data.planes:
-    if not plane.name.startswith("/device:"):
+    return None
+  events = []
+  for plane in ProfileData.from_file(files[-1]).planes:
+    if plane.name.startswith("/device:") != device:
       continue
     for line in plane.lines:
-      if not line.name.startswith("Stream"):
+      if device and not line.name.startswith("Stream"):
         continue
       for ev in line.events:
-        totals[ev.name] += ev.duration_ns
-        counts[ev.name] += 1
-        spans.append((ev.start_ns, ev.end_ns))
+        stats = dict(ev.stats)
+        if device or "hlo_op" in stats:
+          events.append((ev.name, ev.start_ns, ev.end_ns, stats.get("hlo_op")))
+  return events
+
+
+def trace_summary(trace_dir: str, top: int = 15, hlo_text: str | None = None) -> dict:
+  """Device time by kernel from a ``jax.profiler.trace`` directory (no TensorBoard needed).
+
+  Reads the newest ``*.xplane.pb`` with ``jax.profiler.ProfileData``. On a GPU the kernels are
+  the events of the device plane's stream lines; their union over the traced wall time says
+  how busy the device was (the rest is launch gaps or the host). Returns ``{"busy_pct",
+  "busy_ms", "traced_ms", "kernels", "kernel_ms", "matmul_ms", "top": [[name, ms, calls]]}``,
+  or ``{"note": why not}`` (no trace; a CPU trace has no device plane). With ``hlo_text`` (the
+  traced program's compiled HLO) it adds ``by_part`` and ``by_scope``
+  (:func:`attribute_kernels`): where in the model the kernel time goes.
+  """
+  import collections
+
+  events = _trace_events(trace_dir)
+  if events is None:
+    return {"note": f"no *.xplane.pb under {trace_dir}"}
+  totals, counts, spans, by_op = collections.Counter(), collections.Counter(), [], collections.Counter()
+  for name, start, end, hlo_op in events:
+    totals[name] += end - start
+    counts[name] += 1
+    spans.append((start, end))
+    by_op[hlo_op or name] += end - start
   if not spans:
     return {"note": "no device stream events in the trace (CPU run?)"}
   busy = busy_time(spans)
   wall = max(e for _, e in spans) - min(s for s, _ in spans)
   matmul = sum(ns for name, ns in totals.items() if any(k in name.lower() for k in _MATMUL_KERNELS))
-  return {"busy_pct": round(100 * busy / max(wall, 1), 1), "busy_ms": round(busy / 1e6, 3),
-          "traced_ms": round(wall / 1e6, 3), "kernels": sum(counts.values()),
-          "kernel_ms": round(sum(totals.values()) / 1e6, 3), "matmul_ms": round(matmul / 1e6, 3),
-          "top": [[name, round(ns / 1e6, 3), counts[name]] for name, ns in totals.most_common(top)]}
+  out = {"busy_pct": round(100 * busy / max(wall, 1), 1), "busy_ms": round(busy / 1e6, 3),
+         "traced_ms": round(wall / 1e6, 3), "kernels": sum(counts.values()),
+         "kernel_ms": round(sum(totals.values()) / 1e6, 3), "matmul_ms": round(matmul / 1e6, 3),
+         "top": [[name, round(ns / 1e6, 3), counts[name]] for name, ns in totals.most_common(top)]}
+  if hlo_text:
+    out.update(attribute_kernels(by_op, hlo_text))
+  return out
+
+
+# The parts of a training step that attribute_kernels names, first match wins (op_name substrings).
+_PARTS = (
+    ("dropout masks", ("Dropout", "dropout", "_bernoulli", "threefry", "random_bits")),
+    ("layer norm", ("LayerNorm", "norm")),
+    ("attention", ("attend_kv", "attn", "mha")),
+    ("feed-forward", ("ffn", "FeedForward")),
+    ("embedding", ("embed", "Embed")),
+    ("output logits", ("logits", "out_proj")),
+)
+_INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?(?P<name>[^\s=]+) = .*?[)\]}]\s+(?P<op>[a-z][a-z0-9-]*)\(")
+_OP_NAME = re.compile(r'op_name="([^"]*)"')
+
+
+def hlo_op_names(hlo_text: str) -> dict:
+  """``{instruction name: (opcode, op_name metadata)}`` of an HLO module's text."""
+  out = {}
+  for line in hlo_text.splitlines():
+    m = _INSTRUCTION.match(line)
+    if m:
+      meta = _OP_NAME.search(line)
+      out[m.group("name")] = (m.group("op"), meta.group(1) if meta else "")
+  return out
+
+
+def part_of(op_name: str) -> str:
+  """The part of a training step that an instruction's ``op_name`` (JAX's name stack) is in."""
+  if "jvp(" not in op_name:  # outside the differentiated model and loss: the update
+    return "optimizer, guard, rest"
+  for part, keys in _PARTS:
+    if any(k in op_name for k in keys):
+      return part
+  if not re.search(r"jvp\((?:\w+\()*\w+\)", op_name):  # jvp(vmap()): no model module inside, the loss
+    return "loss"
+  return "other model ops"
+
+
+def scope_of(op_name: str) -> str:
+  """``fwd|bwd <module path>``: the flax module path of an op_name, layer indices as ``*``,
+  JAX's internal names (the jit of a random-bits function, loops, the op) dropped."""
+  direction = "bwd" if "transpose(" in op_name else "fwd"
+  kept = []
+  for seg in op_name.split("/")[1:-1]:
+    if "(" in seg or seg in ("while", "body", "closed_call", "cond", "branch"):
+      continue
+    kept.append(re.sub(r"_\d+$", "_*", seg.split(".")[-1] if "." in seg else seg))
+  return f"{direction} {'/'.join(kept[-3:]) or '-'}"
+
+
+def attribute_kernels(ns_by_hlo_op: dict, hlo_text: str, top: int = 12) -> dict:
+  """Kernel time by part of the step and by module scope.
+
+  ``ns_by_hlo_op``: nanoseconds per HLO instruction (a trace's ``hlo_op`` stat). A fusion is
+  attributed by the name stack of its root instruction (the fusion's own metadata), which
+  places a fusion that mixes parts (say a dropout select with a layer norm's scale) in one of
+  them. Returns ``{"by_part": {part: ms}, "by_scope": [[scope, ms]], "unattributed_ms"}``.
+  """
+  import collections
+
+  names = hlo_op_names(hlo_text)
+  parts, scopes, missing = collections.Counter(), collections.Counter(), 0
+  for op, ns in ns_by_hlo_op.items():
+    if op not in names or not names[op][1]:
+      missing += ns
+      continue
+    op_name = names[op][1]
+    parts[part_of(op_name)] += ns
+    scopes[scope_of(op_name)] += ns
+  return {"by_part": {k: round(v / 1e6, 3) for k, v in parts.most_common()},
+          "by_scope": [[k, round(v / 1e6, 3)] for k, v in scopes.most_common(top)],
+          "unattributed_ms": round(missing / 1e6, 3)}
 
 
 def format_trace(t: dict) -> str:
@@ -251,6 +345,12 @@ def format_trace(t: dict) -> str:
            f"{'ms':>8} {'%':>5} {'calls':>6}  kernel"]
   for name, ms, calls in t["top"]:
     lines.append(f"{ms:8.3f} {100 * ms / max(t['kernel_ms'], 1e-12):5.1f} {calls:6d}  {name[:110]}")
+  if "by_part" in t:
+    total = max(t["kernel_ms"], 1e-12)
+    lines.append("kernel time by part of the step: " + ", ".join(
+        f"{k} {100 * v / total:.0f}%" for k, v in t["by_part"].items())
+        + f", unattributed {100 * t['unattributed_ms'] / total:.0f}%")
+    lines += [f"{ms:8.3f} {100 * ms / total:5.1f}         {scope}" for scope, ms in t["by_scope"]]
   return "\n".join(lines)
 
 

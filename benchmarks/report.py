@@ -284,13 +284,18 @@ def summary_table(recs: list[dict]) -> str:
 
 
 def _notes(r: dict) -> str:
-  """The host reward's share of an SCST step; a profiled row's device busy share and kernels."""
+  """The host reward's share of an SCST step; a profiled row's device busy share, kernels and
+  the parts of the model with the most kernel time."""
   notes = []
   if r.get("reward_share") is not None:
     notes.append(f"reward {100 * r['reward_share']:.0f}% of the step")
   prof = r.get("profile") or {}
   if "busy_pct" in prof:
     notes.append(f"device busy {prof['busy_pct']:.0f}%, {prof['kernels'] // 3:,} kernels/step")
+  if prof.get("by_part"):  # the three parts of the model with the most kernel time
+    total = max(prof["kernel_ms"], 1e-12)
+    notes.append("kernel time: " + ", ".join(f"{k} {100 * v / total:.0f}%"
+                                             for k, v in list(prof["by_part"].items())[:3]))
   return "; ".join(notes)
 
 

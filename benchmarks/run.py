@@ -35,8 +35,11 @@ dense peak (a table of known accelerators: bfloat16, or TF32 for float32 at XLA'
 precision; ``--peak_tflops``; none for CPUs); the compiled
 program's memory (XLA's memory analysis: arguments + outputs + temporaries) and the device's
 peak bytes in use so far. ``--profile DIR`` traces 3 more steps of each row under DIR and adds
-``profile`` to the row: how busy the device was, the kernel count and the top kernels by time
-(a CPU trace has no device plane: the row says so). ``--dropout 0`` and ``--prng rbg`` /
+``profile`` to the row: how busy the device was, the kernel count and the top kernels by time,
+and the kernel time by part of the model (attention, dropout masks, layer norm, feed-forward,
+embedding, output logits, loss, optimizer) and by module scope, forward and backward, read
+from each kernel's HLO instruction and its name stack in the compiled program (a CPU trace has
+no device plane: the row says so). ``--dropout 0`` and ``--prng rbg`` /
 ``unsafe_rbg`` measure what the dropout masks and their random numbers cost (train.py's
 ``config.prng_impl`` makes the same choice for a run); ``--embed table`` restores flax's
 embedding (the table cast before the gather) to measure ``layers.Embed`` against it.
@@ -298,14 +301,15 @@ def bench_scst(model, batch, args, mesh, reward: str = "host") -> dict:
   return {"run": run, "flops": runner.flops, "compiled": None, "share": share}
 
 
-def profile(run, trace_dir: str) -> dict:
-  """Traces 3 calls of ``run`` under ``trace_dir``: :func:`common.trace_summary` of them."""
+def profile(run, trace_dir: str, compiled=None) -> dict:
+  """Traces 3 calls of ``run`` under ``trace_dir``: :func:`common.trace_summary` of them (with
+  the kernel time attributed to parts of the model when the ``compiled`` program is given)."""
   with jax.profiler.trace(trace_dir):
     out = None
     for _ in range(3):
       out = run()
     jax.block_until_ready(out)
-  return common.trace_summary(trace_dir)
+  return common.trace_summary(trace_dir, hlo_text=compiled.as_text() if compiled is not None else None)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -527,7 +531,8 @@ def main(argv=None):
                 + (f", {100 * share:.0f}% of the step" if share is not None else ""), flush=True)
           if args.profile:
             try:
-              row["profile"] = profile(bench["run"], os.path.join(args.profile, f"{name}_{what}_{dtype}_{b}"))
+              row["profile"] = profile(bench["run"], os.path.join(args.profile, f"{name}_{what}_{dtype}_{b}"),
+                                       bench["compiled"])
             except Exception as e:  # noqa: BLE001 - a profiler that cannot start must not lose the row
               row["profile"] = {"note": f"profile failed: {type(e).__name__}: {str(e)[:200]}"}
             print(common.format_trace(row["profile"]), flush=True)

@@ -72,6 +72,44 @@ def attention_weights(q_BxLxHxDh, k_BxMxHxDh, mask_BxLxM=None):
   return jax.nn.softmax(logits_BxHxLxM, axis=-1)
 
 
+def fused_attention(q_BxLxHxDh, k_BxMxHxDh, v_BxMxHxDh, mask_BxLxM, is_causal: bool, implementation: str):
+  """``jax.nn.dot_product_attention`` of projected queries, keys and values: ``[B, L, H, Dh]``.
+
+  A mask that is the same for every query (``[B, 1, M]``) is taken as the keys' lengths (its
+  True entries must come first, as collate lays out regions and the decoding cache its
+  positions): cuDNN's padding mask needs no bias tensor. jax's cuDNN training path treats every
+  call as one with a bias, which needs even query and key lengths, so an odd length is padded
+  by one row at the end: a query whose output is dropped, a key no query attends (past the key
+  lengths, or, with the causal mask, seen only by the padding query).
+  """
+  b, l, m = q_BxLxHxDh.shape[0], q_BxLxHxDh.shape[1], k_BxMxHxDh.shape[1]
+  pad_l, pad_m = l % 2, m % 2
+  if is_causal and l != m:
+    raise ValueError(f"the causal mask needs as many queries as keys, got {l} and {m}")
+  masks = {}
+  if mask_BxLxM is not None and mask_BxLxM.shape[1] == 1:
+    # At least one key: an all-padding row (a batch's filler image) stays finite.
+    lengths_B = jnp.maximum(mask_BxLxM[:, 0].sum(-1), 1).astype(jnp.int32)
+  elif mask_BxLxM is not None:
+    lengths_B = None
+    full = jnp.broadcast_to(mask_BxLxM, (b, l, m))
+    masks["mask"] = jnp.pad(full, ((0, 0), (0, pad_l), (0, pad_m)))[:, None]
+  elif pad_m and not is_causal:
+    lengths_B = jnp.full((b,), m, jnp.int32)  # the padding key is past the length
+  else:
+    lengths_B = None
+  if lengths_B is not None:
+    lengths_B = jnp.broadcast_to(lengths_B, (b,))
+    masks["key_value_seq_lengths"] = lengths_B
+    # The query lengths computed from the key lengths, not a constant: under vmap (the
+    # per-image training step) cuDNN's batching rule needs both batched alike.
+    masks["query_seq_lengths"] = 0 * lengths_B + (l + pad_l)
+  pad = lambda x, n: jnp.pad(x, ((0, 0), (0, n), (0, 0), (0, 0))) if n else x
+  o = jax.nn.dot_product_attention(pad(q_BxLxHxDh, pad_l), pad(k_BxMxHxDh, pad_m), pad(v_BxMxHxDh, pad_m),
+                                   is_causal=is_causal, implementation=implementation, **masks)
+  return o[:, :l]
+
+
 class Embed(nn.Embed):
   """``nn.Embed`` that gathers rows of the float32 table and then casts them to ``dtype``.
 
@@ -140,20 +178,8 @@ class MultiHeadAttention(nn.Module):
       if return_weights:
         raise ValueError(f"attention_impl={self.attention_impl!r} does not return the attention weights; "
                          "use attention_impl='einsum'")
-      masks = {}
-      if mask_BxLxM is not None and mask_BxLxM.shape[1] == 1:
-        # One mask for every query is taken as the keys' lengths (the valid keys come first, as
-        # collate lays out regions and the decoding cache its positions): cuDNN's padding mask
-        # needs no bias tensor, and a bias would need even query lengths (17 here) in training.
-        # At least one key: an all-padding row (a batch's filler image) stays finite.
-        lengths_B = jnp.maximum(mask_BxLxM[:, 0].sum(-1), 1).astype(jnp.int32)
-        masks["key_value_seq_lengths"] = jnp.broadcast_to(lengths_B, q_BxLxD.shape[:1])
-      elif mask_BxLxM is not None:
-        masks["mask"] = mask_BxLxM[:, None]
-      o_BxLxHxDh = jax.nn.dot_product_attention(
-          q_BxLxHxDh.astype(self.dtype), k_BxMxHxDh.astype(self.dtype),
-          v_BxMxHxDh.astype(self.dtype), is_causal=is_causal, implementation=self.attention_impl,
-          **masks)
+      o_BxLxHxDh = fused_attention(q_BxLxHxDh.astype(self.dtype), k_BxMxHxDh.astype(self.dtype),
+                                   v_BxMxHxDh.astype(self.dtype), mask_BxLxM, is_causal, self.attention_impl)
       return self.out(o_BxLxHxDh)
     if is_causal:
       causal = causal_mask(q_BxLxD.shape[1])

@@ -28,6 +28,72 @@ def test_format_trace_names_busy_share_kernels_and_top_kernels():
   assert text.splitlines()[2].split() == ["3.000", "50.0", "6", "gemm_a"]
 
 
+def test_format_trace_adds_the_parts_and_scopes_when_attributed():
+  text = common.format_trace({"busy_pct": 90.0, "busy_ms": 9.0, "traced_ms": 10.0, "kernels": 3, "kernel_ms": 10.0,
+                              "matmul_ms": 4.0, "top": [["gemm_a", 4.0, 1]],
+                              "by_part": {"attention": 6.0, "dropout masks": 3.0}, "unattributed_ms": 1.0,
+                              "by_scope": [["bwd dec_layers_*/self_attn/mha", 5.0]]})
+  assert "attention 60%, dropout masks 30%, unattributed 10%" in text
+  assert text.splitlines()[-1].split() == ["5.000", "50.0", "bwd", "dec_layers_*/self_attn/mha"]
+
+
+def test_part_and_scope_of_jax_name_stacks():
+  fwd = ("jit(train_step)/jvp(vmap(TransformerCaptioner))/TransformerCaptioner.decode_train_grouped/"
+         "TransformerCaptioner.decode_train/dec_layers_0/self_attn/mha/mha.attend_kv/bhlm,bmhd->blhd/dot_general")
+  bwd = ("jit(train_step)/transpose(jvp(vmap(TransformerCaptioner)))/TransformerCaptioner.encode/encoder/"
+         "layer_3/norm1/Dropout_0/jit(_bernoulli)/jit(_uniform)/vmap()/while/body/closed_call/select_n")
+  assert common.part_of(fwd) == "attention"
+  assert common.scope_of(fwd) == "fwd mha/attend_kv/bhlm,bmhd->blhd"
+  assert common.part_of(bwd) == "dropout masks"
+  assert common.scope_of(bwd) == "bwd layer_*/norm1/Dropout_*"
+  assert common.part_of("jit(train_step)/jvp(vmap())/reduce_max") == "loss"
+  assert common.part_of("jit(train_step)/add") == "optimizer, guard, rest"
+
+
+def test_a_traced_step_is_attributed_to_the_parts_of_the_model():
+  """On XLA:CPU the traced thunks name their HLO instructions as the device kernels do on a
+  GPU: every one is found in the compiled module's text, and the time lands in the model's
+  parts, forward and backward."""
+  import collections
+  import functools
+
+  import jax
+  import jax.numpy as jnp
+  import ml_collections
+  import numpy as np
+  import optax
+
+  from jaxcap.models import registry
+  from jaxcap.models.base import shift_right
+  from jaxcap.training import steps
+
+  model = registry.build(ml_collections.ConfigDict(dict(name="transformer", dim=16, num_layers=1, num_dec_layers=1,
+                                                        num_heads=2, ff_dim=24)),
+                         {"vocab_size": 30, "max_len": 5, "feature_dim": 8})
+  r = np.random.RandomState(0)
+  batch = {"feats": r.randn(2, 4, 8).astype(np.float32), "feats_mask": np.ones((2, 4), bool),
+           "captions": r.randint(4, 30, (2, 2, 6)).astype(np.int32), "valid": np.ones((2,), bool),
+           "image_index": np.arange(2, dtype=np.int32)}
+  tx = optax.adam(1e-4)
+  state = steps.create_state(model.init(jax.random.PRNGKey(0), batch, shift_right(batch["captions"])), tx,
+                             jax.random.PRNGKey(1))
+  compiled = jax.jit(functools.partial(steps.train_step, model=model, tx=tx)).lower(state, batch).compile()
+  state, metrics = compiled(state, batch)
+  trace = str(__import__("tempfile").mkdtemp())
+  with jax.profiler.trace(trace):
+    state, metrics = compiled(state, batch)
+    jax.block_until_ready(metrics)
+  ns = collections.Counter()
+  for _, start, end, op in common._trace_events(trace, device=False):
+    ns[op] += end - start
+  names = common.hlo_op_names(compiled.as_text())
+  assert ns and not [op for op in ns if op not in names]
+  got = common.attribute_kernels(ns, compiled.as_text())
+  assert {"attention", "dropout masks", "feed-forward", "output logits"} <= set(got["by_part"])
+  assert {s.split()[0] for s, _ in got["by_scope"]} == {"fwd", "bwd"}
+  assert jnp.isfinite(metrics["loss_sum"])
+
+
 def test_random_boxes_are_valid_and_every_fourth_is_inside_the_one_before():
   import jax
   boxes = common.make_batch(jax.random.PRNGKey(0), 2, 5, 9, 4, 50, 6)["boxes"]

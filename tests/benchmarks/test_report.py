@@ -115,12 +115,16 @@ def test_notes_name_the_reward_share_and_the_profiled_device_busy_share(tmp_path
                          "jax": "0.11.2", "cuda": None, "git_commit": None},
          "rows": [_row(what="scst", samples=5, reward_share=0.18),
                   _row(what="sample", samples=5, profile={"busy_pct": 71.0, "kernels": 3000}),
-                  _row(profile={"note": "no device stream events in the trace (CPU run?)"})]}
+                  _row(profile={"note": "no device stream events in the trace (CPU run?)"}),
+                  _row(batch=200, profile={"busy_pct": 95.0, "kernels": 300, "kernel_ms": 20.0,
+                                           "by_part": {"attention": 8.0, "dropout masks": 5.0, "layer norm": 4.0,
+                                                       "loss": 1.0}})]}
   (tmp_path / "h200.json").write_text(json.dumps(rec))
   lines = [l for l in report.render(report.load_records(str(tmp_path))).splitlines() if l.startswith("| transformer")]
   assert "| reward 18% of the step |" in lines[0]
   assert "sample ×5" in lines[1] and "| device busy 71%, 1,000 kernels/step |" in lines[1]
   assert "| – | – |" in lines[2]
+  assert "| device busy 95%, 100 kernels/step; kernel time: attention 40%, dropout masks 25%, layer norm 20% |" in lines[3]
 
 
 def test_a_second_call_the_same_day_gets_its_own_file_and_the_summary_merges_them(tmp_path):

@@ -141,26 +141,60 @@ def test_bad_dtype_is_a_one_line_error():
 
 
 def test_fused_attention_mha_matches_numpy():
-  """attention_impl="xla" (jax.nn.dot_product_attention) computes the same MultiHead(Q, K, V),
-  with a per-key mask and with the causal mask."""
+  """attention_impl="xla" (jax.nn.dot_product_attention) computes the same MultiHead(Q, K, V)
+  with a per-key mask (as lengths), a full mask and the causal mask, at odd lengths (padded
+  by one row for cuDNN) and even ones."""
   r = np.random.RandomState(2)
-  x = r.randn(2, 6, 16).astype(np.float32)
-  key_mask = np.ones((2, 1, 6), bool)
-  key_mask[1, 0, 4:] = False
   mha = layers.MultiHeadAttention(num_heads=4, dim=16, attention_impl="xla")
-  params = mha.init(jax.random.PRNGKey(0), x, x, key_mask)
+  params = mha.init(jax.random.PRNGKey(0), r.randn(2, 5, 16).astype(np.float32), r.randn(2, 7, 16).astype(np.float32))
   p = jax.tree.map(np.asarray, params["params"])
-  np.testing.assert_allclose(mha.apply(params, x, x, key_mask),
-                             np_mha(p, x, x, np.broadcast_to(key_mask, (2, 6, 6)), 4),
-                             rtol=1e-4, atol=1e-5)
-  causal = np.tril(np.ones((6, 6), bool))[None]
-  np.testing.assert_allclose(mha.apply(params, x, x, None, is_causal=True),
-                             np_mha(p, x, x, np.broadcast_to(causal, (2, 6, 6)), 4),
-                             rtol=1e-4, atol=1e-5)
+  for l, m in ((5, 7), (6, 6), (5, 5)):
+    q, kv = r.randn(2, l, 16).astype(np.float32), r.randn(2, m, 16).astype(np.float32)
+    key_mask = np.ones((2, 1, m), bool)
+    key_mask[1, 0, m - 2:] = False
+    np.testing.assert_allclose(mha.apply(params, q, kv, key_mask),
+                               np_mha(p, q, kv, np.broadcast_to(key_mask, (2, l, m)), 4), rtol=1e-4, atol=1e-5)
+    full = r.rand(2, l, m) > 0.4
+    full[..., 0] = True
+    np.testing.assert_allclose(mha.apply(params, q, kv, full), np_mha(p, q, kv, full, 4), rtol=1e-4, atol=1e-5)
+    if l == m:
+      causal = np.broadcast_to(np.tril(np.ones((l, l), bool))[None], (2, l, l))
+      np.testing.assert_allclose(mha.apply(params, q, kv, None, is_causal=True), np_mha(p, q, kv, causal, 4),
+                                 rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(mha.apply(params, q, kv), np_mha(p, q, kv, np.ones((2, l, m), bool), 4),
+                               rtol=1e-4, atol=1e-5)
   with pytest.raises(ValueError, match="attention weights"):
-    mha.apply(params, x, x, key_mask, return_weights=True)
-  no_keys = np.zeros((2, 1, 6), bool)  # a filler image of a batch: finite, whatever its value
-  assert np.isfinite(np.asarray(mha.apply(params, x, x, no_keys))).all()
+    mha.apply(params, q, kv, key_mask, return_weights=True)
+  no_keys = np.zeros((2, 1, m), bool)  # a filler image of a batch: finite, whatever its value
+  assert np.isfinite(np.asarray(mha.apply(params, q, kv, no_keys))).all()
+
+
+def test_cudnn_attention_traces_through_the_training_step_and_decoding(monkeypatch):
+  """attention_impl="cudnn" cannot run without a GPU, but jax's cuDNN wrapper checks shapes and
+  batches the kernel while tracing: the per-image vmapped training step (forward and backward),
+  greedy and beam search trace with the cuDNN primitives in them, the checks for a GPU aside."""
+  import functools
+  import optax
+  from jaxcap import decoding
+  from jaxcap.training import steps
+  fa = pytest.importorskip("jax._src.cudnn.fused_attention_stablehlo")
+  for name in ("check_cudnn_version", "check_compute_capability", "is_cuda_compute_capability_equal"):
+    if not hasattr(fa, name):
+      pytest.skip(f"this jax's cuDNN wrapper has no {name}")
+  monkeypatch.setattr(fa, "check_cudnn_version", lambda *a, **k: 91000)
+  monkeypatch.setattr(fa, "check_compute_capability", lambda *a, **k: True)
+  monkeypatch.setattr(fa, "is_cuda_compute_capability_equal", lambda *a, **k: False)
+  model, batch = build(dtype="bfloat16", attention_impl="cudnn"), make_batch()
+  params = build(dtype="bfloat16").init(jax.random.PRNGKey(0), batch, shift_right(batch["captions"]))
+  batch = dict(batch, valid=np.ones((B,), bool), image_index=np.arange(B, dtype=np.int32))
+  tx = optax.adam(1e-4)
+  step = functools.partial(steps.train_step, model=model, tx=tx)
+  train = str(jax.make_jaxpr(step)(steps.create_state(params, tx, jax.random.PRNGKey(1)), batch))
+  assert "dot_product_attention_fwd" in train and "dot_product_attention_bwd" in train
+  images = {k: v for k, v in batch.items() if k != "captions"}
+  for decode in (lambda p, b: decoding.greedy(model, p, b, max_len=T),
+                 lambda p, b: decoding.beam_search(model, p, b, beam_size=2, max_len=T)):
+    assert "dot_product_attention" in str(jax.make_jaxpr(decode)(params, images))
 
 
 def test_fused_attention_transformer_equals_einsum(model_and_params):
