@@ -253,8 +253,8 @@ class EncoderBlock(BlockSizes):
   def __call__(self, x_BxMxD, mask_BxM, train: bool = False):
     if self.attention_impl == "einsum":
       mask_BxMxM = mask_BxM[:, None, :] & mask_BxM[:, :, None]
-    else:  # keys only: a padding query row with no key left is NaN in cuDNN's kernel
-      mask_BxMxM = mask_BxM[:, None, :]
+    else:  # keys only, one mask for every query: key lengths, no bias tensor (fused_attention);
+      mask_BxMxM = mask_BxM[:, None, :]  # a padding region's own output is never attended to
     att = MultiHeadAttention(self.num_heads, self.dim, self.dropout, self.dtype, self.attention_impl,
                              name="self_attn")
     x = AddNorm(self.dropout, self.dtype, name="norm1")(x_BxMxD, att(x_BxMxD, x_BxMxD, mask_BxMxM, train), train)
