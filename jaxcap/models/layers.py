@@ -79,8 +79,8 @@ def fused_attention(q_BxLxHxDh, k_BxMxHxDh, v_BxMxHxDh, mask_BxLxM, is_causal: b
   True entries must come first, as collate lays out regions and the decoding cache its
   positions): cuDNN's padding mask needs no bias tensor. jax's cuDNN training path treats every
   call as one with a bias, which needs even query and key lengths, so an odd length is padded
-  by one row at the end: a query whose output is dropped, a key no query attends (past the key
-  lengths, or, with the causal mask, seen only by the padding query).
+  by one row at the end: a query whose output is dropped, a key no query attends (masked, past
+  the key lengths, or, with the causal mask, seen only by the padding query).
   """
   b, l, m = q_BxLxHxDh.shape[0], q_BxLxHxDh.shape[1], k_BxMxHxDh.shape[1]
   pad_l, pad_m = l % 2, m % 2
@@ -94,10 +94,10 @@ def fused_attention(q_BxLxHxDh, k_BxMxHxDh, v_BxMxHxDh, mask_BxLxM, is_causal: b
     lengths_B = None
     full = jnp.broadcast_to(mask_BxLxM, (b, l, m))
     masks["mask"] = jnp.pad(full, ((0, 0), (0, pad_l), (0, pad_m)))[:, None]
-  elif pad_m and not is_causal:
-    lengths_B = jnp.full((b,), m, jnp.int32)  # the padding key is past the length
   else:
     lengths_B = None
+    if pad_m and not is_causal:  # no query attends the padding key (a constant: unbatched alike)
+      masks["mask"] = (jnp.arange(m + 1) < m)[None, None, None, :]
   if lengths_B is not None:
     lengths_B = jnp.broadcast_to(lengths_B, (b,))
     masks["key_value_seq_lengths"] = lengths_B
