@@ -272,18 +272,18 @@ _PARTS = (
     ("embedding", ("embed", "Embed")),
     ("output logits", ("logits", "out_proj")),
 )
-_INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?(?P<name>[^\s=]+) = .*?[)\]}]\s+(?P<op>[a-z][a-z0-9-]*)\(")
+_INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?(?P<name>[^\s=]+) = ")
 _OP_NAME = re.compile(r'op_name="([^"]*)"')
 
 
 def hlo_op_names(hlo_text: str) -> dict:
-  """``{instruction name: (opcode, op_name metadata)}`` of an HLO module's text."""
+  """``{instruction name: its op_name metadata ("" without)}`` of an HLO module's text."""
   out = {}
   for line in hlo_text.splitlines():
     m = _INSTRUCTION.match(line)
     if m:
       meta = _OP_NAME.search(line)
-      out[m.group("name")] = (m.group("op"), meta.group(1) if meta else "")
+      out[m.group("name")] = meta.group(1) if meta else ""
   return out
 
 
@@ -324,10 +324,10 @@ def attribute_kernels(ns_by_hlo_op: dict, hlo_text: str, top: int = 12) -> dict:
   names = hlo_op_names(hlo_text)
   parts, scopes, missing = collections.Counter(), collections.Counter(), 0
   for op, ns in ns_by_hlo_op.items():
-    if op not in names or not names[op][1]:
+    op_name = names.get(op, "")
+    if not op_name:
       missing += ns
       continue
-    op_name = names[op][1]
     parts[part_of(op_name)] += ns
     scopes[scope_of(op_name)] += ns
   return {"by_part": {k: round(v / 1e6, 3) for k, v in parts.most_common()},

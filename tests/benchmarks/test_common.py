@@ -50,7 +50,7 @@ def test_part_and_scope_of_jax_name_stacks():
   assert common.part_of("jit(train_step)/add") == "optimizer, guard, rest"
 
 
-def test_a_traced_step_is_attributed_to_the_parts_of_the_model():
+def test_a_traced_step_is_attributed_to_the_parts_of_the_model(tmp_path):
   """On XLA:CPU the traced thunks name their HLO instructions as the device kernels do on a
   GPU: every one is found in the compiled module's text, and the time lands in the model's
   parts, forward and backward."""
@@ -58,7 +58,6 @@ def test_a_traced_step_is_attributed_to_the_parts_of_the_model():
   import functools
 
   import jax
-  import jax.numpy as jnp
   import ml_collections
   import numpy as np
   import optax
@@ -79,7 +78,7 @@ def test_a_traced_step_is_attributed_to_the_parts_of_the_model():
                              jax.random.PRNGKey(1))
   compiled = jax.jit(functools.partial(steps.train_step, model=model, tx=tx)).lower(state, batch).compile()
   state, metrics = compiled(state, batch)
-  trace = str(__import__("tempfile").mkdtemp())
+  trace = str(tmp_path)
   with jax.profiler.trace(trace):
     state, metrics = compiled(state, batch)
     jax.block_until_ready(metrics)
@@ -91,7 +90,6 @@ def test_a_traced_step_is_attributed_to_the_parts_of_the_model():
   got = common.attribute_kernels(ns, compiled.as_text())
   assert {"attention", "dropout masks", "feed-forward", "output logits"} <= set(got["by_part"])
   assert {s.split()[0] for s, _ in got["by_scope"]} == {"fwd", "bwd"}
-  assert jnp.isfinite(metrics["loss_sum"])
 
 
 def test_random_boxes_are_valid_and_every_fourth_is_inside_the_one_before():
