@@ -3,9 +3,10 @@
 ``--config configs/mnmt.py:<dataset>,variant=<v>`` with ``v`` one of :data:`TABLE2`
 (Table 2's rows in order: ``nmt``, ``imgtxt``, ``mnmt1`` ... ``mnmt8``; default ``mnmt7``,
 CONCAT with encoder-dependent attention and a shared decoder projection, the paper's best).
-``fusion_tanh=False`` gives nmtpy's linear CONCAT; ``decoder=nmtpy`` (or
-``--config.model.decoder=nmtpy``) the authors' released CGRU (one recurrent state, dl4mt's
-GRUs and readout) instead of the paper's eq. 7 read literally (``decoder=paper``, the default).
+``decoder=nmtpy`` (or ``--config.model.decoder=nmtpy``) is the authors' released code
+(lium-lst/nmtpy: one recurrent state, dl4mt's GRUs and biases, its attention parameters per
+row, linear CONCAT) instead of the paper's equations read literally (``decoder=paper``, the
+default); ``fusion_tanh=true|false`` overrides either decoder's CONCAT activation.
 
 * ``synthetic``: CPU-sized, the bilingual synthetic scenes (``task="translate"``, grid
   features as the visual annotations; 30% of the English sources omit a colour that the
@@ -25,6 +26,8 @@ GRUs and readout) instead of the paper's eq. 7 read literally (``decoder=paper``
   real-text NMT numbers (``evaluate.py --beam-size 12`` for beam search).
 """
 
+import ml_collections
+
 from configs import common
 from jaxcap.models import mnmt
 
@@ -36,7 +39,7 @@ _M30K_STEPS_PER_EPOCH = 29000 // 32
 
 
 def get_config(arg: str | None = None):
-  a = common.parse_arg(arg, variant="mnmt7", fusion_tanh=True, decoder="paper", size="")
+  a = common.parse_arg(arg, variant="mnmt7", fusion_tanh=None, decoder="paper", size="")
   if a.variant not in TABLE2:
     raise ValueError(f"config argument variant: expected one of {TABLE2}, got {a.variant!r}")
   if a.decoder not in mnmt.DECODERS:
@@ -49,7 +52,10 @@ def get_config(arg: str | None = None):
   for field in mnmt.VARIANT_FIELDS:
     del c.model[field]
   c.model.variant = a.variant
-  c.model.fusion_tanh = a.fusion_tanh
+  # None: the decoder's own CONCAT (the paper's tanh, nmtpy's linear); a bool placeholder so
+  # that --config.model.fusion_tanh=false still parses.
+  c.model.fusion_tanh = (ml_collections.config_dict.placeholder(bool) if a.fusion_tanh is None
+                         else a.fusion_tanh)
   c.model.decoder = a.decoder
   c.data.task = "translate"
 

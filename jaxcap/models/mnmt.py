@@ -1,6 +1,8 @@
 """Multimodal attention NMT (Caglayan et al., 2016, "Multimodal Attention for Neural Machine
 Translation"): an English source sentence and the image's convolutional features are attended
-by one conditional-GRU decoder that writes the German description.
+by one conditional-GRU decoder that writes the German description. Notes, choices where the
+paper is silent and the deviations: experiments/mnmt/README.md ("The model against the paper
+and nmtpy").
 
 Dimension legend:
   B batch (images, or images x captions / beams), Ls source positions (words, EOS, PAD),
@@ -8,93 +10,52 @@ Dimension legend:
   E word embedding width (620), H GRU width (1000), A attention width (2H by default),
   V target vocabulary, Vs source vocabulary.
 
-Textual encoder (section 3.1, eq. 3): a bidirectional GRU over the source embeddings,
-``a_i^txt = [h->_i; h<-_i]`` in R^{2H}. flax's ``nn.Bidirectional`` of two ``nn.RNN(GRUCell)``
-with ``seq_lengths`` = the number of non-PAD source tokens, so the backward GRU starts at the
-last real token and a padded source gives the same annotations as the unpadded one.
-Visual encoder (section 3.2): the batch's ``feats`` (grid cells) through a linear ``W_im``
-(no bias) to 2H: ``A^im``.
-
-Conditional GRU decoder (section 3.3), at target step t (1-based) with the previous word
-``y_{t-1}`` (BOS at t = 1):
-  ``h_0^(1) = tanh(W_init mean_i(a_i^txt) + b_init)``  (eq. 4; mean over non-PAD tokens)
+Equations (``decoder="paper"``; section 3):
+  ``a_i^txt = [h->_i; h<-_i]``: bi-GRU over the source embeddings (eq. 3; ``seq_lengths``)
+  ``A^im = W_im feats``                                                     (section 3.2)
+  ``h_0^(1) = tanh(W_init mean_i(a_i^txt) + b_init)``                               (eq. 4)
   ``h_t^(1) = g1(h_{t-1}^(1), E y_{t-1})``
-  ``alpha_t^m = softmax(U_A^m tanh(W_D^m h_t^(1) + W_C^m A^m))``, m in {txt, im}   (eqs. 9-10)
-  ``c_t^m = sum_i alpha_ti^m a_i^m``                                              (eq. 11)
+  ``alpha_t^m = softmax(U_A^m tanh(W_D^m h_t^(1) + W_C^m A^m))``, m in {txt, im}  (eqs. 9-10)
+  ``c_t^m = sum_i alpha_ti^m a_i^m``                                               (eq. 11)
   ``c_t = tanh(c^txt + c^im)`` (SUM, eq. 5) or ``tanh(W_fus [c^txt; c^im] + b_fus)`` (CONCAT, eq. 6)
-  ``h_t^(2) = g2(h_{t-1}^(2), c_t)`` with ``h_0^(2) = h_1^(1)``                         (eqs. 4, 7)
-  ``logits_t = L_o tanh(L_s h_t^(2) + L_c c_t + E y_{t-1})``                            (eq. 8)
-Encoder-(in)dependent attention: one shared ``{W_C, U_A}`` (parameters ``W_C``, ``U_A``) or one
-per modality (``W_C_txt``, ``U_A_txt``, ``W_C_im``, ``U_A_im``); decoder-(in)dependent: one
-``W_D`` or ``W_D_txt`` / ``W_D_im``. A shared projection is one module applied to both
-modalities, so it is a single array in the parameter tree. Padded source tokens (and padded
-regions) get zero attention weight. ``W_C A^m`` is computed once in ``encode``.
+  ``h_t^(2) = g2(h_{t-1}^(2), c_t)``, ``h_0^(2) = h_1^(1)``                     (eqs. 4, 7)
+  ``logits_t = L_o tanh(L_s h_t^(2) + L_c c_t + E y_{t-1})``                       (eq. 8)
+A shared projection is one module (one array) applied to both modalities; ``W_C A^m`` is
+computed once in ``encode``.
 
-Variants (Table 2 order, :data:`VARIANTS`): MNMT1-4 SUM, MNMT5-8 CONCAT, each with encoder
-IND/IND/DEP/DEP x decoder IND/DEP/IND/DEP; ``nmt`` (text only: ``c_t = c_t^txt``) and
-``imgtxt`` (image only: ``c_t = c_t^im``, ``h_0^(1)`` from the mean visual annotation).
+``decoder="nmtpy"``: lium-lst/nmtpy at dc0a161 (``layers.py``, ``models/basefusion.py``,
+``models/attention.py``, ``models/fusion_{sum,concat}_{ind,dep}_{ind,dep}.py``), one state:
+  ``x_1 = 0``, ``x_t = E y_{t-1}``;  ``h'_t = GRU1(h_{t-1}, x_t)``;
+  ``alpha_t^m = softmax(U_A^m tanh(W_D^m h'_t + W_C^m A^m + b_C^m))``;  ``c_t`` fused;
+  ``h_t = GRU2(h'_t, c_t)``;  ``logits_t = L_o tanh(L_s h_t + b_s + L_c c_t + b_c + x_t)``
+with dl4mt's GRU (:class:`DL4MTGRUCell`). What the two decoders differ in, row by row (Table 2
+row = nmtpy model; IND / DEP = encoder side, then decoder side):
 
-``decoder="nmtpy"``: the authors' released decoder (lium-lst/nmtpy at dc0a161), read (not
-copied) from ``nmtpy/layers.py`` (``gru_step``, ``param_init_gru``/``gru_layer``,
-``param_init_gru_cond``/``gru_cond_layer``), ``nmtpy/models/basefusion.py`` (``init_params``,
-``build``, ``build_sampler``: the multimodal models' initial state, zero first embedding and
-readout), ``nmtpy/models/fusion_{sum,concat}_{ind,dep}_{ind,dep}.py`` (``gru_decoder_multi``:
-the multimodal CGRU step) and ``nmtpy/models/attention.py`` (the text-only model), checked
-against nyu-dl/dl4mt-tutorial (c476acb) ``session3/nmt.py`` (``gru_layer``, ``gru_cond_layer``,
-``build_model``) and ``docs/cgru.tex``. One recurrent state ``h`` is carried between steps:
-  ``h_0 = tanh(W_init mean_i(a_i^txt) + b_init)``  (as above: nmtpy's ``init_cgru='text'``)
-  ``x_t = E y_{t-1}`` for t > 1, ``x_1 = 0``  (nmtpy/dl4mt shift a zero vector in, no BOS word)
-  ``h'_t = GRU1(h_{t-1}, x_t)``                                      (biases on the word side)
-  ``alpha_t^m = softmax(U_A^m tanh(W_D^m h'_t + W_C^m A^m + b_C^m))``  (``b_C``: nmtpy's ``b_att``)
-  ``c_t``: fusion as above (nmtpy's CONCAT is linear: with ``fusion_tanh=False``)
-  ``h_t = GRU2(h'_t, c_t)``  (biases on the state side); ``h_t`` is the state of step t + 1
-  ``logits_t = L_o tanh(L_s h_t + b_s + L_c c_t + b_c + x_t)``  (basefusion's readout,
-  ``ff_logit_gru``/``ff_logit_ctx`` being affine); text only (nmtpy's ``attention`` model):
-  ``L_y x_t + b_y`` (``ff_logit_prev``) in place of ``x_t``.
-with dl4mt's GRU ``GRU(h, x) = (1 - z) * n + z * h``, ``r = sigma(W_r x + U_r h + b_r)``,
-``z = sigma(W_z x + U_z h + b_z)`` and GRU1: ``n = tanh(W x + b + r * (U h))`` (dl4mt's ``W/b``,
-``Wx/bx``, ``U``, ``Ux``), GRU2: ``n = tanh(W c + r * (U h' + b))`` (``Wc``, ``Wcx``, ``U_nl/b_nl``,
-``Ux_nl/bx_nl``): :class:`DL4MTGRUCell`. The reset gate multiplies ``U h`` (after the matrix, as
-flax's ``GRUCell`` does), not ``h`` (Cho et al.'s form): dl4mt's ``preactx = dot(h_, Ux) * r +
-xx_``, cgru.tex's ``r (.) (U s)``, nmtpy's ``tanh(dot(h_, Ux) * r + xx_)``; flax's cell differs
-only by its bias on both sides of the candidate. nmtpy's ``gru_step`` writes ``u * n + (1 - u)
-* h`` where dl4mt writes ``u * h + (1 - u) * n``: one family (``u = 1 - z`` negates the gate's
-weights); we use dl4mt's and flax's labelling. Not switched: the encoders (flax's GRUCell, with
-a ``b_hn`` that nmtpy's ``gru_layer`` lacks; ``W_im`` without ``ff_img_adaptor``'s bias),
-initialisation, dropout (nmtpy drops no target embeddings and has ``ctx_dropout``), IMGTXT
-(nmtpy has no image-only model: initial state as above, the multimodal readout), and ``U_A``'s
-bias ``c_att`` (it cancels in the softmax).
+  ============== ===================================== =========================================
+  rows           ``decoder="paper"``                   ``decoder="nmtpy"``
+  ============== ===================================== =========================================
+  all            two states (g1 on words, g2 on c_t)   one state: GRU2's input state is GRU1's
+                                                       output of the same step
+  all            flax GRUCell everywhere (a candidate  dl4mt's GRU: encoders and GRU1 biased on
+                 bias on both sides)                   the input side, GRU2 on the state side
+  all            BOS embedding at t = 1                zero vector at t = 1
+  all            ``W_C``, ``W_im``, ``L_s``, ``L_c``   ``b_att`` (``b_C``), ``ff_img_adaptor_b``,
+                 bias-free                             ``ff_logit_{gru,ctx}_b``
+  MNMT1, 5       one W_C, U_A, W_D                     the same (``*_ind_ind``)
+  MNMT2, 6       one W_C and U_A; W_D per modality     W_C (+ bias) and W_D per modality, one U_A
+                                                       (``*_ind_dep``: ``Wc_att2``, ``b_att2``,
+                                                       ``W_comb_att2``)
+  MNMT3, 7       W_C, U_A per modality; one W_D        the same (``*_dep_ind``)
+  MNMT4, 8       W_C, U_A, W_D per modality            the same (``*_dep_dep``)
+  MNMT5-8        CONCAT ``tanh(W_fus [..] + b_fus)``   linear ``W_fus [..] + c_fus``
+  NMT            readout ``+ E y_{t-1}``               ``+ L_y x_t + b_y`` (``ff_logit_prev``)
+  IMGTXT         initial state from mean_i A^im        the same (nmtpy has no image-only model)
+  ============== ===================================== =========================================
 
-Deviations and choices where the paper is silent (each documented against lium-lst/nmtpy,
-whose CGRU follows dl4mt's ``gru_cond_layer``):
-
-* **Two recurrent states (paper) vs one (nmtpy).** The paper keeps two GRU states: g1 runs on
-  the target embeddings only and g2 on the contexts, ``h_t^(2) = g2(h_{t-1}^(2), c_t)``, with
-  ``h_0^(2) = h_1^(1)``. nmtpy/dl4mt's CGRU has one state: ``h'_t = g1(h_{t-1}, E y_{t-1})``,
-  attention from ``h'_t``, then ``h_t = g2(h'_t, c_t)`` (g2's previous state is g1's *output*
-  at the same step) and ``h_t`` feeds the next g1. The two agree at t = 1 only. The default
-  (``decoder="paper"``) follows the paper and its cache holds both states; ``decoder="nmtpy"``
-  is the released form above (cache: ``h``).
-* **GRU equations.** flax's ``GRUCell`` (the reset gate multiplies ``W_hn h + b_hn``, as in
-  dl4mt / nmtpy) rather than Cho et al.'s ``r * h`` inside the matrix product; flax's cell has
-  a bias on both sides of the candidate (``b_in`` and ``b_hn``), dl4mt's GRUs on one.
-* **Biases.** Eqs. 8-10 have none; the paper decoder adds none there except ``b`` of ``L_o`` (a
-  per-word prior, nmtpy has it; ``decoder="nmtpy"`` adds nmtpy's others). ``W_im`` and ``W_C``
-  are bias-free, ``W_init``/``W_fus`` carry ``b_init``/``b_fus``.
-  nmtpy's attention has a bias inside the tanh and on ``U_A``; the latter cancels in the softmax.
-* **CONCAT tanh.** Eq. 6 puts a tanh on ``W_fus [c^txt; c^im] + b_fus``; nmtpy's
-  ``fusion_concat_*`` is linear. ``fusion_tanh=False`` gives nmtpy's form (default: the paper).
-* **Monomodal baselines.** The paper gives them "exactly the same architecture but with a single
-  source modality" and no fusion; we use the modality's context as ``c_t`` without a tanh
-  (as nmtpy's ``attention`` model), and IMGTXT initialises ``h_0^(1)`` from the mean visual
-  annotation (it has no text).
-* **Source EOS.** The mean in eq. 4 and the attention run over every non-PAD source token,
-  the final EOS included (nmtpy appends ``<eos>`` to the source too).
-* **Attention width.** ``A = 2H`` by default (dl4mt projects to the context width); configurable.
-* **Initialisation.** Xavier-uniform for every kernel and embedding (the paper), recurrent
-  kernels included (nmtpy uses orthogonal ones); biases zero.
-* **Dropout** is not in the paper (default 0); when set it acts on both embeddings and on the
-  input of ``L_o`` (nmtpy's ``dropout_emb`` / ``dropout_out``).
+``fusion_tanh`` (None: the decoder's own) overrides the CONCAT activation of either. Neither
+decoder follows nmtpy in initialisation (Xavier here, nmtpy's normal / orthogonal), dropout
+(nmtpy's ``ctx_dropout``) or ``U_A``'s bias ``c_att`` (it cancels in the softmax).
+tests/models/np_nmtpy.py is a reading of nmtpy's code that every row is checked against.
 """
 
 from __future__ import annotations
@@ -141,7 +102,7 @@ def _dense(features: int, dtype, use_bias: bool = False):
                   param_dtype=jnp.float32)
 
 
-class DL4MTGRUCell(nn.Module):
+class DL4MTGRUCell(nn.RNNCellBase):
   """dl4mt's / nmtpy's GRU: ``(1 - z) * n + z * h`` with ``n = tanh(W x + r * (U h))``, the
   biases on one side only (``bias="input"``: ``b_r, b_z`` and ``b`` added to ``W x``, GRU1 of
   the CGRU and ``gru_layer``; ``"hidden"``: added to ``U h``, so the candidate's bias is inside
@@ -169,6 +130,15 @@ class DL4MTGRUCell(nn.Module):
     new_BxH = (1.0 - z_BxH) * n_BxH + z_BxH * h_BxH
     return new_BxH, new_BxH
 
+  @nn.nowrap
+  def initialize_carry(self, rng, input_shape):
+    del rng
+    return jnp.zeros(tuple(input_shape[:-1]) + (self.features,), jnp.float32)
+
+  @property
+  def num_feature_axes(self) -> int:
+    return 1
+
 
 @register("mnmt")
 class MultimodalNMT(CaptionModel):
@@ -182,12 +152,13 @@ class MultimodalNMT(CaptionModel):
     att_dim: A (0: 2H).
     modalities: ``both`` (MNMT), ``text`` (NMT) or ``image`` (IMGTXT).
     fusion: ``sum`` (eq. 5) or ``concat`` (eq. 6); only with both modalities.
-    fusion_tanh: the tanh of eq. 6 (False: nmtpy's linear CONCAT).
-    encoder_dependent: one ``{W_C, U_A}`` per modality (else shared).
+    fusion_tanh: the tanh of eq. 6; None: the decoder's own (``paper``: tanh, ``nmtpy``: linear,
+      as nmtpy's ``fusion_concat_*``).
+    encoder_dependent: one ``{W_C, U_A}`` per modality (else shared; under ``nmtpy`` the
+      image has its own ``W_C`` whenever either side is dependent).
     decoder_dependent: one ``W_D`` per modality (else shared).
-    decoder: ``paper`` (eq. 7 read literally: two recurrent states) or ``nmtpy`` (the authors'
-      released CGRU: one state, dl4mt's GRUs, zero first embedding, readout biases; see the
-      module docstring).
+    decoder: ``paper`` (the equations read literally) or ``nmtpy`` (the authors' released code,
+      every row; the module docstring's table lists the differences).
     dropout: rate on embeddings and the output layer's input (not in the paper).
     dtype: compute dtype (parameters stay float32; softmax and logits float32).
   """
@@ -199,7 +170,7 @@ class MultimodalNMT(CaptionModel):
   att_dim: int = 0
   modalities: str = "both"
   fusion: str = "concat"
-  fusion_tanh: bool = True
+  fusion_tanh: bool | None = None
   encoder_dependent: bool = True
   decoder_dependent: bool = False
   decoder: str = "paper"
@@ -255,6 +226,17 @@ class MultimodalNMT(CaptionModel):
                        f"got {self.decoder!r}")
     return self.decoder == "nmtpy"
 
+  @property
+  def _keys_dependent(self) -> bool:
+    """One key projection ``W_C`` per modality? The paper ties it to ``U_A`` (encoder-dependent
+    attention); nmtpy's ``fusion_*_{ind_dep,dep_ind,dep_dep}.py`` all give the image its own
+    ``Wc_att2``/``b_att2``: only ``ind_ind`` shares it."""
+    return self.encoder_dependent or (self._nmtpy and self.decoder_dependent)
+
+  @property
+  def _fusion_tanh(self) -> bool:
+    return (not self._nmtpy) if self.fusion_tanh is None else self.fusion_tanh
+
   def setup(self):
     dt = jnp.dtype(self.dtype)
     h2 = 2 * self.hidden_dim
@@ -264,10 +246,12 @@ class MultimodalNMT(CaptionModel):
     if "txt" in self._mods:
       self.src_embed = layers.Embed(self.src_vocab_size, self.embed_dim, embedding_init=_XAVIER,
                                 dtype=dt, param_dtype=jnp.float32)
-      self.encoder = nn.Bidirectional(nn.RNN(_gru(self.hidden_dim, dt)),
-                                      nn.RNN(_gru(self.hidden_dim, dt)))
+      # nmtpy's gru_layer: dl4mt's GRU, biases on the word side only (no b_hn).
+      cell = (lambda: DL4MTGRUCell(self.hidden_dim, "input", dt)) if nmtpy else (
+          lambda: _gru(self.hidden_dim, dt))
+      self.encoder = nn.Bidirectional(nn.RNN(cell()), nn.RNN(cell()))
     if "im" in self._mods:
-      self.W_im = _dense(h2, dt)
+      self.W_im = _dense(h2, dt, nmtpy)  # nmtpy's ff_img_adaptor is affine
     self.W_init = _dense(self.hidden_dim, dt, use_bias=True)
     self.trg_embed = layers.Embed(self.vocab_size, self.embed_dim, embedding_init=_XAVIER, dtype=dt,
                               param_dtype=jnp.float32)
@@ -281,11 +265,14 @@ class MultimodalNMT(CaptionModel):
       self.g2 = _gru(self.hidden_dim, dt)
     # Shared projections are one module (one array) used for both modalities. nmtpy's
     # ``Wc_att`` carries ``b_att`` (inside the energy's tanh).
-    if both and self.encoder_dependent:
+    if both and self._keys_dependent:
       self.W_C_txt, self.W_C_im = _dense(att, dt, nmtpy), _dense(att, dt, nmtpy)
+    else:
+      self.W_C = _dense(att, dt, nmtpy)
+    if both and self.encoder_dependent:
       self.U_A_txt, self.U_A_im = _dense(1, dt), _dense(1, dt)
     else:
-      self.W_C, self.U_A = _dense(att, dt, nmtpy), _dense(1, dt)
+      self.U_A = _dense(1, dt)
     if both and self.decoder_dependent:
       self.W_D_txt, self.W_D_im = _dense(att, dt), _dense(att, dt)
     else:
@@ -316,13 +303,13 @@ class MultimodalNMT(CaptionModel):
       x_BxLxE = self.drop(self.src_embed(src_BxL), deterministic=det)
       a_BxLx2H = self.encoder(x_BxLxE, seq_lengths=mask_BxL.sum(-1).astype(jnp.int32))
       enc.update(txt=a_BxLx2H, txt_mask=mask_BxL,
-                 txt_keys=self._proj("W_C", "txt", self.encoder_dependent)(a_BxLx2H))
+                 txt_keys=self._proj("W_C", "txt", self._keys_dependent)(a_BxLx2H))
       pooled_Bx2H = masked_mean(a_BxLx2H, mask_BxL)
     if "im" in self._mods:
       mask_BxN = batch["feats_mask"].astype(bool)
       a_BxNx2H = self.W_im(batch["feats"].astype(jnp.float32))
       enc.update(im=a_BxNx2H, im_mask=mask_BxN,
-                 im_keys=self._proj("W_C", "im", self.encoder_dependent)(a_BxNx2H))
+                 im_keys=self._proj("W_C", "im", self._keys_dependent)(a_BxNx2H))
       if "txt" not in self._mods:
         pooled_Bx2H = masked_mean(a_BxNx2H, mask_BxN)
     enc["h0"] = jnp.tanh(self.W_init(pooled_Bx2H))
@@ -352,7 +339,7 @@ class MultimodalNMT(CaptionModel):
     if self.fusion == "sum":
       return jnp.tanh(ctx["txt"] + ctx["im"])  # eq. 5
     z = self.W_fus(jnp.concatenate([ctx["txt"], ctx["im"]], axis=-1))  # eq. 6
-    return jnp.tanh(z) if self.fusion_tanh else z
+    return jnp.tanh(z) if self._fusion_tanh else z
 
   def step_features(self, enc, cache, tokens_B, t, train: bool = False):
     """g1, attention, fusion and g2 of one step (eqs. 4, 7, 9-11; no output layer).

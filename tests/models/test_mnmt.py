@@ -45,6 +45,7 @@ import jax.numpy as jnp
 from jaxcap.models import registry
 from jaxcap.models.base import shift_right
 from jaxcap.models.mnmt import VARIANTS, MultimodalNMT
+from tests.models import np_nmtpy
 
 E, H, A, V, VS = 6, 5, 7, 17, 13
 B, S, T, L, N, C = 3, 2, 5, 7, 4, 8
@@ -359,129 +360,70 @@ def test_beam_search_through_the_protocol():
 
 
 # ----------------------------------------------------------------------------------------------
-# decoder="nmtpy": a NumPy reference of the authors' released CGRU, written from dl4mt's /
-# nmtpy's equations (dl4mt-tutorial session3/nmt.py gru_cond_layer, nmtpy/layers.py
-# gru_cond_layer and fusion_*.py gru_decoder_multi, nmtpy/models/basefusion.py and attention.py
-# build), with their stacked matrices: one product gives both gates [r | u], another the
-# candidate; GRU1's biases (b, bx) go with the word's products, GRU2's (b_nl, bx_nl) with the
-# state's, bx_nl inside the reset product. One state is carried: h'_t = GRU1(h_{t-1}, x_t),
-# attention from h'_t, h_t = GRU2(h'_t, c_t); x_1 = 0 (their shifted embeddings).
+# decoder="nmtpy" against a reading of nmtpy's own code (tests/models/np_nmtpy.py): nmtpy's
+# parameter names and layouts, time-major, its masks; jaxcap's tree mapped onto the parameters
+# nmtpy's init_params creates for the row (every array once).
 
 
-def _dl4mt_weights(cell, side):
-  """A cell's parameters under dl4mt's names (W, U stacked [r | u]; Wx, Ux; b, bx on ``side``);
-  the other side must have no bias (dl4mt's GRUs have one bias per product pair)."""
-  own, other = ("i", "h") if side == "input" else ("h", "i")
-  for g in "rzn":
-    assert "bias" not in cell[other + g], f"{other}{g} has a bias"
-  return {"W": np.concatenate([cell["ir"]["kernel"], cell["iz"]["kernel"]], axis=1),
-          "U": np.concatenate([cell["hr"]["kernel"], cell["hz"]["kernel"]], axis=1),
-          "Wx": cell["in"]["kernel"], "Ux": cell["hn"]["kernel"],
-          "b": np.concatenate([cell[own + "r"]["bias"], cell[own + "z"]["bias"]]),
-          "bx": cell[own + "n"]["bias"]}
-
-
-def np_dl4mt_gru(w, x, h, side, mutant=""):
-  """dl4mt's GRU step: ``u * h + (1 - u) * tanh(preactx)``, the reset gate scaling ``Ux h``."""
-  d = h.shape[-1]
-  if side == "input":  # gru_layer / GRU1: state_below_ = x W + b, state_belowx = x Wx + bx
-    gates = _sigmoid(h @ w["U"] + (x @ w["W"] + w["b"]))
-    r, u = gates[:d], gates[d:]
-    rec = (r * h) @ w["Ux"] if mutant == "reset_before_matrix" else (h @ w["Ux"]) * r
-    preactx = rec + (x @ w["Wx"] + w["bx"])
-  else:  # GRU2: preact = h U_nl + b_nl + c Wc; preactx = (h Ux_nl + bx_nl) * r2 + c Wcx
-    gates = _sigmoid(h @ w["U"] + w["b"] + x @ w["W"])
-    r, u = gates[:d], gates[d:]
-    rec = (r * h) @ w["Ux"] + w["bx"] if mutant == "reset_before_matrix" else (h @ w["Ux"] + w["bx"]) * r
-    preactx = rec + x @ w["Wx"]
-  return u * h + (1.0 - u) * np.tanh(preactx)
-
-
-def np_nmtpy_attention(p, kw, m, h1, ann, mutant=""):
-  """pctx = a Wc_att + b_att; alpha = softmax(tanh(pctx + h1 W_comb_att) U_att); c = sum alpha a."""
-  both = kw.get("modalities", "both") == "both"
-  enc = f"_{m}" if both and kw["encoder_dependent"] else ""
-  dec = f"_{m}" if both and kw["decoder_dependent"] else ""
-  w_c = p["W_C" + enc]
-  b_att = 0.0 if mutant == "no_attention_bias" else w_c["bias"]
-  pctx = ann @ w_c["kernel"] + b_att
-  e = np.tanh(pctx + h1 @ p["W_D" + dec]["kernel"]) @ p["U_A" + enc]["kernel"][:, 0]
-  alpha = np.exp(e - e.max())
-  alpha /= alpha.sum()
-  return alpha @ ann
-
-
-def np_nmtpy_step(p, kw, ann, y, h, t, mutant="", h1_prev=None):
-  """One step of the released CGRU and its readout: ``(logits, h'_t, h_t)``."""
-  emb = p["trg_embed"]["embedding"]
-  x = emb[y] if (t > 0 or mutant == "bos_embedding") else np.zeros(emb.shape[1])
-  h1 = np_dl4mt_gru(_dl4mt_weights(p["g1"], "input"), x,
-                    h1_prev if mutant == "gru1_own_state" else h, "input", mutant)
-  c = np_fuse(p, kw, {m: np_nmtpy_attention(p, kw, m, h1, a, mutant) for m, a in ann.items()})
-  h2 = np_dl4mt_gru(_dl4mt_weights(p["g2"], "hidden"), c, h1, "hidden", mutant)
-  # Readout: basefusion's tanh(ff_logit_gru(h) + emb + ff_logit_ctx(c)); attention.py (text
-  # only) projects the word too (ff_logit_prev). All ff layers are affine.
-  ff = lambda name, v: v @ p[name]["kernel"] + p[name]["bias"]
-  prev = ff("L_y", x) if kw.get("modalities") == "text" else x
-  state = h1 if mutant == "readout_from_gru1" else h2
-  logits = ff("L_o", np.tanh(ff("L_s", state) + prev + ff("L_c", c)))
-  return logits, h1, h2
-
-
-def np_nmtpy_forward(p, kw, src, feats, fmask, tokens, mutant=""):
-  """The whole model for one example, ``[T, V]`` logits; the encoders are the paper's."""
-  ann = np_annotations(p, kw, src, feats, fmask)
-  pooled = ann["txt" if "txt" in ann else "im"].mean(0)
-  h = np.tanh(pooled @ p["W_init"]["kernel"] + p["W_init"]["bias"])  # init_cgru='text'
-  h1, out = h, []
-  for t, y in enumerate(tokens):
-    logits, h1, h = np_nmtpy_step(p, kw, ann, y, h, t, mutant, h1_prev=h1)
-    out.append(logits)
-  return np.stack(out)
-
-
-def _log_softmax(x):
-  x = x - x.max(-1, keepdims=True)
-  return x - np.log(np.exp(x).sum(-1, keepdims=True))
+def _full_image_batch():
+  """nmtpy has no image mask (196 cells, all real): every cell real here."""
+  return dict(_batch(), feats_mask=np.ones((B, N), bool))
 
 
 def _nmtpy_logprobs(name, mutant=""):
-  """(model's teacher-forced log-probs [B, S, T, V], the reference's under ``mutant``)."""
+  """(model's teacher-forced log-probs [B, S, T, V], nmtpy's reading's under ``mutant``)."""
   model, params = _model_and_params(name, "nmtpy")
-  batch = _batch()
-  tokens = shift_right(jnp.asarray(batch["captions"]))
-  logits, _ = _logits(model, params, batch, tokens)
-  p = _np(params["params"])
-  ref = np.stack([[np_nmtpy_forward(p, _KW[name], batch["src"][b], np.float64(batch["feats"][b]),
-                                    batch["feats_mask"][b], np.asarray(tokens[b, s]), mutant)
-                   for s in range(S)] for b in range(B)])
-  return np.asarray(jax.nn.log_softmax(logits, axis=-1)), _log_softmax(ref), np.asarray(logits), ref
+  batch = _full_image_batch()
+  logits, _ = _logits(model, params, batch, shift_right(jnp.asarray(batch["captions"])))
+  tp = np_nmtpy.from_jaxcap(params["params"], name)
+  x = batch["src"].T
+  ref = np.stack([np_nmtpy.forward(tp, name, x, np.float64(x != 0), np.float64(batch["feats"]).transpose(1, 0, 2),
+                                   batch["captions"][:, s].T, mutant).transpose(1, 0, 2)
+                  for s in range(S)], axis=1)  # [B, S, T, V]
+  return np.asarray(jax.nn.log_softmax(logits, axis=-1)), ref
 
 
-# CONCAT with decoder-dependent W_D (MNMT6), SUM with encoder-dependent attention (MNMT3),
-# nmtpy's linear CONCAT (MNMT7), text-only NMT (with ff_logit_prev), IMGTXT.
-@pytest.mark.parametrize("name", ["mnmt6", "mnmt3", "mnmt7_linear", "nmt", "imgtxt"])
-def test_nmtpy_whole_model_matches_numpy(name):
-  """decoder="nmtpy": the model's teacher-forced log-probabilities (and logits) equal the
-  float64 reference of the released CGRU, fed the model's parameters (biases non-zero)."""
-  lp, ref_lp, logits, ref = _nmtpy_logprobs(name)
-  assert lp.shape == (B, S, T, V)
-  np.testing.assert_allclose(lp, ref_lp, rtol=2e-4, atol=2e-5)
-  np.testing.assert_allclose(logits, ref, rtol=2e-4, atol=2e-5)
+# MNMT2 and MNMT6 (the image's own keys), the CONCAT rows (linear fusion), NMT and IMGTXT by
+# default; MNMT1, 3, 4 in the slow suite.
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in ("mnmt1", "mnmt3", "mnmt4")
+                                  else n for n in np_nmtpy.ROWS])
+def test_nmtpy_every_row_matches_nmtpys_code(name):
+  """decoder="nmtpy", every Table 2 row: teacher-forced log-probabilities equal nmtpy's
+  computation on the same parameters (biases non-zero), and the mapping uses every array."""
+  lp, ref = _nmtpy_logprobs(name)
+  assert lp.shape == ref.shape == (B, S, T, V)
+  np.testing.assert_allclose(lp, ref, rtol=2e-4, atol=2e-5)
 
 
-@pytest.mark.parametrize("mutant", ["gru1_own_state", "bos_embedding", "readout_from_gru1",
-                                    "reset_before_matrix", "no_attention_bias"])
-def test_nmtpy_reference_tells_the_readings_apart(mutant):
-  """The comparison above is not weak: each other reading of nmtpy's decoder (GRU1 fed its own
-  previous output h'_{t-1}, the paper's g1 chain, instead of GRU2's h_{t-1}; the BOS embedding
-  at t = 1; the readout from h'_t; Cho et al.'s reset gate on h before the matrix; no b_att)
-  moves the reference's log-probabilities far beyond the tolerance (at least 1e-2, where the
-  model matches the right reading within 2e-4), away from the model's."""
-  lp, ref_lp, _, _ = _nmtpy_logprobs("mnmt6", mutant)
-  err = np.abs(lp - ref_lp)
-  assert err.max() > 1e-2, err.max()
-  np.testing.assert_allclose(_nmtpy_logprobs("mnmt6")[1], lp, rtol=2e-4, atol=2e-5)  # control
+@pytest.mark.parametrize("name,mutant", [
+    ("mnmt2", "shared_image_keys"), ("mnmt6", "shared_image_keys"),
+    ("mnmt5", "tanh_concat"), ("mnmt7", "tanh_concat"),
+    ("mnmt6", "gru1_own_state"), ("mnmt6", "bos_embedding"), ("mnmt6", "readout_from_gru1")])
+def test_nmtpy_reading_tells_the_readings_apart(name, mutant):
+  """The comparison is sharp: the image keyed by the text's Wc_att (the paper's IND, jaxcap's
+  old nmtpy rows 2 and 6), a tanh on CONCAT, GRU1 fed its own previous output (the paper's g1
+  chain), a BOS embedding first, or the readout from h1 each move nmtpy's log-probabilities by
+  more than 1e-2 from the model's, which matches the unmutated reading within 2e-4."""
+  lp, ref = _nmtpy_logprobs(name, mutant)
+  assert np.abs(lp - ref).max() > 1e-2, np.abs(lp - ref).max()
+
+
+def test_nmtpy_rows_refuse_the_papers_key_sharing(monkeypatch):
+  """With the paper's rule (the image's keys share W_C unless the encoder side is dependent),
+  MNMT2's tree has no image key projection for nmtpy's Wc_att2 / b_att2."""
+  monkeypatch.setattr(MultimodalNMT, "_keys_dependent", property(lambda self: self.encoder_dependent))
+  model = _model("mnmt2", "nmtpy")
+  batch = _full_image_batch()
+  params = jax.eval_shape(model.init, jax.random.key(0), batch, shift_right(jnp.asarray(batch["captions"])))
+  with pytest.raises(KeyError, match="W_C_im"):
+    np_nmtpy.from_jaxcap(jax.tree.map(lambda s: np.zeros(s.shape), params["params"]), "mnmt2")
+
+
+def test_nmtpy_mapping_finds_a_leftover_or_missing_array():
+  """A paper-decoder tree (flax's b_hn in every GRU, no b_att) does not map onto nmtpy's."""
+  _, params = _model_and_params("mnmt6")
+  with pytest.raises((KeyError, AssertionError)):
+    np_nmtpy.from_jaxcap(params["params"], "mnmt6")
 
 
 def test_decoders_differ_on_the_same_parameters():
@@ -494,18 +436,24 @@ def test_decoders_differ_on_the_same_parameters():
   pp = jax.tree.map(np.array, params["params"])
   pp["g1"]["hn"]["bias"][:] = 0.0  # flax's b_hn, which dl4mt's GRU1 lacks
   pp["g2"]["in"]["bias"][:] = 0.0  # flax's b_in, which dl4mt's GRU2 lacks
+  for rnn in ("forward_rnn", "backward_rnn"):  # the encoders' b_hn, which nmtpy's gru_layer lacks
+    pp["encoder"][rnn]["cell"]["hn"]["bias"][:] = 0.0
   pp["trg_embed"]["embedding"][1] = 0.0  # BOS: nmtpy's zero first embedding
   pn = jax.tree.map(np.array, pp)
   del pn["g1"]["hn"]["bias"], pn["g2"]["in"]["bias"]
+  for rnn in ("forward_rnn", "backward_rnn"):
+    del pn["encoder"][rnn]["cell"]["hn"]["bias"]
   for g in "rz":  # GRU2's gate biases, additive on either side, sit on the state side in dl4mt
     pn["g2"]["h" + g]["bias"] = pn["g2"]["i" + g].pop("bias")
-  for name in ("W_C_txt", "W_C_im", "L_s", "L_c"):
+  for name in ("W_C_txt", "W_C_im", "L_s", "L_c", "W_im"):
     pn[name]["bias"] = np.zeros(pn[name]["kernel"].shape[1], np.float32)
   assert jax.tree.structure(pn) == jax.tree.structure(nmtpy_params["params"])
   batch = _batch()
   tokens = shift_right(jnp.asarray(batch["captions"]))
   lp_paper = np.asarray(jax.nn.log_softmax(_logits(paper, {"params": pp}, batch, tokens)[0]))
   nmtpy = _model("mnmt7", "nmtpy")
+  # The paper's CONCAT has a tanh, nmtpy's not: compare with nmtpy's decoder given the tanh.
+  nmtpy = nmtpy.clone(fusion_tanh=True)
   lp_nmtpy = np.asarray(jax.nn.log_softmax(_logits(nmtpy, {"params": pn}, batch, tokens)[0]))
   np.testing.assert_allclose(lp_nmtpy[:, :, 0], lp_paper[:, :, 0], rtol=1e-5, atol=1e-6)
   gap = np.abs(lp_nmtpy[:, :, 1:] - lp_paper[:, :, 1:]).max(-1)  # [B, S, T-1]
@@ -513,27 +461,22 @@ def test_decoders_differ_on_the_same_parameters():
 
 
 def test_nmtpy_one_cgru_step_and_cache():
-  """init_cache holds the one state h_0; decode_step at t = 0 (zero word vector) and t = 3
-  from an arbitrary cached h equals the reference step, and caches GRU2's output h_t."""
-  model, params = _model_and_params("mnmt7", "nmtpy")
-  batch = _batch()
+  """init_cache holds the one state h_0; decode_step at t = 0 (zero word vector) gives nmtpy's
+  first log-probabilities, and caches GRU2's output h_1, from which step 1 gives the second."""
+  model, params = _model_and_params("mnmt6", "nmtpy")
+  batch = _full_image_batch()
   enc = model.apply(params, batch, method="encode")
-  cache0 = model.apply(params, enc, T, method="init_cache")
-  assert set(cache0) == {"h"}
-  np.testing.assert_array_equal(cache0["h"], enc["h0"])
-  p = _np(params["params"])
-  rng = np.random.default_rng(5)
-  cache = {"h": rng.normal(size=(B, H)).astype(np.float32)}
-  tokens = jnp.asarray(rng.integers(4, V, size=(B,)), jnp.int32)
-  for t in (0, 3):
-    logits, new, _ = _decode_step(model, params, enc, cache, tokens, jnp.int32(t))
-    assert set(new) == {"h"}
-    for b in range(B):
-      ann = np_annotations(p, _KW["mnmt7"], batch["src"][b], np.float64(batch["feats"][b]),
-                           batch["feats_mask"][b])
-      ref, _, h = np_nmtpy_step(p, _KW["mnmt7"], ann, int(tokens[b]), np.float64(cache["h"][b]), t)
-      np.testing.assert_allclose(logits[b], ref, rtol=1e-4, atol=1e-5)
-      np.testing.assert_allclose(new["h"][b], h, rtol=1e-4, atol=1e-6)
+  cache = model.apply(params, enc, T, method="init_cache")
+  assert set(cache) == {"h"}
+  np.testing.assert_array_equal(cache["h"], enc["h0"])
+  _, ref = _nmtpy_logprobs("mnmt6")
+  caps = batch["captions"][:, 0]  # [B, T]
+  tokens = np.full(B, 1, np.int32)  # BOS (nmtpy's first input is zeros whatever the token)
+  for t in range(2):
+    logits, cache, _ = _decode_step(model, params, enc, cache, jnp.asarray(tokens), jnp.int32(t))
+    assert set(cache) == {"h"}
+    np.testing.assert_allclose(jax.nn.log_softmax(logits), ref[:, 0, t], rtol=1e-4, atol=1e-5)
+    tokens = caps[:, t]
 
 
 def _teacher_forced_token_logprobs(model, params, batch, seq_BxT):
@@ -578,8 +521,9 @@ def test_nmtpy_greedy_beam_search_and_scst_sampling():
 
 
 def test_nmtpy_parameter_tree():
-  """dl4mt's bias placement (GRU1 word side, GRU2 state side), b_att on W_C, affine L_s / L_c,
-  L_y for text only; the paper decoder's tree has none of these changes."""
+  """dl4mt's bias placement (GRU1 and the encoders word side, GRU2 state side), b_att on W_C,
+  affine W_im / L_s / L_c, L_y for text only, the image's own W_C in every row but MNMT1 / 5;
+  the paper decoder's tree has none of these changes."""
   batch = _batch()
   tokens = shift_right(jnp.asarray(batch["captions"]))
   shapes = lambda name, dec: jax.eval_shape(_model(name, dec).init, jax.random.key(0), batch,
@@ -588,12 +532,21 @@ def test_nmtpy_parameter_tree():
   has_bias = lambda cell: sorted(k for k in cell if "bias" in cell[k])
   assert has_bias(nm["g1"]) == ["in", "ir", "iz"] and has_bias(nm["g2"]) == ["hn", "hr", "hz"]
   assert has_bias(pa["g1"]) == has_bias(pa["g2"]) == ["hn", "in", "ir", "iz"]
-  for name in ("W_C_txt", "W_C_im", "L_s", "L_c"):
+  for rnn in ("forward_rnn", "backward_rnn"):
+    assert has_bias(nm["encoder"][rnn]["cell"]) == ["in", "ir", "iz"]
+    assert has_bias(pa["encoder"][rnn]["cell"]) == ["hn", "in", "ir", "iz"]
+  for name in ("W_C_txt", "W_C_im", "L_s", "L_c", "W_im"):
     assert "bias" in nm[name] and "bias" not in pa[name]
   assert "L_y" not in nm and "L_y" in shapes("nmt", "nmtpy") and "L_y" not in shapes("nmt", "paper")
   count = lambda tree: sum(x.size for x in jax.tree.leaves(tree))
-  # g1, g2: one candidate bias fewer each; two b_att [A]; b_s, b_c [E].
-  assert count(nm) - count(pa) == -2 * H + 2 * A + 2 * E
+  # g1, g2 and the two encoder GRUs: one candidate bias fewer each; two b_att [A]; b_s, b_c [E];
+  # W_im's bias [2H].
+  assert count(nm) - count(pa) == -4 * H + 2 * A + 2 * E + 2 * H
+  for name, dec in (("mnmt1", "nmtpy"), ("mnmt5", "nmtpy"), ("mnmt2", "paper"), ("mnmt6", "paper")):
+    assert "W_C" in shapes(name, dec) and "W_C_im" not in shapes(name, dec)
+  for name in ("mnmt2", "mnmt6"):
+    tree = shapes(name, "nmtpy")
+    assert {"W_C_txt", "W_C_im", "U_A", "W_D_txt", "W_D_im"} <= set(tree) and "W_C" not in tree
 
 
 def test_direct_construction_rejects_an_unknown_decoder():
