@@ -1,4 +1,4 @@
-"""Pieces shared by the benchmark scripts (jax, flax and optax only; no ml_collections)."""
+"""Pieces shared by the benchmark scripts."""
 
 from __future__ import annotations
 
@@ -10,14 +10,9 @@ import time
 import numpy as np
 import jax
 import jax.numpy as jnp
+import ml_collections
+
 from jaxcap.cli import nonnegative_int, positive_int  # one-line errors for bad sizes
-
-
-class Config(dict):
-  """``cfg.name`` / ``cfg.get(...)`` / attribute assignment: all the registry's model builder reads."""
-
-  __getattr__ = dict.__getitem__
-  __setattr__ = dict.__setitem__
 
 
 def add_shape_args(p: argparse.ArgumentParser) -> None:
@@ -139,16 +134,15 @@ def make_batch(rng, b, s, n, d_feat, vocab, t, src_len: int = 16, src_vocab: int
   }
 
 
-def model_config(name: str, dtype: str, args=None) -> Config:
+def model_config(name: str, dtype: str, args=None) -> ml_collections.ConfigDict:
   """The paper-sized model: the models' field defaults are the papers' settings
-  (d=512, 6+6 layers, 8 heads for the Transformer and ETA; d=1024, 8 heads, M_max=4 for AAT),
-  so a plain dict is enough and ml_collections is not needed."""
+  (d=512, 6+6 layers, 8 heads for the Transformer and ETA; d=1024, 8 heads, M_max=4 for AAT)."""
   trainable = trainable_models()
   if name not in trainable:
     raise SystemExit(f"--model: expected one of {','.join(trainable)}, got {name!r}")
   from jaxcap.models import fields, registry
   schema = fields.schema(registry.get(name))
-  c = Config(name=name)
+  c = ml_collections.ConfigDict({"name": name})
   if "dtype" in schema:  # the LSTM baselines compute in float32 only
     c.dtype = dtype
   if args is not None and args.layers:

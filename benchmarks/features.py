@@ -32,6 +32,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import common  # noqa: E402
+from jaxcap import atomic  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -59,7 +60,7 @@ def parse_args(argv=None):
 
 
 def main(argv=None):
-  import run as bench_run  # the same environment record and atomic writer as run.py
+  import run as bench_run  # the same environment record as run.py
   from jaxcap import features
 
   args = parse_args(argv)
@@ -101,7 +102,7 @@ def main(argv=None):
                 f"{matmul / b / 1e9:9.2f} {(f'{100 * mfu:5.1f}%' if mfu is not None else '   n/a'):>6} "
                 f"{100 * spread:5.1f}%", flush=True)
           record["rows"].append(row)
-          bench_run.write_json_atomic(out, record)
+          atomic.write_json(out, record)
   print(f"wrote {out}")
   return record
 

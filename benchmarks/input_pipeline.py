@@ -39,7 +39,7 @@ sys.path.insert(0, _REPO)
 sys.path.insert(0, os.path.join(_REPO, "benchmarks"))
 
 import common  # noqa: E402
-from jaxcap import data  # noqa: E402
+from jaxcap import atomic, data  # noqa: E402
 from jaxcap.data import base, pipeline  # noqa: E402
 from jaxcap.cli import nonnegative_int, positive_int  # noqa: E402  (one-line errors for bad sizes)
 
@@ -179,7 +179,7 @@ def main(argv=None):
   def keep(row):
     if record is not None:
       record["rows"].append(dict(row, batch=b))
-      bench_run.write_json_atomic(args.out, record)
+      atomic.write_json(args.out, record)
 
   print(f"{os.cpu_count()} CPUs; batches of {b} x {N} x {D} float32 ({b * N * D * 4 / 2**20:.1f} MiB)")
   ds = in_memory_dataset(args.images)

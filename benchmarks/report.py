@@ -25,6 +25,10 @@ import re
 import sys
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, _REPO)
+
+from jaxcap import atomic  # noqa: E402  (after the checkout's path)
+
 RESULTS = os.path.join(_REPO, "benchmarks", "results")
 DOCS = (os.path.join(_REPO, "docs", "PERFORMANCE.md"), os.path.join(_REPO, "README.md"))
 OPTIONAL = {DOCS[1]}  # the README may only link to docs/PERFORMANCE.md
@@ -112,7 +116,7 @@ def collect(src: str, dest: str = RESULTS, note: str = "", commit: str = "") -> 
       _recompute_mfu(rec)
       prefix = OWN_RECORDS[rec["benchmark"]]
       out = os.path.join(dest, prefix + _stem(rec["environment"], dest, prefix) + ".json")
-      _write_json(out, rec)
+      atomic.write_json(out, rec)
       written.append(out)
       continue
     if record is None:
@@ -138,9 +142,9 @@ def collect(src: str, dest: str = RESULTS, note: str = "", commit: str = "") -> 
     record["references"] = stem + "_pytorch_refs.json"
     with open(refs) as f:
       ref_obj = json.load(f)
-    _write_json(os.path.join(dest, record["references"]), ref_obj)
+    atomic.write_json(os.path.join(dest, record["references"]), ref_obj)
     written.append(os.path.join(dest, record["references"]))
-  _write_json(os.path.join(dest, stem + ".json"), record)
+  atomic.write_json(os.path.join(dest, stem + ".json"), record)
   written.append(os.path.join(dest, stem + ".json"))
   return written
 
@@ -165,11 +169,6 @@ def _stem(env: dict, dest: str = "", prefix: str = "") -> str:
       if json.load(f).get("environment", {}).get("date") != env["date"]:
         stem += "_" + re.sub(r"\D", "", env["date"][11:16])
   return stem
-
-
-def _write_json(path: str, obj) -> None:
-  from jaxcap.analysis.experiment import write_json  # atomic, makes the folder
-  write_json(path, obj)
 
 
 def _fmt(x, digits=1):

@@ -66,7 +66,6 @@ import platform
 import re
 import subprocess
 import sys
-import tempfile
 import time
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -79,6 +78,7 @@ import jax.numpy as jnp  # noqa: E402
 import optax  # noqa: E402
 
 import common  # noqa: E402
+from jaxcap import atomic  # noqa: E402
 from jaxcap.cli import nonnegative_int, positive_int  # noqa: E402  (one-line errors for bad sizes)
 
 WHATS = ("train", "greedy", "beam", "sample", "scst")
@@ -368,22 +368,6 @@ def default_out(env) -> str:
   return os.path.join(_REPO, "benchmarks", "results", f"{name}_{env['date'][:10]}.json")
 
 
-def write_json_atomic(path: str, obj) -> None:
-  """Writes ``path`` through a temporary file in the same folder: never half-written."""
-  folder = os.path.dirname(os.path.abspath(path))
-  os.makedirs(folder, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
-  try:
-    with os.fdopen(fd, "w") as f:
-      json.dump(obj, f, indent=1)
-      f.write("\n")
-    os.replace(tmp, path)
-  except BaseException:
-    if os.path.exists(tmp):
-      os.remove(tmp)
-    raise
-
-
 def parse_args(argv=None):
   p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--models", default="all", help="comma-separated registered model names (all: every "
@@ -495,7 +479,7 @@ def main(argv=None):
             print(f"{name:>18} {what:>6} {dtype:>8} {b:>5} failed: {msg}", flush=True)
             record["rows"].append({"model": name, "what": what, "dtype": dtype, "batch": b, "reward": reward,
                                    "error": msg})
-            write_json_atomic(out_path, record)
+            atomic.write_json(out_path, record)
             continue
           compile_s = bench.get("compile_s", first_s)  # scst: its first step compiles
           share = bench["share"]() if "share" in bench else None
@@ -537,7 +521,7 @@ def main(argv=None):
               row["profile"] = {"note": f"profile failed: {type(e).__name__}: {str(e)[:200]}"}
             print(common.format_trace(row["profile"]), flush=True)
           record["rows"].append(row)
-          write_json_atomic(out_path, record)  # after every row: a crash keeps the rows so far
+          atomic.write_json(out_path, record)  # after every row: a crash keeps the rows so far
   print(f"wrote {out_path}")
   return record
 

@@ -32,7 +32,7 @@ parameters, as the papers' analyses do without retraining; the switches each mod
 * ``image_transformer``: ``graph="all_neighbour"`` replaces the spatial graph of the boxes by
   "every pair of regions is a neighbour".
 * ``tpgn``: ``zero_role_cluster=k`` with ``role_centroids=C`` (``[K, d*d]``, e.g. k-means
-  centroids of the u_t, :mod:`jaxcap.analysis.tpgn_roles`) zeroes u_t whenever it falls in
+  centroids of the u_t, :mod:`jaxcap.papers.tpgn.roles`) zeroes u_t whenever it falls in
   role cluster k.
 
 Any other field of the model's dataclass can be changed the same way (``run.model`` lists them);
@@ -41,6 +41,7 @@ an unknown field, or a change the parameters do not fit, is a one-line ``ValueEr
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import os
@@ -50,7 +51,7 @@ import numpy as np
 import jax
 import jax.numpy as jnp
 
-from jaxcap import run_dir
+from jaxcap import config_files, run_dir
 from jaxcap.data.base import dummy_batch  # noqa: F401  (part of the API)
 from jaxcap.data.vocab import Vocab
 
@@ -63,44 +64,18 @@ def get_config(spec: str = "transformer.py:synthetic", **overrides):
   """A shipped config: ``get_config("eta.py:synthetic,variant=stacked_v", num_train_steps=200)``.
 
   Args:
-    spec: ``<file>[.py][:<arg>]`` of ``configs/`` (``"configs/eta.py:synthetic"`` works too),
-      or the path of your own config file (``get_config(arg)`` inside, as ``--config`` reads).
+    spec: ``<file>[.py][:<arg>]`` of the shipped configs (``"configs/eta.py:synthetic"`` works
+      too; :mod:`jaxcap.config_files`), or the path of your own config file.
     **overrides: config fields, nested ones with ``__`` or given as a dict of dotted keys:
       ``get_config("aat:synthetic", model__dim=64, **{"data.num_train": 500})``.
 
   Returns:
     The ``ml_collections.ConfigDict`` that ``train.py --config <spec> --config.<k>=<v>`` runs.
   """
-  import importlib.util
-  from jaxcap import cli
-  cli.ensure_configs_importable()
-  path, _, arg = spec.partition(":")
-  if not path.endswith(".py"):
-    path += ".py"
-  resolved = cli.resolve_config_path(path)
-  if not os.path.exists(resolved):
-    raise ValueError(f"get_config: no config file {path!r} here or in {cli.configs_dir()}")
-  name = "jaxcap_config_" + os.path.splitext(os.path.basename(resolved))[0]
-  spec_ = importlib.util.spec_from_file_location(name, resolved)
-  module = importlib.util.module_from_spec(spec_)
-  spec_.loader.exec_module(module)
-  config = module.get_config(arg or None)
+  config = config_files.load(spec)
   for key, value in overrides.items():
-    set_field(config, key.replace("__", "."), value)
+    config_files.set_field(config, key.replace("__", "."), value)
   return config
-
-
-def set_field(config, dotted: str, value) -> None:
-  """``config.a.b.c = value`` for ``dotted="a.b.c"``; an unknown field is a one-line error."""
-  node = config
-  *path, last = dotted.split(".")
-  for p in path:
-    if p not in node:
-      raise ValueError(f"config field {dotted}: unknown ({p!r} is not in the config)")
-    node = node[p]
-  if last not in node:
-    raise ValueError(f"config field {dotted}: unknown; expected one of {sorted(node.keys())}")
-  node[last] = value
 
 
 def train(config, workdir: str, **overrides) -> "Run":
@@ -119,7 +94,7 @@ def train(config, workdir: str, **overrides) -> "Run":
   else:
     config = copy.deepcopy(config)
     for key, value in overrides.items():
-      set_field(config, key.replace("__", "."), value)
+      config_files.set_field(config, key.replace("__", "."), value)
   cli.quiet_logs()
   train_lib.train_and_evaluate(config, workdir)
   return load(workdir)
@@ -679,11 +654,11 @@ class Run:
     model = self.model.clone(**fields)
     params = self.params
     if role_centroids is not None:
-      from jaxcap.models import tpgn
+      from jaxcap.papers.tpgn import model as tpgn
       params = tpgn.with_role_centroids(params, jnp.asarray(role_centroids, jnp.float32))
     _check_model_fits(model, params, self.info, what=f"ablate({_fmt(fields)})")
     config = copy.deepcopy(self.config)
-    with config.unlocked() if hasattr(config, "unlocked") else _nullcontext():
+    with config.unlocked() if hasattr(config, "unlocked") else contextlib.nullcontext():
       for k, v in fields.items():
         if v is None or isinstance(v, (bool, int, float, str)):
           config.model[k] = v
@@ -692,14 +667,6 @@ class Run:
 
   def _name(self) -> str:
     return getattr(self.model, "registry_name", type(self.model).__name__)
-
-
-class _nullcontext:
-  def __enter__(self):
-    return self
-
-  def __exit__(self, *a):
-    return False
 
 
 def _fmt(fields: dict) -> str:

@@ -21,6 +21,9 @@ import os
 import re
 import sys
 
+from jaxcap import config_files
+from jaxcap.config_files import default_workdir  # noqa: F401  (train.py names its workdir)
+
 EXIT_BAD_INPUT = 2
 EXIT_NONFINITE = 3
 
@@ -29,76 +32,18 @@ class BadInput(ValueError):
   """A one-line bad-input error raised by the command-line layer itself."""
 
 
-def configs_dir() -> str:
-  """The directory of the shipped config files (``configs/``).
-
-  The repository's ``configs/`` beside the ``jaxcap`` package: in a checkout, an editable
-  install (``pip install -e .``) and a wheel install alike (the wheel installs ``configs`` as a
-  package next to ``jaxcap``).
-  """
-  here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  return os.path.join(here, "configs")
-
-
-def ensure_configs_importable() -> None:
-  """Makes ``import configs`` (which every config file does: ``from configs import common``)
-  resolve to :func:`configs_dir`, whatever the current directory and ``sys.path``."""
-  import importlib.util
-  path = configs_dir()
-  mod = sys.modules.get("configs")
-  if mod is not None and os.path.dirname(os.path.abspath(getattr(mod, "__file__", "") or "")) == path:
-    return
-  init = os.path.join(path, "__init__.py")
-  if not os.path.exists(init):
-    raise FileNotFoundError(f"{path}: jaxcap's configs are missing (a broken installation?)")
-  spec = importlib.util.spec_from_file_location("configs", init, submodule_search_locations=[path])
-  mod = importlib.util.module_from_spec(spec)
-  sys.modules["configs"] = mod
-  for name in [k for k in sys.modules if k.startswith("configs.")]:
-    del sys.modules[name]  # submodules of another ``configs`` package
-  spec.loader.exec_module(mod)
-
-
-def resolve_config_path(value: str) -> str:
-  """``configs/<file>.py[:arg]`` -> the shipped file when the path does not exist here.
-
-  Paths that exist (relative to the current directory, or absolute) are kept, so a checkout's
-  ``--config configs/x.py:...`` and a user's own config files work as before; from any other
-  directory ``configs/x.py`` (or just ``x.py``) names the config shipped with jaxcap.
-  """
-  path, sep, arg = value.partition(":")
-  if os.path.exists(path) or os.path.isabs(path):
-    return value
-  parts = os.path.normpath(path).split(os.sep)
-  rest = parts[1:] if parts[0] == "configs" else parts
-  shipped = os.path.join(configs_dir(), *rest)
-  return shipped + sep + arg if os.path.exists(shipped) else value
-
-
 def resolve_config_argv(argv: list[str]) -> list[str]:
-  """``argv`` with the value of ``--config`` passed through :func:`resolve_config_path`."""
+  """``argv`` with the value of ``--config`` passed through :func:`jaxcap.config_files.resolve`."""
   out, i = list(argv), 1
   while i < len(out):
     a = out[i]
     if a.startswith("--config="):
-      out[i] = "--config=" + resolve_config_path(a[len("--config="):])
+      out[i] = "--config=" + config_files.resolve(a[len("--config="):])
     elif a == "--config" and i + 1 < len(out):
-      out[i + 1] = resolve_config_path(out[i + 1])
+      out[i + 1] = config_files.resolve(out[i + 1])
       i += 1
     i += 1
   return out
-
-
-def default_workdir(config_arg: str) -> str:
-  """``runs/<config file stem>[_<arg>]`` for ``--config path/<stem>.py[:<arg>]``.
-
-  ``configs/transformer.py:synthetic`` -> ``runs/transformer_synthetic``;
-  ``configs/eta.py:synthetic,variant=stacked_v`` -> ``runs/eta_synthetic_variant-stacked_v``.
-  """
-  path, _, arg = config_arg.partition(":")
-  name = os.path.splitext(os.path.basename(path))[0]
-  suffix = "_".join(p.strip().replace("=", "-").replace("/", "-") for p in arg.split(",") if p.strip())
-  return os.path.join("runs", f"{name}_{suffix}" if suffix else name)
 
 
 def quiet_logs() -> None:
@@ -176,7 +121,7 @@ def with_default_configs(argv: list[str], names) -> list[str]:
     default = _CONFIG_DEFAULTS.get(name)
     given = any(a == f"--{name}" or a.startswith(f"--{name}=") for a in out[1:])
     if default is not None and not given:
-      out.insert(1, f"--{name}={resolve_config_path(default)}")
+      out.insert(1, f"--{name}={config_files.resolve(default)}")
   return out
 
 

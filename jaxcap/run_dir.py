@@ -23,6 +23,7 @@ import os
 import numpy as np
 import jax
 
+from jaxcap.atomic import write_json
 from jaxcap.data.vocab import Vocab
 
 CONFIG_FILE = "config.json"
@@ -38,21 +39,6 @@ _RESUMABLE_MODEL_FIELDS = ("dropout", "dtype")
 
 # ---------------------------------------------------------------------------------------------
 # JSON files.
-
-
-def _write_json(path: str, obj) -> None:
-  """Writes ``obj`` as JSON to ``path`` atomically (a temporary file, then a rename)."""
-  tmp = f"{path}.tmp{os.getpid()}"
-  with open(tmp, "w") as f:
-    json.dump(obj, f, indent=1)
-  os.replace(tmp, path)
-
-
-def write_json_atomic(path: str, obj) -> None:
-  """Writes ``obj`` as JSON to ``path`` (process 0 only), atomically."""
-  if jax.process_index() == 0:
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    _write_json(path, obj)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -105,7 +91,7 @@ def read_vocab(workdir: str) -> Vocab:
 
 def save_info(workdir: str, info: dict) -> None:
   """Writes the dataset's ``info`` to ``<workdir>/info.json`` (atomically)."""
-  _write_json(os.path.join(workdir, INFO_FILE),
+  write_json(os.path.join(workdir, INFO_FILE),
               {k: (v.item() if isinstance(v, np.generic) else v) for k, v in info.items()})
 
 
@@ -238,14 +224,14 @@ def init_workdir(workdir: str, config, vocab: Vocab, info: dict | None = None) -
     return
   os.makedirs(workdir, exist_ok=True)
   if not os.path.exists(os.path.join(workdir, CONFIG_FILE)):
-    _write_json(os.path.join(workdir, CONFIG_FILE), config_to_dict(config))
+    write_json(os.path.join(workdir, CONFIG_FILE), config_to_dict(config))
   if not os.path.exists(os.path.join(workdir, VOCAB_FILE)):
     vocab.save(os.path.join(workdir, VOCAB_FILE))
   if info is not None and not os.path.exists(os.path.join(workdir, INFO_FILE)):
     save_info(workdir, info)
   source = features_record_source(config.data)
   if source is not None and not os.path.exists(os.path.join(workdir, FEATURES_FILE)):
-    _write_json(os.path.join(workdir, FEATURES_FILE), _read_json_or_fail(source))
+    write_json(os.path.join(workdir, FEATURES_FILE), _read_json_or_fail(source))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -355,10 +341,10 @@ def write_scores(workdir, split, preds, refs, spice=False, tag="", translation=F
     scores = coco_metrics.score(refs, preds, spice=spice)
   if jax.process_index() == 0:
     os.makedirs(workdir, exist_ok=True)
-    _write_json(os.path.join(workdir, f"predictions_{split}{tag}.json"),
+    write_json(os.path.join(workdir, f"predictions_{split}{tag}.json"),
                 [{"image_id": k, "caption": v} for k, v in preds.items()])
     # per_image as [{"image_id": id, ...}]: the ids keep the predictions' type (files.scores_json).
-    _write_json(os.path.join(workdir, f"scores_{split}{tag}.json"), files.scores_json(scores))
+    write_json(os.path.join(workdir, f"scores_{split}{tag}.json"), files.scores_json(scores))
   print(format_table(scores["overall"], title=f"{split} ({len(preds)} images)"), flush=True)
   return scores
 

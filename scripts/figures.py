@@ -36,16 +36,14 @@ def curves(args):
 
 def words(args):
   import jaxcap
-  from jaxcap.data import pipeline
-  from jaxcap.analysis.words import caption_aux, plot_word_figures
-  from plot_attention_steps import _Row
+  from jaxcap.analysis.words import caption_aux, plot_word_figures, row_batch
 
   run = jaxcap.load(args.workdir)  # the best checkpoint
   config = run.config
   source = run.dataset.split(args.split)
   if not 0 <= args.index < len(source):
     raise SystemExit(f"--index {args.index}: split {args.split!r} has {len(source)} images")
-  batch = next(iter(pipeline.eval_batches(_Row(source, args.index), 1, num_threads=0)))
+  batch = row_batch(source, args.index)
   ws, aux = caption_aux(run.model, run.params, batch, run.vocab, int(config.decode.max_len))
   image_id = run.dataset.image_ids(args.split)[args.index]
   title = f"image {image_id}: {' '.join(w for w in ws if w != '<eos>')}"

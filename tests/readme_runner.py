@@ -87,10 +87,10 @@ NOT_RUN = [
 # the shrunk command on the 2-core CI machine while other jobs ran): they run only with
 # JAXCAP_README_RUN=all, to keep .ci/run within its time (all passed that way; see the notes).
 HEAVY = {
-    "experiments/eta/ablations.py": "7 variants trained and tested (815 s)",
+    "jaxcap/papers/eta/ablations.py": "7 variants trained and tested (815 s)",
     "experiments/flickr8k/table.py": "8 models x cross-entropy + SCST on Flickr8k, and the nearest neighbour (611 s)",
-    "experiments/image_transformer/table3.py": "7 rows trained and tested (375 s)",
-    "experiments/mnmt/table2.py": "10 rows trained and tested (315 s)",
+    "jaxcap/papers/image_transformer/table3.py": "7 rows trained and tested (375 s)",
+    "jaxcap/papers/mnmt/table2.py": "10 rows trained and tested (315 s)",
     "benchmarks/run.py": ("a GPU benchmark whose bfloat16 rows XLA emulates on a CPU (still compiling "
                           "after 622 s); tests/benchmarks/test_scripts.py runs run.py on every "
                           "registered model at tiny sizes"),
@@ -143,16 +143,16 @@ _TRAIN_FIELDS = [("num_train_steps", 4), ("eval_every_steps", 4), ("checkpoint_e
 
 # Appended to the scripts' and benchmarks' commands (their own size flags).
 _SCRIPT_SHRINK = {
-    "experiments/eta/ablations.py": "--steps 4 --batch_size 8 --eval_num_images 16 --test_images 16 --seeds 0",
-    "experiments/aat/table1.py": "--steps 4 --batch_size 8 --eval_images 16 --test_images 16 --seeds 0",
-    "experiments/image_transformer/table3.py": "--steps 4 --dim 32 --batch 8 --eval_images 16 --test_images 16 --seeds 0",
+    "jaxcap/papers/eta/ablations.py": "--steps 4 --batch_size 8 --eval_num_images 16 --test_images 16 --seeds 0",
+    "jaxcap/papers/aat/table1.py": "--steps 4 --batch_size 8 --eval_images 16 --test_images 16 --seeds 0",
+    "jaxcap/papers/image_transformer/table3.py": "--steps 4 --dim 32 --batch 8 --eval_images 16 --test_images 16 --seeds 0",
     "experiments/flickr8k/table.py": "--steps 4 --batch-size 8 --scst-steps 2 --seeds 0",
     # One setting: the choice among settings is tested in tests/scripts/test_table_scripts.py.
     "experiments/flickr8k/config_sweep.py": ("--seeds 0 --settings 'num_train_steps=4+eval_every_steps=2"
                                              "+checkpoint_every_steps=2+batch_size=8'"),
-    "experiments/mnmt/table2.py": "--steps 4 --batch 8 --num_train 64 --num_test 16 --hidden 16 --embed 16 --seeds 0",
-    "experiments/tpgn/table1.py": "--steps 4 --seeds 0",
-    "experiments/tpgn/roles.py": "--fit-images 16",
+    "jaxcap/papers/mnmt/table2.py": "--steps 4 --batch 8 --num_train 64 --num_test 16 --hidden 16 --embed 16 --seeds 0",
+    "jaxcap/papers/tpgn/table1.py": "--steps 4 --seeds 0",
+    "jaxcap/papers/tpgn/roles.py": "--fit-images 16",
     "experiments/decoding/cider_compat_diff.py": "--images 16",
     "scripts/extract_features.py": "--size 64 --att_size 2",
     "experiments/pixels/run.py": ("--num_train 24 --num_val 8 --num_test 8 --size 32 --att_size 2 "
@@ -164,7 +164,7 @@ _SCRIPT_SHRINK = {
     "benchmarks/run.py": "--batch 4 --eval_batch 4 --steps 1 --windows 1 --warmup 0 --train_images 16 --set dim=32",
 }
 # Script flags that take a config (their config overrides are shrunk like train.py's).
-_CONFIG_SCRIPTS = ("scripts/build_tfds.py", "scripts/train_attributes.py", "experiments/decoding/cider_compat_diff.py")
+_CONFIG_SCRIPTS = ("scripts/build_tfds.py", "jaxcap/papers/eta/train_attributes.py", "experiments/decoding/cider_compat_diff.py")
 
 
 def page_commands(page: Path = README):
@@ -203,8 +203,8 @@ def part_commands(part: str):
 # The paper-table scripts: an experiment page first shows the command that builds a table, then
 # (under "Error bars" and the like) the multi-seed / longer-schedule reproductions of it. Shrunk
 # to one seed and 4 steps, a reproduction is the first command's run again in another workdir.
-_TABLE_SCRIPTS = ("experiments/eta/ablations.py", "experiments/aat/table1.py", "experiments/flickr8k/table.py",
-                  "experiments/mnmt/table2.py", "experiments/image_transformer/table3.py", "experiments/tpgn/table1.py",
+_TABLE_SCRIPTS = ("jaxcap/papers/eta/ablations.py", "jaxcap/papers/aat/table1.py", "experiments/flickr8k/table.py",
+                  "jaxcap/papers/mnmt/table2.py", "jaxcap/papers/image_transformer/table3.py", "jaxcap/papers/tpgn/table1.py",
                   "experiments/pixels/run.py")
 
 
@@ -244,11 +244,11 @@ def _config_shrink(root: Path, words) -> list[str]:
   """``--config.<field>=<small>`` for every field of :data:`_TRAIN_FIELDS` the config has."""
   sys.path.insert(0, str(root))
   try:
-    from jaxcap import cli
+    from jaxcap import cli, config_files
     path, _, arg = _config_arg(words).partition(":")
     spec = importlib.util.spec_from_file_location("_readme_cfg", root / path)
     module = importlib.util.module_from_spec(spec)
-    cli.ensure_configs_importable()
+    config_files.ensure_configs_importable()
     spec.loader.exec_module(module)
     config = module.get_config(arg) if arg else module.get_config()
   finally:

@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 
 import jaxcap
-from jaxcap import api, cli, decoding, run_dir
+from jaxcap import api, config_files, decoding, run_dir
 from jaxcap import data as data_lib
 from jaxcap.data import pipeline
 from jaxcap.training import checkpoint as ckpt_lib
@@ -162,15 +162,15 @@ def test_get_config_works_from_any_directory(tmp_path, monkeypatch):
   assert jaxcap.get_config("aat:synthetic").model.name == "aat"
   with pytest.raises(ValueError, match="config field model.dimm: unknown"):
     jaxcap.get_config("transformer", model__dimm=3)
-  with pytest.raises(ValueError, match="no config file"):
+  with pytest.raises(ValueError, match="config file 'nonexistent.py': not found"):
     jaxcap.get_config("nonexistent.py")
-  shipped = os.path.join(cli.configs_dir(), "eta.py")
-  assert cli.resolve_config_path("configs/eta.py:synthetic") == shipped + ":synthetic"
-  assert cli.resolve_config_argv(["x", "--config", "eta.py", "--config=configs/aat.py:a"]) == [
-      "x", "--config", shipped, "--config=" + os.path.join(cli.configs_dir(), "aat.py") + ":a"]
+  # A paper's config lives in its folder; configs/<file>.py finds it from anywhere.
+  shipped = os.path.join(os.path.dirname(jaxcap.__file__), "papers", "eta", "configs", "eta.py")
+  assert config_files.resolve("configs/eta.py:synthetic") == shipped + ":synthetic"
+  assert config_files.resolve("configs/transformer.py") == os.path.join(config_files.configs_dir(), "transformer.py")
   (tmp_path / "configs").mkdir()
   (tmp_path / "configs" / "eta.py").write_text("")
-  assert cli.resolve_config_path("configs/eta.py:synthetic") == "configs/eta.py:synthetic"  # a local file wins
+  assert config_files.resolve("configs/eta.py:synthetic") == "configs/eta.py:synthetic"  # a local file wins
 
 
 def test_load_ensemble_of_a_run_with_itself_captions_as_the_run(workdir):

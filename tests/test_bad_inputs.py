@@ -105,27 +105,27 @@ TINY = TINY_RUN[:3] + [
 # keep a check that does not fire from turning the case into a long run).
 MODELS = {
     "transformer": [CONFIG, *TINY],
-    "image_transformer": [f"--config={REPO}/configs/image_transformer.py:synthetic", *TINY_RUN,
+    "image_transformer": ["--config=configs/image_transformer.py:synthetic", *TINY_RUN,
                           "--config.model.dim=32", "--config.model.num_heads=4",
                           "--config.model.num_layers=1", "--config.model.ff_dim=64"],
-    "aoanet": [f"--config={REPO}/configs/aoanet.py:synthetic", *TINY_RUN,
+    "aoanet": ["--config=configs/aoanet.py:synthetic", *TINY_RUN,
                "--config.model.dim=32", "--config.model.num_heads=4",
                "--config.model.num_layers=1", "--config.model.ff_dim=64"],
-    "mnmt": [f"--config={REPO}/configs/mnmt.py:multi30k,size=cpu", *TINY_RUN,
+    "mnmt": ["--config=configs/mnmt.py:multi30k,size=cpu", *TINY_RUN,
              "--config.data.root={tmp}/m30k", "--config.model.embed_dim=8",
              "--config.model.hidden_dim=8"],
-    "mnmt_synthetic": [f"--config={REPO}/configs/mnmt.py:synthetic", *TINY_RUN,
+    "mnmt_synthetic": ["--config=configs/mnmt.py:synthetic", *TINY_RUN,
                        "--config.model.embed_dim=8", "--config.model.hidden_dim=8"],
-    "tpgn": [f"--config={REPO}/configs/tpgn.py:synthetic", *TINY_RUN, "--config.model.d=3"],
-    "eta": [f"--config={REPO}/configs/eta.py:synthetic", *TINY_RUN, "--config.model.dim=32",
+    "tpgn": ["--config=configs/tpgn.py:synthetic", *TINY_RUN, "--config.model.d=3"],
+    "eta": ["--config=configs/eta.py:synthetic", *TINY_RUN, "--config.model.dim=32",
             "--config.model.num_layers=1", "--config.model.num_dec_layers=1",
             "--config.model.num_heads=4", "--config.model.ff_dim=64"],
-    "aat": [f"--config={REPO}/configs/aat.py:synthetic", *TINY_RUN, "--config.model.dim=32",
+    "aat": ["--config=configs/aat.py:synthetic", *TINY_RUN, "--config.model.dim=32",
             "--config.model.num_heads=4"],
     "lstm": [f"--config={REPO}/configs/lstm.py:synthetic", *TINY_RUN,
              "--config.model.embed_dim=16", "--config.model.hidden_dim=16",
              "--config.model.att_dim=16"],
-    "show_tell": [f"--config={REPO}/configs/show_tell.py:synthetic", *TINY_RUN,
+    "show_tell": ["--config=configs/show_tell.py:synthetic", *TINY_RUN,
                   "--config.model.embed_dim=16", "--config.model.hidden_dim=16"],
     "nearest_neighbour": [f"--config={REPO}/configs/nearest_neighbour.py:synthetic", *TINY_RUN],
     "nearest_neighbour_multi30k": [f"--config={REPO}/configs/nearest_neighbour.py:multi30k",
@@ -280,7 +280,7 @@ def _init_workdir(model, *extra):
     from absl import flags
     from jaxcap import cli, run_dir
     from jaxcap.training import train_lib
-    cli.parse_flags(["train.py", *[a.format(tmp=tmp) for a in MODELS[model]], *extra])
+    cli.parse_flags(cli.resolve_config_argv(["train.py", *[a.format(tmp=tmp) for a in MODELS[model]], *extra]))
     config = flags.FLAGS.config
     trainer = train_lib.Trainer(config, str(tmp / "wd"))
     run_dir.init_workdir(str(tmp / "wd"), config, trainer.dataset.vocab, trainer.info)
@@ -730,7 +730,7 @@ def test_missing_boxes_switch_says_once_what_it_substitutes(tmp_path, karpathy_d
   from jaxcap import data as data_lib
   from jaxcap.models import registry
   from jaxcap.training import validation
-  from configs import image_transformer
+  from jaxcap.papers.image_transformer.configs import image_transformer
   config = image_transformer.get_config("synthetic")
   config.data = fakes.karpathy_config(karpathy_data, box_dir="", max_regions=5, feature_dim=0)
   config.data.missing_boxes = "whole_image"

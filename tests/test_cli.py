@@ -21,7 +21,7 @@ def test_default_workdir_names():
 def test_train_py_default_workdir(tmp_path):
   # A bad override stops the run after the workdir is chosen (and before anything is written).
   r = subprocess.run([sys.executable, str(REPO / "train.py"),
-                      f"--config={REPO}/configs/eta.py:synthetic,variant=stacked_v",
+                      "--config=configs/eta.py:synthetic,variant=stacked_v",
                       "--config.data.name=karpathy", "--config.data.root=/nonexistent/x"],
                      cwd=tmp_path, capture_output=True, text=True, timeout=300)
   assert r.returncode == 2 and "/nonexistent/x" in r.stderr
@@ -83,7 +83,7 @@ def test_evaluate_attributes_flag():
       "from absl import flags\n"
       "import evaluate\n"
       "flags.FLAGS(['evaluate.py'] + sys.argv[1:])\n"
-      "from configs import eta\n"
+      "from jaxcap.papers.eta.configs import eta\n"
       "d = evaluate.data_overrides(eta.get_config('synthetic'))\n"
       "print(json.dumps({'attributes': d.attributes, 'test_attributes': d.test_attributes}))\n")
 

@@ -1,4 +1,4 @@
-"""notebooks/*.ipynb and experiments/*/*.ipynb: committed without outputs, and each one executes with its assertions holding.
+"""notebooks/*.ipynb and each paper's jaxcap/papers/*/*.ipynb: committed without outputs, and each one executes with its assertions holding.
 
 Every notebook trains its own tiny checkpoint, so executing them is slow (about 1-2 minutes each
 on 2 CPU cores): those tests are marked slow and run in ``make test-slow`` (.ci/run's second
@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-NOTEBOOKS = sorted([*(REPO / "notebooks").glob("*.ipynb"), *(REPO / "experiments").glob("*/*.ipynb")])
-EXPECTED = {"notebooks/quickstart", "experiments/eta/ablations", "experiments/aat/attention_time",
-            "experiments/image_transformer/spatial_graph", "experiments/mnmt/congruent_images",
-            "experiments/tpgn/roles"}
+NOTEBOOKS = sorted([*(REPO / "notebooks").glob("*.ipynb"), *(REPO / "jaxcap" / "papers").glob("*/*.ipynb")])
+EXPECTED = {"notebooks/quickstart", "jaxcap/papers/eta/ablations", "jaxcap/papers/aat/attention_time",
+            "jaxcap/papers/image_transformer/spatial_graph", "jaxcap/papers/mnmt/congruent_images",
+            "jaxcap/papers/tpgn/roles"}
 
 
 def _name(path: Path) -> str:

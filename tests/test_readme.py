@@ -81,9 +81,11 @@ def shell_commands(body: str):
 
 def doc_pages() -> list[Path]:
   """The pages whose commands are checked here and run by tests/readme_runner.py: README.md,
-  docs/*.md, then experiments/README.md and each experiments/<paper>/README.md."""
+  docs/*.md, then experiments/README.md, each experiments/<name>/README.md and each paper's
+  page, jaxcap/papers/<paper>/README.md."""
   return ([README] + sorted((REPO / "docs").glob("*.md")) + [REPO / "experiments" / "README.md"]
-          + sorted((REPO / "experiments").glob("*/README.md")))
+          + sorted((REPO / "experiments").glob("*/README.md"))
+          + sorted((REPO / "jaxcap" / "papers").glob("*/README.md")))
 
 
 def page_name(page: Path) -> str:
@@ -212,8 +214,9 @@ def test_the_readme_has_commands_and_the_api_snippet():
 def test_the_pages_are_found():
   names = [page_name(p) for p in doc_pages()]
   assert names[0] == "README.md" and "docs/USAGE.md" in names and "experiments/README.md" in names
-  for paper in ("eta", "aat", "image_transformer", "mnmt", "tpgn", "flickr8k"):
-    assert f"experiments/{paper}/README.md" in names
+  for paper in ("eta", "aat", "image_transformer", "mnmt", "tpgn"):
+    assert f"jaxcap/papers/{paper}/README.md" in names
+  assert "experiments/flickr8k/README.md" in names
   assert len(README.read_text().splitlines()) < 300, "the README is the overview; details go to docs/"
 
 
@@ -282,7 +285,7 @@ def test_the_parser_catches_a_bad_command(tmp_path):
                      cwd=REPO, env=env, timeout=300)
   errors = json.loads(r.stdout.strip().splitlines()[-1])
   assert [bool(e) for e in errors] == [True, True, True, True, False, False], errors
-  assert _check_script("experiments/aat/table1.py", ["--workdir", "x", "--nonexistent-flag", "1"])
-  assert not _check_script("experiments/aat/table1.py", ["--workdir", "x"])
+  assert _check_script("jaxcap/papers/aat/table1.py", ["--workdir", "x", "--nonexistent-flag", "1"])
+  assert not _check_script("jaxcap/papers/aat/table1.py", ["--workdir", "x"])
   assert _check_script("scripts/nonexistent.py", [])
   assert _check_make(["train", "bogus"]) and not _check_make(["test-slow", "ARGS=-x"])

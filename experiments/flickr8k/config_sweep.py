@@ -47,8 +47,8 @@ _SCHEDULE_FIELDS = ("schedule", "learning_rate", "decay_every_epochs", "decay_ra
 
 def schedule_of(model: str) -> str:
   """``model``'s ``:flickr8k`` schedule as a setting (``schedule=step+learning_rate=0.001+...``)."""
-  import importlib
-  config = importlib.import_module(f"configs.{model}").get_config("flickr8k")
+  from jaxcap import config_files
+  config = config_files.load(f"{model}.py:flickr8k")
   return "+".join(f"{k}={config[k]}" for k in _SCHEDULE_FIELDS)
 
 

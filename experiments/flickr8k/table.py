@@ -38,7 +38,7 @@ x100). METEOR needs Java.
 
 Models (``MODELS``): transformer, lstm, show_tell, tpgn, aat, aoanet, image_transformer and eta
 (ETA reads detected attributes: the script first trains the noisy-OR detector of
-``scripts/train_attributes.py`` with the config's ``detector`` section on the 700 training
+``jaxcap/papers/eta/train_attributes.py`` with the config's ``detector`` section on the 700 training
 images and writes ``<workdir>/attributes_flickr8k/attributes.json``; oracle attributes would
 read the test references). Not in the table (``UNSUPPORTED``): mnmt (a translation model,
 multi30k text), nearest_neighbour (the reference row).
@@ -47,7 +47,6 @@ multi30k text), nearest_neighbour (the reference row).
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import sys
@@ -57,7 +56,8 @@ _REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 if _REPO not in sys.path:  # the checkout's jaxcap and configs/, two folders up
   sys.path.insert(0, _REPO)
 
-from jaxcap.analysis import experiment  # noqa: E402  (after the path above)
+from jaxcap import config_files  # noqa: E402  (after the path above)
+from jaxcap.analysis import experiment  # noqa: E402
 
 # Cheapest first (CPU seconds per run on the flickr8k configs' schedules).
 MODELS = ("transformer", "show_tell", "tpgn", "lstm", "aat", "aoanet", "image_transformer", "eta")
@@ -79,7 +79,7 @@ DATASETS = ("flickr8k", "synthetic")
 def base_config(model: str, workdir: str, dataset: str = "flickr8k"):
   """``configs/<model>.py:<dataset>`` (ETA on flickr8k: with detected attributes under
   ``workdir``)."""
-  config = importlib.import_module(f"configs.{model}").get_config(dataset)
+  config = config_files.load(f"{model}.py:{dataset}")
   if model == "eta" and dataset == "flickr8k":
     config.data.attributes_file = os.path.join(workdir, "attributes_flickr8k", "attributes.json")
   return config
@@ -127,13 +127,13 @@ def scores_file(run_workdir: str) -> str:
 
 
 def ensure_attributes(config) -> None:
-  """Trains ETA's attribute detector once (``scripts/train_attributes.py``'s recipe)."""
+  """Trains ETA's attribute detector once (``jaxcap/papers/eta/train_attributes.py``'s recipe)."""
   path = config.data.attributes_file
   if os.path.exists(path):
     return
   import copy
   from jaxcap import data as data_lib
-  from jaxcap.models import attribute_detector
+  from jaxcap.papers.eta import attributes as attribute_detector
   data_config = copy.deepcopy(config.data)
   data_config.attributes = "none"
   dataset = data_lib.get_dataset(data_config)

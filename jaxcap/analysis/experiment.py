@@ -23,6 +23,8 @@ import math
 import os
 from typing import Any, Callable, Iterable, Sequence
 
+from jaxcap.atomic import write_json, write_text  # noqa: F401  (the table scripts' writers)
+
 DDOF = 1  # sample standard deviation: the seeds are a sample of the runs a config can give
 
 
@@ -159,19 +161,6 @@ def markdown_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
 def read_json(path: str):
   with open(path) as f:
     return json.load(f)
-
-
-def write_text(path: str, text: str) -> None:
-  """Writes ``path`` atomically (a temporary file renamed over it)."""
-  os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-  tmp = f"{path}.tmp{os.getpid()}"
-  with open(tmp, "w") as f:
-    f.write(text)
-  os.replace(tmp, path)
-
-
-def write_json(path: str, obj) -> None:
-  write_text(path, json.dumps(obj, indent=1))
 
 
 def write_table(workdir: str, payload, caption: str, table: str, json_name: str = "table.json") -> None:

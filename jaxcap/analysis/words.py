@@ -15,6 +15,25 @@ from __future__ import annotations
 import numpy as np
 
 
+def row_batch(source, index: int) -> dict:
+  """The evaluation batch of one image: row ``index`` of a split ``source``."""
+  from jaxcap.data import pipeline
+
+  class _Row:
+    def __len__(self):
+      return 1
+
+    def __getitem__(self, i):
+      if i != 0:
+        raise IndexError(i)
+      return source[index]
+
+    def collate(self, *args, **kwargs):
+      return source.collate(*args, **kwargs)
+
+  return next(iter(pipeline.eval_batches(_Row(), 1, num_threads=0)))
+
+
 def caption_aux(model, params, batch, vocab, max_len: int, row: int = 0):
   """``(words [L], {name: array [L, ...]})`` of the greedy caption of ``batch`` row ``row``.
 

@@ -153,7 +153,8 @@ def check_inputs(member_config, dataset, config):
 def decode_and_write(run, decode_config, batch_size, out_dir, tag):
   """Decodes the split with ``run`` (:meth:`jaxcap.api.Run.predict`), scores it and writes the
   predictions and scores to ``out_dir``; ``--sample-n`` also the n captions per image."""
-  from jaxcap import run_dir
+  import jax
+  from jaxcap import atomic, run_dir
   options = decode_config.to_dict()
   preds = run.predict(FLAGS.split, batch_size=batch_size, **options)
   refs = run.dataset.references(FLAGS.split)
@@ -164,8 +165,8 @@ def decode_and_write(run, decode_config, batch_size, out_dir, tag):
     preds = run.sample_n(FLAGS.split, FLAGS.sample_n, FLAGS.sample_n_method, batch_size=batch_size,
                          **options)
     path = os.path.join(out_dir, f"predictions_{FLAGS.split}{tag}_n{FLAGS.sample_n}.json")
-    run_dir.write_json_atomic(path, [{"image_id": k, "caption": c} for k, caps in preds.items()
-                                     for c in caps])
+    if jax.process_index() == 0:
+      atomic.write_json(path, [{"image_id": k, "caption": c} for k, caps in preds.items() for c in caps])
     print(f"{path}: {FLAGS.sample_n} captions ({FLAGS.sample_n_method}) for each of {len(preds)} images")
 
 

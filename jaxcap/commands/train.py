@@ -18,10 +18,11 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from jaxcap import cli as cli_lib
+from jaxcap import config_files
 
-cli_lib.ensure_configs_importable()
+config_files.ensure_configs_importable()
 
-DEFAULT_CONFIG = os.path.join(cli_lib.configs_dir(), "transformer.py") + ":synthetic"
+DEFAULT_CONFIG = os.path.join(config_files.configs_dir(), "transformer.py") + ":synthetic"
 cli_lib.define_config("config", DEFAULT_CONFIG, "Config file (file.py:arg)")
 if "workdir" not in flags.FLAGS:  # evaluate.py defines the same flag (both load in one test process)
   flags.DEFINE_string("workdir", None, "Run directory (default: runs/<config name>).")

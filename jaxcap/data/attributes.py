@@ -62,7 +62,7 @@ def oracle_attributes(refs: Sequence[Sequence[str]], index: dict[str, int],
 
 def write_file(path: str, table: dict) -> None:
   """Writes an attributes file, ``{image_id: [words]}`` JSON, atomically (temporary file, then
-  rename): what ``scripts/train_attributes.py`` writes and ``data.attributes_file`` reads."""
+  rename): what ``jaxcap/papers/eta/train_attributes.py`` writes and ``data.attributes_file`` reads."""
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
   tmp = f"{path}.tmp{os.getpid()}"
   with open(tmp, "w") as f:
@@ -82,5 +82,5 @@ def read_file(path: str) -> dict:
     why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
     raise ValueError(f"{path or '<attributes_file unset>'}: field 'attributes_file' is not "
                      f"usable ({why}); expected a JSON object {{image_id: [words]}} (written "
-                     "by scripts/train_attributes.py)") from None
+                     "by jaxcap/papers/eta/train_attributes.py)") from None
   return {str(k): v for k, v in table.items()}

@@ -58,7 +58,8 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
-PAD, EOS = 0, 2
+from jaxcap.data.vocab import EOS, PAD
+
 _FORMAT_VERSION = 1
 COMPAT_MODES = ("jaxcap", "self_critical")
 

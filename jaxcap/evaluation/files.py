@@ -19,6 +19,7 @@ import math
 import os
 from typing import Callable, Hashable, Mapping
 
+from jaxcap.atomic import write_json
 from jaxcap.evaluation import coco_metrics
 
 
@@ -116,20 +117,6 @@ def _finite_or_none(x):
   return x if not isinstance(x, float) or math.isfinite(x) else None
 
 
-def write_json_atomic(obj, path: str) -> None:
-  """Writes ``obj`` as JSON through a temporary file and ``os.replace`` (never half-written)."""
-  directory = os.path.dirname(os.path.abspath(path))
-  os.makedirs(directory, exist_ok=True)
-  tmp = f"{path}.tmp{os.getpid()}"
-  try:
-    with open(tmp, "w") as f:
-      json.dump(obj, f, indent=1)
-    os.replace(tmp, path)
-  finally:
-    if os.path.exists(tmp):
-      os.remove(tmp)
-
-
 def scores_json(result: Mapping) -> dict:
   """The JSON layout of a scores dict (see the module docstring): ``per_image`` becomes a list
   of ``{"image_id": id, metric: value}`` with the ids as they are, non-finite values null; other
@@ -208,5 +195,5 @@ def score_files(predictions_path: str, references_path: str, out_path: str, spic
                      f"{len(references)} images in {references_path} (first missing image_id "
                      f"{missing[0]!r}); expected one caption for every reference image")
   result = coco_metrics.score(references, predictions, metrics=metrics, spice=spice, log=log)
-  write_json_atomic(scores_json(result), out_path)
+  write_json(out_path, scores_json(result))
   return result

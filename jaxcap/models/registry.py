@@ -1,7 +1,8 @@
 """A small registry: models are found by ``config.model.name``.
 
-A model registers itself (``@register("name")``) in a module of ``jaxcap.models``; the registry
-imports the package's modules when it is first asked for a name, so a new model is one file.
+A model registers itself (``@register("name")``) in a module of ``jaxcap.models`` (the shared
+baselines) or of a paper's folder (``jaxcap/papers/<paper>/``, listed in
+:data:`jaxcap.papers.PAPERS`); the registry imports them all when it is first asked for a name.
 """
 
 from __future__ import annotations
@@ -55,5 +56,8 @@ def _import_all():
   import importlib
   import pkgutil
   import jaxcap.models as package
+  from jaxcap.papers import PAPERS
   for info in pkgutil.iter_modules(package.__path__):
     importlib.import_module(f"{package.__name__}.{info.name}")
+  for paper in PAPERS:  # each paper package imports its model modules
+    importlib.import_module(f"jaxcap.papers.{paper}")

@@ -168,14 +168,14 @@ def test_figures_script_curves(tmp_path):
 
 def test_image_transformer_figure3_script(tmp_path):
   out = tmp_path / "fig3.png"
-  _script("experiments/image_transformer/analysis.py").main(["figure3", "--out", str(out)])
+  _script("jaxcap/papers/image_transformer/analysis.py").main(["figure3", "--out", str(out)])
   _check_png(out)
 
 
 @pytest.mark.slow  # builds and decodes an (untrained) AAT model
 def test_plot_attention_steps_script_random_init(tmp_path):
   out = tmp_path / "steps.png"
-  _script("scripts/plot_attention_steps.py").main(["--random_init", "--out", str(out)])
+  _script("jaxcap/papers/aat/plot_attention_steps.py").main(["--random_init", "--out", str(out)])
   _check_png(out)
 
 

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from jaxcap.data.vocab import EOS, PAD, UNK, Vocab
-from jaxcap.evaluation import best_source, translation
+from jaxcap.evaluation import translation
+from jaxcap.papers.mnmt import best_source
 
 REFS = {1: ["ein roter kreis links von einem blauen quadrat", "ein roter kreis neben einem quadrat"],
         2: ["zwei gelbe sterne"]}

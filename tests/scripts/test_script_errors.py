@@ -23,11 +23,11 @@ CASES = [
     # (script, args, needle)
     ("experiments/decoding/beam_modes.py", ["--workdir={tmp}/nowhere"], "{tmp}/nowhere/config.json"),
     ("experiments/decoding/beam_modes.py", [], "--workdir"),
-    ("scripts/plot_attention_steps.py", ["--workdir", "{tmp}/nowhere", "--out", "{tmp}/a.png"],
+    ("jaxcap/papers/aat/plot_attention_steps.py", ["--workdir", "{tmp}/nowhere", "--out", "{tmp}/a.png"],
      "{tmp}/nowhere/config.json"),
     ("experiments/flickr8k/table.py", ["--workdir", "{tmp}/t", "--seeds", "a,b"], "--seeds"),
-    ("experiments/aat/table1.py", ["--workdir", "{tmp}/t", "--rows", "nope"], "--rows"),
-    ("experiments/eta/ablations.py", ["--workdir={tmp}/t", "--seeds=x"], "--seeds"),
+    ("jaxcap/papers/aat/table1.py", ["--workdir", "{tmp}/t", "--rows", "nope"], "--rows"),
+    ("jaxcap/papers/eta/ablations.py", ["--workdir={tmp}/t", "--seeds=x"], "--seeds"),
 ]
 
 
@@ -45,11 +45,11 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, script, args, needle):
 
 # Every script in scripts/ and experiments/*/, each with a bad flag value: (args, the flag the line must name).
 BAD_FLAG = {
-    "experiments/aat/table1.py": (["--workdir", "{tmp}/t", "--steps", "x"], "--steps"),
+    "jaxcap/papers/aat/table1.py": (["--workdir", "{tmp}/t", "--steps", "x"], "--steps"),
     "experiments/decoding/beam_modes.py": (["--workdir={tmp}/t", "--beam_size=x"], "--beam_size"),
     "scripts/build_tfds.py": (["--out={tmp}/t", "--overwrite=maybe"], "--overwrite"),
     "experiments/decoding/cider_compat_diff.py": (["--cache_dir={tmp}/t", "--images=0"], "--images"),
-    "experiments/eta/ablations.py": (["--workdir={tmp}/t", "--steps=x"], "--steps"),
+    "jaxcap/papers/eta/ablations.py": (["--workdir={tmp}/t", "--steps=x"], "--steps"),
     "scripts/extract_features.py": (["--images", "{tmp}", "--out", "{tmp}/o", "--batch_size", "x"], "--batch_size"),
     "scripts/figures.py": (["words", "--workdir", "{tmp}/t", "--out", "{tmp}/a", "--index", "x"], "--index"),
     "experiments/flickr8k/table.py": (["--workdir", "{tmp}/t", "--stages", "nope"], "--stages"),
@@ -58,54 +58,57 @@ BAD_FLAG = {
     "experiments/flickr8k/scst_sweep.py": (["--sweep", "{tmp}/s", "--xe-workdir", "{tmp}/x", "--out", "{tmp}/o",
                                             "--seed", "x"], "--seed"),
     "experiments/pixels/run.py": (["--workdir", "{tmp}/t", "--steps", "x"], "--steps"),
-    "experiments/image_transformer/analysis.py": (["spread", "--workdir", "{tmp}/t", "--words", "x"], "--words"),
-    "experiments/image_transformer/table3.py": (["--workdir", "{tmp}/t", "--steps", "x"], "--steps"),
-    "experiments/mnmt/table2.py": (["--workdir", "{tmp}/t", "--steps", "x"], "--steps"),
-    "scripts/plot_attention_steps.py": (["--workdir", "{tmp}/t", "--index", "x"], "--index"),
-    "experiments/tpgn/roles.py": (["--workdir", "{tmp}/t", "--step", "x"], "--step"),
-    "experiments/tpgn/table1.py": (["--workdir", "{tmp}/t", "--steps", "x"], "--steps"),
-    "scripts/train_attributes.py": (["--out={tmp}/t", "--bogus=1"], "--bogus"),
+    "jaxcap/papers/image_transformer/analysis.py": (["spread", "--workdir", "{tmp}/t", "--words", "x"], "--words"),
+    "jaxcap/papers/image_transformer/table3.py": (["--workdir", "{tmp}/t", "--steps", "x"], "--steps"),
+    "jaxcap/papers/mnmt/table2.py": (["--workdir", "{tmp}/t", "--steps", "x"], "--steps"),
+    "jaxcap/papers/aat/plot_attention_steps.py": (["--workdir", "{tmp}/t", "--index", "x"], "--index"),
+    "jaxcap/papers/tpgn/roles.py": (["--workdir", "{tmp}/t", "--step", "x"], "--step"),
+    "jaxcap/papers/tpgn/table1.py": (["--workdir", "{tmp}/t", "--steps", "x"], "--steps"),
+    "jaxcap/papers/eta/train_attributes.py": (["--out={tmp}/t", "--bogus=1"], "--bogus"),
 }
 
 # Scripts that read a trained run: {run} is its workdir.
 READS_RUN = {
     "experiments/decoding/beam_modes.py": ["--workdir={run}"],
     "scripts/figures.py": ["words", "--workdir", "{run}", "--out", "{tmp}/a"],
-    "experiments/image_transformer/analysis.py": ["spread", "--workdir", "{run}"],
-    "scripts/plot_attention_steps.py": ["--workdir", "{run}", "--out", "{tmp}/a.png"],
-    "experiments/tpgn/roles.py": ["--workdir", "{run}"],
+    "jaxcap/papers/image_transformer/analysis.py": ["spread", "--workdir", "{run}"],
+    "jaxcap/papers/aat/plot_attention_steps.py": ["--workdir", "{run}", "--out", "{tmp}/a.png"],
+    "jaxcap/papers/tpgn/roles.py": ["--workdir", "{run}"],
 }
 
 # Scripts that write runs (or files) under a directory: {out} is that directory. A file there
 # instead of a directory is refused before anything trains; ``run`` is where a row's first run
 # lives (None: the script keeps no checkpoints, or needs ../shared/data).
 WRITES = {
-    "experiments/aat/table1.py": (["--workdir", "{out}", "--rows", "base", "--seeds", "0", "--steps", "2"], "base/seed0"),
+    "jaxcap/papers/aat/table1.py": (["--workdir", "{out}", "--rows", "base", "--seeds", "0", "--steps", "2"], "base/seed0"),
     "scripts/build_tfds.py": (["--out={out}", "--config.data.num_train=16", "--config.data.num_val=8",
                        "--config.data.num_test=8"], None),
     "experiments/decoding/cider_compat_diff.py": (["--cache_dir={out}", "--images=4", "--config={repo}/configs/transformer.py:synthetic",
                               "--config.data.num_train=16", "--config.data.num_val=8",
                               "--config.data.num_test=8"], None),
-    "experiments/eta/ablations.py": (["--workdir={out}", "--variants=transformer_v", "--seeds=0", "--steps=2"],
+    "jaxcap/papers/eta/ablations.py": (["--workdir={out}", "--variants=transformer_v", "--seeds=0", "--steps=2"],
                          "transformer_v/seed0"),
     "scripts/extract_features.py": (["--images", "{repo}/docs", "--out", "{out}", "--random_weights"], None),
     "experiments/flickr8k/table.py": (["--workdir", "{out}", "--models", "transformer", "--seeds", "0", "--steps", "1"], None),
     "experiments/flickr8k/config_sweep.py": (["--model", "transformer", "--workdir", "{out}", "--settings", "base"], None),
     "experiments/flickr8k/scst_sweep.py": (["--sweep", "{repo}/docs", "--xe-workdir", "{repo}/docs", "--out", "{out}"], None),
     "experiments/pixels/run.py": (["--workdir", "{out}", "--seeds", "0", "--steps", "1"], None),
-    "experiments/image_transformer/table3.py": (["--workdir", "{out}", "--rows", "aoanet", "--seeds", "0", "--steps", "2"],
+    "jaxcap/papers/image_transformer/table3.py": (["--workdir", "{out}", "--rows", "aoanet", "--seeds", "0", "--steps", "2"],
                                     "aoanet/seed0"),
-    "experiments/mnmt/table2.py": (["--workdir", "{out}", "--rows", "nmt", "--seeds", "0", "--steps", "1"], None),
-    "experiments/tpgn/table1.py": (["--workdir", "{out}", "--rows", "show_tell", "--seeds", "0", "--steps", "2"],
+    "jaxcap/papers/mnmt/table2.py": (["--workdir", "{out}", "--rows", "nmt", "--seeds", "0", "--steps", "1"], None),
+    "jaxcap/papers/tpgn/table1.py": (["--workdir", "{out}", "--rows", "show_tell", "--seeds", "0", "--steps", "2"],
                        "show_tell_s0"),
-    "scripts/train_attributes.py": (["--out={out}"], None),
+    "jaxcap/papers/eta/train_attributes.py": (["--out={out}"], None),
 }
 
 
 def _run_script(script, args, cwd):
   # One CPU device: the table configs' batch sizes need not split over the suite's 8.
   env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=1 --xla_backend_optimization_level=0")
-  return subprocess.run([sys.executable, str(REPO / script), *args], capture_output=True,
+  env["PYTHONPATH"] = str(REPO)
+  # A paper's script is a module of the package (python -m jaxcap.papers.<paper>.<script>).
+  prog = ["-m", script[:-3].replace("/", ".")] if script.startswith("jaxcap/") else [str(REPO / script)]
+  return subprocess.run([sys.executable, *prog, *args], capture_output=True,
                         text=True, env=env, timeout=300, cwd=cwd)
 
 
@@ -118,8 +121,9 @@ def _one_error_line(proc, *needles):
 
 
 def test_every_script_is_covered():
+  papers = [p for p in (REPO / "jaxcap" / "papers").glob("*/*.py") if "__main__" in p.read_text()]
   scripts = sorted(str(p.relative_to(REPO)) for p in [*(REPO / "scripts").glob("*.py"),
-                                                       *(REPO / "experiments").glob("*/*.py")])
+                                                       *(REPO / "experiments").glob("*/*.py"), *papers])
   assert sorted(BAD_FLAG) == scripts
   assert sorted(set(READS_RUN) | set(WRITES)) == scripts
 

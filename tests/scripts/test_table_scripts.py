@@ -1,4 +1,4 @@
-"""The multi-seed table scripts: experiments/eta/ablations.py, experiments/aat/table1.py,
+"""The multi-seed table scripts: jaxcap/papers/eta/ablations.py, jaxcap/papers/aat/table1.py,
 experiments/flickr8k/table.py (and the shared runner, jaxcap/analysis/experiment.py).
 
 Default tests never train: finished runs are faked by writing the files a finished run leaves
@@ -30,7 +30,8 @@ def _load(path):
 
 
 def _run(script, *args, env=None, timeout=120):
-  out = subprocess.run([PY, os.path.join(ROOT, script), *map(str, args)],
+  prog = ["-m", script[:-3].replace("/", ".")] if script.startswith("jaxcap/") else [os.path.join(ROOT, script)]
+  out = subprocess.run([PY, *prog, *map(str, args)],
                        capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env)
   assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
   return out.stdout
@@ -53,7 +54,7 @@ def test_eta_ablations_resumes_per_seed_runs_and_reports_mean_std(tmp_path):
       bonus = 0.5 if row == "eta" else 0.0
       _write(str(tmp_path / row / f"seed{seed}" / "scores.json"),
              {"CIDEr": c + bonus, "Bleu_4": 0.3, "METEOR": 0.25, "ROUGE_L": 0.5, "train_seconds": 10.0 + seed})
-  _run("experiments/eta/ablations.py", "--workdir", tmp_path, "--variants", "eta,stacked_v", "--seeds", "0,1,2")
+  _run("jaxcap/papers/eta/ablations.py", "--workdir", tmp_path, "--variants", "eta,stacked_v", "--seeds", "0,1,2")
   table = json.loads((tmp_path / "table.json").read_text())
   assert list(table) == ["eta", "stacked_v"]
   assert table["eta"]["config"] == "configs/eta.py:synthetic,variant=eta"
@@ -68,7 +69,7 @@ def test_eta_ablations_resumes_per_seed_runs_and_reports_mean_std(tmp_path):
   assert f"| stacked_v | 3 | {100 * MEAN:.1f} ± {100 * STD:.1f} | 30.0 ± 0.0 |" in md
   assert "| eta | 3 | 180.0 ± 36.1 |" in md and "seeds 0,1,2" in md
   # A subset of seeds reads back only those runs.
-  _run("experiments/eta/ablations.py", "--workdir", tmp_path, "--variants", "stacked_v", "--seeds", "2")
+  _run("jaxcap/papers/eta/ablations.py", "--workdir", tmp_path, "--variants", "stacked_v", "--seeds", "2")
   table = json.loads((tmp_path / "table.json").read_text())
   assert table["stacked_v"]["mean"]["CIDEr"] == pytest.approx(1.7) and table["stacked_v"]["std"]["CIDEr"] == 0.0
 
@@ -77,7 +78,7 @@ def test_aat_table1_resumes_per_seed_runs_and_reports_mean_std(tmp_path):
   for seed, c in CIDER.items():
     _write(str(tmp_path / "adaptive" / f"seed{seed}" / "result.json"),
            {"seed": seed, "avg_steps": 2.0 + seed, "CIDEr": c, "METEOR": 0.2, "Bleu_4": 0.3, "train_seconds": 5.0})
-  out = _run("experiments/aat/table1.py", "--workdir", tmp_path, "--rows", "adaptive", "--seeds", "0,1,2")
+  out = _run("jaxcap/papers/aat/table1.py", "--workdir", tmp_path, "--rows", "adaptive", "--seeds", "0,1,2")
   table = json.loads((tmp_path / "table.json").read_text())
   (row,) = table
   assert row["row"] == "adaptive" and row["seeds"] == [0, 1, 2] and len(row["runs"]) == 3
@@ -89,7 +90,7 @@ def test_aat_table1_resumes_per_seed_runs_and_reports_mean_std(tmp_path):
 
 
 def test_aat_table1_rejects_unknown_rows_and_bad_seeds(tmp_path):
-  mod = _load("experiments/aat/table1.py")
+  mod = _load("jaxcap/papers/aat/table1.py")
   with pytest.raises(SystemExit):
     mod.main(["--workdir", str(tmp_path), "--rows", "nope"])
   from jaxcap.analysis import experiment
@@ -221,7 +222,7 @@ def test_flickr8k_table_scst_settings_flags(tmp_path):
 
 
 def test_aat_word_classes_mark_the_second_object_of_a_relation():
-  mod = _load("experiments/aat/table1.py")
+  mod = _load("jaxcap/papers/aat/table1.py")
   words = "two shapes : a red circle to the left of a small blue square and a metal star".split()
   assert mod.word_classes(words) == [
       "number", "shape", "function", "function", "colour", "shape", "function", "function", "relation",
@@ -360,11 +361,11 @@ def test_flickr8k_table_trains_xe_then_scst(tmp_path, shared_data):
 @pytest.mark.slow
 def test_eta_and_aat_tables_train_tiny_runs(tmp_path):
   env = _one_device_env()
-  _run("experiments/eta/ablations.py", "--workdir", tmp_path / "eta", "--variants", "eta", "--seeds", "0,1", "--steps", "4",
+  _run("jaxcap/papers/eta/ablations.py", "--workdir", tmp_path / "eta", "--variants", "eta", "--seeds", "0,1", "--steps", "4",
        "--batch_size", "8", "--eval_num_images", "16", "--test_images", "16", env=env, timeout=600)
   t = json.loads((tmp_path / "eta" / "table.json").read_text())
   assert sorted(t["eta"]["seeds"]) == ["0", "1"] and "CIDEr" in t["eta"]["std"]
-  _run("experiments/aat/table1.py", "--workdir", tmp_path / "aat", "--rows", "adaptive", "--seeds", "0,1", "--steps", "4",
+  _run("jaxcap/papers/aat/table1.py", "--workdir", tmp_path / "aat", "--rows", "adaptive", "--seeds", "0,1", "--steps", "4",
        "--batch_size", "8", "--eval_images", "16", "--test_images", "16", env=env, timeout=600)
   (row,) = json.loads((tmp_path / "aat" / "table.json").read_text())
   assert [r["seed"] for r in row["runs"]] == [0, 1] and len(row["CIDEr"]) == 2
@@ -399,10 +400,10 @@ def test_flickr8k_config_sweep_report_trains_nothing(tmp_path):
 
 def test_mnmt_table2_keeps_one_decoder_per_workdir(tmp_path):
   _write(str(tmp_path / "table2.json"), {"nmt/seed0": {"decoder": "nmtpy", "loss": 1.0}})
-  out = subprocess.run([PY, os.path.join(ROOT, "experiments/mnmt/table2.py"), "--workdir", str(tmp_path),
+  out = subprocess.run([PY, "-m", "jaxcap.papers.mnmt.table2", "--workdir", str(tmp_path),
                         "--decoder", "paper"], capture_output=True, text=True, timeout=120, cwd=ROOT)
   assert out.returncode == 2 and "holds runs of decoder 'nmtpy'" in out.stderr, out.stderr[-2000:]
-  out = subprocess.run([PY, os.path.join(ROOT, "experiments/mnmt/table2.py"), "--workdir", str(tmp_path / "x"),
+  out = subprocess.run([PY, "-m", "jaxcap.papers.mnmt.table2", "--workdir", str(tmp_path / "x"),
                         "--decoder", "dl4mt"], capture_output=True, text=True, timeout=120, cwd=ROOT)
   assert out.returncode == 2 and "--decoder" in out.stderr and not (tmp_path / "x").exists(), out.stderr[-2000:]
 
@@ -415,7 +416,7 @@ def test_mnmt_table2_pairs_each_row_with_the_same_seeds_nmt(tmp_path):
   _write(str(tmp_path / "table2.json"), {
       "nmt/seed0": run(80.0, 70.0), "nmt/seed1": run(90.0, 72.0),
       "mnmt7/seed0": run(81.0, 71.0), "mnmt7/seed1": run(88.0, 75.0)})
-  _run("experiments/mnmt/table2.py", "--workdir", tmp_path, "--rows", "nmt,mnmt7", "--seeds", "0,1",
+  _run("jaxcap/papers/mnmt/table2.py", "--workdir", tmp_path, "--rows", "nmt,mnmt7", "--seeds", "0,1",
        "--num_train", "16", "--num_test", "8", "--no_meteor", timeout=300)
   rows = {line.split(" | ")[0].strip("| "): line.split(" | ")
           for line in (tmp_path / "table.md").read_text().splitlines() if line.startswith("| ")}
@@ -426,7 +427,7 @@ def test_mnmt_table2_pairs_each_row_with_the_same_seeds_nmt(tmp_path):
 
 @pytest.mark.slow
 def test_mnmt_table2_validates_and_tests_the_best_step(tmp_path):
-  _run("experiments/mnmt/table2.py", "--workdir", tmp_path, "--rows", "nmt", "--seeds", "0", "--steps", "6",
+  _run("jaxcap/papers/mnmt/table2.py", "--workdir", tmp_path, "--rows", "nmt", "--seeds", "0", "--steps", "6",
        "--batch", "8", "--num_train", "64", "--num_test", "16", "--hidden", "16", "--embed", "16",
        "--decoder", "nmtpy", "--val_every", "3", "--num_val", "8", "--no_meteor", timeout=600)
   res = json.loads((tmp_path / "table2.json").read_text())["nmt/seed0"]

@@ -242,7 +242,7 @@ def test_evaluate_ensemble_end_to_end(tmp_path):
 def test_a_model_field_added_later_with_its_default_keeps_the_workdir_resumable(tmp_path, tiny_dataset):
   """A workdir whose config.json predates a model field (e.g. AAT's ``norm_h1``) resumes when the
   new field holds the model's default, and is refused when it does not."""
-  from configs import aat as aat_config
+  from jaxcap.papers.aat.configs import aat as aat_config
   workdir = tmp_path / "old"
   workdir.mkdir()
   config = aat_config.get_config("synthetic")

@@ -1,0 +1,118 @@
+"""Config files: where ``configs/<file>.py`` is, loading ``get_config(arg)``, setting fields.
+
+A config is named ``<path>.py[:<arg>]`` (big_vision's form: the text after the colon is
+``get_config``'s argument). The path as given wins when it exists (a user's own file, or the
+checkout's ``configs/``); otherwise ``configs/<file>.py`` (or ``<file>.py``) names a shipped
+config, looked up in jaxcap's ``configs/`` (the shared baselines) and then in each paper's
+``jaxcap/papers/<paper>/configs/``. So ``--config configs/eta.py:synthetic`` works from any
+directory, and the file lives with its paper.
+"""
+
+from __future__ import annotations
+
+import glob
+import importlib.util
+import os
+import sys
+
+from jaxcap.papers import PAPERS
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def configs_dir() -> str:
+  """The shipped ``configs/`` (beside the ``jaxcap`` package in a checkout, an editable install
+  and a wheel install alike: the wheel installs ``configs`` as a package next to ``jaxcap``)."""
+  return os.path.join(_ROOT, "configs")
+
+
+def shipped_dirs() -> list[str]:
+  """Where shipped configs are looked up, in order: ``configs/``, then each paper's."""
+  return [configs_dir()] + [os.path.join(_ROOT, "jaxcap", "papers", p, "configs") for p in PAPERS]
+
+
+def shipped_names() -> list[str]:
+  """Every shipped config file's name (``eta.py``, ...), the shared ones first."""
+  names = []
+  for d in shipped_dirs():
+    names += sorted(os.path.basename(f) for f in glob.glob(os.path.join(d, "*.py"))
+                    if not os.path.basename(f).startswith("_") and os.path.basename(f) != "common.py")
+  return names
+
+
+def ensure_configs_importable() -> None:
+  """Makes ``import configs`` (which every config file does: ``from configs import common``)
+  resolve to :func:`configs_dir`, whatever the current directory and ``sys.path``."""
+  path = configs_dir()
+  mod = sys.modules.get("configs")
+  if mod is not None and os.path.dirname(os.path.abspath(getattr(mod, "__file__", "") or "")) == path:
+    return
+  init = os.path.join(path, "__init__.py")
+  if not os.path.exists(init):
+    raise FileNotFoundError(f"{path}: jaxcap's configs are missing (a broken installation?)")
+  spec = importlib.util.spec_from_file_location("configs", init, submodule_search_locations=[path])
+  mod = importlib.util.module_from_spec(spec)
+  sys.modules["configs"] = mod
+  for name in [k for k in sys.modules if k.startswith("configs.")]:
+    del sys.modules[name]  # submodules of another ``configs`` package
+  spec.loader.exec_module(mod)
+
+
+def resolve(spec: str) -> str:
+  """``configs/<file>.py[:arg]`` -> the shipped file when the path does not exist here (module
+  docstring); a path that exists, or an absolute one, is kept."""
+  path, sep, arg = spec.partition(":")
+  if os.path.exists(path) or os.path.isabs(path):
+    return spec
+  parts = os.path.normpath(path).split(os.sep)
+  rest = parts[1:] if parts[0] == "configs" else parts
+  for d in shipped_dirs():
+    shipped = os.path.join(d, *rest)
+    if os.path.exists(shipped):
+      return shipped + sep + arg
+  return spec
+
+
+def load(spec: str):
+  """``get_config(arg)`` of the config file ``spec`` names (``<path>[.py][:<arg>]``).
+
+  Raises:
+    ValueError: one line, for a file that is not there (naming where it was looked for) or the
+      config file's own refusal of its argument.
+  """
+  ensure_configs_importable()
+  path, _, arg = spec.partition(":")
+  if not path.endswith(".py"):
+    path += ".py"
+  resolved = resolve(path)
+  if not os.path.isfile(resolved):
+    raise ValueError(f"config file {path!r}: not found here nor among the shipped configs "
+                     f"({', '.join(shipped_names())}); expected path/to/config.py[:arg]")
+  name = "jaxcap_config_" + os.path.splitext(os.path.basename(resolved))[0]
+  module_spec = importlib.util.spec_from_file_location(name, resolved)
+  module = importlib.util.module_from_spec(module_spec)
+  module_spec.loader.exec_module(module)
+  return module.get_config(arg or None)
+
+
+def set_field(config, dotted: str, value) -> None:
+  """``config.a.b.c = value`` for ``dotted="a.b.c"``; an unknown field is a one-line error."""
+  node = config
+  *path, last = dotted.split(".")
+  for p in path:
+    if p not in node:
+      raise ValueError(f"config field {dotted}: unknown ({p!r} is not in the config)")
+    node = node[p]
+  if last not in node:
+    raise ValueError(f"config field {dotted}: unknown; expected one of {sorted(node.keys())}")
+  node[last] = value
+
+
+def default_workdir(spec: str) -> str:
+  """``runs/<config file stem>[_<arg>]`` for ``path/<stem>.py[:<arg>]``:
+  ``configs/transformer.py:synthetic`` -> ``runs/transformer_synthetic``,
+  ``configs/eta.py:synthetic,variant=stacked_v`` -> ``runs/eta_synthetic_variant-stacked_v``."""
+  path, _, arg = spec.partition(":")
+  name = os.path.splitext(os.path.basename(path))[0]
+  suffix = "_".join(p.strip().replace("=", "-").replace("/", "-") for p in arg.split(",") if p.strip())
+  return os.path.join("runs", f"{name}_{suffix}" if suffix else name)
