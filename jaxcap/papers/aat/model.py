@@ -31,78 +31,8 @@ Section 3 of the paper, equation by equation:
   in all three modes, so that *base* is exactly *recurrent* with one step and the paper's
   special cases (section 3.2.4) hold with the same weights.
 
-How the adaptive loop runs inside ``jit``: all ``M_max`` attention steps are computed (an
-unrolled loop of fixed length); the halting step ``N(t)`` of every example is then found from
-the cumulative ``log(1 - p)`` and the steps after it are masked out of the weights and the
-cost, so a batch whose examples halt at different steps is handled exactly, with no Python
-control flow on values. The normalised weights are computed as a softmax over
-``log beta_n = log p_n + sum_{n'<n} log(1 - p_n')`` of the taken steps (``log_sigmoid`` of the
-confidence logits): this is algebraically the paper's ``beta_n / sum beta``, but stays finite,
-with finite gradients, when ``p`` saturates at 0 or 1 in float32.
-
-Deviations and choices. The rule: follow the paper where it speaks; where it is silent,
-choose, with the authors' released code (husthuaan/AAT, ``models/AATModel.py`` and
-``misc/loss_wrapper.py``) as the tie-breaker. The released code differs from the paper on
-several points the paper does state; jaxcap follows the paper on those, and the ones worth an
-ablation are model switches whose defaults are the paper's reading.
-
-  Where the paper speaks (jaxcap = paper; the released code differs):
-  1. Output projection ``W^O`` of the multi-head attention: eq. 5 has it (``W^O in R^{d x d}``);
-     the released code has none (``use_output_layer=0``). Switch ``attention_out_proj``
-     (default True; False concatenates the heads, as the released code).
-  2. No LayerNorm on the attention query: eq. 6 queries with ``h1_t`` and eq. 8 with the
-     linear ``W_q [h1_t, h2_{t,n-1}] + b_q``; the released code layer-normalises the query
-     inside the attention (``norm_q=1``). Switch ``norm_query`` (default False).
-  3. The query of eq. 8 is linear; the released code adds a ReLU. No switch.
-  4. No ReLU on the word embedding: eq. 1 feeds ``W_e Pi_t``, a plain lookup; the released
-     code's embedding is Embedding -> ReLU -> Dropout. Switch ``embed_relu`` (default False).
-  5. ``a_bar`` is the mean of the projected regions: section 3.1 defines ``a_bar = (1/k)
-     sum_i a_i``, the mean-pooling of ``A`` after the linear projection to ``d`` (it is added
-     to ``c_{t-1}``, so it must be d-wide). The released code instead feeds a separate
-     ``fc_embed`` (Linear -> ReLU -> Dropout) of the dataset's fc feature (for bottom-up
-     features, the mean of the *raw* regions), i.e. other weights and a nonlinearity. No
-     switch: with a linear projection, a separate linear map of the raw mean would only add
-     ``F x D`` parameters to what the paper's mean already expresses. The mean runs over the
-     real regions only (``k`` counts regions, not padding) and after the projected features'
-     dropout, so ``a_bar`` is the mean of the very ``A`` that is attended.
-  6. The feature projection is linear ("via a linear transformation", section 3.1); the
-     released code adds ReLU (+ dropout). No switch.
-  7. LSTM_2's input is ``[a_hat, h1_t]`` (eqs. 7 and 9); the released code feeds
-     ``[a_hat, q_{t,n}]``. No switch.
-  8. ``h1_t`` is not layer-normalised (eq. 1 has no norm; section 3.2.3 normalises only
-     ``h2_{t,n}`` and ``m2_{t,n}``); the released code normalises it. Switch ``norm_h1``
-     (default False); with it every slot the adaptive weights mix has the same scale.
-  9. The time cost is eq. 14, ``N(t) + sum_{n<=N(t)} n (1 - p_{t,n})``; the released code
-     counts ``(N+1) + sum (n+1)(1 - p_n)`` (same gradient up to the factor on ``1 - p_n``).
-  10. The time cost is weighted per word, as eqs. 16-17 write it: both the cross-entropy and
-      ``lambda sum_t L^a_t`` are sums over the words of a caption, so their ratio is
-      ``lambda`` per word. jaxcap returns ``lambda L^a_t`` per token as ``aux["extra_loss"]``
-      and the trainers divide the summed cross-entropy (or the summed REINFORCE term) and the
-      summed extra loss by the same token count (``training/steps.py::xe_loss_fn``,
-      ``training/scst.py::scst_loss``): eq. 16 / eq. 17 up to one common factor, the same for
-      every caption in the batch. The released code divides the cross-entropy by the token
-      count but sums the time cost over the words and averages it over captions, which
-      weights it about ``T_bar`` times (the mean number of target tokens per caption, ~10 on
-      COCO) more than eq. 16; ``time_cost_weight = T_bar * lambda`` approximates that. No
-      switch (it is that factor on lambda).
-  11. M_min (eq. 15, ``p_{t,n} = 0`` for ``n < M_min``) is implemented although the released
-      code has none.
-
-  Where the paper is silent, or where jaxcap departs from it knowingly:
-  12. ``num_heads`` defaults to 8: the released code (and the benchmark settings) use 8; the
-      paper's text says 4. Set ``num_heads=4`` for the paper's text.
-  13. The attention scale is ``1/sqrt(Dh)`` per head (Vaswani et al., and the released code),
-      not eq. 4's ``1/sqrt(d)``.
-  14. Dropout (rate ``dropout``, unspecified in the paper) on the word embedding, the projected
-      features and ``c_t`` before the output layer, as the released code does.
-  15. LayerNorm_h / LayerNorm_m run after every LSTM_2 step in all three modes (the paper
-      states them for the adaptive model); so base is exactly recurrent with one step and
-      section 3.2.4's special cases hold with the same weights.
-  16. The state is zero before the first word (``h, m, c_0 = 0``), as the released code.
-  17. Both LSTMs are flax's ``OptimizedLSTMCell`` (the standard LSTM of the paper); everything
-      else is custom because the paper's modules have no flax counterpart.
-  18. The attention's key projection has no bias (the released code's has one): the softmax
-      over regions cancels it, so its gradient is identically zero.
+Deviations from the paper, choices where it is silent and the released code's differences:
+jaxcap/papers/aat/README.md, "The model against the paper".
 """
 
 from __future__ import annotations
@@ -252,8 +182,13 @@ class AATAttention(AttentionTimeFields):
     return self._adaptive(h1_BxD, h2_BxD, m2_BxD, *kv)
 
   def _adaptive(self, h1_BxD, h2_BxD, m2_BxD, k_BxNxHxDh, v_BxNxHxDh, mask_BxN):
+    # Inside jit all M_max steps are computed (a fixed-length loop); each example's halting
+    # step N(t) is then found from the cumulative log(1 - p) and later steps are masked out of
+    # the weights and the cost: examples that halt at different steps need no Python control
+    # flow on values. The weights are a softmax over log beta_n = log p_n + sum_{n'<n} log(1 -
+    # p_n'), algebraically the paper's beta_n / sum beta but finite, with finite gradients,
+    # when p saturates at 0 or 1 in float32.
     big_m = self.max_steps
-    # Every step is computed; halted examples' later steps are masked below.
     hs, ms, zs = [h1_BxD], [m2_BxD], [self.confidence_logit(h1_BxD)]
     h, m = h2_BxD, m2_BxD
     for _ in range(big_m):

@@ -37,23 +37,6 @@ Variants (``variant``; every ablation of Tables 2, 4, 5, 6):
   decoder's own ``log_softmax`` leaves them unchanged.
 - ``gbc_activation`` in {identity, sigmoid, tanh, relu} is ``f`` of eq. 12 (Table 6).
 
-Deviations and choices the paper leaves open (documented here so ablations stay comparable):
-
-- No residual around the GBC: ``e`` goes straight into the FFN sub-layer. Both ``v`` and ``s``
-  already carry ``a`` through their residual connections, and eq. 8 names ``e`` the ETA output.
-- ``W_c`` has a bias (the paper omits biases "for concise expression", sec. 3).
-- Attribute embeddings are scaled by sqrt(D) like the decoder's word embeddings (they share
-  the table); neither regions nor attributes get position encodings (both are sets).
-- The visual projection is linear (sec. 4.1), without the ReLU of the ``transformer`` model.
-- Attribute padding is masked in the semantic self-attention and in every attention over
-  ``S^N``. An image whose attributes are all padding makes the attention over ``S^N`` output
-  exactly zero (instead of a uniform average of padding), so that sub-layer reduces to
-  ``LN(query)`` and nothing is NaN.
-- The attention key projections have no bias: the softmax over keys cancels it, so its
-  gradient is identically zero (:class:`layers.MultiHeadAttention`).
-- ``late_fusion`` trains the two members jointly through the fused distribution (one
-  training run); the paper trains them separately and fuses at test time.
-
 Functional ablation (inference only, over a trained model's parameters; ``jaxcap.load(...)
 .ablate(force_gate=1.0)``): ``force_gate`` replaces ``c`` by a constant, 1.0 keeping the visual
 pathway's output ``f(v)``, 0.0 the semantic ``f(s)``. With ``gbc_activation="identity"`` these
@@ -64,6 +47,9 @@ on a ``parallel`` model ``force_gate=1.0`` equals ``transformer_v`` (tests/test_
 In training (``decode_train_grouped``) everything after a block's self-attention acts on each
 position alone, so an image's S captions run it as one sequence of S*T positions against one
 copy of the image's keys/values (no S-fold copy; same result).
+
+Deviations from the paper, choices where it is silent and the released code's differences:
+jaxcap/papers/eta/README.md, "The model against the paper".
 """
 
 from __future__ import annotations

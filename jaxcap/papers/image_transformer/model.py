@@ -52,31 +52,8 @@ Section 3 of the paper, equation by equation:
   "baseline + spatial layer" rows can be built literally (``configs/image_transformer.py``'s
   ``baseline=True``).
 
-Deviations from the paper, and choices it leaves open (settled as the released code
-does unless said otherwise):
-  * Post-norm residuals ``Norm(x + Dropout(y))`` as eqs. 3-4 and 7 write them; the released code
-    (AoANet's and the Image Transformer's) is pre-norm ``x + Dropout(y(Norm(x)))`` with a final
-    LayerNorm after the refiner.
-  * The three relations share one output projection W_O (the released code sums the three
-    relations' head outputs and projects once); since each relation has its own W_Vi this
-    loses nothing.
-  * The decoder's sub-transformers have no output projection W_O: the GLU's linear layer
-    follows directly (AoANet's decoder attention has ``use_output_layer=0``). The released
-    Image Transformer realises M by widening the heads M-fold (``multi_head_scale``) and
-    concatenating the M outputs into the GLU's linear layer; eq. 10 averages them, which is
-    what is done here.
-  * Not done (released-code details the paper does not mention): LayerNorm on the decoder's
-    query (``norm_q``), dropout on ``c_{t-1}`` in the LSTM input (``ctx_drop``), a ReLU after
-    the word embedding, AoA in the Image Transformer's encoder layers by default (the released
-    code uses it; ``refine_aoa=True`` turns it on).
-  * Dropout (rate ``dropout``) on the projected regions, the attention weights, every
-    residual branch, the word embedding and ``c_t`` before the classifier.
-  * The LSTM is flax's ``OptimizedLSTMCell``; attention and FFN reuse :mod:`layers`' helpers
-    where the equations match (ordinary attention); the spatial and implicit layers are custom
-    because their masks / sharing have no flax counterpart.
-  * No bias on the key projections (W_Ki in the encoder, W_DKi in the decoder): ``q . b``
-    is the same for every key of a query, the softmax cancels it, so its gradient is
-    identically zero (the released code's ``nn.Linear`` has one).
+Deviations from the paper, choices where it is silent and the released code's differences:
+jaxcap/papers/image_transformer/README.md, "The model against the paper".
 """
 
 from __future__ import annotations

@@ -37,32 +37,8 @@ and evaluation read the stored value and never recompute it. It is read through
 ``stop_gradient`` and the optimiser zeroes every update of the ``constants`` collection
 (``frozen_collections``), so no weight decay can move it either.
 
-Choices the paper leaves open or gets wrong, and deviations (with why):
-  * **W_x (eqs. 18-19).** The paper sets ``W_x = W_eᵀ`` with ``W_e ∈ R^{d x V}``, which cannot
-    multiply ``f_t ∈ R^{d^2}``, and Algorithm 1 lists ``W_x`` among the trained weights.
-    ``lexical="learned"`` (default): ``W_x ∈ R^{V x d^2}`` (plus a bias) is learned and ``W_e`` is
-    a separate d-dimensional embedding. ``lexical="tied"``: one d^2-dimensional embedding ``E``
-    is both the input side (``e_{t-1} = E[x_{t-1}]``, so ``D_1`` is d x d x d^2 and ``D_2`` is
-    d x d^2) and ``W_x = E`` (eq. 19 taken literally with d^2-dimensional word vectors).
-  * **W_e.** The paper uses fixed, zero-mean GloVe vectors. They cannot be downloaded here:
-    ``glove_path`` names a GloVe-format text file (``word v_1 ... v_E`` per line) that
-    ``prepare_variables`` loads for the vocabulary (vectors centred over the vocabulary;
-    words missing from the file get N(0, std of the file's vectors)); otherwise W_e is learned
-    from a random start. ``train_embedding=False`` keeps W_e fixed as the paper does (it then
-    lives in ``constants``); the default learns it, since without GloVe a fixed random
-    embedding would be arbitrary.
-  * **Biases** "included throughout" (section 4): every gate, eq. 9 (``b_s``), eq. 17
-    (``b_u``) and eq. 18 (``b_x``) has one. Forget-gate biases start at 1 (TensorFlow's
-    ``LSTMCell`` default the paper says it used); weights are LeCun-normal over each
-    contraction's fan-in (``U_1``: d^2, ``W_1``: d, ``C_s``: F).
-  * **Dropout** (rate ``dropout``, not in the paper, default 0) on ``e_{t-1}`` and on ``f_t``
-    before the lexical layer.
-  * **Functional ablation** (section 5.3 analysis, not in the paper): with ``zero_role_cluster
-    = k >= 0`` and centroids in the variable collection ``ablation`` (``with_role_centroids``),
-    every ``u_t`` whose nearest centroid is ``k`` is replaced by 0, so the words of that role
-    cluster are unbound to ``f_t = 0`` (only ``b_x`` remains).
-  * The paper's eqs. are custom LSTMs (matrix state, 3- and 4-way weight tensors), so neither
-    subnet is a flax cell.
+Deviations from the paper, choices where it is silent and the released code's differences:
+jaxcap/papers/tpgn/README.md, "The model against the paper".
 """
 
 from __future__ import annotations

@@ -35,10 +35,9 @@ Karpathy COCO; the paper does not give it).
 from configs import common
 from configs import transformer
 from jaxcap.papers.eta import attributes as attribute_detector
+from jaxcap.papers.eta.model import ACTIVATIONS, VARIANTS
 
-VARIANTS = ("eta", "parallel", "stacked_v", "stacked_s", "transformer_s", "transformer_v",
-            "late_fusion")
-GBC = ("identity", "sigmoid", "tanh", "relu")
+GBC = tuple(ACTIVATIONS)
 ATTRIBUTES = ("oracle", "oracle_all", "noisy", "detected", "none")
 
 
