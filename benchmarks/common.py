@@ -106,34 +106,6 @@ def check_batches(batches, device_count: int) -> None:
     raise SystemExit(f"--batch: {','.join(bad)} images do not split evenly over {device_count} devices")
 
 
-def make_batch(rng, b, s, n, d_feat, vocab, t, src_len: int = 16, src_vocab: int = 0):
-  """A random batch made on the device: ``b`` images of ``n`` x ``d_feat`` regions with valid
-  random boxes (every fourth one inside the region before it, so a spatial graph has all three
-  relations: inside, contains, apart), ``s`` captions of ``t`` random tokens each, and a
-  translation source of ``src_len`` random tokens of ``src_vocab`` (0: ``vocab``) + EOS
-  (docs/DESIGN.md, section 2)."""
-  k1, k2, k3, k4 = jax.random.split(rng, 4)
-  corners = jax.random.uniform(k3, (b, n, 2, 2), jnp.float32)
-  boxes = jnp.concatenate([corners.min(axis=2), corners.max(axis=2)], axis=-1)  # x1 <= x2, y1 <= y2
-  inner = jnp.arange(1, n, 4)
-  outer = boxes[:, inner - 1]
-  centre, half = (outer[..., :2] + outer[..., 2:]) / 2, (outer[..., 2:] - outer[..., :2]) / 4
-  boxes = boxes.at[:, inner].set(jnp.concatenate([centre - half, centre + half], axis=-1))
-  src = jax.random.randint(k4, (b, src_len + 1), 4, src_vocab or vocab, jnp.int32).at[:, -1].set(2)  # EOS
-  feats = jax.random.normal(k1, (b, n, d_feat), jnp.float32)
-  return {
-      "feats": feats,
-      "feats_mask": jnp.ones((b, n), bool),
-      "boxes": boxes,
-      "global_feat": feats.mean(axis=1),
-      "captions": jax.random.randint(k2, (b, s, t), 4, vocab, jnp.int32),
-      "attributes": jnp.zeros((b, 20), jnp.int32),
-      "src": src,
-      "valid": jnp.ones((b,), bool),
-      "image_index": jnp.arange(b, dtype=jnp.int32),
-  }
-
-
 def model_config(name: str, dtype: str, args=None) -> ml_collections.ConfigDict:
   """The paper-sized model: the models' field defaults are the papers' settings
   (d=512, 6+6 layers, 8 heads for the Transformer and ETA; d=1024, 8 heads, M_max=4 for AAT)."""

@@ -79,6 +79,7 @@ import optax  # noqa: E402
 
 import common  # noqa: E402
 from jaxcap import atomic  # noqa: E402
+from jaxcap.data import batch as batch_lib  # noqa: E402
 from jaxcap.cli import nonnegative_int, positive_int  # noqa: E402  (one-line errors for bad sizes)
 
 WHATS = ("train", "greedy", "beam", "sample", "scst")
@@ -462,7 +463,7 @@ def main(argv=None):
       for what in args.what.split(","):
         for b, reward in [(b, r) for b in (eval_batches if what in ("greedy", "beam", "sample") else batches)
                           for r in (rewards if what == "scst" else [None])]:
-          batch = common.make_batch(jax.random.PRNGKey(0), b, args.captions, args.regions, args.feat_dim,
+          batch = batch_lib.random(jax.random.PRNGKey(0), b, args.captions, args.regions, args.feat_dim,
                                     args.vocab, args.words + 1, src_len=src_words, src_vocab=src_vocab)
           batch = jax.device_put(batch, parallel.batch_sharding(mesh))
           try:

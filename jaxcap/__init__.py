@@ -14,7 +14,7 @@ stays light)::
 
 __version__ = "0.1.0"
 
-_API = ("load", "load_ensemble", "score", "train", "get_config", "Run", "make_batch")
+_API = ("load", "load_ensemble", "score", "train", "get_config", "Run")
 
 
 def __getattr__(name):

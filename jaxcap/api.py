@@ -52,7 +52,8 @@ import jax
 import jax.numpy as jnp
 
 from jaxcap import config_files, run_dir
-from jaxcap.data.base import dummy_batch  # noqa: F401  (part of the API)
+from jaxcap.data import base as data_base
+from jaxcap.data import batch as batch_lib
 from jaxcap.data.vocab import Vocab
 
 
@@ -128,219 +129,6 @@ def score(references: Mapping[Any, Sequence[str]], predictions, *, metrics: Sequ
   return coco_metrics.score(references, predictions, spice=spice, tokenize=tokenize, log=log, **kwargs)
 
 
-# ---------------------------------------------------------------------------------------------
-# Batches from features.
-
-
-# The keys of a batch (docs/DESIGN.md, section 2): a batch of the run's dataset works as is.
-BATCH_KEYS = ("image_index", "valid", "feats", "feats_mask", "boxes", "global_feat", "captions",
-              "attributes", "attr_labels", "src")
-
-
-def required_inputs(model) -> tuple[str, ...]:
-  """What ``model`` (or every member of an ensemble) reads that features may lack
-  (:meth:`jaxcap.models.base.CaptionModel.required_inputs`)."""
-  members = getattr(model, "models", None)
-  if members is not None:
-    return tuple(dict.fromkeys(n for m in members for n in required_inputs(m)))
-  fn = getattr(model, "required_inputs", None)
-  return tuple(fn()) if fn is not None else ()
-
-
-def _array(x, what: str, dtype=None) -> np.ndarray:
-  try:
-    return np.asarray(x) if dtype is None else np.asarray(x, dtype)
-  except (TypeError, ValueError) as e:
-    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-    raise ValueError(f"caption: {what} is not a numeric array ({first}); expected "
-                     f"{'numbers' if dtype is None else np.dtype(dtype).name}") from None
-
-
-def make_batch(features, info: dict, model=None) -> dict:
-  """The decoder's batch dict from features (see :meth:`Run.caption` for the accepted forms).
-
-  Every array is checked first, so bad input is one ``ValueError`` naming the argument and what
-  was expected, not a failure inside NumPy or JAX or empty captions: at least one image; region
-  features ``[B, N, F]`` / global ``[B, Dg]`` of the dataset's sizes, finite; ``feats_mask``
-  ``[B, N]`` with a real region per image; ``boxes`` ``[B, N, 4]`` normalised to [0, 1];
-  ``attributes`` / ``src`` integer ids ``[B, L]`` inside their vocabularies. Given the ``model``,
-  the inputs it reads (:func:`required_inputs`: boxes, attributes, a source) must be there.
-  """
-  if features is None:
-    raise ValueError("caption: features is None; expected region features [B, N, F], global "
-                     "features [B, Dg], a list of per-image arrays or a dict of batch arrays")
-  if isinstance(features, Mapping):
-    unknown = [k for k in features if k not in BATCH_KEYS]
-    if unknown:
-      raise ValueError(f"caption: unknown features key {unknown[0]!r}; expected keys among "
-                       f"{', '.join(BATCH_KEYS)}")
-    batch = {k: _array(v, f"features[{k!r}]") for k, v in features.items()}
-  elif isinstance(features, (list, tuple)):
-    if not len(features):
-      raise ValueError(f"caption: features is an empty {type(features).__name__}; expected at "
-                       "least one image ([N_i, F] region or [Dg] global arrays)")
-    items = [_array(f, f"features[{i}]", np.float32) for i, f in enumerate(features)]
-    batch = _stack_ragged(items, info)
-  else:
-    x = _array(features, "features", np.float32)
-    if x.ndim == 2:
-      batch = {"global_feat": x}
-    elif x.ndim == 3:
-      batch = {"feats": x}
-    else:
-      raise ValueError(f"caption: expected features [B, Dg] (global) or [B, N, F] (regions), got "
-                       f"shape {x.shape}")
-  if "feats" not in batch and "global_feat" not in batch:
-    raise ValueError(f"caption: the features dict needs 'feats' [B, N, F] or 'global_feat' [B, Dg]; "
-                     f"got keys {sorted(batch)}")
-  if "feats" not in batch:
-    if int(info["max_regions"]) != 1:
-      raise ValueError(f"caption: this model reads region features 'feats' [B, N, {info['feature_dim']}] "
-                       f"(its dataset has up to {info['max_regions']} regions per image); "
-                       "give them, not only the global feature")
-    g = _array(batch["global_feat"], "features['global_feat']", np.float32)
-    if g.ndim != 2 or g.shape[1] != int(info["global_dim"]):
-      raise ValueError(f"caption: expected global features [B, {info['global_dim']}], got shape "
-                       f"{g.shape}")
-    batch["feats"] = g[:, None, :]  # global-only datasets: one region
-  feats = batch["feats"] = _array(batch["feats"], "features['feats']", np.float32)
-  if feats.ndim != 3 or feats.shape[-1] != int(info["feature_dim"]):
-    raise ValueError(f"caption: expected region features [B, N, {info['feature_dim']}], got shape "
-                     f"{feats.shape}")
-  b, n = feats.shape[:2]
-  if b == 0 or n == 0:
-    raise ValueError(f"caption: region features of shape {feats.shape} hold no "
-                     f"{'image' if b == 0 else 'region'}; expected at least one image with at "
-                     "least one region")
-  valid = batch["valid"] = _array(batch.get("valid", np.ones((b,), bool)), "features['valid']",
-                                  bool)
-  if valid.shape != (b,):
-    raise ValueError(f"caption: features['valid'] has shape {valid.shape}, expected [{b}]")
-  mask = batch["feats_mask"] = _array(batch.get("feats_mask", np.ones((b, n), bool)),
-                                      "features['feats_mask']", bool)
-  if mask.shape != (b, n):
-    raise ValueError(f"caption: features['feats_mask'] has shape {mask.shape}, expected [B, N] = "
-                     f"[{b}, {n}] like the region features")
-  empty = valid & ~mask.any(1)
-  if empty.any():
-    raise ValueError(f"caption: features['feats_mask'] marks no region of image "
-                     f"{int(np.argmax(empty))} as real; expected at least one True per image")
-  _check_finite(feats[valid], "features['feats']" if isinstance(features, Mapping) else "features")
-  if "global_feat" not in batch:
-    w = mask[..., None].astype(np.float32)
-    batch["global_feat"] = (feats * w).sum(1) / np.maximum(w.sum(1), 1.0)  # mean of the real regions
-  g = batch["global_feat"] = _array(batch["global_feat"], "features['global_feat']", np.float32)
-  if g.shape != (b, int(info["global_dim"])):
-    raise ValueError(f"caption: expected global features [{b}, {info['global_dim']}], got shape {g.shape}")
-  _check_finite(g[valid], "features['global_feat']")
-  batch.setdefault("image_index", np.arange(b, dtype=np.int32))
-  needs = required_inputs(model) if model is not None else ()
-  name = getattr(model, "registry_name", None) or type(model).__name__
-  if "boxes" in batch:
-    from jaxcap.data import base
-    boxes = batch["boxes"] = _array(batch["boxes"], "features['boxes']", np.float32)
-    if boxes.shape != (b, n, 4):
-      raise ValueError(f"caption: features['boxes'] has shape {boxes.shape}; expected [B, N, 4] = "
-                       f"[{b}, {n}, 4] (x1, y1, x2, y2 normalised to [0, 1])")
-    base.check_boxes(boxes, "caption", field="boxes", mask=mask & valid[:, None])
-  elif "boxes" in needs:
-    if n > 1:
-      raise ValueError(f"caption: model {name!r} builds its spatial graph from region boxes; "
-                       f"expected features['boxes'] [B, N, 4] (x1, y1, x2, y2 normalised to "
-                       "[0, 1]) with the region features (or ablate(graph='all_neighbour'))")
-    # One region per image: its box relates it to nothing, so the whole image's will do.
-    batch["boxes"] = np.tile(np.float32([0.0, 0.0, 1.0, 1.0]), (b, n, 1))
-  for key, size, what in (("attributes", int(info.get("vocab_size", 0) or 0), "attribute word ids"),
-                          ("src", int(info.get("src_vocab_size", 0) or 0), "source word ids")):
-    if key not in batch:
-      if key in needs:
-        raise ValueError(f"caption: model {name!r} reads {what}; expected features[{key!r}] "
-                         f"int32 [B, L] (ids of the run's {'source ' if key == 'src' else ''}"
-                         "vocabulary, 0-padded)")
-      continue
-    if size == 0 and key not in needs:
-      continue  # a source given to a run without one (or no vocabulary size known): never read
-    ids = batch[key]
-    if ids.ndim != 2 or len(ids) != b:
-      raise ValueError(f"caption: features[{key!r}] has shape {ids.shape}; expected [B, L] = "
-                       f"[{b}, L] {what}")
-    if not (np.issubdtype(ids.dtype, np.integer) or ids.size == 0):
-      raise ValueError(f"caption: features[{key!r}] has dtype {ids.dtype}; expected integer {what}")
-    rows = ids[valid]
-    bad = (rows < 0) | (rows >= size)
-    if bad.any():
-      raise ValueError(f"caption: features[{key!r}] holds id {int(rows[bad][0])}; expected {what} "
-                       f"in [0, {size}) (the run's {'source ' if key == 'src' else ''}vocabulary)")
-    if key == "src" and key in needs and not (rows != 0).any(1).all():
-      raise ValueError("caption: features['src'] has a row of padding only; expected at least "
-                       "one source word id per image")
-    batch[key] = ids.astype(np.int32)
-  return batch
-
-
-def image_features_batch(fc_BxD, att_BxCxD, data_config, info: dict) -> dict:
-  """The batch keys (``feats``, ``feats_mask``, ``boxes``, ``global_feat``, ``valid``,
-  ``image_index``) of features as ``jaxcap-extract`` writes them (``fc [B, D]``,
-  ``att [B, g*g, D]``), through the reader and collation training used
-  (:class:`jaxcap.data.base.ArrayFeatures`, :func:`jaxcap.data.base.collate`): ``att`` cells as
-  regions (grid boxes with ``data.grid``, else whole-image boxes) when ``data.att_dir`` is set,
-  else ``fc`` as the one region; ``fc`` as the global feature when ``data.fc_dir`` is set, else
-  the regions' mean; regions beyond ``max_regions`` dropped, the rest padded."""
-  from jaxcap.data import base
-  get = data_config.get
-  grid = bool(get("grid", False))
-  if get("att_dir"):
-    if get("box_dir") and not grid:
-      raise ValueError(f"caption_images: this run read region boxes from data.box_dir="
-                       f"{get('box_dir')!r}; expected a run on jaxcap-extract's grid features "
-                       "(data.grid=True or no box_dir), which have no box files")
-    reader = base.ArrayFeatures(att_BxCxD, global_feats=fc_BxD if get("fc_dir") else None,
-                                grid=grid, label="images")
-  else:
-    reader = base.ArrayFeatures(fc_BxD[:, None, :], global_feats=fc_BxD, label="images")
-  examples = []
-  for i in range(len(fc_BxD)):
-    feats, boxes, glob = base.resolve_features(reader.read(i), reader.name(i),
-                                               info["feature_dim"], info["global_dim"])
-    examples.append({"image_index": np.int32(i), "feats": feats, "boxes": boxes,
-                     "global_feat": glob,
-                     "captions": np.zeros((1, int(info["max_len"]) + 1), np.int32),
-                     "attributes": np.zeros((0,), np.int32),
-                     "attr_labels": np.zeros((int(info["num_attributes"]),), np.float32)})
-  batch = base.collate(examples, np.random.default_rng(0), info=info, seq_per_img=1)
-  return {k: batch[k] for k in ("image_index", "valid", "feats", "feats_mask", "boxes", "global_feat")}
-
-
-def _check_finite(x: np.ndarray, what: str) -> None:
-  if x.size and not np.isfinite(x.sum(dtype=np.float64)):
-    bad = ~np.isfinite(x).reshape(len(x), -1).all(1)
-    raise ValueError(f"caption: {what} contains NaN or Inf values (image {int(np.argmax(bad))}"
-                     "); expected finite numbers")
-
-
-def _stack_ragged(items, info) -> dict:
-  if all(x.ndim == 1 for x in items):
-    sizes = {x.shape[0] for x in items}
-    if len(sizes) > 1:
-      raise ValueError(f"caption: the global features of a list have sizes {sorted(sizes)}; "
-                       f"expected [{info['global_dim']}] each")
-    return {"global_feat": np.stack(items)}
-  if not all(x.ndim == 2 for x in items):
-    raise ValueError("caption: a list of features holds arrays of shapes "
-                     f"{[x.shape for x in items]}; expected [Dg] global or [N_i, F] region arrays")
-  widths = {x.shape[-1] for x in items}
-  if len(widths) > 1 or min(x.shape[0] for x in items) == 0:
-    raise ValueError(f"caption: a list of region features holds arrays of shapes "
-                     f"{[x.shape for x in items]}; expected [N_i, {info['feature_dim']}] arrays "
-                     "with N_i >= 1")
-  n = max(x.shape[0] for x in items)
-  feats = np.zeros((len(items), n, items[0].shape[-1]), np.float32)
-  mask = np.zeros((len(items), n), bool)
-  for i, x in enumerate(items):
-    feats[i, :len(x)], mask[i, :len(x)] = x, True
-  return {"feats": feats, "feats_mask": mask}
-
-
 def _slice_batch(batch: dict, start: int, size: int) -> dict:
   """Rows ``start:start+size`` of ``batch``, the missing rows filled with copies of the first
   (so every chunk has the same shapes and the decoder compiles once)."""
@@ -405,8 +193,9 @@ class Run:
     return self._mesh
 
   def batch(self, features) -> dict:
-    """The batch dict :meth:`caption` decodes for ``features`` (:func:`make_batch`)."""
-    return make_batch(features, self.info, self.model)
+    """The batch dict :meth:`caption` decodes for ``features``
+    (:func:`jaxcap.data.batch.from_features`)."""
+    return batch_lib.from_features(features, self.info, self.model)
 
   # ---------------------------------------------------------------- decoding
   def decode_config(self, method: str | None = None, beam_size: int | None = None, **options) -> dict:
@@ -481,7 +270,7 @@ class Run:
 
     Raises:
       ValueError: one line naming the argument and what was expected, for features that do
-        not fit the run (:func:`make_batch`): no image, the wrong rank or size, NaN or Inf,
+        not fit the run (:func:`jaxcap.data.batch.from_features`): no image, the wrong rank or size, NaN or Inf,
         boxes not ``[B, N, 4]`` in [0, 1] or missing for the Image Transformer, attribute or
         source ids outside the vocabulary or missing for a model that reads them.
     """
@@ -511,9 +300,9 @@ class Run:
   def image_batch(self, images, weights: str | None = None, *, batch_size: int = 16) -> dict:
     """The batch :meth:`caption_images` decodes: the recorded backbone's features of
     ``images``, laid out as the run's dataset reader lays out the extracted files
-    (:func:`image_features_batch`)."""
+    (:func:`jaxcap.data.base.image_features_batch`)."""
     fc_BxD, att_BxCxD = self.backbone(weights).features(images, batch_size)
-    return image_features_batch(fc_BxD, att_BxCxD, self.config.data, self.info)
+    return data_base.image_features_batch(fc_BxD, att_BxCxD, self.config.data, self.info)
 
   def caption_images(self, images, weights: str | None = None, *, batch_size: int = 16,
                      **decode_options) -> list[str]:
@@ -676,7 +465,7 @@ def _fmt(fields: dict) -> str:
 def _check_model_fits(model, params, info: dict, what: str) -> None:
   """Traces encode + one decode step on a dummy batch (shapes only) so that a model the
   parameters do not fit fails here, in one line, not inside a later decode."""
-  batch = dummy_batch(info, 2)
+  batch = batch_lib.dummy(info, 2)
 
   def probe(params, batch):
     enc = model.apply(params, batch, method="encode")

@@ -24,6 +24,7 @@ import numpy as np
 import jax
 
 from jaxcap.atomic import write_json
+from jaxcap.data import batch as batch_lib
 from jaxcap.data.vocab import Vocab
 
 CONFIG_FILE = "config.json"
@@ -258,10 +259,9 @@ def abstract_state(model, config, info: dict, sharding):
   """The shapes, dtypes and ``sharding`` of the train state (parameters, optimiser state, step,
   RNG) a checkpoint of ``model`` holds, traced on a dummy batch, not computed."""
   import jax.numpy as jnp
-  from jaxcap.data.base import dummy_batch
   from jaxcap.models.base import shift_right
   from jaxcap.training import optim, steps
-  batch = jax.tree.map(jnp.asarray, dummy_batch(info, 2))
+  batch = jax.tree.map(jnp.asarray, batch_lib.dummy(info, 2))
   tx, _ = optim.make_optimizer(config, 1, frozen_collections=getattr(model, "frozen_collections", ()))
 
   def init_state():

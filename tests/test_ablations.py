@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import ml_collections
 
 from jaxcap import api
+from jaxcap.data import batch as batch_lib
 from jaxcap.data.vocab import Vocab
 from jaxcap.models import registry
 from jaxcap.models.base import shift_right
@@ -40,7 +41,7 @@ def _run(model_fields: dict, seed: int = 0) -> api.Run:
   cfg = ml_collections.ConfigDict({"model": dict(model_fields, dtype="float32"),
                                    "decode": {"method": "greedy", "max_len": INFO["max_len"]}})
   model = registry.build(cfg.model, INFO)
-  batch = jax.tree.map(jnp.asarray, api.dummy_batch(INFO, 2))
+  batch = jax.tree.map(jnp.asarray, batch_lib.dummy(INFO, 2))
   params = model.init(jax.random.PRNGKey(seed), batch, shift_right(batch["captions"]), train=False)
   if model_fields["name"] == "tpgn":
     params = dict(params, constants=dict(params["constants"],

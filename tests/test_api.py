@@ -4,7 +4,7 @@ A tiny Transformer workdir is written as train.py writes it (config.json, vocab.
 orbax ``best/`` and ``checkpoints/``) from freshly initialised parameters, so no training step
 is compiled here; tests/test_package.py loads a trained run from an installed package.
 
-Mutants tried (each made a test fail, then restored): ``make_batch`` not padding ragged region
+Mutants tried (each made a test fail, then restored): ``batch.from_features`` not padding ragged region
 lists with a False mask (padding regions count as real: tokens differ); ``load`` restoring
 the latest instead of the best checkpoint; ``init_workdir`` not writing ``info.json``.
 """
@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import jaxcap
 from jaxcap import api, config_files, decoding, run_dir
 from jaxcap import data as data_lib
+from jaxcap.data import batch as batch_lib
 from jaxcap.data import pipeline
 from jaxcap.training import checkpoint as ckpt_lib
 from jaxcap.training import train_lib
@@ -113,22 +114,22 @@ def test_load_step_and_old_workdirs(workdir, tmp_path, monkeypatch):
     run_dir.save_info(wd, dict(dataset.info))
 
 
-def test_make_batch_defaults_and_errors():
+def test_batch_from_features_defaults_and_errors():
   info = {"feature_dim": 4, "global_dim": 4, "max_regions": 3}
   x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
-  b = api.make_batch(x, info)
+  b = batch_lib.from_features(x, info)
   assert b["feats_mask"].all() and b["valid"].all()
   np.testing.assert_allclose(b["global_feat"], x.mean(1))
-  b = api.make_batch({"feats": x, "feats_mask": np.array([[1, 1, 0], [1, 0, 0]], bool)}, info)
+  b = batch_lib.from_features({"feats": x, "feats_mask": np.array([[1, 1, 0], [1, 0, 0]], bool)}, info)
   np.testing.assert_allclose(b["global_feat"], [x[0, :2].mean(0), x[1, 0]])
   with pytest.raises(ValueError, match="reads region features 'feats'"):
-    api.make_batch(x[:, 0], info)  # global features for a model with regions
-  g = api.make_batch(x[:, 0], dict(info, max_regions=1))
+    batch_lib.from_features(x[:, 0], info)  # global features for a model with regions
+  g = batch_lib.from_features(x[:, 0], dict(info, max_regions=1))
   np.testing.assert_array_equal(g["feats"], x[:, :1])
   with pytest.raises(ValueError, match=r"expected region features \[B, N, 4\]"):
-    api.make_batch(np.zeros((2, 3, 5), np.float32), info)
+    batch_lib.from_features(np.zeros((2, 3, 5), np.float32), info)
   with pytest.raises(ValueError, match=r"expected features \[B, Dg\]"):
-    api.make_batch(np.zeros((2,), np.float32), info)
+    batch_lib.from_features(np.zeros((2,), np.float32), info)
 
 
 def test_evaluate_scores_the_split(workdir):

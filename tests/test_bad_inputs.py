@@ -85,6 +85,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from jaxcap.data import batch as batch_lib
 from tests.data import fakes
 
 REPO = Path(__file__).resolve().parents[1]
@@ -750,7 +751,7 @@ def test_missing_boxes_switch_says_once_what_it_substitutes(tmp_path, karpathy_d
 
 
 # ------------------------------------------------------------------------------- Python API
-# Runs built in memory (no checkpoint): make_batch refuses bad features before anything is
+# Runs built in memory (no checkpoint): batch.from_features refuses bad features before anything is
 # decoded, so no parameters are needed.
 _INFO = {"feature_dim": 6, "global_dim": 6, "max_regions": 3, "max_len": 8, "vocab_size": 20,
          "src_vocab_size": 15, "num_attributes": 10, "grid": False, "seq_per_img": 1,
@@ -857,7 +858,7 @@ def test_api_bad_features(model, features, needle):
 def test_api_good_features_pass_the_checks(model, features):
   from jaxcap import api
   run = _api_run(model)
-  batch = api.make_batch(features, run.info, run.model)
+  batch = batch_lib.from_features(features, run.info, run.model)
   assert batch["feats"].shape[0] == 2 and np.isfinite(batch["feats"]).all()
 
 

@@ -55,7 +55,7 @@ def get_dataset(data_config) -> CaptionDataset:
     degenerate_boxes: zero-area boxes (x1 == x2 or y1 == y2) in box files: ``error`` (a
       detector never emits one; it means broken coordinates) | ``allow`` (the Image Transformer
       treats such a box as overlapping nothing: a neighbour of every region;
-      :func:`jaxcap.data.base.check_boxes`).
+      :func:`jaxcap.data.batch.check_boxes`).
     missing_boxes: a model that builds on region boxes (the Image Transformer's spatial graph)
       on region features without boxes (no ``box_dir``): ``error`` | ``whole_image`` (every
       region gets the whole-image box, said once when the run starts; the graph then carries

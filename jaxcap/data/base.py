@@ -22,6 +22,8 @@ from typing import Sequence
 import numpy as np
 
 from jaxcap.data import attributes as attributes_lib
+from jaxcap.data import batch as batch_lib
+from jaxcap.data.batch import check_boxes
 from jaxcap.data.vocab import EOS, PAD, SPECIALS, UNK, Vocab
 
 SPLITS = ("train", "val", "test")
@@ -78,46 +80,6 @@ def check_features(feats: np.ndarray, dim: int | None, name: str, field: str = "
 
 
 _UNIT_BOX = np.array([[0.0, 0.0, 1.0, 1.0]], np.float32)
-# Normalised coordinates may overshoot [0, 1] by float rounding (pixels / image size).
-BOX_TOLERANCE = 1e-5
-
-
-def check_boxes(boxes, name: str, field: str = "boxes", mask=None,
-                allow_degenerate: bool = True) -> np.ndarray:
-  """Validates ``[..., n, 4]`` boxes (x1, y1, x2, y2, normalised): finite, ``x1 <= x2``,
-  ``y1 <= y2``, inside ``[0, 1]`` (up to ``BOX_TOLERANCE``); returns them as float32 or raises
-  a one-line ValueError naming ``name`` and ``field``.
-
-  Degenerate boxes (``x1 == x2`` or ``y1 == y2``: zero area) are valid here when
-  ``allow_degenerate``. The rule for them, used by the Image Transformer's spatial graph: a
-  zero-area box overlaps nothing, so it is neither parent nor child of any region — a
-  neighbour of every region (and of itself). The data readers call this with
-  ``allow_degenerate=False`` unless ``data.degenerate_boxes="allow"``: a detector never emits
-  a zero-area box, so one in a box file means broken coordinates (e.g. an all-zero row).
-  ``mask`` (bool ``[..., n]``, True for real regions) skips padding rows.
-  """
-  b = np.asarray(boxes, np.float32)
-  if b.ndim < 2 or b.shape[-1] != 4:
-    raise ValueError(f"{name}: field {field!r} must be [..., regions, 4], got shape {list(b.shape)}")
-  real = np.ones(b.shape[:-1], bool) if mask is None else np.asarray(mask, bool)
-  r = b[real]
-  if not np.all(np.isfinite(r)):
-    raise ValueError(f"{name}: field {field!r} contains NaN or Inf values, expected finite numbers")
-  bad = (r[:, 0] > r[:, 2]) | (r[:, 1] > r[:, 3])
-  if bad.any():
-    raise ValueError(f"{name}: field {field!r} has {int(bad.sum())} box(es) with x1 > x2 or "
-                     f"y1 > y2 (first {r[bad][0].tolist()}), expected x1 <= x2 and y1 <= y2")
-  out = (r < -BOX_TOLERANCE) | (r > 1.0 + BOX_TOLERANCE)
-  if out.any():
-    raise ValueError(f"{name}: field {field!r} has coordinates outside [0, 1] (first box "
-                     f"{r[out.any(-1)][0].tolist()}), expected boxes normalised to the image")
-  if not allow_degenerate:
-    flat = (r[:, 0] == r[:, 2]) | (r[:, 1] == r[:, 3])
-    if flat.any():
-      raise ValueError(f"{name}: field {field!r} has {int(flat.sum())} zero-area box(es) (first "
-                       f"{r[flat][0].tolist()}), expected x1 < x2 and y1 < y2 (or set "
-                       "data.degenerate_boxes='allow')")
-  return b
 
 
 @contextlib.contextmanager
@@ -583,23 +545,9 @@ def collate(examples: Sequence[dict], rng: np.random.Generator, *, info: dict,
   confidence). Images with R < S references keep all R and fill the remaining rows by
   sampling their references with replacement; with R > S a random subset of S is used.
   """
-  nb = len(examples)
-  b = nb if batch_size is None else batch_size
-  n, d, dg = info["max_regions"], info["feature_dim"], info["global_dim"]
-  s, t, a = seq_per_img, info["max_len"] + 1, info["max_attributes"]
-  batch = {
-      "image_index": np.zeros((b,), np.int32),
-      "valid": np.zeros((b,), bool),
-      "feats": np.zeros((b, n, d), np.float32),
-      "feats_mask": np.zeros((b, n), bool),
-      "boxes": np.zeros((b, n, 4), np.float32),
-      "global_feat": np.zeros((b, dg), np.float32),
-      "captions": np.zeros((b, s, t), np.int32),
-      "attributes": np.zeros((b, a), np.int32),
-      "attr_labels": np.zeros((b, info["num_attributes"]), np.float32),
-  }
-  if has_src:
-    batch["src"] = np.zeros((b, info["src_max_len"] + 1), np.int32)
+  b = len(examples) if batch_size is None else batch_size
+  n, s, a = info["max_regions"], seq_per_img, info["max_attributes"]
+  batch = batch_lib.zeros(info, b, seq_per_img, has_src)
   for j, ex in enumerate(examples):
     batch["image_index"][j] = ex["image_index"]
     batch["valid"][j] = True
@@ -625,13 +573,33 @@ def collate(examples: Sequence[dict], rng: np.random.Generator, *, info: dict,
   return batch
 
 
-def dummy_batch(info: dict, batch_size: int = 2) -> dict:
-  """An all-padding batch with the dataset's shapes (model init and shape checks)."""
-  batch = collate([], np.random.default_rng(0), info=info, seq_per_img=int(info.get("seq_per_img", 1)),
-                  batch_size=batch_size, has_src=bool(info.get("src_vocab_size", 0)))
-  batch["feats_mask"][:] = True  # one real region per image keeps every attention defined
-  batch["valid"][:] = True
-  batch["attributes"][:, 0] = 4
-  if "src" in batch:
-    batch["src"][:, 0] = 4
-  return batch
+def image_features_batch(fc_BxD, att_BxCxD, data_config, info: dict) -> dict:
+  """The batch keys (``feats``, ``feats_mask``, ``boxes``, ``global_feat``, ``valid``,
+  ``image_index``) of features as ``jaxcap-extract`` writes them (``fc [B, D]``,
+  ``att [B, g*g, D]``), through the reader and collation training used
+  (:class:`jaxcap.data.ArrayFeatures`, :func:`jaxcap.data.base.collate`): ``att`` cells as
+  regions (grid boxes with ``data.grid``, else whole-image boxes) when ``data.att_dir`` is set,
+  else ``fc`` as the one region; ``fc`` as the global feature when ``data.fc_dir`` is set, else
+  the regions' mean; regions beyond ``max_regions`` dropped, the rest padded."""
+  get = data_config.get
+  grid = bool(get("grid", False))
+  if get("att_dir"):
+    if get("box_dir") and not grid:
+      raise ValueError(f"caption_images: this run read region boxes from data.box_dir="
+                       f"{get('box_dir')!r}; expected a run on jaxcap-extract's grid features "
+                       "(data.grid=True or no box_dir), which have no box files")
+    reader = ArrayFeatures(att_BxCxD, global_feats=fc_BxD if get("fc_dir") else None,
+                                grid=grid, label="images")
+  else:
+    reader = ArrayFeatures(fc_BxD[:, None, :], global_feats=fc_BxD, label="images")
+  examples = []
+  for i in range(len(fc_BxD)):
+    feats, boxes, glob = resolve_features(reader.read(i), reader.name(i),
+                                               info["feature_dim"], info["global_dim"])
+    examples.append({"image_index": np.int32(i), "feats": feats, "boxes": boxes,
+                     "global_feat": glob,
+                     "captions": np.zeros((1, int(info["max_len"]) + 1), np.int32),
+                     "attributes": np.zeros((0,), np.int32),
+                     "attr_labels": np.zeros((int(info["num_attributes"]),), np.float32)})
+  batch = collate(examples, np.random.default_rng(0), info=info, seq_per_img=1)
+  return {k: batch[k] for k in ("image_index", "valid", "feats", "feats_mask", "boxes", "global_feat")}

@@ -27,6 +27,7 @@ import threading
 import numpy as np
 
 from jaxcap.data import base
+from jaxcap.data import batch as batch_lib
 from jaxcap.data.vocab import tokenize
 
 
@@ -110,8 +111,8 @@ class DirFeatures(base.FeatureReader):
     return {"feats": feats, "boxes": boxes, "global_feat": glob}
 
   def read_boxes(self, i: int, allow_degenerate: bool = True) -> np.ndarray:
-    """Image ``i``'s boxes normalised to [0, 1], validated with :func:`base.check_boxes`
-    (finite, x1 <= x2, y1 <= y2, inside the image up to ``base.BOX_TOLERANCE``; a box outside
+    """Image ``i``'s boxes normalised to [0, 1], validated with :func:`jaxcap.data.batch.check_boxes`
+    (finite, x1 <= x2, y1 <= y2, inside the image up to ``batch.BOX_TOLERANCE``; a box outside
     the image is an error, not clipped). Zero-area boxes are checked by the caller (the split
     source, with ``data.degenerate_boxes``)."""
     path = os.path.join(self.box_dir, f"{self.keys[i]}.npy")
@@ -129,7 +130,7 @@ class DirFeatures(base.FeatureReader):
     else:
       w = max(float(boxes[:, 2].max(initial=0.0)), 1.0)
       h = max(float(boxes[:, 3].max(initial=0.0)), 1.0)
-    boxes = base.check_boxes(boxes / np.array([w, h, w, h], np.float32), path,
+    boxes = batch_lib.check_boxes(boxes / np.array([w, h, w, h], np.float32), path,
                              allow_degenerate=allow_degenerate)
     return np.clip(boxes, 0.0, 1.0)  # only float rounding (<= BOX_TOLERANCE) is clipped
 

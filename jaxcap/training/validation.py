@@ -11,7 +11,7 @@ of a traceback or a late failure at the batch that reads a bad file or after tra
   ``test_after_training``), and each image's feature files of those splits agree with the
   dataset (rank, float dtype, feature sizes, at most ``data.max_regions`` regions unless
   ``data.truncate_regions``, not truncated) — read from the ``.npy`` / ``.npz`` headers, not
-  the arrays — and its boxes are valid (:func:`jaxcap.data.base.check_boxes`; zero-area boxes
+  the arrays — and its boxes are valid (:func:`jaxcap.data.batch.check_boxes`; zero-area boxes
   are an error unless ``data.degenerate_boxes="allow"``). ``data.validate_features`` is
   ``"all"`` (default), ``"sample"`` (``data.validate_sample`` images per split, evenly spread:
   for datasets too large to scan) or ``"off"``; the time the check took is printed in one line;
@@ -28,6 +28,7 @@ import time
 import numpy as np
 
 from jaxcap.data import base, complete_data_config
+from jaxcap.data import batch as batch_lib
 from jaxcap.training.steps import PRNG_IMPLS
 
 _MISSING = object()
@@ -237,7 +238,7 @@ def _check_header(head: dict, info: dict, max_regions: int, truncate: bool,
     if b.shape != (n, 4):
       raise ValueError(f"{bname}: boxes have shape {list(b.shape)}, expected [{n}, 4] to match "
                        f"{name}")
-    base.check_boxes(b, bname, allow_degenerate=allow_degenerate)
+    batch_lib.check_boxes(b, bname, allow_degenerate=allow_degenerate)
 
 
 def _check_dtype(dtype, name: str) -> None:

@@ -92,14 +92,6 @@ def test_a_traced_step_is_attributed_to_the_parts_of_the_model(tmp_path):
   assert {s.split()[0] for s, _ in got["by_scope"]} == {"fwd", "bwd"}
 
 
-def test_random_boxes_are_valid_and_every_fourth_is_inside_the_one_before():
-  import jax
-  boxes = common.make_batch(jax.random.PRNGKey(0), 2, 5, 9, 4, 50, 6)["boxes"]
-  assert (boxes[..., 2:] >= boxes[..., :2]).all()
-  for j in (1, 5):
-    assert (boxes[:, j, :2] >= boxes[:, j - 1, :2]).all() and (boxes[:, j, 2:] <= boxes[:, j - 1, 2:]).all()
-
-
 def test_parse_overrides_converts_numbers_and_booleans():
   assert common.parse_overrides("dim=64, dropout=0.1,share_embeddings=false,modalities=text,") == {
       "dim": 64, "dropout": 0.1, "share_embeddings": False, "modalities": "text"}

@@ -1,9 +1,9 @@
-"""jaxcap.data.base.check_boxes: the box rule the Image Transformer relies on."""
+"""jaxcap.data.batch.check_boxes: the box rule the Image Transformer relies on."""
 
 import numpy as np
 import pytest
 
-from jaxcap.data.base import check_boxes
+from jaxcap.data.batch import check_boxes
 
 
 def test_valid_and_degenerate_boxes_pass():

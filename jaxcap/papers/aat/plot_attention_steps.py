@@ -18,6 +18,7 @@ import os
 
 
 from jaxcap.analysis.words import caption_aux, row_batch
+from jaxcap.data import batch as batch_lib
 
 
 
@@ -33,7 +34,7 @@ def untrained_run():
   dataset = data_lib.get_dataset(config.data)
   info = dict(dataset.info)
   model = registry.build(config.model, info)
-  batch = jax.tree.map(jax.numpy.asarray, api.dummy_batch(info, 2))
+  batch = jax.tree.map(jax.numpy.asarray, batch_lib.dummy(info, 2))
   params = model.init(jax.random.PRNGKey(config.seed), batch, shift_right(batch["captions"]), train=False)
   return api.Run(config, dataset.vocab, info, model, params, dataset=dataset)
 
