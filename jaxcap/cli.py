@@ -22,6 +22,7 @@ import re
 import sys
 
 from jaxcap import config_files
+from jaxcap.training import checkpoint
 from jaxcap.config_files import default_workdir  # noqa: F401  (train.py names its workdir)
 
 EXIT_BAD_INPUT = 2
@@ -46,15 +47,6 @@ def resolve_config_argv(argv: list[str]) -> list[str]:
   return out
 
 
-def quiet_logs() -> None:
-  """Orbax and absl log every checkpoint step at INFO; keep the console for progress and results."""
-  import logging
-  from absl import logging as absl_logging
-  absl_logging.set_verbosity(absl_logging.WARNING)
-  for name in ("orbax", "absl", "jax._src.xla_bridge"):
-    logging.getLogger(name).setLevel(logging.WARNING)
-
-
 def fail(msg: str, code: int = EXIT_BAD_INPUT):
   """Prints ``error: <first line of msg>`` on stderr and exits with ``code``."""
   msg = str(msg).strip()
@@ -67,7 +59,7 @@ def run_main(fn):
   """Runs ``fn()``; bad input -> one line and exit 2, a non-finite stop -> one line and exit 3."""
   from jaxcap.training.guard import NonFiniteError
   from jaxcap.training import parallel
-  quiet_logs()
+  checkpoint.quiet_logs()
   try:
     # First, before anything can touch a JAX backend (xla_logs asks for the default backend):
     # jax.distributed must be initialised before the backend exists.

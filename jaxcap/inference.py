@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import jax
+import jax.numpy as jnp
 
 from jaxcap import decoding
 from jaxcap.data import pipeline
@@ -119,3 +121,34 @@ class _Prefix:
 
   def collate(self, *args, **kwargs):
     return self.source.collate(*args, **kwargs)
+
+
+def decode_features(model, params, vocab, batch: dict, decode_config, *, batch_size: int = 50,
+                    seed: int = 0, return_aux: bool = False):
+  """Decodes a batch of a user's features (:func:`jaxcap.data.batch.from_features`) in chunks
+  of ``batch_size`` images on the default device (the last chunk padded with copies of its
+  first row, so every chunk has the same shapes and the decoder compiles once).
+
+  Returns the :class:`jaxcap.decoding.DecodeOutput` as numpy arrays, one row per image.
+  """
+  cfg = _as_dict(decode_config)
+  bad = decoding.bad_ending_ids(vocab)
+  b = len(batch["feats"])
+  size = max(1, min(int(batch_size), b))
+  outs = []
+  for k, start in enumerate(range(0, b, size)):
+    chunk = {}
+    for key, v in batch.items():
+      rows = v[start:start + size]
+      if len(rows) < size:
+        rows = np.concatenate([rows, np.repeat(rows[:1], size - len(rows), axis=0)])
+      chunk[key] = jnp.asarray(rows)
+    rng = jax.random.fold_in(jax.random.PRNGKey(seed), k)
+    try:
+      out = decoding.decode(model, params, chunk, cfg, rng=rng, bad_endings=bad, return_aux=return_aux)
+    except KeyError as e:
+      name = getattr(model, "registry_name", type(model).__name__)
+      raise ValueError(f"caption: model {name!r} reads batch[{e.args[0]!r}]; give it in the "
+                       f"features dict (see docs/DESIGN.md, section 2)") from None
+    outs.append(jax.device_get(out))
+  return jax.tree.map(lambda *xs: np.concatenate(xs)[:b], *outs)

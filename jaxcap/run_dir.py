@@ -196,6 +196,19 @@ def read_features_record(workdir: str) -> dict | None:
   return record.read(path)
 
 
+def backbone(workdir: str | None, weights: str | None = None):
+  """The extractor the run's features came from (:class:`jaxcap.features.record.Backbone`:
+  the recorded architecture with ``weights``, whose sha256 must be the recorded one, or the
+  recorded seed's random weights); one line for a run without ``features.json``."""
+  from jaxcap.features import record as record_lib
+  record = read_features_record(workdir) if workdir else None
+  if record is None:
+    raise ValueError(f"{workdir}: no {FEATURES_FILE}; this run was trained on features "
+                     "jaxcap-extract did not write, so it cannot caption image files (caption "
+                     "feature arrays with Run.caption)")
+  return record_lib.Backbone(record, weights, os.path.join(workdir, FEATURES_FILE))
+
+
 def _read_json_or_fail(path: str):
   from jaxcap.features import extract
   return extract.read_json(path, "the features.json jaxcap-extract wrote")

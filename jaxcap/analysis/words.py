@@ -77,3 +77,21 @@ def plot_word_figures(words, aux: dict, batch: dict, out_prefix: str, *, row: in
                                  title=title, out=out)
     written.append(out)
   return written
+
+
+def plot_run_words(model, params, vocab, batch: dict, max_len: int, out_prefix: str, *,
+                   index: int = 0, columns: int = 6) -> list[str]:
+  """The per-word figures of the greedy caption of ``batch`` row ``index``
+  (:func:`plot_word_figures`); one line when the model reports nothing to draw."""
+  import jax
+  import jax.numpy as jnp
+  batch = jax.tree.map(jnp.asarray, batch)
+  words, aux = caption_aux(model, params, batch, vocab, max_len, row=index)
+  title = " ".join(w for w in words if w != "<eos>")
+  written = plot_word_figures(words, aux, jax.device_get(batch), out_prefix, row=index,
+                              title=title, columns=columns)
+  if not written:
+    name = getattr(model, "registry_name", type(model).__name__)
+    raise ValueError(f"plot_words: model {name!r} reports no per-word attention, gate or steps "
+                     f"(decode aux keys: {sorted(aux)})")
+  return written

@@ -51,6 +51,7 @@ import jax
 import jax.numpy as jnp
 import flax.linen as nn
 
+from jaxcap.data import batch as batch_lib
 from jaxcap.data.vocab import BOS
 
 
@@ -59,6 +60,23 @@ def repeat_batch(tree, n: int):
   if n == 1:
     return tree
   return jax.tree.map(lambda x: jnp.repeat(x, n, axis=0), tree)
+
+
+def check_fits(model, params, info: dict, what: str) -> None:
+  """Traces encode + one decode step on a dummy batch (shapes only), so that parameters that do
+  not fit ``model`` (e.g. a changed field of a functional ablation) fail here in one line
+  (``<what>: the parameters do not fit ...``), not inside a later decode."""
+  def probe(params, batch):
+    enc = model.apply(params, batch, method="encode")
+    cache = model.apply(params, enc, 2, method="init_cache")
+    tokens = jnp.full((2,), 1, jnp.int32)
+    return model.apply(params, enc, cache, tokens, jnp.int32(0), method="decode_step")[0]
+
+  try:
+    jax.eval_shape(probe, params, jax.tree.map(jnp.asarray, batch_lib.dummy(info, 2)))
+  except Exception as e:  # flax scope errors, shape mismatches, the models' own ValueErrors
+    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    raise ValueError(f"{what}: the parameters do not fit the changed model: {first}") from None
 
 
 def shift_right(captions):

@@ -33,7 +33,15 @@ import warnings
 
 import jax
 import orbax.checkpoint as ocp
+from absl import logging as absl_logging
 from jax.experimental import multihost_utils
+
+
+def quiet_logs() -> None:
+  """Orbax and absl log every checkpoint step at INFO; keep the console for progress and results."""
+  absl_logging.set_verbosity(absl_logging.WARNING)
+  for name in ("orbax", "absl", "jax._src.xla_bridge"):
+    logging.getLogger(name).setLevel(logging.WARNING)
 
 
 class _SettlingLoop(asyncio.SelectorEventLoop):
