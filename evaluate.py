@@ -1,21 +1,11 @@
-"""Evaluates a checkpoint, or scores any captioner's predictions file.
-
-  python evaluate.py --workdir runs/transformer_synthetic [--split test] [--step N] [--beam-size 3]
-  python evaluate.py --predictions P.json --references R.json --out S.json
-
-The program is :mod:`jaxcap.commands.evaluate` (also installed as ``jaxcap-evaluate``); this
-file runs it from a checkout without installing the package.
-"""
+"""``python evaluate.py``: :mod:`jaxcap.commands.evaluate` (``jaxcap-evaluate``) from a checkout."""
 
 import os
 import sys
 
-_REPO = os.path.dirname(os.path.abspath(__file__))
-if _REPO not in sys.path:
-  sys.path.insert(0, _REPO)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from jaxcap.commands.evaluate import *  # noqa: E402,F401,F403  (defines the flags)
-from jaxcap.commands.evaluate import run  # noqa: E402
+from jaxcap.commands import evaluate  # noqa: E402  (after the checkout's path)
 
 if __name__ == "__main__":
-  run()
+  evaluate.run()

@@ -1,22 +1,11 @@
-"""Trains a jaxcap model, then evaluates its best checkpoint on the test split.
-
-  python train.py                                   # Transformer on the embedded synthetic data
-  python train.py --config configs/eta.py:synthetic,variant=stacked_v --workdir runs/stacked_v
-  python train.py --config configs/transformer.py:coco --config.batch_size=100 --config.dtype=bfloat16
-
-The program is :mod:`jaxcap.commands.train` (also installed as ``jaxcap-train``); this file
-runs it from a checkout without installing the package.
-"""
+"""``python train.py``: :mod:`jaxcap.commands.train` (``jaxcap-train``) from a checkout."""
 
 import os
 import sys
 
-_REPO = os.path.dirname(os.path.abspath(__file__))
-if _REPO not in sys.path:
-  sys.path.insert(0, _REPO)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from jaxcap.commands.train import *  # noqa: E402,F401,F403  (defines the flags)
-from jaxcap.commands.train import run  # noqa: E402
+from jaxcap.commands import train  # noqa: E402  (after the checkout's path)
 
 if __name__ == "__main__":
-  run()
+  train.run()

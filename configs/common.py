@@ -8,10 +8,16 @@ Any field can then be overridden on the command line: ``--config.model.num_heads
 
 Every config has the top-level keys ``model.name``, ``data.name``, ``batch_size``,
 ``num_train_steps``, ``eval_every_steps``, ``learning_rate`` and ``seed``.
+
+Every config also takes the bare word ``tiny`` (``configs/eta.py:synthetic,tiny``): the same
+config at the smallest sizes that still run every path (:func:`tiny`: 4 steps of 8 images,
+96 / 16 / 16 synthetic images, one 32-wide layer), for tests, smoke runs of the benchmarks and
+the README runner. :func:`jaxcap.config_files.load` applies it after ``get_config``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import ml_collections
@@ -48,6 +54,33 @@ def parse_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:
   if out["dataset"] not in DATASETS:
     raise ValueError(f"config argument dataset: expected one of {DATASETS}, got {out['dataset']!r}")
   return ml_collections.ConfigDict(out)
+
+
+# The sizes of ``tiny`` (the module docstring): the run, the synthetic data, and every model
+# field of these names that the model has.
+TINY_RUN = {"num_train_steps": 4, "eval_every_steps": 4, "checkpoint_every_steps": 4,
+            "log_every_steps": 2, "batch_size": 8, "eval_batch_size": 8, "eval_num_images": 16,
+            "warmup_steps": 10}
+TINY_DATA = {"num_train": 96, "num_val": 16, "num_test": 16}
+TINY_MODEL = {"dim": 32, "num_heads": 4, "ff_dim": 64, "num_layers": 1, "num_dec_layers": 1,
+              "embed_dim": 16, "hidden_dim": 16, "att_dim": 16, "d": 3}
+TINY_DETECTOR = {"num_steps": 4, "hidden": 16, "batch_size": 8}
+
+
+def tiny(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """``c`` at :data:`TINY_RUN` / :data:`TINY_DATA` / :data:`TINY_MODEL` sizes, for the fields
+  it has (a method without training, the nearest neighbour, keeps its 0 steps; the Image
+  Transformer keeps as many layers as its spatial layers name)."""
+  with c.unlocked() if hasattr(c, "unlocked") else contextlib.nullcontext():
+    for section, values in ((c, TINY_RUN), (c.data, TINY_DATA), (c.model, TINY_MODEL),
+                            (c.get("detector"), TINY_DETECTOR)):
+      for k, v in values.items() if section is not None else ():
+        if k in section and not (k == "num_train_steps" and not c.num_train_steps):
+          section[k] = v
+    listed = [int(t) for t in str(c.model.get("spatial_layers", "")).split(",") if t.strip().isdigit()]
+    if listed and "num_layers" in c.model:
+      c.model.num_layers = max(listed + [c.model.num_layers])
+  return c
 
 
 def _convert(value: str):

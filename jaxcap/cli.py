@@ -1,80 +1,72 @@
-"""Shared command-line behaviour: bad input ends with one line on stderr and exit code 2.
+"""The command line's contract: bad input is one line on stderr and exit code 2.
 
-``run_app(main, argv)`` replaces ``absl.app.run`` for ``train.py`` and ``evaluate.py``: it parses
-the flags itself so that absl's and ml_collections' flag and config errors (an unknown or
-misspelt ``--config.`` key, a value of the wrong type, a missing config file, a bad
-``file.py:arg`` argument, an unknown flag, stray arguments) become one line
-``error: ...`` on stderr and exit code 2 instead of a traceback or absl's usage text and exit
-code 1. It can be called again in the same process (the tests drive both scripts in-process).
+Exit codes: 0 success; 2 bad input (a flag, the config, data, workdir, checkpoints,
+predictions); 3 the run stopped on a non-finite loss or gradient norm (``config.nonfinite=
+"stop"``, :mod:`jaxcap.training.guard`).
 
-Exit codes: 0 success; 2 bad input (config, data, workdir, checkpoints, predictions); 3 the
-run stopped on a non-finite loss or gradient norm (``config.nonfinite="stop"``, see
-:mod:`jaxcap.training.guard`).
+* :func:`run_absl` is ``absl.app.run`` with a flags parser that *validates the command line
+  before absl parses it* (:func:`check_command_line`): the config file and its argument load,
+  every ``--config.<field>=<value>`` names a field of that config and its value parses as the
+  field's type, a section is not set after one of its fields. Then the config flags are defined
+  (``ml_collections.config_flags``, reading this ``argv``: nothing global is swapped) and absl
+  parses; an unknown flag, a flag value its own parser refuses and stray arguments are one line
+  too. The program's body then runs under :func:`run_main`.
+* :func:`run_main` maps the library's one-line errors (``ValueError``, missing files, ``OSError``)
+  to ``error: <line>`` and exit 2, a non-finite stop to exit 3.
+* :func:`run_script` is the same for argparse programs (tables, benchmarks, tools).
+
+``--config configs/<file>.py`` names the shipped configs from any directory
+(:func:`jaxcap.config_files.resolve`).
 """
 
 from __future__ import annotations
 
-import contextlib
+import argparse
 import difflib
-import importlib.util
-import os
-import re
+import functools
 import sys
 
+from absl import app, flags
+from ml_collections import config_dict, config_flags
+from ml_collections.config_flags.config_flags import ConfigFileFlagParser
+
 from jaxcap import config_files
-from jaxcap.training import checkpoint
-from jaxcap.config_files import default_workdir  # noqa: F401  (train.py names its workdir)
+from jaxcap.training import checkpoint, parallel
+from jaxcap.training.guard import NonFiniteError
 
 EXIT_BAD_INPUT = 2
 EXIT_NONFINITE = 3
 
 
 class BadInput(ValueError):
-  """A one-line bad-input error raised by the command-line layer itself."""
+  """A one-line bad-input error of the command line itself."""
 
 
-def resolve_config_argv(argv: list[str]) -> list[str]:
-  """``argv`` with the value of ``--config`` passed through :func:`jaxcap.config_files.resolve`."""
-  out, i = list(argv), 1
-  while i < len(out):
-    a = out[i]
-    if a.startswith("--config="):
-      out[i] = "--config=" + config_files.resolve(a[len("--config="):])
-    elif a == "--config" and i + 1 < len(out):
-      out[i + 1] = config_files.resolve(out[i + 1])
-      i += 1
-    i += 1
-  return out
-
-
-def fail(msg: str, code: int = EXIT_BAD_INPUT):
+def fail(msg, code: int = EXIT_BAD_INPUT):
   """Prints ``error: <first line of msg>`` on stderr and exits with ``code``."""
   msg = str(msg).strip()
-  msg = msg.splitlines()[0] if msg else "unknown error"
-  print(f"error: {msg}", file=sys.stderr, flush=True)
+  print(f"error: {msg.splitlines()[0] if msg else 'unknown error'}", file=sys.stderr, flush=True)
   sys.exit(code)
 
 
 def run_main(fn):
   """Runs ``fn()``; bad input -> one line and exit 2, a non-finite stop -> one line and exit 3."""
-  from jaxcap.training.guard import NonFiniteError
-  from jaxcap.training import parallel
   checkpoint.quiet_logs()
   try:
-    # First, before anything can touch a JAX backend (xla_logs asks for the default backend):
-    # jax.distributed must be initialised before the backend exists.
+    # First, before anything touches a JAX backend: jax.distributed must be initialised before
+    # the backend exists (a multi-host launch; no-op otherwise).
     parallel.maybe_initialize_distributed()
-    from jaxcap import xla_logs
+    from jaxcap import xla_logs  # asks for the default backend: after the line above
     xla_logs.install()  # CPU only: XLA's slow-compile alarms (bfloat16 is emulated there)
     fn()
   except NonFiniteError as e:
     fail(str(e), EXIT_NONFINITE)
   except FileNotFoundError as e:
-    if getattr(e, "filename", None):  # raw OS error: name the path and what was expected
+    if getattr(e, "filename", None):  # a raw OS error: name the path and what was expected
       fail(f"{e.filename}: {e.strerror or 'not found'}; expected an existing file or directory")
-    fail(str(e) if str(e).strip() else type(e).__name__)
+    fail(str(e) or type(e).__name__)
   except (ValueError, KeyError) as e:
-    fail(str(e) if str(e).strip() else type(e).__name__)
+    fail(str(e) or type(e).__name__)
   except SystemExit as e:
     if isinstance(e.code, str):  # raise SystemExit("<message>") in a script: one line, exit 2
       fail(e.code)
@@ -85,302 +77,172 @@ def run_main(fn):
   return 0
 
 
-# ------------------------------------------------------------------------------- flag parsing
-# The default of each config flag defined by :func:`define_config`. ml_collections parses a
-# config flag's default when the flag is defined, reading the overrides from sys.argv *at import
-# time*, and defines the ``--config.<field>`` flags only then: a default config therefore could
-# not take overrides in a second parse and raised a traceback on an unknown field. Instead the
-# flag is defined without a default and :func:`parse_flags` writes ``--<name>=<default>`` into
-# argv when the command line names none, so the default is parsed exactly like an explicit one.
-_CONFIG_DEFAULTS: dict[str, str] = {}
-
-
-def define_config(name: str, default: str, help_text: str, flag_values=None) -> None:
-  """``config_flags.DEFINE_config_file(name, ...)`` whose default behaves like ``--name=default``."""
-  from absl import flags
-  from ml_collections import config_flags
-  flag_values = flags.FLAGS if flag_values is None else flag_values  # an empty FlagValues is falsy
-  _CONFIG_DEFAULTS[name] = default
-  config_flags.DEFINE_config_file(name, None, f"{help_text} (default: {default})",
-                                  flag_values=flag_values, lock_config=True)
-
-
-def with_default_configs(argv: list[str], names) -> list[str]:
-  """``argv`` with ``--<name>=<default>`` inserted after the program for every config flag of
-  :func:`define_config` that ``argv`` does not set (before any ``--<name>.<field>`` override)."""
-  out = list(argv)
-  for name in names:
-    default = _CONFIG_DEFAULTS.get(name)
-    given = any(a == f"--{name}" or a.startswith(f"--{name}=") for a in out[1:])
-    if default is not None and not given:
-      out.insert(1, f"--{name}={config_files.resolve(default)}")
+# ---------------------------------------------------------------------------- absl programs
+def _values(argv, name: str):
+  """Every value ``argv`` gives ``--name`` (``--name=v`` or ``--name v``), in order."""
+  out = []
+  for i, a in enumerate(argv[1:], 1):
+    if a.startswith(f"--{name}="):
+      out.append(a.split("=", 1)[1])
+    elif a == f"--{name}" and i + 1 < len(argv):
+      out.append(argv[i + 1])
   return out
 
 
-def _config_flag_names(flag_values) -> list[str]:
-  """The config flags of ``flag_values``: every one is defined by :func:`define_config`."""
-  return [name for name in _CONFIG_DEFAULTS if name in flag_values]
-
-
-def _load_config(arg: str):
-  """``(get_config(arg), None)`` of ``path.py[:arg]``, or ``(None, the exception it raised)``
-  (only to explain an error: the exception itself, not ml_collections' text about it)."""
-  path, _, rest = arg.partition(":")
-  try:
-    spec = importlib.util.spec_from_file_location("_jaxcap_config_probe", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return (module.get_config(rest) if rest else module.get_config()), None
-  except Exception as e:  # pylint: disable=broad-except
-    return None, e
-
-
-def _config_arg(argv, name: str, flag_values) -> str:
-  for i in reversed(range(len(argv))):  # the last --config wins, as in absl
-    a = argv[i]
-    if a.startswith(f"--{name}="):
-      return a.split("=", 1)[1]
-    if a == f"--{name}" and i + 1 < len(argv):
-      return argv[i + 1]
-  return str(flag_values[name].default or "")
-
-
-def _lookup(config, path: str):
-  """(found, value_or_missing_key, siblings) for a dotted path."""
-  node = config
-  parts = path.split(".")
-  for j, p in enumerate(parts):
-    try:
-      keys = list(node.keys())
-    except AttributeError:
-      return False, ".".join(parts[:j + 1]), []
-    if p not in keys:
-      return False, ".".join(parts[:j + 1]), keys
-    node = node[p]
-  return True, node, []
-
-
-def _explain_config_error(argv, name: str, flag_values, err: Exception) -> str:
-  """One line for an error raised while parsing ``--<name>`` and its ``--<name>.x=v`` overrides."""
-  from ml_collections.config_flags.config_flags import FlagOrderError
-  arg = _config_arg(argv, name, flag_values)
-  path = arg.partition(":")[0]
-  if not os.path.isfile(path):
-    return f"--{name}={arg}: config file {path!r} not found; expected path/to/config.py[:arg]"
-  config, load_error = _load_config(arg)
-  if load_error is not None:  # the config file's get_config(arg) raised: its own message
-    return f"--{name}={arg}: {str(load_error).strip() or type(load_error).__name__}"
-  # The overrides in the order ml_collections applies them (a repeated one at its last place).
-  overrides = {}
-  for a in argv:
-    if a.startswith((f"--{name}.", f"--no{name}.")):
-      key = a.split("=", 1)[0].split(".", 1)[1]
-      overrides[key] = overrides.pop(key, None)
-  for field in overrides if config is not None else ():
-    found, what, keys = _lookup(config, field)
-    if not found:
-      leaf = what.rsplit(".", 1)[-1]
-      close = difflib.get_close_matches(leaf, [str(k) for k in keys], n=1)
-      hint = f" (did you mean {what.rsplit('.', 1)[0] + '.' if '.' in what else ''}{close[0]}?)" if close else ""
-      return (f"config field {what}: unknown key in --{name}.{field}{hint}; expected a field of {path}")
-  if isinstance(err, FlagOrderError):
-    order = list(overrides)
-    for i, field in enumerate(order):
-      section = next((s for s in order[i + 1:] if field.startswith(s + ".")), None)
-      if section is not None:
-        return (f"{name}.{section} would overwrite {name}.{field} given before it; expected a "
-                "section's value before the overrides of its fields")
-  bad = _refused_value(argv, flag_values, prefix=f"{name}.")
-  if bad is not None:  # an override whose value its field's parser refuses
-    flag, value, why = bad
-    field = flag[len(name) + 1:]
-    want = "a value"
-    if config is not None:
-      found, current, _ = _lookup(config, field)
-      if found:
-        tname = type(current).__name__
-        want = f"{'an' if tname[0] in 'aeiou' else 'a'} {tname}" if not hasattr(current, "keys") else "a nested config (set its fields)"
-    return f"config field {field}: expected {want}, got {value!r} ({why})"
-  text = str(err)
-  last = text.strip().splitlines()[-1] if text.strip() else type(err).__name__
-  return f"--{name}: {last} (expected a config file and --{name}.<field>=<value> overrides)"
-
-
-def _refused_value(argv, flag_values, prefix: str = ""):
-  """``(flag, value, why)`` for the first ``--flag=value`` / ``--flag value`` of ``argv`` (flag
-  names starting with ``prefix``) that the flag's own parser refuses, else None: the culprit of
-  absl's IllegalFlagValueError found from the flags themselves, not from its message."""
+def _overrides(argv, name: str) -> list[tuple[str, str | None]]:
+  """``(field path, value)`` of every ``--name.<path>=<value>`` (``--[no]name.<path>``: None)."""
+  out = []
   for i, a in enumerate(argv[1:], 1):
-    if not a.startswith("--" + prefix):
-      continue
+    for prefix in (f"--{name}.", f"--no{name}."):
+      if a.startswith(prefix):
+        path, eq, value = a[len(prefix):].partition("=")
+        if not eq and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+          value, eq = argv[i + 1], "="
+        out.append((path, value if eq else None))
+  return out
+
+
+_PARSERS = {int: (flags.IntegerParser(), "an int"), float: (flags.FloatParser(), "a number"),
+            bool: (flags.BooleanParser(), "true or false")}
+
+
+def _check_override(config, name: str, path: str, value, spec: str) -> None:
+  node, parts = config, path.split(".")
+  for j, p in enumerate(parts):
+    keys = [str(k) for k in node.keys()] if isinstance(node, config_dict.ConfigDict) else []
+    if p not in keys:
+      close = difflib.get_close_matches(p, keys, n=1)
+      hint = f" (did you mean {'.'.join(parts[:j] + close)}?)" if close else ""
+      raise BadInput(f"config field {'.'.join(parts[:j + 1])}: unknown key in --{name}.{path}{hint}; "
+                     f"expected a field of {spec.partition(':')[0]}")
+    parent, node = node, node[p]
+  kind = parent.get_type(parts[-1])  # a None placeholder's declared type too
+  if issubclass(kind, config_dict.ConfigDict):
+    raise BadInput(f"config field {path}: a section; expected a nested config (set its fields, "
+                   f"--{name}.{path}.<field>=<value>), got {value!r}")
+  parser = _PARSERS.get(kind)
+  if parser is not None and value is not None:
+    try:
+      parser[0].parse(value)
+    except (TypeError, ValueError) as e:
+      raise BadInput(f"config field {path}: expected {parser[1]}, got {value!r} ({e})") from None
+
+
+def check_command_line(argv, configs: dict[str, str]) -> None:
+  """Validates what ``argv`` says of each config flag (``{name: default spec}``): the config
+  file loads and every override names a field of it with a value of the field's type, no
+  section after one of its fields. Raises :class:`BadInput` (one line) or the config file's own
+  ``ValueError``."""
+  for name, default in configs.items():
+    given = _values(argv, name)
+    if len(given) > 1:
+      raise BadInput(f"--{name} given {len(given)} times ({', '.join(given)}); expected one config "
+                     f"and --{name}.<field>=<value> overrides")
+    spec = (given or [default])[-1]
+    config = config_files.load(spec)
+    overrides = _overrides(argv, name)
+    fields = [p for p, _ in overrides]
+    for i, path in enumerate(fields):
+      later = next((s for s in fields[i + 1:] if path.startswith(s + ".")), None)
+      if later is not None:
+        raise BadInput(f"{name}.{later} would overwrite {name}.{path} given before it; expected a "
+                       "section's value before the overrides of its fields")
+    for path, value in overrides:
+      _check_override(config, name, path, value, spec)
+
+
+def _refused_value(argv):
+  """``(flag, value, error)`` of the first ``--flag=value`` / ``--flag value`` whose own parser
+  refuses the value (absl's IllegalFlagValueError does not say which), else None."""
+  for i, a in enumerate(argv[1:], 1):
     flag, eq, value = a[2:].partition("=")
-    if flag not in flag_values:
+    if not a.startswith("--") or flag not in flags.FLAGS:
       continue
     if not eq:
-      if flag_values[flag].boolean or i + 1 >= len(argv):
+      if flags.FLAGS[flag].boolean or i + 1 >= len(argv):
         continue
       value = argv[i + 1]
     try:
-      flag_values[flag].parser.parse(value)
+      flags.FLAGS[flag].parser.parse(value)
     except (TypeError, ValueError) as e:
-      return flag, value, str(e).strip() or type(e).__name__
+      return flag, value, e
   return None
 
 
-def _failed_validator(flag_values) -> str | None:
-  """One line for the first flag validator (``flags.mark_flag_as_required``, a registered
-  check) that the parsed values fail, else None: found by running the validators themselves."""
-  from absl import flags
-  for name in flag_values:
-    for validator in flag_values[name].validators:
-      try:
-        validator.verify(flag_values)
-      except flags.ValidationError as e:
-        names = validator.get_flags_names()
-        value = flag_values[names[0]].value
-        if value is None:
-          return f"--{names[0]}: missing; expected a value ({e})"
-        return f"--{names[0]}={value}: expected a value that passes its check ({e})"
-  return None
+class _ResolvingParser(ConfigFileFlagParser):
+  """Loads the config as :func:`jaxcap.config_files.load` does (``configs/<file>.py`` from the
+  shipped configs when it is not here; the ``tiny`` argument), locked as config_flags locks it."""
+
+  def parse(self, path):
+    config = config_files.load(path)
+    config.lock()
+    return config
 
 
-def parse_flags(argv, flag_values=None) -> list[str]:
-  """Parses ``argv`` into ``flag_values`` (absl's global FLAGS by default), re-entrantly.
-
-  Returns the positional arguments; raises :class:`BadInput` with one line on any flag or
-  config error.
-  """
-  from absl import app, flags
-  flag_values = flags.FLAGS if flag_values is None else flag_values  # an empty FlagValues is falsy
-  app.define_help_flags()
-  configs = _config_flag_names(flag_values)
-  # A second parse in the same process: forget the last values and the --config.x flags that
-  # ml_collections defined for the last command line's overrides.
-  flag_values.unparse_flags()
-  for fname in list(flag_values):
-    if any(fname.startswith(c + ".") for c in configs):
-      delattr(flag_values, fname)
-  argv = with_default_configs(argv, configs)
-  saved = sys.argv
-  sys.argv = list(argv)  # ml_collections reads the overrides from sys.argv
+def parse_flags(argv, configs: dict[str, str] | None = None) -> list[str]:
+  """``app.run``'s flags parser: :func:`check_command_line`, then the config flags defined on
+  this ``argv`` and absl's parse. Any bad input: one line, exit 2."""
+  configs = configs or {}
   try:
+    check_command_line(argv, configs)
+    for name, default in configs.items():
+      config_flags.DEFINE_config_file(name, config_files.resolve(default),
+                                      f"Config file (file.py:arg; default {default}).",
+                                      lock_config=True, sys_argv=list(argv))
+      flags.FLAGS[name].parser = _ResolvingParser(name=name, lock_config=True)
     try:
-      rest = flag_values(list(argv))
+      rest = flags.FLAGS(list(argv))
     except flags.UnrecognizedFlagError as e:
       raise BadInput(f"--{e.flagname}: unknown flag; expected one of the flags of --helpfull") from None
-    except Exception as e:  # pylint: disable=broad-except
-      text = str(e)
-      culprit = next((c for c in configs if f"--{c}" in text or "config file" in text
-                      or isinstance(e, (AttributeError, KeyError))), None)
-      if culprit is None:
-        bad = _refused_value(argv, flag_values) if isinstance(e, flags.IllegalFlagValueError) else None
-        if bad is None and isinstance(e, flags.IllegalFlagValueError):
-          failed = _failed_validator(flag_values)
-          if failed is not None:
-            raise BadInput(failed) from None
-        if bad is None:
-          raise BadInput(text.strip().splitlines()[0] if text.strip() else type(e).__name__) from None
-        flag, value, why = bad
-        kind = type(flag_values[flag].value).__name__
-        want = {"int": "an int", "float": "a number", "bool": "true or false"}.get(kind, flag_values[flag].flag_type())
-        raise BadInput(f"--{flag}={value}: expected {want} ({why})") from None
-      raise BadInput(_explain_config_error(argv, culprit, flag_values, e)) from None
-    for c in configs:  # ml_collections defers a missing config file's error to the first access.
-      try:
-        flag_values[c].value.get("model", None)
-      except AttributeError:
-        pass
-      except Exception as e:  # pylint: disable=broad-except
-        raise BadInput(_explain_config_error(argv, c, flag_values, e)) from None
-  finally:
-    sys.argv = saved
-  if len(rest) > 1:
-    raise BadInput(f"unexpected arguments {rest[1:]}; expected only --flags")
-  return rest
+    except flags.IllegalFlagValueError:
+      bad = _refused_value(argv)
+      if bad is None:
+        raise
+      flag, value, e = bad
+      want = {"int": "an int", "float": "a number", "bool": "true or false"}.get(
+          flags.FLAGS[flag].flag_type(), flags.FLAGS[flag].flag_type())
+      raise BadInput(f"--{flag}={value}: expected {want} ({e})") from None
+    if len(rest) > 1:
+      raise BadInput(f"unexpected arguments {rest[1:]}; expected only --flags")
+    return rest
+  except ValueError as e:  # BadInput, and the config file's own refusal of its argument
+    fail(str(e) or type(e).__name__)
 
 
-def run_script(main, absl: bool = False):
-  """Entry point of a ``scripts/*.py`` or ``benchmarks/*.py``: ``main(argv)`` under absl flags
-  (``absl=True``, parsed as :func:`run_app` does) or ``main()`` with its own argparse (whose
-  errors become the same one line); either way bad input is one line and exit code 2
-  (:func:`run_main`). An int returned by an argparse ``main()`` is the exit code."""
-  if absl:
-    run_app(lambda argv: run_main(lambda: main(argv)))  # absl's app.run exits with main's code
-  else:
-    result = []
-    with _argparse_errors_as_one_line():
-      code = run_main(lambda: result.append(main()))
-    # A main that returns an exit code (e.g. a --check that found stale files) keeps it.
-    sys.exit(result[0] if result and isinstance(result[0], int) else code)
+def run_absl(main, configs: dict[str, str] | None = None) -> None:
+  """``app.run(main)`` with :func:`parse_flags` (``configs``: the config flags and their default
+  specs) and ``main`` under :func:`run_main`; exits with ``main``'s code."""
+  app.run(lambda argv: run_main(lambda: main(argv)),
+          flags_parser=functools.partial(parse_flags, configs=configs))
 
 
-def _argparse_message(message: str) -> str:
-  """argparse's error text as ``--flag: expected ..., got ...`` where it has a known form."""
-  m = re.match(r"argument ([^:]+): (.*)", message)
-  if m:  # "--name/-n" (an option's spellings): the first names it
-    flag, why = m.group(1).split("/")[0], m.group(2)
-    if m := re.match(r"invalid (\w+) value: (.*)", why):
-      want = {"int": "an integer", "float": "a number"}.get(m.group(1), f"a valid {m.group(1)}")
-      return f"{flag}: expected {want}, got {m.group(2)}"
-    if m := re.match(r"invalid choice: (.*?) \(choose from (.*)\)$", why):
-      return f"{flag}: expected one of {m.group(2)}, got {m.group(1)}"
-    if why.startswith("expected "):
-      return f"{flag}: {why}"
-  if message.startswith("the following arguments are required: "):
-    return f"{message.split(': ', 1)[1]}: missing; expected a value for each (see --help)"
-  if message.startswith("unrecognized arguments: "):
-    return f"{message.split(': ', 1)[1]}: unknown argument(s); expected the flags listed by --help"
-  return message if "expected" in message else f"{message} (expected the flags listed by --help)"
-
-
-def positive_int(text: str) -> int:
-  """argparse ``type=`` for sizes and counts: a 0 or negative batch, width or step count would
-  otherwise fail deep inside a model (a ZeroDivisionError in a reshape) instead of here."""
-  import argparse
-  try:
-    value = int(text)
-  except ValueError:
-    value = 0
-  if value < 1:
-    raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-  return value
-
-
-def nonnegative_int(text: str) -> int:
-  """argparse ``type=`` for counts where 0 means "none" or "the default"."""
-  import argparse
-  try:
-    value = int(text)
-  except ValueError:
-    value = -1
-  if value < 0:
-    raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
-  return value
-
-
-@contextlib.contextmanager
-def _argparse_errors_as_one_line():
-  """argparse's usage text and ``prog: error: ...`` (exit 2) as one ``error: ...`` line, like
-  the absl scripts and train.py (subparsers included: the class method is replaced)."""
-  import argparse
+# ---------------------------------------------------------------------------- argparse programs
+def run_script(main):
+  """Entry point of an argparse program: ``main()`` under :func:`run_main`; argparse's usage
+  text and ``prog: error:`` become one ``error:`` line, exit 2. An int returned by ``main`` is
+  the exit code (e.g. a ``--check`` that found stale files)."""
+  result = []
   saved = argparse.ArgumentParser.error
-  argparse.ArgumentParser.error = lambda parser, message: fail(_argparse_message(message))
+  argparse.ArgumentParser.error = lambda parser, message: fail(
+      f"{message} (expected the flags and values --help lists)")
   try:
-    yield
+    code = run_main(lambda: result.append(main()))
   finally:
     argparse.ArgumentParser.error = saved
+  sys.exit(result[0] if result and isinstance(result[0], int) else code)
 
 
-def run_app(main, argv=None):
-  """``absl.app.run(main)`` with bad flags and configs as one line and exit code 2."""
-  from absl import app
-  argv = list(sys.argv if argv is None else argv)
+def _int_at_least(low: int, text: str) -> int:
   try:
-    rest = parse_flags(argv)
-  except BadInput as e:
-    fail(str(e))
-  try:
-    code = main(rest)
-  except app.UsageError as e:
-    fail(str(e))
-  sys.exit(code or 0)
+    value = int(text)
+  except ValueError:
+    value = low - 1
+  if value < low:
+    raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {text!r}")
+  return value
+
+
+# argparse ``type=`` for sizes and counts: a 0 or negative size would otherwise fail deep inside
+# a model instead of at the flag; ``nonnegative_int`` where 0 means "none" or "the default".
+positive_int = functools.partial(_int_at_least, 1)
+nonnegative_int = functools.partial(_int_at_least, 0)

@@ -74,7 +74,8 @@ def resolve(spec: str) -> str:
 
 
 def load(spec: str):
-  """``get_config(arg)`` of the config file ``spec`` names (``<path>[.py][:<arg>]``).
+  """``get_config(arg)`` of the config file ``spec`` names (``<path>[.py][:<arg>]``); the bare
+  word ``tiny`` in ``arg`` shrinks the result (``configs.common.tiny``).
 
   Raises:
     ValueError: one line, for a file that is not there (naming where it was looked for) or the
@@ -92,7 +93,13 @@ def load(spec: str):
   module_spec = importlib.util.spec_from_file_location(name, resolved)
   module = importlib.util.module_from_spec(module_spec)
   module_spec.loader.exec_module(module)
-  return module.get_config(arg or None)
+  words = [w for w in arg.split(",") if w.strip()]
+  is_tiny = "tiny" in [w.strip() for w in words]
+  config = module.get_config(",".join(w for w in words if w.strip() != "tiny") or None)
+  if is_tiny:  # every config's argument (configs/common.py): the smallest sizes that run
+    from configs import common
+    config = common.tiny(config)
+  return config
 
 
 def set_field(config, dotted: str, value) -> None:

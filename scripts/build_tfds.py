@@ -16,23 +16,18 @@ import os
 import sys
 import time
 
-from absl import app, flags
+from absl import flags
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _REPO not in sys.path:
   sys.path.insert(0, _REPO)
 
-from jaxcap import cli as _cli  # noqa: E402
-
-_cli.define_config("config", os.path.join(_REPO, "configs", "transformer.py") + ":synthetic",
-                   "Config file (file.py:arg) whose data section is built.")
 flags.DEFINE_string("out", "data/tfds", "TFDS data dir to write into.")
 flags.DEFINE_bool("overwrite", False, "Replace an existing build.")
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  del argv  # cli.parse_flags refuses stray arguments
   from jaxcap.cli import run_main
   from jaxcap.data import tfds_builders
 
@@ -48,5 +43,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  from jaxcap.cli import run_script
-  run_script(main, absl=True)  # bad input: one line, exit 2
+  from jaxcap.cli import run_absl
+  run_absl(main, configs={"config": "configs/transformer.py:synthetic"})  # whose data is built

@@ -10,8 +10,9 @@ side (no command of one part reads what the other writes).
 tests/test_readme.py parses each command with the real parsers; this module *runs* them, in
 page order (later commands use the runs of earlier ones, as a reader's would), each in
 ``bash`` from the copy's root with ``python`` / ``jaxcap-*`` / ``make`` of the test's
-environment. Only size-shrinking arguments are appended (steps, images, widths, layers, seeds,
-batch sizes: :func:`shrink`); a command is otherwise the README's text. Each must exit 0,
+environment, at the tiny sizes (:func:`shrink`: a command's config gets the argument ``tiny``,
+configs/common.py, and the scripts their own size-shrinking flags: steps, images, widths,
+seeds, batch sizes); a command is otherwise the README's text. Each must exit 0,
 print no traceback, and leave the files it promises (:data:`PROMISES`).
 
 Data the README's commands read but this machine does not have is generated in the same
@@ -87,17 +88,17 @@ NOT_RUN = [
 # the shrunk command on the 2-core CI machine while other jobs ran): they run only with
 # JAXCAP_README_RUN=all, to keep .ci/run within its time (all passed that way; see the notes).
 HEAVY = {
-    "jaxcap/papers/eta/ablations.py": "7 variants trained and tested (815 s)",
+    "-m jaxcap.papers.eta.ablations": "7 variants trained and tested (815 s)",
     "experiments/flickr8k/table.py": "8 models x cross-entropy + SCST on Flickr8k, and the nearest neighbour (611 s)",
-    "jaxcap/papers/image_transformer/table3.py": "7 rows trained and tested (375 s)",
-    "jaxcap/papers/mnmt/table2.py": "10 rows trained and tested (315 s)",
+    "-m jaxcap.papers.image_transformer.table3": "7 rows trained and tested (375 s)",
+    "-m jaxcap.papers.mnmt.table2": "10 rows trained and tested (315 s)",
     "benchmarks/run.py": ("a GPU benchmark whose bfloat16 rows XLA emulates on a CPU (still compiling "
                           "after 622 s); tests/benchmarks/test_scripts.py runs run.py on every "
                           "registered model at tiny sizes"),
 }
 
 # Commands that need ../shared/data (skipped where it is absent).
-NEEDS_SHARED = re.compile(r"flickr8k|multi30k|m30k|experiments/(mnmt/table2|tpgn/table1|image_transformer/table3)\.py|runs/tpgn_table1")
+NEEDS_SHARED = re.compile(r"flickr8k|multi30k|m30k|jaxcap\.papers\.(mnmt\.table2|tpgn\.table1|image_transformer\.table3)|runs/tpgn_table1")
 
 # What a command promises to write (paths relative to the copy's root), by regex on the command
 # (``{0}``, ``{1}``, ...: the regex's groups).
@@ -119,40 +120,30 @@ PROMISES = [
     (r"figures\.py curves", ["curves.png"]),
     (r"figures\.py words", ["lstm_test3_attention.png"]),
     (r"build_tfds\.py", ["data/tfds"]),
-    (r"train_attributes\.py", ["runs/attributes/metrics.json"]),
-    (r"plot_attention_steps\.py", ["steps.png"]),
-    (r"image_transformer/analysis\.py figure3", ["fig3.png"]),
-    (r"tpgn/roles\.py .*--png roles\.png", ["roles.png"]),
+    (r"train_attributes", ["runs/attributes/metrics.json"]),
+    (r"plot_attention_steps", ["steps.png"]),
+    (r"image_transformer\.analysis figure3", ["fig3.png"]),
+    (r"tpgn\.roles .*--png roles\.png", ["roles.png"]),
     (r"--beam-mode self_critical --tag _sc3", ["runs/transformer_synthetic/scores_test_sc3.json"]),
     # Every table script writes its markdown table ({0}: the command's workdir).
-    (r"experiments/\w+/(?:table\d?|ablations)\.py --workdir (\S+)", ["{0}/table.md"]),
+    (r"(?:experiments/\w+/|jaxcap\.papers\.\w+\.)(?:table\d?|ablations)(?:\.py)? --workdir (\S+)", ["{0}/table.md"]),
     (r"experiments/pixels/run\.py --workdir (\S+)", ["{0}/table.md", "{0}/results.json"]),
     (r"-m jaxcap\.data\.render --out (\S+)", ["{0}/captions.json", "{0}/images/test_00000.png"]),
     (r"benchmarks/run\.py", ["benchmarks/results"]),
 ]
 
-# Appended to every train.py / jaxcap-train / make train command, for the fields its config has.
-_TRAIN_FIELDS = [("num_train_steps", 4), ("eval_every_steps", 4), ("checkpoint_every_steps", 4),
-                 ("log_every_steps", 1), ("eval_num_images", 16), ("batch_size", 8),
-                 ("eval_batch_size", 16), ("warmup_steps", 2),
-                 ("data.num_train", 48), ("data.num_val", 16), ("data.num_test", 16),
-                 ("model.dim", 32), ("model.ff_dim", 64), ("model.num_layers", 1),
-                 ("model.num_dec_layers", 1), ("model.hidden_dim", 32), ("model.embed_dim", 16),
-                 ("model.att_dim", 16), ("detector.num_steps", 4), ("detector.hidden", 16),
-                 ("detector.batch_size", 8)]
-
 # Appended to the scripts' and benchmarks' commands (their own size flags).
 _SCRIPT_SHRINK = {
-    "jaxcap/papers/eta/ablations.py": "--steps 4 --batch_size 8 --eval_num_images 16 --test_images 16 --seeds 0",
-    "jaxcap/papers/aat/table1.py": "--steps 4 --batch_size 8 --eval_images 16 --test_images 16 --seeds 0",
-    "jaxcap/papers/image_transformer/table3.py": "--steps 4 --dim 32 --batch 8 --eval_images 16 --test_images 16 --seeds 0",
+    "-m jaxcap.papers.eta.ablations": "--steps 4 --batch_size 8 --eval_num_images 16 --test_images 16 --seeds 0",
+    "-m jaxcap.papers.aat.table1": "--steps 4 --batch_size 8 --eval_images 16 --test_images 16 --seeds 0",
+    "-m jaxcap.papers.image_transformer.table3": "--steps 4 --dim 32 --batch 8 --eval_images 16 --test_images 16 --seeds 0",
     "experiments/flickr8k/table.py": "--steps 4 --batch-size 8 --scst-steps 2 --seeds 0",
     # One setting: the choice among settings is tested in tests/scripts/test_table_scripts.py.
     "experiments/flickr8k/config_sweep.py": ("--seeds 0 --settings 'num_train_steps=4+eval_every_steps=2"
                                              "+checkpoint_every_steps=2+batch_size=8'"),
-    "jaxcap/papers/mnmt/table2.py": "--steps 4 --batch 8 --num_train 64 --num_test 16 --hidden 16 --embed 16 --seeds 0",
-    "jaxcap/papers/tpgn/table1.py": "--steps 4 --seeds 0",
-    "jaxcap/papers/tpgn/roles.py": "--fit-images 16",
+    "-m jaxcap.papers.mnmt.table2": "--steps 4 --batch 8 --num_train 64 --num_test 16 --hidden 16 --embed 16 --seeds 0",
+    "-m jaxcap.papers.tpgn.table1": "--steps 4 --seeds 0",
+    "-m jaxcap.papers.tpgn.roles": "--fit-images 16",
     "experiments/decoding/cider_compat_diff.py": "--images 16",
     "scripts/extract_features.py": "--size 64 --att_size 2",
     "experiments/pixels/run.py": ("--num_train 24 --num_val 8 --num_test 8 --size 32 --att_size 2 "
@@ -164,7 +155,8 @@ _SCRIPT_SHRINK = {
     "benchmarks/run.py": "--batch 4 --eval_batch 4 --steps 1 --windows 1 --warmup 0 --train_images 16 --set dim=32",
 }
 # Script flags that take a config (their config overrides are shrunk like train.py's).
-_CONFIG_SCRIPTS = ("scripts/build_tfds.py", "jaxcap/papers/eta/train_attributes.py", "experiments/decoding/cider_compat_diff.py")
+_CONFIG_SCRIPTS = ("scripts/build_tfds.py", "-m jaxcap.papers.eta.train_attributes",
+                   "experiments/decoding/cider_compat_diff.py")
 
 
 def page_commands(page: Path = README):
@@ -203,8 +195,8 @@ def part_commands(part: str):
 # The paper-table scripts: an experiment page first shows the command that builds a table, then
 # (under "Error bars" and the like) the multi-seed / longer-schedule reproductions of it. Shrunk
 # to one seed and 4 steps, a reproduction is the first command's run again in another workdir.
-_TABLE_SCRIPTS = ("jaxcap/papers/eta/ablations.py", "jaxcap/papers/aat/table1.py", "experiments/flickr8k/table.py",
-                  "jaxcap/papers/mnmt/table2.py", "jaxcap/papers/image_transformer/table3.py", "jaxcap/papers/tpgn/table1.py",
+_TABLE_SCRIPTS = ("-m jaxcap.papers.eta.ablations", "-m jaxcap.papers.aat.table1", "experiments/flickr8k/table.py",
+                  "-m jaxcap.papers.mnmt.table2", "-m jaxcap.papers.image_transformer.table3", "-m jaxcap.papers.tpgn.table1",
                   "experiments/pixels/run.py")
 
 
@@ -221,81 +213,70 @@ def _not_run(cmd: str, where: str = "", commands=()):
       return f"the same command as {w}, run before"
   words = cmd.split()
   script = words[1] if len(words) > 1 and words[0] == "python" else ""
+  if script == "-m" and len(words) > 2:
+    script = f"-m {words[2]}"
   if script in HEAVY and os.environ.get("JAXCAP_README_RUN", "") != "all":
     return f"{HEAVY[script]}; runs with JAXCAP_README_RUN=all"
   if script in _TABLE_SCRIPTS and "--report" not in words:
-    first = next(((w, c) for w, c in earlier if c.split()[1:2] == [script]), None)
+    first = next(((w, c) for w, c in earlier if " ".join(c.split()[1:3]).startswith(script)), None)
     if first:
       return (f"a multi-seed / longer reproduction with {script}, whose {first[0]} command "
               "runs before; shrunk to one seed and 4 steps it would repeat that run")
   return None
 
 
-def _config_arg(words) -> str:
+# The config a command names, or its program's default.
+_DEFAULT_CONFIGS = {"-m jaxcap.papers.eta.train_attributes": "configs/eta.py:synthetic",
+                    "experiments/decoding/cider_compat_diff.py": "configs/transformer.py:flickr8k"}
+
+
+def _tiny(words, default: str) -> list[str]:
+  """``words`` with the config at its ``tiny`` sizes (configs/common.py): the ``--config``
+  value gets the argument ``tiny`` (or a ``--config <default>,tiny`` is added), and an override
+  the command gives of a field that ``tiny`` shrinks is shrunk again after it (the last wins)."""
+  from configs import common
+  words, found = list(words), False
   for i, w in enumerate(words):
     if w.startswith("--config="):
-      return w.split("=", 1)[1]
-    if w == "--config" and i + 1 < len(words):
-      return words[i + 1]
-  return "configs/transformer.py:synthetic"  # train.py's default
-
-
-def _config_shrink(root: Path, words) -> list[str]:
-  """``--config.<field>=<small>`` for every field of :data:`_TRAIN_FIELDS` the config has."""
-  sys.path.insert(0, str(root))
-  try:
-    from jaxcap import cli, config_files
-    path, _, arg = _config_arg(words).partition(":")
-    spec = importlib.util.spec_from_file_location("_readme_cfg", root / path)
-    module = importlib.util.module_from_spec(spec)
-    config_files.ensure_configs_importable()
-    spec.loader.exec_module(module)
-    config = module.get_config(arg) if arg else module.get_config()
-  finally:
-    sys.path.remove(str(root))
-  out = []
-  for field, value in _TRAIN_FIELDS:
-    node, parts = config, field.split(".")
-    for p in parts[:-1]:
-      node = node.get(p) if hasattr(node, "get") else None
-    if node is None or parts[-1] not in node:
-      continue
-    if field == "num_train_steps" and not config.num_train_steps:
-      continue  # a method without training (the nearest neighbour)
-    if field == "model.num_layers":  # as many as the config's spatial layers (Image Transformer)
-      listed = [int(t) for t in str(config.model.get("spatial_layers", "")).split(",") if t.strip().isdigit()]
-      value = max([value] + listed)
-    out.append(f"--config.{field}={value}")
-  given = {w.split("=", 1)[0]: w.split("=", 1)[1] for w in words if w.startswith("--config.") and "=" in w}
-  if int(given.get("--config.scst.start_step", "0") or 0) > 0:
-    out.append("--config.scst.start_step=2")  # self-critical training within the shrunk run
-  return out
+      words[i], found = f"{w},tiny" if ":" in w else f"{w}:tiny", True
+    elif w == "--config" and i + 1 < len(words):
+      words[i + 1], found = f"{words[i + 1]},tiny" if ":" in words[i + 1] else f"{words[i + 1]}:tiny", True
+  if not found:
+    words += ["--config", f"{default},tiny"]
+  sizes = {**common.TINY_RUN, **{f"data.{k}": v for k, v in common.TINY_DATA.items()},
+           **{f"model.{k}": v for k, v in common.TINY_MODEL.items()}}
+  given = {w.split("=", 1)[0][len("--config."):]: w.split("=", 1)[1] for w in words
+           if w.startswith("--config.") and "=" in w}
+  words += [f"--config.{k}={sizes[k]}" for k in given if k in sizes]
+  if int(given.get("scst.start_step", "0") or 0) > 0:
+    words.append("--config.scst.start_step=2")  # self-critical training within the tiny run
+  return words
 
 
 def shrink(root: Path, cmd: str) -> str:
-  """``cmd`` with its size-shrinking arguments appended (see the module docstring)."""
+  """``cmd`` at the tiny sizes (see the module docstring)."""
   words = shlex.split(cmd)
   if words[:2] == ["make", "train"]:
     # The Makefile's own way to pass arguments; its set-up step is tests/test_package.py's
     # (here the environment running the tests is the one `make` would have made).
     venv = Path(sys.prefix)
-    args = " ".join(_config_shrink(root, words))
+    args = " ".join(_tiny([], "configs/transformer.py:synthetic"))
     return f"make -o {venv / '.installed-requirements'} train VENV={venv} ARGS={shlex.quote(args)}"
   prog = words[1] if words[0] in ("python", "python3") and len(words) > 1 else words[0]
   if prog == "-m" and len(words) > 2:
     prog = f"-m {words[2]}"
-  if prog in ("train.py", "jaxcap-train"):
-    return cmd + " " + " ".join(_config_shrink(root, words))
-  if prog in _CONFIG_SCRIPTS:
-    return " ".join([cmd, *_config_shrink(root, words), _SCRIPT_SHRINK.get(prog, "")]).strip()
+  if prog in ("train.py", "jaxcap-train") or prog in _CONFIG_SCRIPTS:
+    shrunk = shlex.join(_tiny(words, _DEFAULT_CONFIGS.get(prog, "configs/transformer.py:synthetic")))
+    return " ".join([shrunk, _SCRIPT_SHRINK.get(prog, "")]).strip()
   if prog == "benchmarks/run.py" and re.search(r"--models mnmt(\s|$)", cmd):
     # run.py refuses a --set field of none of the selected models; MNMT's width is hidden_dim.
     return cmd + " " + _SCRIPT_SHRINK[prog].replace("dim=32", "hidden_dim=32")
   if prog in _SCRIPT_SHRINK:
     return cmd + " " + _SCRIPT_SHRINK[prog]
   if prog in ("evaluate.py", "jaxcap-evaluate") and "--step" in words:
-    # The step of the README's run, counted in the shrunk run's steps (absl: the last wins).
-    return cmd + f" --step {dict(_TRAIN_FIELDS)['num_train_steps']}"
+    # The step of the README's run, counted in the tiny run's steps (absl: the last wins).
+    from configs import common
+    return cmd + f" --step {common.TINY_RUN['num_train_steps']}"
   return cmd
 
 

@@ -27,11 +27,8 @@ from jaxcap.training import train_lib
 
 
 def _tiny_config():
-  return jaxcap.get_config("transformer.py:synthetic", **{
-      "data.num_train": 96, "data.num_val": 16, "data.num_test": 16, "model.dim": 32,
-      "model.num_layers": 1, "model.num_dec_layers": 1, "model.num_heads": 4, "model.ff_dim": 64,
-      "batch_size": 8, "eval_batch_size": 8, "num_train_steps": 8, "warmup_steps": 10,
-      "test_after_training": False, "decode.max_len": 8})
+  return jaxcap.get_config("transformer.py:synthetic,tiny", num_train_steps=8, test_after_training=False,
+                           **{"decode.max_len": 8, "eval_num_images": -1})
 
 
 @pytest.fixture(scope="module")

@@ -6,9 +6,10 @@ error output (``error: ...``) that names the file or config field at fault (the 
 temporary directory: data, workdir, predictions) unchanged — a snapshot of every path and
 its content hash before and after, so no file is added, changed or deleted.
 
-Almost all cases call the scripts' ``cli(argv)`` in-process (stderr captured, ``SystemExit``
-caught), which keeps the corpus fast; ``test_real_process`` runs a handful as real
-subprocesses to prove the process exit code and that no traceback leaks to stderr.
+Every case runs the program in a process of its own (tests/programs.py: a server that has
+imported JAX forks one child per case, so the corpus stays fast); ``test_real_process`` runs a
+handful as plain subprocesses too. Fixtures build their workdirs through the library
+(``config_of``: ``jaxcap.get_config`` with the case's overrides).
 
 Classes of the corpus (``CASES``):
 
@@ -86,7 +87,9 @@ import numpy as np
 import pytest
 
 from jaxcap.data import batch as batch_lib
+from jaxcap import cli, config_files
 from tests.data import fakes
+from tests.programs import Programs
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG_FILE = f"{REPO}/configs/transformer.py:synthetic"
@@ -94,44 +97,35 @@ CONFIG = f"--config={CONFIG_FILE}"
 # The three ways to name the config: train.py's default is configs/transformer.py:synthetic,
 # so all three run the same config and must fail the same way.
 SPELLINGS = {"config-eq": [CONFIG], "config-space": ["--config", CONFIG_FILE], "no-config": []}
-TINY_RUN = ["--config.data.num_train=96", "--config.data.num_val=16", "--config.data.num_test=16",
-            "--config.batch_size=8", "--config.eval_batch_size=8", "--config.num_train_steps=4",
-            "--config.eval_every_steps=4", "--config.checkpoint_every_steps=4",
-            "--config.log_every_steps=2", "--config.warmup_steps=10",
-            "--config.eval_num_images=16", "--config.test_after_training=False"]
-TINY = TINY_RUN[:3] + [
-    "--config.model.dim=32", "--config.model.num_layers=1", "--config.model.num_dec_layers=1",
-    "--config.model.num_heads=4", "--config.model.ff_dim=64"] + TINY_RUN[3:]
-# Per model: its config and tiny sizes (each case fails before a step is compiled; the sizes
-# keep a check that does not fire from turning the case into a long run).
+def _tiny_overrides(spec: str) -> list[str]:
+  """``configs.common.tiny``'s sizes as ``--config.<field>=<value>`` for the fields the config
+  has (the spellings without --config run train.py's default, which no config argument shrinks)."""
+  from configs import common
+  config = config_files.load(spec)
+  out = [f"--config.{k}={v}" for k, v in common.TINY_RUN.items() if k in config]
+  out += [f"--config.data.{k}={v}" for k, v in common.TINY_DATA.items() if k in config.data]
+  out += [f"--config.model.{k}={v}" for k, v in common.TINY_MODEL.items() if k in config.model]
+  return out + ["--config.test_after_training=False"]
+
+
+TINY = _tiny_overrides(CONFIG_FILE)
+# Per model: its config, at the tiny sizes (each case fails before a step is compiled; the
+# sizes keep a check that does not fire from turning the case into a long run).
+_NO_TEST = "--config.test_after_training=False"
 MODELS = {
     "transformer": [CONFIG, *TINY],
-    "image_transformer": ["--config=configs/image_transformer.py:synthetic", *TINY_RUN,
-                          "--config.model.dim=32", "--config.model.num_heads=4",
-                          "--config.model.num_layers=1", "--config.model.ff_dim=64"],
-    "aoanet": ["--config=configs/aoanet.py:synthetic", *TINY_RUN,
-               "--config.model.dim=32", "--config.model.num_heads=4",
-               "--config.model.num_layers=1", "--config.model.ff_dim=64"],
-    "mnmt": ["--config=configs/mnmt.py:multi30k,size=cpu", *TINY_RUN,
-             "--config.data.root={tmp}/m30k", "--config.model.embed_dim=8",
-             "--config.model.hidden_dim=8"],
-    "mnmt_synthetic": ["--config=configs/mnmt.py:synthetic", *TINY_RUN,
-                       "--config.model.embed_dim=8", "--config.model.hidden_dim=8"],
-    "tpgn": ["--config=configs/tpgn.py:synthetic", *TINY_RUN, "--config.model.d=3"],
-    "eta": ["--config=configs/eta.py:synthetic", *TINY_RUN, "--config.model.dim=32",
-            "--config.model.num_layers=1", "--config.model.num_dec_layers=1",
-            "--config.model.num_heads=4", "--config.model.ff_dim=64"],
-    "aat": ["--config=configs/aat.py:synthetic", *TINY_RUN, "--config.model.dim=32",
-            "--config.model.num_heads=4"],
-    "lstm": [f"--config={REPO}/configs/lstm.py:synthetic", *TINY_RUN,
-             "--config.model.embed_dim=16", "--config.model.hidden_dim=16",
-             "--config.model.att_dim=16"],
-    "show_tell": ["--config=configs/show_tell.py:synthetic", *TINY_RUN,
-                  "--config.model.embed_dim=16", "--config.model.hidden_dim=16"],
-    "nearest_neighbour": [f"--config={REPO}/configs/nearest_neighbour.py:synthetic", *TINY_RUN],
-    "nearest_neighbour_multi30k": [f"--config={REPO}/configs/nearest_neighbour.py:multi30k",
-                                   *TINY_RUN, "--config.data.root={tmp}/m30k",
-                                   "--config.data.text_only=True"],
+    "image_transformer": ["--config=configs/image_transformer.py:synthetic,tiny", _NO_TEST],
+    "aoanet": ["--config=configs/aoanet.py:synthetic,tiny", _NO_TEST],
+    "mnmt": ["--config=configs/mnmt.py:multi30k,size=cpu,tiny", _NO_TEST, "--config.data.root={tmp}/m30k"],
+    "mnmt_synthetic": ["--config=configs/mnmt.py:synthetic,tiny", _NO_TEST],
+    "tpgn": ["--config=configs/tpgn.py:synthetic,tiny", _NO_TEST],
+    "eta": ["--config=configs/eta.py:synthetic,tiny", _NO_TEST],
+    "aat": ["--config=configs/aat.py:synthetic,tiny", _NO_TEST],
+    "lstm": ["--config=configs/lstm.py:synthetic,tiny", _NO_TEST],
+    "show_tell": ["--config=configs/show_tell.py:synthetic,tiny", _NO_TEST],
+    "nearest_neighbour": ["--config=configs/nearest_neighbour.py:synthetic,tiny", _NO_TEST],
+    "nearest_neighbour_multi30k": ["--config=configs/nearest_neighbour.py:multi30k,tiny", _NO_TEST,
+                                   "--config.data.root={tmp}/m30k", "--config.data.text_only=True"],
 }
 KARPATHY = ["--config.data.name=karpathy", "--config.data.root={tmp}/data",
             "--config.data.dataset_json=dataset_coco.json", "--config.data.att_dir=att",
@@ -273,16 +267,32 @@ def _multi30k(tmp):
       (raw / f"{stem}.{lang}").write_text("".join(lines[i % len(lines)] + "\n" for i in range(n)))
 
 
+def _literal(text: str):
+  for convert in (int, float):
+    try:
+      return convert(text)
+    except ValueError:
+      pass
+  return {"True": True, "False": False}.get(text, text)
+
+
+def config_of(args):
+  """The config the command line ``args`` describes (``--config=<spec>`` and
+  ``--config.<field>=<value>``), built through the library (jaxcap.get_config)."""
+  import jaxcap
+  spec = next((a.split("=", 1)[1] for a in args if a.startswith("--config=")), CONFIG_FILE)
+  overrides = {a[len("--config."):].split("=", 1)[0]: _literal(a.split("=", 1)[1])
+               for a in args if a.startswith("--config.")}
+  return jaxcap.get_config(spec, **overrides)
+
+
 def _init_workdir(model, *extra):
   """A workdir as train.py leaves it when it starts (config.json, vocab.json, info.json; no
   checkpoint): evaluate.py refuses bad inputs before it loads one."""
   def mutate(tmp):
-    import train  # noqa: F401  (defines the flags)
-    from absl import flags
-    from jaxcap import cli, run_dir
+    from jaxcap import run_dir
     from jaxcap.training import train_lib
-    cli.parse_flags(cli.resolve_config_argv(["train.py", *[a.format(tmp=tmp) for a in MODELS[model]], *extra]))
-    config = flags.FLAGS.config
+    config = config_of([a.format(tmp=tmp) for a in [*MODELS[model], *extra]])
     trainer = train_lib.Trainer(config, str(tmp / "wd"))
     run_dir.init_workdir(str(tmp / "wd"), config, trainer.dataset.vocab, trainer.info)
   return mutate
@@ -566,15 +576,12 @@ _TRAINED: dict = {}
 def trained_workdir(tmp_path_factory):
   """A workdir as a tiny run leaves it (config.json, vocab.json, a checkpoint and best at step
   4), written through the training library without training (the cases need only its files)."""
-  import train  # noqa: F401  (defines the flags)
-  from absl import flags
-  from jaxcap import cli, run_dir
+  from jaxcap import run_dir
   from jaxcap.data import pipeline
   from jaxcap.training import checkpoint as ckpt_lib
   from jaxcap.training import train_lib
   wd = tmp_path_factory.mktemp("trained") / "wd"
-  cli.parse_flags(["train.py", CONFIG, *TINY])
-  config = flags.FLAGS.config
+  config = config_of([CONFIG, *TINY])
   trainer = train_lib.Trainer(config, str(wd))
   run_dir.init_workdir(str(wd), config, trainer.dataset.vocab, trainer.info)
   state = trainer.initial_state().replace(step=4)
@@ -594,16 +601,16 @@ def karpathy_data(tmp_path_factory):
   return root
 
 
-def _cli(script, argv):
-  mod = __import__(script)
-  err, out = io.StringIO(), io.StringIO()
-  with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
-    try:
-      mod.cli([f"{script}.py", *argv])
-      code = 0
-    except SystemExit as e:
-      code = e.code
-  return code, err.getvalue()
+@pytest.fixture(scope="module")
+def programs():
+  with Programs() as server:
+    yield server
+
+
+def _cli(programs, script, argv, cwd):
+  """``script`` (train / evaluate) run as a user runs it (its own process): (exit code, stderr)."""
+  code, _, err = programs.run([f"{script}.py", *argv], cwd)
+  return code, err
 
 
 def _snapshot(root: Path) -> dict:
@@ -639,8 +646,8 @@ def _assert_one_line(code, err, needle):
 
 
 @pytest.mark.parametrize("script,args,needle,data,mutate,model,spell", CASES)
-def test_bad_input(request, tmp_path, karpathy_data, script, args, needle, data, mutate, model,
-                   spell):
+def test_bad_input(request, programs, tmp_path, karpathy_data, script, args, needle, data, mutate,
+                   model, spell):
   if getattr(mutate, "needs_trained", False):
     request.getfixturevalue("trained_workdir")
   if data == "karpathy":
@@ -648,7 +655,7 @@ def test_bad_input(request, tmp_path, karpathy_data, script, args, needle, data,
   if mutate is not None:
     mutate(tmp_path)
   before = _snapshot(tmp_path)
-  code, err = _cli(script, _argv(script, args, data, tmp_path, model, spell))
+  code, err = _cli(programs, script, _argv(script, args, data, tmp_path, model, spell), tmp_path)
   _assert_one_line(code, err, needle.format(tmp=tmp_path))
   assert _snapshot(tmp_path) == before
 
@@ -661,7 +668,7 @@ def test_corpus_size():
   assert set(registry.names()) <= covered
 
 
-def test_read_only_workdir(tmp_path):
+def test_read_only_workdir(programs, tmp_path):
   """Root ignores file modes, so as root the run is a real process as user nobody."""
   base = Path(tempfile.mkdtemp(prefix="jaxcap_ro_"))
   try:
@@ -681,7 +688,7 @@ def test_read_only_workdir(tmp_path):
                          env=dict(os.environ, HOME=str(base)))
       code, err = r.returncode, r.stderr
     else:
-      code, err = _cli("train", argv)
+      code, err = _cli(programs, "train", argv, base)
     _assert_one_line(code, err, "not writable")
     assert _snapshot(base) == before
   finally:
@@ -719,7 +726,12 @@ def test_full_disk_while_resuming(request, tmp_path, monkeypatch):
 
   monkeypatch.setattr(train_lib.MetricWriter, "__init__", full)
   before = _snapshot(tmp_path)
-  code, err = _cli("train", [CONFIG, *TINY, "--config.num_train_steps=8", f"--workdir={tmp_path}/wd"])
+  config = config_of([CONFIG, *TINY, "--config.num_train_steps=8"])
+  err = io.StringIO()
+  with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+    with pytest.raises(SystemExit) as e:  # the library's entry point under the programs' contract
+      cli.run_main(lambda: train_lib.train_and_evaluate(config, f"{tmp_path}/wd"))
+  code, err = e.value.code, err.getvalue()
   _assert_one_line(code, err, "metrics.jsonl: No space left on device")
   assert _snapshot(tmp_path) == before
 

@@ -1,14 +1,19 @@
-"""Command-line helpers shared by train.py and evaluate.py."""
+"""The command line: validation before absl parses, the programs' flags onto the library."""
 
 import json
 import subprocess
 import sys
 from pathlib import Path
 
-from jaxcap import cli
-from jaxcap.cli import default_workdir
+import pytest
+
+from jaxcap import cli, run_dir
+from jaxcap.config_files import default_workdir
+from jaxcap.evaluation import runs
+from tests.programs import Programs
 
 REPO = Path(__file__).resolve().parents[1]
+DEFAULT = {"config": "configs/transformer.py:synthetic"}
 
 
 def test_default_workdir_names():
@@ -29,45 +34,78 @@ def test_train_py_default_workdir(tmp_path):
   assert not list(tmp_path.iterdir())
 
 
-def test_evaluate_beam_mode_flag():
-  """--beam-mode reaches the decode config; one beam is greedy only in the self-critical mode."""
-  code = (
-      "import json, sys, ml_collections\n"
-      "from absl import flags\n"
-      "import evaluate\n"
-      "flags.FLAGS(['evaluate.py'] + sys.argv[1:])\n"
-      "from configs import common\n"
-      "d = evaluate.decode_overrides(ml_collections.ConfigDict({'decode': common.decode_config()}))\n"
-      "print(json.dumps({'method': d.method, 'beam_size': d.beam_size, 'beam_mode': d.beam_mode,\n"
-      "                  'beam_groups': d.beam_groups, 'diversity_strength': d.diversity_strength}))\n")
+@pytest.mark.parametrize("argv,needle", [
+    (["--config.batch_sze=8"], "config field batch_sze: unknown key in --config.batch_sze (did you mean batch_size?)"),
+    (["--config", "configs/eta.py:synthetic", "--config.modle.dim=8"], "config field modle: unknown"),
+    (["--config.data.num_train=9", "--config.data=3"], "config.data would overwrite config.data.num_train"),
+    (["--config.decode=3"], "config field decode: a section"),
+    (["--config.num_train_steps=1.5"], "config field num_train_steps: expected an int, got '1.5'"),
+    (["--noconfig.test_after_training", "--config.learning_rate=x"], "config field learning_rate: expected a number"),
+    (["--config=configs/mnmt.py:synthetic", "--config.model.fusion_tanh=maybe"],
+     "config field model.fusion_tanh: expected true or false"),  # a None placeholder's declared type
+    (["--config=nowhere.py"], "config file 'nowhere.py': not found"),
+    (["--config=configs/eta.py:synthetic", "--config.model.dim=8", "--config", "configs/eta.py:coco"],
+     "--config given 2 times"),
+])
+def test_the_command_line_is_checked_before_absl_parses_it(argv, needle):
+  with pytest.raises(ValueError, match=None) as e:
+    cli.check_command_line(["train.py", *argv], DEFAULT)
+  assert needle in str(e.value) and "expected" in str(e.value)
 
-  def overrides(*args):
-    r = subprocess.run([sys.executable, "-c", code, *args], cwd=REPO, capture_output=True,
-                       text=True, timeout=120)
-    assert r.returncode == 0, r.stderr[-2000:]
-    return json.loads(r.stdout.strip().splitlines()[-1])
+
+def test_a_good_command_line_passes_the_check():
+  cli.check_command_line(["train.py", "--config", "configs/eta.py:synthetic,variant=stacked_v",
+                          "--config.model.dim=64", "--config.data.num_train=100",
+                          "--noconfig.test_after_training", "--config.learning_rate=1e-3",
+                          "--workdir=/x"], DEFAULT)
+  cli.check_command_line(["train.py", "--config.model.dtype=bfloat16"], DEFAULT)
+
+
+def test_evaluate_decode_options():
+  """--beam-size etc. onto the run's decode config; one beam is greedy only in the
+  self-critical mode; --beam-groups makes a beam search (jaxcap.evaluation.runs.decode_options)."""
+  from configs import common
+  base = common.decode_config().to_dict()
+
+  def opts(**kw):
+    d = runs.decode_options(base, **kw)
+    return {k: d[k] for k in ("method", "beam_size", "beam_mode", "beam_groups", "diversity_strength")}
 
   plain = {"beam_groups": 1, "diversity_strength": 0.5}
-  assert overrides("--beam-size=3") == {"method": "beam", "beam_size": 3, "beam_mode": "live", **plain}
-  assert overrides("--beam-size", "3", "--beam-mode", "self_critical") == {
+  assert opts(beam_size=3) == {"method": "beam", "beam_size": 3, "beam_mode": "live", **plain}
+  assert opts(beam_size=3, beam_mode="self_critical") == {
       "method": "beam", "beam_size": 3, "beam_mode": "self_critical", **plain}
-  assert overrides("--beam-size=1") == {"method": "beam", "beam_size": 1, "beam_mode": "live", **plain}
-  assert overrides("--beam-size=1", "--beam-mode=self_critical")["method"] == "greedy"
-  # Diverse beam search: --beam-groups makes the method a beam search.
-  assert overrides("--beam-size=6", "--beam-groups=3", "--diversity-strength=0.2") == {
-      "method": "beam", "beam_size": 6, "beam_mode": "live", "beam_groups": 3,
-      "diversity_strength": 0.2}
+  assert opts(beam_size=1)["method"] == "beam" and opts(beam_size=1, beam_mode="self_critical")["method"] == "greedy"
+  assert opts(beam_size=6, beam_groups=3, diversity_strength=0.2) == {
+      "method": "beam", "beam_size": 6, "beam_mode": "live", "beam_groups": 3, "diversity_strength": 0.2}
+  assert opts(sample=True, beam_size=4)["method"] == "sample"
+
+
+def test_evaluate_py_maps_its_flags(tmp_path):
+  """The program's flags reach the library: the decode flags (with their dash spellings) and
+  --attributes (the evaluated split's attribute mode), seen in the refusal of a workdir whose
+  checkpoints are missing."""
+  from jaxcap import data as data_lib
+  from jaxcap.papers.eta.configs import eta
+  config = eta.get_config("synthetic")
+  config.data.num_train, config.data.num_val, config.data.num_test = 64, 16, 16
+  (tmp_path / "wd").mkdir()
+  (tmp_path / "wd" / "config.json").write_text(json.dumps(run_dir.config_to_dict(config)))
+  data_lib.get_dataset(config.data).vocab.save(str(tmp_path / "wd" / "vocab.json"))
+  with Programs() as programs:
+    code, _, err = programs.run(["evaluate.py", f"--workdir={tmp_path}/wd", "--attributes=none",
+                                 "--beam-size=3", "--block-trigrams"], tmp_path)
+  assert code == 2 and "--attributes=none" in err and "attends to attribute words" in err, err
 
 
 def test_evaluate_ensemble_refuses_different_vocabularies(tmp_path):
   """One line on stderr, exit code 2, before any data or checkpoint is read."""
   from configs import transformer
   from jaxcap.data.vocab import Vocab
-  from jaxcap.run_dir import config_to_dict
   for name, words in (("a", ["dog", "cat"]), ("b", ["dog", "cat", "bird"])):
     (tmp_path / name).mkdir()
     (tmp_path / name / "config.json").write_text(
-        json.dumps(config_to_dict(transformer.get_config("synthetic"))))
+        json.dumps(run_dir.config_to_dict(transformer.get_config("synthetic"))))
     Vocab(words).save(str(tmp_path / name / "vocab.json"))
   r = subprocess.run([sys.executable, str(REPO / "evaluate.py"),
                       f"--ensemble={tmp_path / 'a'},{tmp_path / 'b'}"],
@@ -76,35 +114,11 @@ def test_evaluate_ensemble_refuses_different_vocabularies(tmp_path):
   assert len(r.stderr.strip().splitlines()) == 1 and "another vocabulary" in r.stderr, r.stderr
 
 
-def test_evaluate_attributes_flag():
-  """--attributes sets the evaluated split's attribute mode (test: data.test_attributes)."""
-  code = (
-      "import json, sys, ml_collections\n"
-      "from absl import flags\n"
-      "import evaluate\n"
-      "flags.FLAGS(['evaluate.py'] + sys.argv[1:])\n"
-      "from jaxcap.papers.eta.configs import eta\n"
-      "d = evaluate.data_overrides(eta.get_config('synthetic'))\n"
-      "print(json.dumps({'attributes': d.attributes, 'test_attributes': d.test_attributes}))\n")
-
-  def overrides(*args):
-    r = subprocess.run([sys.executable, "-c", code, *args], cwd=REPO, capture_output=True,
-                       text=True, timeout=120)
-    assert r.returncode == 0, r.stderr[-2000:]
-    return json.loads(r.stdout.strip().splitlines()[-1])
-
-  assert overrides() == {"attributes": "noisy", "test_attributes": ""}
-  assert overrides("--attributes=oracle") == {"attributes": "noisy", "test_attributes": "oracle"}
-  assert overrides("--attributes=none", "--split=val") == {"attributes": "none",
-                                                           "test_attributes": ""}
-
-
-def test_config_flag_defined_in_an_own_empty_flag_values():
-  # An empty FlagValues is falsy: it must still be the one used, not absl's global FLAGS.
-  from absl import flags
-  name = "config_of_an_own_flag_values"  # a name no program defines in the global FLAGS
-  fv = flags.FlagValues()
-  cli.define_config(name, "configs/transformer.py:synthetic", "cfg", flag_values=fv)
-  assert name in fv and name not in flags.FLAGS
-  cli.parse_flags(["train.py", f"--{name}.num_train_steps=7"], flag_values=fv)
-  assert fv[name].value.num_train_steps == 7
+def test_only_check_args_parses_a_command_without_running_it(tmp_path):
+  """absl's --only_check_args: the command line is validated and parsed, nothing runs."""
+  with Programs() as programs:
+    ok = programs.run(["train.py", "--config=configs/aat.py:synthetic", "--config.model.dim=64",
+                       "--only_check_args"], tmp_path)
+    bad = programs.run(["train.py", "--config.model.dimm=64", "--only_check_args"], tmp_path)
+  assert ok[0] == 0 and not list(tmp_path.iterdir()), ok
+  assert bad[0] == 2 and "model.dimm" in bad[2]

@@ -23,12 +23,9 @@ from tests.test_readme import README, SNIPPET_MARK, code_blocks
 
 REPO = Path(__file__).resolve().parents[1]
 
-TINY = ["--config.data.num_train=96", "--config.data.num_val=16", "--config.data.num_test=16",
-        "--config.model.dim=32", "--config.model.num_layers=1", "--config.model.num_dec_layers=1",
-        "--config.model.num_heads=4", "--config.model.ff_dim=64", "--config.batch_size=8",
-        "--config.eval_batch_size=8", "--config.num_train_steps=8", "--config.eval_every_steps=8",
-        "--config.checkpoint_every_steps=8", "--config.log_every_steps=4", "--config.warmup_steps=10",
-        "--config.eval_num_images=16", "--config.test_after_training=False"]
+TINY = ["--config", "configs/transformer.py:synthetic,tiny", "--config.num_train_steps=8",
+        "--config.eval_every_steps=8", "--config.checkpoint_every_steps=8", "--config.log_every_steps=4",
+        "--config.test_after_training=False"]
 
 
 def _venv(path: Path) -> Path:
@@ -119,13 +116,15 @@ def test_wheel_install_ships_the_package_and_its_configs(tmp_path):
   elsewhere.mkdir()
   out = _run([py, "-c", (
       "import jaxcap, configs\n"
-      "from jaxcap import cli\n"
+      "from jaxcap import config_files\n"
       "c = jaxcap.get_config('configs/eta.py:synthetic,variant=stacked_v', num_train_steps=5)\n"
-      "print(jaxcap.__file__, configs.__file__, cli.configs_dir(), c.model.variant, c.num_train_steps)\n")],
+      "print(jaxcap.__file__, configs.__file__, config_files.configs_dir(), c.model.variant, c.num_train_steps)\n")],
       cwd=elsewhere).split()
   site_dir = str(tmp_path / "venv")
   assert all(p.startswith(site_dir) for p in out[:3]), out
   assert out[3:] == ["stacked_v", "5"]
   assert (py.parent / "jaxcap-train").exists() and (py.parent / "jaxcap-evaluate").exists()
   names = {p.name for p in Path(out[2]).iterdir()}
-  assert {"common.py", "transformer.py", "eta.py", "aat.py"} <= names
+  assert {"common.py", "transformer.py", "base.py"} <= names
+  papers = Path(out[0]).parent / "papers"  # a paper's configs are installed with its folder
+  assert (papers / "eta" / "configs" / "eta.py").exists() and (papers / "aat" / "configs" / "aat.py").exists()

@@ -27,15 +27,14 @@ Every relative link of the pages names a file or folder of the checkout. tests/r
 *runs* the same commands (slow step).
 """
 
-import json
-import os
 import re
 import shlex
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.programs import Programs
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
@@ -176,28 +175,6 @@ RULES = {
         ["bash", "-n", str(REPO / args[0])]).returncode == 0 else f"bash {args}: no such script, or it does not parse",
 }
 
-# Parses each command with the program's own absl flags in one subprocess (flags are global).
-_PARSE = r'''
-import json, os, sys
-from absl import flags
-from jaxcap import cli
-import jaxcap.commands.train  # noqa: F401  defines train.py's flags on the global FLAGS
-import jaxcap.commands.evaluate  # noqa: F401  and evaluate.py's
-cmds = json.loads(sys.stdin.read())
-errors = []
-for kind, args in cmds:
-  try:
-    if kind == "train":  # train.py's own parser: its default config, rewritten argv and all
-      cli.parse_flags(cli.resolve_config_argv(["train.py"] + args))
-      assert flags.FLAGS.config is not None and "model" in flags.FLAGS.config
-    else:
-      flags.FLAGS.unparse_flags()
-      flags.FLAGS(["evaluate.py"] + args)
-    errors.append("")
-  except BaseException as e:  # absl raises SystemExit / flags.Error / ValueError
-    errors.append(f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}")
-print(json.dumps(errors))
-'''
 
 
 def test_the_readme_has_commands_and_the_api_snippet():
@@ -241,14 +218,13 @@ def test_every_readme_command_is_covered():
     else:
       failures.append(f"{where}: {' '.join(words)}\n    no rule covers {prog!r}; add one to "
                       "tests/test_readme.py")
-  env = dict(os.environ, PYTHONPATH=str(REPO))
-  r = subprocess.run([sys.executable, "-c", _PARSE], input=json.dumps([(k, a) for _, k, a in parsed]),
-                     capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
-  assert r.returncode == 0, r.stderr[-3000:]
-  errors = json.loads(r.stdout.strip().splitlines()[-1])
-  for (where, prog, args), err in zip(parsed, errors):
-    if err:
-      failures.append(f"{where}: {prog} {' '.join(args)}\n    {err}")
+  # train.py / evaluate.py parse each command as they would run it (absl's --only_check_args:
+  # the command line validated and parsed, then nothing runs), each in a process of its own.
+  with Programs() as programs:
+    for where, prog, args in parsed:
+      code, _, err = programs.run([f"{prog}.py", *args, "--only_check_args"], REPO)
+      if code != 0:
+        failures.append(f"{where}: {prog} {' '.join(args)}\n    {err.strip()[-500:]}")
   assert not failures, "documented commands that fail their check:\n" + "\n".join(failures)
 
 
@@ -274,17 +250,15 @@ def test_relative_links_name_files_of_the_checkout():
 
 def test_the_parser_catches_a_bad_command(tmp_path):
   """The checks are not vacuous: a typo in a config field, a flag or a script name fails."""
-  env = dict(os.environ, PYTHONPATH=str(REPO))
   bad = [("train", ["--config", "configs/eta.py:synthetic", "--config.model.dimm=3"]),
          ("train", ["--config", "configs/eta.py:synthetic,variantt=x"]),
          ("evaluate", ["--workdir", "x", "--beam-sise", "3"]),
          ("train", ["--workdir", "x", "--config.no_such_key=3"]),  # the default config
          ("train", ["--config", "configs/aat.py:synthetic", "--config.num_train_steps=300"]),
          ("train", ["--workdir", "x", "--config.init_from=runs/y", "--config.scst.start_step=0"])]
-  r = subprocess.run([sys.executable, "-c", _PARSE], input=json.dumps(bad), capture_output=True, text=True,
-                     cwd=REPO, env=env, timeout=300)
-  errors = json.loads(r.stdout.strip().splitlines()[-1])
-  assert [bool(e) for e in errors] == [True, True, True, True, False, False], errors
+  with Programs() as programs:
+    codes = [programs.run([f"{prog}.py", *args, "--only_check_args"], REPO)[0] for prog, args in bad]
+  assert codes == [2, 2, 2, 2, 0, 0], codes
   assert _check_script("jaxcap/papers/aat/table1.py", ["--workdir", "x", "--nonexistent-flag", "1"])
   assert not _check_script("jaxcap/papers/aat/table1.py", ["--workdir", "x"])
   assert _check_script("scripts/nonexistent.py", [])

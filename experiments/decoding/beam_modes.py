@@ -11,7 +11,7 @@ CIDEr-D of each mode comes from ``evaluate.py --beam-mode``.
 import os
 import sys
 
-from absl import app, flags
+from absl import flags
 
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if _REPO not in sys.path:
@@ -25,6 +25,8 @@ FLAGS = flags.FLAGS
 
 def main(argv):
   del argv
+  if not FLAGS.workdir:
+    raise ValueError("--workdir: missing; expected a run directory written by train.py")
   import jax
   import numpy as np
   import jaxcap
@@ -57,6 +59,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  flags.mark_flag_as_required("workdir")
-  from jaxcap.cli import run_script
-  run_script(main, absl=True)  # bad input: one line, exit 2
+  from jaxcap.cli import run_absl
+  run_absl(main)  # bad input: one line, exit 2

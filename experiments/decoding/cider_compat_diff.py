@@ -10,16 +10,12 @@ both modes; prints the mean and largest absolute difference.
 import os
 import sys
 
-from absl import app, flags
+from absl import flags
 
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if _REPO not in sys.path:
   sys.path.insert(0, _REPO)
 
-from jaxcap import cli as _cli  # noqa: E402
-
-_cli.define_config("config", os.path.join(_REPO, "configs", "transformer.py") + ":flickr8k",
-                   "Config file (its data section is read).")
 flags.DEFINE_integer("images", 2000, "Training images scored.")
 flags.DEFINE_string("cache_dir", "/tmp/cider_compat_cache", "Document-frequency cache.")
 
@@ -59,5 +55,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  from jaxcap.cli import run_script
-  run_script(main, absl=True)  # bad input: one line, exit 2
+  from jaxcap.cli import run_absl
+  run_absl(main, configs={"config": "configs/transformer.py:flickr8k"})

@@ -258,3 +258,100 @@ def dataset(splits: dict, config, name: str) -> base.CaptionDataset:
 
 def load(config) -> base.CaptionDataset:
   return dataset(read_splits(config), config, f"karpathy:{config.dataset_json}")
+
+
+# -------------------------------------------------- Karpathy's JSON from a captions file
+def read_captions(path: str) -> dict[str, list[str]]:
+  """``{file name: [caption, ...]}`` of a captions file: a JSON object ``{"<file>": ["caption",
+  ...]}``, a JSON list ``[{"image": "<file>", "caption": "..."}]`` or Flickr8k's token file
+  (``<file>#<n>\\t<caption>`` per line)."""
+  return read_captions_and_splits(path)[0]
+
+
+def read_captions_and_splits(path: str) -> tuple[dict[str, list[str]], dict[str, str] | None]:
+  """``({file name: [caption, ...]}, {file name: split} or None)``: the captions of
+  :func:`read_captions` and, for a JSON list whose items name a ``"split"`` (every item, one of
+  train / val / test, one per image), each image's split."""
+  try:
+    with open(path, encoding="utf-8") as f:
+      text = f.read()
+  except UnicodeDecodeError as e:
+    raise ValueError(f"{path}: not UTF-8 text ({e}); expected JSON or Flickr8k's "
+                     "<file>#<n><TAB><caption> lines") from None
+  out: dict[str, list[str]] = {}
+  splits: dict[str, str] | None = None
+  if text.lstrip()[:1] in ("{", "["):
+    try:
+      data = json.loads(text)
+    except ValueError as e:
+      raise ValueError(f"{path}: invalid JSON ({e}); expected "
+                       '{"<file>": ["caption", ...]} or [{"image": ..., "caption": ...}]') from None
+    if isinstance(data, dict):
+      for name, caps in data.items():
+        if isinstance(caps, str):
+          caps = [caps]
+        if not isinstance(caps, list) or not all(isinstance(c, str) for c in caps):
+          raise ValueError(f"{path}: entry {name!r} is a {type(caps).__name__}; "
+                           "expected a list of caption strings")
+        out.setdefault(name, []).extend(caps)
+    else:
+      for n, item in enumerate(data):
+        if not (isinstance(item, dict) and isinstance(item.get("image"), str)
+                and isinstance(item.get("caption"), str)):
+          raise ValueError(f"{path}: item [{n}] is not an object with string "
+                           "'image' and 'caption'; expected [{\"image\": ..., \"caption\": ...}]")
+        out.setdefault(item["image"], []).append(item["caption"])
+        has_split = "split" in item
+        if n == 0:
+          splits = {} if has_split else None
+        elif has_split != (splits is not None):
+          raise ValueError(f"{path}: item [{n}] has {'a' if has_split else 'no'} 'split', "
+                           f"item [0] {'none' if has_split else 'one'}; expected a split on every "
+                           "item or on none")
+        if splits is not None:
+          split = item["split"]
+          if split not in base.SPLITS:
+            raise ValueError(f"{path}: item [{n}] has split {split!r}; expected one "
+                             f"of {', '.join(base.SPLITS)}")
+          if splits.setdefault(item["image"], split) != split:
+            raise ValueError(f"{path}: item [{n}] puts {item['image']!r} in {split!r}, "
+                             f"an earlier item in {splits[item['image']]!r}; expected one split "
+                             "per image")
+  else:
+    for n, line in enumerate(text.splitlines(), 1):
+      if not line.strip():
+        continue
+      key, tab, caption = line.partition("\t")
+      if not tab:
+        raise ValueError(f"{path}: line {n} has no tab; expected "
+                         "<file>#<n><TAB><caption> (Flickr8k's token format) or a JSON file")
+      out.setdefault(key.strip().split("#")[0], []).append(caption.strip())
+  if not out:
+    raise ValueError(f"{path}: no captions; expected at least one image's captions")
+  return out, splits
+
+
+def karpathy_json(captions: dict[str, list[str]], names: list[str], val: int, test: int,
+                  seed: int, name: str, splits: dict[str, str] | None = None) -> dict:
+  """Karpathy's ``{"images": [...], "dataset": name}`` of the captioned file ``names``; their
+  split is ``splits[name]`` when given, else drawn from ``val``, ``test`` and ``seed``."""
+  names = sorted(names)
+  if splits is not None:
+    split = {n: splits[n] for n in names}
+  else:
+    if val + test > len(names):
+      raise ValueError(f"--val={val} --test={test}: {len(names)} captioned images; expected "
+                       "val + test <= the captioned images")
+    order = np.random.default_rng(seed).permutation(len(names))
+    split = {}
+    for rank, i in enumerate(order):
+      split[names[i]] = "val" if rank < val else "test" if rank < val + test else "train"
+  images, sentid = [], 0
+  for imgid, fname in enumerate(names):
+    sents = []
+    for raw in captions[fname]:
+      sents.append({"tokens": tokenize(raw), "raw": raw, "imgid": imgid, "sentid": sentid})
+      sentid += 1
+    images.append({"filename": fname, "imgid": imgid, "split": split[fname], "sentences": sents,
+                   "sentids": [s["sentid"] for s in sents]})
+  return {"images": images, "dataset": name}

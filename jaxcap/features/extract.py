@@ -27,13 +27,13 @@ a fixed square is what lets the images go through in batches with one compiled p
 ``att`` grid is adaptive-average-pooled to ``g x g`` either way. A file Pillow cannot read is
 reported (a warning line naming it) and skipped; the others continue.
 
-This module imports no other part of jaxcap (``jaxcap.features`` is the bottom import layer).
+This module imports no other part of jaxcap but :mod:`jaxcap.atomic` (``jaxcap.features`` is
+the bottom import layer).
 """
 
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import sys
@@ -41,6 +41,8 @@ import time
 from typing import Callable
 
 import numpy as np
+
+from jaxcap import atomic
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm")
 RECORD_FILE = "features.json"
@@ -100,6 +102,52 @@ def image_array(array, size: int, what: str = "image") -> np.ndarray:
   return _square(Image.fromarray(x, "RGB"), size)
 
 
+def build_backbone(name: str, fields_json: str | None = None, *, size: int | None = None,
+                   att_size: int | None = None, dtype: str = "float32"):
+  """The backbone ``name`` with its field overrides (a JSON object), checked: ``(module,
+  fields, size)``; one ``ValueError`` line naming the flag (``--backbone``, ``--fields``,
+  ``--size``, ``--att_size``) and what was expected."""
+  from jaxcap.features import registry
+  if name not in registry.BACKBONES:
+    raise ValueError(f"--backbone={name}: unknown; expected one of {', '.join(registry.names())}")
+  fields = {}
+  if fields_json:
+    try:
+      fields = json.loads(fields_json)
+    except ValueError as e:
+      raise ValueError(f"--fields={fields_json}: invalid JSON ({e}); expected an object such as "
+                       '{"width": 4}') from None
+    if not isinstance(fields, dict):
+      raise ValueError(f"--fields={fields_json}: a {type(fields).__name__}; expected a JSON object")
+  build = {k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()}
+  if "att_size" in registry.BACKBONES[name][0].__dataclass_fields__:
+    build["att_size"] = att_size or build.get("att_size", 14)
+  try:
+    module = registry.build(name, **dict(build, dtype=dtype))
+  except ValueError as e:
+    raise ValueError(f"--fields: {e}") from None
+  image_size = getattr(module, "image_size", None)
+  size = size or image_size or 448
+  if image_size and size != image_size:
+    raise ValueError(f"--size={size}: {name} takes {image_size} x {image_size} images only; "
+                     f"expected --size {image_size}")
+  grid = image_size // module.patch if image_size else None
+  if grid and att_size and att_size != grid:
+    raise ValueError(f"--att_size={att_size}: {name}'s grid is its {grid} x {grid} patches; "
+                     f"expected --att_size {grid} or none")
+  return module, fields, size
+
+
+def make_record(name: str, module, fields: dict, size: int, dtype: str, weights: str | None,
+                seed: int) -> dict:
+  """What ``features.json`` records of an extraction (read back by :mod:`jaxcap.features.record`)."""
+  return {"backbone": name, "fields": fields, "size": size,
+          "att_size": getattr(module, "att_size", None) or size // getattr(module, "patch", 1),
+          "dtype": dtype, "feature_dim": int(module.feature_dim) if hasattr(module, "feature_dim") else None,
+          "weights": ({"file": os.path.basename(weights), "sha256": sha256(weights)} if weights
+                      else {"random": True, "seed": seed})}
+
+
 def features_of(extract: Callable, variables, images_BxSxSx3: np.ndarray, batch_size: int):
   """``(fc [B, D], att [B, g*g, D])`` float32 of images in batches of ``batch_size`` (the last
   padded with copies of its last image: one compiled shape); ``att`` cells row-major, as the
@@ -125,17 +173,6 @@ def sha256(path: str) -> str:
   return h.hexdigest()
 
 
-def _atomic_write(path: str, write: Callable[[io.BufferedWriter], None]) -> None:
-  tmp = f"{path}.tmp{os.getpid()}"
-  try:
-    with open(tmp, "wb") as f:
-      write(f)
-    os.replace(tmp, path)
-  finally:
-    if os.path.exists(tmp):
-      os.remove(tmp)
-
-
 def read_json(path: str, expected: str):
   """The JSON file at ``path``; one-line ``ValueError`` naming it and ``expected`` otherwise."""
   try:
@@ -157,7 +194,7 @@ def write_record(out_dir: str, record: dict) -> None:
         raise ValueError(f"{path}: the features there have {key}={old.get(key)!r}, this run "
                          f"{record.get(key)!r}; expected the same settings to resume, or another --out")
     return
-  _atomic_write(path, lambda f: f.write((json.dumps(record, indent=1) + "\n").encode()))
+  atomic.write_with(path, lambda f: f.write((json.dumps(record, indent=1) + "\n").encode()))
 
 
 def _save_npy(array) -> Callable:
@@ -208,8 +245,8 @@ def run(images_dir: str, out_dir: str, module, variables, record: dict, size: in
                                     batch_size)
     for k, (name, _) in enumerate(batch):
       stem = os.path.splitext(name)[0]
-      _atomic_write(os.path.join(att_dir, stem + ".npz"), _save_npz(att_BxCxD[k]))
-      _atomic_write(os.path.join(fc_dir, stem + ".npy"), _save_npy(fc_BxD[k]))
+      atomic.write_with(os.path.join(att_dir, stem + ".npz"), _save_npz(att_BxCxD[k]))
+      atomic.write_with(os.path.join(fc_dir, stem + ".npy"), _save_npy(fc_BxD[k]))
     result["extracted"] += n
     if bar is not None:
       bar.update(n)

@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Callable, Mapping
 
 import jax.numpy as jnp
@@ -57,23 +58,32 @@ class Check:
   expected: str
 
 
-def _is_int(v) -> bool:
+def is_int(v) -> bool:
   return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
 
 
-def _is_number(v) -> bool:
+def is_number(v) -> bool:
   return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
 
 
 def at_least(low: int) -> Check:
   if low == 1:
-    return Check(lambda v: _is_int(v) and v >= 1, "a positive int")
-  return Check(lambda v: _is_int(v) and v >= low, f"an int >= {low}")
+    return Check(lambda v: is_int(v) and v >= 1, "a positive int")
+  return Check(lambda v: is_int(v) and v >= low, f"an int >= {low}")
 
 
 POSITIVE = at_least(1)
-NON_NEGATIVE = Check(lambda v: _is_number(v) and v >= 0, "a number >= 0")
-RATE = Check(lambda v: _is_number(v) and 0.0 <= v < 1.0, "a rate in [0, 1)")
+INT = Check(is_int, "an int")
+BOOL = Check(lambda v: isinstance(v, bool), "True or False")
+STRING = Check(lambda v: isinstance(v, str), "a string")
+NON_NEGATIVE = Check(lambda v: is_number(v) and v >= 0, "a number >= 0")
+RATE = Check(lambda v: is_number(v) and 0.0 <= v < 1.0, "a rate in [0, 1)")
+
+
+def finite(low: float, strict: bool = False) -> Check:
+  """A finite number ``>= low`` (``> low`` when ``strict``)."""
+  return Check(lambda v: is_number(v) and math.isfinite(v) and (v > low if strict else v >= low),
+               f"a finite number {'>' if strict else '>='} {low:g}")
 
 
 def one_of(choices) -> Check:
@@ -83,13 +93,13 @@ def one_of(choices) -> Check:
 
 def in_interval(low: float, high: float, closed_high: bool = False, what: str = "a number") -> Check:
   if closed_high:
-    return Check(lambda v: _is_number(v) and low < v <= high, f"{what} in ({low:g}, {high:g}]")
-  return Check(lambda v: _is_number(v) and low < v < high, f"{what} in ({low:g}, {high:g})")
+    return Check(lambda v: is_number(v) and low < v <= high, f"{what} in ({low:g}, {high:g}]")
+  return Check(lambda v: is_number(v) and low < v < high, f"{what} in ({low:g}, {high:g})")
 
 
 _TYPE_CHECKS = {
-    "int": Check(_is_int, "an int"),
-    "float": Check(_is_number, "a number"),
+    "int": Check(is_int, "an int"),
+    "float": Check(is_number, "a number"),
     "bool": Check(lambda v: isinstance(v, bool), "True or False"),
     "str": Check(lambda v: isinstance(v, str), "a string"),
     "tuple": Check(lambda v: isinstance(v, (tuple, list)), "a sequence"),
@@ -181,9 +191,9 @@ def validate(cls, model_config: Mapping) -> dict:
       for check in (_annotation_check(f), checks.get(name)):
         if check is not None and not check.test(value):
           raise _fail(name, (checks.get(name) or check).expected, value)
-      if str(f.type) == "float" and _is_number(value):
+      if str(f.type) == "float" and is_number(value):
         value = float(value)
-      elif str(f.type) == "int" and _is_int(value):
+      elif str(f.type) == "int" and is_int(value):
         value = int(value)
     values[name] = value
   cross = getattr(cls, "check_fields", None)

@@ -6,7 +6,7 @@ A paper's folder holds everything that is the paper's alone:
   (``@registry.register("<name>")``); a model file holds the equations, a short docstring with
   the dimension legend, and a pointer to the page;
 - its configs (``configs/<model>.py``: ``get_config(arg)``; ``--config configs/<model>.py:<arg>``
-  finds them, :func:`jaxcap.cli.resolve_config_path`);
+  finds them, :func:`jaxcap.config_files.resolve`);
 - its page (``README.md``): what was built, the deviations from the paper and the notes where
   the paper is silent, the tables and the commands that make them;
 - its table scripts (``python -m jaxcap.papers.<paper>.<script>``), notebook(s), recorded

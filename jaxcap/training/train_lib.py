@@ -402,7 +402,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
     ``{"overall": {...}, "per_image": {...}}`` of the test split (``{}`` when not tested).
   """
   model_cls = registry.get(config.model.name)
-  validation.check_config(config, trainable=getattr(model_cls, "trainable", True))
+  validation.check_config(config)
   validation.check_workdir_writable(workdir)
   if not getattr(model_cls, "trainable", True):
     return fit_non_trainable(config, workdir)

@@ -4,8 +4,9 @@ Everything a run will need is checked up front, so bad input is a one-line ``Val
 (``train.py``: ``error: ...`` and exit code 2) before anything is written or compiled, instead
 of a traceback or a late failure at the batch that reads a bad file or after training:
 
-- :func:`check_config`: types and ranges of the training fields (positive sizes and
-  intervals, a finite learning rate >= 0, ``keep_checkpoints >= 1``, known enum values);
+- :func:`check_config`: the one pass over the built config: the types and ranges of every
+  section's fields (:data:`CHECKS`: training, data, decoding, self-critical training; the
+  model's against its dataclass), and the relations between them;
 - :func:`check_workdir_writable`: the workdir is a directory (or can be created) and writable;
 - :func:`check_data`: every split the run uses exists (train, val, and ``test_split`` when
   ``test_after_training``), and each image's feature files of those splits agree with the
@@ -21,44 +22,66 @@ of a traceback or a late failure at the batch that reads a bad file or after tra
 
 from __future__ import annotations
 
-import math
 import os
 import time
 
 import numpy as np
 
+from jaxcap import decoding
 from jaxcap.data import base, complete_data_config
 from jaxcap.data import batch as batch_lib
+from jaxcap.data import readers as data_readers
+from jaxcap.models import fields, registry
 from jaxcap.training.steps import PRNG_IMPLS
 
 _MISSING = object()
 
-# (field, kind, lower bound): "int" fields are ints >= bound, "float" finite numbers >= bound.
-_NUMBERS = (
-    ("batch_size", "int", 1), ("eval_batch_size", "int", 1), ("num_train_steps", "int", 0),
-    ("eval_every_steps", "int", 1), ("log_every_steps", "int", 1),
-    ("checkpoint_every_steps", "int", 1), ("keep_checkpoints", "int", 1),
-    ("warmup_steps", "int", 0), ("early_stopping_patience", "int", 0), ("seed", "int", None),
-    ("learning_rate", "float", 0.0), ("decay_every_epochs", "float", 0.0),
-    ("decay_rate", "float", 0.0), ("adam_eps", "float", 0.0), ("weight_decay", "float", 0.0),
-    ("l2", "float", 0.0), ("grad_clip_norm", "float", 0.0), ("grad_clip_value", "float", 0.0),
-    ("label_smoothing", "float", 0.0),
-    ("data.max_len", "int", 1), ("data.seq_per_img", "int", 1), ("data.max_regions", "int", 1),
-    ("data.validate_sample", "int", 1),
-    ("decode.max_len", "int", 1), ("decode.beam_size", "int", 1),
-    ("scst.learning_rate", "float", 0.0), ("scst.num_samples", "int", 1),
-)
-_STRICTLY_POSITIVE = ("decay_every_epochs", "decay_rate")
-_CHOICES = (
-    ("schedule", ("noam", "step", "constant")), ("best_metric", ("CIDEr", "Bleu_4")),
-    ("test_split", base.SPLITS), ("nonfinite", ("stop", "skip")),
-    ("data.validate_features", ("all", "sample", "off")),
-    ("data.degenerate_boxes", ("error", "allow")),
-    ("data.missing_boxes", ("error", "whole_image")),
-    ("scst.reward", ("device", "host")),
-    ("prng_impl", PRNG_IMPLS),
-)
-_BOOLS = ("test_after_training", "spice", "data.truncate_regions")
+# The config's fields and what each must hold, one table for every section (the model's own
+# fields are its dataclass's: jaxcap.models.fields). A field a config does not have is skipped.
+CHECKS = {
+    # training
+    "seed": fields.INT, "batch_size": fields.POSITIVE, "eval_batch_size": fields.POSITIVE,
+    "num_train_steps": fields.at_least(0), "eval_every_steps": fields.POSITIVE,
+    "log_every_steps": fields.POSITIVE, "checkpoint_every_steps": fields.POSITIVE,
+    "keep_checkpoints": fields.POSITIVE, "warmup_steps": fields.at_least(0),
+    "early_stopping_patience": fields.at_least(0),
+    "eval_num_images": fields.Check(lambda v: fields.is_int(v) and (v >= 1 or v == -1),
+                                    "-1 (the whole split) or an int >= 1"),
+    "learning_rate": fields.finite(0.0), "decay_every_epochs": fields.finite(0.0, strict=True),
+    "decay_rate": fields.finite(0.0, strict=True), "adam_b1": fields.RATE, "adam_b2": fields.RATE,
+    "adam_eps": fields.finite(0.0), "weight_decay": fields.finite(0.0), "l2": fields.finite(0.0),
+    "grad_clip_norm": fields.finite(0.0), "grad_clip_value": fields.finite(0.0),
+    "label_smoothing": fields.finite(0.0),
+    "schedule": fields.one_of(("noam", "step", "constant")),
+    "best_metric": fields.one_of(("CIDEr", "Bleu_4")), "test_split": fields.one_of(base.SPLITS),
+    "nonfinite": fields.one_of(("stop", "skip")), "prng_impl": fields.one_of(PRNG_IMPLS),
+    "test_after_training": fields.BOOL, "spice": fields.BOOL, "init_from": fields.STRING,
+    # data
+    "data.name": fields.one_of(data_readers.NAMES), "data.max_len": fields.POSITIVE,
+    "data.seq_per_img": fields.POSITIVE, "data.max_regions": fields.POSITIVE,
+    "data.validate_sample": fields.POSITIVE, "data.truncate_regions": fields.BOOL,
+    "data.grid": fields.BOOL,
+    "data.validate_features": fields.one_of(("all", "sample", "off")),
+    "data.degenerate_boxes": fields.one_of(("error", "allow")),
+    "data.missing_boxes": fields.one_of(("error", "whole_image")),
+    "data.task": fields.one_of(("caption", "translate")),
+    # decoding
+    "decode.method": fields.one_of(decoding.METHODS), "decode.beam_size": fields.POSITIVE,
+    "decode.beam_mode": fields.one_of(decoding.BEAM_MODES), "decode.max_len": fields.POSITIVE,
+    "decode.length_penalty": fields.one_of(decoding.LENGTH_PENALTIES),
+    "decode.min_len": fields.at_least(0), "decode.top_k": fields.at_least(0),
+    "decode.temperature": fields.finite(0.0, strict=True),
+    "decode.top_p": fields.in_interval(0.0, 1.0, closed_high=True),
+    "decode.beam_groups": fields.POSITIVE, "decode.num_samples": fields.POSITIVE,
+    "decode.block_trigrams": fields.BOOL, "decode.suppress_unk": fields.BOOL,
+    "decode.remove_bad_endings": fields.BOOL,
+    # self-critical training
+    "scst.learning_rate": fields.finite(0.0), "scst.num_samples": fields.POSITIVE,
+    "scst.reward": fields.one_of(("device", "host")),
+    "scst.baseline": fields.one_of(("greedy", "mean")),
+    "scst.cider_compat": fields.one_of(("jaxcap", "self_critical")), "scst.dropout": fields.BOOL,
+    "scst.bleu_weight": fields.finite(0.0), "scst.cider_weight": fields.finite(0.0),
+}
 
 
 def _get(config, path: str):
@@ -73,51 +96,28 @@ def _get(config, path: str):
   return node
 
 
-def check_config(config, trainable: bool = True) -> None:
-  """Raises a one-line ``ValueError`` (``config field X: expected ..., got ...``) for the first
-  training field of the wrong type or out of range. Fields a config does not have are skipped.
-  ``trainable``: the model trains (``num_train_steps >= 1``; the nearest neighbour has 0)."""
+def check_config(config, trainable: bool | None = None) -> None:
+  """The one validation pass over a built config, before anything is written or compiled:
+  every field of :data:`CHECKS` the config has, the relations between fields, and the model's
+  section against the model's dataclass (:func:`jaxcap.models.fields.validate`). The first
+  violation is one ``ValueError``: ``config field <path>: expected ..., got ...``.
+  ``trainable``: the model trains (``num_train_steps >= 1``); default: asked of the model."""
+  model_name = _get(config, "model.name")
+  if model_name is not _MISSING:
+    cls = registry.get(model_name)
+    fields.validate(cls, config.model)
+    trainable = getattr(cls, "trainable", True) if trainable is None else trainable
+  for path, check in CHECKS.items():
+    v = _get(config, path)
+    if v is not _MISSING and not check.test(v):
+      raise ValueError(f"config field {path}: expected {check.expected}, got {v!r}")
   steps = _get(config, "num_train_steps")
-  if trainable and isinstance(steps, int) and not isinstance(steps, bool) and steps < 1:
+  if trainable is not False and steps is not _MISSING and steps < 1:
     raise ValueError(f"config field num_train_steps: expected an int >= 1, got {steps}")
-  for path, kind, low in _NUMBERS:
-    v = _get(config, path)
-    if v is _MISSING:
-      continue
-    if kind == "int":
-      if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-        raise ValueError(f"config field {path}: expected an int, got {v!r}")
-      if low is not None and v < low:
-        raise ValueError(f"config field {path}: expected an int >= {low}, got {v}")
-    else:
-      if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
-        raise ValueError(f"config field {path}: expected a number, got {v!r}")
-      if not math.isfinite(v) or v < low or (path in _STRICTLY_POSITIVE and v <= 0):
-        op = ">" if path in _STRICTLY_POSITIVE else ">="
-        raise ValueError(f"config field {path}: expected a finite number {op} {low}, got {v}")
-  v = _get(config, "eval_num_images")
-  if v is not _MISSING and (isinstance(v, bool) or not isinstance(v, int) or (v < 1 and v != -1)):
-    raise ValueError(f"config field eval_num_images: expected -1 (the whole split) or an int "
-                     f">= 1, got {v!r}")
-  for path, choices in _CHOICES:
-    v = _get(config, path)
-    if v is not _MISSING and v not in choices:
-      raise ValueError(f"config field {path}: expected one of {', '.join(map(repr, choices))}, "
-                       f"got {v!r}")
   bleu = _get(config, "scst.bleu_weight")
-  if (_get(config, "scst.reward") == "device" and isinstance(bleu, (int, float))
-      and bleu > 0):  # the device reward is CIDEr-D only
+  if _get(config, "scst.reward") == "device" and bleu is not _MISSING and bleu > 0:
     raise ValueError(f"config field scst.reward: 'device' computes CIDEr-D only; "
                      f"scst.bleu_weight={bleu} needs scst.reward='host'")
-  for path in _BOOLS:
-    v = _get(config, path)
-    if v is not _MISSING and not isinstance(v, bool):
-      raise ValueError(f"config field {path}: expected True or False, got {v!r}")
-  for path in ("adam_b1", "adam_b2"):
-    v = _get(config, path)
-    if v is not _MISSING and (isinstance(v, bool) or not isinstance(v, (int, float))
-                              or not 0.0 <= v < 1.0):
-      raise ValueError(f"config field {path}: expected a number in [0, 1), got {v!r}")
 
 
 def check_workdir_writable(workdir: str) -> None:

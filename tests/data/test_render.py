@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from jaxcap.commands import extract as extract_command
+from jaxcap.data import karpathy
 from jaxcap.data import render
 from jaxcap.data.synthetic import SHAPES, SyntheticScenes
 
@@ -125,11 +125,11 @@ def test_write_dataset_is_a_folder_jaxcap_extract_reads_with_its_splits(scenes, 
   with Image.open(tmp_path / "images" / "val_00001.png") as im:
     assert im.mode == "RGB" and im.size == (32, 32)
     assert np.array_equal(np.asarray(im), render.render(scenes, "val", 1, 32))
-  captions, splits = extract_command.read_captions_and_splits(str(tmp_path / "captions.json"))
+  captions, splits = karpathy.read_captions_and_splits(str(tmp_path / "captions.json"))
   assert set(captions) == set(names) and all(len(c) == 5 for c in captions.values())
   assert captions["train_00002.png"] == [" ".join(c) for c in scenes.captions("train", 2)]
   assert splits["val_00002.png"] == "val" and splits["test_00000.png"] == "test"
-  data = extract_command.karpathy_json(captions, names, 0, 0, 0, "scenes", splits)
+  data = karpathy.karpathy_json(captions, names, 0, 0, 0, "scenes", splits)
   assert {e["filename"]: e["split"] for e in data["images"]} == {n: n.split("_")[0] for n in names}
   # A second call draws nothing new (the files are kept).
   before = (tmp_path / "images" / "train_00000.png").stat().st_mtime_ns

@@ -18,6 +18,7 @@ import pytest
 from PIL import Image
 
 from jaxcap.commands import extract as command
+from jaxcap.data import karpathy
 from jaxcap.features import extract
 
 REPO = Path(__file__).resolve().parents[2]
@@ -226,25 +227,25 @@ def test_the_three_captions_formats_and_their_errors(tmp_path):
   (tmp_path / "c.txt").write_text("x.jpg#0\tOne.\nx.jpg#1\tTwo\n\ny.png#0\tThree\n")
   want = {"x.jpg": ["One.", "Two"], "y.png": ["Three"]}
   for name in ("a.json", "b.json", "c.txt"):
-    assert command.read_captions(str(tmp_path / name)) == want, name
+    assert karpathy.read_captions(str(tmp_path / name)) == want, name
   (tmp_path / "bad.txt").write_text("x.jpg no tab here\n")
   with pytest.raises(ValueError, match="line 1 has no tab; expected"):
-    command.read_captions(str(tmp_path / "bad.txt"))
+    karpathy.read_captions(str(tmp_path / "bad.txt"))
   (tmp_path / "bad.json").write_text('[{"image": "x.jpg"}]')
   with pytest.raises(ValueError, match=r"item \[0\].*expected"):
-    command.read_captions(str(tmp_path / "bad.json"))
+    karpathy.read_captions(str(tmp_path / "bad.json"))
 
 
 def test_the_split_is_seeded_and_all_train_by_default():
   caps = {f"{i}.png": [f"caption {i}"] for i in range(10)}
   names = list(caps)
-  assert {e["split"] for e in command.karpathy_json(caps, names, 0, 0, 0, "d")["images"]} == {"train"}
-  one = command.karpathy_json(caps, names, 3, 2, 7, "d")
-  assert one == command.karpathy_json(caps, names[::-1], 3, 2, 7, "d")  # order of the input: none
+  assert {e["split"] for e in karpathy.karpathy_json(caps, names, 0, 0, 0, "d")["images"]} == {"train"}
+  one = karpathy.karpathy_json(caps, names, 3, 2, 7, "d")
+  assert one == karpathy.karpathy_json(caps, names[::-1], 3, 2, 7, "d")  # order of the input: none
   splits = [e["split"] for e in one["images"]]
   assert (splits.count("val"), splits.count("test"), splits.count("train")) == (3, 2, 5)
   with pytest.raises(ValueError, match="--val=8 --test=3"):
-    command.karpathy_json(caps, names, 8, 3, 0, "d")
+    karpathy.karpathy_json(caps, names, 8, 3, 0, "d")
 
 
 def test_a_captions_list_with_splits_keeps_them(tmp_path):
@@ -253,12 +254,12 @@ def test_a_captions_list_with_splits_keeps_them(tmp_path):
            {"image": "x.jpg", "caption": "Three", "split": "test"},
            {"image": "z.png", "caption": "Four", "split": "train"}]
   (tmp_path / "s.json").write_text(json.dumps(items))
-  captions, splits = command.read_captions_and_splits(str(tmp_path / "s.json"))
+  captions, splits = karpathy.read_captions_and_splits(str(tmp_path / "s.json"))
   assert captions == {"x.jpg": ["One.", "Three"], "y.png": ["Two"], "z.png": ["Four"]}
   assert splits == {"x.jpg": "test", "y.png": "val", "z.png": "train"}
-  data = command.karpathy_json(captions, ["z.png", "x.jpg"], 0, 0, 0, "d", splits)
+  data = karpathy.karpathy_json(captions, ["z.png", "x.jpg"], 0, 0, 0, "d", splits)
   assert [(e["filename"], e["split"]) for e in data["images"]] == [("x.jpg", "test"), ("z.png", "train")]
-  assert command.read_captions_and_splits(str(tmp_path / "s.json"))[0] == command.read_captions(
+  assert karpathy.read_captions_and_splits(str(tmp_path / "s.json"))[0] == karpathy.read_captions(
       str(tmp_path / "s.json"))
   for bad, needle in (
       ([items[0], {"image": "y.png", "caption": "Two"}], r"item \[1\] has no 'split', item \[0\] one"),
@@ -268,7 +269,7 @@ def test_a_captions_list_with_splits_keeps_them(tmp_path):
   ):
     (tmp_path / "bad.json").write_text(json.dumps(bad))
     with pytest.raises(ValueError, match=needle):
-      command.read_captions_and_splits(str(tmp_path / "bad.json"))
+      karpathy.read_captions_and_splits(str(tmp_path / "bad.json"))
 
 
 def test_splits_in_the_captions_with_val_or_test_is_one_line(tmp_path, capsys):

@@ -53,11 +53,8 @@ class Toy(CaptionModel):
     return self.out(h).astype(jnp.float32), h, {}
 '''
 
-RUN = ["--config.data.num_train=96", "--config.data.num_val=16", "--config.data.num_test=16",
-       "--config.batch_size=8", "--config.eval_batch_size=8", "--config.num_train_steps=2",
-       "--config.eval_every_steps=2", "--config.checkpoint_every_steps=2",
-       "--config.log_every_steps=1", "--config.eval_num_images=16",
-       "--config.test_after_training=False"]
+RUN = ["--config.num_train_steps=2", "--config.eval_every_steps=2", "--config.checkpoint_every_steps=2",
+       "--config.log_every_steps=1", "--config.test_after_training=False"]
 
 
 @pytest.mark.slow
@@ -79,7 +76,7 @@ def test_a_toy_model_in_one_file_trains_and_decodes_with_beam_search(tmp_path):
     assert "Traceback" not in r.stderr, r.stderr[-3000:]
     return r
 
-  run("train.py", "--config=configs/base.py:synthetic,model=toy", f"--workdir={workdir}",
+  run("train.py", "--config=configs/base.py:synthetic,model=toy,tiny", f"--workdir={workdir}",
       "--config.model.hidden_dim=24", *RUN)
   saved = json.loads((workdir / "config.json").read_text())
   assert saved["model"] == {"name": "toy", "hidden_dim": 24}

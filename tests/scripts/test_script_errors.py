@@ -1,7 +1,7 @@
 """Bad input to the scripts in ``scripts/`` and ``experiments/<paper>/``: one ``error:`` line on stderr, exit code 2.
 
 The scripts run through :func:`jaxcap.cli.run_script` (``run_main``, and for absl ones
-``run_app``, as ``train.py`` and ``evaluate.py`` do). Each case is a real process (the exit code and the
+``run_absl``, as ``train.py`` and ``evaluate.py`` do). Each case is a real process (the exit code and the
 absence of a traceback are the point) and writes nothing: the cases name a missing run or a
 bad flag value, so no training starts.
 

@@ -87,12 +87,9 @@ def _free_port():
 
 # Tiny sizes for the train.py launches; dropout large enough that a layout-dependent mask would
 # show in the loss.
-_TRAIN_ARGS = ["--config.num_train_steps=4", "--config.eval_every_steps=2", "--config.log_every_steps=1",
-               "--config.data.num_train=64", "--config.data.num_val=16", "--config.data.num_test=16",
-               "--config.model.dim=32", "--config.model.ff_dim=64", "--config.model.num_heads=4",
-               "--config.model.num_layers=1", "--config.model.num_dec_layers=1",
-               "--config.model.dropout=0.3", "--config.batch_size=16", "--config.eval_batch_size=16",
-               "--config.warmup_steps=2"]
+_TRAIN_ARGS = ["--config=configs/transformer.py:synthetic,tiny", "--config.eval_every_steps=2",
+               "--config.log_every_steps=1", "--config.data.num_train=64", "--config.model.dropout=0.3",
+               "--config.batch_size=16", "--config.eval_batch_size=16", "--config.warmup_steps=2"]
 
 # Process 1 runs train.py under an audit hook that records every file it opens for writing and
 # every file-system change it makes under the workdir (Python-level: orbax's own metadata, the

@@ -19,27 +19,26 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import jaxcap
+from jaxcap import cli, run_dir
 from jaxcap.training import checkpoint as ckpt_lib
-from jaxcap import run_dir
 from jaxcap.training import guard, steps, train_lib
 
-REPO = Path(__file__).resolve().parents[2]
-TINY = [f"--config={REPO}/configs/transformer.py:synthetic",
-        "--config.data.num_train=96", "--config.data.num_val=16", "--config.data.num_test=16",
-        "--config.model.dim=32", "--config.model.num_layers=1", "--config.model.num_dec_layers=1",
-        "--config.model.num_heads=4", "--config.model.ff_dim=64", "--config.batch_size=8",
-        "--config.eval_batch_size=8", "--config.eval_num_images=16", "--config.warmup_steps=10",
-        "--config.test_after_training=False"]
-HUGE_LR = ["--config.learning_rate=1e30", "--config.schedule=constant"]
+TINY = {"data.num_train": 96, "data.num_val": 16, "data.num_test": 16, "model.dim": 32,
+        "model.num_layers": 1, "model.num_dec_layers": 1, "model.num_heads": 4, "model.ff_dim": 64,
+        "batch_size": 8, "eval_batch_size": 8, "eval_num_images": 16, "warmup_steps": 10,
+        "test_after_training": False}
+HUGE_LR = {"learning_rate": 1e30, "schedule": "constant"}
 
 
-def _train(argv):
-  import train
+def _train(workdir, **overrides):
+  """train.py's library entry point under the programs' contract (cli.run_main): ``(exit code,
+  stderr)``."""
+  config = jaxcap.get_config("transformer.py:synthetic", **TINY, **overrides)
   err = io.StringIO()
   with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
     try:
-      train.cli(["train.py", *TINY, *argv])
-      code = 0
+      code = cli.run_main(lambda: train_lib.train_and_evaluate(config, str(workdir)))
     except SystemExit as e:
       code = e.code
   return code, err.getvalue()
@@ -59,13 +58,9 @@ def _snapshot(d: Path) -> dict:
 def four_steps(tmp_path_factory):
   """A healthy workdir at step 4 (checkpoint and best), written through the training library
   without running the loop (what the tests need is its files; it saves two compilations)."""
-  import train  # noqa: F401  (defines the flags)
-  from absl import flags
-  from jaxcap import cli
   from jaxcap.data import pipeline
   wd = tmp_path_factory.mktemp("nonfinite") / "wd"
-  cli.parse_flags(["train.py", *TINY])
-  config = flags.FLAGS.config
+  config = jaxcap.get_config("transformer.py:synthetic", **TINY)
   trainer = train_lib.Trainer(config, str(wd))
   run_dir.init_workdir(str(wd), config, trainer.dataset.vocab)
   state = trainer.initial_state().replace(step=4)
@@ -83,8 +78,8 @@ def test_nan_stops_with_one_line_and_keeps_the_previous_checkpoint(four_steps, t
   wd = tmp_path / "wd"
   shutil.copytree(four_steps, wd)
   kept = {d: _snapshot(wd / d) for d in ("checkpoints", "best")}
-  code, err = _train([f"--workdir={wd}", "--config.num_train_steps=12", "--config.eval_every_steps=2",
-                      "--config.checkpoint_every_steps=2", "--config.log_every_steps=2", *HUGE_LR])
+  code, err = _train(wd, num_train_steps=12, eval_every_steps=2, checkpoint_every_steps=2,
+                     log_every_steps=2, **HUGE_LR)
   assert code == 3, err[-3000:]
   lines = [l for l in err.splitlines() if l.startswith("error:")]
   assert len(lines) == 1, err[-3000:]
@@ -110,9 +105,8 @@ def test_nan_stops_with_one_line_and_keeps_the_previous_checkpoint(four_steps, t
 def test_skip_mode_skips_updates_and_counts_them(four_steps, tmp_path):
   wd = tmp_path / "wd"
   shutil.copytree(four_steps, wd)
-  code, err = _train([f"--workdir={wd}", "--config.num_train_steps=8", "--config.eval_every_steps=100",
-                      "--config.checkpoint_every_steps=1", "--config.keep_checkpoints=2",
-                      "--config.log_every_steps=1", "--config.nonfinite=skip", *HUGE_LR])
+  code, err = _train(wd, num_train_steps=8, eval_every_steps=100, checkpoint_every_steps=1,
+                     keep_checkpoints=2, log_every_steps=1, nonfinite="skip", **HUGE_LR)
   assert code == 0, err[-3000:]
   records = [r for r in _strict_json_lines(wd / "metrics.jsonl") if r["step"] > 4 and "train/skipped_total" in r]
   assert records and records[-1]["step"] == 8 and records[-1]["train/skipped"] == 1

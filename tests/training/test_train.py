@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from configs import transformer as transformer_config
+from jaxcap import config_files
 from jaxcap import data as data_lib
 from jaxcap.models import registry
 from jaxcap.training import checkpoint as ckpt_lib
@@ -25,13 +25,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def tiny_config(**overrides) -> ml_collections.ConfigDict:
-  c = transformer_config.get_config("synthetic")
-  c.data.num_train, c.data.num_val, c.data.num_test = 96, 16, 16
-  c.model.dim, c.model.num_layers, c.model.num_dec_layers = 32, 1, 1
-  c.model.num_heads, c.model.ff_dim = 4, 64
-  c.update(batch_size=8, eval_batch_size=8, num_train_steps=8, eval_every_steps=1000,
-           checkpoint_every_steps=4, log_every_steps=2, warmup_steps=10, eval_num_images=16,
-           test_after_training=False)
+  c = config_files.load("transformer.py:synthetic,tiny")
+  c.update(num_train_steps=8, eval_every_steps=1000, test_after_training=False)
   for k, v in overrides.items():
     node = c
     *path, last = k.split(".")
@@ -104,13 +99,9 @@ def _params_of(workdir, config, dataset):
 
 
 def _train_cmd(workdir, steps, extra=()):
-  return [sys.executable, str(REPO / "train.py"), f"--config={REPO}/configs/transformer.py:synthetic",
-          f"--workdir={workdir}", "--config.data.num_train=96", "--config.data.num_val=16",
-          "--config.data.num_test=16", "--config.model.dim=32", "--config.model.num_layers=1",
-          "--config.model.num_dec_layers=1", "--config.model.num_heads=4", "--config.model.ff_dim=64",
-          "--config.batch_size=8", "--config.eval_batch_size=8", f"--config.num_train_steps={steps}",
-          "--config.eval_every_steps=1000", "--config.checkpoint_every_steps=4", "--config.log_every_steps=2",
-          "--config.warmup_steps=10", "--config.test_after_training=False", *extra]
+  return [sys.executable, str(REPO / "train.py"), "--config=configs/transformer.py:synthetic,tiny",
+          f"--workdir={workdir}", f"--config.num_train_steps={steps}", "--config.eval_every_steps=1000",
+          "--config.test_after_training=False", *extra]
 
 
 def test_resume_after_sigkill_continues_identically(tmp_path, tiny_dataset):

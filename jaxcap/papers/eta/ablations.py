@@ -21,7 +21,7 @@ read back, not retrained, so an interrupted comparison resumes. Rows:
 import os
 import time
 
-from absl import app, flags
+from absl import flags
 
 
 from jaxcap.analysis import experiment
@@ -96,8 +96,7 @@ def format_table(rows: dict) -> str:
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  del argv  # cli.parse_flags refuses stray arguments
   rows = experiment.parse_list(flags.FLAGS.variants, "--variants")
   seeds = experiment.parse_seeds(flags.FLAGS.seeds)
   workdir = flags.FLAGS.workdir
@@ -127,5 +126,5 @@ def write_tables(workdir: str, results: dict, summaries: dict, seeds: list) -> N
   experiment.write_table(workdir, results, caption, format_table(summaries))
 
 if __name__ == "__main__":
-  from jaxcap.cli import run_script
-  run_script(main, absl=True)  # bad input: one line, exit 2
+  from jaxcap.cli import run_absl
+  run_absl(main)  # bad input: one line, exit 2

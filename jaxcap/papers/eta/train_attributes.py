@@ -14,19 +14,15 @@ training words), and writes ``<out>/attributes.json`` ``{image_id: [words]}`` fo
 import copy
 import os
 
-from absl import app, flags
+from absl import flags
 
 
-from jaxcap import cli as _cli
 
-_cli.define_config("config", "configs/eta.py:synthetic",
-                   "Config file (file.py:arg) with data and detector sections.")
 flags.DEFINE_string("out", "runs/attributes", "Output directory.")
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  del argv  # cli.parse_flags refuses stray arguments
   from jaxcap import data as data_lib
   from jaxcap.papers.eta import attributes as attribute_detector
 
@@ -53,5 +49,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  from jaxcap.cli import run_script
-  run_script(main, absl=True)  # bad input: one line, exit 2
+  from jaxcap.cli import run_absl
+  run_absl(main, configs={"config": "configs/eta.py:synthetic"})  # with data and detector sections

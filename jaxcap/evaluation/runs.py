@@ -1,0 +1,188 @@
+"""Evaluating trained runs: a split of a run (or of an ensemble of runs), a folder of images.
+
+The library behind ``evaluate.py`` (:mod:`jaxcap.commands.evaluate` maps its flags onto these
+functions). Every input is checked before a checkpoint is restored or anything is decoded or
+written: bad input is one ``ValueError`` line.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import jax
+import ml_collections
+
+from jaxcap import api, atomic, ensemble, run_dir
+from jaxcap import data as data_lib
+from jaxcap.features import extract
+from jaxcap.features import record as record_lib
+from jaxcap.models import registry
+from jaxcap.training import parallel, validation
+
+
+def decode_options(decode: dict, *, sample: bool = False, beam_size: int | None = None,
+                   **options) -> dict:
+  """``decode`` (a run's ``config.decode``) with a command line's choices: ``sample``, a
+  ``beam_size`` (one self-critical beam is greedy decoding; one live beam also keeps finished
+  captions; diverse groups are a beam search), and any other option that is not None."""
+  d = dict(decode)
+  if sample:
+    d["method"] = "sample"
+  elif beam_size is not None:
+    mode = options.get("beam_mode") or d.get("beam_mode", "live")
+    d["method"] = "greedy" if beam_size == 1 and mode == "self_critical" else "beam"
+    d["beam_size"] = beam_size
+  if not sample and (options.get("beam_groups") or 1) > 1:
+    d["method"] = "beam"
+  d.update({k: v for k, v in options.items() if v is not None})
+  return d
+
+
+def _with_attributes(config, split: str, attributes: str | None):
+  """The attribute mode the evaluated split reads (its words and vocabulary do not depend on
+  it, so the model's inputs keep their meaning)."""
+  if attributes:
+    config.data["test_attributes" if split == "test" else "attributes"] = attributes
+  return config
+
+
+def _decode_of(decode, config) -> dict:
+  """The decoding options (checked: :func:`jaxcap.training.validation.check_config`)."""
+  own = config.decode.to_dict() if "decode" in config else {}
+  options = dict(own) if decode is None else decode(own) if callable(decode) else dict(decode)
+  validation.check_config(ml_collections.ConfigDict({"decode": options}))
+  return options
+
+
+def _check_inputs(member_config, dataset, config, split: str, attributes: str | None) -> None:
+  model = registry.build(member_config.model, dict(dataset.info))
+  if attributes == "none" and "attributes" in model.required_inputs():
+    raise ValueError(f"--attributes=none: {validation.model_label(model, member_config.model)} "
+                     "attends to attribute words; expected --attributes oracle, noisy or detected")
+  validation.check_model_inputs(model, dataset, config, [split], model_config=member_config.model)
+
+
+def _decode_and_write(run, split: str, decode: dict, batch_size: int, out_dir: str, tag: str,
+                      spice: bool, sample_n: int, sample_n_method: str) -> dict:
+  preds = run.predict(split, batch_size=batch_size, **decode)
+  refs = run.dataset.references(split)
+  scores = run_dir.write_scores(out_dir, split, preds, {k: refs[k] for k in preds}, spice, tag,
+                                translation=run.dataset.src_vocab is not None)
+  if sample_n:
+    options = {k: v for k, v in decode.items() if k != "method"}  # sample_n_method decides
+    preds = run.sample_n(split, sample_n, sample_n_method, batch_size=batch_size, **options)
+    path = os.path.join(out_dir, f"predictions_{split}{tag}_n{sample_n}.json")
+    if jax.process_index() == 0:
+      atomic.write_json(path, [{"image_id": k, "caption": c} for k, caps in preds.items() for c in caps])
+    print(f"{path}: {sample_n} captions ({sample_n_method}) for each of {len(preds)} images")
+  return scores
+
+
+def evaluate_run(workdir: str, *, split: str = "test", step: int | None = None,
+                 decode: dict | None = None, batch_size: int | None = None,
+                 attributes: str | None = None, tag: str = "", spice: bool = False,
+                 sample_n: int = 0, sample_n_method: str = "sample") -> dict:
+  """Decodes ``split`` with the run's best checkpoint (or ``step``) and writes
+  ``predictions_<split><tag>.json`` / ``scores_<split><tag>.json`` in ``workdir``.
+
+  ``decode``: the decoding options, or a function of the run's ``config.decode`` (a dict) giving
+  them (:func:`decode_options`; default: the run's); ``attributes``: the attribute mode the
+  split reads (e.g. ``oracle``). Returns the scores.
+  """
+  config = run_dir.read_config(workdir)
+  decode = _decode_of(decode, config)
+  if batch_size is not None and batch_size < 1:
+    raise ValueError(f"--batch_size={batch_size}: expected an int >= 1")
+  config.eval_batch_size = batch_size or config.eval_batch_size
+  dataset = data_lib.get_dataset(_with_attributes(config, split, attributes).data)
+  run_dir.check_workdir(workdir, config, dataset.vocab)
+  if split not in dataset.splits:  # before loading (and compiling) anything
+    raise ValueError(f"--split={split}: not a split of {dataset.name}; expected one of "
+                     f"{', '.join(dataset.splits)}")
+  _check_inputs(config, dataset, config, split, attributes)
+  run = api.load(workdir, step, dataset=dataset, mesh=parallel.make_mesh())
+  print(f"Evaluating step {run.step} of {workdir} on split {split!r}.", flush=True)
+  return _decode_and_write(run, split, decode, config.eval_batch_size, workdir, tag, spice,
+                           sample_n, sample_n_method)
+
+
+def evaluate_ensemble(workdirs, weights=None, *, out_dir: str | None = None, split: str = "test",
+                      decode: dict | None = None, batch_size: int | None = None,
+                      attributes: str | None = None, tag: str = "_ensemble", spice: bool = False,
+                      sample_n: int = 0, sample_n_method: str = "sample") -> dict:
+  """Decodes ``split`` with several runs together (:func:`jaxcap.api.load_ensemble`, each from
+  its best checkpoint, with the first run's data and decoding); the files go to ``out_dir``
+  (default: the first run's); ``decode`` as :func:`evaluate_run`'s. Everything is checked
+  before any run is restored."""
+  if not workdirs:
+    raise ValueError("--ensemble: expected comma-separated run directories, got none")
+  if weights is not None:
+    weights = ensemble.check_weights(weights, len(workdirs), f"--ensemble-weights={weights}")
+  runs = [(run_dir.read_config(w), run_dir.read_vocab(w)) for w in workdirs]
+  ensemble.check_same_vocab([v for _, v in runs], workdirs)
+  config = runs[0][0]
+  decode = _decode_of(decode, config)
+  for w, (cfg, _) in zip(workdirs[1:], runs[1:]):
+    for field in ("name", "root"):
+      if cfg.data.get(field) != config.data.get(field):
+        raise ValueError(f"--ensemble: {w} was trained on data.{field}={cfg.data.get(field)!r}, "
+                         f"{workdirs[0]} on {config.data.get(field)!r}; members must share the data")
+  config.eval_batch_size = batch_size or config.eval_batch_size
+  dataset = data_lib.get_dataset(_with_attributes(config, split, attributes).data)
+  for w, (cfg, _) in zip(workdirs, runs):
+    run_dir.check_workdir(w, cfg, dataset.vocab)
+    _check_inputs(cfg, dataset, config, split, attributes)
+  mesh = parallel.make_mesh()
+  members = [api.load(w, dataset=dataset, mesh=mesh) for w in workdirs]
+  for i, (w, m) in enumerate(zip(workdirs, members)):
+    print(f"Member {i}: {m.config.model.name} from {w}, step {m.step}.", flush=True)
+  out_dir = out_dir or workdirs[0]
+  os.makedirs(out_dir, exist_ok=True)
+  print(f"Evaluating an ensemble of {len(workdirs)} on split {split!r}.", flush=True)
+  return _decode_and_write(api.load_ensemble(members, weights), split, decode,
+                           config.eval_batch_size, out_dir, tag, spice, sample_n, sample_n_method)
+
+
+def caption_folder(workdir: str, images: str, out: str, *, weights: str | None = None,
+                   step: int | None = None, decode: dict | None = None, batch_size: int = 16) -> list:
+  """Captions every image file of the folder ``images`` with the run's recorded backbone
+  (``features.json``) and its best checkpoint; writes ``[{"image", "caption"}]`` to ``out``
+  atomically. An unreadable file is reported in one line and left out."""
+  if os.path.isdir(out):
+    raise ValueError(f"--out={out}: is a directory; expected a JSON file name")
+  names = extract.list_images(images)
+  if not names:
+    raise ValueError(f"--images={images}: no image files ({', '.join(extract.IMAGE_EXTENSIONS)}); "
+                     "expected a folder of images")
+  record = run_dir.read_features_record(workdir)
+  if record is None:
+    raise ValueError(f"{workdir}: no {run_dir.FEATURES_FILE}; this run was trained on features "
+                     "jaxcap-extract did not write, so it cannot caption image files (caption "
+                     "feature arrays with Run.caption)")
+  # Refused before any image is read or any checkpoint restored.
+  record_lib.check_weights(record, weights, os.path.join(workdir, run_dir.FEATURES_FILE))
+  decode = _decode_of(decode, run_dir.read_config(workdir))
+  pixels, failed = [], []
+  for name in names:
+    path = os.path.join(images, name)
+    try:
+      pixels.append((name, extract.read_image(path, int(record["size"]))))
+    except Exception as e:  # pylint: disable=broad-except  (Pillow raises many kinds)
+      failed.append(name)
+      print(f"warning: {path}: unreadable image ({extract.unreadable_reason(e)}); skipped",
+            file=sys.stderr, flush=True)
+  if not pixels:
+    raise ValueError(f"--images={images}: none of the {len(names)} images could be read; "
+                     "expected image files Pillow can open")
+  run = api.load(workdir, step)
+  print(f"Captioning {len(pixels)} images of {images} with step {run.step} of {workdir} "
+        f"({record['backbone']} features).", flush=True)
+  captions = run.caption_images([img for _, img in pixels], weights, batch_size=batch_size, **decode)
+  result = [{"image": name, "caption": c} for (name, _), c in zip(pixels, captions)]
+  atomic.write_json(out, result)
+  for item in result[:5]:
+    print(f"  {item['image']}: {item['caption']}")
+  print(f"{out}: {len(result)} captions" + (f"; {len(failed)} unreadable image(s) skipped"
+                                            if failed else ""), flush=True)
+  return result
