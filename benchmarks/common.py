@@ -10,7 +10,6 @@ import time
 import numpy as np
 import jax
 import jax.numpy as jnp
-import ml_collections
 
 from jaxcap.cli import nonnegative_int, positive_int  # one-line errors for bad sizes
 
@@ -106,23 +105,24 @@ def check_batches(batches, device_count: int) -> None:
     raise SystemExit(f"--batch: {','.join(bad)} images do not split evenly over {device_count} devices")
 
 
-def model_config(name: str, dtype: str, args=None) -> ml_collections.ConfigDict:
+def model_config(name: str, dtype: str, args=None) -> dict:
   """The paper-sized model: the models' field defaults are the papers' settings
-  (d=512, 6+6 layers, 8 heads for the Transformer and ETA; d=1024, 8 heads, M_max=4 for AAT)."""
+  (d=512, 6+6 layers, 8 heads for the Transformer and ETA; d=1024, 8 heads, M_max=4 for AAT);
+  a plain dict, which ``registry.build`` takes (GPU images have no ml_collections)."""
   trainable = trainable_models()
   if name not in trainable:
     raise SystemExit(f"--model: expected one of {','.join(trainable)}, got {name!r}")
   from jaxcap.models import fields, registry
   schema = fields.schema(registry.get(name))
-  c = ml_collections.ConfigDict({"name": name})
+  c = {"name": name}
   if "dtype" in schema:  # the LSTM baselines compute in float32 only
-    c.dtype = dtype
+    c["dtype"] = dtype
   if args is not None and args.layers:
     for f in ("num_layers", "num_dec_layers"):
       if f in schema:
         c[f] = args.layers
   if args is not None and args.dropout is not None:
-    c.dropout = args.dropout
+    c["dropout"] = args.dropout
   return c
 
 

@@ -27,10 +27,9 @@ import functools
 import sys
 
 from absl import app, flags
-from ml_collections import config_dict, config_flags
-from ml_collections.config_flags.config_flags import ConfigFileFlagParser
 
 from jaxcap import config_files
+from jaxcap import xla_logs
 from jaxcap.training import checkpoint, parallel
 from jaxcap.training.guard import NonFiniteError
 
@@ -56,7 +55,6 @@ def run_main(fn):
     # First, before anything touches a JAX backend: jax.distributed must be initialised before
     # the backend exists (a multi-host launch; no-op otherwise).
     parallel.maybe_initialize_distributed()
-    from jaxcap import xla_logs  # asks for the default backend: after the line above
     xla_logs.install()  # CPU only: XLA's slow-compile alarms (bfloat16 is emulated there)
     fn()
   except NonFiniteError as e:
@@ -107,6 +105,7 @@ _PARSERS = {int: (flags.IntegerParser(), "an int"), float: (flags.FloatParser(),
 
 
 def _check_override(config, name: str, path: str, value, spec: str) -> None:
+  from ml_collections import config_dict  # absl programs only (see parse_flags)
   node, parts = config, path.split(".")
   for j, p in enumerate(parts):
     keys = [str(k) for k in node.keys()] if isinstance(node, config_dict.ConfigDict) else []
@@ -169,19 +168,23 @@ def _refused_value(argv):
   return None
 
 
-class _ResolvingParser(ConfigFileFlagParser):
-  """Loads the config as :func:`jaxcap.config_files.load` does (``configs/<file>.py`` from the
-  shipped configs when it is not here; the ``tiny`` argument), locked as config_flags locks it."""
-
-  def parse(self, path):
-    config = config_files.load(path)
-    config.lock()
-    return config
-
-
 def parse_flags(argv, configs: dict[str, str] | None = None) -> list[str]:
   """``app.run``'s flags parser: :func:`check_command_line`, then the config flags defined on
   this ``argv`` and absl's parse. Any bad input: one line, exit 2."""
+  # ml_collections is imported by the absl programs only: the benchmarks import this module on
+  # GPU images that have jax, flax and optax but no ml_collections.
+  from ml_collections import config_flags
+  from ml_collections.config_flags.config_flags import ConfigFileFlagParser
+
+  class ResolvingParser(ConfigFileFlagParser):
+    """Loads the config as :func:`jaxcap.config_files.load` does (``configs/<file>.py`` from the
+    shipped configs when it is not here; the ``tiny`` argument), locked as config_flags does."""
+
+    def parse(self, path):
+      config = config_files.load(path)
+      config.lock()
+      return config
+
   configs = configs or {}
   try:
     check_command_line(argv, configs)
@@ -189,7 +192,7 @@ def parse_flags(argv, configs: dict[str, str] | None = None) -> list[str]:
       config_flags.DEFINE_config_file(name, config_files.resolve(default),
                                       f"Config file (file.py:arg; default {default}).",
                                       lock_config=True, sys_argv=list(argv))
-      flags.FLAGS[name].parser = _ResolvingParser(name=name, lock_config=True)
+      flags.FLAGS[name].parser = ResolvingParser(name=name, lock_config=True)
     try:
       rest = flags.FLAGS(list(argv))
     except flags.UnrecognizedFlagError as e:
@@ -217,18 +220,25 @@ def run_absl(main, configs: dict[str, str] | None = None) -> None:
 
 
 # ---------------------------------------------------------------------------- argparse programs
+def _argument_error(err: argparse.ArgumentError) -> str:
+  return f"{(err.argument_name or '').split('/')[0]}: {err.message}" if err.argument_name else err.message
+
+
+def _argparse_error(parser, message: str):
+  fail(message if "expected" in message else f"{message}; expected the flags and values --help lists")
+
+
 def run_script(main):
   """Entry point of an argparse program: ``main()`` under :func:`run_main`; argparse's usage
-  text and ``prog: error:`` become one ``error:`` line, exit 2. An int returned by ``main`` is
-  the exit code (e.g. a ``--check`` that found stale files)."""
+  text and ``prog: error:`` become one ``error: --flag: ...`` line, exit 2. An int returned by
+  ``main`` is the exit code (e.g. a ``--check`` that found stale files)."""
   result = []
-  saved = argparse.ArgumentParser.error
-  argparse.ArgumentParser.error = lambda parser, message: fail(
-      f"{message} (expected the flags and values --help lists)")
+  saved = argparse.ArgumentParser.error, argparse.ArgumentError.__str__
+  argparse.ArgumentParser.error, argparse.ArgumentError.__str__ = _argparse_error, _argument_error
   try:
     code = run_main(lambda: result.append(main()))
   finally:
-    argparse.ArgumentParser.error = saved
+    argparse.ArgumentParser.error, argparse.ArgumentError.__str__ = saved
   sys.exit(result[0] if result and isinstance(result[0], int) else code)
 
 

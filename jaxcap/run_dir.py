@@ -23,9 +23,19 @@ import os
 import numpy as np
 import jax
 
+from jaxcap import data as data_lib
 from jaxcap.atomic import write_json
 from jaxcap.data import batch as batch_lib
 from jaxcap.data.vocab import Vocab
+from jaxcap.evaluation import coco_metrics, files
+from jaxcap.evaluation import translation as translation_metrics
+from jaxcap.features import extract
+from jaxcap.features import record as record_lib
+from jaxcap.models import registry
+from jaxcap.models.base import shift_right
+from jaxcap.training import checkpoint as ckpt_lib
+from jaxcap.training import optim, steps
+from jaxcap.training.steps import PRNG_IMPLS
 
 CONFIG_FILE = "config.json"
 VOCAB_FILE = "vocab.json"
@@ -102,7 +112,6 @@ def load_info(workdir: str, config=None) -> dict:
   if os.path.exists(path):
     with open(path) as f:
       return json.load(f)
-  from jaxcap import data as data_lib
   try:
     return dict(data_lib.get_dataset(config.data).info)
   except (OSError, ValueError, KeyError) as e:
@@ -118,7 +127,6 @@ def _model_config_diff(old: dict, new: dict) -> list[str]:
   """Model config keys whose values differ. A key that only one side has (a field added to a
   model after the run started) counts as equal when that side's value is the model's default,
   since the model built from the other side gets that default too."""
-  from jaxcap.models import registry
   try:
     defaults = {f.name: f.default for f in dataclasses.fields(registry.get(new.get("name")))
                 if f.default is not dataclasses.MISSING}
@@ -151,7 +159,6 @@ def check_workdir(workdir: str, config, vocab: Vocab) -> None:
                        f"(model.{diff[0]}: {old_model.get(diff[0], '<absent>')!r} there, "
                        f"{new_model.get(diff[0], '<absent>')!r} now); "
                        "expected the same model config, or use another --workdir")
-    from jaxcap.training.steps import PRNG_IMPLS  # [0]: the default, of configs saved before the field
     old_impl, new_impl = old.get("prng_impl", PRNG_IMPLS[0]), new.get("prng_impl", PRNG_IMPLS[0])
     if old_impl != new_impl and os.path.isdir(os.path.join(workdir, "checkpoints")):
       raise ValueError(f"{cfg_path}: this workdir's checkpoints were trained with prng_impl="
@@ -192,15 +199,13 @@ def read_features_record(workdir: str) -> dict | None:
   path = os.path.join(workdir, FEATURES_FILE)
   if not os.path.exists(path):
     return None
-  from jaxcap.features import record
-  return record.read(path)
+  return record_lib.read(path)
 
 
 def backbone(workdir: str | None, weights: str | None = None):
   """The extractor the run's features came from (:class:`jaxcap.features.record.Backbone`:
   the recorded architecture with ``weights``, whose sha256 must be the recorded one, or the
   recorded seed's random weights); one line for a run without ``features.json``."""
-  from jaxcap.features import record as record_lib
   record = read_features_record(workdir) if workdir else None
   if record is None:
     raise ValueError(f"{workdir}: no {FEATURES_FILE}; this run was trained on features "
@@ -210,7 +215,6 @@ def backbone(workdir: str | None, weights: str | None = None):
 
 
 def _read_json_or_fail(path: str):
-  from jaxcap.features import extract
   return extract.read_json(path, "the features.json jaxcap-extract wrote")
 
 
@@ -263,7 +267,6 @@ def best_metric(config) -> str:
 def checkpoints(workdir: str, config):
   """The checkpoint managers of ``workdir`` (``checkpoints/`` and ``best/``,
   :class:`jaxcap.training.checkpoint.Checkpoints`); close them."""
-  from jaxcap.training import checkpoint as ckpt_lib
   return ckpt_lib.Checkpoints(workdir, keep=int(config.get("keep_checkpoints", 3)),
                               best_metric=best_metric(config))
 
@@ -272,8 +275,6 @@ def abstract_state(model, config, info: dict, sharding):
   """The shapes, dtypes and ``sharding`` of the train state (parameters, optimiser state, step,
   RNG) a checkpoint of ``model`` holds, traced on a dummy batch, not computed."""
   import jax.numpy as jnp
-  from jaxcap.models.base import shift_right
-  from jaxcap.training import optim, steps
   batch = jax.tree.map(jnp.asarray, batch_lib.dummy(info, 2))
   tx, _ = optim.make_optimizer(config, 1, frozen_collections=getattr(model, "frozen_collections", ()))
 
@@ -287,7 +288,6 @@ def abstract_state(model, config, info: dict, sharding):
 
 def restore_or_fail(ckpts, abstract, **kwargs):
   """``ckpts.restore(...)`` with a damaged checkpoint as one line naming its directory."""
-  from jaxcap.training import checkpoint as ckpt_lib
   try:
     return ckpts.restore(abstract, **kwargs)
   except ckpt_lib.TreeMismatchError:
@@ -345,9 +345,7 @@ def write_scores(workdir, split, preds, refs, spice=False, tag="", translation=F
   ``scores_<split><tag>.json`` to ``workdir``; prints the metric table. ``translation``:
   German-output metrics (:mod:`jaxcap.evaluation.translation`: sacreBLEU with its signature,
   METEOR ``-l de``, CIDEr-D)."""
-  from jaxcap.evaluation import coco_metrics, files
   if translation:
-    from jaxcap.evaluation import translation as translation_metrics
     scores = translation_metrics.score(refs, preds)
     print(f"sacreBLEU signature: {scores['sacrebleu_signature']}", flush=True)
   else:

@@ -13,11 +13,14 @@ inputs of :mod:`jaxcap.analysis.figures`.
 from __future__ import annotations
 
 import numpy as np
+from jaxcap import decoding
+from jaxcap.analysis import figures
+from jaxcap.data import pipeline
+from jaxcap.data.vocab import EOS, PAD
 
 
 def row_batch(source, index: int) -> dict:
   """The evaluation batch of one image: row ``index`` of a split ``source``."""
-  from jaxcap.data import pipeline
 
   class _Row:
     def __len__(self):
@@ -39,8 +42,6 @@ def caption_aux(model, params, batch, vocab, max_len: int, row: int = 0):
 
   EOS, when generated, is kept as the word ``"<eos>"`` (its step has aux too).
   """
-  from jaxcap import decoding
-  from jaxcap.data.vocab import EOS, PAD
   out = decoding.greedy(model, params, batch, max_len=max_len, return_aux=True)
   tokens = np.asarray(out.tokens[row])
   n = int(np.sum(tokens != PAD))
@@ -58,7 +59,6 @@ def plot_word_figures(words, aux: dict, batch: dict, out_prefix: str, *, row: in
   ``<out_prefix>_steps.png`` (AAT's steps and confidences). ``words`` / ``aux`` are
   :func:`caption_aux`'s for batch row ``row``.
   """
-  from jaxcap.analysis import figures
   written = []
   if "attention" in aux and "boxes" in batch:
     n = int(np.sum(np.asarray(batch["feats_mask"][row])))  # the image's real regions

@@ -199,7 +199,7 @@ def write_dataset(out: str, scenes: SyntheticScenes, size: int, log=print) -> di
 
 
 def main(argv=None) -> int:
-  from jaxcap import cli
+  from jaxcap import cli  # the program's arguments only: the data layer imports no command line
   p = argparse.ArgumentParser(prog="python -m jaxcap.data.render",
                               description="synthetic_scenes as PNG files + captions.json for jaxcap-extract.")
   p.add_argument("--out", required=True, help="Output folder (images/, captions.json).")

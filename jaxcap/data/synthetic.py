@@ -78,6 +78,9 @@ import random
 import time
 
 import numpy as np
+from jaxcap.data import base
+from jaxcap.data.base import CaptionDataset
+from jaxcap.data.base import SplitData
 
 SPLITS = ("train", "val", "test")
 _SPLIT_ID_OFFSET = 10_000_000  # image_id = split index * offset + i: unique across splits.
@@ -694,7 +697,6 @@ class _SyntheticFeatures:
     return f"synthetic_scenes {self.split}[{i}]"
 
   def read(self, i: int) -> dict:
-    from jaxcap.data import base
     f = self.scenes.features(self.split, i)
     if self.grid:
       feats = base.grid_to_regions(f["grid"], self.name(i))
@@ -706,7 +708,6 @@ class _SyntheticFeatures:
 
 def synthetic_splits(data_config) -> dict:
   """The synthetic scenes as ``{split: SplitData}`` (captioning or En -> De translation)."""
-  from jaxcap.data.base import SplitData
   kwargs = dict(num_train=data_config.num_train, num_val=data_config.num_val,
                 num_test=data_config.num_test, seed=data_config.seed,
                 feature_dim=data_config.feature_dim)
@@ -741,7 +742,6 @@ def synthetic_splits(data_config) -> dict:
 
 def load_synthetic(data_config):
   """The ``synthetic_scenes`` :class:`jaxcap.data.base.CaptionDataset`."""
-  from jaxcap.data.base import CaptionDataset
   return CaptionDataset(synthetic_splits(data_config), data_config, name="synthetic_scenes",
                         feature_dim=data_config.feature_dim or None)
 

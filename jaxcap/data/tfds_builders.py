@@ -28,12 +28,12 @@ import numpy as np
 import tensorflow_datasets as tfds
 
 from jaxcap.data import base
+from jaxcap.data.readers import complete_data_config, reader
 
 VERSION = "1.0.0"
 
 
 def _raw_splits(data_config) -> dict[str, base.SplitData]:
-  from jaxcap.data.readers import complete_data_config, reader
   data_config = complete_data_config(data_config)
   return reader(data_config.name).read_splits(data_config)
 

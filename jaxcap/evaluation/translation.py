@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import tempfile
 from typing import Callable, Hashable, Mapping, Sequence
+from jaxcap.evaluation import coco_metrics
 
 METEOR_MODULES = ("exact", "stem")
 
@@ -72,7 +73,6 @@ def score(references: Mapping[Hashable, Sequence[str]], predictions: Mapping[Has
   ``overall`` has ``sacreBLEU`` (0-100), ``METEOR`` (German, 0-1), ``CIDEr`` (CIDEr-D) and
   pycocoevalcap's ``Bleu_1..4`` and ``ROUGE_L``; ``per_image`` is pycocoevalcap's.
   """
-  from jaxcap.evaluation import coco_metrics
   refs = {i: list(references[i]) for i in predictions}
   out = coco_metrics.score(refs, predictions, metrics=("Bleu", "ROUGE_L", "CIDEr"), tokenize=False, log=log)
   out["sacrebleu_signature"] = ""

@@ -43,6 +43,7 @@ from typing import Callable
 import numpy as np
 
 from jaxcap import atomic
+from jaxcap.features import registry
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm")
 RECORD_FILE = "features.json"
@@ -107,7 +108,6 @@ def build_backbone(name: str, fields_json: str | None = None, *, size: int | Non
   """The backbone ``name`` with its field overrides (a JSON object), checked: ``(module,
   fields, size)``; one ``ValueError`` line naming the flag (``--backbone``, ``--fields``,
   ``--size``, ``--att_size``) and what was expected."""
-  from jaxcap.features import registry
   if name not in registry.BACKBONES:
     raise ValueError(f"--backbone={name}: unknown; expected one of {', '.join(registry.names())}")
   fields = {}
@@ -209,7 +209,6 @@ def run(images_dir: str, out_dir: str, module, variables, record: dict, size: in
         batch_size: int = 16, progress: bool = True, log=None) -> dict:
   """Extracts the features of every image of ``images_dir`` not done yet; returns
   ``{"total", "done_before", "extracted", "failed": [(name, reason)], "seconds"}``."""
-  from jaxcap.features import registry
   log = log or (lambda s: print(s, file=sys.stderr, flush=True))
   names = list_images(images_dir)
   if not names:

@@ -20,6 +20,7 @@ import os
 import numpy as np
 
 from jaxcap.features import extract, registry
+from jaxcap.features import weights as weights_lib
 
 
 def read(path: str) -> dict:
@@ -79,7 +80,6 @@ class Backbone:
       self.variables = registry.random_variables(self.module, seed=int(record["weights"].get("seed", 0)),
                                                  size=self.size)
     else:
-      from jaxcap.features import weights as weights_lib
       self.variables, _ = weights_lib.load(weights, self.module)
     self._extract = registry.make_extract(self.module)
 

@@ -38,10 +38,11 @@ def get(name: str):
 
 
 def build(model_config, info: dict):
-  """Builds the model named by ``model_config.name`` for a dataset described by ``info``
+  """Builds the model named by ``model_config["name"]`` (a ConfigDict or a plain mapping) for a
+  dataset described by ``info``
   (the config checked against the module's fields: :func:`jaxcap.models.fields.build`)."""
   from jaxcap.models import fields
-  return fields.build(get(model_config.name), model_config, info)
+  return fields.build(get(model_config["name"]), model_config, info)
 
 
 _imported = False

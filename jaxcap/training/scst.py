@@ -46,7 +46,10 @@ import jax.numpy as jnp
 
 from jaxcap import decoding
 from jaxcap.data.vocab import PAD
+from jaxcap.evaluation import cider
+from jaxcap.evaluation import cider_device
 from jaxcap.models.base import shift_right
+from jaxcap.training import guard
 from jaxcap.training import parallel, steps
 
 
@@ -157,7 +160,6 @@ def training_scorer(dataset, cache_dir: str, cider_compat: str):
   """``(training references as ids, CiderD scorer)`` of the SCST reward in ``cider_compat`` mode
   (its document frequencies cached in ``cache_dir``): what the host and the device rewards
   share."""
-  from jaxcap.evaluation import cider
   if cider_compat not in cider.COMPAT_MODES:
     raise ValueError(f"config field scst.cider_compat: expected one of {cider.COMPAT_MODES}, "
                      f"got {cider_compat!r}")
@@ -228,7 +230,6 @@ def make_device_reward(trainer):
   """``(arrays, static options)`` of the device CIDEr-D for the Trainer's config: the same
   document-frequency table as :class:`Rewarder` (cached in ``data.cache_dir``) and the
   training references as one padded array, both built once on the host."""
-  from jaxcap.evaluation import cider_device
   sc, dataset = trainer.config.scst, trainer.dataset
   if sc.bleu_weight > 0:
     raise ValueError("config field scst.reward: 'device' computes CIDEr-D only; "
@@ -248,8 +249,6 @@ def scst_device_step(state, batch, reward: DeviceReward, *, model, max_len: int,
                      dropout: bool = False):
   """One whole SCST step on the device (pure; jitted by :func:`make_scst_step`): sample (+
   greedy), device CIDEr-D, advantages, guarded update. Returns ``(state, metrics)``."""
-  from jaxcap.evaluation import cider_device
-  from jaxcap.training import guard
   rng = jax.random.fold_in(jax.random.fold_in(state.rng, state.step), 7)
   samples_BxnxT, greedy_BxT = sample_with_baseline(model, state.params, batch, rng, max_len=max_len,
                                                    num_samples=num_samples, baseline=baseline)
@@ -299,7 +298,6 @@ def make_scst_step(trainer, reward_fn=None):
                                 num_samples=sc.num_samples, baseline=sc.baseline)
   sample_jit = jax.jit(sample_fn, in_shardings=(repl, data, None), out_shardings=(data, data))
   dropout = bool(sc.dropout)
-  from jaxcap.training import guard  # a non-finite update is not applied (see guard.py)
   grad_jit = jax.jit(functools.partial(guard.guarded(scst_grad_step), model=model, dropout=dropout),
                      in_shardings=(repl, data, data, data), out_shardings=(repl, repl), donate_argnums=0)
   pi = jax.process_index()

@@ -21,11 +21,13 @@ from jaxcap import inference
 from jaxcap import run_dir
 from jaxcap.data import pipeline
 from jaxcap.data.vocab import Vocab
+from jaxcap.evaluation import coco_metrics
 from jaxcap.models import registry
 from jaxcap.models.base import shift_right
 from jaxcap.training import checkpoint as ckpt_lib
 from jaxcap.training import guard as guard_lib
 from jaxcap.training import optim, parallel, steps, validation
+from jaxcap.training import scst
 from jaxcap.training import writers as writer_lib
 from jaxcap.training.writers import MetricWriter
 
@@ -80,7 +82,6 @@ class Trainer:
 
   @functools.cached_property
   def _scst_step(self):  # built at the first SCST step: the reward reads the training references
-    from jaxcap.training import scst
     return scst.make_scst_step(self)
 
   def train_step(self, state, batch, step: int):
@@ -115,7 +116,6 @@ class Trainer:
     return {i: refs[i] for i in image_ids}
 
   def validate(self, params, step: int) -> dict:
-    from jaxcap.evaluation import coco_metrics
     preds = self.predict(params, "val", num_images=self.config.eval_num_images)
     refs = self.references("val", preds.keys())
     scores = coco_metrics.score(refs, preds, metrics=("Bleu", "CIDEr"), tokenize=False, log=lambda *_: None)

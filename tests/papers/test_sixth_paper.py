@@ -28,13 +28,18 @@ def walkthrough() -> dict[str, str]:
   return {path: text for path, text in found}
 
 
+def _added(diff: str) -> str:
+  """The lines a diff block adds (``+`` lines, without the ``+``)."""
+  return "".join(l[1:] + "\n" for l in diff.splitlines() if l.startswith("+"))
+
+
 def test_the_walkthrough_lists_the_paper_s_files():
   files = walkthrough()
   assert set(files) == {
       "jaxcap/papers/toy/model.py", "jaxcap/papers/toy/__init__.py",
       "jaxcap/papers/toy/configs/__init__.py", "jaxcap/papers/toy/configs/toy.py",
       "jaxcap/papers/toy/README.md", "tests/papers/toy/test_model.py", "jaxcap/papers/__init__.py"}
-  assert files["jaxcap/papers/__init__.py"].strip().startswith('"toy",')
+  assert _added(files["jaxcap/papers/__init__.py"]).strip().startswith('"toy",')
 
 
 @pytest.mark.slow
@@ -49,7 +54,7 @@ def test_a_sixth_paper_is_its_folder_its_tests_and_one_registry_line(tmp_path):
     target = tmp_path / path
     if path == "jaxcap/papers/__init__.py":  # the registry line goes into PAPERS
       source = target.read_text()
-      target.write_text(source.replace("PAPERS = (\n", "PAPERS = (\n" + text, 1))
+      target.write_text(source.replace("PAPERS = (\n", "PAPERS = (\n" + _added(text), 1))
     else:
       target.parent.mkdir(parents=True, exist_ok=True)
       target.write_text(text)

@@ -17,19 +17,21 @@ import argparse
 import os
 
 
+from jaxcap import api
+from jaxcap import data as data_lib
+import jaxcap
+from jaxcap.analysis import figures
 from jaxcap.analysis.words import caption_aux, row_batch
 from jaxcap.data import batch as batch_lib
+from jaxcap.models import registry
+from jaxcap.models.base import shift_right
+from jaxcap.papers.aat.configs import aat as aat_config
 
 
 
 def untrained_run():
   """An untrained ``configs/aat.py:synthetic`` model as a :class:`jaxcap.api.Run` (the demo)."""
   import jax
-  from jaxcap.papers.aat.configs import aat as aat_config
-  from jaxcap import api
-  from jaxcap import data as data_lib
-  from jaxcap.models import registry
-  from jaxcap.models.base import shift_right
   config = aat_config.get_config("synthetic")
   dataset = data_lib.get_dataset(config.data)
   info = dict(dataset.info)
@@ -48,8 +50,6 @@ def main(argv=None):
   ap.add_argument("--index", type=int, default=0, help="row of the image in the split")
   ap.add_argument("--out", default="attention_steps.png")
   args = ap.parse_args(argv)
-  import jaxcap
-  from jaxcap.analysis import figures
 
   if args.random_init:
     run = untrained_run()

@@ -21,7 +21,14 @@ import os
 import numpy as np
 
 
+from jaxcap import decoding
+import jaxcap
 from jaxcap.analysis import experiment
+from jaxcap.data import pipeline
+from jaxcap.data import synthetic as syn
+from jaxcap.data.vocab import EOS, PAD
+from jaxcap.papers.aat.configs import aat as aat_config
+from jaxcap.training import train_lib
 
 ROWS = {
     "base": ("synthetic,attention=base", "Base", 1, 1),
@@ -57,7 +64,6 @@ WORD_CLASSES = ("colour", "size", "material", "shape", "number", "relation", "se
 def word_classes(words: list[str]) -> list[str]:
   """The class of each word of one generated caption (then ``EOS``), see :data:`WORD_CLASSES`:
   words of the noun phrase after a relation word are ``second object`` whatever their kind."""
-  from jaxcap.data import synthetic as syn
   shapes = {w for syns in syn.EN_SHAPE.values() for pair in syns for w in pair} | {"shapes"}
   sizes = {w for v in syn.EN_SIZE.values() for w in v}
   out, after_relation = [], False
@@ -80,9 +86,6 @@ def average_steps(run, split: str, by_class: dict | None = None) -> float:
   """Mean N(t) over the generated tokens (words and EOS) of greedy decoding on ``split`` by
   ``run`` (:func:`jaxcap.load`). ``by_class`` (a dict) receives ``{class: [mean steps,
   tokens]}`` over :data:`WORD_CLASSES`."""
-  from jaxcap import decoding
-  from jaxcap.data import pipeline
-  from jaxcap.data.vocab import EOS, PAD
   import jax
   total = count = 0.0
   sums = {c: [0.0, 0] for c in WORD_CLASSES}
@@ -116,8 +119,6 @@ def run_one(key: str, seed: int, args) -> dict:
   kept there as ``result.json`` by :func:`experiment.run_grid`, which reads it back)."""
   workdir = os.path.join(args.workdir, key, f"seed{seed}")
   import time
-  from jaxcap.papers.aat.configs import aat as aat_config
-  from jaxcap.training import train_lib
   arg, name, _, _ = ROWS[key]
   config = aat_config.get_config(arg)
   config.seed = seed
@@ -137,7 +138,6 @@ def run_one(key: str, seed: int, args) -> dict:
   t0 = time.time()
   scores = train_lib.train_and_evaluate(config, workdir)
   seconds = time.time() - t0
-  import jaxcap
   by_class = {}
   avg = average_steps(jaxcap.load(workdir), config.test_split, by_class)
   overall = scores.get("overall", {})

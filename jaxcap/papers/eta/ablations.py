@@ -25,6 +25,8 @@ from absl import flags
 
 
 from jaxcap.analysis import experiment
+from jaxcap.papers.eta.configs import eta as eta_config
+from jaxcap.training import train_lib
 
 DEFAULT_ROWS = ("transformer_v", "transformer_s", "parallel", "stacked_v", "stacked_s", "eta",
                 "eta_oracle")
@@ -62,8 +64,6 @@ def row_arg(row: str, dataset: str, extra: str) -> str:
 
 def run_row(row: str, workdir: str, seed: int = 0) -> dict:
   """Trains and tests one row for one seed: its overall test scores and training seconds."""
-  from jaxcap.papers.eta.configs import eta as eta_config
-  from jaxcap.training import train_lib
   config = eta_config.get_config(row_arg(row, flags.FLAGS.dataset, flags.FLAGS.extra))
   config.seed = seed
   if flags.FLAGS.steps:

@@ -134,7 +134,7 @@ def frequency_prior(train_labels_IxK: np.ndarray) -> np.ndarray:
 
 def load_arrays(source, batch_size: int = 256, limit: int | None = None) -> dict:
   """Reads a split into numpy arrays ``feats [I, N, F]``, ``feats_mask``, ``attr_labels``."""
-  from jaxcap.data import pipeline
+  from jaxcap.data import pipeline  # grain only when the detector reads data (ETA's config imports this module)
   out = {"feats": [], "feats_mask": [], "attr_labels": []}
   n = len(source) if limit is None else min(limit, len(source))
   seen = 0

@@ -15,6 +15,8 @@ import copy
 import os
 
 from absl import flags
+from jaxcap import data as data_lib
+from jaxcap.papers.eta import attributes as attribute_detector
 
 
 
@@ -23,8 +25,6 @@ flags.DEFINE_string("out", "runs/attributes", "Output directory.")
 
 def main(argv):
   del argv  # cli.parse_flags refuses stray arguments
-  from jaxcap import data as data_lib
-  from jaxcap.papers.eta import attributes as attribute_detector
 
   out = flags.FLAGS.out
   if os.path.exists(out) and not os.path.isdir(out):  # before the detector trains, not after

@@ -23,13 +23,20 @@ import json
 import os
 
 import numpy as np
+from jaxcap import decoding
+import jaxcap
+from jaxcap.analysis import figures
+from jaxcap.data import pipeline
+from jaxcap.data import synthetic
+from jaxcap.data.vocab import PAD
+from jaxcap.models.base import shift_right
+from jaxcap.papers.image_transformer.model import spatial_graph
 
 
 
 def relations_of(boxes, query: int, epsilon: float = 0.9):
   """``["parent" | "neighbour" | "child" | "query"]`` of every region relative to ``query``."""
   import jax.numpy as jnp
-  from jaxcap.papers.image_transformer.model import spatial_graph
   n = len(boxes)
   p, nb, c = (np.asarray(x[0]) for x in spatial_graph(jnp.asarray(boxes)[None], jnp.ones((1, n), bool), epsilon))
   out = []
@@ -40,8 +47,6 @@ def relations_of(boxes, query: int, epsilon: float = 0.9):
 
 
 def figure3(args):
-  from jaxcap.analysis import figures
-  from jaxcap.data import synthetic
   ds = synthetic.SyntheticScenes(num_train=10, num_val=10, num_test=max(args.index + 1, 200))
   index, query = args.index, args.query
   if index < 0:  # the first scene with a container
@@ -69,11 +74,6 @@ def covariance_trace(x_NxD) -> float:
 
 def spread(args):
   import jax
-  import jaxcap
-  from jaxcap import decoding
-  from jaxcap.data import pipeline
-  from jaxcap.data.vocab import PAD
-  from jaxcap.models.base import shift_right
   run = jaxcap.load(args.workdir)
   config, params, model = run.config, run.params, run.model
   rows = []

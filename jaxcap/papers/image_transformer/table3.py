@@ -33,7 +33,9 @@ import os
 
 
 from jaxcap import config_files
+from jaxcap import data as data_lib
 from jaxcap.analysis import experiment
+from jaxcap.training import train_lib
 
 _IT = "configs/image_transformer.py"
 _B = "synthetic,baseline=True,M=1"
@@ -89,13 +91,11 @@ def _dataset(data_config):
   """One dataset per data config for the whole table (the scenes are generated once)."""
   key = data_config.to_json()
   if key not in _DATASETS:
-    from jaxcap import data as data_lib
     _DATASETS[key] = data_lib.get_dataset(data_config)
   return _DATASETS[key]
 
 
 def run_row(key, seed, args):
-  from jaxcap.training import train_lib
   path, arg, _ = ROWS[key]
   if args.dim:
     arg += f",dim={args.dim}"

@@ -37,7 +37,18 @@ import time
 import numpy as np
 
 
+from jaxcap import data as data_lib
+from jaxcap import decoding
 from jaxcap.analysis import experiment
+from jaxcap.data import pipeline
+from jaxcap.data.synthetic import SyntheticScenes
+from jaxcap.evaluation import translation
+from jaxcap.models import registry
+from jaxcap.models.base import shift_right
+from jaxcap.papers.mnmt import best_source
+from jaxcap.papers.mnmt import model as mnmt_model
+from jaxcap.papers.mnmt.configs import mnmt as mnmt_config
+from jaxcap.training import optim, steps
 
 
 def main(argv=None):
@@ -60,19 +71,8 @@ def main(argv=None):
 
   import jax
   import jax.numpy as jnp
-  from jaxcap.papers.mnmt.configs import mnmt as mnmt_config
-  from jaxcap import data as data_lib
-  from jaxcap import decoding
-  from jaxcap.data import pipeline
-  from jaxcap.data.synthetic import SyntheticScenes
-  from jaxcap.evaluation import translation
-  from jaxcap.papers.mnmt import best_source
-  from jaxcap.models import registry
-  from jaxcap.models.base import shift_right
-  from jaxcap.training import optim, steps
 
   rows = experiment.parse_list(args.rows, "--rows")
-  from jaxcap.papers.mnmt import model as mnmt_model
   if args.decoder not in mnmt_model.DECODERS:
     raise SystemExit(f"--decoder: {args.decoder!r}, expected one of {list(mnmt_model.DECODERS)}")
   if args.val_every < 0 or (args.val_every and args.num_val < 1):

@@ -349,6 +349,7 @@ class TPGN(CaptionModel):
 
     Called by the trainer once, when a run starts from scratch; the result is checkpointed.
     """
+    # The data pipeline (grain) only when a run starts: the models import on GPU images without it.
     from jaxcap.data import pipeline
     total, count = None, 0
     for batch in pipeline.eval_batches(dataset.split("train"), 256, num_threads=0):

@@ -53,7 +53,14 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from jaxcap import decoding
+import jaxcap
+from jaxcap.data import pipeline
+from jaxcap.data.synthetic import POS_NOMINAL
+from jaxcap.data.synthetic import english_pos
 from jaxcap.data.vocab import EOS, PAD
+from jaxcap.evaluation import coco_metrics
+from jaxcap.papers.tpgn.model import with_role_centroids
 
 
 # ------------------------------------------------------------------------------------ collect
@@ -66,8 +73,6 @@ def collect(model, variables, dataset, split: str, *, max_len: int = 16, batch_s
     (row in the split), "captions": {row: caption string}}``.
   """
   import jax
-  from jaxcap import decoding
-  from jaxcap.data import pipeline
   source = dataset.split(split)
   n_images = len(source) if num_images is None or num_images < 0 else min(num_images, len(source))
   us, words, pos, img, caps = [], [], [], [], {}
@@ -216,7 +221,6 @@ def tag_words(words: Sequence[str], images, positions, dataset_name: str):
 
   ``synthetic_scenes``: exact, from the grammar. Real text: NLTK, caption by caption."""
   if dataset_name == "synthetic_scenes":
-    from jaxcap.data.synthetic import english_pos
     return [english_pos(w) for w in words]
   tagger = nltk_tagger()
   if tagger is None:
@@ -263,8 +267,6 @@ def plot_projection(xy_Nx2, tags: Sequence[str], path: str, title: str = "") -> 
 def ablation_scores(model, variables, dataset, split: str, centroids, *, max_len: int = 16,
                     batch_size: int = 100) -> list[dict]:
   """CIDEr-D of greedy captions with each role cluster's ``u_t`` zeroed in turn (row -1: none)."""
-  from jaxcap.evaluation import coco_metrics
-  from jaxcap.papers.tpgn.model import with_role_centroids
   refs_all = dataset.references(split)
   ids = dataset.image_ids(split)
   av = with_role_centroids(variables, centroids)
@@ -281,7 +283,6 @@ def ablation_scores(model, variables, dataset, split: str, centroids, *, max_len
 
 def analyse(model, variables, dataset, *, clusters=(2, 10), fit_split="train", fit_images=2000,
             split="test", max_len=16, png="", ablate=False, seed=0, log=print) -> dict:
-  from jaxcap.data.synthetic import POS_NOMINAL
   fit = collect(model, variables, dataset, fit_split, max_len=max_len, num_images=fit_images)
   test = collect(model, variables, dataset, split, max_len=max_len)
   tags = tag_words(test["words"], test["image"], test["position"], getattr(dataset, "name", ""))
@@ -338,7 +339,6 @@ def main(argv=None):
   ap.add_argument("--ablate", action="store_true")
   ap.add_argument("--seed", type=int, default=0)
   args = ap.parse_args(argv)
-  import jaxcap
   run = jaxcap.load(args.workdir, args.step)
   if run.config.model.name != "tpgn":
     raise SystemExit(f"{args.workdir}: model.name is {run.config.model.name!r}, not 'tpgn'")

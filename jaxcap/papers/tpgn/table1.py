@@ -18,6 +18,7 @@ import os
 
 from jaxcap import config_files
 from jaxcap.analysis import experiment
+from jaxcap.training import train_lib
 
 ROWS = {"show_tell": "CNN-LSTM (Show and Tell)", "tpgn": "TPGN"}
 METRICS = ("CIDEr", "Bleu_4", "METEOR", "ROUGE_L")
@@ -26,7 +27,6 @@ METRICS = ("CIDEr", "Bleu_4", "METEOR", "ROUGE_L")
 def main(argv=None):
   ap = experiment.argument_parser(__doc__, ROWS, ("show_tell", "tpgn"))
   args, rows, seeds = experiment.parse_args(ap, argv, ROWS)
-  from jaxcap.training import train_lib
 
   def run(row, seed):
     config = config_files.load(f"{row}.py:synthetic")
