@@ -11,6 +11,7 @@ import numpy as np
 import jax
 import jax.numpy as jnp
 
+from jaxcap import config_files
 from jaxcap.cli import nonnegative_int, positive_int  # one-line errors for bad sizes
 
 
@@ -46,17 +47,8 @@ def data_info(args) -> dict:
 def parse_overrides(text: str) -> dict:
   """``"dim=64,modalities=text"`` -> ``{"dim": 64, "modalities": "text"}`` (ints, floats and
   true / false converted)."""
-  return {k.strip(): _number(v.strip()) for k, _, v in
+  return {k.strip(): config_files.literal(v.strip()) for k, _, v in
           (item.partition("=") for item in filter(None, text.split(",")))}
-
-
-def _number(text: str):
-  for typ in (int, float):
-    try:
-      return typ(text)
-    except ValueError:
-      pass
-  return {"true": True, "false": False}.get(text.lower(), text)
 
 
 def positive_ints(parser: argparse.ArgumentParser, flag: str, text) -> list[int]:

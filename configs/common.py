@@ -22,6 +22,8 @@ import os
 
 import ml_collections
 
+from jaxcap import config_files
+
 # ``coco``: Karpathy's dataset_coco.json + bottom-up features; ``cocotalk``: the same features with
 # self-critical.pytorch's cocotalk.json + cocotalk_label.h5 (its vocabulary: min_word_count 1).
 DATASETS = ("synthetic", "flickr8k", "coco", "cocotalk", "multi30k")
@@ -50,7 +52,7 @@ def parse_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:
     key, value = item.split("=", 1)
     if key not in out:
       raise ValueError(f"config argument {key!r}: unknown; expected one of {sorted(out)}")
-    out[key] = _convert(value)
+    out[key] = config_files.literal(value)
   if out["dataset"] not in DATASETS:
     raise ValueError(f"config argument dataset: expected one of {DATASETS}, got {out['dataset']!r}")
   return ml_collections.ConfigDict(out)
@@ -81,18 +83,6 @@ def tiny(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     if listed and "num_layers" in c.model:
       c.model.num_layers = max(listed + [c.model.num_layers])
   return c
-
-
-def _convert(value: str):
-  low = value.lower()
-  if low in ("true", "false"):
-    return low == "true"
-  for typ in (int, float):
-    try:
-      return typ(value)
-    except ValueError:
-      pass
-  return value
 
 
 def data_config(dataset: str) -> ml_collections.ConfigDict:

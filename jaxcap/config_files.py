@@ -102,6 +102,17 @@ def load(spec: str):
   return config
 
 
+def literal(text: str):
+  """A command-line value as the config field takes it: an int, a float, ``true`` / ``false``
+  (any case) as a bool, else the string."""
+  for typ in (int, float):
+    try:
+      return typ(text)
+    except ValueError:
+      pass
+  return {"true": True, "false": False}.get(text.lower(), text)
+
+
 def set_field(config, dotted: str, value) -> None:
   """``config.a.b.c = value`` for ``dotted="a.b.c"``; an unknown field is a one-line error."""
   node = config

@@ -267,21 +267,12 @@ def _multi30k(tmp):
       (raw / f"{stem}.{lang}").write_text("".join(lines[i % len(lines)] + "\n" for i in range(n)))
 
 
-def _literal(text: str):
-  for convert in (int, float):
-    try:
-      return convert(text)
-    except ValueError:
-      pass
-  return {"True": True, "False": False}.get(text, text)
-
-
 def config_of(args):
   """The config the command line ``args`` describes (``--config=<spec>`` and
   ``--config.<field>=<value>``), built through the library (jaxcap.get_config)."""
   import jaxcap
   spec = next((a.split("=", 1)[1] for a in args if a.startswith("--config=")), CONFIG_FILE)
-  overrides = {a[len("--config."):].split("=", 1)[0]: _literal(a.split("=", 1)[1])
+  overrides = {a[len("--config."):].split("=", 1)[0]: config_files.literal(a.split("=", 1)[1])
                for a in args if a.startswith("--config.")}
   return jaxcap.get_config(spec, **overrides)
 
