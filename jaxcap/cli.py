@@ -138,6 +138,11 @@ def check_command_line(argv, configs: dict[str, str]) -> None:
       raise BadInput(f"--{name} given {len(given)} times ({', '.join(given)}); expected one config "
                      f"and --{name}.<field>=<value> overrides")
     spec = (given or [default])[-1]
+    first = next((i for i, a in enumerate(argv) if a == f"--{name}" or a.startswith(f"--{name}=")), None)
+    early = next((a for a in argv[1:first] if a.startswith((f"--{name}.", f"--no{name}."))), None) if first else None
+    if early is not None:
+      raise BadInput(f"{early} comes before --{name}; expected the config first, then its "
+                     f"--{name}.<field> overrides")
     config = config_files.load(spec)
     overrides = _overrides(argv, name)
     fields = [p for p, _ in overrides]

@@ -145,8 +145,12 @@ def _model_config_diff(old: dict, new: dict) -> list[str]:
   return diff
 
 
-def check_workdir(workdir: str, config, vocab: Vocab) -> None:
-  """Refuses a workdir trained with another model/data or another vocabulary; writes nothing."""
+def check_workdir(workdir: str, config, vocab: Vocab, init_from: bool = False) -> None:
+  """Refuses a workdir trained with another model/data or another vocabulary; writes nothing.
+  ``init_from``: the workdir is the run that ``config.init_from`` names (the messages say so)."""
+  fix = ("expected config field init_from to name a run of the same model, data and vocabulary"
+         if init_from else "use another --workdir")
+  what = "the init_from run" if init_from else "this workdir"
   cfg_path = os.path.join(workdir, CONFIG_FILE)
   if os.path.exists(cfg_path):
     old = read_saved_config(workdir)
@@ -155,24 +159,25 @@ def check_workdir(workdir: str, config, vocab: Vocab) -> None:
     new_model = {k: v for k, v in new["model"].items() if k not in _RESUMABLE_MODEL_FIELDS}
     diff = _model_config_diff(old_model, new_model)
     if diff:
-      raise ValueError(f"{cfg_path}: this workdir holds checkpoints of another model "
-                       f"(model.{diff[0]}: {old_model.get(diff[0], '<absent>')!r} there, "
+      raise ValueError(f"{cfg_path}: {what} holds checkpoints of another model (model.{diff[0]}: "
+                       f"{old_model.get(diff[0], '<absent>')!r} there, "
                        f"{new_model.get(diff[0], '<absent>')!r} now); "
-                       "expected the same model config, or use another --workdir")
+                       + ("expected the same model config, or use another --workdir" if not init_from else fix))
     old_impl, new_impl = old.get("prng_impl", PRNG_IMPLS[0]), new.get("prng_impl", PRNG_IMPLS[0])
-    if old_impl != new_impl and os.path.isdir(os.path.join(workdir, "checkpoints")):
+    if old_impl != new_impl and os.path.isdir(os.path.join(workdir, "checkpoints")) and not init_from:
       raise ValueError(f"{cfg_path}: this workdir's checkpoints were trained with prng_impl="
                        f"{old_impl!r}, not {new_impl!r} (its key has another shape); expected the "
                        "same prng_impl, or use another --workdir")
     if old.get("data", {}).get("name") != new["data"]["name"]:
-      raise ValueError(f"{cfg_path}: this workdir was trained on data.name="
-                       f"{old.get('data', {}).get('name')!r}, not {new['data']['name']!r}; use another --workdir")
+      raise ValueError(f"{cfg_path}: {what} was trained on data.name="
+                       f"{old.get('data', {}).get('name')!r}, not {new['data']['name']!r}; {fix}")
   vocab_path = os.path.join(workdir, VOCAB_FILE)
   if os.path.exists(vocab_path):
     saved = Vocab.load(vocab_path)
     if saved != vocab:
-      raise ValueError(f"{vocab_path}: the checkpoint's vocabulary ({len(saved)} words) does not match "
-                       f"the data's ({len(vocab)} words); use the same data and data.min_word_count")
+      raise ValueError(f"{vocab_path}: {'the init_from run' if init_from else 'the checkpoint'}'s "
+                       f"vocabulary ({len(saved)} words) does not match the data's ({len(vocab)} "
+                       f"words); {fix if init_from else 'use the same data and data.min_word_count'}")
 
 
 def features_record_source(data_config) -> str | None:

@@ -230,19 +230,26 @@ _DEFAULT_CONFIGS = {"-m jaxcap.papers.eta.train_attributes": "configs/eta.py:syn
                     "experiments/decoding/cider_compat_diff.py": "configs/transformer.py:flickr8k"}
 
 
-def _tiny(words, default: str) -> list[str]:
+def _tiny(words, default: str, at: int = 2, workdir: bool = False) -> list[str]:
   """``words`` with the config at its ``tiny`` sizes (configs/common.py): the ``--config``
-  value gets the argument ``tiny`` (or a ``--config <default>,tiny`` is added), and an override
-  the command gives of a field that ``tiny`` shrinks is shrunk again after it (the last wins)."""
+  value gets the argument ``tiny`` (or ``--config <default>,tiny`` is inserted at ``at``, before
+  any override), an override the command gives of a field that ``tiny`` shrinks is shrunk again
+  after it (the last wins), and with ``workdir`` a command that names no workdir gets the one
+  its untouched config would have (the tiny config's name would differ)."""
   from configs import common
+  from jaxcap import config_files
   words, found = list(words), False
+  spec = next((w.split("=", 1)[1] for w in words if w.startswith("--config=")),
+              next((words[i + 1] for i, w in enumerate(words[:-1]) if w == "--config"), default))
+  if workdir and not any(w == "--workdir" or w.startswith("--workdir=") for w in words):
+    words.append(f"--workdir={config_files.default_workdir(spec)}")
   for i, w in enumerate(words):
     if w.startswith("--config="):
       words[i], found = f"{w},tiny" if ":" in w else f"{w}:tiny", True
     elif w == "--config" and i + 1 < len(words):
       words[i + 1], found = f"{words[i + 1]},tiny" if ":" in words[i + 1] else f"{words[i + 1]}:tiny", True
   if not found:
-    words += ["--config", f"{default},tiny"]
+    words[at:at] = ["--config", f"{default},tiny"]
   sizes = {**common.TINY_RUN, **{f"data.{k}": v for k, v in common.TINY_DATA.items()},
            **{f"model.{k}": v for k, v in common.TINY_MODEL.items()}}
   given = {w.split("=", 1)[0][len("--config."):]: w.split("=", 1)[1] for w in words
@@ -260,13 +267,15 @@ def shrink(root: Path, cmd: str) -> str:
     # The Makefile's own way to pass arguments; its set-up step is tests/test_package.py's
     # (here the environment running the tests is the one `make` would have made).
     venv = Path(sys.prefix)
-    args = " ".join(_tiny([], "configs/transformer.py:synthetic"))
+    args = " ".join(_tiny([], "configs/transformer.py:synthetic", at=0, workdir=True))
     return f"make -o {venv / '.installed-requirements'} train VENV={venv} ARGS={shlex.quote(args)}"
   prog = words[1] if words[0] in ("python", "python3") and len(words) > 1 else words[0]
   if prog == "-m" and len(words) > 2:
     prog = f"-m {words[2]}"
   if prog in ("train.py", "jaxcap-train") or prog in _CONFIG_SCRIPTS:
-    shrunk = shlex.join(_tiny(words, _DEFAULT_CONFIGS.get(prog, "configs/transformer.py:synthetic")))
+    at = (3 if prog.startswith("-m ") else 2) if words[0] in ("python", "python3") else 1
+    shrunk = shlex.join(_tiny(words, _DEFAULT_CONFIGS.get(prog, "configs/transformer.py:synthetic"),
+                              at=at, workdir=prog in ("train.py", "jaxcap-train")))
     return " ".join([shrunk, _SCRIPT_SHRINK.get(prog, "")]).strip()
   if prog == "benchmarks/run.py" and re.search(r"--models mnmt(\s|$)", cmd):
     # run.py refuses a --set field of none of the selected models; MNMT's width is hidden_dim.

@@ -46,6 +46,7 @@ def test_train_py_default_workdir(tmp_path):
     (["--config=nowhere.py"], "config file 'nowhere.py': not found"),
     (["--config=configs/eta.py:synthetic", "--config.model.dim=8", "--config", "configs/eta.py:coco"],
      "--config given 2 times"),
+    (["--config.seed=0", "--config", "configs/eta.py:synthetic"], "--config.seed=0 comes before --config"),
 ])
 def test_the_command_line_is_checked_before_absl_parses_it(argv, needle):
   with pytest.raises(ValueError, match=None) as e:

@@ -74,6 +74,7 @@ def main() -> int:
     raise ValueError(f"--val={a.val} --test={a.test}: --captions={a.captions} gives every image's "
                      "split; expected --val and --test 0 (or a captions file without splits)")
   names = extract.list_images(a.images)
+  extract.check_readable(a.images, names, size)  # before any weights are read or anything compiled
   if captions is not None and not set(captions) & set(names):
     raise ValueError(f"--captions={a.captions}: names none of the {len(names)} images of {a.images}; "
                      f"expected their file names (e.g. {names[0] if names else 'x.jpg'})")

@@ -73,10 +73,49 @@ def read_image(path: str, size: int) -> np.ndarray:
   with Image.open(path) as img:
     img.load()
     img = ImageOps.exif_transpose(img)
-    if img.mode != "RGB":
+    if img.mode in ("I", "F") or img.mode.startswith("I;16"):
+      img = _high_depth_to_rgb(img, path)
+    elif img.mode != "RGB":
       # Palette / alpha images through RGBA so that transparency becomes its colour, not noise.
       img = img.convert("RGBA").convert("RGB") if img.mode in ("P", "PA", "LA") else img.convert("RGB")
     return _square(img, size)
+
+
+def _high_depth_to_rgb(img, path: str):
+  """A 16-bit, 32-bit integer or float grayscale image as 8-bit RGB, its range scaled (Pillow's
+  own conversion clips at 255: a 16-bit photo would read as almost white). 16-bit: / 257; 32-bit
+  integers within [0, 65535] as 16-bit; floats within [0, 1] x 255 or within [0, 255] as they
+  are; anything else is refused in one line."""
+  from PIL import Image
+  x = np.asarray(img)
+  lo, hi = (float(x.min()), float(x.max())) if x.size else (0.0, 0.0)
+  if img.mode.startswith("I;16") or (img.mode == "I" and 0 <= lo and hi <= 65535):
+    gray = np.round(x.astype(np.float64) / 257.0)
+  elif img.mode == "F" and 0 <= lo and hi <= 1:
+    gray = np.round(x.astype(np.float64) * 255.0)
+  elif img.mode == "F" and 0 <= lo and hi <= 255:
+    gray = np.round(x.astype(np.float64))
+  else:
+    raise ValueError(f"{path}: a {img.mode} image with values in [{lo:g}, {hi:g}]; expected 8- or "
+                     "16-bit pixels (or 32-bit ones within [0, 65535], floats within [0, 1] or [0, 255])")
+  return Image.fromarray(gray.astype(np.uint8), "L").convert("RGB")
+
+
+def check_readable(images_dir: str, names: list[str], size: int) -> None:
+  """One line when ``images_dir`` holds no image file, or none that can be read (tried in order
+  until one reads: the others are reported as they are extracted)."""
+  if not names:
+    raise ValueError(f"--images={images_dir}: no image files ({', '.join(IMAGE_EXTENSIONS)}); "
+                     "expected a folder of images")
+  reasons = []
+  for name in names:
+    try:
+      read_image(os.path.join(images_dir, name), size)
+      return
+    except Exception as e:  # pylint: disable=broad-except  (Pillow raises many kinds)
+      reasons.append(f"{name}: {unreadable_reason(e)}")
+  raise ValueError(f"--images={images_dir}: none of the {len(names)} images could be read (first, "
+                   f"{reasons[0]}); expected image files Pillow can open")
 
 
 def unreadable_reason(e: Exception) -> str:

@@ -263,7 +263,7 @@ def _check_init_from(source_workdir: str, config, vocab: Vocab) -> None:
   if not os.path.exists(os.path.join(source_workdir, "config.json")):
     raise ValueError(f"{source_workdir}/config.json: not found; config field init_from expects "
                      "a workdir written by train.py")
-  run_dir.check_workdir(source_workdir, config, vocab)
+  run_dir.check_workdir(source_workdir, config, vocab, init_from=True)
 
 
 class _EarlyStopping:

@@ -26,6 +26,7 @@ import os
 import time
 
 import numpy as np
+import jax
 
 from jaxcap import decoding
 from jaxcap.data import base, complete_data_config
@@ -35,6 +36,10 @@ from jaxcap.models import fields, registry
 from jaxcap.training.steps import PRNG_IMPLS
 
 _MISSING = object()
+# Loader processes: beyond a few per core they only compete for the cores.
+MAX_WORKERS = 4 * (os.cpu_count() or 1)
+_STEP_OR_NEVER = fields.Check(lambda v: fields.is_int(v) and (v == -1 or v >= 0),
+                              "-1 (never) or an int >= 0")
 
 # The config's fields and what each must hold, one table for every section (the model's own
 # fields are its dataclass's: jaxcap.models.fields). A field a config does not have is skipped.
@@ -65,6 +70,9 @@ CHECKS = {
     "data.degenerate_boxes": fields.one_of(("error", "allow")),
     "data.missing_boxes": fields.one_of(("error", "whole_image")),
     "data.task": fields.one_of(("caption", "translate")),
+    "data.num_workers": fields.Check(lambda v: fields.is_int(v) and 0 <= v <= MAX_WORKERS,
+                                     f"an int in [0, {MAX_WORKERS}] (0: read in the training "
+                                     f"process; at most 4 per core of this host's {MAX_WORKERS // 4})"),
     # decoding
     "decode.method": fields.one_of(decoding.METHODS), "decode.beam_size": fields.POSITIVE,
     "decode.beam_mode": fields.one_of(decoding.BEAM_MODES), "decode.max_len": fields.POSITIVE,
@@ -81,6 +89,7 @@ CHECKS = {
     "scst.baseline": fields.one_of(("greedy", "mean")),
     "scst.cider_compat": fields.one_of(("jaxcap", "self_critical")), "scst.dropout": fields.BOOL,
     "scst.bleu_weight": fields.finite(0.0), "scst.cider_weight": fields.finite(0.0),
+    "scst.start_step": _STEP_OR_NEVER, "scst.start_epoch": _STEP_OR_NEVER,
 }
 
 
@@ -118,6 +127,17 @@ def check_config(config, trainable: bool | None = None) -> None:
   if _get(config, "scst.reward") == "device" and bleu is not _MISSING and bleu > 0:
     raise ValueError(f"config field scst.reward: 'device' computes CIDEr-D only; "
                      f"scst.bleu_weight={bleu} needs scst.reward='host'")
+  scst_runs = any(_get(config, f"scst.{k}") not in (_MISSING, -1) for k in ("start_step", "start_epoch"))
+  samples = _get(config, "scst.num_samples")
+  if scst_runs and _get(config, "scst.baseline") == "mean" and samples is not _MISSING and samples < 2:
+    raise ValueError(f"config field scst.num_samples: scst.baseline='mean' compares each sample with "
+                     f"the mean of the image's other samples; expected at least 2, got {samples}")
+  if _get(config, "model.attention_impl") == "cudnn":
+    platforms = sorted({d.platform for d in jax.devices()})
+    if platforms != ["gpu"]:
+      raise ValueError(f"config field model.attention_impl: 'cudnn' runs on an NVIDIA GPU with "
+                       f"cuDNN, and this host's devices are {', '.join(platforms)}; expected "
+                       "'xla' or 'einsum' here")
 
 
 def check_workdir_writable(workdir: str) -> None:
