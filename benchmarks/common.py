@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxcap import config_files
+from jaxcap.flops import jaxpr_matmul_flops, step_flops  # noqa: F401  (the benchmarks' names)
 from jaxcap.cli import nonnegative_int, positive_int  # one-line errors for bad sizes
 
 
@@ -310,62 +311,6 @@ def format_trace(t: dict) -> str:
         + f", unattributed {100 * t['unattributed_ms'] / total:.0f}%")
     lines += [f"{ms:8.3f} {100 * ms / total:5.1f}         {scope}" for scope, ms in t["by_scope"]]
   return "\n".join(lines)
-
-
-def _dot_flops(eqn) -> float:
-  (lc, rc), (lb, _) = eqn.params["dimension_numbers"]
-  lhs, rhs = eqn.invars[0].aval.shape, eqn.invars[1].aval.shape
-  contract = float(np.prod([lhs[i] for i in lc])) if lc else 1.0
-  batch = float(np.prod([lhs[i] for i in lb])) if lb else 1.0
-  free_l = float(np.prod(lhs)) / contract / batch
-  free_r = float(np.prod(rhs)) / contract / batch
-  return 2.0 * batch * free_l * free_r * contract
-
-
-def _conv_flops(eqn) -> float:
-  out = eqn.outvars[0].aval.shape
-  rhs = eqn.invars[1].aval.shape  # kernel: its elements per output feature are the MACs per output
-  # A grouped kernel's input-feature axis is already in / groups, so this holds for groups too.
-  out_feat = rhs[eqn.params["dimension_numbers"].rhs_spec[0]]
-  return 2.0 * float(np.prod(out)) * float(np.prod(rhs)) / out_feat
-
-
-def jaxpr_matmul_flops(jaxpr) -> float:
-  """Matrix-multiply FLOPs of a (closed) jaxpr, with scan bodies counted ``length`` times.
-
-  ``while`` bodies (unknown trip count) count once; ``cond`` counts its most expensive branch.
-  """
-  jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
-  total = 0.0
-  for eqn in jaxpr.eqns:
-    name = eqn.primitive.name
-    if name == "dot_general":
-      total += _dot_flops(eqn)
-    elif name == "conv_general_dilated":
-      total += _conv_flops(eqn)
-    elif name == "scan":
-      total += eqn.params["length"] * jaxpr_matmul_flops(eqn.params["jaxpr"])
-    elif name == "cond":
-      total += max(jaxpr_matmul_flops(b) for b in eqn.params["branches"])
-    else:
-      for p in eqn.params.values():
-        for sub in (p if isinstance(p, (tuple, list)) else (p,)):
-          if hasattr(sub, "eqns") or hasattr(getattr(sub, "jaxpr", None), "eqns"):
-            total += jaxpr_matmul_flops(sub)
-  return total
-
-
-def step_flops(fn, *args, lowered=None) -> tuple[float, float]:
-  """``(matmul FLOPs from the jaxpr, all-op FLOPs from the lowered HLO)`` of one call
-  (``lowered``: ``jax.jit(fn).lower(*args)`` where the caller has it, not lowered twice)."""
-  matmul = jaxpr_matmul_flops(jax.make_jaxpr(fn)(*args))
-  try:
-    cost = (lowered if lowered is not None else jax.jit(fn).lower(*args)).cost_analysis()
-    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-    hlo = float(cost.get("flops", 0.0)) if cost else 0.0
-  except Exception:  # noqa: BLE001 - cost analysis is optional on some backends
-    hlo = float("nan")
-  return matmul, hlo
 
 
 # Dense peak TFLOP/s per device: (bfloat16, TF32, float32 without TF32), vendors' datasheets.

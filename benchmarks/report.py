@@ -41,7 +41,9 @@ REFERENCE_MODELS = {"transformer": "TransformerModel", "aat": "AATModel", "aoane
 REFERENCE_KINDS = {"train": "train_", "greedy": "greedy_", "beam": "beam3_"}
 FEATURES = "benchmarks/features.py"
 PIPELINE = "benchmarks/input_pipeline.py"
-OWN_RECORDS = {FEATURES: "features_", PIPELINE: "input_pipeline_"}  # records kept in their own file
+CHECKPOINTS = "benchmarks/checkpoint_save.py"
+OWN_RECORDS = {FEATURES: "features_", PIPELINE: "input_pipeline_",  # records kept in their own file
+               CHECKPOINTS: "checkpoint_save_"}
 
 
 def load_records(folder: str = RESULTS) -> list[dict]:
@@ -217,9 +219,27 @@ def pipeline_table(rec: dict) -> str:
   return "\n".join(lines)
 
 
+def checkpoint_table(rec: dict) -> str:
+  rows = {r["mode"]: r for r in rec["rows"]}
+  any_row = rec["rows"][0]
+  lines = [_head(rec) + f" (checkpoint saves: {rec['model']['name']} train state "
+           f"{rec['state_mib']:,.0f} MiB, batch {any_row['batch']}, a save every {any_row['every']} of "
+           f"{any_row['steps']} steps, median of {any_row['repeats']} loops; "
+           f"{rec['environment'].get('cpu_count', '?')} CPUs)", "",
+           "| saves | loop s | per save s | step s |", "|---|---:|---:|---:|"]
+  names = {"none": "none", "sync": "synchronous", "async": "asynchronous (orbax)"}
+  for mode in ("none", "sync", "async"):
+    r = rows[mode]
+    lines.append(f"| {names[mode]} | {_fmt(r['loop_s'], 2)} | "
+                 f"{_fmt(r.get('per_save_s'), 3) if mode != 'none' else '–'} | {_fmt(r['step_s'], 3)} |")
+  return "\n".join(lines)
+
+
 def record_table(rec: dict) -> str:
   if rec.get("benchmark") == FEATURES:
     return features_table(rec)
+  if rec.get("benchmark") == CHECKPOINTS:
+    return checkpoint_table(rec)
   if rec.get("benchmark") == PIPELINE:
     return pipeline_table(rec)
   lines = [_head(rec), "",

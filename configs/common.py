@@ -155,6 +155,7 @@ def base_config(dataset: str = "synthetic", model: str = "transformer") -> ml_co
   c.log_every_steps = 50
   c.checkpoint_every_steps = 1000
   c.keep_checkpoints = 3
+  c.async_checkpoints = True  # written by a thread while training goes on (orbax async)
   c.eval_batch_size = 100
   c.eval_num_images = -1  # -1: the whole validation split
   c.test_after_training = True

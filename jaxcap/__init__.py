@@ -10,11 +10,12 @@ stays light)::
   jaxcap.load_ensemble(["runs/a", "runs/b"])        # several runs decoded as one
   jaxcap.score(references, predictions)             # pycocoevalcap metrics
   jaxcap.get_config("eta.py:synthetic"), jaxcap.train(config, workdir)
+  jaxcap.dry_run(config)                            # compiles the steps: will it fit?
 """
 
 __version__ = "0.1.0"
 
-_API = ("load", "load_ensemble", "score", "train", "get_config", "Run")
+_API = ("load", "load_ensemble", "score", "train", "dry_run", "get_config", "Run")
 
 
 def __getattr__(name):

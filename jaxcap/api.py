@@ -29,9 +29,10 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import os
 from typing import Any, Mapping, Sequence
 
-import jax.numpy as jnp
+import numpy as np
 
 from jaxcap import config_files, ensemble, inference, run_dir
 from jaxcap import data as data_lib
@@ -63,6 +64,16 @@ def get_config(spec: str = "transformer.py:synthetic", **overrides):
   return config
 
 
+def _with_overrides(config, overrides: dict):
+  """A copy of ``config`` (or :func:`get_config` of a spec string) with ``overrides`` set."""
+  if isinstance(config, str):
+    return get_config(config, **overrides)
+  config = copy.deepcopy(config)
+  for key, value in overrides.items():
+    config_files.set_field(config, key.replace("__", "."), value)
+  return config
+
+
 def train(config, workdir: str, **overrides) -> "Run":
   """Trains (or resumes) like ``train.py`` and returns :func:`load` of the workdir.
 
@@ -72,15 +83,33 @@ def train(config, workdir: str, **overrides) -> "Run":
     **overrides: config fields as in :func:`get_config`.
   """
   parallel.maybe_initialize_distributed()  # a multi-host launch (no-op otherwise)
-  if isinstance(config, str):
-    config = get_config(config, **overrides)
-  else:
-    config = copy.deepcopy(config)
-    for key, value in overrides.items():
-      config_files.set_field(config, key.replace("__", "."), value)
+  config = _with_overrides(config, overrides)
   checkpoint.quiet_logs()
   train_lib.train_and_evaluate(config, workdir)
   return load(workdir)
+
+
+def dry_run(config, workdir: str = "", **overrides) -> dict:
+  """Will it fit? ``train.py --dry_run``: checks the config and data, compiles the training (and
+  SCST) step at the configured batch on this process's devices, prints the parameters, FLOPs per
+  step and memory per device, writes nothing (:func:`jaxcap.training.train_lib.dry_run`).
+
+  Args:
+    config: a ConfigDict (:func:`get_config`) or a spec string for :func:`get_config`.
+    workdir: unused but for messages (nothing is written).
+    **overrides: config fields as in :func:`get_config`.
+
+  Returns:
+    The figures (``parameters``, ``state_bytes``, ``steps: {phase: {"gflop", "memory",
+    "compile_s"}}``, the device's limit).
+
+  Raises:
+    ValueError: a bad config or data, or a step that needs more memory than a device has (one
+      line naming ``batch_size`` / ``scst.num_samples``).
+  """
+  parallel.maybe_initialize_distributed()
+  config = _with_overrides(config, overrides)
+  return train_lib.dry_run(config, workdir)
 
 
 def score(references: Mapping[Any, Sequence[str]], predictions, *, metrics: Sequence[str] | None = None,
@@ -308,7 +337,8 @@ class Run:
 
     Args:
       role_centroids: TPGN only: ``[K, d*d]`` role-cluster centroids read with
-        ``zero_role_cluster`` (stored as the ``ablation`` variable collection).
+        ``zero_role_cluster`` (stored as the ``ablation`` variable collection), or the path of
+        a ``.npy`` file of them (``roles.py`` writes ``roles_k<K>.npy``).
       **fields: model dataclass fields, e.g. ``force_gate=1.0`` (ETA), ``max_steps=2,
         epsilon=0.1`` (AAT), ``graph="all_neighbour"`` (Image Transformer).
 
@@ -327,7 +357,15 @@ class Run:
     model, params = self.model.clone(**fields), self.params
     if role_centroids is not None:
       from jaxcap.papers.tpgn import model as tpgn  # TPGN's own ablation input
-      params = tpgn.with_role_centroids(params, jnp.asarray(role_centroids, jnp.float32))
+      what = "role_centroids"
+      if isinstance(role_centroids, (str, os.PathLike)):  # roles.py's roles_k<K>.npy
+        what = f"role_centroids={role_centroids}"
+        try:
+          role_centroids = np.load(role_centroids, allow_pickle=False)
+        except (OSError, ValueError) as e:
+          raise ValueError(f"{what}: unreadable ({str(e).splitlines()[0]}); expected a .npy file "
+                           "of [K, d*d] centroids (roles.py writes roles_k<K>.npy)") from None
+      params = tpgn.with_role_centroids(params, role_centroids, what=what)
     check_fits(model, params, self.info, f"ablate({', '.join(f'{k}={v!r}' for k, v in fields.items())})")
     config = copy.deepcopy(self.config)
     with config.unlocked() if hasattr(config, "unlocked") else contextlib.nullcontext():

@@ -7,6 +7,7 @@ layer (the image features at the bottom included) writes through it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -20,13 +21,54 @@ def write_with(path: str, write: Callable, mode: str = "wb") -> None:
   os.makedirs(folder, exist_ok=True)
   fd, tmp = tempfile.mkstemp(dir=folder, prefix=os.path.basename(path) + ".", suffix=".tmp")
   try:
+    os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 would hide the file from other users
     with os.fdopen(fd, mode) as f:
       write(f)
     os.replace(tmp, path)
   except BaseException:
     if os.path.exists(tmp):
       os.remove(tmp)
-    raise
+    with naming(path):
+      raise
+
+
+@contextlib.contextmanager
+def naming(path: str):
+  """An ``OSError`` without a file name raised inside names ``path``: a full disk fails in
+  ``write()`` or ``close()``, whose errors name no file, and the one-line report needs it."""
+  try:
+    yield
+  except OSError as e:
+    if e.errno is None or e.filename:
+      raise
+    raise OSError(e.errno, e.strerror or os.strerror(e.errno), path) from None
+
+
+def _umask() -> int:
+  mask = os.umask(0o022)
+  os.umask(mask)
+  return mask
+
+
+def check_writable(path: str, flag: str, *, file: bool = False) -> None:
+  """Raises one ``ValueError`` line naming ``flag`` unless this user can write ``path`` (a
+  folder; ``file``: a file), or create it in its nearest existing folder. Nothing is written:
+  programs check their outputs before reading, compiling or computing anything."""
+  path = os.path.abspath(path)
+  if file and os.path.isdir(path):
+    raise ValueError(f"{flag}: is a directory; expected a file name")
+  if file and os.path.exists(path) and not os.access(path, os.W_OK):
+    raise ValueError(f"{flag}: the file is not writable; expected one this user can write")
+  if not file and os.path.exists(path) and not os.path.isdir(path):
+    raise ValueError(f"{flag}: is a file; expected a directory (or a path to create one at)")
+  folder = os.path.dirname(path) if file else path
+  while folder and not os.path.exists(folder):
+    folder = os.path.dirname(folder)
+  if not os.path.isdir(folder):
+    raise ValueError(f"{flag}: {folder} is a file; expected a directory to write in")
+  if not os.access(folder, os.W_OK | os.X_OK):
+    raise ValueError(f"{flag}: {folder} is not writable (a read-only place); expected a folder "
+                     "this user can write to")
 
 
 def write_text(path: str, text: str) -> None:

@@ -2,7 +2,8 @@
 
 Exit codes: 0 success; 2 bad input (a flag, the config, data, workdir, checkpoints,
 predictions); 3 the run stopped on a non-finite loss or gradient norm (``config.nonfinite=
-"stop"``, :mod:`jaxcap.training.guard`).
+"stop"``, :mod:`jaxcap.training.guard`); 4 training was preempted (SIGTERM or SIGINT) and saved
+a checkpoint at the current step (:mod:`jaxcap.training.preemption`): the same command resumes.
 
 * :func:`run_absl` is ``absl.app.run`` with a flags parser that *validates the command line
   before absl parses it* (:func:`check_command_line`): the config file and its argument load,
@@ -12,7 +13,8 @@ predictions); 3 the run stopped on a non-finite loss or gradient norm (``config.
   parses; an unknown flag, a flag value its own parser refuses and stray arguments are one line
   too. The program's body then runs under :func:`run_main`.
 * :func:`run_main` maps the library's one-line errors (``ValueError``, missing files, ``OSError``)
-  to ``error: <line>`` and exit 2, a non-finite stop to exit 3.
+  to ``error: <line>`` and exit 2, a non-finite stop to exit 3, a preempted run to one line and
+  exit 4.
 * :func:`run_script` is the same for argparse programs (tables, benchmarks, tools).
 
 ``--config configs/<file>.py`` names the shipped configs from any directory
@@ -32,9 +34,11 @@ from jaxcap import config_files
 from jaxcap import xla_logs
 from jaxcap.training import checkpoint, parallel
 from jaxcap.training.guard import NonFiniteError
+from jaxcap.training.preemption import Preempted
 
 EXIT_BAD_INPUT = 2
 EXIT_NONFINITE = 3
+EXIT_PREEMPTED = 4
 
 
 class BadInput(ValueError):
@@ -49,7 +53,8 @@ def fail(msg, code: int = EXIT_BAD_INPUT):
 
 
 def run_main(fn):
-  """Runs ``fn()``; bad input -> one line and exit 2, a non-finite stop -> one line and exit 3."""
+  """Runs ``fn()``; bad input -> one line and exit 2, a non-finite stop -> one line and exit 3,
+  a preempted run (saved) -> one line and exit 4."""
   checkpoint.quiet_logs()
   try:
     # First, before anything touches a JAX backend: jax.distributed must be initialised before
@@ -59,6 +64,9 @@ def run_main(fn):
     fn()
   except NonFiniteError as e:
     fail(str(e), EXIT_NONFINITE)
+  except Preempted as e:
+    print(f"preempted: {e}", file=sys.stderr, flush=True)
+    sys.exit(EXIT_PREEMPTED)
   except FileNotFoundError as e:
     if getattr(e, "filename", None):  # a raw OS error: name the path and what was expected
       fail(f"{e.filename}: {e.strerror or 'not found'}; expected an existing file or directory")
@@ -71,7 +79,7 @@ def run_main(fn):
     raise
   except OSError as e:  # read-only or full disk, a workdir that is a file, ...
     where = f"{e.filename}: " if getattr(e, "filename", None) else ""
-    fail(f"{where}{e.strerror or e}; expected a writable workdir with free space")
+    fail(f"{where}{e.strerror or e}; expected a writable folder with free space")
   return 0
 
 

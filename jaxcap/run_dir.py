@@ -111,7 +111,15 @@ def load_info(workdir: str, config=None) -> dict:
   path = os.path.join(workdir, INFO_FILE)
   if os.path.exists(path):
     with open(path) as f:
-      return json.load(f)
+      try:
+        info = json.load(f)
+      except ValueError as e:
+        raise ValueError(f"{path}: not valid JSON ({e}); expected the dataset sizes train.py "
+                         "wrote (delete it to rebuild it from the run's dataset)") from None
+    if not isinstance(info, dict) or not {"vocab_size", "feature_dim", "max_len"} <= set(info):
+      raise ValueError(f"{path}: not the dataset sizes train.py writes; expected an object with "
+                       "vocab_size, feature_dim, max_len, ... (delete it to rebuild it)")
+    return info
   try:
     return dict(data_lib.get_dataset(config.data).info)
   except (OSError, ValueError, KeyError) as e:
@@ -273,7 +281,8 @@ def checkpoints(workdir: str, config):
   """The checkpoint managers of ``workdir`` (``checkpoints/`` and ``best/``,
   :class:`jaxcap.training.checkpoint.Checkpoints`); close them."""
   return ckpt_lib.Checkpoints(workdir, keep=int(config.get("keep_checkpoints", 3)),
-                              best_metric=best_metric(config))
+                              best_metric=best_metric(config),
+                              asynchronous=bool(config.get("async_checkpoints", True)))
 
 
 def abstract_state(model, config, info: dict, sharding):

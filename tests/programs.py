@@ -80,6 +80,13 @@ for line in sys.stdin:
 """
 
 
+def one_device_env() -> dict:
+  """This environment with one CPU device, as on a user's machine (the suite's 8 fake devices
+  split a batch and write replicated arrays in 8 pieces)."""
+  return dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1 "
+              "--xla_backend_optimization_level=0")
+
+
 class Programs:
   """A server of forked program processes (module docstring); use as a context manager."""
 

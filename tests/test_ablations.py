@@ -158,3 +158,21 @@ def test_tpgn_zeroed_role_cluster():
   np.testing.assert_allclose(zeroed, np.broadcast_to(zeroed[:1, :1, :1], zeroed.shape), rtol=1e-5, atol=1e-5)
   with pytest.raises(ValueError, match="parameters do not fit"):
     run.ablate(zero_role_cluster=0)  # no centroids given
+
+
+def test_tpgn_role_centroids_of_the_wrong_shape_or_file_are_one_line(tmp_path):
+  """Centroids must be [K, d*d] (d = 4 here: 16); a file is named in the message."""
+  run = _run(TPGN)
+  for bad in (np.zeros((2, 9), np.float32), np.zeros((16,), np.float32), np.full((1, 16), np.nan),
+              [["a"] * 16]):
+    with pytest.raises(ValueError, match=r"^role_centroids: expected finite \[K, 16\] centroids"):
+      run.ablate(zero_role_cluster=0, role_centroids=bad)
+  path = tmp_path / "roles_k2.npy"
+  np.save(path, np.zeros((2, 9), np.float32))  # a run of d = 3
+  with pytest.raises(ValueError, match=rf"^role_centroids={path}: expected finite \[K, 16\]"):
+    run.ablate(zero_role_cluster=0, role_centroids=str(path))
+  (tmp_path / "bad.npy").write_text("not numpy")
+  with pytest.raises(ValueError, match=rf"^role_centroids={tmp_path / 'bad.npy'}: unreadable"):
+    run.ablate(zero_role_cluster=0, role_centroids=str(tmp_path / "bad.npy"))
+  np.save(path, np.zeros((1, 16), np.float32))
+  assert run.ablate(zero_role_cluster=0, role_centroids=str(path)).ablations == {"zero_role_cluster": 0}

@@ -11,6 +11,7 @@ the latest instead of the best checkpoint; ``init_workdir`` not writing ``info.j
 
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -192,3 +193,29 @@ def test_load_ensemble_refuses_another_vocabulary(workdir):
                   workdir="other")
   with pytest.raises(ValueError, match="another vocabulary"):
     jaxcap.load_ensemble([run, other])
+
+
+def test_a_corrupt_info_json_is_one_line_naming_it(workdir, tmp_path):
+  wd, _, _ = workdir
+  copy = tmp_path / "run"
+  shutil.copytree(wd, copy)
+  (copy / "info.json").write_text('{"vocab_size": 12,')
+  with pytest.raises(ValueError, match=rf"^{copy}/info.json: not valid JSON .*delete it to rebuild"):
+    jaxcap.load(str(copy))
+  (copy / "info.json").write_text("[1, 2]")
+  with pytest.raises(ValueError, match=rf"^{copy}/info.json: not the dataset sizes train.py writes"):
+    jaxcap.load(str(copy))
+
+
+def test_global_features_alone_caption_a_model_that_reads_only_them():
+  """TPGN reads the global feature only: ``[B, Dg]`` captions it on a dataset with regions, as
+  the full batch does; a model that reads regions still refuses them, naming what it reads."""
+  from tests.test_ablations import TPGN, _batch, _run
+  run, batch = _run(TPGN), _batch()
+  alone = run.caption(batch["global_feat"], method="greedy")
+  full = run.caption({"feats": batch["feats"], "global_feat": batch["global_feat"]}, method="greedy")
+  assert alone == full and len(alone) == 3
+  transformer = _run({"name": "transformer", "dim": 16, "num_layers": 1, "num_dec_layers": 1,
+                      "num_heads": 2, "ff_dim": 32})
+  with pytest.raises(ValueError, match="reads region features 'feats'"):
+    transformer.caption(batch["global_feat"], method="greedy")

@@ -33,3 +33,35 @@ def test_an_unserialisable_object_writes_nothing(tmp_path):
   with pytest.raises(TypeError):
     atomic.write_json(str(tmp_path / "s.json"), {"x": object()})
   assert os.listdir(tmp_path) == []
+
+
+def test_a_written_file_has_the_modes_of_the_umask_not_mkstemps_0600(tmp_path):
+  old = os.umask(0o022)
+  try:
+    atomic.write_text(str(tmp_path / "a.txt"), "x")
+  finally:
+    os.umask(old)
+  assert (tmp_path / "a.txt").stat().st_mode & 0o777 == 0o644
+
+
+def test_a_write_error_without_a_file_name_names_the_file(tmp_path):
+  def full(f):
+    raise OSError(28, "No space left on device")  # what write() or close() raise on a full disk
+
+  with pytest.raises(OSError) as e:
+    atomic.write_with(str(tmp_path / "fc" / "x.npy"), full)
+  assert e.value.errno == 28 and e.value.filename == str(tmp_path / "fc" / "x.npy")
+  assert os.listdir(tmp_path / "fc") == []
+
+
+def test_check_writable_names_the_flag_and_writes_nothing(tmp_path):
+  (tmp_path / "f").write_text("x")
+  atomic.check_writable(str(tmp_path / "new" / "deeper"), "--out=o")  # creatable: fine
+  atomic.check_writable(str(tmp_path / "new.json"), "--out=o", file=True)
+  with pytest.raises(ValueError, match=r"^--out=o: is a file; expected a directory"):
+    atomic.check_writable(str(tmp_path / "f"), "--out=o")
+  with pytest.raises(ValueError, match=r"^--out=o: is a directory; expected a file name"):
+    atomic.check_writable(str(tmp_path), "--out=o", file=True)
+  with pytest.raises(ValueError, match=r"^--out=o: .*/f is a file; expected a directory to write in"):
+    atomic.check_writable(str(tmp_path / "f" / "x"), "--out=o")
+  assert sorted(os.listdir(tmp_path)) == ["f"]

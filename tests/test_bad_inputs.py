@@ -368,9 +368,32 @@ CONFIG_CASES = [
     C("unknown-dataset", ["--config.data.name=imagenet"], "imagenet"),
     C("max-regions-below-data", ["--config.data.max_regions=1"], "max_regions", data="karpathy"),
     C("missing-boxes-unknown", ["--config.data.missing_boxes=zeros"], "data.missing_boxes"),
+    C("scst-start-step-negative", ["--config.scst.start_step=-7"], "scst.start_step"),
+    C("scst-start-epoch-negative", ["--config.scst.start_epoch=-2"], "scst.start_epoch"),
+    C("scst-mean-baseline-one-sample", ["--config.scst.start_step=0", "--config.scst.baseline=mean",
+                                        "--config.scst.num_samples=1"], "scst.num_samples"),
+    C("num-workers-negative", ["--config.data.num_workers=-3"], "data.num_workers"),
+    C("num-workers-huge", ["--config.data.num_workers=100000"], "data.num_workers"),
+    C("cudnn-attention-without-gpu", ["--config.model.attention_impl=cudnn", "--config.dtype=bfloat16"],
+      "model.attention_impl"),
+    C("async-checkpoints-not-bool", ["--config.async_checkpoints=later"], "async_checkpoints"),
 ]
 
+def _run_at(name, *extra):
+  """Another run's workdir ``tmp/<name>`` as train.py leaves it when it starts, on the
+  synthetic data (an ``init_from`` source)."""
+  def mutate(tmp):
+    from jaxcap import run_dir
+    from jaxcap.training import train_lib
+    config = config_of([*MODELS["transformer"], *extra])
+    trainer = train_lib.Trainer(config, str(tmp / name))
+    run_dir.init_workdir(str(tmp / name), config, trainer.dataset.vocab, trainer.info)
+  return mutate
+
+
 CASES = _spelled(CONFIG_CASES) + [
+    C("init-from-a-run-on-other-data", ["--config.init_from={tmp}/other"], "config field init_from",
+      data="karpathy", mutate=_run_at("other")),
     # ---- data (Karpathy layout)
     C("tokens-as-string", [], "tokens", data="karpathy",
       mutate=_images(lambda im: im[0]["sentences"][0].update(tokens="a dog runs"))),

@@ -74,6 +74,19 @@ def _restore_with_a_late_read(posted):
   return restore()
 
 
+@pytest.fixture(autouse=True)
+def _default_event_loop_policy():
+  """Each test starts from asyncio's default policy (not one an earlier test's open
+  asynchronous saver installed in this worker), and leaves the process's policy as it was."""
+  import warnings
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore", DeprecationWarning)
+    before = asyncio.get_event_loop_policy()
+    asyncio.set_event_loop_policy(None)
+    yield
+    asyncio.set_event_loop_policy(before)
+
+
 @pytest.mark.parametrize("settled", [True, False])
 def test_a_failed_restore_lets_its_other_reads_finish_before_the_loop_closes(settled):
   posted = []
@@ -172,3 +185,24 @@ def test_train_resume_after_damage_and_evaluate_print_no_traceback(tmp_path):
   assert (run / "damaged_checkpoints" / "4").is_dir()
   _run([sys.executable, str(REPO / "evaluate.py"), f"--workdir={run}", "--split=val"], env)
   assert (run / "scores_val.json").exists()
+
+
+def test_an_asynchronous_saver_settles_loops_from_its_first_save_until_closed_or_collected(tmp_path):
+  import gc
+  import jax.numpy as jnp
+  state = {"w": jnp.arange(4.0)}
+  reader = ckpt_lib.Checkpoints(str(tmp_path / "a"))
+  assert not isinstance(asyncio.get_event_loop_policy(), ckpt_lib._SettlingPolicy)  # never saved
+  reader.close()
+  closed = ckpt_lib.Checkpoints(str(tmp_path / "b"))
+  closed.save_latest(1, state, {})
+  assert isinstance(asyncio.get_event_loop_policy(), ckpt_lib._SettlingPolicy)
+  closed.close()
+  assert not isinstance(asyncio.get_event_loop_policy(), ckpt_lib._SettlingPolicy)
+  # One never closed (a Trainer left behind in a notebook) gives the policy back when collected.
+  dropped = ckpt_lib.Checkpoints(str(tmp_path / "c"))
+  dropped.save_latest(1, state, {})
+  dropped.wait()
+  del dropped
+  gc.collect()
+  assert not isinstance(asyncio.get_event_loop_policy(), ckpt_lib._SettlingPolicy)

@@ -78,8 +78,7 @@ def test_fresh_editable_install_runs_the_readme_snippet_from_another_directory(t
   # The console script trains a tiny run from another directory: --config configs/... is found
   # in the package.
   bin_dir = py.parent
-  _run([bin_dir / "jaxcap-train", "--config", "configs/transformer.py:synthetic",
-        "--workdir", "runs/transformer_synthetic", *TINY], cwd=elsewhere)
+  _run([bin_dir / "jaxcap-train", "--workdir", "runs/transformer_synthetic", *TINY], cwd=elsewhere)
   assert (elsewhere / "runs" / "transformer_synthetic" / "info.json").exists()
   # Five test images' features and references, as a user would have them.
   _run([py, "-c", (

@@ -61,6 +61,7 @@ def main() -> int:
     raise ValueError(f"--images={a.images}: not a directory; expected a folder of images")
   if os.path.exists(a.out) and not os.path.isdir(a.out):
     raise ValueError(f"--out={a.out}: is a file; expected a directory to write the features into")
+  atomic.check_writable(a.out, f"--out={a.out}")  # a read-only place: before the backbone is built
   if bool(a.weights) == a.random_weights:
     raise ValueError(f"--weights={a.weights} and --random_weights: both given; expected one" if a.weights else
                      "--weights: missing; expected the backbone's .safetensors file (or "
@@ -74,7 +75,7 @@ def main() -> int:
     raise ValueError(f"--val={a.val} --test={a.test}: --captions={a.captions} gives every image's "
                      "split; expected --val and --test 0 (or a captions file without splits)")
   names = extract.list_images(a.images)
-  extract.check_readable(a.images, names, size)  # before any weights are read or anything compiled
+  extract.check_readable(a.images, names, size)  # before any weights are made or read
   if captions is not None and not set(captions) & set(names):
     raise ValueError(f"--captions={a.captions}: names none of the {len(names)} images of {a.images}; "
                      f"expected their file names (e.g. {names[0] if names else 'x.jpg'})")

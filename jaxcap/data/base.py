@@ -268,6 +268,9 @@ class SplitData:
     refs: reference token lists per image (target language), unabridged.
     features: reads image ``i``'s features.
     src: translation-source tokens per image (one sentence), or None.
+    src_file: the file ``src`` was read from, one line per image (for messages), or None.
+    refs_file: the file ``refs`` were read from when it holds one line per image (Multi30k's
+      target side; for messages), or None.
     attributes: explicit attribute words per image (noisy / detected), or None.
     oracle_attributes: reader-provided oracle attribute words, or None (then derived from refs).
   """
@@ -278,6 +281,8 @@ class SplitData:
   src: list | None = None
   attributes: list | None = None
   oracle_attributes: list | None = None
+  src_file: str | None = None
+  refs_file: str | None = None
 
 
 ATTRIBUTE_MODES = ("oracle", "noisy", "detected", "none")
@@ -388,12 +393,15 @@ class CaptionDataset:
                          "'captions' is empty, expected at least one reference")
       for r, toks in enumerate(refs):
         if not toks:
-          raise ValueError(f"{self.name} split {split!r} image {data.image_ids[j]}: caption {r} "
-                           "is empty, expected at least one word")
+          where = f"{data.refs_file}: line {j + 1} (split {split!r}, " if data.refs_file else \
+              f"{self.name} split {split!r} ("
+          raise ValueError(f"{where}image {data.image_ids[j]}): caption {r} is empty, expected at "
+                           "least one word")
     if data.src is not None:
       for j, toks in enumerate(data.src):
         if not toks:
-          raise ValueError(f"{self.name} split {split!r} image {data.image_ids[j]}: source "
+          where = f"{data.src_file}: line {j + 1}" if data.src_file else f"{self.name} split {split!r}"
+          raise ValueError(f"{where} (split {split!r}, image {data.image_ids[j]}): the source "
                            "sentence is empty, expected at least one word")
 
   def _load_detected(self) -> dict:

@@ -195,6 +195,11 @@ def from_features(features, info: dict, model=None) -> dict:
   if "feats" not in batch and "global_feat" not in batch:
     raise ValueError(f"caption: the features dict needs 'feats' [B, N, F] or 'global_feat' [B, Dg]; "
                      f"got keys {sorted(batch)}")
+  if "feats" not in batch and not getattr(model, "reads_regions", True) and "global_feat" in batch:
+    g = _array(batch["global_feat"], "features['global_feat']", np.float32)
+    if g.ndim != 2 or g.shape[1] != int(info["global_dim"]):
+      raise ValueError(f"caption: expected global features [B, {info['global_dim']}], got shape {g.shape}")
+    batch["feats"] = np.zeros((len(g), 1, int(info["feature_dim"])), np.float32)  # never read
   if "feats" not in batch:
     if int(info["max_regions"]) != 1:
       raise ValueError(f"caption: this model reads region features 'feats' [B, N, {info['feature_dim']}] "

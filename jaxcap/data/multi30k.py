@@ -104,7 +104,7 @@ def read_splits(config) -> dict[str, base.SplitData]:
                                  label=path)
     out[split] = base.SplitData(
         image_ids=ids, refs=[[_tokens(t)] for t in tgt_lines],
-        features=feats, src=[_tokens(s) for s in src_lines])
+        features=feats, src=[_tokens(s) for s in src_lines], src_file=src_path, refs_file=tgt_path)
   return out
 
 

@@ -342,7 +342,7 @@ def load_or_build_doc_freq(refs_ids, cache_dir: str, vocab, *, n: int = 4,
 
   Args:
     refs_ids: training references per image (``CaptionDataset.train_references_ids()``).
-    cache_dir: directory beside the dataset; created when missing.
+    cache_dir: directory beside the dataset; created when missing (None: counted, not cached).
     vocab: a ``Vocab`` (its words are hashed), a list of words, or the vocabulary size.
     n: largest n-gram order.
     count_eos: count EOS as a word.
@@ -355,6 +355,8 @@ def load_or_build_doc_freq(refs_ids, cache_dir: str, vocab, *, n: int = 4,
   vocab_size, vocab_bytes = _vocab_fingerprint(vocab)
   vocab_size = _check_vocab_size(vocab_size, n)
   x_MxL, nref_I = _flatten_refs(refs_ids, "training references")
+  if cache_dir is None:
+    return _doc_freq_from_matrix(x_MxL, nref_I, vocab_size, n, count_eos)
   digest = _digest(x_MxL, nref_I, vocab_bytes, n, count_eos)
   path = os.path.join(cache_dir, f"cider_df_{digest}.npz")
   if os.path.exists(path):

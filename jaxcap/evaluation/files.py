@@ -19,6 +19,7 @@ import math
 import os
 from typing import Callable, Hashable, Mapping
 
+from jaxcap import atomic
 from jaxcap.atomic import write_json
 from jaxcap.evaluation import coco_metrics
 
@@ -187,6 +188,7 @@ def score_files(predictions_path: str, references_path: str, out_path: str, spic
   Returns:
     The result of :func:`jaxcap.evaluation.coco_metrics.score` (with the original image ids).
   """
+  atomic.check_writable(out_path, f"--out={out_path}", file=True)
   references = load_coco_references(references_path)
   predictions = load_predictions(predictions_path, references)
   missing = [i for i in references if i not in predictions]

@@ -91,6 +91,7 @@ def evaluate_run(workdir: str, *, split: str = "test", step: int | None = None,
   split reads (e.g. ``oracle``). Returns the scores.
   """
   config = run_dir.read_config(workdir)
+  atomic.check_writable(workdir, f"--workdir={workdir}")  # where the predictions and scores go
   decode = _decode_of(decode, config)
   if batch_size is not None and batch_size < 1:
     raise ValueError(f"--batch_size={batch_size}: expected an int >= 1")
@@ -120,6 +121,8 @@ def evaluate_ensemble(workdirs, weights=None, *, out_dir: str | None = None, spl
   if weights is not None:
     weights = ensemble.check_weights(weights, len(workdirs), f"--ensemble-weights={weights}")
   runs = [(run_dir.read_config(w), run_dir.read_vocab(w)) for w in workdirs]
+  out_dir = out_dir or workdirs[0]
+  atomic.check_writable(out_dir, f"--workdir={out_dir}")  # where the predictions and scores go
   ensemble.check_same_vocab([v for _, v in runs], workdirs)
   config = runs[0][0]
   decode = _decode_of(decode, config)
@@ -137,7 +140,6 @@ def evaluate_ensemble(workdirs, weights=None, *, out_dir: str | None = None, spl
   members = [api.load(w, dataset=dataset, mesh=mesh) for w in workdirs]
   for i, (w, m) in enumerate(zip(workdirs, members)):
     print(f"Member {i}: {m.config.model.name} from {w}, step {m.step}.", flush=True)
-  out_dir = out_dir or workdirs[0]
   os.makedirs(out_dir, exist_ok=True)
   print(f"Evaluating an ensemble of {len(workdirs)} on split {split!r}.", flush=True)
   return _decode_and_write(api.load_ensemble(members, weights), split, decode,
@@ -149,8 +151,7 @@ def caption_folder(workdir: str, images: str, out: str, *, weights: str | None =
   """Captions every image file of the folder ``images`` with the run's recorded backbone
   (``features.json``) and its best checkpoint; writes ``[{"image", "caption"}]`` to ``out``
   atomically. An unreadable file is reported in one line and left out."""
-  if os.path.isdir(out):
-    raise ValueError(f"--out={out}: is a directory; expected a JSON file name")
+  atomic.check_writable(out, f"--out={out}", file=True)
   names = extract.list_images(images)
   if not names:
     raise ValueError(f"--images={images}: no image files ({', '.join(extract.IMAGE_EXTENSIONS)}); "

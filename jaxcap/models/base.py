@@ -97,6 +97,11 @@ class CaptionModel(nn.Module):
   # a step reads: TPGN adds its ``constants`` and ``ablation`` collections).
   scan_broadcast = ("params",)
 
+  # False for a model that reads only the global image feature (``batch["global_feat"]``, e.g.
+  # TPGN, Show and Tell): a user's global features alone then caption it whatever the regions
+  # of its dataset (jaxcap.data.batch.from_features).
+  reads_regions = True
+
   def required_inputs(self) -> tuple[str, ...]:
     """What the model reads that a dataset may lack: ``"image"`` (image features, not a
     text-only placeholder), ``"boxes"`` (region boxes), ``"attributes"`` (attribute words),

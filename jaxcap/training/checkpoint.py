@@ -6,6 +6,12 @@ Orbax writes each step into a temporary directory and renames it when complete, 
 during a save leaves the previous checkpoints intact (the temporary directory is removed when
 the run starts again).
 
+Saves are asynchronous (orbax's async checkpointing): ``save`` returns once the arrays are
+copied off the devices and a thread writes them while training goes on; the next save, a
+restore, :meth:`Checkpoints.wait` and :meth:`Checkpoints.close` wait for it and raise its error
+(a full disk is one ``OSError`` naming the folder, the step and the last committed step; the
+committed steps are untouched). ``config.async_checkpoints=False`` writes in the foreground.
+
 What a crash or a damaged disk can still leave behind, and how a resumed run handles it
 (:meth:`Checkpoints.resume`):
 
@@ -26,10 +32,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
+import glob
 import logging
 import os
+import shutil
 import time
 import warnings
+import weakref
 
 import jax
 import orbax.checkpoint as ocp
@@ -37,11 +47,23 @@ from absl import logging as absl_logging
 from jax.experimental import multihost_utils
 
 
+def _not_orbax_thread_error(record: logging.LogRecord) -> bool:
+  """Orbax logs the traceback of a failed background save, which the waiting save raises again
+  (reported there in one line), and a warning at the preemption step on each thread."""
+  if "orbax" in record.pathname and "Reached preemption sync point" in record.getMessage():
+    return False  # the stop is reported in one line (jaxcap.training.preemption)
+  return not (record.levelno >= logging.ERROR and "orbax" in record.pathname
+              and (record.exc_info or "futures" in record.pathname))
+
+
 def quiet_logs() -> None:
   """Orbax and absl log every checkpoint step at INFO; keep the console for progress and results."""
   absl_logging.set_verbosity(absl_logging.WARNING)
   for name in ("orbax", "absl", "jax._src.xla_bridge"):
     logging.getLogger(name).setLevel(logging.WARNING)
+  absl_logger = logging.getLogger("absl")
+  if _not_orbax_thread_error not in absl_logger.filters:
+    absl_logger.addFilter(_not_orbax_thread_error)
 
 
 class _SettlingLoop(asyncio.SelectorEventLoop):
@@ -84,6 +106,37 @@ class _SettlingLoop(asyncio.SelectorEventLoop):
 
 class _SettlingPolicy(asyncio.DefaultEventLoopPolicy):
   _loop_factory = _SettlingLoop
+
+
+_SAVERS = []  # the event loop policy before the first open asynchronous saver, then their tokens
+
+
+def _settle_background_saves(saver) -> None:
+  """Event loops are :class:`_SettlingLoop` while an asynchronous ``saver`` is open.
+
+  Orbax writes an asynchronous save on its own thread, in event loops it creates there. When a
+  write fails (a full disk), the loop closes while tensorstore's other writes of the step are
+  still in flight; each then posts its result to the closed loop and prints a ``RuntimeError:
+  Event loop is closed`` traceback, although the failure is reported (in one line) by the next
+  save. A settling loop drops those late results; otherwise it behaves as the default loop. The
+  previous policy is put back when the last saver closes (:func:`_release_background_saves`).
+  """
+  with warnings.catch_warnings():  # event loop policies are deprecated from Python 3.14
+    warnings.simplefilter("ignore", DeprecationWarning)
+    if not _SAVERS:
+      _SAVERS.append(asyncio.get_event_loop_policy())
+      asyncio.set_event_loop_policy(_SettlingPolicy())
+  _SAVERS.append(saver)
+
+
+def _release_background_saves(saver) -> None:
+  if saver not in _SAVERS[1:]:
+    return
+  _SAVERS.remove(saver)
+  if len(_SAVERS) == 1:
+    with warnings.catch_warnings():
+      warnings.simplefilter("ignore", DeprecationWarning)
+      asyncio.set_event_loop_policy(_SAVERS.pop())
 
 
 @contextlib.contextmanager
@@ -143,29 +196,84 @@ def tree_mismatch(step_dir: str, abstract_state) -> str | None:
 class Checkpoints:
   """``<workdir>/checkpoints`` (latest k) and ``<workdir>/best`` (the best by a metric)."""
 
-  def __init__(self, workdir: str, keep: int = 3, best_metric: str = "CIDEr"):
+  def __init__(self, workdir: str, keep: int = 3, best_metric: str = "CIDEr",
+               asynchronous: bool = True):
     self.workdir = os.path.abspath(workdir)
     self.best_metric = best_metric
     self.keep = int(keep)
+    self.asynchronous = bool(asynchronous)
+    self._settling = None  # the finalizer that releases the settling policy (see _save)
+    self._writing = {}  # id(manager) -> (step, bytes) of the write in the background
+    # Temporary folders are removed by resume() (the run that writes here), not when any
+    # reader opens the folder: an evaluation of a run in progress must not delete its save.
+    options = dict(create=True, enable_async_checkpointing=self.asynchronous,
+                   cleanup_tmp_directories=False)
+    # Each manager its own barrier names: with several processes, latest/ and best/ write the
+    # same step at once, and orbax names its barriers after the step.
+    barriers = lambda name: ocp.options.MultiprocessingOptions(barrier_sync_key_prefix=name)
     self.latest = ocp.CheckpointManager(
         os.path.join(self.workdir, "checkpoints"),
-        options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True, enable_async_checkpointing=False,
-                                             cleanup_tmp_directories=True),
+        options=ocp.CheckpointManagerOptions(max_to_keep=keep, **options,
+                                             multiprocessing_options=barriers("latest")),
         item_names=("state", "data"))
     self.best = ocp.CheckpointManager(
         os.path.join(self.workdir, "best"),
-        options=ocp.CheckpointManagerOptions(max_to_keep=1, create=True, best_fn=lambda m: m[best_metric],
+        options=ocp.CheckpointManagerOptions(max_to_keep=1, best_fn=lambda m: m[best_metric],
                                              best_mode="max", keep_checkpoints_without_metrics=False,
-                                             enable_async_checkpointing=False,
-                                             cleanup_tmp_directories=True),
+                                             **options, multiprocessing_options=barriers("best")),
         item_names=("state", "data"))
 
-  @staticmethod
-  def _save(mngr, step, state, data_state, metrics=None):
-    mngr.save(int(step), args=ocp.args.Composite(state=ocp.args.StandardSave(state),
-                                                  data=ocp.args.JsonSave(data_state)),
-              metrics=metrics, force=True)
-    mngr.wait_until_finished()
+  @contextlib.contextmanager
+  def _reported(self, mngr, step: int, nbytes: int):
+    """A failed save (this one, or the background write of the previous one, which orbax
+    raises here) leaves the committed steps as they were: orbax's temporary folder is removed
+    and a full disk is one ``OSError`` naming the folder, the step and the last committed step."""
+    try:
+      yield
+    except Exception as e:
+      folder = str(mngr.directory)
+      failed, need = self._writing.pop(id(mngr), (int(step), int(nbytes)))
+      full = _no_space(e) or (os.path.isdir(folder) and shutil.disk_usage(folder).free < need)
+      for tmp in glob.glob(os.path.join(folder, "*.orbax-checkpoint-tmp*")):
+        shutil.rmtree(tmp, ignore_errors=True)
+      if full:
+        latest = str(self.latest.directory)
+        committed = sorted(int(n) for n in os.listdir(latest) if n.isdigit()) \
+            if os.path.isdir(latest) else []
+        last = os.path.join(latest, str(committed[-1])) if committed else "none"
+        raise OSError(errno.ENOSPC, f"No space left on device to save step {failed} "
+                      f"({need / 2**20:.1f} MiB); the latest intact checkpoint is {last}",
+                      folder) from None
+      raise
+
+  def _save(self, mngr, step, state, data_state, metrics=None):
+    """Saves ``step``. Asynchronously, ``save`` returns once the arrays are copied off the
+    devices (the next training step may reuse their buffers) and a thread writes the files;
+    orbax still renames the step's folder only when it is complete, so a kill at any moment
+    loses at most the steps since the last committed one."""
+    nbytes = sum(getattr(x, "nbytes", 0) for x in jax.tree.leaves(state))
+    if self.asynchronous and self._settling is None:
+      # From the first background save to close(); a reader that never saves leaves the
+      # process's event loop policy alone, and one never closed (a Trainer dropped in a
+      # notebook) gives it back when it is collected.
+      token = object()
+      _settle_background_saves(token)
+      self._settling = weakref.finalize(self, _release_background_saves, token)
+    with self._reported(mngr, step, nbytes):
+      mngr.save(int(step), args=ocp.args.Composite(state=ocp.args.StandardSave(state),
+                                                    data=ocp.args.JsonSave(data_state)),
+                metrics=metrics, force=True)
+      self._writing[id(mngr)] = (int(step), nbytes)
+      if not self.asynchronous:
+        mngr.wait_until_finished()
+        self._writing.pop(id(mngr), None)
+
+  def wait(self) -> None:
+    """Waits for the background writes (raising their errors: a full disk in one line)."""
+    for mngr in (self.latest, self.best):
+      with self._reported(mngr, *self._writing.get(id(mngr), (-1, 0))):
+        mngr.wait_until_finished()
+      self._writing.pop(id(mngr), None)
 
   def save_latest(self, step: int, state, data_state: dict) -> None:
     """Saves ``step`` (once); orbax then deletes the steps beyond ``keep``."""
@@ -198,6 +306,7 @@ class Checkpoints:
   def restore(self, abstract_state, step: int | None = None, which: str = "latest"):
     """Returns ``(state, data_state)`` from the given or newest step of ``which``."""
     mngr = self.latest if which == "latest" else self.best
+    self.wait()
     if step is None:
       step = mngr.latest_step() if which == "latest" else mngr.best_step()
     if step is None:
@@ -234,6 +343,7 @@ class Checkpoints:
     Raises:
       ValueError: every step is damaged (one line naming the newest and the reason).
     """
+    self._remove_unfinished()
     damaged = []
     for step in sorted(self.latest.all_steps(), reverse=True):
       try:
@@ -275,6 +385,15 @@ class Checkpoints:
       if step != best:
         self.best.delete(step)
 
+  def _remove_unfinished(self) -> None:
+    """Deletes the temporary folders of saves a killed run did not finish."""
+    if jax.process_index() == 0:
+      for mngr in (self.latest, self.best):
+        for tmp in glob.glob(os.path.join(str(mngr.directory), "*.orbax-checkpoint-tmp*")):
+          shutil.rmtree(tmp, ignore_errors=True)
+    if jax.process_count() > 1:
+      multihost_utils.sync_global_devices("jaxcap:unfinished_checkpoints_removed")
+
   def _set_aside(self, steps) -> str:
     """Moves damaged step directories to ``<workdir>/damaged_checkpoints/<step>[-<time>]``."""
     aside = os.path.join(self.workdir, "damaged_checkpoints")
@@ -298,9 +417,34 @@ class Checkpoints:
       return "best"
     return None
 
-  def close(self):
-    self.latest.close()
-    self.best.close()
+  def close(self, quiet: bool = False):
+    """Waits for the background writes and closes both managers (each closed even when the
+    other's write failed); raises the first failure (a full disk in one line) unless ``quiet``:
+    the caller is already reporting an error."""
+    first = None
+    for mngr in (self.latest, self.best):
+      try:
+        with self._reported(mngr, *self._writing.get(id(mngr), (-1, 0))):
+          mngr.close()  # waits for its write first
+      except Exception as e:  # pylint: disable=broad-except
+        first = first or e
+    self._writing.clear()
+    if self._settling is not None:
+      self._settling()  # once; later calls do nothing
+    if first is not None and not quiet:
+      raise first
+
+
+def _no_space(e: BaseException) -> bool:
+  """Whether ``e`` or an exception it was raised from is a full disk (an ``OSError`` of errno
+  ``ENOSPC``, or tensorstore's ``RESOURCE_EXHAUSTED ... No space left on device``)."""
+  seen = set()
+  while e is not None and id(e) not in seen:
+    seen.add(id(e))
+    if getattr(e, "errno", None) == errno.ENOSPC or "No space left on device" in str(e):
+      return True
+    e = e.__cause__ or e.__context__
+  return False
 
 
 def _first_line(e: BaseException, limit: int = 160) -> str:

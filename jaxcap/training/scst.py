@@ -206,10 +206,17 @@ def make_rewarder(trainer) -> Rewarder:
                   sc.cider_compat)
 
 
-def _cache_dir(trainer) -> str:
+def _cache_dir(trainer) -> str | None:
   """Where the training CIDEr-D document frequencies are cached: ``data.cache_dir`` if a config
-  sets one (several runs on one dataset share it), else the run's own ``cache/``."""
-  return trainer.config.data.get("cache_dir", "") or os.path.join(trainer.workdir, "cache")
+  sets one (several runs on one dataset share it), else the run's own ``cache/``; None (counted,
+  not cached) for a dry run and before a fresh run's workdir exists (the step is built for the
+  memory check before anything is written; a resumed run caches the table)."""
+  if not getattr(trainer, "write_caches", True):
+    return None
+  shared = trainer.config.data.get("cache_dir", "")
+  if shared:
+    return shared
+  return os.path.join(trainer.workdir, "cache") if os.path.isdir(trainer.workdir or "") else None
 
 
 class DeviceReward(NamedTuple):
@@ -320,6 +327,16 @@ def make_scst_step(trainer, reward_fn=None):
       metrics["greedy_reward"] = jnp.float32(r_greedy.mean())
     return state, metrics
 
+  def trace(state, batch):
+    """The step's jitted parts traced at these shapes (``Trainer.compile_steps``)."""
+    rng = jax.ShapeDtypeStruct(state.rng.shape, state.rng.dtype)
+    sampled = sample_jit.trace(state.params, batch, rng)
+    samples = jax.eval_shape(sample_jit, state.params, batch, rng)[0]
+    samples = jax.ShapeDtypeStruct(samples.shape, jnp.int32, sharding=data)
+    adv = jax.ShapeDtypeStruct(samples.shape[:2], jnp.float32, sharding=data)
+    return [sampled, grad_jit.trace(state, batch, samples, adv)]
+
+  step.trace = trace
   return step
 
 
@@ -340,4 +357,5 @@ def _make_device_step(trainer):
     return step_jit(state, batch, arrays)
 
   step.jitted, step.reward_arrays = step_jit, arrays  # for tests and benchmarks
+  step.trace = lambda state, batch: [step_jit.trace(state, batch, arrays)]
   return step

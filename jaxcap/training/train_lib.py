@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxcap import data as data_lib
+from jaxcap import flops as flops_lib
 from jaxcap import inference
 from jaxcap import run_dir
 from jaxcap.data import pipeline
@@ -25,6 +26,7 @@ from jaxcap.evaluation import coco_metrics
 from jaxcap.models import registry
 from jaxcap.models.base import shift_right
 from jaxcap.training import checkpoint as ckpt_lib
+from jaxcap.training import memory, preemption
 from jaxcap.training import guard as guard_lib
 from jaxcap.training import optim, parallel, steps, validation
 from jaxcap.training import scst
@@ -102,6 +104,52 @@ class Trainer:
     k = (epoch - ss.start_epoch) // max(1, ss.increase_every_epochs)
     return float(min(ss.increase_prob * k, ss.max_prob))
 
+  # ---------------------------------------------------------------- will it fit?
+  def abstract_batch(self) -> dict:
+    """The global training batch's shapes, dtypes and sharding (one image read for its keys)."""
+    one = sample_batch(self.dataset, "train", 1)
+    sharding = parallel.batch_sharding(self.mesh)
+    return {k: jax.ShapeDtypeStruct((int(self.config.batch_size),) + v.shape[1:], v.dtype,
+                                    sharding=sharding) for k, v in one.items()}
+
+  def phases(self) -> list[str]:
+    """The steps this run takes: ``"train"`` (cross-entropy) and / or ``"scst"``."""
+    start = optim.scst_start_step(self.config, self.steps_per_epoch)
+    end = int(self.config.num_train_steps)
+    scst_runs = 0 <= start < end
+    return (["train"] if not (scst_runs and start == 0) else []) + (["scst"] if scst_runs else [])
+
+  def compile_steps(self, state, log=None) -> dict:
+    """Compiles the run's steps (:meth:`phases`) at the configured batch on this run's devices:
+    ``{phase: {"flops": matmul FLOPs per step (from the jaxpr), "memory": StepMemory per
+    device, "compile_s": seconds}}``. ``state`` may be abstract (``jax.eval_shape``); the
+    compiled programs are the ones the loop then runs (jit's cache: no second compile)."""
+    batch, out = self.abstract_batch(), {}
+    for phase in self.phases():
+      start = time.perf_counter()
+      if log:
+        log(f"compiling the {phase} step (batch {self.config.batch_size}) ...")
+      if phase == "train":
+        traced = [self._xe_step.trace(state, batch, jax.ShapeDtypeStruct((), jnp.float32))]
+      else:
+        traced = self._scst_step.trace(state, batch)
+      flops = sum(flops_lib.jaxpr_matmul_flops(t.jaxpr) for t in traced)
+      parts = [memory.step_memory(t.lower().compile()) for t in traced]
+      mem = None if None in parts else max(parts, key=lambda m: m.total)  # the parts run in turn
+      out[phase] = {"flops": flops, "memory": mem, "compile_s": time.perf_counter() - start}
+    return out
+
+  def check_memory(self, compiled: dict) -> None:
+    """One line naming ``batch_size`` (SCST: ``scst.num_samples`` too) when a step of
+    :meth:`compile_steps` needs more memory than a device has."""
+    bs = self.config.batch_size
+    for phase, c in compiled.items():
+      if phase == "scst":
+        memory.check_fits("SCST", c["memory"], "scst.num_samples / batch_size",
+                          f"{self.config.scst.num_samples} / {bs}")
+      else:
+        memory.check_fits("training", c["memory"], "batch_size", str(bs))
+
   # ---------------------------------------------------------------- evaluation
   def predict(self, params, split: str, decode_config=None, num_images: int = -1, seed: int = 0):
     """Decodes a split (or its first ``num_images``): ``{image_id: caption}``
@@ -131,7 +179,8 @@ class Trainer:
     state, it, start = self._start()
     due = lambda done, every: done % every == 0 or done == end
     it = parallel.DevicePrefetch(it, self.mesh)  # the next batches read and copied on another thread
-    with contextlib.closing(it), contextlib.closing(_TrainLog(self.workdir, end, start, config.batch_size)) as log:
+    with contextlib.closing(it), contextlib.closing(_TrainLog(self.workdir, end, start, config.batch_size)) as log, \
+        preemption.Watch() as watch:
       monitor = guard_lib.Monitor(config.nonfinite, self.dataset.image_ids("train"),
                                   log.writer)
       stopper = _EarlyStopping(int(config.early_stopping_patience),
@@ -159,6 +208,12 @@ class Trainer:
           break
         if due(done, config.checkpoint_every_steps):
           self.ckpts.save_latest(done, state, it.get_state())
+        if done < end and watch.reached(done):  # SIGTERM / SIGINT: save this step and stop
+          log.skipped += monitor.check(self.ckpts.latest_step())  # never save a non-finite state
+          self.ckpts.save_latest(done, state, it.get_state())
+          self.ckpts.wait()
+          raise preemption.Preempted(done, self.workdir, watch.signame)
+    self.ckpts.wait()  # the last background write: its error is fit's
     return state
 
   def _start(self):
@@ -171,11 +226,12 @@ class Trainer:
     # Splits, feature headers, boxes, the model's inputs and files: before writing.
     validation.check_data(self.dataset, config, model=self.model, workdir=workdir)
     local_bs = parallel.local_batch_size(config.batch_size, self.mesh)
+    state = self.initial_state()
+    self.check_memory(self.compile_steps(state))  # does each step fit? (before writing)
     run_dir.init_workdir(workdir, config, self.dataset.vocab, self.info)
     self.ckpts = run_dir.checkpoints(workdir, config)  # for load(); close() closes it, also when fit raises
     it = pipeline.make_train_iterator(self.dataset.split("train"), local_bs, seed=config.seed,
                                       num_workers=config.data.num_workers)
-    state = self.initial_state()
     # The newest intact step (a damaged one is reported and set aside), then metrics.jsonl
     # without the lines a killed run wrote past it (before the writer opens the file).
     restored, data_state, _ = self.ckpts.resume(ckpt_lib.abstract(state))
@@ -244,11 +300,12 @@ class Trainer:
                            sharding=parallel.replicated(self.mesh),
                            ckpts=getattr(self, "ckpts", None))  # fit's, closed by close()
 
-  def close(self):
-    """Closes the checkpoint managers that :meth:`fit` left open for :meth:`load`."""
+  def close(self, quiet: bool = False):
+    """Closes the checkpoint managers that :meth:`fit` left open for :meth:`load` (``quiet``:
+    see :meth:`jaxcap.training.checkpoint.Checkpoints.close`)."""
     ckpts, self.ckpts = getattr(self, "ckpts", None), None
     if ckpts is not None:
-      ckpts.close()
+      ckpts.close(quiet=quiet)
 
   def test(self, params, split: str = "test", decode_config=None, spice: bool = False, tag: str = "") -> dict:
     preds = self.predict(params, split, decode_config)
@@ -395,6 +452,59 @@ def _progress(total: int, initial: int):
               mininterval=1.0 if sys.stderr.isatty() else 30.0)
 
 
+def dry_run(config, workdir: str = "", log=print) -> dict:
+  """Will it fit? Checks the config and data, builds the model, compiles its training (and SCST)
+  step at the configured batch on this process's devices, prints the parameters, the FLOPs per
+  step and the memory per device, and stops; nothing is written (``train.py --dry_run``,
+  ``jaxcap.dry_run``).
+
+  Returns:
+    ``{"parameters", "state_bytes", "devices", "device_limit_bytes", "device", "steps": {phase:
+    {"gflop", "memory": {...} per device in bytes, "compile_s"}}}``.
+
+  Raises:
+    ValueError: a bad config or data (one line), or a step that needs more memory than a device
+      has (naming ``batch_size`` / ``scst.num_samples``).
+  """
+  validation.check_config(config)
+  if not getattr(registry.get(config.model.name), "trainable", True):
+    raise ValueError(f"config field model.name: {config.model.name!r} has no training step to "
+                     "compile; expected a trainable model")
+  trainer = Trainer(config, workdir)
+  trainer.write_caches = False  # the SCST reward's table is counted, not cached
+  validation.check_data(trainer.dataset, config, model=trainer.model, log=lambda *a, **k: None)
+  parallel.local_batch_size(config.batch_size, trainer.mesh)  # splits over the devices
+  repl = parallel.replicated(trainer.mesh)
+  state = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=repl),
+                       jax.eval_shape(trainer.initial_state))
+  compiled = trainer.compile_steps(state, log=log)
+  params = sum(x.size for x in jax.tree.leaves(state.params))
+  state_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(state)
+                    if hasattr(x.dtype, "itemsize"))
+  limit, what = memory.device_limit()
+  n_dev = trainer.mesh.devices.size
+  log(f"model {config.model.name}: {params:,} parameters; train state {memory.gib(state_bytes)} "
+      f"(parameters, optimiser state)")
+  log(f"batch {config.batch_size} images over {n_dev} {jax.devices()[0].platform} device(s)"
+      + (f"; a device has {memory.gib(limit)} ({what})" if limit else f"; {what}"))
+  report = {"parameters": int(params), "state_bytes": int(state_bytes), "devices": n_dev,
+            "device": what, "device_limit_bytes": limit, "batch_size": int(config.batch_size),
+            "steps": {}}
+  for phase, c in compiled.items():
+    m = c["memory"]
+    report["steps"][phase] = {"gflop": c["flops"] / 1e9, "compile_s": c["compile_s"],
+                              "memory": None if m is None else dict(m._asdict(), total=m.total)}
+    per_device = ("per-device memory unknown (no memory analysis on this backend)" if m is None else
+                  f"{memory.gib(m.total)} per device (arguments {memory.gib(m.arguments)}, "
+                  f"outputs {memory.gib(m.outputs)}, temporaries {memory.gib(m.temporaries)}, "
+                  f"donated {memory.gib(m.aliased)})")
+    log(f"{phase} step: {c['flops'] / 1e9:,.2f} GFLOP per step (matrix multiplies, all devices); "
+        f"{per_device}; compiled in {c['compile_s']:.1f} s")
+  trainer.check_memory(compiled)
+  log("it fits: nothing written (dry run)")
+  return report
+
+
 def train_and_evaluate(config, workdir: str) -> dict:
   """Trains (or resumes) and, when ``config.test_after_training``, tests the best checkpoint.
 
@@ -409,11 +519,13 @@ def train_and_evaluate(config, workdir: str) -> dict:
   trainer = Trainer(config, workdir)
   try:
     trainer.fit()
-    if not config.test_after_training:
-      return {}
-    state = trainer.load()
-  finally:
-    trainer.close()  # orbax's managers finish their writes before the interpreter exits
+    state = trainer.load() if config.test_after_training else None
+  except BaseException:
+    trainer.close(quiet=True)  # the error being raised is the one to report
+    raise
+  trainer.close()  # orbax's managers finish their writes before the interpreter exits
+  if state is None:
+    return {}
   print(f"Testing the best checkpoint (step {int(state.step)}) on split {config.test_split!r}.", flush=True)
   return trainer.test(state.params, config.test_split, spice=config.spice)
 

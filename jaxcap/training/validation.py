@@ -28,7 +28,7 @@ import time
 import numpy as np
 import jax
 
-from jaxcap import decoding
+from jaxcap import atomic, decoding
 from jaxcap.data import base, complete_data_config
 from jaxcap.data import batch as batch_lib
 from jaxcap.data import readers as data_readers
@@ -48,7 +48,8 @@ CHECKS = {
     "seed": fields.INT, "batch_size": fields.POSITIVE, "eval_batch_size": fields.POSITIVE,
     "num_train_steps": fields.at_least(0), "eval_every_steps": fields.POSITIVE,
     "log_every_steps": fields.POSITIVE, "checkpoint_every_steps": fields.POSITIVE,
-    "keep_checkpoints": fields.POSITIVE, "warmup_steps": fields.at_least(0),
+    "keep_checkpoints": fields.POSITIVE, "async_checkpoints": fields.BOOL,
+    "warmup_steps": fields.at_least(0),
     "early_stopping_patience": fields.at_least(0),
     "eval_num_images": fields.Check(lambda v: fields.is_int(v) and (v >= 1 or v == -1),
                                     "-1 (the whole split) or an int >= 1"),
@@ -142,23 +143,7 @@ def check_config(config, trainable: bool | None = None) -> None:
 
 def check_workdir_writable(workdir: str) -> None:
   """The workdir is a writable directory, or one can be created there (nothing is written)."""
-  path = os.path.abspath(workdir)
-  if os.path.exists(path):
-    if not os.path.isdir(path):
-      raise ValueError(f"{workdir}: the workdir is a file, expected a directory (or a path to "
-                       "create one at)")
-    if not os.access(path, os.W_OK | os.X_OK):
-      raise ValueError(f"{workdir}: the workdir is not writable, expected a directory this "
-                       "user can write to")
-    return
-  parent = os.path.dirname(path)
-  while parent and not os.path.exists(parent):
-    parent = os.path.dirname(parent)
-  if not os.path.isdir(parent):
-    raise ValueError(f"{workdir}: {parent} is a file, expected a directory to create the "
-                     "workdir in")
-  if not os.access(parent, os.W_OK | os.X_OK):
-    raise ValueError(f"{workdir}: cannot create the workdir ({parent} is not writable)")
+  atomic.check_writable(workdir, f"--workdir={workdir}")
 
 
 def splits_in_use(config) -> list[str]:

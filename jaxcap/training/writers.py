@@ -14,6 +14,8 @@ import time
 
 import jax
 
+from jaxcap import atomic
+
 
 def drop_lines_after(workdir: str, step: int) -> int:
   """Keeps the lines of ``<workdir>/metrics.jsonl`` with ``step <= step`` (process 0 only).
@@ -42,10 +44,7 @@ def drop_lines_after(workdir: str, step: int) -> int:
       pass
   if len(kept) == len(lines):
     return 0
-  tmp = f"{path}.tmp{os.getpid()}"
-  with open(tmp, "w") as f:
-    f.write("".join(line + "\n" for line in kept))
-  os.replace(tmp, path)
+  atomic.write_text(path, "".join(line + "\n" for line in kept))
   return len(lines) - len(kept)
 
 
@@ -59,11 +58,13 @@ class MetricWriter:
     if not self.enabled:
       return
     os.makedirs(workdir, exist_ok=True)
-    self._jsonl = open(os.path.join(workdir, "metrics.jsonl"), "a")
+    self._path = os.path.join(workdir, "metrics.jsonl")
+    self._tb_dir = os.path.join(workdir, "tensorboard")
+    self._jsonl = open(self._path, "a")
     from tensorboardX import SummaryWriter
     # tensorboardX writes from a background thread and flushes every flush_secs; close()
     # (the end of fit) writes everything. metrics.jsonl is flushed on every write.
-    self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"), flush_secs=10)
+    self._tb = SummaryWriter(self._tb_dir, flush_secs=10)
 
   def write(self, step: int, metrics: dict, prefix: str = "") -> None:
     """Writes ``{prefix + name: float(value)}`` at ``step``; a NaN / inf value is written as
@@ -78,15 +79,18 @@ class MetricWriter:
             **{k: (None if k in bad else v) for k, v in metrics.items()}}
     if bad:
       line["nonfinite"] = bad
-    self._jsonl.write(json.dumps(line, allow_nan=False) + "\n")
-    self._jsonl.flush()
+    with atomic.naming(self._path):  # a full disk: the line names the file
+      self._jsonl.write(json.dumps(line, allow_nan=False) + "\n")
+      self._jsonl.flush()
     for k, v in metrics.items():
       self._tb.add_scalar(k, v, global_step=int(step), walltime=now)
 
   def close(self) -> None:
     if self._jsonl:
-      self._jsonl.close()
-      self._jsonl = None
+      jsonl, self._jsonl = self._jsonl, None
+      with atomic.naming(self._path):
+        jsonl.close()
     if self._tb is not None:
-      self._tb.close()
-      self._tb = None
+      tb, self._tb = self._tb, None
+      with atomic.naming(self._tb_dir):
+        tb.close()

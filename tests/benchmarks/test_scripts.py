@@ -32,6 +32,9 @@ TINY = {
     "features.py": ["--backbones", "resnet50,vit_b16", "--sizes", "32,48", "--dtype", "float32,bfloat16",
                     "--batch", "1", "--steps", "1", "--windows", "1", "--warmup", "0", "--out", "{tmp}/bench.json"],
     "tpgn.py": ["--d", "3", "--batch", "4", "--vocab", "50", "--words", "5", "--steps", "1"],
+    "checkpoint_save.py": ["--config", "configs/transformer.py:synthetic,tiny", "--model-as-configured",
+                           "--batch", "8", "--steps", "2", "--every", "1", "--repeats", "1",
+                           "--dir", "{tmp}", "--out", "{tmp}/bench.json"],
     # The loader, then train.py's loop from the .npz files against its step alone.
     "input_pipeline.py": ["--images", "40", "--batch", "8", "--batches", "2", "--threads", "0", "--workers", "0",
                           "--loop_steps", "4", "--log_every", "2",
@@ -80,6 +83,13 @@ def test_benchmark_runs(case, tmp_path):
     assert all(r["images_per_s"] > 0 and r["gflop_per_image"] > 0 for r in rows), rows
   elif script == "tpgn.py":
     assert '"dominant"' in out.stdout, out.stdout
+  elif script == "checkpoint_save.py":
+    import json
+    record = json.loads((tmp_path / "bench.json").read_text())
+    rows = {r["mode"]: r for r in record["rows"]}
+    assert set(rows) == {"none", "sync", "async"} and record["environment"]["device_kind"]
+    assert all(r["loop_s"] > 0 and r["saves"] == 2 for r in rows.values())
+    assert not list(tmp_path.glob("jaxcap_ckpt_bench_*"))  # its checkpoints are removed
   else:
     assert "loop / step" in out.stdout and "images/s" in out.stdout, out.stdout
 
@@ -134,6 +144,8 @@ BAD_FLAGS = [
     ("run.py", ["--captions", "0"], "--captions"),
     ("run.py", ["--set", "nope=1"], "--set"),
     ("tpgn.py", ["--steps", "0"], "--steps"),
+    ("checkpoint_save.py", ["--every", "0"], "--every"),
+    ("checkpoint_save.py", ["--steps", "4", "--every", "8"], "--every"),
 ]
 
 

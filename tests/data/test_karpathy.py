@@ -179,7 +179,7 @@ def test_empty_caption(tmp_path):
   d = json.loads(path.read_text())
   d["images"][2]["sentences"][1]["tokens"] = []
   path.write_text(json.dumps(d))
-  with pytest.raises(ValueError, match=r"split 'train' image 102: caption 1 is empty"):
+  with pytest.raises(ValueError, match=r"split 'train' \(image 102\): caption 1 is empty"):
     data.get_dataset(fakes.karpathy_config(tmp_path))
 
 

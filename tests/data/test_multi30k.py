@@ -77,13 +77,20 @@ def test_misaligned_text(tmp_path):
     data.get_dataset(c)
 
 
-def test_blank_line_is_an_empty_caption(tmp_path):
+@pytest.mark.parametrize("file, lines, needle", [
+    ("test_2016_flickr.de.gz", "a\nb\n\nc\nd\ne\n",
+     r"test_2016_flickr\.de\.gz: line 3 \(split 'test', image 2\): caption 0 is empty"),
+    ("val.en.gz", "a\nb\nc\n\nd\ne\n",
+     r"val\.en\.gz: line 4 \(split 'val', image 3\): the source sentence is empty, expected at least"),
+])
+def test_a_blank_line_names_its_file_and_line(tmp_path, file, lines, needle):
+  """A blank target line is an empty caption, a blank source line an empty source sentence."""
   root = _write(tmp_path)
-  with gzip.open(root / "raw" / "test_2016_flickr.de.gz", "wt") as f:
-    f.write("a\nb\n\nc\nd\ne\n")
+  with gzip.open(root / "raw" / file, "wt") as f:
+    f.write(lines)
   c = data.default_data_config("multi30k")
   c.root, c.text_only = str(root), True
-  with pytest.raises(ValueError, match=r"split 'test' image 2: caption 0 is empty"):
+  with pytest.raises(ValueError, match=rf"^{root}/raw/" + needle):
     data.get_dataset(c)
 
 

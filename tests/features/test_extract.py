@@ -199,12 +199,45 @@ def test_bad_input_is_one_line(tmp_path, case, argv, needle):
   assert not (tmp_path / "o").exists()
 
 
-def test_a_folder_of_unreadable_files_is_exit_2(tmp_path, capsys):
+@pytest.mark.parametrize("files", [{}, {"x.png": b"nope"}, {"notes.txt": b"hi"}])
+def test_a_folder_without_a_readable_image_is_one_line_before_any_weights(tmp_path, capsys, monkeypatch, files):
+  """Refused before the backbone's weights are made or read (what took a minute)."""
+  from jaxcap.features import registry
   (tmp_path / "images").mkdir()
-  (tmp_path / "images" / "x.png").write_bytes(b"nope")
-  code, _, stderr = run_cli(["--images", tmp_path / "images", "--out", tmp_path / "o", *TINY], capsys)
-  assert code == 2 and stderr.strip().splitlines()[-1].startswith("error: ")
-  assert "none of the 1 images" in stderr
+  for name, data in files.items():
+    (tmp_path / "images" / name).write_bytes(data)
+
+  def no_weights(*args, **kwargs):
+    raise AssertionError("weights were made before the images were checked")
+
+  monkeypatch.setattr(registry, "random_variables", no_weights)
+  code, stdout, stderr = run_cli(["--images", tmp_path / "images", "--out", tmp_path / "o", *TINY], capsys)
+  lines = [l for l in stderr.splitlines() if l.strip()]
+  assert code == 2 and len(lines) == 1 and lines[0].startswith(f"error: --images={tmp_path / 'images'}: ")
+  assert ("none of the 1 images could be read (first, x.png: " if files.get("x.png") else
+          "no image files") in lines[0]
+  assert not (tmp_path / "o").exists() and stdout == ""
+
+
+def test_high_depth_images_are_scaled_not_clipped(tmp_path):
+  """A 16-bit PNG (Pillow mode I;16) as 8 bits: / 257 (Pillow's own conversion clips at 255, so
+  a 16-bit photo read almost white); 32-bit integer and float images in range likewise; other
+  ranges refused in one line naming the file."""
+  from PIL import Image
+  ramp = np.linspace(0, 65535, 16 * 16).reshape(16, 16).round().astype(np.uint16)
+  Image.fromarray(ramp).save(tmp_path / "deep.png")  # uint16: mode I;16
+  with Image.open(tmp_path / "deep.png") as im:
+    assert im.mode.startswith("I;16") or im.mode == "I"
+  got = extract.read_image(str(tmp_path / "deep.png"), 16)
+  want = np.round(ramp / 257.0).astype(np.uint8)
+  np.testing.assert_array_equal(got[..., 0], want)
+  assert np.array_equal(got[..., 0], got[..., 2]) and (got == 255).mean() < 0.01
+  Image.fromarray(ramp.astype(np.float32) / 65535.0, "F").save(tmp_path / "unit.tiff")
+  np.testing.assert_allclose(extract.read_image(str(tmp_path / "unit.tiff"), 16)[..., 1], want, atol=1)
+  Image.fromarray(np.full((16, 16), -3.0, np.float32), "F").save(tmp_path / "neg.tiff")
+  with pytest.raises(ValueError, match=rf"^{tmp_path / 'neg.tiff'}: a F image with values in \[-3, -3\]; "
+                     "expected 8- or 16-bit pixels"):
+    extract.read_image(str(tmp_path / "neg.tiff"), 16)
 
 
 @pytest.mark.slow

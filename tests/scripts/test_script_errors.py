@@ -201,3 +201,31 @@ def test_a_damaged_checkpoint_in_a_table_run_is_one_line(tmp_path, script):
   _damage(out / run)
   _one_error_line(_run_script(script, [a.format(out=out, repo=REPO) for a in args], tmp_path),
                   str(out / run / "checkpoints" / "4"), "damaged")
+
+
+@pytest.mark.parametrize("clusters", ["0", "2,-1", "two"])
+def test_tpgn_roles_clusters_must_be_positive_numbers(tmp_path, clusters):
+  line = _one_error_line(_run_script("jaxcap/papers/tpgn/roles.py",
+                                     ["--workdir", str(tmp_path / "nowhere"), "--clusters", clusters],
+                                     tmp_path), f"--clusters={clusters}")
+  assert "positive numbers of clusters" in line and sorted(os.listdir(tmp_path)) == []
+
+
+def test_image_transformer_spread_of_another_model_is_one_line(tmp_path):
+  """``analysis.py spread`` reads the decoder outputs c_t of the Image Transformer / AoANet: a
+  TPGN run is refused naming --workdir, not an AttributeError."""
+  import jaxcap
+  from jaxcap import run_dir
+  from jaxcap.training import train_lib
+  run = tmp_path / "tpgn"
+  config = jaxcap.get_config("tpgn.py:synthetic,tiny", test_after_training=False)
+  trainer = train_lib.Trainer(config, str(run))
+  run_dir.init_workdir(str(run), config, trainer.dataset.vocab, trainer.info)
+  ckpts = run_dir.checkpoints(str(run), config)
+  ckpts.save_latest(1, trainer.prepare_variables(trainer.initial_state()), {"epoch": 0})
+  ckpts.close()
+  before = _tree(run)
+  line = _one_error_line(_run_script("jaxcap/papers/image_transformer/analysis.py",
+                                     ["spread", "--workdir", str(run)], tmp_path), f"--workdir={run}")
+  assert "a run of model 'tpgn'; expected a run of the Image Transformer or AoANet" in line
+  assert _tree(run) == before

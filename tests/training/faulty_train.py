@@ -44,15 +44,16 @@ def main():
 
     atomicity.AtomicRenameTemporaryPath.finalize = finalize
   elif moment == "after":
-    original = ocp.CheckpointManager._finalize
+    original = ocp.CheckpointManager._finalize_checkpoint
 
-    def _finalize(self, s, steps_to_remove):
+    def _finalize_checkpoint(self, s):
+      out = original(self, s)  # committed (renamed); the older steps are deleted next
       if s == step and is_target(os.path.join(str(self.directory), str(s))):
         assert os.path.isdir(os.path.join(str(self.directory), str(s)))
         _die()
-      return original(self, s, steps_to_remove)
+      return out
 
-    ocp.CheckpointManager._finalize = _finalize
+    ocp.CheckpointManager._finalize_checkpoint = _finalize_checkpoint
   else:
     raise SystemExit(f"unknown moment {moment!r}")
   sys.argv = [os.path.join(_REPO, "train.py")] + sys.argv[2:]

@@ -155,6 +155,7 @@ def test_keep_holds_after_a_kill_between_save_and_cleanup(tmp_path):
 def test_best_keeps_one_step_after_a_kill_between_save_and_cleanup(tmp_path):
   ck = ckpt_lib.Checkpoints(str(tmp_path), keep=3)
   ck.save_best_if_improved(4, _state(4), {"pos": 4}, {"CIDEr": 0.5})
+  ck.close()
   # A second best written by a manager that has not deleted the first (the kill's leftover).
   loose = ckpt_lib.Checkpoints(str(tmp_path), keep=3)
   loose.best = type(ck.best)(ck.best.directory, options=type(ck.best._options)(

@@ -79,10 +79,22 @@ def test_loss_does_not_depend_on_devices_or_row_order(setup, eight_devices):
     np.testing.assert_allclose(pp[k], p8[k], rtol=1e-4, atol=2e-5, err_msg=k)
 
 
-def _free_port():
+def free_port():
   with socket.socket() as s:
     s.bind(("127.0.0.1", 0))
     return s.getsockname()[1]
+
+
+def finish(procs, timeout=600):
+  """``(exit codes, stderrs)`` of processes started with text pipes, each waited for in turn
+  (and killed if it outlives ``timeout``)."""
+  outs = []
+  for p in procs:
+    try:
+      outs.append(p.communicate(timeout=timeout))
+    finally:
+      p.kill()
+  return [p.returncode for p in procs], [err for _, err in outs]
 
 
 # Tiny sizes for the train.py launches; dropout large enough that a layout-dependent mask would
@@ -134,7 +146,7 @@ def test_train_py_two_processes_like_one(tmp_path):
                        cwd=REPO, capture_output=True, text=True, timeout=600,
                        env=dict(base, XLA_FLAGS="--xla_force_host_platform_device_count=8 " + _FAST))
   assert one.returncode == 0 and "Traceback" not in one.stderr, one.stderr[-3000:]
-  port, two, log1 = _free_port(), tmp_path / "two", tmp_path / "process1_writes.json"
+  port, two, log1 = free_port(), tmp_path / "two", tmp_path / "process1_writes.json"
   procs = []
   for pid in range(2):
     env = dict(base, XLA_FLAGS="--xla_force_host_platform_device_count=4 " + _FAST,
@@ -143,14 +155,9 @@ def test_train_py_two_processes_like_one(tmp_path):
            [sys.executable, "-c", _AUDITED, str(two), str(log1)]) + _TRAIN_ARGS
     procs.append(subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                   text=True))
-  outs = []
-  for p in procs:
-    try:
-      outs.append(p.communicate(timeout=600))
-    finally:
-      p.kill()
-  for p, (_, err) in zip(procs, outs):
-    assert p.returncode == 0 and "Traceback" not in err, err[-3000:]
+  codes, errs = finish(procs)
+  for code, err in zip(codes, errs):
+    assert code == 0 and "Traceback" not in err, err[-3000:]
   rows1, losses1 = _train_losses(tmp_path / "one")
   rows2, losses2 = _train_losses(two)
   assert len(losses1) == 4 and np.all(np.isfinite(losses1))

@@ -76,6 +76,9 @@ def spread(args):
   import jax
   run = jaxcap.load(args.workdir)
   config, params, model = run.config, run.params, run.model
+  if not hasattr(model, "decoder_outputs"):
+    raise ValueError(f"--workdir={args.workdir}: a run of model {config.model.name!r}; expected a run "
+                     "of the Image Transformer or AoANet (spread reads their decoder outputs c_t)")
   rows = []
   for batch in pipeline.eval_batches(run.dataset.split(args.split), int(config.eval_batch_size), num_threads=0):
     valid = np.asarray(batch.pop("valid"))

@@ -97,10 +97,20 @@ def unbind(s_Bxdxd, u_Bxd2):
   return jnp.einsum("bij,bkj->bki", s_Bxdxd, u_Bxkxd).reshape(b, d * d)
 
 
-def with_role_centroids(variables: dict, centroids_KxD2) -> dict:
-  """``variables`` plus the ``ablation`` collection read when ``zero_role_cluster >= 0``."""
+def with_role_centroids(variables: dict, centroids_KxD2, what: str = "role_centroids") -> dict:
+  """``variables`` plus the ``ablation`` collection read when ``zero_role_cluster >= 0``; one
+  line for centroids that are not ``[K, d^2]`` numbers of this model's ``d``."""
+  try:
+    mu = np.asarray(centroids_KxD2, np.float32)
+  except (TypeError, ValueError):
+    mu = None
+  d2 = int(variables["params"]["W_u"].shape[0])  # u_t's width d^2 (W_u: [d^2, d])
+  if mu is None or mu.ndim != 2 or mu.shape[0] < 1 or mu.shape[1] != d2 or not np.isfinite(mu).all():
+    got = "not numbers" if mu is None else f"{mu.dtype} {list(mu.shape)}"
+    raise ValueError(f"{what}: expected finite [K, {d2}] centroids of the unbinding "
+                     f"vectors u_t (d^2 = {d2} for this run), got {got}")
   out = dict(variables)
-  out["ablation"] = {"centroids": jnp.asarray(centroids_KxD2, jnp.float32)}
+  out["ablation"] = {"centroids": jnp.asarray(mu)}
   return out
 
 
@@ -196,6 +206,8 @@ class TPGN(CaptionModel):
       ``ablation`` collection, see :func:`with_role_centroids`).
     dtype: compute dtype of the contractions (parameters, gates' sums and logits float32).
   """
+
+  reads_regions = False  # only the global feature
 
   vocab_size: int
   feature_dim: int = 2048

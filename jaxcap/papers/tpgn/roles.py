@@ -47,13 +47,12 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import os
 from typing import Callable, Sequence
 
 import numpy as np
 
-from jaxcap import decoding
+from jaxcap import atomic, decoding
 import jaxcap
 from jaxcap.data import pipeline
 from jaxcap.data.synthetic import POS_NOMINAL
@@ -292,6 +291,9 @@ def analyse(model, variables, dataset, *, clusters=(2, 10), fit_split="train", f
     log("parts of speech: no tagger installed for real text (NLTK); purity tables skipped")
   centroids = {}
   for k in clusters:
+    if not 1 <= k <= len(fit["u"]):
+      raise ValueError(f"--clusters: {k} clusters of the {len(fit['u'])} words generated for "
+                       f"{fit_split}; expected between 1 and {len(fit['u'])} (or more --fit-images)")
     mu = kmeans(fit["u"], k, seed=seed)
     centroids[k] = mu
     labels = assign(test["u"], mu)
@@ -313,8 +315,7 @@ def analyse(model, variables, dataset, *, clusters=(2, 10), fit_split="train", f
     written = plot_projection(xy, tags or ["?"] * len(xy), png)
     if written is None:
       log(f"matplotlib is not installed: no PNG; 2-D coordinates written to {png}.json")
-      with open(png + ".json", "w") as f:
-        json.dump({"xy": xy.round(4).tolist(), "tags": tags, "words": test["words"]}, f)
+      atomic.write_json(png + ".json", {"xy": xy.round(4).tolist(), "tags": tags, "words": test["words"]})
     out["png"] = written
   if ablate:
     out["ablation"] = {}
@@ -339,18 +340,24 @@ def main(argv=None):
   ap.add_argument("--ablate", action="store_true")
   ap.add_argument("--seed", type=int, default=0)
   args = ap.parse_args(argv)
+  try:
+    clusters = tuple(int(k) for k in args.clusters.split(","))
+  except ValueError:
+    clusters = (0,)
+  if min(clusters) < 1:
+    raise ValueError(f"--clusters={args.clusters}: expected comma-separated positive numbers of "
+                     "clusters (the paper's N_u, e.g. 2,10)")
   run = jaxcap.load(args.workdir, args.step)
   if run.config.model.name != "tpgn":
     raise SystemExit(f"{args.workdir}: model.name is {run.config.model.name!r}, not 'tpgn'")
   out, centroids = analyse(run.model, run.params, run.dataset,
-                           clusters=tuple(int(k) for k in args.clusters.split(",")),
+                           clusters=clusters,
                            fit_split=args.fit_split, fit_images=args.fit_images, split=args.split,
                            max_len=int(run.config.decode.max_len), png=args.png,
                            ablate=args.ablate, seed=args.seed)
   for k, mu in centroids.items():
-    np.save(os.path.join(args.workdir, f"roles_k{k}.npy"), mu)
-  with open(os.path.join(args.workdir, "json"), "w") as f:
-    json.dump(out, f, indent=1)
+    atomic.write_with(os.path.join(args.workdir, f"roles_k{k}.npy"), lambda f, mu=mu: np.save(f, mu))
+  atomic.write_json(os.path.join(args.workdir, "roles.json"), out)
   return out
 
 

@@ -37,6 +37,8 @@ class ShowTell(CaptionModel):
     dropout: rate on the embeddings and the LSTM output.
   """
 
+  reads_regions = False  # only the global feature
+
   vocab_size: int
   hidden_dim: int = 512
   embed_dim: int = 512

@@ -98,3 +98,6 @@ def test_analysis_end_to_end_on_an_untrained_model(tmp_path):
   assert sum(out["tables"]["2"]["sizes"]) == out["words"] == n
   assert "nv" in out["tables"]["2"] and 0 <= out["tables"]["2"]["weighted_purity"] <= 1
   assert [r["zeroed_cluster"] for r in out["ablation"]["2"]] == [-1, 0, 1]
+  with pytest.raises(ValueError, match=r"^--clusters: 1000000 clusters of the \d+ words generated "
+                     "for train; expected between 1 and"):
+    roles.analyse(model, variables, ds, clusters=(10**6,), fit_images=16, max_len=6, log=lines.append)
