@@ -40,7 +40,7 @@ from jaxcap.analysis import figures, words
 from jaxcap.data import base as data_base
 from jaxcap.data import batch as batch_lib
 from jaxcap.data.vocab import Vocab
-from jaxcap.evaluation import coco_metrics, translation
+from jaxcap.evaluation import coco_metrics, signature, translation
 from jaxcap.models import registry
 from jaxcap.models.base import check_fits
 from jaxcap.training import checkpoint, parallel, train_lib
@@ -306,7 +306,8 @@ class Run:
       method, beam_size, **options: decoding (default: the run's ``config.decode``).
 
     Returns:
-      :func:`score`'s ``{"overall": {...}, "per_image": {...}}`` plus ``"predictions"``;
+      :func:`score`'s ``{"overall": {...}, "per_image": {...}, "signature": {...}}`` plus
+      ``"predictions"`` (the signature with this run's decoding, vocabulary, features, step);
       translation runs are scored by :mod:`jaxcap.evaluation.translation`.
     """
     preds = self.predict(split, num_images=num_images, method=method, beam_size=beam_size,
@@ -314,8 +315,15 @@ class Run:
     refs = self.dataset.references(split)
     refs = {k: refs[k] for k in preds}
     if self.dataset.src_vocab is not None:
-      return dict(translation.score(refs, preds), predictions=preds)
-    return dict(score(refs, preds, metrics=metrics, log=log), predictions=preds)
+      out = dict(translation.score(refs, preds), predictions=preds)
+    else:
+      out = dict(score(refs, preds, metrics=metrics, log=log), predictions=preds)
+    made_by = run_dir.made_by(self.config, self.vocab, self.info, split=split, step=self.step,
+                              decode=self.decode_config(method, beam_size, **options),
+                              workdir=self.workdir, dataset=self.dataset)
+    out["signature"] = signature.build(metrics=out["signature"], split=split, num_images=len(preds),
+                                       **{k: v for k, v in made_by.items() if k != "split"})
+    return out
 
   # ---------------------------------------------------------------- figures
   def plot_training_curves(self, out: str | None = None):

@@ -27,7 +27,7 @@ from jaxcap import data as data_lib
 from jaxcap.atomic import write_json
 from jaxcap.data import batch as batch_lib
 from jaxcap.data.vocab import Vocab
-from jaxcap.evaluation import coco_metrics, files
+from jaxcap.evaluation import coco_metrics, files, signature
 from jaxcap.evaluation import translation as translation_metrics
 from jaxcap.features import extract
 from jaxcap.features import record as record_lib
@@ -354,29 +354,57 @@ def restore(workdir: str, config, model, info: dict, step: int | None = None, *,
 # Predictions and scores.
 
 
-def write_scores(workdir, split, preds, refs, spice=False, tag="", translation=False):
+def write_scores(workdir, split, preds, refs, spice=False, tag="", translation=False,
+                 made_by: dict | None = None):
   """Scores ``preds`` against ``refs`` and writes ``predictions_<split><tag>.json`` and
-  ``scores_<split><tag>.json`` to ``workdir``; prints the metric table. ``translation``:
-  German-output metrics (:mod:`jaxcap.evaluation.translation`: sacreBLEU with its signature,
-  METEOR ``-l de``, CIDEr-D)."""
+  ``scores_<split><tag>.json`` to ``workdir``; prints the metric table (x100), the scores'
+  signature line and the files' paths. ``translation``: German-output metrics
+  (:mod:`jaxcap.evaluation.translation`: sacreBLEU with its signature, METEOR ``-l de``,
+  CIDEr-D). ``made_by``: what is known of how the captions were made (the keyword arguments of
+  :func:`jaxcap.evaluation.signature.build`: config, vocab, step, decode, ...); the file's
+  ``"signature"`` holds them with the metrics' side."""
   if translation:
     scores = translation_metrics.score(refs, preds)
-    print(f"sacreBLEU signature: {scores['sacrebleu_signature']}", flush=True)
   else:
     scores = coco_metrics.score(refs, preds, spice=spice)
+  made_by = dict(made_by or {})
+  made_by.setdefault("split", split)
+  made_by.setdefault("num_images", len(preds))
+  scores["signature"] = signature.build(metrics=scores["signature"], **made_by)
+  paths = [os.path.join(workdir, f"predictions_{split}{tag}.json"),
+           os.path.join(workdir, f"scores_{split}{tag}.json")]
   if jax.process_index() == 0:
     os.makedirs(workdir, exist_ok=True)
-    write_json(os.path.join(workdir, f"predictions_{split}{tag}.json"),
-                [{"image_id": k, "caption": v} for k, v in preds.items()])
+    write_json(paths[0], [{"image_id": k, "caption": v} for k, v in preds.items()])
     # per_image as [{"image_id": id, ...}]: the ids keep the predictions' type (files.scores_json).
-    write_json(os.path.join(workdir, f"scores_{split}{tag}.json"), files.scores_json(scores))
+    write_json(paths[1], files.scores_json(scores))
   print(format_table(scores["overall"], title=f"{split} ({len(preds)} images)"), flush=True)
+  print(f"signature: {signature.line(scores['signature'])}", flush=True)
+  print(f"wrote {paths[1]} and {os.path.basename(paths[0])}", flush=True)
   return scores
 
 
+def made_by(config, vocab, info, *, split: str, step=None, decode=None, workdir=None,
+            dataset=None, members=(), weights=None) -> dict:
+  """:func:`write_scores`'s ``made_by`` for a run: its config, vocabulary, dataset info,
+  checkpoint ``step``, the ``decode`` options used (a dict or ConfigDict), its ``features.json``
+  (in ``workdir``) or else the split's feature file names (from ``dataset``), and an
+  ensemble's ``members`` and ``weights``."""
+  if decode is not None and hasattr(decode, "to_dict"):
+    decode = decode.to_dict()
+  names = None
+  if dataset is not None and split in getattr(dataset, "splits", ()):
+    feats = dataset.split_data(split).features
+    names = [feats.name(i) for i in range(len(feats))]
+  return dict(config=config, vocab=vocab, info=info, step=step, decode=decode, workdir=workdir,
+              feature_names=names, members=members, weights=weights)
+
+
 def format_table(overall: dict, title: str = "") -> str:
-  names = [k for k in ("Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "METEOR", "ROUGE_L", "CIDEr", "SPICE",
-                       "sacreBLEU") if k in overall]
-  head = " | ".join(f"{n:>8}" for n in names)
-  vals = " | ".join(f"{overall[n]:8.4f}" for n in names)
-  return (f"{title}\n" if title else "") + head + "\n" + vals
+  """Every printed table: pycocoevalcap's scores x100 (sacreBLEU is 0-100 already), named as
+  the papers write them (:data:`jaxcap.evaluation.coco_metrics.DISPLAY_NAMES`); the files keep
+  pycocoevalcap's keys and 0-1 scale."""
+  names = [k for k in coco_metrics.DISPLAY_NAMES if k in overall]
+  head = " | ".join(f"{coco_metrics.DISPLAY_NAMES[n]:>9}" for n in names)
+  vals = " | ".join(f"{overall[n] * (1 if n == 'sacreBLEU' else 100):9.2f}" for n in names)
+  return (f"{title}, x100\n" if title else "") + head + "\n" + vals

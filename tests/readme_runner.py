@@ -78,6 +78,11 @@ NOT_RUN = [
     (r"^python benchmarks/report\.py --collect DIR",
      "DIR is what a GPU call of gpu_record.sh packed: tests/benchmarks/test_gpu_record.py collects "
      "the tiny CPU run's"),
+    (r"^python evaluate.py --workdir runs/bu --server test2014 ",
+     "needs a run trained on COCO bottom-up features and COCO's 40,775 test2014 feature files: "
+     "tests/evaluation/test_signature.py::test_server_results_file_for_a_set_without_references "
+     "runs evaluate.py --server on a run trained on Karpathy-layout features and a generated set "
+     "in the same layout (cocotest_bu_att/fc/box, image_info_test2014.json)"),
     (r"^for i in 0 1; do .*JAX_NUM_PROCESSES=2",
      "the two-process launch: tests/training/test_multihost.py::test_train_py_two_processes_like_one "
      "runs this command (train.py, two processes x 4 CPU devices, the same environment variables) "
@@ -125,6 +130,7 @@ PROMISES = [
     (r"image_transformer\.analysis figure3", ["fig3.png"]),
     (r"tpgn\.roles .*--png roles\.png", ["roles.png"]),
     (r"--beam-mode self_critical --tag _sc3", ["runs/transformer_synthetic/scores_test_sc3.json"]),
+    (r"--tag _beam2$", ["runs/transformer_synthetic/scores_test_beam2.json"]),
     # Every table script writes its markdown table ({0}: the command's workdir).
     (r"(?:experiments/\w+/|jaxcap\.papers\.\w+\.)(?:table\d?|ablations)(?:\.py)? --workdir (\S+)", ["{0}/table.md"]),
     (r"experiments/pixels/run\.py --workdir (\S+)", ["{0}/table.md", "{0}/results.json"]),

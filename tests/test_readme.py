@@ -111,6 +111,8 @@ def _program(words):
     if words[1] == "-m":
       return "-m " + words[2], words[3:]
     return {"train.py": "train", "evaluate.py": "evaluate"}.get(words[1], words[1]), words[2:]
+  if words[0] == "jaxcap-compare":
+    return "-m jaxcap.commands.compare", words[1:]
   return {"jaxcap-train": "train", "jaxcap-evaluate": "evaluate"}.get(words[0], words[0]), words[1:]
 
 

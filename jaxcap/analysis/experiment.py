@@ -10,7 +10,10 @@ in what one run is (train + test, a detector first, cross-entropy then SCST, ...
 * :func:`mean_std` / :func:`summarize`: the one mean ± std of every table, the *sample* standard
   deviation (ddof = 1; 0 for a single seed), so that the error bars of all tables compare;
 * :func:`pm` / :func:`markdown_table` / :func:`write_table`: the ``table.md`` they write (and
-  their JSON file), written atomically so that a killed run never leaves half a table.
+  their JSON file), written atomically so that a killed run never leaves half a table;
+* :func:`paired_against`: where a table's rows score the same test images, each row's
+  difference from a baseline row paired by image (its seeds' per-image scores averaged; a
+  paired bootstrap 95 % interval, :mod:`jaxcap.evaluation.compare`) beside the mean ± std.
 
 Run as ``python experiments/<paper>/<script>.py`` (jaxcap installed, or the script puts the
 checkout's root on ``sys.path``).
@@ -168,3 +171,23 @@ def write_table(workdir: str, payload, caption: str, table: str, json_name: str 
   (``caption``, a blank line, the markdown ``table``)."""
   write_json(os.path.join(workdir, json_name), payload)
   write_text(os.path.join(workdir, "table.md"), f"{caption}\n\n{table}\n")
+
+
+def paired_against(baseline: str, rows: Sequence[str], scores_file: Callable[[str, int], str],
+                   seeds: Sequence[int], metric: str = "CIDEr") -> dict[str, str]:
+  """``{row: "+1.23 [+0.40, +2.05]"}``: each finished row's ``metric`` minus ``baseline``'s
+  (x100), over the images both scored, with the paired bootstrap 95 % interval; the per-image
+  scores of each row are the mean over its seeds (``scores_file(row, seed)``: a run's
+  ``scores_test.json``). Rows (and the baseline) with a missing file are left out."""
+  from jaxcap.evaluation import compare, files
+  by_row = {}
+  for row in [baseline, *rows]:
+    paths = [scores_file(row, s) for s in seeds]
+    if paths and all(os.path.exists(p) for p in paths):
+      by_row[row] = [files.load_scores(p) for p in paths]
+  if baseline not in by_row:
+    return {}
+  out = {}
+  for row, result in compare.seed_paired(by_row, baseline).items():
+    out[row] = compare.interval_text(result, metric)
+  return out

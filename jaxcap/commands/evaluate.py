@@ -6,6 +6,7 @@
   python evaluate.py --ensemble runs/a,runs/b [--ensemble-weights 1,1] [--workdir OUT] [--beam-size 3]
   python evaluate.py --predictions P.json --references R.json --out S.json
   python evaluate.py --workdir runs/mine --images photos/ --out captions.json [--weights resnet101.safetensors]
+  python evaluate.py --workdir runs/bu --server test2014 --att_dir data/cocotest_bu_att --fc_dir data/cocotest_bu_fc --alg mine
   jaxcap-evaluate --workdir runs/transformer_synthetic   # the same, once the package is installed
 
 The first form decodes the split with the best checkpoint (or ``--step``), prints the metric
@@ -13,8 +14,12 @@ table and writes ``predictions_<split><tag>.json`` and ``scores_<split><tag>.jso
 workdir; ``--ensemble`` decodes with several runs together (files in ``--workdir``, default the
 first run's, tag ``_ensemble`` unless ``--tag``); ``--predictions`` scores a COCO results file
 against COCO-format references; ``--images DIR`` captions a folder of images with a run trained
-on ``jaxcap-extract``'s features (``[{"image", "caption"}]`` to ``--out``; no scores). The work
-is :mod:`jaxcap.evaluation.runs` (and :func:`jaxcap.evaluation.files.score_files`).
+on ``jaxcap-extract``'s features (``[{"image", "caption"}]`` to ``--out``; no scores); ``--server``
+captions a COCO set without references from its feature folders and writes the evaluation
+server's ``captions_<set>_<alg>_results.json`` (:mod:`jaxcap.evaluation.server`). Every scores
+file carries a signature of how it was made, printed as one line under the table
+(:mod:`jaxcap.evaluation.signature`; ``jaxcap-compare`` reads it). The work is
+:mod:`jaxcap.evaluation.runs` (and :func:`jaxcap.evaluation.files.score_files`).
 """
 
 import os
@@ -64,6 +69,14 @@ _REFERENCES = flags.DEFINE_string("references", None, "COCO annotation file (wit
 _OUT = flags.DEFINE_string("out", None, "The scores JSON (--predictions) or captions JSON (--images).")
 _IMAGES = flags.DEFINE_string("images", None, "Caption every image file of this folder (needs --out).")
 _IMAGE_WEIGHTS = flags.DEFINE_string("weights", None, "With --images: the backbone's .safetensors.")
+_SERVER = flags.DEFINE_enum("server", None, ["test2014", "val2014"], "Write the COCO evaluation "
+                            "server's results file for this set (needs its feature folders).")
+_ATT_DIR = flags.DEFINE_string("att_dir", None, "--server: the set's region features (<image_id>.npz/.npy).")
+_FC_DIR = flags.DEFINE_string("fc_dir", None, "--server: the set's global features (<image_id>.npy).")
+_BOX_DIR = flags.DEFINE_string("box_dir", None, "--server: the set's boxes (<image_id>.npy).")
+_IMAGE_INFO = flags.DEFINE_string("image_info", None, "--server: COCO's image_info_test2014.json / "
+                                  "captions_val2014.json (the set's image ids; default: the folder's files).")
+_ALG = flags.DEFINE_string("alg", "jaxcap", "--server: the algorithm's name in the file name.")
 for _name in ("sample_n", "sample_n_method", "ensemble_weights", "batch_size"):
   flags.DEFINE_alias(_name.replace("_", "-"), _name)
 
@@ -88,6 +101,13 @@ def _check_flags() -> None:
   elif _IMAGE_WEIGHTS.value is not None:
     raise ValueError(f"--weights={_IMAGE_WEIGHTS.value} without --images; expected --images DIR "
                      "(the backbone weights of image captioning)")
+  server_flags = given("att_dir", "fc_dir", "box_dir", "image_info")
+  if _SERVER.value is not None:
+    if given("ensemble", "predictions", "images") or not _WORKDIR.value:
+      raise ValueError(f"--server with {(given('ensemble', 'predictions', 'images') or ['no --workdir'])[0]}: "
+                       "expected --server SET --workdir RUN --att_dir/--fc_dir DIR")
+  elif server_flags:
+    raise ValueError(f"{server_flags[0]} without --server; expected --server test2014 or val2014")
   if _PREDICTIONS.value and not (_REFERENCES.value and _OUT.value):
     raise ValueError("--predictions needs --references R.json (COCO annotation format) and "
                      "--out S.json; expected all three")
@@ -117,7 +137,11 @@ def main(argv):
     if path is not None and not os.path.isdir(path):
       raise ValueError(f"{what}={path}: not a directory; expected "
                        f"{'a workdir written by train.py' if what == '--workdir' else 'a folder of images'}")
-  if _IMAGES.value is not None:
+  if _SERVER.value is not None:
+    runs.server_results(_WORKDIR.value, _SERVER.value, att_dir=_ATT_DIR.value, fc_dir=_FC_DIR.value,
+                        box_dir=_BOX_DIR.value, image_info=_IMAGE_INFO.value, alg=_ALG.value,
+                        step=_STEP.value, decode=_decode, batch_size=_BATCH.value or 50)
+  elif _IMAGES.value is not None:
     runs.caption_folder(_WORKDIR.value, _IMAGES.value, _OUT.value, weights=_IMAGE_WEIGHTS.value,
                         step=_STEP.value, decode=_decode, batch_size=_BATCH.value or 16)
   else:

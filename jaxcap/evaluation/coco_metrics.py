@@ -23,6 +23,13 @@ import re
 import shutil
 from typing import Callable, Hashable, Mapping, Sequence
 
+from jaxcap.evaluation import signature
+
+# One name per metric where people read it (tables, logs, docs); the JSON files keep
+# pycocoevalcap's keys ("CIDEr" is CIDEr-D as computed).
+DISPLAY_NAMES = {"Bleu_1": "BLEU-1", "Bleu_2": "BLEU-2", "Bleu_3": "BLEU-3", "Bleu_4": "BLEU-4",
+                 "METEOR": "METEOR", "ROUGE_L": "ROUGE-L", "CIDEr": "CIDEr-D", "SPICE": "SPICE",
+                 "sacreBLEU": "sacreBLEU"}
 
 METRIC_NAMES = {
     "Bleu": ("Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4"),
@@ -167,8 +174,11 @@ def score(references: Mapping[Hashable, Sequence[str]], predictions: Mapping[Has
     log: receives one line per skipped or failed metric.
 
   Returns:
-    ``{"overall": {metric: float}, "per_image": {image_id: {metric: float}}}`` with
-    pycocoevalcap's names (``Bleu_1..Bleu_4``, ``METEOR``, ``ROUGE_L``, ``CIDEr``, ``SPICE``).
+    ``{"overall": {metric: float}, "per_image": {image_id: {metric: float}}, "signature":
+    {...}}`` with pycocoevalcap's names (``Bleu_1..Bleu_4``, ``METEOR``, ``ROUGE_L``, ``CIDEr``
+    -- CIDEr-D as computed --, ``SPICE``) and how they were computed
+    (:func:`jaxcap.evaluation.signature.metrics_part`: versions, the tokenizer used, CIDEr-D's
+    variant).
   """
   groups = list(dict.fromkeys(list(metrics) + (["SPICE"] if spice else [])))
   unknown = [m for m in groups if m not in METRIC_NAMES]
@@ -191,6 +201,7 @@ def score(references: Mapping[Hashable, Sequence[str]], predictions: Mapping[Has
   res = {i: [predictions[i]] for i in ids}
 
   have_java = shutil.which("java") is not None
+  tokenizer = "none"
   if tokenize:
     if have_java:
       try:
@@ -205,6 +216,7 @@ def score(references: Mapping[Hashable, Sequence[str]], predictions: Mapping[Has
       log("coco_metrics: no 'java' on PATH: tokenising with the pure-Python approximation of "
           "PTBTokenizer (scores may differ slightly from official ones)")
       have_tok = False
+    tokenizer = "ptb" if have_tok else "ptb-python"
     if not have_tok:
       gts = {i: [python_ptb_tokenize(c) for c in v] for i, v in gts.items()}
       res = {i: [python_ptb_tokenize(c) for c in v] for i, v in res.items()}
@@ -228,4 +240,5 @@ def score(references: Mapping[Hashable, Sequence[str]], predictions: Mapping[Has
     overall.update(o)
     per_metric.update(p)
   per_image = {i: {m: v[k] for m, v in per_metric.items()} for k, i in enumerate(ids)}
-  return {"overall": overall, "per_image": per_image}
+  return {"overall": overall, "per_image": per_image,
+          "signature": signature.metrics_part(tokenizer, list(overall))}

@@ -21,7 +21,7 @@ from typing import Callable, Hashable, Mapping
 
 from jaxcap import atomic
 from jaxcap.atomic import write_json
-from jaxcap.evaluation import coco_metrics
+from jaxcap.evaluation import coco_metrics, signature
 
 
 def _read_json(path: str, what: str):
@@ -197,5 +197,15 @@ def score_files(predictions_path: str, references_path: str, out_path: str, spic
                      f"{len(references)} images in {references_path} (first missing image_id "
                      f"{missing[0]!r}); expected one caption for every reference image")
   result = coco_metrics.score(references, predictions, metrics=metrics, spice=spice, log=log)
+  # A predictions file says nothing of the model or its decoding: the signature records the
+  # two files (their sha256) and the metrics' side.
+  with open(predictions_path, "rb") as f:
+    pred_hash = signature.short_hash(f.read())
+  with open(references_path, "rb") as f:
+    ref_hash = signature.short_hash(f.read())
+  result["signature"] = signature.build(
+      metrics=result["signature"], split=os.path.basename(references_path), num_images=len(predictions),
+      extra={"files": {"predictions": os.path.basename(predictions_path), "predictions_sha256": pred_hash,
+                       "references": os.path.basename(references_path), "references_sha256": ref_hash}})
   write_json(out_path, scores_json(result))
   return result

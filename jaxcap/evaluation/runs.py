@@ -15,6 +15,7 @@ import ml_collections
 
 from jaxcap import api, atomic, ensemble, run_dir
 from jaxcap import data as data_lib
+from jaxcap.evaluation import server
 from jaxcap.features import extract
 from jaxcap.features import record as record_lib
 from jaxcap.models import registry
@@ -64,11 +65,14 @@ def _check_inputs(member_config, dataset, config, split: str, attributes: str | 
 
 
 def _decode_and_write(run, split: str, decode: dict, batch_size: int, out_dir: str, tag: str,
-                      spice: bool, sample_n: int, sample_n_method: str) -> dict:
+                      spice: bool, sample_n: int, sample_n_method: str, members=(), weights=None) -> dict:
   preds = run.predict(split, batch_size=batch_size, **decode)
   refs = run.dataset.references(split)
+  made_by = run_dir.made_by(run.config, run.vocab, run.info, split=split, step=run.step,
+                            decode=run.decode_config(**decode), workdir=run.workdir,
+                            dataset=run.dataset, members=members, weights=weights)
   scores = run_dir.write_scores(out_dir, split, preds, {k: refs[k] for k in preds}, spice, tag,
-                                translation=run.dataset.src_vocab is not None)
+                                translation=run.dataset.src_vocab is not None, made_by=made_by)
   if sample_n:
     options = {k: v for k, v in decode.items() if k != "method"}  # sample_n_method decides
     preds = run.sample_n(split, sample_n, sample_n_method, batch_size=batch_size, **options)
@@ -143,7 +147,9 @@ def evaluate_ensemble(workdirs, weights=None, *, out_dir: str | None = None, spl
   os.makedirs(out_dir, exist_ok=True)
   print(f"Evaluating an ensemble of {len(workdirs)} on split {split!r}.", flush=True)
   return _decode_and_write(api.load_ensemble(members, weights), split, decode,
-                           config.eval_batch_size, out_dir, tag, spice, sample_n, sample_n_method)
+                           config.eval_batch_size, out_dir, tag, spice, sample_n, sample_n_method,
+                           members=[f"{w}@{m.step}" for w, m in zip(workdirs, members)],
+                           weights=weights)
 
 
 def caption_folder(workdir: str, images: str, out: str, *, weights: str | None = None,
@@ -187,3 +193,55 @@ def caption_folder(workdir: str, images: str, out: str, *, weights: str | None =
   print(f"{out}: {len(result)} captions" + (f"; {len(failed)} unreadable image(s) skipped"
                                             if failed else ""), flush=True)
   return result
+
+
+def server_results(workdir: str, which: str, *, att_dir: str | None = None, fc_dir: str | None = None,
+                   box_dir: str | None = None, image_info: str | None = None, alg: str = "jaxcap",
+                   out_dir: str | None = None, step: int | None = None, decode: dict | None = None,
+                   batch_size: int = 50) -> str:
+  """Captions every image of a COCO set without references (``which``: ``test2014`` or
+  ``val2014``; :mod:`jaxcap.evaluation.server`) from its feature folders, with the run's best
+  checkpoint (or ``step``), and writes ``captions_<which>_<alg>_results.json`` to ``out_dir``
+  (default the workdir), checked against the server's format. Returns its path."""
+  if which not in server.SETS:
+    raise ValueError(f"--server={which}: expected one of {', '.join(server.SETS)}")
+  server.check_alg(alg)
+  config = run_dir.read_config(workdir)
+  out_dir = out_dir or workdir
+  path = os.path.join(out_dir, server.results_name(which, alg))
+  atomic.check_writable(path, f"--out_dir={out_dir}", file=True)
+  if batch_size < 1:
+    raise ValueError(f"--batch_size={batch_size}: expected an int >= 1")
+  data = config.data
+  needs = [(flag, d) for flag, d, field in (("--att_dir", att_dir, "att_dir"), ("--fc_dir", fc_dir, "fc_dir"),
+                                            ("--box_dir", box_dir, "box_dir")) if data.get(field)]
+  if not needs:
+    raise ValueError(f"{workdir}: trained on data.name={data.name!r}, not on per-image feature "
+                     "folders; expected a run trained on features in the community's layout "
+                     "(data.att_dir / fc_dir)")
+  missing = [flag for flag, d in needs if not d]
+  if missing:
+    raise ValueError(f"{missing[0]}: missing; this run was trained with "
+                     f"{', '.join(flag[2:] for flag, _ in needs)} features, expected the set's folder of them")
+  decode = _decode_of(decode, config)
+  first = next(d for _, d in needs)
+  ids = server.read_image_info(image_info) if image_info else server.folder_ids(first, needs[0][0])
+  reader = server.features_reader(ids, att_dir if data.get("att_dir") else None,
+                                  fc_dir if data.get("fc_dir") else None,
+                                  box_dir if data.get("box_dir") else None, grid=bool(data.get("grid")))
+  if len(ids) != server.SETS[which]:
+    print(f"note: {len(ids)} images; the server's {which} has {server.SETS[which]:,} and scores a "
+          "file only when it holds every one of them", flush=True)
+  run = api.load(workdir, step)
+  print(f"Captioning {len(ids)} {which} images with step {run.step} of {workdir}.", flush=True)
+  captions = {}
+  truncate = bool(data.get("truncate_regions"))
+  for start in range(0, len(ids), batch_size):
+    idx = list(range(start, min(start + batch_size, len(ids))))
+    # Run.caption pads the last chunk to batch_size: one compiled shape.
+    out = run.caption(server.chunk_features(reader, idx, run.info, truncate), batch_size=batch_size,
+                      **decode)
+    captions.update({ids[i]: c for i, c in zip(idx, out)})
+  server.write_results(path, captions)
+  print(f"wrote {path}: {len(captions)} captions, the server's format checked", flush=True)
+  return path

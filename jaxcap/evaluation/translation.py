@@ -21,7 +21,7 @@ import shutil
 import subprocess
 import tempfile
 from typing import Callable, Hashable, Mapping, Sequence
-from jaxcap.evaluation import coco_metrics
+from jaxcap.evaluation import coco_metrics, signature
 
 METEOR_MODULES = ("exact", "stem")
 
@@ -85,4 +85,6 @@ def score(references: Mapping[Hashable, Sequence[str]], predictions: Mapping[Has
       out["overall"]["METEOR"] = meteor_de(refs, predictions)
     except Exception as e:  # noqa: BLE001
       log(f"translation: METEOR (-l de) skipped ({type(e).__name__}: {e})")
+  out["signature"] = signature.metrics_part("none", list(out["overall"]), translation=True,
+                                            sacrebleu_signature=out["sacrebleu_signature"])
   return out

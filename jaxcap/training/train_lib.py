@@ -253,7 +253,7 @@ class Trainer:
     val = self.validate(state.params, done)
     log.writer.write(done, val, prefix="val/")
     improved = self.ckpts.save_best_if_improved(done, state, data_state, val)
-    log.show_val(val, f"step {done}: val CIDEr-D {val['CIDEr']:.4f} BLEU-4 {val['Bleu_4']:.4f}"
+    log.show_val(val, f"step {done}: val CIDEr-D {100 * val['CIDEr']:.2f} BLEU-4 {100 * val['Bleu_4']:.2f} (x100)"
                  + (" (best)" if improved else ""))
     return improved
 
@@ -307,10 +307,16 @@ class Trainer:
     if ckpts is not None:
       ckpts.close(quiet=quiet)
 
-  def test(self, params, split: str = "test", decode_config=None, spice: bool = False, tag: str = "") -> dict:
-    preds = self.predict(params, split, decode_config)
+  def test(self, params, split: str = "test", decode_config=None, spice: bool = False, tag: str = "",
+           step: int | None = None) -> dict:
+    """Decodes ``split``, scores it and writes its predictions and scores (with their signature:
+    ``step`` is the checkpoint's) to the workdir."""
+    decode = decode_config or self.config.decode
+    preds = self.predict(params, split, decode)
+    made_by = run_dir.made_by(self.config, self.dataset.vocab, self.info, split=split, step=step,
+                              decode=decode, workdir=self.workdir, dataset=self.dataset)
     return run_dir.write_scores(self.workdir, split, preds, self.references(split, preds.keys()), spice, tag,
-                        translation=self.dataset.src_vocab is not None)
+                                translation=self.dataset.src_vocab is not None, made_by=made_by)
 
 
 def _check_init_from(source_workdir: str, config, vocab: Vocab) -> None:
@@ -422,7 +428,7 @@ def _summarise(m: dict) -> dict:
 def _postfix(current: dict, summary: dict) -> dict:
   """The progress bar's fields: ``current`` updated from a training summary (loss, and during
   SCST the sample and greedy rewards; lr and images/s when logged) or validation scores
-  (``val_CIDEr``, ``val_Bleu_4``). Fields not in ``summary`` keep their last value."""
+  (``val_CIDEr-D``, ``val_BLEU-4``, x100). Fields not in ``summary`` keep their last value."""
   out = dict(current)
   if "reward" in summary:  # SCST: the loss is the policy-gradient loss, the reward is the signal
     out["reward"] = f"{summary['reward']:.3f}"
@@ -434,9 +440,10 @@ def _postfix(current: dict, summary: dict) -> dict:
     out["lr"] = f"{summary['lr']:.2e}"
   if "images_per_sec" in summary:
     out["img_s"] = f"{summary['images_per_sec']:.0f}"
-  for k, v in summary.items():
+  for k, v in summary.items():  # validation scores as the tables print them: named, x100
     if k.startswith("val_"):
-      out[k] = f"{v:.3f}"
+      name = coco_metrics.DISPLAY_NAMES.get(k[len("val_"):], k[len("val_"):])
+      out[f"val_{name}"] = f"{100 * v:.2f}"
   return out
 
 
@@ -527,7 +534,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
   if state is None:
     return {}
   print(f"Testing the best checkpoint (step {int(state.step)}) on split {config.test_split!r}.", flush=True)
-  return trainer.test(state.params, config.test_split, spice=config.spice)
+  return trainer.test(state.params, config.test_split, spice=config.spice, step=int(state.step))
 
 
 def fit_non_trainable(config, workdir: str) -> dict:
@@ -539,4 +546,7 @@ def fit_non_trainable(config, workdir: str) -> dict:
   model.fit(dataset)
   preds = model.predict(dataset, config.test_split)
   refs = dataset.references(config.test_split)
-  return run_dir.write_scores(workdir, config.test_split, preds, {k: refs[k] for k in preds}, config.spice)
+  made_by = run_dir.made_by(config, dataset.vocab, dict(dataset.info), split=config.test_split,
+                            decode={"method": config.model.name}, workdir=workdir, dataset=dataset)
+  return run_dir.write_scores(workdir, config.test_split, preds, {k: refs[k] for k in preds}, config.spice,
+                              made_by=made_by)

@@ -68,3 +68,28 @@ def test_write_table(tmp_path):
   assert json.loads((tmp_path / "w" / "table2.json").read_text()) == {"x": 1}
   assert (tmp_path / "w" / "table.md").read_text() == "caption\n\n| a |\n"
   assert sorted(p.name for p in (tmp_path / "w").iterdir()) == ["table.md", "table2.json"]  # no temporaries
+
+
+def test_paired_against_averages_seeds_per_image_and_pairs_rows_with_the_baseline(tmp_path):
+  import json
+  from jaxcap.papers.eta import ablations
+
+  def write(row, seed, cider):
+    path = tmp_path / row / f"seed{seed}" / "scores_test.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"overall": {"CIDEr": sum(cider) / len(cider)},
+                                "per_image": [{"image_id": i, "CIDEr": c} for i, c in enumerate(cider)]}))
+
+  # The baseline's two seeds average to 0.5 on every image; "better" is 0.1 above on each image
+  # whatever its seed: the paired interval is exactly [+10, +10] (x100).
+  write("base", 0, [0.2, 0.8, 0.5]); write("base", 1, [0.8, 0.2, 0.5])
+  write("better", 0, [0.6, 0.6, 0.6]); write("better", 1, [0.6, 0.6, 0.6])
+  write("unfinished", 0, [0.1, 0.1, 0.1])  # seed 1 missing: left out
+  where = lambda row, seed: str(tmp_path / row / f"seed{seed}" / "scores_test.json")
+  cells = experiment.paired_against("base", ["better", "unfinished"], where, [0, 1])
+  assert cells == {"better": "+10.00 [+10.00, +10.00]"}
+  assert experiment.paired_against("missing", ["better"], where, [0, 1]) == {}
+  summary = {"mean": {"CIDEr": 0.5}, "std": {"CIDEr": 0.0}, "n": 2}
+  table = ablations.format_table({"base": summary, "better": summary}, cells)
+  assert "CIDEr-D - base (paired 95 %)" in table.splitlines()[0]
+  assert table.splitlines()[3].split(" | ")[-2] == "+10.00 [+10.00, +10.00]"

@@ -369,6 +369,13 @@ def test_eta_and_aat_tables_train_tiny_runs(tmp_path):
        "--batch_size", "8", "--eval_images", "16", "--test_images", "16", env=env, timeout=600)
   (row,) = json.loads((tmp_path / "aat" / "table.json").read_text())
   assert [r["seed"] for r in row["runs"]] == [0, 1] and len(row["CIDEr"]) == 2
+  # Each run's scores say how they were made (its seed's config, the checkpoint, the decoding).
+  for table in ("eta", "aat"):
+    files = sorted((tmp_path / table).rglob("scores_test.json"))
+    assert len(files) == 2
+    sigs = [json.loads(f.read_text())["signature"] for f in files]
+    assert all(s["split"] == {"name": "test", "images": 16} and 1 <= s["checkpoint"]["step"] <= 4 for s in sigs)
+    assert sigs[0]["config"] != sigs[1]["config"]  # the seeds
 
 
 def test_flickr8k_config_sweep_report_trains_nothing(tmp_path):

@@ -17,9 +17,9 @@ def test_postfix_keeps_fields_and_adds_reward_and_validation():
   p = train_lib._postfix({}, {"loss": 2.34567, "lr": 1e-3, "images_per_sec": 123.4})
   assert p == {"loss": "2.346", "lr": "1.00e-03", "img_s": "123"}
   p = train_lib._postfix(p, {"val_CIDEr": 0.51234, "val_Bleu_4": 0.2})
-  assert p["val_CIDEr"] == "0.512" and p["val_Bleu_4"] == "0.200" and p["loss"] == "2.346"
+  assert p["val_CIDEr-D"] == "51.23" and p["val_BLEU-4"] == "20.00" and p["loss"] == "2.346"
   p = train_lib._postfix(p, {"loss": -0.5, "reward": 0.75, "greedy_reward": 0.7})
-  assert (p["loss"], p["reward"], p["greedy"], p["val_CIDEr"]) == ("-0.500", "0.750", "0.700", "0.512")
+  assert (p["loss"], p["reward"], p["greedy"], p["val_CIDEr-D"]) == ("-0.500", "0.750", "0.700", "51.23")
 
 
 class _Bar:
@@ -57,8 +57,8 @@ def test_fit_bar_shows_loss_reward_and_validation(tmp_path, monkeypatch):
   first_step, first = bar.calls[0]
   assert first_step == 0 and "loss" in first  # after the first step, before any log
   # bar.steps counts finished steps: the validation after step 2 is recorded at 2.
-  assert any("val_CIDEr" in f and "val_Bleu_4" in f and "reward" not in f
+  assert any("val_CIDEr-D" in f and "val_BLEU-4" in f and "reward" not in f
              for s, f in bar.calls if s == 2)
   scst = [f for s, f in bar.calls if s >= 3]  # after SCST steps 3 and 4
-  assert scst and all("reward" in f and "val_CIDEr" in f for f in scst)
+  assert scst and all("reward" in f and "val_CIDEr-D" in f for f in scst)
   assert "lr" in bar.calls[-1][1]

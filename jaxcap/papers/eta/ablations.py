@@ -84,15 +84,21 @@ def run_row(row: str, workdir: str, seed: int = 0) -> dict:
   return overall
 
 
-def format_table(rows: dict) -> str:
-  """Markdown table of ``{row: summarize(...)}``: mean ± std (x100) per metric."""
+def format_table(rows: dict, paired: dict | None = None) -> str:
+  """Markdown table of ``{row: summarize(...)}``: mean ± std (x100) per metric; with
+  ``paired`` (:func:`jaxcap.analysis.experiment.paired_against`), a column of each row's CIDEr-D
+  difference from the first row, paired by test image."""
   out = []
   for row, summary in rows.items():
     mean, std = summary["mean"], summary["std"]
     cells = [experiment.pm((mean[key], std[key]) if key in mean else None) for _, key in METRICS]
     secs = f"{mean['train_seconds']:.0f}" if "train_seconds" in mean else "-"
-    out.append([row, summary["n"], *cells, secs])
-  return experiment.markdown_table(["model", "seeds", *(name for name, _ in METRICS), "train s"], out)
+    extra = [paired.get(row, "-")] if paired is not None else []
+    out.append([row, summary["n"], *cells, *extra, secs])
+  head = ["model", "seeds", *(name for name, _ in METRICS)]
+  if paired is not None:
+    head.append(f"CIDEr-D - {next(iter(rows))} (paired 95 %)")
+  return experiment.markdown_table([*head, "train s"], out)
 
 
 def main(argv):
@@ -114,16 +120,26 @@ def main(argv):
         results[row] = {"config": f"configs/eta.py:{arg}", "seeds": {str(k): v for k, v in per_seed.items()},
                         **summaries[row]}
         print(format_table({row: summaries[row]}), flush=True)
-        write_tables(workdir, results, summaries, seeds)
+        write_tables(workdir, results, summaries, seeds, rows)
 
   experiment.run_grid(rows, seeds, run, after=after,
                       result_file=lambda row, seed: os.path.join(workdir, row, f"seed{seed}", "scores.json"))
-  print(format_table(summaries))
+  print(format_table(summaries, _paired(workdir, rows, seeds)))
 
 
-def write_tables(workdir: str, results: dict, summaries: dict, seeds: list) -> None:
-  caption = f"Mean ± std (ddof = 1) over seeds {','.join(map(str, seeds))}, scores x100."
-  experiment.write_table(workdir, results, caption, format_table(summaries))
+def _paired(workdir: str, rows: list, seeds: list) -> dict | None:
+  """The rows score the same test images: each one's CIDEr-D minus the first row's, paired."""
+  if len(rows) < 2:
+    return None
+  return experiment.paired_against(rows[0], rows[1:], lambda row, seed: os.path.join(
+      workdir, row, f"seed{seed}", "scores_test.json"), seeds)
+
+
+def write_tables(workdir: str, results: dict, summaries: dict, seeds: list, rows: list) -> None:
+  caption = (f"Mean ± std (ddof = 1) over seeds {','.join(map(str, seeds))}, scores x100; the "
+             "paired column: the row's seeds averaged per test image, minus the first row's, "
+             "with a paired bootstrap 95 % interval.")
+  experiment.write_table(workdir, results, caption, format_table(summaries, _paired(workdir, rows, seeds)))
 
 if __name__ == "__main__":
   from jaxcap.cli import run_absl

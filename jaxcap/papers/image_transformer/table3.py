@@ -119,7 +119,7 @@ def run_row(key, seed, args):
     state = trainer.load()
   finally:
     trainer.close()  # its checkpoint managers, before the next row opens its own
-  scores = trainer.test(state.params, config.test_split)
+  scores = trainer.test(state.params, config.test_split, step=int(state.step))
   with open(os.path.join(workdir, f"predictions_{config.test_split}.json")) as f:
     preds = {p["image_id"]: p["caption"] for p in json.load(f)}
   out = {m: scores.get("overall", {}).get(m) for m, _ in METRICS}

@@ -1,0 +1,175 @@
+"""Two scorings of the same images compared: the settings they differ in, and each metric's
+difference with a paired bootstrap interval and a paired permutation test.
+
+Where two runs caption the same images, the per-image scores are paired: the image-to-image
+spread (some images are hard for every model) cancels in the per-image differences, so a small
+but consistent difference is told apart from noise far better than by comparing two seed
+standard deviations. For each metric in both files' ``per_image``:
+
+* ``delta``: ``mean_i (b_i - a_i)`` over the images both scored (for CIDEr-D, SPICE, METEOR and
+  ROUGE-L this is the difference of the overall scores over these images; pycocoevalcap's BLEU
+  overall is corpus-level, and the interval is over its per-image BLEU);
+* ``ci``: the paired bootstrap's percentile 95 % interval of that mean (images resampled with
+  replacement, the same resample for both runs; Koehn 2004, Efron & Tibshirani 1993);
+* ``p``: a paired permutation test's two-sided p-value (each image's pair swapped at random,
+  i.e. its difference's sign flipped; ``(1 + #{|mean| >= |observed|}) / (1 + R)``).
+
+Both use a fixed seed, so a comparison prints the same numbers every time.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Mapping
+
+import numpy as np
+
+from jaxcap.evaluation import coco_metrics, files, signature
+
+METRIC_ORDER = tuple(coco_metrics.DISPLAY_NAMES)
+
+
+def display_name(metric: str) -> str:
+  return coco_metrics.DISPLAY_NAMES.get(metric, metric)
+
+
+def paired_bootstrap(a_N, b_N, *, resamples: int = 10000, seed: int = 0, level: float = 0.95,
+                     chunk: int = 2000) -> tuple[float, float]:
+  """The percentile interval of ``mean(b - a)`` over ``resamples`` paired resamples."""
+  d_N = np.asarray(b_N, np.float64) - np.asarray(a_N, np.float64)
+  n = d_N.shape[0]
+  rng = np.random.default_rng(seed)
+  means = []
+  for start in range(0, resamples, chunk):
+    idx_RxN = rng.integers(0, n, size=(min(chunk, resamples - start), n))
+    means.append(d_N[idx_RxN].mean(axis=1))
+  means_R = np.concatenate(means)
+  tail = (1.0 - level) / 2.0
+  lo, hi = np.quantile(means_R, [tail, 1.0 - tail])
+  return float(lo), float(hi)
+
+
+def paired_permutation_p(a_N, b_N, *, permutations: int = 10000, seed: int = 0,
+                         chunk: int = 2000) -> float:
+  """Two-sided p-value of ``mean(b - a) = 0`` by random sign flips of the per-image differences."""
+  d_N = np.asarray(b_N, np.float64) - np.asarray(a_N, np.float64)
+  observed = abs(d_N.mean())
+  rng = np.random.default_rng(seed)
+  at_least = 0
+  for start in range(0, permutations, chunk):
+    signs_RxN = rng.choice(np.array([-1.0, 1.0]), size=(min(chunk, permutations - start), d_N.shape[0]))
+    # A tolerance for the equal-magnitude cases (all differences 0 gives p = 1).
+    at_least += int(np.sum(np.abs((signs_RxN * d_N).mean(axis=1)) >= observed - 1e-12))
+  return (1 + at_least) / (1 + permutations)
+
+
+def load(path: str, split: str = "test", tag: str = "") -> tuple[dict, str]:
+  """A scores file, or a run directory's ``scores_<split><tag>.json``; returns it (as
+  :func:`jaxcap.evaluation.files.load_scores` reads it, with ``"signature"`` when it has one)
+  and the file's path."""
+  if os.path.isdir(path):
+    file = os.path.join(path, f"scores_{split}{tag}.json")
+    if not os.path.exists(file):
+      found = sorted(n for n in os.listdir(path) if n.startswith("scores_") and n.endswith(".json"))
+      raise ValueError(f"{path}: no scores_{split}{tag}.json; expected a run directory that was "
+                       f"tested (found {', '.join(found) if found else 'no scores files'}; "
+                       "--split / --tag choose another)")
+    path = file
+  return files.load_scores(path), path
+
+
+def compare(a: Mapping, b: Mapping, *, intersection: bool = False, names=("A", "B"),
+            resamples: int = 10000, seed: int = 0) -> dict:
+  """``a`` and ``b``: scores as :func:`load` returns them. Returns ``{"images", "settings",
+  "metrics": {metric: {"a", "b", "delta", "ci", "p"}}}``; raises a one-line ``ValueError`` when
+  the image sets differ (unless ``intersection``) or no image or metric is shared."""
+  pa, pb = a.get("per_image") or {}, b.get("per_image") or {}
+  keys_a, keys_b = set(map(str, pa)), set(map(str, pb))
+  shared = sorted(keys_a & keys_b)
+  if not shared:
+    raise ValueError(f"{names[0]} and {names[1]} score no image in common; expected scores of the "
+                     "same images")
+  if keys_a != keys_b and not intersection:
+    raise ValueError(f"{names[0]} scores {len(keys_a)} images, {names[1]} {len(keys_b)}, "
+                     f"{len(shared)} in both; expected the same images (--intersection compares "
+                     "the shared ones)")
+  by_a, by_b = {str(k): v for k, v in pa.items()}, {str(k): v for k, v in pb.items()}
+  metrics = [m for m in METRIC_ORDER if all(m in by_a[k] and m in by_b[k] for k in shared)]
+  metrics += sorted({m for k in shared for m in by_a[k]} & {m for k in shared for m in by_b[k]}
+                    - set(metrics) - {"image_id"})
+  out = {"images": len(shared), "images_a": len(keys_a), "images_b": len(keys_b),
+         "settings": signature.differences(a.get("signature"), b.get("signature")),
+         "resamples": resamples, "seed": seed, "metrics": {}}
+  for m in metrics:
+    va = np.array([_num(by_a[k].get(m)) for k in shared])
+    vb = np.array([_num(by_b[k].get(m)) for k in shared])
+    ok = np.isfinite(va) & np.isfinite(vb)  # SPICE can be NaN for an image
+    if not ok.any():
+      continue
+    va, vb = va[ok], vb[ok]
+    out["metrics"][m] = {"a": float(va.mean()), "b": float(vb.mean()),
+                         "delta": float((vb - va).mean()), "images": int(ok.sum()),
+                         "ci": paired_bootstrap(va, vb, resamples=resamples, seed=seed),
+                         "p": paired_permutation_p(va, vb, permutations=resamples, seed=seed)}
+  if not out["metrics"]:
+    raise ValueError(f"{names[0]} and {names[1]} share no per-image metric; expected scores "
+                     "files with 'per_image'")
+  return out
+
+
+def _num(v) -> float:
+  return float("nan") if v is None else float(v)
+
+
+def format_comparison(result: Mapping, names=("A", "B"), scale: float = 100.0) -> str:
+  """The comparison as text: the differing settings, then one row per metric (x``scale``)."""
+  lines = []
+  if result["settings"]:
+    lines.append(f"settings that differ ({len(result['settings'])}):")
+    for k, va, vb in result["settings"]:
+      lines.append(f"  {k}: {va!r} -> {vb!r}")
+  else:
+    lines.append("settings: the same (or not recorded)")
+  lines.append(f"{result['images']} images scored by both; paired bootstrap ({result['resamples']} "
+               f"resamples) 95% interval of {names[1]} - {names[0]}, paired permutation p (x{scale:g}):")
+  lines.append(f"{'metric':>9} | {names[0][:10]:>10} | {names[1][:10]:>10} | {'delta':>8} | "
+               f"{'95% interval':>19} | {'p':>7}")
+  for m, r in result["metrics"].items():
+    lo, hi = r["ci"]
+    k = 1.0 if m == "sacreBLEU" else scale  # sacreBLEU is 0-100 already
+    lines.append(f"{display_name(m):>9} | {r['a'] * k:10.2f} | {r['b'] * k:10.2f} | "
+                 f"{r['delta'] * k:+8.2f} | [{lo * k:+8.2f}, {hi * k:+8.2f}] | {_p(r['p']):>7}")
+  return "\n".join(lines)
+
+
+def _p(p: float) -> str:
+  return f"{p:.4f}" if p >= 1e-4 else f"<{1e-4:g}"
+
+
+def seed_paired(rows: Mapping[str, list[Mapping]], baseline: str, *, resamples: int = 10000,
+                seed: int = 0) -> dict:
+  """For an experiment's table: each row's seeds' per-image scores averaged per image, then
+  paired with the ``baseline`` row's (:func:`compare` on the averages). ``rows``: row name ->
+  the seeds' scores (each ``{"per_image": ...}``). Returns row -> :func:`compare`'s result."""
+  def averaged(scores_list):
+    by_id = [{str(i): v for i, v in s["per_image"].items()} for s in scores_list]
+    keys = set.intersection(*(set(d) for d in by_id))
+    per = {}
+    for k in keys:
+      entries = [d[k] for d in by_id]
+      ms = set.intersection(*(set(e) for e in entries))
+      per[k] = {m: float(np.mean([_num(e[m]) for e in entries])) for m in ms}
+    return {"per_image": per}
+  base = averaged(rows[baseline])
+  return {name: compare(base, averaged(scores), names=(baseline, name), resamples=resamples, seed=seed)
+          for name, scores in rows.items() if name != baseline}
+
+
+def interval_text(r: Mapping, metric: str = "CIDEr", scale: float = 100.0) -> str:
+  """``+1.23 [+0.40, +2.05]`` for a table cell."""
+  m = r["metrics"].get(metric)
+  if m is None or not all(math.isfinite(x) for x in m["ci"]):
+    return "n/a"
+  lo, hi = m["ci"]
+  return f"{m['delta'] * scale:+.2f} [{lo * scale:+.2f}, {hi * scale:+.2f}]"
