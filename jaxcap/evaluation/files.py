@@ -24,7 +24,7 @@ from jaxcap.atomic import write_json
 from jaxcap.evaluation import coco_metrics, signature
 
 
-def _read_json(path: str, what: str):
+def read_json(path: str, what: str):
   try:
     with open(path) as f:
       return json.load(f)
@@ -68,7 +68,7 @@ def load_coco_references(path: str) -> dict[Hashable, list[str]]:
   Raises:
     ValueError: naming the file (and annotation index) when the layout is not COCO's.
   """
-  data = _read_json(path, "a COCO annotation file with an 'annotations' list")
+  data = read_json(path, "a COCO annotation file with an 'annotations' list")
   if not isinstance(data, dict) or not isinstance(data.get("annotations"), list):
     raise ValueError(f"{path}: expected a COCO annotation file: a JSON object with an "
                      "'annotations' list of {'image_id', 'caption'}")
@@ -95,7 +95,7 @@ def load_predictions(path: str, references: Mapping | None = None) -> dict[Hasha
     ValueError: naming the file and entry index for a malformed entry, a repeated image id, or
       an image id absent from ``references``.
   """
-  data = _read_json(path, "a COCO results list of {'image_id', 'caption'}")
+  data = read_json(path, "a COCO results list of {'image_id', 'caption'}")
   if not isinstance(data, list):
     raise ValueError(f"{path}: expected a COCO results file: a JSON list of "
                      f"{{'image_id', 'caption'}}, got a {type(data).__name__}")
@@ -139,7 +139,7 @@ def load_scores(path: str, image_ids=None) -> dict:
       to. Default: the ids of ``predictions_<split><tag>.json`` beside the file when it exists,
       otherwise digit-only keys become ints.
   """
-  data = _read_json(path, "a scores file with 'overall' and 'per_image'")
+  data = read_json(path, "a scores file with 'overall' and 'per_image'")
   if not isinstance(data, dict) or not isinstance(data.get("overall"), dict):
     raise ValueError(f"{path}: expected a scores file: a JSON object with 'overall' and 'per_image'")
   per = data.get("per_image", [])

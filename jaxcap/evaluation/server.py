@@ -12,7 +12,6 @@ or else from the folder's file names.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 
@@ -20,6 +19,7 @@ import numpy as np
 
 from jaxcap import atomic
 from jaxcap.data import karpathy
+from jaxcap.evaluation import files
 
 SETS = {"test2014": 40775, "val2014": 40504}
 _ALG = re.compile(r"^[A-Za-z0-9-]+$")
@@ -38,12 +38,7 @@ def check_alg(alg: str) -> str:
 
 def read_image_info(path: str) -> list[int]:
   """The image ids of a COCO annotation or image-info file (``{"images": [{"id": ...}]}``)."""
-  try:
-    with open(path) as f:
-      data = json.load(f)
-  except ValueError:
-    raise ValueError(f"--image_info={path}: not valid JSON; expected COCO's image_info_test2014.json "
-                     "or captions_val2014.json") from None
+  data = files.read_json(path, "COCO's image_info_test2014.json or captions_val2014.json")
   images = data.get("images") if isinstance(data, dict) else None
   if not isinstance(images, list) or not images:
     raise ValueError(f"--image_info={path}: no 'images' list; expected COCO's image_info_test2014.json "
@@ -130,11 +125,7 @@ def check_results(path: str, which: str | None = None, expected_ids=None) -> lis
   m = re.match(r"^captions_(test2014|val2014)_([A-Za-z0-9-]+)_results\.json$", base)
   if not m or (which and m.group(1) != which):
     raise ValueError(f"{path}: expected the name captions_{which or '<test2014|val2014>'}_<alg>_results.json")
-  with open(path) as f:
-    try:
-      data = json.load(f)
-    except ValueError:
-      raise ValueError(f"{path}: not valid JSON; expected an array of {{image_id, caption}}") from None
+  data = files.read_json(path, "an array of {image_id, caption}")
   if not isinstance(data, list) or not data:
     raise ValueError(f"{path}: expected a non-empty JSON array of {{image_id, caption}}")
   seen = set()
