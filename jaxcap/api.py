@@ -29,10 +29,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-import os
 from typing import Any, Mapping, Sequence
-
-import numpy as np
 
 from jaxcap import config_files, ensemble, inference, run_dir
 from jaxcap import data as data_lib
@@ -58,17 +55,12 @@ def get_config(spec: str = "transformer.py:synthetic", **overrides):
   Returns:
     The ``ml_collections.ConfigDict`` that ``train.py --config <spec> --config.<k>=<v>`` runs.
   """
-  config = config_files.load(spec)
-  for key, value in overrides.items():
-    config_files.set_field(config, key.replace("__", "."), value)
-  return config
+  return _with_overrides(spec, overrides)
 
 
 def _with_overrides(config, overrides: dict):
-  """A copy of ``config`` (or :func:`get_config` of a spec string) with ``overrides`` set."""
-  if isinstance(config, str):
-    return get_config(config, **overrides)
-  config = copy.deepcopy(config)
+  """A copy of ``config`` (or the config of a spec string) with ``overrides`` set."""
+  config = config_files.load(config) if isinstance(config, str) else copy.deepcopy(config)
   for key, value in overrides.items():
     config_files.set_field(config, key.replace("__", "."), value)
   return config
@@ -90,23 +82,8 @@ def train(config, workdir: str, **overrides) -> "Run":
 
 
 def dry_run(config, workdir: str = "", **overrides) -> dict:
-  """Will it fit? ``train.py --dry_run``: checks the config and data, compiles the training (and
-  SCST) step at the configured batch on this process's devices, prints the parameters, FLOPs per
-  step and memory per device, writes nothing (:func:`jaxcap.training.train_lib.dry_run`).
-
-  Args:
-    config: a ConfigDict (:func:`get_config`) or a spec string for :func:`get_config`.
-    workdir: unused but for messages (nothing is written).
-    **overrides: config fields as in :func:`get_config`.
-
-  Returns:
-    The figures (``parameters``, ``state_bytes``, ``steps: {phase: {"gflop", "memory",
-    "compile_s"}}``, the device's limit).
-
-  Raises:
-    ValueError: a bad config or data, or a step that needs more memory than a device has (one
-      line naming ``batch_size`` / ``scst.num_samples``).
-  """
+  """Will it fit? ``train.py --dry_run`` (:func:`jaxcap.training.train_lib.dry_run`: the figures
+  it returns, the one-line errors it raises); ``config`` and ``overrides`` as :func:`train`'s."""
   parallel.maybe_initialize_distributed()
   config = _with_overrides(config, overrides)
   return train_lib.dry_run(config, workdir)
@@ -306,23 +283,18 @@ class Run:
       method, beam_size, **options: decoding (default: the run's ``config.decode``).
 
     Returns:
-      :func:`score`'s ``{"overall": {...}, "per_image": {...}, "signature": {...}}`` plus
-      ``"predictions"`` (the signature with this run's decoding, vocabulary, features, step);
-      translation runs are scored by :mod:`jaxcap.evaluation.translation`.
+      :func:`score`'s ``{"overall", "per_image", "signature"}`` (the signature completed with this
+      run's decoding, vocabulary, features and step) plus ``"predictions"``; translation runs are
+      scored by :mod:`jaxcap.evaluation.translation`.
     """
     preds = self.predict(split, num_images=num_images, method=method, beam_size=beam_size,
                          batch_size=batch_size, **options)
-    refs = self.dataset.references(split)
-    refs = {k: refs[k] for k in preds}
-    if self.dataset.src_vocab is not None:
-      out = dict(translation.score(refs, preds), predictions=preds)
-    else:
-      out = dict(score(refs, preds, metrics=metrics, log=log), predictions=preds)
-    made_by = run_dir.made_by(self.config, self.vocab, self.info, split=split, step=self.step,
-                              decode=self.decode_config(method, beam_size, **options),
-                              workdir=self.workdir, dataset=self.dataset)
-    out["signature"] = signature.build(metrics=out["signature"], split=split, num_images=len(preds),
-                                       **{k: v for k, v in made_by.items() if k != "split"})
+    refs = {k: v for k, v in self.dataset.references(split).items() if k in preds}
+    out = dict(translation.score(refs, preds) if self.dataset.src_vocab is not None else
+               score(refs, preds, metrics=metrics, log=log), predictions=preds)
+    out["signature"] = signature.build(metrics=out["signature"], split=split, num_images=len(preds), **run_dir.made_by(
+        self.config, self.vocab, self.info, split=split, step=self.step, workdir=self.workdir,
+        decode=self.decode_config(method, beam_size, **options), dataset=self.dataset))
     return out
 
   # ---------------------------------------------------------------- figures
@@ -365,15 +337,7 @@ class Run:
     model, params = self.model.clone(**fields), self.params
     if role_centroids is not None:
       from jaxcap.papers.tpgn import model as tpgn  # TPGN's own ablation input
-      what = "role_centroids"
-      if isinstance(role_centroids, (str, os.PathLike)):  # roles.py's roles_k<K>.npy
-        what = f"role_centroids={role_centroids}"
-        try:
-          role_centroids = np.load(role_centroids, allow_pickle=False)
-        except (OSError, ValueError) as e:
-          raise ValueError(f"{what}: unreadable ({str(e).splitlines()[0]}); expected a .npy file "
-                           "of [K, d*d] centroids (roles.py writes roles_k<K>.npy)") from None
-      params = tpgn.with_role_centroids(params, role_centroids, what=what)
+      params = tpgn.with_role_centroids(params, role_centroids)
     check_fits(model, params, self.info, f"ablate({', '.join(f'{k}={v!r}' for k, v in fields.items())})")
     config = copy.deepcopy(self.config)
     with config.unlocked() if hasattr(config, "unlocked") else contextlib.nullcontext():

@@ -69,7 +69,11 @@ def _run(cmd, cwd, timeout=600):
 def test_fresh_editable_install_runs_the_readme_snippet_from_another_directory(tmp_path):
   py = _venv(tmp_path / "venv")
   clone = _fresh_clone(tmp_path / "clone")
-  _run([py, "-m", "pip", "install", "-e", "."], cwd=clone)
+  r = subprocess.run([str(py), "-m", "pip", "install", "-e", "."], cwd=clone, env=_env(), capture_output=True,
+                     text=True, timeout=600)
+  assert r.returncode == 0, r.stderr[-3000:]
+  # setuptools deprecates a license given as a TOML table (it printed the warning four times).
+  assert "project.license" not in r.stdout + r.stderr, (r.stdout + r.stderr)[-3000:]
   elsewhere = tmp_path / "elsewhere"
   elsewhere.mkdir()
   where = _run([py, "-c", "import jaxcap, configs; print(jaxcap.__file__); print(configs.__file__)"],

@@ -1,7 +1,6 @@
 """Evaluates a checkpoint, or scores any captioner's predictions file.
 
   python evaluate.py --workdir runs/transformer_synthetic [--split test] [--step N] [--beam-size 3] [--block-trigrams]
-  python evaluate.py --workdir runs/transformer_synthetic --beam-size 3 --beam-mode self_critical --tag _sc3
   python evaluate.py --workdir runs/t1 --beam-size 6 --beam-groups 3 --diversity-strength 0.5 --sample-n 6 --sample-n-method beam
   python evaluate.py --ensemble runs/a,runs/b [--ensemble-weights 1,1] [--workdir OUT] [--beam-size 3]
   python evaluate.py --predictions P.json --references R.json --out S.json
@@ -10,19 +9,12 @@
   jaxcap-evaluate --workdir runs/transformer_synthetic   # the same, once the package is installed
 
 The first form decodes the split with the best checkpoint (or ``--step``), prints the metric
-table and writes ``predictions_<split><tag>.json`` and ``scores_<split><tag>.json`` in the
-workdir; ``--ensemble`` decodes with several runs together (files in ``--workdir``, default the
-first run's, tag ``_ensemble`` unless ``--tag``); ``--predictions`` scores a COCO results file
-against COCO-format references; ``--images DIR`` captions a folder of images with a run trained
-on ``jaxcap-extract``'s features (``[{"image", "caption"}]`` to ``--out``; no scores); ``--server``
-captions a COCO set without references from its feature folders and writes the evaluation
-server's ``captions_<set>_<alg>_results.json`` (:mod:`jaxcap.evaluation.server`). Every scores
-file carries a signature of how it was made, printed as one line under the table
-(:mod:`jaxcap.evaluation.signature`; ``jaxcap-compare`` reads it). The work is
-:mod:`jaxcap.evaluation.runs` (and :func:`jaxcap.evaluation.files.score_files`).
+table and the scores' signature (:mod:`jaxcap.evaluation.signature`) and writes
+``predictions_<split><tag>.json`` / ``scores_<split><tag>.json`` in the workdir; ``--ensemble``
+decodes several runs together (tag ``_ensemble`` unless ``--tag``); ``--predictions`` scores a
+COCO results file; ``--images`` captions image files; ``--server`` writes the COCO evaluation
+server's file (:mod:`jaxcap.evaluation.server`). The work is :mod:`jaxcap.evaluation.runs`.
 """
-
-import os
 
 from absl import flags
 
@@ -71,11 +63,9 @@ _IMAGES = flags.DEFINE_string("images", None, "Caption every image file of this 
 _IMAGE_WEIGHTS = flags.DEFINE_string("weights", None, "With --images: the backbone's .safetensors.")
 _SERVER = flags.DEFINE_enum("server", None, ["test2014", "val2014"], "Write the COCO evaluation "
                             "server's results file for this set (needs its feature folders).")
-_ATT_DIR = flags.DEFINE_string("att_dir", None, "--server: the set's region features (<image_id>.npz/.npy).")
-_FC_DIR = flags.DEFINE_string("fc_dir", None, "--server: the set's global features (<image_id>.npy).")
-_BOX_DIR = flags.DEFINE_string("box_dir", None, "--server: the set's boxes (<image_id>.npy).")
-_IMAGE_INFO = flags.DEFINE_string("image_info", None, "--server: COCO's image_info_test2014.json / "
-                                  "captions_val2014.json (the set's image ids; default: the folder's files).")
+_S = {n: flags.DEFINE_string(n, None, f"--server: {h}") for n, h in [
+    ("att_dir", "the set's region features (<image_id>.npz/.npy)."), ("fc_dir", "its global features."),
+    ("box_dir", "its boxes."), ("image_info", "COCO's image_info_test2014.json / captions_val2014.json.")]}
 _ALG = flags.DEFINE_string("alg", "jaxcap", "--server: the algorithm's name in the file name.")
 for _name in ("sample_n", "sample_n_method", "ensemble_weights", "batch_size"):
   flags.DEFINE_alias(_name.replace("_", "-"), _name)
@@ -87,31 +77,26 @@ def _decode(config_decode: dict) -> dict:
                              **options)
 
 
+# The program's other forms (each named by its flag), the flags each needs, and the flags that
+# only it takes.
+_FORMS = {"images": (("workdir", "out"), ("weights",)), "server": (("workdir",), tuple(_S)),
+          "predictions": (("references", "out"), ()), "ensemble": ((), ("ensemble-weights",))}
+
+
 def _check_flags() -> None:
   """The combinations of flags, before anything is read."""
-  def given(*names):
-    return [f"--{n}" for n in names if flags.FLAGS[n].value]
-  if _WEIGHTS.value is not None and not _ENSEMBLE.value:
-    raise ValueError(f"--ensemble-weights={_WEIGHTS.value}: weights without --ensemble; "
-                     "expected --ensemble runs/a,runs/b with one weight per run")
-  if _IMAGES.value is not None:
-    if given("ensemble", "predictions") or not _WORKDIR.value or not _OUT.value:
-      raise ValueError(f"--images with {(given('ensemble', 'predictions') or ['no --workdir/--out'])[0]}: "
-                       "expected --images DIR --workdir RUN --out captions.json")
-  elif _IMAGE_WEIGHTS.value is not None:
-    raise ValueError(f"--weights={_IMAGE_WEIGHTS.value} without --images; expected --images DIR "
-                     "(the backbone weights of image captioning)")
-  server_flags = given("att_dir", "fc_dir", "box_dir", "image_info")
-  if _SERVER.value is not None:
-    if given("ensemble", "predictions", "images") or not _WORKDIR.value:
-      raise ValueError(f"--server with {(given('ensemble', 'predictions', 'images') or ['no --workdir'])[0]}: "
-                       "expected --server SET --workdir RUN --att_dir/--fc_dir DIR")
-  elif server_flags:
-    raise ValueError(f"{server_flags[0]} without --server; expected --server test2014 or val2014")
-  if _PREDICTIONS.value and not (_REFERENCES.value and _OUT.value):
-    raise ValueError("--predictions needs --references R.json (COCO annotation format) and "
-                     "--out S.json; expected all three")
-  if not (_PREDICTIONS.value or _ENSEMBLE.value or _WORKDIR.value):
+  given = [f for f in _FORMS if flags.FLAGS[f].value]
+  for form, (needs, own) in _FORMS.items():
+    other = [f"--{f}" for f in given if f != form]
+    lacking = [f"--{n}" for n in needs if not flags.FLAGS[n].value]
+    if form in given and (other or lacking):
+      raise ValueError(f"--{form} with {(other or ['no ' + '/'.join(lacking)])[0]}: expected --{form} with "
+                       f"{' and '.join('--' + n for n in needs) or 'its runs'} and no other form")
+    stray = [n for n in own if flags.FLAGS[n].value is not None]
+    if stray and form not in given:
+      raise ValueError(f"--{stray[0]}={flags.FLAGS[stray[0]].value} without --{form}; expected --{form} "
+                       f"(--{stray[0]} belongs to it)")
+  if not (given or _WORKDIR.value):
     raise ValueError("no --workdir; expected --workdir (a checkpoint to evaluate), --ensemble or "
                      "--predictions/--references/--out")
   if _STEP.value is not None and _ENSEMBLE.value:
@@ -133,14 +118,9 @@ def main(argv):
     runs.evaluate_ensemble(workdirs, _WEIGHTS.value, out_dir=_WORKDIR.value, decode=_decode,
                            tag=_TAG.value or "_ensemble", **common)
     return
-  for path, what in ((_WORKDIR.value, "--workdir"), (_IMAGES.value, "--images")):
-    if path is not None and not os.path.isdir(path):
-      raise ValueError(f"{what}={path}: not a directory; expected "
-                       f"{'a workdir written by train.py' if what == '--workdir' else 'a folder of images'}")
   if _SERVER.value is not None:
-    runs.server_results(_WORKDIR.value, _SERVER.value, att_dir=_ATT_DIR.value, fc_dir=_FC_DIR.value,
-                        box_dir=_BOX_DIR.value, image_info=_IMAGE_INFO.value, alg=_ALG.value,
-                        step=_STEP.value, decode=_decode, batch_size=_BATCH.value or 50)
+    runs.server_results(_WORKDIR.value, _SERVER.value, alg=_ALG.value, step=_STEP.value, decode=_decode,
+                        batch_size=_BATCH.value or 50, **{n: h.value for n, h in _S.items()})
   elif _IMAGES.value is not None:
     runs.caption_folder(_WORKDIR.value, _IMAGES.value, _OUT.value, weights=_IMAGE_WEIGHTS.value,
                         step=_STEP.value, decode=_decode, batch_size=_BATCH.value or 16)

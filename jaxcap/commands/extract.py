@@ -104,16 +104,8 @@ def main() -> int:
     raise ValueError(f"--images={a.images}: none of the {result['total']} images could be read; "
                      "expected image files Pillow can open")
   if captions is not None:
-    usable = [n for n in names if n in captions and n not in {n for n, _ in failed}]
-    missing = sorted(set(captions) - set(names))
-    if missing:
-      _err(f"{len(missing)} captioned file(s) not in {a.images} (left out), e.g. {missing[0]}")
-    data = karpathy.karpathy_json(captions, usable, a.val, a.test, a.seed, a.name, splits)
-    path = os.path.join(a.out, f"dataset_{a.name}.json")
-    atomic.write_json(path, data)
-    counts = ", ".join(f"{s} {sum(e['split'] == s for e in data['images'])}" for s in ("train", "val", "test"))
-    print(f"wrote {path}: {len(usable)} images ({counts}), "
-          f"{sum(len(e['sentences']) for e in data['images'])} captions", flush=True)
+    print(karpathy.write_captions_json(a.out, a.name, captions, names, {n for n, _ in failed}, a.val,
+                                       a.test, a.seed, splits, warn=_err), flush=True)
   print(f"features in {a.out} (fc/, att/ [{record['att_size']}*{record['att_size']}, D], "
         "features.json)", flush=True)
   return 0

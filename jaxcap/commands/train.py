@@ -19,9 +19,8 @@ from jaxcap.training import train_lib
 
 DEFAULT_CONFIG = "configs/transformer.py:synthetic"
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (default: runs/<config name>).")
-_DRY_RUN = flags.DEFINE_bool(
-    "dry_run", False, "Check the config and data, compile the training (and SCST) step at the "
-    "configured batch, print parameters, FLOPs per step and per-device memory, write nothing.")
+_DRY_RUN = flags.DEFINE_bool("dry_run", False, "Compile the training (and SCST) step, print "
+                             "parameters, FLOPs per step and per-device memory; write nothing.")
 
 
 def main(argv):

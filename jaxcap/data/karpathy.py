@@ -26,6 +26,7 @@ import threading
 
 import numpy as np
 
+from jaxcap import atomic
 from jaxcap.data import base
 from jaxcap.data import batch as batch_lib
 from jaxcap.data.vocab import tokenize
@@ -355,3 +356,21 @@ def karpathy_json(captions: dict[str, list[str]], names: list[str], val: int, te
     images.append({"filename": fname, "imgid": imgid, "split": split[fname], "sentences": sents,
                    "sentids": [s["sentid"] for s in sents]})
   return {"images": images, "dataset": name}
+
+
+def write_captions_json(out_dir: str, name: str, captions: dict[str, list[str]], names: list[str],
+                        failed: set, val: int, test: int, seed: int,
+                        splits: dict[str, str] | None = None, warn=print) -> str:
+  """``<out_dir>/dataset_<name>.json`` (:func:`karpathy_json`) for the captioned images of
+  ``names`` that were extracted (not in ``failed``), written atomically; ``warn`` gets one line
+  about captioned files that are not in the folder. Returns a one-line summary."""
+  usable = [n for n in names if n in captions and n not in failed]
+  missing = sorted(set(captions) - set(names))
+  if missing:
+    warn(f"{len(missing)} captioned file(s) not in the images folder (left out), e.g. {missing[0]}")
+  data = karpathy_json(captions, usable, val, test, seed, name, splits)
+  path = os.path.join(out_dir, f"dataset_{name}.json")
+  atomic.write_json(path, data)
+  counts = ", ".join(f"{s} {sum(e['split'] == s for e in data['images'])}" for s in ("train", "val", "test"))
+  return (f"wrote {path}: {len(usable)} images ({counts}), "
+          f"{sum(len(e['sentences']) for e in data['images'])} captions")

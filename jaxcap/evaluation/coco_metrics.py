@@ -91,11 +91,38 @@ def python_ptb_tokenize(text: str) -> str:
   return " ".join(out)
 
 
-def _ptb_tokenize(captions: Mapping[Hashable, Sequence[str]]) -> dict:
-  """pycocoevalcap's PTBTokenizer on ``{id: [caption]}`` (as ``COCOEvalCap`` calls it)."""
-  from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer  # lazy: optional dependency
+# What COCOEvalCap's PTBTokenizer removes after tokenising (pycocoevalcap/tokenizer/ptbtokenizer.py).
+_PTB_PUNCTUATION = frozenset(["''", "'", "``", "`", "-LRB-", "-RRB-", "-LCB-", "-RCB-", ".", "?", "!",
+                              ",", ":", "-", "--", "...", ";"])
 
-  out = PTBTokenizer().tokenize({k: [{"caption": c} for c in v] for k, v in captions.items()})
+
+def _ptb_tokenize(captions: Mapping[Hashable, Sequence[str]]) -> dict:
+  """Stanford's PTBTokenizer on ``{id: [caption]}``, run as ``COCOEvalCap`` runs it (pycocoevalcap's
+  stanford-corenlp-3.4.1 jar, ``-preserveLines -lowerCase``, one caption per line, the same
+  punctuation removed), with two differences that change no token: the input file goes to a
+  temporary folder (pycocoevalcap writes it into its installed package, which may be read-only),
+  and the jar's progress line on stderr ("PTBTokenizer tokenized N tokens ...", once per call) is
+  kept off the terminal."""
+  import subprocess
+  import tempfile
+
+  from pycocoevalcap.tokenizer import ptbtokenizer  # lazy: optional dependency
+
+  jar = os.path.join(os.path.dirname(ptbtokenizer.__file__), ptbtokenizer.STANFORD_CORENLP_3_4_1_JAR)
+  keys = [k for k, v in captions.items() for _ in v]
+  text = "\n".join(c.replace("\n", " ") for v in captions.values() for c in v)
+  with tempfile.TemporaryDirectory() as tmp:
+    path = os.path.join(tmp, "captions.txt")
+    with open(path, "w", encoding="utf-8") as f:
+      f.write(text)
+    r = subprocess.run(["java", "-cp", jar, "edu.stanford.nlp.process.PTBTokenizer", "-preserveLines",
+                        "-lowerCase", path], capture_output=True, timeout=600)
+  if r.returncode != 0:
+    raise RuntimeError(f"PTBTokenizer exited {r.returncode}: {r.stderr.decode(errors='replace').strip()[-200:]}")
+  lines = r.stdout.decode("utf-8").split("\n")
+  out: dict = {}
+  for k, line in zip(keys, lines):
+    out.setdefault(k, []).append(" ".join(w for w in line.rstrip().split(" ") if w not in _PTB_PUNCTUATION))
   for k, v in captions.items():
     if len(out.get(k, ())) != len(v):
       raise RuntimeError(f"PTBTokenizer returned {len(out.get(k, ()))} captions for image {k!r}, "

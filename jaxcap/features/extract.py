@@ -78,7 +78,7 @@ def read_image(path: str, size: int) -> np.ndarray:
     elif img.mode != "RGB":
       # Palette / alpha images through RGBA so that transparency becomes its colour, not noise.
       img = img.convert("RGBA").convert("RGB") if img.mode in ("P", "PA", "LA") else img.convert("RGB")
-    return _square(img, size)
+    return _square(img, size, path)
 
 
 def _high_depth_to_rgb(img, path: str):
@@ -123,8 +123,16 @@ def unreadable_reason(e: Exception) -> str:
   return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
 
 
-def _square(img, size: int) -> np.ndarray:
+# An image side below this is half a cell of a stride-32 backbone's feature grid: upscaled to
+# the input size it holds almost nothing to caption, which is said, not hidden.
+SMALL_SIDE = 16
+
+
+def _square(img, size: int, what: str) -> np.ndarray:
   from PIL import Image
+  if min(img.size) < SMALL_SIDE:
+    print(f"warning: {what}: {img.size[0]}x{img.size[1]} pixels, upscaled to {size}x{size} "
+          f"(an image side under {SMALL_SIDE} pixels holds little to caption)", file=sys.stderr, flush=True)
   return np.asarray(img.resize((size, size), Image.BILINEAR), dtype=np.uint8)
 
 
@@ -139,7 +147,7 @@ def image_array(array, size: int, what: str = "image") -> np.ndarray:
                      f"got {x.dtype} {list(x.shape)}")
   if x.shape[:2] == (size, size):
     return x
-  return _square(Image.fromarray(x, "RGB"), size)
+  return _square(Image.fromarray(x, "RGB"), size, what)
 
 
 def build_backbone(name: str, fields_json: str | None = None, *, size: int | None = None,

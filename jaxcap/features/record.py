@@ -92,6 +92,9 @@ class Backbone:
     for i, item in enumerate(images):
       if isinstance(item, (str, os.PathLike)):
         path = os.fspath(item)
+        if os.path.isdir(path):
+          raise ValueError(f"{path}: a directory; expected an image file (a folder's images: "
+                           "evaluate.py --images DIR, or a list of their paths)")
         if not os.path.isfile(path):
           raise ValueError(f"{path}: no such file; expected an image file")
         try:

@@ -357,6 +357,7 @@ class _TrainLog:
     self.bar = _progress(total, initial)
     self.batch_size = batch_size
     self.postfix, self.t_postfix = {}, 0.0
+    self._advanced = False
     self._reset()
 
   def _reset(self):
@@ -399,6 +400,11 @@ class _TrainLog:
 
   def advance(self) -> None:
     if self.bar is not None:
+      if not self._advanced:
+        # The first step's time is mostly its compilation (a minute or more on a large model):
+        # the bar's clock starts after it, so its rate and remaining time are the steps'.
+        self.bar.unpause()
+        self._advanced = True
       self.bar.update(1)
 
   def print(self, message: str) -> None:

@@ -208,3 +208,19 @@ def test_importing_evaluation_does_not_import_pycocoevalcap():
   out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,
                        check=True)
   assert out.stdout.strip() == "False"
+
+
+@needs_java
+def test_the_tokenizer_equals_pycocoevalcaps_and_prints_nothing(capfd):
+  from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
+  caps = {1: ["A man's dog, running -- fast!", "Two (big) cats; \"quoted\" text..."],
+          "x": ["Hello\nworld?", "ÉLAN café naïve  spaces  "], 3: ["Front Ave. and Seventh St."]}
+  if COCO.exists():
+    with open(COCO) as f:
+      caps.update({a["id"]: [a["caption"]] for a in json.load(f)["annotations"][:2000]})
+  theirs = PTBTokenizer().tokenize({k: [{"caption": c} for c in v] for k, v in caps.items()})
+  capfd.readouterr()
+  assert coco_metrics._ptb_tokenize(caps) == {k: theirs[k] for k in caps}
+  coco_metrics.score({1: ["a dog runs", "a dog"]}, {1: "a dog"}, metrics=("Bleu", "CIDEr"))
+  # pycocoevalcap's own call prints "PTBTokenizer tokenized N tokens ..." on every score.
+  assert capfd.readouterr() == ("", "")

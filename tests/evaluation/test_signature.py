@@ -198,7 +198,7 @@ def test_server_bad_input_is_one_line_and_writes_nothing(runs, tmp_path, case, e
 
 def test_server_flags_without_server_are_refused(runs, tmp_path):
   code, _, err = runs["programs"].run(["evaluate.py", f"--workdir={runs['a'][0]}", "--att_dir=x"], tmp_path)
-  assert code == 2 and "--att_dir without --server" in err
+  assert code == 2 and "--att_dir=x without --server" in err
 
 
 @pytest.mark.parametrize("content,match", [

@@ -312,3 +312,22 @@ def test_splits_in_the_captions_with_val_or_test_is_one_line(tmp_path, capsys):
                              "--captions", tmp_path / "s.json", "--val", "1"], capsys)
   assert code == 2 and stderr.strip().startswith("error: --val=1 --test=0: ")
   assert "gives every image's split" in stderr and not (tmp_path / "o").exists()
+
+
+def test_a_tiny_image_is_upscaled_with_a_warning_and_a_directory_is_not_a_file(tmp_path, capsys):
+  from jaxcap.features import record as record_lib
+  Image.fromarray(np.full((8, 8, 3), 200, np.uint8)).save(tmp_path / "tiny.png")
+  Image.fromarray(np.full((20, 24, 3), 200, np.uint8)).save(tmp_path / "small.png")
+  assert extract.read_image(str(tmp_path / "tiny.png"), 32).shape == (32, 32, 3)
+  err = capsys.readouterr().err
+  assert err == (f"warning: {tmp_path / 'tiny.png'}: 8x8 pixels, upscaled to 32x32 (an image side under "
+                 "16 pixels holds little to caption)\n")
+  extract.read_image(str(tmp_path / "small.png"), 32)
+  extract.image_array(np.zeros((8, 9, 3), np.uint8), 32, what="images[3]")
+  assert capsys.readouterr().err.startswith("warning: images[3]: 9x8 pixels, upscaled")
+  # Run.caption_images' reader: a folder given where an image file is expected is named as such.
+  backbone = record_lib.Backbone.__new__(record_lib.Backbone)
+  backbone.size = 32
+  with pytest.raises(ValueError, match=rf"^{tmp_path}: a directory; expected an image file \(a folder's "
+                     r"images: evaluate.py --images DIR"):
+    backbone.pixels([str(tmp_path / "tiny.png"), str(tmp_path)])

@@ -62,3 +62,21 @@ def test_fit_bar_shows_loss_reward_and_validation(tmp_path, monkeypatch):
   scst = [f for s, f in bar.calls if s >= 3]  # after SCST steps 3 and 4
   assert scst and all("reward" in f and "val_CIDEr-D" in f for f in scst)
   assert "lr" in bar.calls[-1][1]
+
+
+def test_the_bars_rate_and_remaining_time_leave_out_the_first_steps_compilation(tmp_path, monkeypatch):
+  import io
+  import time
+  from tqdm import tqdm
+  bar = tqdm(total=100, initial=0, file=io.StringIO(), mininterval=0.0)
+  monkeypatch.setattr(train_lib, "_progress", lambda total, initial: bar)
+  log = train_lib._TrainLog(str(tmp_path), 100, 0, batch_size=1)
+  time.sleep(0.6)  # the first step: compiling
+  for _ in range(5):
+    log.advance()  # then fast steps
+  meter = bar.format_dict
+  # Counting the compile, 5 steps in >= 0.6 s would put the remaining 95 at >= 11 s.
+  assert meter["elapsed"] < 0.3 and meter["n"] == 5
+  rate = meter["rate"] or meter["n"] / max(meter["elapsed"], 1e-9)
+  assert (100 - 5) / rate < 5.0
+  log.close()

@@ -98,8 +98,17 @@ def unbind(s_Bxdxd, u_Bxd2):
 
 
 def with_role_centroids(variables: dict, centroids_KxD2, what: str = "role_centroids") -> dict:
-  """``variables`` plus the ``ablation`` collection read when ``zero_role_cluster >= 0``; one
-  line for centroids that are not ``[K, d^2]`` numbers of this model's ``d``."""
+  """``variables`` plus the ``ablation`` collection read when ``zero_role_cluster >= 0``:
+  ``centroids_KxD2`` an array or the path of a ``.npy`` of them (``roles.py`` writes
+  ``roles_k<K>.npy``); one line for centroids that are not ``[K, d^2]`` numbers of this model's
+  ``d``, or a file that cannot be read."""
+  if isinstance(centroids_KxD2, (str, os.PathLike)):
+    what = f"{what}={centroids_KxD2}"
+    try:
+      centroids_KxD2 = np.load(centroids_KxD2, allow_pickle=False)
+    except (OSError, ValueError) as e:
+      raise ValueError(f"{what}: unreadable ({str(e).splitlines()[0]}); expected a .npy file "
+                       "of [K, d*d] centroids (roles.py writes roles_k<K>.npy)") from None
   try:
     mu = np.asarray(centroids_KxD2, np.float32)
   except (TypeError, ValueError):
