@@ -13,7 +13,7 @@ stays light)::
   jaxcap.dry_run(config)                            # compiles the steps: will it fit?
 """
 
-__version__ = "0.1.0"
+from jaxcap.version import __version__  # noqa: F401  (the package's version)
 
 _API = ("load", "load_ensemble", "score", "train", "dry_run", "get_config", "Run")
 

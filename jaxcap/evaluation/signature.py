@@ -25,6 +25,8 @@ import os
 import subprocess
 from typing import Mapping, Sequence
 
+from jaxcap import version
+
 # pycocoevalcap's Cider is CIDEr-D (Vedantam et al. 2015, section 4.4, as in the coco-caption
 # code): clipped n-gram counts, a Gaussian length penalty with sigma 6, x10, document
 # frequencies from the references of the images being scored, no EOS token.
@@ -53,9 +55,8 @@ def _version(dist: str) -> str | None:
 @functools.lru_cache(maxsize=None)
 def jaxcap_version() -> dict:
   """jaxcap's version and, in a git checkout, its commit (``dirty`` when tracked files changed)."""
-  import jaxcap
-  out = {"version": jaxcap.__version__, "commit": None}
-  repo = os.path.dirname(os.path.dirname(os.path.abspath(jaxcap.__file__)))
+  out = {"version": version.__version__, "commit": None}
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(version.__file__)))
   try:
     commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=repo, timeout=10,
                             capture_output=True, text=True).stdout.strip()

@@ -214,3 +214,12 @@ def test_check_results_holds_the_servers_format(tmp_path, content, match):
     server.check_results(str(path))
   with pytest.raises(ValueError, match="expected the name"):
     server.check_results(str(tmp_path / "results.json"))
+
+
+def test_the_apis_train_writes_a_signed_scores_file(tmp_path):
+  import jaxcap
+  jaxcap.train("configs/transformer.py:synthetic,tiny", str(tmp_path / "run"), num_train_steps=2,
+               eval_every_steps=2, checkpoint_every_steps=2, test_after_training=True)
+  sig = _sig(tmp_path / "run" / "scores_test.json")
+  assert sig["checkpoint"]["step"] == 2 and sig["features"]["source"] == "synthetic_scenes"
+  assert sig["decode"]["method"] == "greedy" and sig["split"]["name"] == "test"

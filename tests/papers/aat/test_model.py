@@ -68,6 +68,7 @@ import jax.numpy as jnp
 from jaxcap.models import registry
 from jaxcap.papers.aat.model import AATAttention, AATCaptioner
 from jaxcap.models.base import shift_right
+from tests.models import np_cells
 
 D, H, N, B = 16, 4, 6, 8
 
@@ -80,16 +81,7 @@ _jit = functools.partial(jax.jit, compiler_options={"xla_backend_optimization_le
 # NumPy reference.
 
 
-def _sigmoid(x):
-  return 1.0 / (1.0 + np.exp(-x))
-
-
-def _np_lstm(p, x, h, c):
-  """flax's LSTM equations (input kernels without bias, hidden kernels with bias)."""
-  gate = lambda g: x @ p["i" + g]["kernel"] + h @ p["h" + g]["kernel"] + p["h" + g]["bias"]
-  i, f, g, o = _sigmoid(gate("i")), _sigmoid(gate("f")), np.tanh(gate("g")), _sigmoid(gate("o"))
-  c = f * c + i * g
-  return o * np.tanh(c), c
+_sigmoid, _np_lstm = np_cells.sigmoid, np_cells.lstm
 
 
 def _np_layer_norm(p, x, eps=1e-6):

@@ -27,20 +27,13 @@ import jax.numpy as jnp
 from jaxcap.models import registry
 from jaxcap.models.base import shift_right
 from jaxcap.papers.tpgn.show_tell import ShowTell
+from tests.models import np_cells
 
 F, H, E, V = 7, 6, 5, 13
 _jit = functools.partial(jax.jit, compiler_options={"xla_backend_optimization_level": 0})
 
 
-def _sigmoid(x):
-  return 1.0 / (1.0 + np.exp(-x))
-
-
-def _np_lstm(p, x, h, c):
-  gate = lambda g: x @ p["i" + g]["kernel"] + h @ p["h" + g]["kernel"] + p["h" + g]["bias"]
-  i, f, g, o = _sigmoid(gate("i")), _sigmoid(gate("f")), np.tanh(gate("g")), _sigmoid(gate("o"))
-  c = f * c + i * g
-  return o * np.tanh(c), c
+_sigmoid, _np_lstm = np_cells.sigmoid, np_cells.lstm
 
 
 def np_forward(params, v, tokens):
