@@ -115,7 +115,7 @@ PROMISES = [
     (r"^python train\.py$", ["runs/transformer_synthetic/scores_test.json"]),
     (r"--workdir runs/t1_scst", ["runs/t1_scst/scores_test.json"]),
     (r"^jaxcap-train .*--workdir runs/pkg ", ["runs/pkg/scores_test.json"]),
-    (r"^jaxcap-evaluate --workdir runs/pkg ", ["runs/pkg/predictions_test.json"]),
+    (r"^jaxcap-evaluate --workdir runs/pkg ", ["runs/pkg/predictions_test_beam3.json"]),
     (r"--workdir runs/t1 .*--config.num_train_steps=3000", ["runs/t1/scores_test.json"]),
     (r"--tag _beam3", ["runs/t1/predictions_val_beam3.json", "runs/t1/scores_val_beam3.json"]),
     (r"--tag _sample", ["runs/t1/predictions_test_sample.json"]),

@@ -123,7 +123,8 @@ def test_a_full_disk_during_evaluation_keeps_the_earlier_scores(programs, tmp_pa
     assert code == 0, err[-3000:]
     before = {n: (wd / n).read_bytes() for n in ("predictions_test.json", "scores_test.json")}
     fill(disk, 0)
-    code, _, err = programs.run(["evaluate.py", f"--workdir={wd}", "--beam_size=2"], cwd=tmp_path)
+    # --tag= (empty): the same file names as training's, which the full disk must leave intact.
+    code, _, err = programs.run(["evaluate.py", f"--workdir={wd}", "--beam_size=2", "--tag="], cwd=tmp_path)
     one_line(code, err, f"{wd}/predictions_test.json: No space left on device")
     assert {n: (wd / n).read_bytes() for n in before} == before
     assert not [n for n in os.listdir(wd) if n.endswith(".tmp")]

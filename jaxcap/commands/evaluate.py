@@ -55,7 +55,9 @@ _SAMPLE_N_METHOD = flags.DEFINE_enum("sample_n_method", "sample", ["sample", "be
 _ENSEMBLE = flags.DEFINE_string("ensemble", None, "Comma-separated run directories decoded together.")
 _WEIGHTS = flags.DEFINE_string("ensemble_weights", None, "Comma-separated member weights (default equal).")
 _SPICE = flags.DEFINE_bool("spice", False, "Also compute SPICE (needs its Stanford CoreNLP jars).")
-_TAG = flags.DEFINE_string("tag", "", "Suffix of the output file names, e.g. _beam3.")
+_TAG = flags.DEFINE_string("tag", None, "Suffix of the output file names, e.g. _beam3 (default: none, or "
+                           "the decoding's, e.g. _beam3, where training's scores_<split>.json is kept; '' "
+                           "replaces it).")
 _PREDICTIONS = flags.DEFINE_string("predictions", None, "Score this COCO results file.")
 _REFERENCES = flags.DEFINE_string("references", None, "COCO annotation file (with --predictions).")
 _OUT = flags.DEFINE_string("out", None, "The scores JSON (--predictions) or captions JSON (--images).")

@@ -83,16 +83,29 @@ def _decode_and_write(run, split: str, decode: dict, batch_size: int, out_dir: s
   return scores
 
 
+def decode_tag(decode: dict) -> str:
+  """A file-name tag for decoding options: ``_greedy``, ``_beam3`` (``_beam3_sc`` in
+  self-critical mode, ``_beam6_g3`` with diverse groups), ``_sample``."""
+  method = decode.get("method", "greedy")
+  if method != "beam":
+    return f"_{method}"
+  tag = f"_beam{decode.get('beam_size', 1)}"
+  tag += "_sc" if decode.get("beam_mode") == "self_critical" else ""
+  return tag + (f"_g{decode['beam_groups']}" if (decode.get("beam_groups") or 1) > 1 else "")
+
+
 def evaluate_run(workdir: str, *, split: str = "test", step: int | None = None,
                  decode: dict | None = None, batch_size: int | None = None,
-                 attributes: str | None = None, tag: str = "", spice: bool = False,
+                 attributes: str | None = None, tag: str | None = None, spice: bool = False,
                  sample_n: int = 0, sample_n_method: str = "sample") -> dict:
   """Decodes ``split`` with the run's best checkpoint (or ``step``) and writes
   ``predictions_<split><tag>.json`` / ``scores_<split><tag>.json`` in ``workdir``.
 
   ``decode``: the decoding options, or a function of the run's ``config.decode`` (a dict) giving
   them (:func:`decode_options`; default: the run's); ``attributes``: the attribute mode the
-  split reads (e.g. ``oracle``). Returns the scores.
+  split reads (e.g. ``oracle``); ``tag`` None: none, unless training's own
+  ``scores_<split>.json`` is there, which is kept: then the decoding's (:func:`decode_tag`).
+  Returns the scores.
   """
   config = run_dir.read_config(workdir)
   atomic.check_writable(workdir, f"--workdir={workdir}")  # where the predictions and scores go
@@ -106,6 +119,8 @@ def evaluate_run(workdir: str, *, split: str = "test", step: int | None = None,
     raise ValueError(f"--split={split}: not a split of {dataset.name}; expected one of "
                      f"{', '.join(dataset.splits)}")
   _check_inputs(config, dataset, config, split, attributes)
+  if tag is None:
+    tag = decode_tag(decode) if os.path.exists(os.path.join(workdir, f"scores_{split}.json")) else ""
   run = api.load(workdir, step, dataset=dataset, mesh=parallel.make_mesh())
   print(f"Evaluating step {run.step} of {workdir} on split {split!r}.", flush=True)
   return _decode_and_write(run, split, decode, config.eval_batch_size, workdir, tag, spice,

@@ -223,3 +223,13 @@ def test_the_apis_train_writes_a_signed_scores_file(tmp_path):
   sig = _sig(tmp_path / "run" / "scores_test.json")
   assert sig["checkpoint"]["step"] == 2 and sig["features"]["source"] == "synthetic_scenes"
   assert sig["decode"]["method"] == "greedy" and sig["split"]["name"] == "test"
+
+
+def test_evaluate_without_a_tag_keeps_trainings_scores_and_names_its_own(runs):
+  wd = runs["a"][0]
+  before = {n: (wd / n).read_bytes() for n in ("scores_test.json", "predictions_test.json")}
+  code, out, err = runs["programs"].run(["evaluate.py", f"--workdir={wd}", "--beam-size=4"], runs["tmp"])
+  assert code == 0, err
+  assert {n: (wd / n).read_bytes() for n in before} == before  # training's results kept
+  assert _sig(wd / "scores_test_beam4.json")["decode"]["beam_size"] == 4
+  assert f"wrote {wd / 'scores_test_beam4.json'} and predictions_test_beam4.json" in out
