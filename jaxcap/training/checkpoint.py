@@ -193,6 +193,9 @@ def tree_mismatch(step_dir: str, abstract_state) -> str | None:
   return "; ".join(parts)
 
 
+_UNREAD = object()
+
+
 class Checkpoints:
   """``<workdir>/checkpoints`` (latest k) and ``<workdir>/best`` (the best by a metric)."""
 
@@ -203,6 +206,7 @@ class Checkpoints:
     self.keep = int(keep)
     self.asynchronous = bool(asynchronous)
     self._settling = None  # the finalizer that releases the settling policy (see _save)
+    self._best_value = _UNREAD  # best_value()
     self._writing = {}  # id(manager) -> (step, bytes) of the write in the background
     # Temporary folders are removed by resume() (the run that writes here), not when any
     # reader opens the folder: an evaluation of a run in progress must not delete its save.
@@ -289,13 +293,19 @@ class Checkpoints:
     if best is not None and value <= best:
       return False
     self._save(self.best, step, state, data_state, {self.best_metric: value})
+    self._best_value = value
     return True
 
   def best_value(self):
-    """The metric of the best step, or None."""
-    step = self.best.best_step()
-    metrics = self.best.metrics(step) if step is not None else None
-    return None if metrics is None else float(metrics[self.best_metric])
+    """The metric of the best step, or None. Read from disk once, then kept here: while an
+    asynchronous save of ``best/`` is in flight orbax knows its step but not yet its metrics, and
+    a next validation compared with "no best" would always count as an improvement (early
+    stopping would never stop)."""
+    if self._best_value is _UNREAD:
+      step = self.best.best_step()
+      metrics = self.best.metrics(step) if step is not None else None
+      self._best_value = None if metrics is None else float(metrics[self.best_metric])
+    return self._best_value
 
   def latest_step(self):
     return self.latest.latest_step()

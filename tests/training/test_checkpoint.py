@@ -258,3 +258,29 @@ def test_damaged_latest_step_resumes_from_the_one_before_like_a_straight_run(tmp
   train_lib.Trainer(config, str(straight), dataset=dataset).fit()
   _assert_same_run(straight, run, config, dataset)
   assert [l["step"] for l in _metric_lines(run) if "train/loss" in l] == list(range(2, 17, 2))
+
+
+def test_a_best_save_still_in_flight_counts_as_the_best(tmp_path, monkeypatch):
+  """Asynchronously, orbax knows the step of a best save in flight but not its metrics: the next
+  validation must still compare with it (else it always "improves" and early stopping never
+  stops, as a loaded CI machine showed). The first save's commit is held back here (at most 5 s,
+  so the old code's second save, which waits for it, fails the test instead of hanging)."""
+  import threading
+  import orbax.checkpoint as ocp
+  release = threading.Event()
+  original = ocp.CheckpointManager._finalize
+
+  def held(self, *args, **kwargs):
+    release.wait(5)
+    return original(self, *args, **kwargs)
+
+  monkeypatch.setattr(ocp.CheckpointManager, "_finalize", held)
+  ck = ckpt_lib.Checkpoints(str(tmp_path), keep=3, asynchronous=True)
+  assert ck.save_best_if_improved(1, _state(1), {"pos": 1}, {"CIDEr": 0.5})
+  assert not ck.save_best_if_improved(2, _state(2), {"pos": 2}, {"CIDEr": 0.5})  # not better
+  release.set()
+  assert ck.save_best_if_improved(3, _state(3), {"pos": 3}, {"CIDEr": 0.6})
+  ck.close()
+  reread = ckpt_lib.Checkpoints(str(tmp_path))
+  assert reread.best_value() == pytest.approx(0.6) and reread.best_step() == 3
+  reread.close()
