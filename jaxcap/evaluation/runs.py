@@ -224,7 +224,7 @@ def server_results(workdir: str, which: str, *, att_dir: str | None = None, fc_d
   config = run_dir.read_config(workdir)
   out_dir = out_dir or workdir
   path = os.path.join(out_dir, server.results_name(which, alg))
-  atomic.check_writable(path, f"--out_dir={out_dir}", file=True)
+  atomic.check_writable(path, f"--workdir={out_dir}", file=True)  # where the results file goes
   if batch_size < 1:
     raise ValueError(f"--batch_size={batch_size}: expected an int >= 1")
   data = config.data
