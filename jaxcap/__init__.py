@@ -11,6 +11,7 @@ stays light)::
   jaxcap.score(references, predictions)             # pycocoevalcap metrics
   jaxcap.get_config("eta.py:synthetic"), jaxcap.train(config, workdir)
   jaxcap.dry_run(config)                            # compiles the steps: will it fit?
+  jaxcap.import_checkpoint("model.pth", "infos.pkl", "runs/sc")  # a self-critical.pytorch model
 """
 
 from jaxcap.version import __version__  # noqa: F401  (the package's version)
@@ -22,8 +23,11 @@ def __getattr__(name):
   if name in _API:
     from jaxcap import api
     return getattr(api, name)
+  if name == "import_checkpoint":
+    from jaxcap.importers import self_critical
+    return self_critical.import_checkpoint
   raise AttributeError(f"module 'jaxcap' has no attribute {name!r}")
 
 
 def __dir__():
-  return sorted(list(globals()) + list(_API))
+  return sorted(list(globals()) + list(_API) + ["import_checkpoint"])

@@ -29,7 +29,10 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import os
 from typing import Any, Mapping, Sequence
+
+import numpy as np
 
 from jaxcap import config_files, ensemble, inference, run_dir
 from jaxcap import data as data_lib
@@ -232,22 +235,44 @@ class Run:
     return data_base.image_features_batch(fc_BxD, att_BxCxD, self.config.data, self.info)
 
   def caption_images(self, images, weights: str | None = None, *, batch_size: int = 16,
-                     **decode_options) -> list[str]:
+                     **decode_options) -> list[str | None]:
     """Captions image files and / or pixel arrays with the backbone the run's features came from.
+
+    A file that cannot be read (missing, truncated, not an image) is skipped with one
+    ``warning:`` line on stderr naming it, as ``jaxcap-extract`` skips it, and its caption is
+    None; the other images are captioned.
 
     Args:
       images: one or a list of image file paths and / or uint8 RGB ``[H, W, 3]`` arrays, read
         as ``jaxcap-extract`` reads files (EXIF orientation, RGB, the recorded square ``size``).
       weights: the backbone's ``.safetensors`` file, whose sha256 must be the one the run's
         ``features.json`` records; None for a run on random-weight features.
-      batch_size: images per backbone call.
+      batch_size: images per backbone and decoder call. Fewer images are padded to the next
+        power of two (1, 2, 4, ... up to ``batch_size``), more go in chunks of ``batch_size``:
+        captioning 3, then 5, then 6 images compiles for 4 and 8 only.
       **decode_options: as :meth:`caption`.
+
+    Returns:
+      One entry per image, in order: its caption, or None for a skipped file.
 
     Raises:
       ValueError: one line: a run without ``features.json``, other weights than the recorded
-        ones, an unreadable file or a non-image array.
+        ones, a directory or a non-image array, or no readable image at all.
     """
-    return self.caption(self.image_batch(images, weights, batch_size=batch_size), **decode_options)
+    backbone = self.backbone(weights)
+    count = 1 if isinstance(images, (str, os.PathLike)) or getattr(images, "ndim", 0) == 3 else len(images)
+    pixels, kept = backbone.read(images, skip_unreadable=True)
+    size = _bucket(len(kept), batch_size)
+    fc_BxD, att_BxCxD = backbone.pixel_features(pixels, size)
+    batch = data_base.image_features_batch(fc_BxD, att_BxCxD, self.config.data, self.info)
+    if len(kept) < size:  # The decoder's shapes are the bucket's too (caption pads only to B).
+      batch = {k: v if v is None else np.concatenate([v, np.repeat(v[-1:], size - len(kept), axis=0)])
+               for k, v in batch.items()}
+    captions = self.caption(batch, batch_size=size, **decode_options)[:len(kept)]
+    out: list[str | None] = [None] * count
+    for i, caption in zip(kept, captions):
+      out[i] = caption
+    return out
 
   # ---------------------------------------------------------------- a split of the dataset
   def predict(self, split: str = "test", *, num_images: int = -1, method: str | None = None,
@@ -346,6 +371,13 @@ class Run:
           config.model[k] = v
     return Run(config, self.vocab, self.info, model, params, workdir=self.workdir, step=self.step,
                dataset=self._dataset, ablations={**self.ablations, **fields}, mesh=self._mesh)
+
+
+def _bucket(n: int, batch_size: int) -> int:
+  """The images per call for ``n`` images: the next power of two, at most ``batch_size``, so
+  that a few shapes are compiled whatever the image counts."""
+  batch_size = max(1, int(batch_size))
+  return min(batch_size, 1 << max(0, int(n) - 1).bit_length())
 
 
 def _check_dataset(dataset, vocab: Vocab, workdir):

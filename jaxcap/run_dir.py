@@ -60,6 +60,34 @@ def config_to_dict(config) -> dict:
   return json.loads(config.to_json_best_effort())
 
 
+# Data fields naming files or folders: resolved against the working directory, or against
+# data.root when it is set (jaxcap.data.karpathy, cocotalk, multi30k), else the working directory.
+_CWD_PATHS = ("root", "tfds_dir", "vocab_file", "attributes_file")
+_ROOT_PATHS = ("dataset_json", "att_dir", "fc_dir", "box_dir", "label_h5", "features_npy")
+
+
+def absolute_data_paths(data: dict) -> dict:
+  """``data`` (a config's ``data`` as a dict) with its relative paths made absolute against
+  the working directory, as the dataset reads them now: ``config.json`` then names the same
+  files from any directory (a notebook's ``jaxcap.load(...).evaluate()``). Paths relative to an
+  absolute ``root`` stay relative to it; empty fields stay empty."""
+  out = dict(data)
+  fields = _CWD_PATHS + (() if out.get("root") else _ROOT_PATHS)
+  for key in fields:
+    value = out.get(key)
+    if isinstance(value, str) and value and not os.path.isabs(value):
+      out[key] = os.path.abspath(value)
+  return out
+
+
+def saved_config_dict(config) -> dict:
+  """What ``config.json`` holds of ``config``: its data paths absolute (:func:`absolute_data_paths`)."""
+  out = config_to_dict(config)
+  if isinstance(out.get("data"), dict):
+    out["data"] = absolute_data_paths(out["data"])
+  return out
+
+
 def read_saved_config(workdir: str) -> dict:
   """The ``config.json`` a run wrote, checked: one-line ``ValueError`` naming the file when it
   is missing, not JSON, or not a config object with ``model`` and ``data``."""
@@ -162,7 +190,7 @@ def check_workdir(workdir: str, config, vocab: Vocab, init_from: bool = False) -
   cfg_path = os.path.join(workdir, CONFIG_FILE)
   if os.path.exists(cfg_path):
     old = read_saved_config(workdir)
-    new = config_to_dict(config)
+    new = saved_config_dict(config)  # as it would be written: data paths resolved
     old_model = {k: v for k, v in old.get("model", {}).items() if k not in _RESUMABLE_MODEL_FIELDS}
     new_model = {k: v for k, v in new["model"].items() if k not in _RESUMABLE_MODEL_FIELDS}
     diff = _model_config_diff(old_model, new_model)
@@ -255,7 +283,7 @@ def init_workdir(workdir: str, config, vocab: Vocab, info: dict | None = None) -
     return
   os.makedirs(workdir, exist_ok=True)
   if not os.path.exists(os.path.join(workdir, CONFIG_FILE)):
-    write_json(os.path.join(workdir, CONFIG_FILE), config_to_dict(config))
+    write_json(os.path.join(workdir, CONFIG_FILE), saved_config_dict(config))
   if not os.path.exists(os.path.join(workdir, VOCAB_FILE)):
     vocab.save(os.path.join(workdir, VOCAB_FILE))
   if info is not None and not os.path.exists(os.path.join(workdir, INFO_FILE)):
@@ -396,6 +424,9 @@ def made_by(config, vocab, info, *, split: str, step=None, decode=None, workdir=
   if dataset is not None and split in getattr(dataset, "splits", ()):
     feats = dataset.split_data(split).features
     names = [feats.name(i) for i in range(len(feats))]
+  # The config as config.json holds it (absolute data paths): training's scores and a later
+  # evaluation from another directory hash the same config.
+  config = saved_config_dict(config) if hasattr(config, "to_json_best_effort") else config
   return dict(config=config, vocab=vocab, info=info, step=step, decode=decode, workdir=workdir,
               feature_names=names, members=members, weights=weights)
 

@@ -83,6 +83,14 @@ NOT_RUN = [
      "tests/evaluation/test_signature.py::test_server_results_file_for_a_set_without_references "
      "runs evaluate.py --server on a run trained on Karpathy-layout features and a generated set "
      "in the same layout (cocotest_bu_att/fc/box, image_info_test2014.json)"),
+    (r"^jaxcap-import --checkpoint data/sc/model-best\.pth ",
+     "a published self-critical.pytorch checkpoint (a .pth: torch needed) that CI does not have: "
+     "tests/importers/test_self_critical.py imports its committed fixture models (.safetensors) "
+     "and the line before runs jaxcap-import on one"),
+    (r"^python evaluate.py --workdir runs/sc_transformer ",
+     "evaluates the import above on COCO's Karpathy test split with bottom-up features: "
+     "tests/importers/test_self_critical.py::test_imported_run_evaluates_on_its_data runs "
+     "evaluate.py on an imported run with generated data of its feature width"),
     (r"^for i in 0 1; do .*JAX_NUM_PROCESSES=2",
      "the two-process launch: tests/training/test_multihost.py::test_train_py_two_processes_like_one "
      "runs this command (train.py, two processes x 4 CPU devices, the same environment variables) "
@@ -129,6 +137,9 @@ PROMISES = [
     (r"plot_attention_steps", ["steps.png"]),
     (r"image_transformer\.analysis figure3", ["fig3.png"]),
     (r"tpgn\.roles .*--png roles\.png", ["roles.png"]),
+    (r"^jaxcap-import .*--workdir runs/sc_trial$", ["runs/sc_trial/config.json", "runs/sc_trial/vocab.json",
+                                                     "runs/sc_trial/checkpoints/1234"]),
+    (r"--workdir runs/sc_fc_trial --images", ["runs/sc_fc_trial/captions.json"]),
     (r"--beam-mode self_critical --tag _sc3", ["runs/transformer_synthetic/scores_test_sc3.json"]),
     (r"--tag _beam2$", ["runs/transformer_synthetic/scores_test_beam2.json"]),
     # Every table script writes its markdown table ({0}: the command's workdir).

@@ -16,7 +16,6 @@ import sys
 import sysconfig
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from tests.test_readme import README, SNIPPET_MARK, code_blocks
@@ -84,22 +83,20 @@ def test_fresh_editable_install_runs_the_readme_snippet_from_another_directory(t
   bin_dir = py.parent
   _run([bin_dir / "jaxcap-train", "--workdir", "runs/transformer_synthetic", *TINY], cwd=elsewhere)
   assert (elsewhere / "runs" / "transformer_synthetic" / "info.json").exists()
-  # Five test images' features and references, as a user would have them.
-  _run([py, "-c", (
-      "import json, os, numpy as np, jaxcap\n"
-      "run = jaxcap.load('runs/transformer_synthetic')\n"
-      "test, refs = run.dataset.split('test'), run.dataset.references('test')\n"
-      "os.makedirs('feats')\n"
-      "for i in range(5): np.save(f'feats/{i}.npy', test[i]['feats'])\n"
-      "ids = run.dataset.image_ids('test')[:5]\n"
-      "json.dump([refs[i] for i in ids], open('references.json', 'w'))\n")], cwd=elsewhere)
+  # The snippet as written, with only what a fresh clone has after `make train` (the run; no
+  # feature files of its own); the dataset it reads must not be read by jaxcap.load itself.
   snippet = [b for b in code_blocks(README.read_text()) if b[3] == SNIPPET_MARK][0][1]
   (elsewhere / "snippet.py").write_text(snippet)
-  # No dataset may be read: jaxcap.data.get_dataset fails if the snippet calls it.
-  guard = ("import jaxcap.data\n"
-           "def _no(*a, **k): raise AssertionError('the snippet read the dataset')\n"
-           "jaxcap.data.get_dataset = _no\n"
-           "import runpy; runpy.run_path('snippet.py', run_name='__main__')\n")
+  guard = ("import jaxcap, jaxcap.data\n"
+           "read, get_dataset, load = [], jaxcap.data.get_dataset, jaxcap.load\n"
+           "jaxcap.data.get_dataset = lambda *a, **k: read.append(1) or get_dataset(*a, **k)\n"
+           "def _load(*a, **k):\n"
+           "  run = load(*a, **k)\n"
+           "  assert not read, 'jaxcap.load read the dataset'\n"
+           "  return run\n"
+           "jaxcap.load = _load\n"
+           "import runpy; runpy.run_path('snippet.py', run_name='__main__')\n"
+           "assert read, 'the snippet read no dataset'\n")
   out = _run([py, "-c", guard], cwd=elsewhere)
   captions_line = [ln for ln in out.splitlines() if ln.startswith("[")][-1]
   assert re.search(r"\] [0-9.e-]+$", captions_line), out
@@ -126,7 +123,7 @@ def test_wheel_install_ships_the_package_and_its_configs(tmp_path):
   site_dir = str(tmp_path / "venv")
   assert all(p.startswith(site_dir) for p in out[:3]), out
   assert out[3:] == ["stacked_v", "5"]
-  assert (py.parent / "jaxcap-train").exists() and (py.parent / "jaxcap-evaluate").exists()
+  assert all((py.parent / f"jaxcap-{p}").exists() for p in ("train", "evaluate", "extract", "compare", "import"))
   names = {p.name for p in Path(out[2]).iterdir()}
   assert {"common.py", "transformer.py", "base.py"} <= names
   papers = Path(out[0]).parent / "papers"  # a paper's configs are installed with its folder

@@ -41,7 +41,8 @@ Models (``MODELS``): transformer, lstm, show_tell, tpgn, aat, aoanet, image_tran
 ``jaxcap/papers/eta/train_attributes.py`` with the config's ``detector`` section on the 700 training
 images and writes ``<workdir>/attributes_flickr8k/attributes.json``; oracle attributes would
 read the test references). Not in the table (``UNSUPPORTED``): mnmt (a translation model,
-multi30k text), nearest_neighbour (the reference row).
+multi30k text), nearest_neighbour (the reference row), newfc and aoa (self-critical.pytorch's
+code's models, for its imported checkpoints).
 """
 
 from __future__ import annotations
@@ -64,6 +65,10 @@ MODELS = ("transformer", "show_tell", "tpgn", "lstm", "aat", "aoanet", "image_tr
 UNSUPPORTED = {
     "mnmt": "a multimodal translation model (multi30k source sentences), not a captioner",
     "nearest_neighbour": "the retrieval baseline: the reference row of the table",
+    "newfc": "self-critical.pytorch's FC model as its code computes it, for its imported checkpoints "
+             "(the table's CNN-LSTM row is show_tell)",
+    "aoa": "AoANet as self-critical.pytorch's code computes it, for imported checkpoints (the "
+           "table's AoANet row is aoanet, the paper's reading)",
 }
 METRICS = (("CIDEr-D", "CIDEr"), ("BLEU-4", "Bleu_4"), ("METEOR", "METEOR"))
 STAGES = ("xe", "scst", "xe_more")

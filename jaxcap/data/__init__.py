@@ -29,6 +29,8 @@ def get_dataset(data_config) -> CaptionDataset:
     use_restval: Karpathy ``restval`` images join ``train``.
     max_len: caption words kept (T = max_len + 1 with EOS).
     min_word_count: vocabulary threshold (words seen fewer times become UNK).
+    vocab_file: a jaxcap ``vocab.json`` to use instead of building the vocabulary from the
+      training captions (an imported model's; training words outside it become UNK).
     max_regions: N, regions padded / truncated to this.
     seq_per_img: S, captions per image in a batch.
     num_attributes: K, attribute vocabulary (top content words of the training refs).

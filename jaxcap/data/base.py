@@ -290,7 +290,7 @@ ATTRIBUTE_MODES = ("oracle", "noisy", "detected", "none")
 _FIELDS = dict(max_len=16, min_word_count=5, max_regions=36, seq_per_img=5,
                num_attributes=1000, max_attributes=20, attributes="oracle",
                test_attributes="", attributes_file="", src_max_len=0, src_min_word_count=0,
-               max_vocab_size=0, degenerate_boxes="error")
+               max_vocab_size=0, degenerate_boxes="error", vocab_file="")
 
 
 def _cfg(config, key):
@@ -341,9 +341,13 @@ class CaptionDataset:
     train = self._splits["train"]
     # max_vocab_size: the most frequent words kept (specials not counted; 0: no cap).
     max_words = int(_cfg(config, "max_vocab_size"))
-    self.vocab = Vocab.build((t for refs in train.refs for t in refs),
-                             min_count=int(_cfg(config, "min_word_count")),
-                             max_size=max_words + len(SPECIALS) if max_words > 0 else None)
+    if _cfg(config, "vocab_file"):
+      # A given vocabulary (an imported model's): training words outside it are UNK.
+      self.vocab = Vocab.load(str(_cfg(config, "vocab_file")))
+    else:
+      self.vocab = Vocab.build((t for refs in train.refs for t in refs),
+                               min_count=int(_cfg(config, "min_word_count")),
+                               max_size=max_words + len(SPECIALS) if max_words > 0 else None)
     self.src_vocab = None
     self.src_max_len = int(_cfg(config, "src_max_len")) or self.max_len
     if train.src is not None:
@@ -537,21 +541,24 @@ class SplitSource:
       ex["src"] = self.enc["src"][i]
     return ex
 
-  def collate(self, examples: Sequence[dict], rng: np.random.Generator,
+  def collate(self, examples: Sequence[dict], rng: np.random.Generator | None = None,
               batch_size: int | None = None) -> dict:
     """Pads examples into a batch (docs/DESIGN.md, section 2); pads to ``batch_size`` rows
-    with ``valid=False`` when fewer examples are given."""
+    with ``valid=False`` when fewer examples are given. ``rng`` draws each image's reference
+    rows (training's batches); None takes them in order (:func:`collate`): the same batch on
+    every call."""
     return collate(examples, rng, info=self.info, seq_per_img=self.seq_per_img,
                    batch_size=batch_size, has_src=self.enc["src"] is not None)
 
 
-def collate(examples: Sequence[dict], rng: np.random.Generator, *, info: dict,
+def collate(examples: Sequence[dict], rng: np.random.Generator | None = None, *, info: dict,
             seq_per_img: int, batch_size: int | None = None, has_src: bool = False) -> dict:
   """Assembles unpadded examples into a fixed-shape numpy batch.
 
   Regions beyond ``max_regions`` are dropped (bottom-up features come sorted by detector
   confidence). Images with R < S references keep all R and fill the remaining rows by
   sampling their references with replacement; with R > S a random subset of S is used.
+  ``rng`` None draws nothing: the first S references, or the R repeated in order.
   """
   b = len(examples) if batch_size is None else batch_size
   n, s, a = info["max_regions"], seq_per_img, info["max_attributes"]
@@ -566,8 +573,8 @@ def collate(examples: Sequence[dict], rng: np.random.Generator, *, info: dict,
     batch["global_feat"][j] = ex["global_feat"]
     caps = ex["captions"]
     r = caps.shape[0]
-    if r == s:
-      rows = np.arange(s)
+    if r == s or rng is None:
+      rows = np.arange(s) % r
     elif r > s:
       rows = rng.choice(r, size=s, replace=False)
     else:

@@ -3,8 +3,10 @@
 Read in place, one file per image and per access (no conversion step):
 
 - ``att_dir/<id>.npz`` (key ``feat``, ``[n, D]``; bottom-up features have 10-100 regions), or
-  ``att_dir/<id>.npy``; with ``grid=True`` each file is a ``[g, g, C]`` or ``[g*g, C]`` grid
-  whose cells become regions with boxes derived from the grid;
+  ``att_dir/<id>.npy``; a ``[g, g, D]`` grid (``prepro_feats.py``'s layout) is read as its
+  ``g*g`` cells, row-major, as self-critical.pytorch's loader reshapes it; with ``grid=True``
+  each file is a ``[g, g, C]`` or ``[g*g, C]`` grid whose cells become regions with boxes
+  derived from the grid;
 - ``fc_dir/<id>.npy`` (``[Dg]``); without ``att_dir`` it is the single region (N = 1);
 - ``box_dir/<id>.npy`` (``[n, 4]`` x1 y1 x2 y2 pixels), divided by the image's ``width`` /
   ``height`` when the JSON entry has them, otherwise by the largest x2 / y2 of that image
@@ -107,8 +109,11 @@ class DirFeatures(base.FeatureReader):
     if self.grid:
       feats = base.grid_to_regions(feats, self.name(i))
       boxes = base.grid_boxes(int(round(np.sqrt(feats.shape[0]))))
-    elif self.box_dir:
-      boxes = self.read_boxes(i)
+    else:
+      if feats.ndim == 3:  # prepro_feats' [g, g, D] grid: its cells, as self-critical's loader
+        feats = feats.reshape(-1, feats.shape[-1])
+      if self.box_dir:
+        boxes = self.read_boxes(i)
     return {"feats": feats, "boxes": boxes, "global_feat": glob}
 
   def read_boxes(self, i: int, allow_degenerate: bool = True) -> np.ndarray:
@@ -158,6 +163,8 @@ class DirFeatures(base.FeatureReader):
         raise ValueError(f"{path}: grid features must be [g, g, C] or [g*g, C], got shape "
                          f"{list(shape)}")
       shape = (int(np.prod(shape[:-1])), shape[-1])
+    elif len(shape) == 3:  # as read() reshapes it
+      shape = (shape[0] * shape[1], shape[2])
     boxes = None
     if self.box_dir and not self.grid:
       boxes = (self.read_boxes(i), os.path.join(self.box_dir, f"{key}.npy"))
@@ -374,3 +381,52 @@ def write_captions_json(out_dir: str, name: str, captions: dict[str, list[str]],
   counts = ", ".join(f"{s} {sum(e['split'] == s for e in data['images'])}" for s in ("train", "val", "test"))
   return (f"wrote {path}: {len(usable)} images ({counts}), "
           f"{sum(len(e['sentences']) for e in data['images'])} captions")
+
+
+# -------------------------------------------------- Karpathy's own JSON as jaxcap-extract's captions
+def read_karpathy_captions(path: str) -> dict | None:
+  """Karpathy's ``dataset_coco.json`` / ``dataset_flickr8k.json`` / ``dataset_flickr30k.json``
+  given as ``jaxcap-extract --captions``: ``{"images", "dataset", "files"}``, ``files`` each
+  entry's ``(image path under the images folder, feature file stem)``: ``<filepath>/<filename>``
+  (COCO's ``train2014/`` / ``val2014/``; Flickr has no ``filepath``) and ``str(cocoid)``, else
+  the file-name stem (:func:`image_key`, what self-critical's ``prepro_feats.py`` names them
+  and this module reads). None for a file in another format (:func:`read_captions_and_splits`);
+  one-line ``ValueError`` for a Karpathy JSON with a bad entry."""
+  try:
+    with open(path, encoding="utf-8") as f:
+      if f.read(1) != "{":
+        return None
+      f.seek(0)
+      data = json.load(f)
+  except (UnicodeDecodeError, ValueError):
+    return None  # read_captions_and_splits says what is wrong with it
+  if not (isinstance(data, dict) and isinstance(data.get("images"), list)):
+    return None
+  files, seen = [], {}
+  for n, entry in enumerate(data["images"]):
+    if not (isinstance(entry, dict) and isinstance(entry.get("filename"), str)
+            and isinstance(entry.get("sentences"), list)):
+      raise ValueError(f"{path}: images[{n}] is not an object with a string 'filename' and a list "
+                       "'sentences'; expected Karpathy's dataset JSON (e.g. dataset_coco.json)")
+    if entry.get("split") not in base.SPLITS + ("restval",):
+      raise ValueError(f"{path}: images[{n}] has split {entry.get('split')!r}, expected one of "
+                       "train, val, test, restval")
+    stem = str(image_key(entry))
+    if stem in seen:
+      raise ValueError(f"{path}: images[{n}] has the id {stem} of images[{seen[stem]}]; expected "
+                       "one entry per image (its features are named <id>.npy / <id>.npz)")
+    seen[stem] = n
+    files.append((os.path.join(entry.get("filepath") or "", entry["filename"]), stem))
+  return {"images": data["images"], "dataset": data.get("dataset"), "files": files}
+
+
+def write_karpathy_subset(out_dir: str, name: str, data: dict, extracted: set) -> str:
+  """``<out_dir>/dataset_<name>.json``: the entries of :func:`read_karpathy_captions`'s ``data``
+  whose features were extracted (their stems in ``extracted``), as they are (splits, tokens,
+  ids), written atomically. Returns a one-line summary."""
+  images = [e for e, (_, stem) in zip(data["images"], data["files"]) if stem in extracted]
+  path = os.path.join(out_dir, f"dataset_{name}.json")
+  atomic.write_json(path, {"images": images, "dataset": data.get("dataset") or name})
+  counts = ", ".join(f"{s} {sum(e['split'] == s for e in images)}" for s in ("train", "restval", "val", "test"))
+  return (f"wrote {path}: {len(images)} images ({counts}), "
+          f"{sum(len(e['sentences']) for e in images)} captions")

@@ -147,7 +147,10 @@ def evaluate_ensemble(workdirs, weights=None, *, out_dir: str | None = None, spl
   decode = _decode_of(decode, config)
   for w, (cfg, _) in zip(workdirs[1:], runs[1:]):
     for field in ("name", "root"):
-      if cfg.data.get(field) != config.data.get(field):
+      # Roots resolved: a run's config.json names its root absolute, an older run's relative one.
+      same = (run_dir.absolute_data_paths(cfg.data.to_dict()).get(field)
+              == run_dir.absolute_data_paths(config.data.to_dict()).get(field))
+      if not same:
         raise ValueError(f"--ensemble: {w} was trained on data.{field}={cfg.data.get(field)!r}, "
                          f"{workdirs[0]} on {config.data.get(field)!r}; members must share the data")
   config.eval_batch_size = batch_size or config.eval_batch_size
@@ -189,7 +192,8 @@ def caption_folder(workdir: str, images: str, out: str, *, weights: str | None =
   for name in names:
     path = os.path.join(images, name)
     try:
-      pixels.append((name, extract.read_image(path, int(record["size"]))))
+      size = extract.parse_size(record["size"], "features.json: size")  # an int or "native"
+      pixels.append((name, extract.read_image(path, size)))
     except Exception as e:  # pylint: disable=broad-except  (Pillow raises many kinds)
       failed.append(name)
       print(f"warning: {path}: unreadable image ({extract.unreadable_reason(e)}); skipped",

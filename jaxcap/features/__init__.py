@@ -4,7 +4,8 @@ and the loader of the weights users download themselves.
 Dimension legend:
   B batch (images), H, W image size, g the ``att`` grid side, D feature width.
 
-  module = jaxcap.features.build("resnet101")          # or resnet50, resnet152, vit_b16
+  module = jaxcap.features.build("resnet101")          # or resnet50, resnet152, vit_b16,
+                                                       # resnet101_self_critical (prepro_feats')
   variables, _ = jaxcap.features.load("resnet101.safetensors", module)
   extract = jaxcap.features.make_extract(module)
   feats = extract(variables, images_BxHxWx3_uint8)     # {"fc": [B, D], "att": [B, g, g, D]}

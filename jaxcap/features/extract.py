@@ -22,10 +22,17 @@ both exist (resumable). ``<stem>`` is the file name without its extension, the k
 Reading (:func:`read_image`): Pillow, ``ImageOps.exif_transpose`` (a phone photo's
 orientation tag), any mode -> RGB (grayscale repeated, alpha dropped), then resized to
 ``size x size`` with bilinear filtering (Pillow's, antialiased when shrinking), aspect ratio not
-kept. ``prepro_feats.py`` instead feeds each image at its own resolution (one image per call);
-a fixed square is what lets the images go through in batches with one compiled program, and the
-``att`` grid is adaptive-average-pooled to ``g x g`` either way. A file Pillow cannot read is
-reported (a warning line naming it) and skipped; the others continue.
+kept: a fixed square is what lets the images go through in batches with one compiled program,
+and the ``att`` grid is adaptive-average-pooled to ``g x g`` either way.
+
+``size`` :data:`NATIVE` (``--size native``, the default of the ``resnet*_self_critical``
+backbones) reads each image as self-critical.pytorch's ``prepro_feats.py`` does
+(``skimage.io.imread``): the stored pixels, NO EXIF orientation applied and NO resize, grayscale
+repeated to RGB; each image is extracted at its own resolution, images of one size together
+(the folder is visited in order of size, read from the file headers, so that each size compiles
+at most twice: a full batch and the rest). An alpha channel, on which ``prepro_feats.py`` fails,
+is dropped. A file Pillow cannot read is reported (a warning line naming it) and skipped; the
+others continue.
 
 This module imports no other part of jaxcap but :mod:`jaxcap.atomic` (``jaxcap.features`` is
 the bottom import layer).
@@ -45,6 +52,7 @@ import numpy as np
 from jaxcap import atomic
 from jaxcap.features import registry
 
+NATIVE = "native"  # ``size`` of images extracted at their own resolution (module docstring)
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm")
 RECORD_FILE = "features.json"
 
@@ -67,18 +75,46 @@ def list_images(images_dir: str) -> list[str]:
   return names
 
 
-def read_image(path: str, size: int) -> np.ndarray:
-  """``[S, S, 3]`` uint8 RGB of the image file at ``path`` (see the module docstring)."""
+def parse_size(value, what: str = "--size") -> int | str:
+  """``size`` as an int >= 1 or :data:`NATIVE`; one-line ``ValueError`` naming ``what``."""
+  if value == NATIVE:
+    return NATIVE
+  try:
+    size = int(value)
+  except (TypeError, ValueError):
+    size = 0
+  if size < 1 or isinstance(value, bool) or (isinstance(value, float) and value != size):
+    raise ValueError(f"{what}={value}: expected an int >= 1 (the square input side) or {NATIVE!r}")
+  return size
+
+
+def read_image(path: str, size: int | str) -> np.ndarray:
+  """``[S, S, 3]`` uint8 RGB of the image file at ``path``, or ``[H, W, 3]`` as stored when
+  ``size`` is :data:`NATIVE` (see the module docstring)."""
   from PIL import Image, ImageOps
   with Image.open(path) as img:
     img.load()
-    img = ImageOps.exif_transpose(img)
+    if size != NATIVE:  # prepro_feats' skimage.io.imread ignores the orientation tag
+      img = ImageOps.exif_transpose(img)
     if img.mode in ("I", "F") or img.mode.startswith("I;16"):
       img = _high_depth_to_rgb(img, path)
     elif img.mode != "RGB":
       # Palette / alpha images through RGBA so that transparency becomes its colour, not noise.
       img = img.convert("RGBA").convert("RGB") if img.mode in ("P", "PA", "LA") else img.convert("RGB")
+    if size == NATIVE:
+      return np.asarray(img, dtype=np.uint8)
     return _square(img, size, path)
+
+
+def header_size(path: str) -> tuple[int, int]:
+  """``(width, height)`` from the file's header (nothing decoded); ``(0, 0)`` when unreadable
+  (the read reports it)."""
+  from PIL import Image
+  try:
+    with Image.open(path) as img:
+      return tuple(img.size)
+  except Exception:  # pylint: disable=broad-except  (Pillow raises many kinds)
+    return (0, 0)
 
 
 def _high_depth_to_rgb(img, path: str):
@@ -136,25 +172,26 @@ def _square(img, size: int, what: str) -> np.ndarray:
   return np.asarray(img.resize((size, size), Image.BILINEAR), dtype=np.uint8)
 
 
-def image_array(array, size: int, what: str = "image") -> np.ndarray:
-  """``[S, S, 3]`` uint8 of a uint8 RGB ``[H, W, 3]`` array: as it is when already ``S x S``,
-  else resized as :func:`read_image` resizes a file's pixels; one-line ``ValueError`` for
-  another shape or dtype."""
+def image_array(array, size: int | str, what: str = "image") -> np.ndarray:
+  """``[S, S, 3]`` uint8 of a uint8 RGB ``[H, W, 3]`` array: as it is when already ``S x S`` (or
+  ``size`` is :data:`NATIVE`), else resized as :func:`read_image` resizes a file's pixels;
+  one-line ``ValueError`` for another shape or dtype."""
   from PIL import Image
   x = np.asarray(array)
   if x.ndim != 3 or x.shape[-1] != 3 or x.dtype != np.uint8 or min(x.shape[:2]) < 1:
     raise ValueError(f"{what}: expected a uint8 RGB array [H, W, 3] (or an image file path), "
                      f"got {x.dtype} {list(x.shape)}")
-  if x.shape[:2] == (size, size):
+  if size == NATIVE or x.shape[:2] == (size, size):
     return x
   return _square(Image.fromarray(x, "RGB"), size, what)
 
 
-def build_backbone(name: str, fields_json: str | None = None, *, size: int | None = None,
+def build_backbone(name: str, fields_json: str | None = None, *, size: int | str | None = None,
                    att_size: int | None = None, dtype: str = "float32"):
   """The backbone ``name`` with its field overrides (a JSON object), checked: ``(module,
   fields, size)``; one ``ValueError`` line naming the flag (``--backbone``, ``--fields``,
-  ``--size``, ``--att_size``) and what was expected."""
+  ``--size``, ``--att_size``) and what was expected. ``size`` None is the backbone's default:
+  :data:`NATIVE` for ``registry.NATIVE_BY_DEFAULT``, a ViT's own side, else 448."""
   if name not in registry.BACKBONES:
     raise ValueError(f"--backbone={name}: unknown; expected one of {', '.join(registry.names())}")
   fields = {}
@@ -174,7 +211,7 @@ def build_backbone(name: str, fields_json: str | None = None, *, size: int | Non
   except ValueError as e:
     raise ValueError(f"--fields: {e}") from None
   image_size = getattr(module, "image_size", None)
-  size = size or image_size or 448
+  size = size or image_size or (NATIVE if name in registry.NATIVE_BY_DEFAULT else 448)
   if image_size and size != image_size:
     raise ValueError(f"--size={size}: {name} takes {image_size} x {image_size} images only; "
                      f"expected --size {image_size}")
@@ -185,11 +222,12 @@ def build_backbone(name: str, fields_json: str | None = None, *, size: int | Non
   return module, fields, size
 
 
-def make_record(name: str, module, fields: dict, size: int, dtype: str, weights: str | None,
+def make_record(name: str, module, fields: dict, size: int | str, dtype: str, weights: str | None,
                 seed: int) -> dict:
   """What ``features.json`` records of an extraction (read back by :mod:`jaxcap.features.record`)."""
   return {"backbone": name, "fields": fields, "size": size,
-          "att_size": getattr(module, "att_size", None) or size // getattr(module, "patch", 1),
+          "att_size": getattr(module, "att_size", None) or (size // module.patch
+                                                             if hasattr(module, "patch") else None),
           "dtype": dtype, "feature_dim": int(module.feature_dim) if hasattr(module, "feature_dim") else None,
           "weights": ({"file": os.path.basename(weights), "sha256": sha256(weights)} if weights
                       else {"random": True, "seed": seed})}
@@ -252,12 +290,19 @@ def _save_npz(array) -> Callable:
   return lambda f: np.savez_compressed(f, feat=array)
 
 
-def run(images_dir: str, out_dir: str, module, variables, record: dict, size: int,
-        batch_size: int = 16, progress: bool = True, log=None) -> dict:
+def run(images_dir: str, out_dir: str, module, variables, record: dict, size: int | str,
+        batch_size: int = 16, progress: bool = True, log=None,
+        files: list[tuple[str, str]] | None = None) -> dict:
   """Extracts the features of every image of ``images_dir`` not done yet; returns
-  ``{"total", "done_before", "extracted", "failed": [(name, reason)], "seconds"}``."""
+  ``{"total", "done_before", "extracted", "failed": [(name, reason)], "seconds"}``.
+  ``files``: ``[(path under images_dir, feature file stem)]`` to extract instead of the folder's
+  image files named by their stems (a Karpathy JSON's ``train2014/<file>`` named by its
+  ``cocoid``: :func:`jaxcap.data.karpathy.read_karpathy_captions`). With ``size``
+  :data:`NATIVE` a batch holds images of one size only, and is not padded."""
   log = log or (lambda s: print(s, file=sys.stderr, flush=True))
-  names = list_images(images_dir)
+  if files is None:
+    files = [(n, os.path.splitext(n)[0]) for n in list_images(images_dir)]
+  names, stems = [n for n, _ in files], dict(files)
   if not names:
     raise ValueError(f"--images={images_dir}: no image files ({', '.join(IMAGE_EXTENSIONS)}); "
                      "expected a folder of images")
@@ -267,11 +312,13 @@ def run(images_dir: str, out_dir: str, module, variables, record: dict, size: in
   write_record(out_dir, record)
 
   def done(name):
-    stem = os.path.splitext(name)[0]
+    stem = stems[name]
     return (os.path.exists(os.path.join(fc_dir, stem + ".npy"))
             and os.path.exists(os.path.join(att_dir, stem + ".npz")))
 
   todo = [n for n in names if not done(n)]
+  if size == NATIVE:  # same-size images next to each other: fewer compiled shapes
+    todo.sort(key=lambda n: header_size(os.path.join(images_dir, n)))
   result = {"total": len(names), "done_before": len(names) - len(todo), "extracted": 0,
             "failed": [], "seconds": 0.0}
   if not todo:
@@ -288,9 +335,9 @@ def run(images_dir: str, out_dir: str, module, variables, record: dict, size: in
       return
     n = len(batch)
     fc_BxD, att_BxCxD = features_of(extract, variables, np.stack([img for _, img in batch]),
-                                    batch_size)
+                                    n if size == NATIVE else batch_size)
     for k, (name, _) in enumerate(batch):
-      stem = os.path.splitext(name)[0]
+      stem = stems[name]
       atomic.write_with(os.path.join(att_dir, stem + ".npz"), _save_npz(att_BxCxD[k]))
       atomic.write_with(os.path.join(fc_dir, stem + ".npy"), _save_npy(fc_BxD[k]))
     result["extracted"] += n
@@ -312,6 +359,8 @@ def run(images_dir: str, out_dir: str, module, variables, record: dict, size: in
         if bar is not None:
           bar.update(1)
         continue
+      if batch and img.shape != batch[0][1].shape:  # only with size NATIVE
+        flush(batch)
       batch.append((name, img))
       if len(batch) == batch_size:
         flush(batch)

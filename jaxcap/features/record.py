@@ -16,6 +16,7 @@ This module imports no other part of jaxcap than :mod:`jaxcap.features`.
 from __future__ import annotations
 
 import os
+import sys
 
 import numpy as np
 
@@ -74,11 +75,12 @@ class Backbone:
 
   def __init__(self, record: dict, weights: str | None = None, where: str = "features.json"):
     check_weights(record, weights, where)
-    self.record, self.size = record, int(record["size"])
+    self.record, self.size = record, extract.parse_size(record["size"], f"{where}: size")
     self.module = build(record)
     if is_random(record):
-      self.variables = registry.random_variables(self.module, seed=int(record["weights"].get("seed", 0)),
-                                                 size=self.size)
+      self.variables = registry.random_variables(  # a ResNet's variables have no image size
+          self.module, seed=int(record["weights"].get("seed", 0)),
+          size=None if self.size == extract.NATIVE else self.size)
     else:
       self.variables, _ = weights_lib.load(weights, self.module)
     self._extract = registry.make_extract(self.module)
@@ -86,30 +88,59 @@ class Backbone:
   def pixels(self, images) -> np.ndarray:
     """``[B, S, S, 3]`` uint8 of image file paths and / or uint8 ``[H, W, 3]`` arrays, read as
     ``jaxcap-extract`` reads files; one-line ``ValueError`` naming an unreadable one."""
+    return self.read(images)[0]
+
+  def read(self, images, *, skip_unreadable: bool = False):
+    """``(pixels [B', S, S, 3] uint8, kept)`` (pixels a list of ``[H, W, 3]`` at ``size``
+    native): ``kept`` the indices into ``images`` (one path /
+    array or a list) that ``pixels`` holds. An unreadable or missing file is a one-line
+    ``ValueError``, or with ``skip_unreadable`` one ``warning:`` line on stderr (as
+    ``jaxcap-extract`` reports it) and left out; a directory, a non-image array or no readable
+    image at all is always an error (``pixels`` is then never empty)."""
     if isinstance(images, (str, os.PathLike)) or (isinstance(images, np.ndarray) and images.ndim == 3):
       images = [images]
-    out = []
+    out, kept, skipped = [], [], []
     for i, item in enumerate(images):
       if isinstance(item, (str, os.PathLike)):
         path = os.fspath(item)
         if os.path.isdir(path):
           raise ValueError(f"{path}: a directory; expected an image file (a folder's images: "
                            "evaluate.py --images DIR, or a list of their paths)")
-        if not os.path.isfile(path):
-          raise ValueError(f"{path}: no such file; expected an image file")
         try:
-          out.append(extract.read_image(path, self.size))
-        except Exception as e:  # pylint: disable=broad-except  (Pillow raises many kinds)
-          raise ValueError(f"{path}: unreadable image ({extract.unreadable_reason(e)}); expected "
-                           "an image file Pillow can open") from None
+          if not os.path.isfile(path):
+            raise ValueError(f"{path}: no such file; expected an image file")
+          try:
+            out.append(extract.read_image(path, self.size))
+          except Exception as e:  # pylint: disable=broad-except  (Pillow raises many kinds)
+            raise ValueError(f"{path}: unreadable image ({extract.unreadable_reason(e)}); expected "
+                             "an image file Pillow can open") from None
+        except ValueError as e:
+          if not skip_unreadable:
+            raise
+          skipped.append(path)
+          # The reason without the "expected ..." tail: the line says what was done instead.
+          print(f"warning: {str(e).split('; expected')[0]}; skipped", file=sys.stderr, flush=True)
+          continue
       else:
         out.append(extract.image_array(item, self.size, what=f"images[{i}]"))
+      kept.append(i)
     if not out:
+      if skipped:
+        raise ValueError(f"images: none of the {len(skipped)} image files could be read (first, "
+                         f"{skipped[0]}); expected image files Pillow can open")
       raise ValueError("images: empty; expected at least one image path or array")
-    return np.stack(out)
+    # At the native resolution the images keep their sizes: a list, not a batch.
+    return (out if self.size == extract.NATIVE else np.stack(out)), kept
 
   def features(self, images, batch_size: int = 16):
     """``(fc [B, D], att [B, C, D])`` float32, equal to the files ``jaxcap-extract`` writes."""
     pixels = self.pixels(images)
-    return extract.features_of(self._extract, self.variables, pixels,
-                               max(1, min(int(batch_size), len(pixels))))
+    return self.pixel_features(pixels, max(1, min(int(batch_size), len(pixels))))
+
+  def pixel_features(self, pixels_BxSxSx3: np.ndarray, batch_size: int):
+    """:meth:`features` of :meth:`read`'s pixels in calls of exactly ``batch_size`` images (the
+    last padded): the backbone compiles once per ``batch_size``."""
+    if self.size == extract.NATIVE:  # one image per call, as prepro_feats.py (sizes differ)
+      feats = [extract.features_of(self._extract, self.variables, img[None], 1) for img in pixels_BxSxSx3]
+      return np.concatenate([f[0] for f in feats]), np.concatenate([f[1] for f in feats])
+    return extract.features_of(self._extract, self.variables, pixels_BxSxSx3, int(batch_size))

@@ -8,6 +8,11 @@ field (``width``, ``depths``, ``dim``, ``depth``, ``dtype``, ``att_size``, ...) 
 which is how the tests build tiny variants. ``make_extract(module)`` returns
 ``extract(variables, images_BxHxWx3_uint8) -> {"fc": [B, D], "att": [B, g, g, D]}`` (float32),
 checking the input in Python (one line) before the jitted call.
+
+``resnet*_self_critical`` are self-critical.pytorch's Caffe-style ResNets (``stride_on_1x1``,
+``maxpool_ceil``: :mod:`jaxcap.features.resnet`), which its ``prepro_feats.py`` runs on each image
+at its own resolution: :data:`NATIVE_BY_DEFAULT` names the backbones ``jaxcap-extract`` then
+feeds unresized by default (``--size native``, :mod:`jaxcap.features.extract`).
 """
 
 from __future__ import annotations
@@ -22,13 +27,21 @@ from jaxcap.features import image
 from jaxcap.features.resnet import ResNet
 from jaxcap.features.vit import ViT
 
+_SELF_CRITICAL = {"stride_on_1x1": True, "maxpool_ceil": True}
+
 BACKBONES: dict[str, tuple[type, dict[str, Any]]] = {
     "resnet50": (ResNet, {"depths": (3, 4, 6, 3)}),
     "resnet101": (ResNet, {"depths": (3, 4, 23, 3)}),
     "resnet152": (ResNet, {"depths": (3, 8, 36, 3)}),
+    "resnet50_self_critical": (ResNet, {"depths": (3, 4, 6, 3), **_SELF_CRITICAL}),
+    "resnet101_self_critical": (ResNet, {"depths": (3, 4, 23, 3), **_SELF_CRITICAL}),
+    "resnet152_self_critical": (ResNet, {"depths": (3, 8, 36, 3), **_SELF_CRITICAL}),
     "vit_b16": (ViT, {"image_size": 224, "patch": 16, "dim": 768, "depth": 12, "num_heads": 12,
                       "mlp_dim": 3072}),
 }
+
+# prepro_feats.py never resizes: these backbones' features are those of the image as it is.
+NATIVE_BY_DEFAULT = frozenset(n for n in BACKBONES if n.endswith("_self_critical"))
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 

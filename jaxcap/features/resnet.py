@@ -1,5 +1,5 @@
-"""ResNet-50/101/152 image features with torchvision's architecture (v1.5), as self-critical.pytorch's
-``prepro_feats.py`` computes them.
+"""ResNet-50/101/152 image features: torchvision's architecture (v1.5), or, with the two Caffe-style
+fields, self-critical.pytorch's ``captioning/utils/resnet.py`` that its ``prepro_feats.py`` runs.
 
 Dimension legend:
   B batch (images), H image height, W image width, h, w the last feature map's height and width
@@ -12,6 +12,13 @@ stages of ``depths`` Bottleneck blocks of widths ``width * (1, 2, 4, 8)``: Conv 
 -> BN -> ReLU -> Conv 1x1 (x ``expansion``) -> BN, plus the shortcut (Conv 1x1 with the stride
 -> BN when the shape changes, else the identity), then ReLU. No classifier. BatchNorm is in
 inference mode (running statistics, eps 1e-5), so the features are a function of each image alone.
+
+self-critical.pytorch's ResNet (the ``resnet*_self_critical`` backbones of the registry) is the
+original Caffe ResNet's layout on torchvision's modules and parameter names:
+``maxpool_ceil`` makes the stem's MaxPool 3x3 stride 2 with no padding and ``ceil_mode=True``
+(a last, partial window on the bottom / right edge instead of a -inf border on every side), and
+``stride_on_1x1`` puts the stride of the first block of stages 2-4 on its 1x1 ``conv1`` (the
+3x3 ``conv2`` then has stride 1). The weights are the same shapes, so one name map loads both.
 
 Outputs: ``fc [B, D]``, the mean of the last map over its h x w cells, and ``att [B, g, g, D]``,
 its adaptive average pooling to g x g (``att_size``; 14 at 448 px is prepro_feats' default, at
@@ -40,18 +47,31 @@ def _bn(dtype, name: str) -> nn.BatchNorm:
   return nn.BatchNorm(use_running_average=True, momentum=0.9, epsilon=1e-5, dtype=dtype, name=name)
 
 
+def _max_pool_ceil(x_BxhxwxC):
+  """PyTorch's ``MaxPool2d(3, stride=2, padding=0, ceil_mode=True)``: ``ceil((n - 3) / 2) + 1``
+  windows per side, the last one cut by the edge (padded with -inf on the bottom / right only).
+  With no padding a window never starts past the input, so torch drops none."""
+  pads = []
+  for n in x_BxhxwxC.shape[1:3]:
+    out = max(1, -(-(n - 3) // 2) + 1)
+    pads.append((0, max(0, 2 * (out - 1) + 3 - n)))
+  return nn.max_pool(x_BxhxwxC, (3, 3), strides=(2, 2), padding=pads)
+
+
 class Bottleneck(nn.Module):
-  """torchvision's ``Bottleneck`` (stride on the 3x3 conv)."""
+  """torchvision's ``Bottleneck`` (stride on the 3x3 conv), or Caffe's (``stride_on_1x1``)."""
   width: int
   stride: int = 1
   expansion: int = 4
   downsample: bool = False
+  stride_on_1x1: bool = False
   dtype: Any = jnp.float32
 
   @nn.compact
   def __call__(self, x_BxhxwxC):
-    out = nn.relu(_bn(self.dtype, "bn1")(_conv(self.width, 1, 1, self.dtype, "conv1")(x_BxhxwxC)))
-    out = nn.relu(_bn(self.dtype, "bn2")(_conv(self.width, 3, self.stride, self.dtype, "conv2")(out)))
+    s1, s3 = (self.stride, 1) if self.stride_on_1x1 else (1, self.stride)
+    out = nn.relu(_bn(self.dtype, "bn1")(_conv(self.width, 1, s1, self.dtype, "conv1")(x_BxhxwxC)))
+    out = nn.relu(_bn(self.dtype, "bn2")(_conv(self.width, 3, s3, self.dtype, "conv2")(out)))
     out = _bn(self.dtype, "bn3")(_conv(self.width * self.expansion, 1, 1, self.dtype, "conv3")(out))
     shortcut = x_BxhxwxC
     if self.downsample:
@@ -69,6 +89,9 @@ class ResNet(nn.Module):
   att_size: Optional[int] = 14
   mean: Sequence[float] = image.IMAGENET_MEAN  # the pixel statistics torchvision's weights expect
   std: Sequence[float] = image.IMAGENET_STD
+  # self-critical.pytorch's Caffe-style ResNet (module docstring); both False is torchvision's.
+  stride_on_1x1: bool = False
+  maxpool_ceil: bool = False
   dtype: Any = jnp.float32
 
   @property
@@ -79,14 +102,17 @@ class ResNet(nn.Module):
   def __call__(self, images_BxHxWx3):
     x = image.normalize(images_BxHxWx3, self.mean, self.std, self.dtype)
     x = nn.relu(_bn(self.dtype, "bn1")(_conv(self.width, 7, 2, self.dtype, "conv1")(x)))
-    x = nn.max_pool(x, (3, 3), strides=(2, 2), padding=((1, 1), (1, 1)))  # pads with -inf
+    if self.maxpool_ceil:
+      x = _max_pool_ceil(x)
+    else:
+      x = nn.max_pool(x, (3, 3), strides=(2, 2), padding=((1, 1), (1, 1)))  # pads with -inf
     in_features = self.width
     for stage, depth in enumerate(self.depths):
       width = self.width * 2 ** stage
       for block in range(depth):
         stride = 2 if stage > 0 and block == 0 else 1
         downsample = block == 0 and (stride != 1 or in_features != width * self.expansion)
-        x = Bottleneck(width, stride, self.expansion, downsample, self.dtype,
+        x = Bottleneck(width, stride, self.expansion, downsample, self.stride_on_1x1, self.dtype,
                        name=f"layer{stage + 1}_{block}")(x)
         in_features = width * self.expansion
     x_BxhxwxD = x.astype(jnp.float32)

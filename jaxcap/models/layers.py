@@ -5,7 +5,9 @@ Dimension legend:
   F feed-forward width.
 
 Blocks follow Vaswani et al. (2017) exactly as the captioning papers restate it
-(ETA eqs. 1-3, 6): post-norm residual sub-layers ``LayerNorm(x + Dropout(Sublayer(x)))``.
+(ETA eqs. 1-3, 6): post-norm residual sub-layers ``LayerNorm(x + Dropout(Sublayer(x)))``;
+the pre-norm blocks of self-critical.pytorch's Transformer (``norm_position="pre"``, with its
+``layer_norm="annotated"``) are an option, for checkpoints imported from it (:class:`AddNorm`).
 Attention scores, softmax and the output logits are computed in float32 whatever the
 compute dtype, because bfloat16 softmax over long key sets loses the small weights.
 
@@ -214,16 +216,67 @@ class FeedForward(nn.Module):
     return nn.Dense(self.dim, dtype=self.dtype, name="fc2")(h)
 
 
-class AddNorm(nn.Module):
-  """Post-norm residual connection: ``LayerNorm(x + Dropout(y))``."""
+NORM_POSITIONS = ("post", "pre")
+LAYER_NORMS = ("flax", "annotated")
 
-  dropout: float = 0.0
+
+class AnnotatedLayerNorm(nn.Module):
+  """The layer norm of the Annotated Transformer, which self-critical.pytorch's Transformer
+  uses: ``a * (x - mean) / (std + eps) + b`` with the unbiased (n - 1) standard deviation and
+  ``eps`` added to it outside the root. flax's ``LayerNorm`` divides by
+  ``sqrt(biased variance + eps)``: a different function, so an imported checkpoint needs this one.
+  Statistics in float32; the parameters are named as flax's (``scale``, ``bias``)."""
+
+  epsilon: float = 1e-6
   dtype: Dtype = jnp.float32
 
   @nn.compact
+  def __call__(self, x):
+    d = x.shape[-1]
+    scale = self.param("scale", nn.initializers.ones, (d,))
+    bias = self.param("bias", nn.initializers.zeros, (d,))
+    x32 = x.astype(jnp.float32)
+    centred = x32 - x32.mean(-1, keepdims=True)
+    std = jnp.sqrt((centred * centred).sum(-1, keepdims=True) / max(d - 1, 1))
+    return (scale * centred / (std + self.epsilon) + bias).astype(self.dtype)
+
+
+def make_layer_norm(kind: str, dtype: Dtype, name: str | None = None) -> nn.Module:
+  """``"flax"``: ``nn.LayerNorm`` (eps 1e-6); ``"annotated"``: :class:`AnnotatedLayerNorm`."""
+  if kind == "annotated":
+    return AnnotatedLayerNorm(dtype=dtype, name=name)
+  if kind != "flax":
+    raise ValueError(f"layer_norm={kind!r}: expected one of {LAYER_NORMS}")
+  return nn.LayerNorm(dtype=dtype, name=name)
+
+
+class AddNorm(nn.Module):
+  """A residual connection with its layer norm.
+
+  ``position="post"`` (Vaswani et al., the default): ``LayerNorm(x + Dropout(y))``, where ``y``
+  is the sub-layer of ``x``. ``position="pre"`` (self-critical.pytorch's Transformer, after
+  the Annotated Transformer): ``x + Dropout(y)``, where ``y`` is the sub-layer of
+  ``normed(x) = LayerNorm(x)``; a stack of pre-norm blocks ends with one more layer norm.
+  A block calls ``normed`` on the sub-layer's input and then this module on its output:
+  ``normed`` is the identity for post-norm.
+  """
+
+  dropout: float = 0.0
+  dtype: Dtype = jnp.float32
+  position: str = "post"  # NORM_POSITIONS
+  layer_norm: str = "flax"  # LAYER_NORMS
+
+  def setup(self):
+    # The names the compact form gave them, so that parameters and dropout streams are the same.
+    self.Dropout_0 = nn.Dropout(self.dropout)
+    self.LayerNorm_0 = make_layer_norm(self.layer_norm, self.dtype)
+
+  def normed(self, x):
+    return self.LayerNorm_0(x) if self.position == "pre" else x
+
   def __call__(self, x, y, train: bool = False):
-    y = nn.Dropout(self.dropout)(y, deterministic=not train)
-    return nn.LayerNorm(dtype=self.dtype)(x + y)
+    y = self.Dropout_0(y, deterministic=not train)
+    return x + y if self.position == "pre" else self.LayerNorm_0(x + y)
 
 
 def lstm_word_layers(vocab_size: int, embed_dim: int, hidden_dim: int, dropout: float):
@@ -244,6 +297,11 @@ class BlockSizes(nn.Module):
   dropout: float = 0.1
   dtype: Dtype = jnp.float32
   attention_impl: str = "einsum"  # ATTENTION_IMPLEMENTATIONS (module docstring)
+  norm_position: str = "post"  # NORM_POSITIONS (AddNorm)
+  layer_norm: str = "flax"  # LAYER_NORMS
+
+  def add_norm(self, name: str | None = None) -> AddNorm:
+    return AddNorm(self.dropout, self.dtype, self.norm_position, self.layer_norm, name=name)
 
 
 class EncoderBlock(BlockSizes):
@@ -257,13 +315,16 @@ class EncoderBlock(BlockSizes):
       mask_BxMxM = mask_BxM[:, None, :]  # a padding region's own output is never attended to
     att = MultiHeadAttention(self.num_heads, self.dim, self.dropout, self.dtype, self.attention_impl,
                              name="self_attn")
-    x = AddNorm(self.dropout, self.dtype, name="norm1")(x_BxMxD, att(x_BxMxD, x_BxMxD, mask_BxMxM, train), train)
+    norm1, norm2 = self.add_norm("norm1"), self.add_norm("norm2")
+    h = norm1.normed(x_BxMxD)
+    x = norm1(x_BxMxD, att(h, h, mask_BxMxM, train), train)
     ffn = FeedForward(self.dim, self.ff_dim, self.dropout, self.dtype, name="ffn")
-    return AddNorm(self.dropout, self.dtype, name="norm2")(x, ffn(x, train), train)
+    return norm2(x, ffn(norm2.normed(x), train), train)
 
 
 class Encoder(BlockSizes):
-  """A stack of ``num_layers`` EncoderBlocks (0: the identity)."""
+  """A stack of ``num_layers`` EncoderBlocks (0: the identity); pre-norm blocks are followed by
+  a final layer norm (``final_norm``), as in self-critical.pytorch's Transformer."""
 
   num_layers: int = 1
 
@@ -271,7 +332,10 @@ class Encoder(BlockSizes):
   def __call__(self, x_BxMxD, mask_BxM, train: bool = False):
     for i in range(self.num_layers):
       x_BxMxD = EncoderBlock(self.dim, self.num_heads, self.ff_dim, self.dropout, self.dtype,
-                             self.attention_impl, name=f"layer_{i}")(x_BxMxD, mask_BxM, train)
+                             self.attention_impl, self.norm_position, self.layer_norm,
+                             name=f"layer_{i}")(x_BxMxD, mask_BxM, train)
+    if self.norm_position == "pre" and self.num_layers:
+      x_BxMxD = make_layer_norm(self.layer_norm, self.dtype, name="final_norm")(x_BxMxD)
     return x_BxMxD
 
 

@@ -15,6 +15,8 @@ masked self-attention, cross-attention to the regions and FFN, each ``LayerNorm(
 (``decode_train_grouped``) the queries of an image's S captions attend to that one copy as
 one query set of length S*T (``group=S``): the same attention, without the S-fold copy of the
 keys/values and the reduction of its gradient.
+``norm_position="pre"`` + ``layer_norm="annotated"`` is self-critical.pytorch's Transformer
+instead (pre-norm blocks, a final norm after each stack: its checkpoints import into it).
 Deviation: the attention key projections have no bias (the softmax cancels it, so its
 gradient is identically zero; :class:`layers.MultiHeadAttention`).
 """
@@ -43,27 +45,25 @@ class DecoderBlock(layers.BlockSizes):
     self.cross_attn = layers.MultiHeadAttention(self.num_heads, self.dim, self.dropout, self.dtype,
                                                 self.attention_impl)
     self.ffn = layers.FeedForward(self.dim, self.ff_dim, self.dropout, self.dtype)
-    self.norm1 = layers.AddNorm(self.dropout, self.dtype)
-    self.norm2 = layers.AddNorm(self.dropout, self.dtype)
-    self.norm3 = layers.AddNorm(self.dropout, self.dtype)
+    self.norm1, self.norm2, self.norm3 = self.add_norm(), self.add_norm(), self.add_norm()
 
   def cross_kv(self, memory_BxNxD):
     return self.cross_attn.project_kv(memory_BxNxD)
 
   def _rest(self, x, k, v, mask_BxN, train):
-    x = self.norm2(x, self.cross_attn.attend_kv(x, k, v, mask_BxN[:, None, :], train), train)
-    return self.norm3(x, self.ffn(x, train), train)
+    x = self.norm2(x, self.cross_attn.attend_kv(self.norm2.normed(x), k, v, mask_BxN[:, None, :], train), train)
+    return self.norm3(x, self.ffn(self.norm3.normed(x), train), train)
 
   def __call__(self, x_BxTxD, k, v, mask_GxN, train: bool = False, group: int = 1):
     """Teacher-forced block. ``k``, ``v``, ``mask_GxN`` hold G = B / group images; after the
     self-attention every sub-layer acts on each position alone, so the ``group`` consecutive
     rows of an image run as one sequence of length group*T against one copy of its keys/values."""
-    x = self.norm1(x_BxTxD, self.self_attn(x_BxTxD, train), train)
+    x = self.norm1(x_BxTxD, self.self_attn(self.norm1.normed(x_BxTxD), train), train)
     bs, t, d = x.shape
     return self._rest(x.reshape(bs // group, group * t, d), k, v, mask_GxN, train).reshape(bs, t, d)
 
   def step(self, x_Bx1xD, cache, t, k, v, mask_BxN, train: bool = False):
-    h, cache = self.self_attn.step(x_Bx1xD, cache, t, train)
+    h, cache = self.self_attn.step(self.norm1.normed(x_Bx1xD), cache, t, train)
     x = self.norm1(x_Bx1xD, h, train)
     return self._rest(x, k, v, mask_BxN, train), cache
 
@@ -107,6 +107,12 @@ class TransformerCaptioner(TransformerSizes):
     share_embeddings: tie the output projection to the word embedding.
     region_activation: ``"relu"`` (default, self-critical.pytorch's ``att_embed``) or
       ``"linear"`` (ETA's region projection, sec. 4.1) after the region projection.
+    norm_position: ``"post"`` (default: Vaswani et al.'s ``LayerNorm(x + sublayer(x))``) or
+      ``"pre"`` (``x + sublayer(LayerNorm(x))`` and a final layer norm after the encoder and
+      the decoder: self-critical.pytorch's Transformer, whose checkpoints ``jaxcap-import``
+      reads into this model).
+    layer_norm: ``"flax"`` (default) or ``"annotated"`` (self-critical.pytorch's layer norm:
+      unbiased std, eps outside the root; :class:`layers.AnnotatedLayerNorm`).
     dtype: compute dtype; parameters stay float32, logits are float32.
     attention_impl: ``"einsum"`` (default), ``"xla"`` or ``"cudnn"``: how every attention layer
       runs (:mod:`jaxcap.models.layers`; the fused two do not drop out the attention weights,
@@ -119,10 +125,14 @@ class TransformerCaptioner(TransformerSizes):
   # keep their meaning.
   region_activation: str = "relu"
   attention_impl: str = "einsum"
+  norm_position: str = "post"
+  layer_norm: str = "flax"
 
   field_checks = dict(TransformerSizes.field_checks,
                       region_activation=fields.one_of(REGION_ACTIVATIONS),
-                      attention_impl=fields.one_of(layers.ATTENTION_IMPLEMENTATIONS))
+                      attention_impl=fields.one_of(layers.ATTENTION_IMPLEMENTATIONS),
+                      norm_position=fields.one_of(layers.NORM_POSITIONS),
+                      layer_norm=fields.one_of(layers.LAYER_NORMS))
 
   @staticmethod
   def check_fields(values):
@@ -134,11 +144,15 @@ class TransformerCaptioner(TransformerSizes):
   def setup(self):
     self.feat_proj = nn.Dense(self.dim, dtype=self.dtype)
     self.feat_dropout = nn.Dropout(self.dropout)
-    self.encoder = self.encoder_stack(attention_impl=self.attention_impl)
+    block = dict(attention_impl=self.attention_impl, norm_position=self.norm_position,
+                 layer_norm=self.layer_norm)
+    self.encoder = self.encoder_stack(**block)
     self.embed = layers.Embed(self.vocab_size, self.dim, dtype=self.dtype)
     self.emb_dropout = nn.Dropout(self.dropout)
-    self.dec_layers = [DecoderBlock(self.dim, self.num_heads, self.ff_dim, self.dropout, self.dtype,
-                                    self.attention_impl) for _ in range(self.num_dec_layers)]
+    self.dec_layers = [DecoderBlock(self.dim, self.num_heads, self.ff_dim, self.dropout, self.dtype, **block)
+                       for _ in range(self.num_dec_layers)]
+    if self.norm_position == "pre":
+      self.dec_final_norm = layers.make_layer_norm(self.layer_norm, self.dtype)
     if not self.share_embeddings:
       self.logits_proj = nn.Dense(self.vocab_size, dtype=self.dtype)
     self.positions = layers.sinusoidal_positions(self.max_len + 2, self.dim)
@@ -154,6 +168,8 @@ class TransformerCaptioner(TransformerSizes):
     return {"mask": mask_BxN, "k": tuple(k for k, _ in kv), "v": tuple(v for _, v in kv)}
 
   def _logits(self, x):
+    if self.norm_position == "pre":
+      x = self.dec_final_norm(x)
     return layers.output_logits(self.embed, None if self.share_embeddings else self.logits_proj, x)
 
   def decode_train(self, enc, tokens_BxT, train: bool = False, group: int = 1):

@@ -140,6 +140,30 @@ def test_collate_against_numpy_reference():
   assert (b["feats"][3] == 0).all() and (b["global_feat"][3] == 0).all()
 
 
+def test_collate_without_rng_takes_the_references_in_order(ds):
+  """``rng`` None (the README's snippet: a split's images as one batch to caption): no draw,
+  the same batch on every call; R > S gives the first S references, R < S repeats them."""
+  src = ds.split("test")
+  examples = [src[i] for i in range(3)]
+  a, b = src.collate(examples), src.collate(examples)
+  for key in a:
+    np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+  assert a["valid"].all() and len(a["feats"]) == 3
+  for j, ex in enumerate(examples):
+    np.testing.assert_array_equal(a["feats"][j, :len(ex["feats"])], ex["feats"][:a["feats"].shape[1]])
+  caps = np.zeros((7, 6), np.int32)
+  caps[:, 0] = 10 + np.arange(7)
+  info = {"max_regions": 2, "feature_dim": 3, "global_dim": 2, "max_len": 5,
+          "num_attributes": 1, "max_attributes": 1}
+  ex = {"image_index": np.int32(0), "feats": np.ones((2, 3), np.float32),
+        "boxes": np.zeros((2, 4), np.float32), "global_feat": np.ones(2, np.float32),
+        "attributes": np.zeros((0,), np.int32), "attr_labels": np.zeros(1, np.float32)}
+  many = base.collate([dict(ex, captions=caps)], info=info, seq_per_img=5)
+  few = base.collate([dict(ex, captions=caps[:2])], info=info, seq_per_img=5)
+  assert many["captions"][0, :, 0].tolist() == [10, 11, 12, 13, 14]
+  assert few["captions"][0, :, 0].tolist() == [10, 11, 10, 11, 10]
+
+
 def test_threaded_and_inline_iterators_agree(ds):
   src = ds.split("train")
   a = _take(pipeline.make_train_iterator(src, 4, shard_index=0, shard_count=1), 3)

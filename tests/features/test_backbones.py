@@ -78,7 +78,12 @@ def test_bfloat16_compute_stays_close(tiny_resnet, tiny_vit):
 
 
 def test_registry_names_fields_and_random_variables():
-  assert features.names() == ["resnet101", "resnet152", "resnet50", "vit_b16"]
+  assert features.names() == ["resnet101", "resnet101_self_critical", "resnet152",
+                              "resnet152_self_critical", "resnet50", "resnet50_self_critical",
+                              "vit_b16"]
+  caffe = features.build("resnet101_self_critical")
+  assert (caffe.depths, caffe.stride_on_1x1, caffe.maxpool_ceil) == ((3, 4, 23, 3), True, True)
+  assert not features.build("resnet101").stride_on_1x1
   assert features.build("resnet152").depths == (3, 8, 36, 3)
   assert features.build("resnet101").feature_dim == 2048
   assert features.build("vit_b16", dtype="bfloat16").dtype == jnp.bfloat16

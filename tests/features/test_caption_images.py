@@ -129,8 +129,8 @@ def test_a_run_without_features_json_is_refused(trained, tmp_path, run):
                           "(caption feature arrays with Run.caption)")
   with pytest.raises(ValueError, match=r"^images\[0\]: expected a uint8 RGB array"):
     run.caption_images([np.zeros((4, 4), np.uint8)])
-  with pytest.raises(ValueError, match="broken.jpg: unreadable image"):
-    run.caption_images([images / "broken.jpg"])
+  with pytest.raises(ValueError, match=r"none of the 1 image files could be read \(first, .*broken.jpg\)"):
+    run.caption_images([images / "broken.jpg"])  # skipped, and nothing else to caption
   with pytest.raises(ValueError, match="RANDOM backbone weights"):
     run.caption_images([images / "a0.png"], str(images / "a0.png"))
 
@@ -200,3 +200,95 @@ def test_init_workdir_copies_the_features_record_and_refuses_other_features(tmp_
   config.data.att_dir = ""
   assert run_dir.features_record_source(config.data) is None  # none in data.root
   assert run_dir.read_features_record(str(tmp_path)) is None
+
+
+# ---------------------------------------------------------------- fast: a run built in memory
+# An untrained tiny transformer over test_extract's tiny ResNet (D = 128, a 2 x 2 grid): no
+# extraction, no training step; what is tested is which images are captioned and how often the
+# backbone and the decoder compile, not what the captions say.
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+  """``(run, images folder)``: a run with the tiny ResNet's features.json, and test_extract's
+  folder of images (``broken.jpg`` among them)."""
+  from jaxcap.training import train_lib
+  from tests.data.fakes import karpathy_config, write_karpathy
+  from tests.features.test_extract import make_images
+  root = tmp_path_factory.mktemp("tiny_run")
+  write_karpathy(root, counts=(4, 1, 1), dim=128, fc_dim=128, regions=(4, 4))
+  config = jaxcap.get_config("transformer.py:synthetic", test_after_training=False)
+  config.model.update(dim=32, ff_dim=64, num_layers=1, num_dec_layers=1)
+  config.decode.max_len = 4
+  config.data = karpathy_config(root, box_dir="", grid=True)
+  trainer = train_lib.Trainer(config, str(root / "run"))
+  (root / "run").mkdir()
+  (root / "run" / run_dir.FEATURES_FILE).write_text(json.dumps({  # as jaxcap-extract writes it
+      "backbone": "resnet50", "fields": {"width": 4, "depths": [1, 1, 1, 1]}, "size": 32,
+      "att_size": 2, "dtype": "float32", "feature_dim": 128, "weights": {"random": True, "seed": 0}}))
+  run = jaxcap.Run(config, trainer.dataset.vocab, trainer.info, trainer.model,
+                   trainer.initial_state().params, workdir=str(root / "run"))
+  make_images(root / "images")
+  return run, root / "images"
+
+
+def test_an_unreadable_file_is_skipped_with_a_warning_and_has_no_caption(tiny_run, tmp_path, capfd):
+  run, images = tiny_run
+  (tmp_path / "notes.jpg").write_text("a text file named .jpg")
+  truncated = tmp_path / "truncated.jpg"
+  full = (images / "a1.jpg").read_bytes()
+  truncated.write_bytes(full[:len(full) // 3])
+  paths = [images / "a0.png", images / "broken.jpg", tmp_path / "notes.jpg", images / "a1.jpg",
+           truncated, tmp_path / "missing.png", images / "gray.png"]
+  captions = run.caption_images(paths, method="greedy")
+  assert len(captions) == len(paths)
+  assert [c is None for c in captions] == [False, True, True, False, True, True, False]
+  assert all(isinstance(c, str) for c in captions if c is not None)
+  # The readable images get the captions they get alone (the mapping is by position).
+  assert run.caption_images([paths[3], paths[0]], method="greedy") == [captions[3], captions[0]]
+  err = capfd.readouterr().err
+  assert "Traceback" not in err
+  warnings = [l for l in err.splitlines() if l.startswith("warning:")]
+  assert len(warnings) == 4, warnings
+  for path, line in zip([paths[1], paths[2], paths[4], paths[5]], warnings):
+    assert line.startswith(f"warning: {path}: ") and line.endswith("; skipped"), line
+  # None readable: one line.
+  with pytest.raises(ValueError, match=r"^images: none of the 2 image files could be read \(first, "):
+    run.caption_images([images / "broken.jpg", tmp_path / "notes.jpg"])
+
+
+def test_image_counts_compile_only_their_power_of_two_bucket(tiny_run):
+  """Captioning 3, then 5, then 6 images compiles for 4 and 8 only: the 6 (and 7, 8) reuse
+  the 8's programs. Counted by jax's lowering events (one per program compiled, whether or not
+  a persistent cache then has the binary)."""
+  import jax
+  run, _ = tiny_run
+  # A fresh backbone and a decoding length of its own: nothing compiled by the other tests.
+  run = jaxcap.Run(run.config, run.vocab, run.info, run.model, run.params, workdir=run.workdir)
+  pixels = list(np.random.default_rng(1).integers(0, 256, (9, 32, 32, 3), dtype=np.uint8))
+  lowered = []
+
+  def listen(event, *_, **__):
+    if event == "/jax/core/compile/jaxpr_to_mlir_module_duration":
+      lowered.append(event)
+
+  jax.monitoring.register_event_duration_secs_listener(listen)
+  try:
+    counts = {}
+    for n in (3, 5, 6, 7, 8, 4, 2):
+      lowered.clear()
+      assert len(run.caption_images(pixels[:n], method="greedy", batch_size=8, max_len=3)) == n
+      counts[n] = len(lowered)
+  finally:
+    jax.monitoring.unregister_event_duration_listener(listen)
+  assert counts[3] > 0 and counts[5] > 0  # the first call of a bucket compiles
+  assert counts[6] == counts[7] == counts[8] == counts[4] == 0, counts
+  assert counts[2] > 0  # a new bucket (2)
+  # Beyond batch_size: chunks of 8, so 9 images compile nothing new either.
+  lowered.clear()
+  jax.monitoring.register_event_duration_secs_listener(listen)
+  try:
+    assert len(run.caption_images(pixels[:9], method="greedy", batch_size=8, max_len=3)) == 9
+  finally:
+    jax.monitoring.unregister_event_duration_listener(listen)
+  assert not lowered

@@ -331,3 +331,79 @@ def test_a_tiny_image_is_upscaled_with_a_warning_and_a_directory_is_not_a_file(t
   with pytest.raises(ValueError, match=rf"^{tmp_path}: a directory; expected an image file \(a folder's "
                      r"images: evaluate.py --images DIR"):
     backbone.pixels([str(tmp_path / "tiny.png"), str(tmp_path)])
+
+
+def _karpathy_entry(k, filename, split, filepath=None, cocoid=None):
+  """One image of Karpathy's dataset JSON (``dataset_coco.json``'s fields; Flickr8k's have no
+  ``filepath`` nor ``cocoid``)."""
+  sents = [{"tokens": ["a", "red", "shape", f"n{k}"], "raw": f"A red shape n{k}.", "imgid": k,
+            "sentid": 2 * k},
+           {"tokens": ["noise", f"n{k}"], "raw": f"Noise n{k}", "imgid": k, "sentid": 2 * k + 1}]
+  entry = {"filename": filename, "imgid": k, "split": split, "sentences": sents,
+           "sentids": [2 * k, 2 * k + 1]}
+  if filepath is not None:
+    entry.update(filepath=filepath, cocoid=cocoid)
+  return entry
+
+
+def test_karpathy_coco_and_flickr8k_jsons_as_captions(tmp_path, capsys):
+  """--captions dataset_coco.json: the images under <images>/train2014 and val2014, the features
+  named by cocoid (as prepro_feats.py names them), the splits (restval too) and sentences kept,
+  and jaxcap.data.karpathy reads the result; dataset_flickr8k.json: the images in the folder
+  itself, named by their file-name stems."""
+  rng = np.random.default_rng(3)
+  pixels = [rng.integers(0, 256, (20 + 2 * k, 24, 3), dtype=np.uint8) for k in range(5)]
+  coco = tmp_path / "coco"
+  layout = [("train2014", "train"), ("train2014", "train"), ("val2014", "restval"), ("val2014", "val"),
+            ("val2014", "test")]
+  entries = []
+  for k, (folder, split) in enumerate(layout):
+    name = f"COCO_{folder}_{k:012d}.png"
+    (coco / folder).mkdir(parents=True, exist_ok=True)
+    Image.fromarray(pixels[k]).save(coco / folder / name)
+    entries.append(_karpathy_entry(k, name, split, folder, 1000 + k))
+  (coco / "val2014" / "COCO_val2014_broken.jpg").write_bytes(b"\xff\xd8 not a jpeg")
+  entries.append(_karpathy_entry(5, "COCO_val2014_broken.jpg", "train", "val2014", 1005))
+  entries.append(_karpathy_entry(6, "COCO_val2014_gone.jpg", "test", "val2014", 1006))
+  (tmp_path / "dataset_coco.json").write_text(json.dumps({"images": entries, "dataset": "coco"}))
+  out = tmp_path / "out_coco"
+  code, stdout, stderr = run_cli(["--images", coco, "--out", out, *TINY, "--captions",
+                                  tmp_path / "dataset_coco.json"], capsys)
+  assert code == 0, stderr
+  assert "Traceback" not in stderr
+  ids = [str(1000 + k) for k in range(5)]
+  assert sorted(p.stem for p in (out / "fc").iterdir()) == ids
+  assert sorted(p.stem for p in (out / "att").iterdir()) == ids
+  assert "COCO_val2014_broken.jpg" in stderr and "1 image(s) of --captions" in stderr
+  assert "COCO_val2014_gone.jpg" in stderr
+  written = json.loads((out / "dataset_coco.json").read_text())
+  assert written["dataset"] == "coco" and written["images"] == entries[:5]  # as they were
+  assert f"wrote {out / 'dataset_coco.json'}: 5 images" in stdout
+  from tests.data import fakes
+  config = fakes.karpathy_config(out, att_dir="att", fc_dir="fc", box_dir="", grid=True)
+  dataset = karpathy.load(config)
+  assert dataset.image_ids("train") == [1000, 1001, 1002]  # restval joins train
+  assert dataset.image_ids("val") == [1003] and dataset.image_ids("test") == [1004]
+  assert dataset.references("test")[1004] == ["a red shape n4", "noise n4"]
+  assert dataset.split("val")[0]["feats"].shape == (4, 128)
+
+  # Flickr8k: no filepath, no cocoid; two of the same images, which get the same features.
+  flickr = tmp_path / "Flicker8k_Dataset"
+  flickr.mkdir()
+  Image.fromarray(pixels[3]).save(flickr / "1000268201_693b08cb0e.png")
+  Image.fromarray(pixels[1]).save(flickr / "997722733_0cb5439472.png")
+  entries = [_karpathy_entry(0, "1000268201_693b08cb0e.png", "test"),
+             _karpathy_entry(1, "997722733_0cb5439472.png", "train")]
+  (tmp_path / "dataset_flickr8k.json").write_text(json.dumps({"images": entries, "dataset": "flickr8k"}))
+  code, _, stderr = run_cli(["--images", flickr, "--out", tmp_path / "out_flickr", *TINY,
+                             "--captions", tmp_path / "dataset_flickr8k.json"], capsys)
+  assert code == 0, stderr
+  written = json.loads((tmp_path / "out_flickr" / "dataset_flickr8k.json").read_text())
+  assert written == {"images": entries, "dataset": "flickr8k"}
+  for stem, cocoid in (("1000268201_693b08cb0e", 1003), ("997722733_0cb5439472", 1001)):
+    np.testing.assert_allclose(np.load(tmp_path / "out_flickr" / "fc" / f"{stem}.npy"),
+                               np.load(out / "fc" / f"{cocoid}.npy"), rtol=1e-5, atol=1e-6)
+  # --val / --test cannot re-split Karpathy's splits.
+  code, _, stderr = run_cli(["--images", flickr, "--out", tmp_path / "out_flickr", *TINY, "--val", "1",
+                             "--captions", tmp_path / "dataset_flickr8k.json"], capsys)
+  assert code == 2 and "gives every image's split" in stderr

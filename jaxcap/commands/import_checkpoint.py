@@ -1,0 +1,60 @@
+"""Imports a self-critical.pytorch checkpoint as a jaxcap run directory.
+
+  jaxcap-import --checkpoint model-best.pth --infos infos_tf-best.pkl --workdir runs/sc_transformer
+  jaxcap-import --checkpoint model.safetensors --infos infos_fc.pkl --workdir runs/sc_fc --dataset cocotalk
+  python -m jaxcap.commands.import_checkpoint ...     # the same without the console script
+
+Writes ``<workdir>/config.json``, ``vocab.json``, ``info.json`` and an orbax checkpoint at the
+run's iteration (:mod:`jaxcap.importers.self_critical`: the models it maps and how), then
+prints the run's model, parameter count and the commands that use it. ``--dataset`` / ``--data_root``
+set the data ``evaluate.py`` reads (default ``coco``: Karpathy's dataset_coco.json with bottom-up
+features under ``data/coco``). A ``.pth`` needs torch; without it, convert it once to
+``.safetensors`` (docs/USAGE.md). Exit 0; 2 on bad input (one ``error:`` line, nothing written).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import jax
+import numpy as np
+
+from jaxcap import cli
+from jaxcap.importers import self_critical
+
+
+def parser() -> argparse.ArgumentParser:
+  p = argparse.ArgumentParser(prog="jaxcap-import", description=__doc__.split("\n")[0])
+  add = p.add_argument
+  add("--checkpoint", required=True, help="self-critical.pytorch's model.pth, or model.safetensors.")
+  add("--infos", required=True, help="Its infos_<id>.pkl (options and vocabulary).")
+  add("--workdir", required=True, help="The run directory to write (new or empty).")
+  add("--dataset", default="coco", choices=("coco", "cocotalk"), help="The run's data section.")
+  add("--data_root", default=None, help="That data's folder (default data/coco).")
+  add("--features", default=None,
+      help="The features.json of the extractor that made the model's features (jaxcap-extract "
+           "--backbone resnet101_self_critical): lets evaluate.py --images caption image files.")
+  return p
+
+
+def main() -> int:
+  a = parser().parse_args()
+  run = self_critical.import_checkpoint(a.checkpoint, a.infos, a.workdir, dataset=a.dataset,
+                                        data_root=a.data_root, features=a.features)
+  count = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(run.params))
+  print(f"imported {run.config.model.name} ({count:,} parameters, step {run.step}, "
+        f"{len(run.vocab)} words) into {a.workdir}")
+  print(f"  caption:  python -c \"import jaxcap; print(jaxcap.load('{a.workdir}').caption(FEATURES))\"")
+  print(f"  evaluate: python evaluate.py --workdir {a.workdir} --split test")
+  if a.features:
+    print(f"  photos:   python evaluate.py --workdir {a.workdir} --images PHOTOS_DIR --out captions.json --weights WEIGHTS.safetensors")
+  return 0
+
+
+def run():
+  """The program (console script ``jaxcap-import``)."""
+  cli.run_script(main)
+
+
+if __name__ == "__main__":
+  run()

@@ -1,0 +1,1 @@
+"""Trained models of other codebases as jaxcap runs (:mod:`jaxcap.importers.self_critical`)."""
