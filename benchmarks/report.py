@@ -42,8 +42,10 @@ REFERENCE_KINDS = {"train": "train_", "greedy": "greedy_", "beam": "beam3_"}
 FEATURES = "benchmarks/features.py"
 PIPELINE = "benchmarks/input_pipeline.py"
 CHECKPOINTS = "benchmarks/checkpoint_save.py"
+DECODE_AUX = "benchmarks/decode_aux.py"
+EXPORT = "benchmarks/export.py"
 OWN_RECORDS = {FEATURES: "features_", PIPELINE: "input_pipeline_",  # records kept in their own file
-               CHECKPOINTS: "checkpoint_save_"}
+               CHECKPOINTS: "checkpoint_save_", DECODE_AUX: "decode_aux_", EXPORT: "export_"}
 
 
 def load_records(folder: str = RESULTS) -> list[dict]:
@@ -235,7 +237,41 @@ def checkpoint_table(rec: dict) -> str:
   return "\n".join(lines)
 
 
+def decode_aux_table(rec: dict) -> str:
+  model = rec["model"]
+  lines = [_head(rec) + f" (decoding with and without the per-step aux: {model['name']} d={model['dim']}, "
+           f"{model['num_dec_layers']} decoder layers, batch {rec['batch']}, {rec['max_len']} steps, median of "
+           f"{rec['repeats']} calls; {rec['environment'].get('cpu_count', '?')} CPUs)", "",
+           "| decoding | variant | ms (min–max) | return_aux=False compiles to the program without aux code |",
+           "|---|---|---:|---|"]
+  for r in rec["rows"]:
+    same = r.get("same_program_as_no_aux_code")
+    lines.append(f"| {r['method']} | {r['variant']} | {_fmt(r['median_ms'], 1)} ({_fmt(r['min_ms'], 1)}–"
+                 f"{_fmt(r['max_ms'], 1)}) | {'–' if same is None else ('yes' if same else 'no')} |")
+  return "\n".join(lines)
+
+
+def export_table(rec: dict) -> str:
+  model = rec["model"]
+  lines = [_head(rec) + f" (the exported captioner, `jaxcap-export`: {model['name']} d={model['dim']}, "
+           f"file {rec['file_bytes'] / 2**20:.2f} MiB of which parameters {rec['params_bytes'] / 2**20:.2f} MiB, "
+           f"export {_fmt(rec['export_s'], 1)} s, load {_fmt(rec['load_s'], 2)} s, platforms "
+           f"{', '.join(rec['platforms'])}; median of {rec['repeats']} calls; "
+           f"{rec['environment'].get('cpu_count', '?')} CPUs)", "",
+           "| decoding | batch | artefact ms (per image) | Run.caption ms (per image) | same captions |",
+           "|---|---:|---:|---:|---|"]
+  for r in rec["rows"]:
+    what = r["method"] + (f"-{r['beam_size']}" if r["method"] == "beam" else "")
+    lines.append(f"| {what} | {r['batch']} | {_fmt(r['artefact_ms'], 2)} ({_fmt(r['artefact_ms_per_image'], 2)}) | "
+                 f"{_fmt(r['run_ms'], 2)} ({_fmt(r['run_ms_per_image'], 2)}) | {'yes' if r['same_captions'] else 'no'} |")
+  return "\n".join(lines)
+
+
 def record_table(rec: dict) -> str:
+  if rec.get("benchmark") == EXPORT:
+    return export_table(rec)
+  if rec.get("benchmark") == DECODE_AUX:
+    return decode_aux_table(rec)
   if rec.get("benchmark") == FEATURES:
     return features_table(rec)
   if rec.get("benchmark") == CHECKPOINTS:

@@ -274,6 +274,17 @@ class Run:
       out[i] = caption
     return out
 
+  # ---------------------------------------------------------------- export
+  def export(self, path: str, *, method: str | None = None, beam_size: int | None = None,
+             max_len: int | None = None, platforms=("cpu", "cuda"), weights: str | None = None,
+             backbone: bool = True) -> dict:
+    """Writes the whole captioner (backbone, encoder, greedy and beam search, parameters,
+    vocabulary, decoding settings) to one file that :func:`jaxcap.serving.load` runs with jax
+    and numpy only (:func:`jaxcap.export.export`); returns its metadata."""
+    from jaxcap import export  # jax.export and flatbuffers only when exporting
+    return export.export(self, path, method=method, beam_size=beam_size, max_len=max_len,
+                         platforms=platforms, weights=weights, backbone=backbone)
+
   # ---------------------------------------------------------------- a split of the dataset
   def predict(self, split: str = "test", *, num_images: int = -1, method: str | None = None,
               beam_size: int | None = None, batch_size: int = 50, seed: int = 0,

@@ -59,6 +59,9 @@ NOT_RUN = [
                       "checkout into a fresh virtual environment (-r requirements.txt, -e ., .) "
                       "and runs the installed programs"),
     (r"^tensorboard ", "starts a server that runs until stopped"),
+    (r"^jaxcap-serve ", "starts a server that runs until stopped: tests/test_serve.py runs the program "
+                        "(its address printed, SIGTERM: exit 0) and its endpoints, tests/test_serve_browser.py "
+                        "serves a trained run to headless Chromium and load-tests it"),
     (r"^jupyter ", "starts a notebook server; tests/test_notebooks.py executes the notebooks"),
     (r"^(source|\.) \.venv/bin/activate", "changes the interactive shell only"),
     (r"^python scripts/extract_features.py --images photos ",
@@ -142,6 +145,7 @@ PROMISES = [
     (r"--workdir runs/sc_fc_trial --images", ["runs/sc_fc_trial/captions.json"]),
     (r"--beam-mode self_critical --tag _sc3", ["runs/transformer_synthetic/scores_test_sc3.json"]),
     (r"--tag _beam2$", ["runs/transformer_synthetic/scores_test_beam2.json"]),
+    (r"^jaxcap-export --workdir runs/transformer_synthetic ", ["runs/transformer_synthetic.jaxcap"]),
     # Every table script writes its markdown table ({0}: the command's workdir).
     (r"(?:experiments/\w+/|jaxcap\.papers\.\w+\.)(?:table\d?|ablations)(?:\.py)? --workdir (\S+)", ["{0}/table.md"]),
     (r"experiments/pixels/run\.py --workdir (\S+)", ["{0}/table.md", "{0}/results.json"]),

@@ -111,8 +111,9 @@ def _program(words):
     if words[1] == "-m":
       return "-m " + words[2], words[3:]
     return {"train.py": "train", "evaluate.py": "evaluate"}.get(words[1], words[1]), words[2:]
-  if words[0] in ("jaxcap-compare", "jaxcap-import"):
-    module = {"jaxcap-compare": "compare", "jaxcap-import": "import_checkpoint"}[words[0]]
+  if words[0] in ("jaxcap-compare", "jaxcap-import", "jaxcap-export", "jaxcap-serve"):
+    module = {"jaxcap-compare": "compare", "jaxcap-import": "import_checkpoint",
+              "jaxcap-export": "export", "jaxcap-serve": "serve"}[words[0]]
     return f"-m jaxcap.commands.{module}", words[1:]
   return {"jaxcap-train": "train", "jaxcap-evaluate": "evaluate"}.get(words[0], words[0]), words[1:]
 

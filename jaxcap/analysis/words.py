@@ -5,7 +5,8 @@ including EOS), N regions, S AAT step slots, G ETA gate layers.
 
 ``caption_aux(model, params, batch, vocab, max_len, row=0)`` greedily decodes ``batch`` with
 ``return_aux=True`` and returns row ``row``'s words and its ``decode_step`` aux cut to those
-words, e.g. ``aux["attention"]`` [L, N] (``lstm``), ``aux["gbc_gate_layers"]`` [L, G] (``eta``),
+words, e.g. ``aux["attention"]`` [L, N] (every attention model: docs/DESIGN.md, section 4),
+``aux["gbc_gate_layers"]`` [L, G] (``eta``),
 ``aux["attention_steps"]`` [L], ``aux["confidences"]`` / ``aux["beta"]`` [L, S] (``aat``): the
 inputs of :mod:`jaxcap.analysis.figures`.
 """
@@ -92,6 +93,9 @@ def plot_run_words(model, params, vocab, batch: dict, max_len: int, out_prefix: 
                               title=title, columns=columns)
   if not written:
     name = getattr(model, "registry_name", type(model).__name__)
+    impl = getattr(model, "attention_impl", "einsum")
+    why = (f"; its attention_impl={impl!r} kernels return no weights: decode with "
+           f"attention_impl='einsum' (same parameters)" if impl != "einsum" else "")
     raise ValueError(f"plot_words: model {name!r} reports no per-word attention, gate or steps "
-                     f"(decode aux keys: {sorted(aux)})")
+                     f"(decode aux keys: {sorted(aux)}){why}")
   return written

@@ -19,6 +19,12 @@ keys/values and the reduction of its gradient.
 instead (pre-norm blocks, a final norm after each stack: its checkpoints import into it).
 Deviation: the attention key projections have no bias (the softmax cancels it, so its
 gradient is identically zero; :class:`layers.MultiHeadAttention`).
+
+``decode_step``'s aux: ``cross_attention`` ``[B, L, H, N]`` (L = ``num_dec_layers``), every
+decoder layer's and head's cross-attention weights over the regions, and ``attention``
+``[B, N]``, the last layer's mean over heads (:func:`cross_attention_aux`); with a fused
+``attention_impl`` ("xla", "cudnn") the kernels return no weights and the aux is empty.
+Teacher forcing (``decode_train``) returns no attention.
 """
 
 from __future__ import annotations
@@ -50,9 +56,13 @@ class DecoderBlock(layers.BlockSizes):
   def cross_kv(self, memory_BxNxD):
     return self.cross_attn.project_kv(memory_BxNxD)
 
-  def _rest(self, x, k, v, mask_BxN, train):
-    x = self.norm2(x, self.cross_attn.attend_kv(self.norm2.normed(x), k, v, mask_BxN[:, None, :], train), train)
-    return self.norm3(x, self.ffn(self.norm3.normed(x), train), train)
+  def _rest(self, x, k, v, mask_BxN, train, return_weights: bool = False):
+    """Cross-attention + FFN: ``(x, cross-attention weights [B, H, L, N] float32 or None)``."""
+    y = self.cross_attn.attend_kv(self.norm2.normed(x), k, v, mask_BxN[:, None, :], train,
+                                  return_weights=return_weights)
+    y, w_BxHxLxN = y if return_weights else (y, None)
+    x = self.norm2(x, y, train)
+    return self.norm3(x, self.ffn(self.norm3.normed(x), train), train), w_BxHxLxN
 
   def __call__(self, x_BxTxD, k, v, mask_GxN, train: bool = False, group: int = 1):
     """Teacher-forced block. ``k``, ``v``, ``mask_GxN`` hold G = B / group images; after the
@@ -60,12 +70,17 @@ class DecoderBlock(layers.BlockSizes):
     rows of an image run as one sequence of length group*T against one copy of its keys/values."""
     x = self.norm1(x_BxTxD, self.self_attn(self.norm1.normed(x_BxTxD), train), train)
     bs, t, d = x.shape
-    return self._rest(x.reshape(bs // group, group * t, d), k, v, mask_GxN, train).reshape(bs, t, d)
+    x, _ = self._rest(x.reshape(bs // group, group * t, d), k, v, mask_GxN, train)
+    return x.reshape(bs, t, d)
 
   def step(self, x_Bx1xD, cache, t, k, v, mask_BxN, train: bool = False):
+    """One position: ``(x, cache, cross-attention weights [B, H, N] float32 or None)``; the
+    weights exist with ``attention_impl="einsum"`` only (the fused kernels do not return them)."""
     h, cache = self.self_attn.step(self.norm1.normed(x_Bx1xD), cache, t, train)
     x = self.norm1(x_Bx1xD, h, train)
-    return self._rest(x, k, v, mask_BxN, train), cache
+    x, w_BxHx1xN = self._rest(x, k, v, mask_BxN, train,
+                              return_weights=self.attention_impl == "einsum")
+    return x, cache, (None if w_BxHx1xN is None else w_BxHx1xN[:, :, 0])
 
 
 class TransformerSizes(CaptionModel):
@@ -190,8 +205,26 @@ class TransformerCaptioner(TransformerSizes):
   def decode_step(self, enc, cache, tokens_B, t, train: bool = False):
     x = layers.embed_tokens(self.embed, tokens_B[:, None], self.positions, offset=t)
     x = self.emb_dropout(x, deterministic=not train)
-    new_cache = []
+    new_cache, weights = [], []
     for i, layer in enumerate(self.dec_layers):
-      x, c = layer.step(x, cache[i], t, enc["k"][i], enc["v"][i], enc["mask"], train)
+      x, c, w_BxHxN = layer.step(x, cache[i], t, enc["k"][i], enc["v"][i], enc["mask"], train)
       new_cache.append(c)
-    return self._logits(x[:, 0]), tuple(new_cache), {}
+      weights.append(w_BxHxN)
+    return self._logits(x[:, 0]), tuple(new_cache), cross_attention_aux(weights)
+
+
+def cross_attention_aux(weights, prefix: str = "") -> dict:
+  """A decoder's per-step cross-attention aux from one ``[B, H, N]`` array per layer:
+  ``{prefix + "cross_attention": [B, L, H, N], prefix + "attention": [B, N]}`` (float32, the
+  weights before dropout), or ``{}`` when the layers returned none (a fused ``attention_impl``).
+
+  The per-word summary is the mean over heads of the last layer: the last layer's attention
+  output is what the output layer reads (earlier layers' reach it only through later ones),
+  and the output projection weighs the heads alike. Computed in every step; when decoding
+  does not ask for aux, XLA drops it as dead code (benchmarks/decode_aux.py measures it).
+  """
+  if not weights or any(w is None for w in weights):
+    return {}
+  cross_BxLxHxN = jnp.stack(weights, axis=1).astype(jnp.float32)
+  return {f"{prefix}cross_attention": cross_BxLxHxN,
+          f"{prefix}attention": cross_BxLxHxN[:, -1].mean(axis=1)}

@@ -231,3 +231,34 @@ def test_run_plot_words_and_training_curves(tmp_path):
   _check_png(tmp_path / "w_attention.png")
   run.plot_training_curves(out=str(tmp_path / "c.png"))
   _check_png(tmp_path / "c.png")
+
+
+@pytest.mark.parametrize("attention_impl", ["einsum", "xla"])
+def test_run_plot_words_of_a_transformer(tmp_path, attention_impl):
+  """The Transformer's decoder reports its cross-attention (aux["attention"]): plot_words
+  draws it; with a fused attention_impl there are no weights and the error says what to do."""
+  import jax
+  from configs import transformer as transformer_config
+  from jaxcap import api
+  from jaxcap import data as data_lib
+  from jaxcap.data import pipeline
+  from jaxcap.models import registry
+  from jaxcap.models.base import shift_right
+  c = transformer_config.get_config("synthetic")
+  c.data.num_train, c.data.num_val, c.data.num_test = 16, 8, 8
+  c.model.update(dim=16, num_layers=1, num_dec_layers=2, num_heads=2, ff_dim=16,
+                 attention_impl=attention_impl)
+  c.decode.max_len = 5
+  ds = data_lib.get_dataset(c.data)
+  model = registry.build(c.model, dict(ds.info))
+  batch = next(iter(pipeline.eval_batches(ds.split("test"), 2, num_threads=0)))
+  params = model.init(jax.random.PRNGKey(0), batch, shift_right(batch["captions"]), train=False)
+  run = api.Run(c, ds.vocab, dict(ds.info), model, params, workdir=str(tmp_path))
+  feats = {k: v for k, v in batch.items() if k in ("feats", "feats_mask", "boxes", "global_feat")}
+  if attention_impl != "einsum":
+    with pytest.raises(ValueError, match="attention_impl='einsum'"):
+      run.plot_words(feats, str(tmp_path / "w"), index=1)
+    return
+  written = run.plot_words(feats, str(tmp_path / "w"), index=1)
+  assert written == [str(tmp_path / "w_attention.png")]
+  _check_png(tmp_path / "w_attention.png")

@@ -35,6 +35,10 @@ TINY = {
     "checkpoint_save.py": ["--config", "configs/transformer.py:synthetic,tiny", "--model-as-configured",
                            "--batch", "8", "--steps", "2", "--every", "1", "--repeats", "1",
                            "--dir", "{tmp}", "--out", "{tmp}/bench.json"],
+    "export.py": ["--config", "configs/transformer.py:synthetic,tiny", "--batches", "1,2", "--repeats", "1",
+                  "--out", "{tmp}/bench.json"],
+    "decode_aux.py": ["--config", "configs/transformer.py:synthetic,tiny", "--batch", "8", "--repeats", "1",
+                      "--out", "{tmp}/bench.json"],
     # The loader, then train.py's loop from the .npz files against its step alone.
     "input_pipeline.py": ["--images", "40", "--batch", "8", "--batches", "2", "--threads", "0", "--workers", "0",
                           "--loop_steps", "4", "--log_every", "2",
@@ -81,6 +85,20 @@ def test_benchmark_runs(case, tmp_path):
         ("resnet50", 32, "float32"), ("resnet50", 48, "float32"), ("resnet50", 32, "bfloat16"),
         ("resnet50", 48, "bfloat16"), ("vit_b16", 224, "float32"), ("vit_b16", 224, "bfloat16")]
     assert all(r["images_per_s"] > 0 and r["gflop_per_image"] > 0 for r in rows), rows
+  elif script == "export.py":
+    import json
+    record = json.loads((tmp_path / "bench.json").read_text())
+    assert [(r["method"], r["batch"]) for r in record["rows"]] == [("greedy", 1), ("greedy", 2), ("beam", 1), ("beam", 2)]
+    assert record["file_bytes"] > record["params_bytes"] > 0 and record["platforms"] == ["cpu", "cuda"]
+    assert all(r["artefact_ms"] > 0 and r["run_ms"] > 0 for r in record["rows"])
+  elif script == "decode_aux.py":
+    import json
+    rows = json.loads((tmp_path / "bench.json").read_text())["rows"]
+    assert [(r["method"], r["variant"]) for r in rows] == [
+        (m, v) for m in ("greedy", "beam-3") for v in ("no aux code", "return_aux=False", "return_aux=True")]
+    # Not asking for the aux compiles to the program of a decoder without it (dead code).
+    assert all(r["same_program_as_no_aux_code"] and r["control_program_with_aux_differs"]
+               for r in rows if r["variant"] == "return_aux=False"), rows
   elif script == "tpgn.py":
     assert '"dominant"' in out.stdout, out.stdout
   elif script == "checkpoint_save.py":
@@ -144,6 +162,9 @@ BAD_FLAGS = [
     ("run.py", ["--captions", "0"], "--captions"),
     ("run.py", ["--set", "nope=1"], "--set"),
     ("tpgn.py", ["--steps", "0"], "--steps"),
+    ("export.py", ["--batches", "1,0"], "--batches"),
+    ("export.py", ["--repeats", "0"], "--repeats"),
+    ("decode_aux.py", ["--repeats", "0"], "--repeats"),
     ("checkpoint_save.py", ["--every", "0"], "--every"),
     ("checkpoint_save.py", ["--steps", "4", "--every", "8"], "--every"),
 ]

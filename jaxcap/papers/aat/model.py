@@ -127,27 +127,31 @@ class AATAttention(AttentionTimeFields):
     return z_Bx1[:, 0].astype(jnp.float32)
 
   def mha_attend(self, q_BxD, k_BxNxHxDh, v_BxNxHxDh, mask_BxN):
-    """``a_hat = f_mha(q, A, A)`` (eqs. 4-5) for one query per example, ``[B, D]``."""
+    """``a_hat = f_mha(q, A, A)`` (eqs. 4-5) for one query per example: ``(a_hat [B, D],
+    weights [B, H, N] float32)``."""
     if self.norm_query:
       q_BxD = self.norm_q(q_BxD)
     if self.out_proj:
-      return self.mha.attend_kv(q_BxD[:, None], k_BxNxHxDh, v_BxNxHxDh, mask_BxN[:, None, :])[:, 0]
+      a_Bx1xD, w_BxHx1xN = self.mha.attend_kv(q_BxD[:, None], k_BxNxHxDh, v_BxNxHxDh,
+                                              mask_BxN[:, None, :], return_weights=True)
+      return a_Bx1xD[:, 0], w_BxHx1xN[:, :, 0]
     # Without W^O: eq. 5's Concat(head_1, ..., head_h) itself (the released code's variant).
     q_BxHxDh = self.mha.project_q(q_BxD[:, None])
     w_BxHx1xN = layers.attention_weights(q_BxHxDh, k_BxNxHxDh, mask_BxN[:, None, :])
     o_BxHxDh = jnp.einsum("bhn,bnhd->bhd", w_BxHx1xN[:, :, 0].astype(self.dtype),
                           v_BxNxHxDh.astype(self.dtype))
-    return o_BxHxDh.reshape(q_BxD.shape[0], self.dim)
+    return o_BxHxDh.reshape(q_BxD.shape[0], self.dim), w_BxHx1xN[:, :, 0]
 
   def attend_step(self, h1_BxD, h2_BxD, m2_BxD, k_BxNxHxDh, v_BxNxHxDh, mask_BxN):
-    """One attention step: query, MHA over the regions, LSTM_2, LayerNorms (eqs. 6-9)."""
+    """One attention step: query, MHA over the regions, LSTM_2, LayerNorms (eqs. 6-9):
+    ``(h2_{t,n}, m2_{t,n}, the MHA's weights [B, H, N] float32)``."""
     if self.attention == "base":
       q_BxD = h1_BxD
     else:
       q_BxD = self.query(jnp.concatenate([h1_BxD, h2_BxD], axis=-1))
-    a_hat_BxD = self.mha_attend(q_BxD, k_BxNxHxDh, v_BxNxHxDh, mask_BxN)
+    a_hat_BxD, w_BxHxN = self.mha_attend(q_BxD, k_BxNxHxDh, v_BxNxHxDh, mask_BxN)
     (m_BxD, h_BxD), _ = self.lstm((m2_BxD, h2_BxD), jnp.concatenate([a_hat_BxD, h1_BxD], axis=-1))
-    return self.norm_h(h_BxD), self.norm_m(m_BxD)
+    return self.norm_h(h_BxD), self.norm_m(m_BxD), w_BxHxN
 
   def __call__(self, h1_BxD, h2_BxD, m2_BxD, k_BxNxHxDh, v_BxNxHxDh, mask_BxN):
     """One decoding step of the attention module.
@@ -162,22 +166,27 @@ class AATAttention(AttentionTimeFields):
       ``(h2_t [B, D], m2_t [B, D], aux)`` with ``c_t = h2_t`` and aux float32/int32:
       ``attention_steps`` int32 ``[B]`` (N(t)), ``confidences`` ``[B, S]`` (p_{t,n}, 0 where
       not taken), ``beta`` ``[B, S]`` (normalised weights, sum 1), ``time_cost`` ``[B]``
-      (eq. 14, unweighted; 0 for base / recurrent). Base and recurrent report all their
-      weight on the last slot.
+      (eq. 14, unweighted; 0 for base / recurrent), ``step_attention`` ``[B, S, H, N]`` (each
+      attention step's weights per head; slot 0, the non-visual step, and steps not taken are
+      0) and ``attention`` ``[B, N]`` (:func:`step_attention_summary`). Base and recurrent
+      report all their weight on the last slot.
     """
     b = h1_BxD.shape[0]
     kv = (k_BxNxHxDh, v_BxNxHxDh, mask_BxN)
     if self.attention != "adaptive":
       n_steps = 1 if self.attention == "base" else self.steps
       h, m = h2_BxD, m2_BxD
+      ws = []
       for _ in range(n_steps):
-        h, m = self.attend_step(h1_BxD, h, m, *kv)
+        h, m, w_BxHxN = self.attend_step(h1_BxD, h, m, *kv)
+        ws.append(w_BxHxN)
       aux = {
           "attention_steps": jnp.full((b,), n_steps, jnp.int32),
           "confidences": jnp.zeros((b, n_steps + 1), jnp.float32),
           "beta": jax.nn.one_hot(jnp.full((b,), n_steps), n_steps + 1, dtype=jnp.float32),
           "time_cost": jnp.zeros((b,), jnp.float32),
       }
+      aux.update(step_attention_summary(ws, aux["beta"], jnp.ones((b, n_steps + 1), bool)))
       return h, m, aux
     return self._adaptive(h1_BxD, h2_BxD, m2_BxD, *kv)
 
@@ -189,10 +198,11 @@ class AATAttention(AttentionTimeFields):
     # p_n'), algebraically the paper's beta_n / sum beta but finite, with finite gradients,
     # when p saturates at 0 or 1 in float32.
     big_m = self.max_steps
-    hs, ms, zs = [h1_BxD], [m2_BxD], [self.confidence_logit(h1_BxD)]
+    hs, ms, zs, ws = [h1_BxD], [m2_BxD], [self.confidence_logit(h1_BxD)], []
     h, m = h2_BxD, m2_BxD
     for _ in range(big_m):
-      h, m = self.attend_step(h1_BxD, h, m, k_BxNxHxDh, v_BxNxHxDh, mask_BxN)
+      h, m, w_BxHxN = self.attend_step(h1_BxD, h, m, k_BxNxHxDh, v_BxNxHxDh, mask_BxN)
+      ws.append(w_BxHxN)
       hs.append(h)
       ms.append(m)
       zs.append(self.confidence_logit(h))
@@ -224,7 +234,29 @@ class AATAttention(AttentionTimeFields):
         "beta": beta_BxS,
         "time_cost": cost_B,
     }
+    aux.update(step_attention_summary(ws, beta_BxS, taken_BxS))
     return h2_BxD, m2_out_BxD, aux
+
+
+def step_attention_summary(weights, beta_BxS, taken_BxS) -> dict:
+  """AAT's attention aux from the M attention steps' weights (one ``[B, H, N]`` each).
+
+  ``step_attention`` ``[B, S, H, N]``: slot 0 (h1, no attention) and the steps after the
+  halting step N(t) are 0 (they are computed in the fixed-length loop but do not enter h2_t).
+  ``attention`` ``[B, N]``: the regions' share of the visual steps, ``sum_{n>=1} beta_n
+  mean_h w_{t,n} / sum_{n>=1} beta_n``: h2_t mixes the steps' states by beta (eq. 13), and
+  the non-visual slot's beta_0 is renormalised away, so the row sums to 1 over the real regions
+  whenever a step was taken; a word that halted at N(t) = 0 attended nothing: all 0. Base and
+  recurrent attention (beta one-hot on the last slot) report the last step's weights.
+  """
+  w_BxMxHxN = jnp.stack(weights, axis=1).astype(jnp.float32)
+  w_BxSxHxN = jnp.pad(w_BxMxHxN, ((0, 0), (1, 0), (0, 0), (0, 0)))
+  w_BxSxHxN = jnp.where(taken_BxS[:, :, None, None], w_BxSxHxN, 0.0)
+  visual_BxS = beta_BxS.at[:, 0].set(0.0)
+  mass_B = visual_BxS.sum(axis=1)
+  summary_BxN = jnp.einsum("bs,bsn->bn", visual_BxS, w_BxSxHxN.mean(axis=2))
+  summary_BxN = jnp.where(mass_B[:, None] > 0, summary_BxN / jnp.maximum(mass_B, 1e-30)[:, None], 0.0)
+  return {"step_attention": w_BxSxHxN, "attention": summary_BxN}
 
 
 @register("aat")

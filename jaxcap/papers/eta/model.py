@@ -44,6 +44,16 @@ equal ``variant="stacked_v"`` / ``"stacked_s"`` over the same parameters (one pa
 on a ``parallel`` model ``force_gate=1.0`` equals ``transformer_v`` (tests/test_ablations.py).
 ``decode_step`` returns ``aux["gbc_gate"]`` ``[B]`` (mean of c over channels and layers) and
 ``aux["gbc_gate_layers"]`` ``[B, L]``; ``decode_train`` returns ``aux["gbc_gate"]`` ``[B, T]``.
+``decode_step`` also returns every cross-attention's weights, ``aux["cross_attention_<name>"]``
+``[B, L, H, M]`` (names as :data:`_ATTENTIONS`: ``a_s``, ``gs_v``, ``a_v``, ``gv_s``; M = N
+regions or A attributes), and per memory the one that writes its pathway's output
+(:data:`_SUMMARY`: ``gs_v``, the attention that makes the visual pathway's v, and ``gv_s``
+for s in ETA) as ``aux["cross_attention"]`` ``[B, L, H, N]`` / ``aux["attention"]`` ``[B, N]``
+(regions) and ``aux["attribute_cross_attention"]`` / ``aux["attribute_attention"]`` ``[B, A]``
+(attributes): the summaries are the mean over heads of the last layer, not weighted by the
+gate c (reported beside them; it mixes the two pathways per channel, not per region).
+An image without attributes attends to none (zeros). Late fusion reports its Transformer_v
+member's region keys and its Transformer_s member's attribute keys.
 In training (``decode_train_grouped``) everything after a block's self-attention acts on each
 position alone, so an image's S captions run it as one sequence of S*T positions against one
 copy of the image's keys/values (no S-fold copy; same result).
@@ -64,7 +74,7 @@ import flax.linen as nn
 from jaxcap.data.vocab import PAD
 from jaxcap.models import fields, layers
 from jaxcap.models.registry import register
-from jaxcap.models.transformer import TransformerCaptioner, TransformerSizes
+from jaxcap.models.transformer import TransformerCaptioner, TransformerSizes, cross_attention_aux
 
 VARIANTS = ("eta", "parallel", "stacked_v", "stacked_s", "transformer_v", "transformer_s",
             "late_fusion")
@@ -81,6 +91,19 @@ _ATTENTIONS = {
     "transformer_s": ("a_s",),
 }
 _MEMORY = {"a_s": "s", "gv_s": "s", "a_v": "v", "gs_v": "v"}
+# The sub-layers whose attention decode_step reports as the word's attention over the regions
+# ("cross_attention" / "attention") and over the attributes ("attribute_cross_attention" /
+# "attribute_attention"): the last attention over each memory on the way to the block output,
+# i.e. the one that writes the visual pathway's v (gs_v) and the semantic pathway's s (gv_s)
+# where they exist, else the only one over that memory.
+_SUMMARY = {
+    "eta": ("gs_v", "gv_s"),
+    "parallel": ("a_v", "a_s"),
+    "stacked_v": ("gs_v", "a_s"),
+    "stacked_s": ("a_v", "gv_s"),
+    "transformer_v": ("a_v", None),
+    "transformer_s": (None, "a_s"),
+}
 
 ACTIVATIONS = {
     "identity": lambda x: x,
@@ -146,20 +169,28 @@ class ETADecoderBlock(nn.Module):
       out[n] = {"k": k, "v": v}
     return out
 
-  def _attend(self, name, q_BxLxD, kv, masks, train):
+  def _attend(self, name, q_BxLxD, kv, masks, train, weights=None):
+    """One cross-attention sub-layer; with a dict ``weights``, its attention weights
+    ``[B, H, L, M]`` float32 are stored there under ``name``."""
     mask_BxM = masks[_MEMORY[name]]
     b, l = q_BxLxD.shape[:2]
     mask_BxLxM = jnp.broadcast_to(mask_BxM[:, None, :], (b, l, mask_BxM.shape[1]))
-    y_BxLxD = self.attn[name].attend_kv(q_BxLxD, kv[name]["k"], kv[name]["v"], mask_BxLxM, train)
+    y_BxLxD = self.attn[name].attend_kv(q_BxLxD, kv[name]["k"], kv[name]["v"], mask_BxLxM, train,
+                                        return_weights=weights is not None)
     # An empty key set (an image whose attributes are all padding) contributes nothing, so the
     # sub-layer reduces to LN(q) instead of averaging padding embeddings.
     nonempty_Bx1x1 = jnp.any(mask_BxM, axis=-1)[:, None, None]
+    if weights is not None:
+      y_BxLxD, w_BxHxLxM = y_BxLxD
+      # ... and attends to nothing: zeros, not the uniform weights over padding.
+      weights[name] = jnp.where(nonempty_Bx1x1[:, None], w_BxHxLxM, 0.0)
     y_BxLxD = jnp.where(nonempty_Bx1x1, y_BxLxD, jnp.zeros_like(y_BxLxD))
     return self.attn_norm[name](q_BxLxD, y_BxLxD, train)
 
-  def entangle(self, a_BxLxD, kv, masks, train: bool = False):
-    """ETA + GBC (eqs. 8-12): ``(e [B, L, D], c [B, L, D] float32 or None)``."""
-    att = lambda name, q: self._attend(name, q, kv, masks, train)
+  def entangle(self, a_BxLxD, kv, masks, train: bool = False, weights=None):
+    """ETA + GBC (eqs. 8-12): ``(e [B, L, D], c [B, L, D] float32 or None)``; with a dict
+    ``weights``, every cross-attention's weights ``[B, H, L, M]`` are stored there by name."""
+    att = lambda name, q: self._attend(name, q, kv, masks, train, weights)
     variant = self.variant
     if variant == "transformer_v":
       return att("a_v", a_BxLxD), None
@@ -183,8 +214,8 @@ class ETADecoderBlock(nn.Module):
     e = f(v.astype(jnp.float32)) * c_BxLxD + f(s.astype(jnp.float32)) * (1.0 - c_BxLxD)
     return e.astype(self.dtype), c_BxLxD
 
-  def _rest(self, a, kv, masks, train):
-    e, c = self.entangle(a, kv, masks, train)
+  def _rest(self, a, kv, masks, train, weights=None):
+    e, c = self.entangle(a, kv, masks, train, weights)
     return self.ffn_norm(e, self.ffn(e, train), train), c
 
   def __call__(self, x_BxTxD, kv, masks, train: bool = False, group: int = 1):
@@ -204,10 +235,12 @@ class ETADecoderBlock(nn.Module):
     return h.reshape(bs, t, d), (None if c is None else c.reshape(bs, t, -1))
 
   def step(self, x_Bx1xD, cache, t, kv, masks, train: bool = False):
+    """One position: ``(h, cache, c or None, {sub-layer name: weights [B, H, M] float32})``."""
     h, cache = self.self_attn.step(x_Bx1xD, cache, t, train)
     a = self.self_norm(x_Bx1xD, h, train)
-    out, c = self._rest(a, kv, masks, train)
-    return out, cache, c
+    weights = {}
+    out, c = self._rest(a, kv, masks, train, weights)
+    return out, cache, c, {n: w[:, :, 0] for n, w in weights.items()}
 
   def forward(self, x_BxTxD, v_mem_BxNxD, v_mask_BxN, s_mem_BxAxD, s_mask_BxA,
               train: bool = False):
@@ -340,21 +373,30 @@ class ETACaptioner(TransformerSizes):
 
   def decode_step(self, enc, cache, tokens_B, t, train: bool = False):
     if self.variant == "late_fusion":
-      lv, cv, _ = self.member_v.decode_step(enc["v"], cache["v"], tokens_B, t, train)
-      ls, cs, _ = self.member_s.decode_step(enc["s"], cache["s"], tokens_B, t, train)
-      return _fuse(lv, ls), {"v": cv, "s": cs}, {}
+      lv, cv, aux_v = self.member_v.decode_step(enc["v"], cache["v"], tokens_B, t, train)
+      ls, cs, aux_s = self.member_s.decode_step(enc["s"], cache["s"], tokens_B, t, train)
+      # Regions from the Transformer_v member, attributes from the Transformer_s member.
+      return _fuse(lv, ls), {"v": cv, "s": cs}, {**aux_v, **aux_s}
     x = layers.embed_tokens(self.embed, tokens_B[:, None], self.positions, offset=t)
     x = self.in_dropout(x, deterministic=not train)
-    masks, new_cache, gates = self._masks(enc), [], []
+    masks, new_cache, gates, weights = self._masks(enc), [], [], []
     for i, layer in enumerate(self.dec_layers):
-      x, c_cache, c = layer.step(x, cache[i], t, enc["kv"][i], masks, train)
+      x, c_cache, c, w = layer.step(x, cache[i], t, enc["kv"][i], masks, train)
       new_cache.append(c_cache)
+      weights.append(w)
       if c is not None:
         gates.append(jnp.mean(c[:, 0], axis=-1))
     aux = {}
     if gates:
       per_layer_BxL = jnp.stack(gates, axis=-1)
       aux = {"gbc_gate": jnp.mean(per_layer_BxL, axis=-1), "gbc_gate_layers": per_layer_BxL}
+    for name in _ATTENTIONS[self.variant]:
+      aux[f"cross_attention_{name}"] = jnp.stack([w[name] for w in weights], axis=1)
+    region, attribute = _SUMMARY[self.variant]
+    if region:
+      aux.update(cross_attention_aux([w[region] for w in weights]))
+    if attribute:
+      aux.update(cross_attention_aux([w[attribute] for w in weights], prefix="attribute_"))
     return self._logits(x[:, 0]), tuple(new_cache), aux
 
 

@@ -345,8 +345,15 @@ class ImageTransformer(CaptionModel):
     return {"h": zeros, "m": zeros, "c": zeros}
 
   def step_features(self, enc, cache, tokens_B, t, train: bool = False):
-    """Eqs. 8-10 of one word: ``(Dropout(c_t) [B, D], cache, {})``; teacher forcing scans
-    this step (``CaptionModel.decode_train``)."""
+    """Eqs. 8-10 of one word: ``(Dropout(c_t) [B, D], cache, aux)``; teacher forcing scans
+    this step (``CaptionModel.decode_train``).
+
+    aux (float32, the weights before dropout): ``cross_attention`` ``[B, M, H, N]``, each
+    sub-transformer's and head's attention over the regions (axis 1 is the sub-transformer,
+    where the Transformer's is the layer), and ``attention`` ``[B, N]``, their mean over
+    sub-transformers and heads: eq. 10 averages the M sub-transformers' outputs with equal
+    weight, and each head fills its own D / H channels of ``Ā^D_t``.
+    """
     del t  # the recurrent state carries the position
     e_BxD = self.drop(self.embed(tokens_B), deterministic=not train)
     x_Bx2D = jnp.concatenate([e_BxD, (enc["mean"] + cache["c"]).astype(e_BxD.dtype)], axis=-1)
@@ -355,7 +362,8 @@ class ImageTransformer(CaptionModel):
     logits_BxMxHxN = jnp.einsum("bhd,bnmhd->bmhn", q_BxHxDh.astype(jnp.float32),
                                 enc["k"].astype(jnp.float32)) / np.sqrt(q_BxHxDh.shape[-1])
     logits_BxMxHxN = jnp.where(enc["mask"][:, None, None, :], logits_BxMxHxN, layers.NEG_INF)
-    w_BxMxHxN = self.drop(jax.nn.softmax(logits_BxMxHxN, axis=-1), deterministic=not train)
+    p_BxMxHxN = jax.nn.softmax(logits_BxMxHxN, axis=-1)
+    w_BxMxHxN = self.drop(p_BxMxHxN, deterministic=not train)
     # Mean over the M sub-transformers (eq. 10), heads concatenated.
     o_BxHxDh = jnp.einsum("bmhn,bnmhd->bhd", w_BxMxHxN.astype(self.dtype),
                           enc["v"].astype(self.dtype)) / self.num_sub
@@ -363,7 +371,8 @@ class ImageTransformer(CaptionModel):
     c_BxD = nn.glu(self.glu_proj(jnp.concatenate([att_BxD, h_BxD.astype(att_BxD.dtype)], -1)), axis=-1)
     new_cache = {"h": h_BxD.astype(self.dtype), "m": m_BxD.astype(self.dtype),
                  "c": c_BxD.astype(self.dtype)}
-    return self.drop(c_BxD, deterministic=not train), new_cache, {}
+    aux = {"cross_attention": p_BxMxHxN, "attention": p_BxMxHxN.mean(axis=(1, 2))}
+    return self.drop(c_BxD, deterministic=not train), new_cache, aux
 
   def output_layer(self, c, train: bool = False):
     """``W_p Dropout(c_t) + b_p`` (the dropout is ``step_features``'): logits float32."""

@@ -344,9 +344,12 @@ class MultimodalNMT(CaptionModel):
   def step_features(self, enc, cache, tokens_B, t, train: bool = False):
     """g1, attention, fusion and g2 of one step (eqs. 4, 7, 9-11; no output layer).
 
-    Returns ``((h_t^(2), c_t, E y_{t-1}), cache, {"attention_<m>": [B, L_m]})``; teacher
-    forcing scans this step (``CaptionModel.decode_train``: aux ``[B, T, L_m]``), then eq. 8
-    runs on all steps at once.
+    Returns ``((h_t^(2), c_t, E y_{t-1}), cache, aux)`` with ``aux["attention_<m>"]``
+    ``[B, L_m]`` (alpha_t^m, eq. 10) per attended modality, and under the names every
+    attention model shares: ``aux["attention"]`` = ``attention_im`` (over the image's N grid
+    cells) and ``aux["src_attention"]`` = ``attention_txt`` (over the Ls source positions).
+    Teacher forcing scans this step (``CaptionModel.decode_train``: aux ``[B, T, L_m]``), then
+    eq. 8 runs on all steps at once.
     """
     y_BxE = self.drop(self.trg_embed(tokens_B), deterministic=not train)
     if self._nmtpy:
@@ -358,7 +361,7 @@ class MultimodalNMT(CaptionModel):
       ctx[m], aux[f"attention_{m}"] = self._attend(enc, m, h1_BxH)
     c_Bx2H = self._fuse(ctx)
     h2_BxH, _ = self.g2(h2_prev_BxH, c_Bx2H)  # eq. 7
-    return (h2_BxH, c_Bx2H, y_BxE), {"h1": h1_BxH, "h2": h2_BxH}, aux
+    return (h2_BxH, c_Bx2H, y_BxE), {"h1": h1_BxH, "h2": h2_BxH}, _shared_names(aux)
 
   def _nmtpy_step(self, enc, cache, y_BxE, t):
     """nmtpy's / dl4mt's CGRU step: one state ``h``, ``h'_t = GRU1(h_{t-1}, x_t)``, attention
@@ -370,7 +373,7 @@ class MultimodalNMT(CaptionModel):
       ctx[m], aux[f"attention_{m}"] = self._attend(enc, m, hp_BxH)
     c_Bx2H = self._fuse(ctx)
     h_BxH, _ = self.g2(hp_BxH, c_Bx2H)
-    return (h_BxH, c_Bx2H, x_BxE), {"h": h_BxH}, aux
+    return (h_BxH, c_Bx2H, x_BxE), {"h": h_BxH}, _shared_names(aux)
 
   def output_layer(self, features, train: bool = False):
     """Eq. 8 (logits; the softmax is the loss's / the search's), with the dropout on L_o's input;
@@ -380,3 +383,10 @@ class MultimodalNMT(CaptionModel):
       y = self.L_y(y)
     hid = jnp.tanh(self.L_s(h2) + self.L_c(c) + y)
     return self.L_o(self.drop(hid, deterministic=not train)).astype(jnp.float32)
+
+
+def _shared_names(aux: dict) -> dict:
+  """Adds the attention keys every attention model shares (``attention`` over the image,
+  ``src_attention`` over the source words) to ``attention_<m>``: the same arrays."""
+  shared = {"attention": aux.get("attention_im"), "src_attention": aux.get("attention_txt")}
+  return {**aux, **{k: v for k, v in shared.items() if v is not None}}

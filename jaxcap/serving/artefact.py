@@ -1,0 +1,425 @@
+"""Runs a captioner ``jaxcap-export`` wrote, with jax and numpy only (no flax, no jaxcap model).
+
+::
+
+  from jaxcap import serving
+  captioner = serving.load("captioner.jaxcap")
+  captioner.metadata["decode"]                      # the exported decoding settings
+  captioner.caption(feats_BxNxF)                    # or a dict: feats, feats_mask, global_feat, boxes, ...
+  captioner.caption(features, method="greedy")      # "greedy" | "beam" (default: the exported one)
+  captioner.caption_images(["a.jpg", pixels_HxWx3]) # when the run has a backbone (features.json)
+
+Each result is ``{"caption": str, "tokens": [int], "words": [str], "attention": [[float]] | None}``:
+``tokens`` the decoded ids without BOS, ending with EOS when the model emitted it (the words,
+then EOS: PAD dropped); ``words`` the vocabulary's strings of the tokens before EOS
+(``caption`` is them joined by spaces, what :meth:`jaxcap.api.Run.caption` returns);
+``attention`` one row per word (``[len(words)][N]``: the model's ``aux["attention"]`` at the
+step that emitted the word, over the N regions given, or the image's regions), or None when the
+model's decode step returns no attention.
+
+The file (:data:`FORMAT`, written by :mod:`jaxcap.export`) is a zip of ``metadata.json``,
+``params.npz`` / ``backbone.npz`` (the variables, as arguments of the programs) and
+``greedy`` / ``beam`` / ``features`` ``.jaxexport`` (``jax.export``'s serialized StableHLO,
+batch size symbolic). Features are checked as :func:`jaxcap.data.batch.from_features` checks
+them, one ``ValueError`` line naming the argument and what was expected, padded to the exported
+``max_regions`` (mask False), and the batch is padded to the next power of two (copies of its
+first image), so a server compiles a few batch sizes only.
+
+This module imports the standard library, numpy and jax only (Pillow when reading images): a
+server needs nothing else of jaxcap (tests/test_export.py runs it in a process without flax).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import sys
+import zipfile
+from typing import Mapping
+
+import numpy as np
+import jax
+import jax.numpy as jnp
+
+FORMAT = "jaxcap-captioner"
+FORMAT_VERSION = 1
+METHODS = ("greedy", "beam")
+PAD, BOS, EOS = 0, 1, 2  # jaxcap.data.vocab's fixed special ids (docs/DESIGN.md, section 1)
+# The batch keys of jaxcap.data.batch.KEYS: the others (captions, labels, ...) are training's and
+# are ignored here, as the model's encoder ignores them.
+_BATCH_KEYS = ("image_index", "valid", "feats", "feats_mask", "boxes", "global_feat", "captions",
+               "attributes", "attr_labels", "src")
+_BOX_TOLERANCE = 1e-5  # jaxcap.data.batch.BOX_TOLERANCE
+
+
+def load(path: str) -> "Captioner":
+  """The captioner in ``path``; one-line ``ValueError`` for a file that is not one."""
+  return Captioner(path)
+
+
+class Captioner:
+  """An exported captioner (see the module docstring).
+
+  Attributes:
+    metadata: the file's ``metadata.json`` (vocabulary, decoding settings, the run's identity,
+      input spec, backbone, platforms).
+  """
+
+  def __init__(self, path: str):
+    self.path = os.fspath(path)
+    try:
+      with zipfile.ZipFile(self.path) as z:
+        members = {name: z.read(name) for name in z.namelist()}
+    except (OSError, zipfile.BadZipFile) as e:
+      first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+      raise ValueError(f"{self.path}: unreadable ({first}); expected a file jaxcap-export wrote") from None
+    try:
+      self.metadata = json.loads(members["metadata.json"])
+    except (KeyError, ValueError):
+      raise ValueError(f"{self.path}: no readable metadata.json; expected a file jaxcap-export wrote") from None
+    if self.metadata.get("format") != FORMAT or self.metadata.get("format_version") != FORMAT_VERSION:
+      raise ValueError(f"{self.path}: format {self.metadata.get('format')!r} version "
+                       f"{self.metadata.get('format_version')!r}; expected {FORMAT!r} version {FORMAT_VERSION}")
+    self._exported = {}
+    for name in METHODS + ("features",):
+      if f"{name}.jaxexport" in members:
+        self._exported[name] = jax.export.deserialize(bytearray(members[f"{name}.jaxexport"]))
+    self._call = {name: jax.jit(exp.call) for name, exp in self._exported.items()}
+    self._params = _leaves(members["params.npz"], self._exported["greedy"].in_avals)
+    self._backbone = (_leaves(members["backbone.npz"], self._exported["features"].in_avals)
+                      if "features" in self._exported else None)
+    self.vocab = list(self.metadata["vocab"])
+    inputs = self.metadata["inputs"]
+    self.reads = tuple(inputs["reads"])
+    self.max_regions, self.feature_dim = int(inputs["max_regions"]), int(inputs["feature_dim"])
+    self.global_dim = int(inputs["global_dim"])
+
+  def __repr__(self):
+    return (f"Captioner({self.path!r}, model={self.metadata.get('model')!r}, "
+            f"step={self.metadata['run'].get('step')})")
+
+  @property
+  def has_backbone(self) -> bool:
+    return self._backbone is not None
+
+  # ---------------------------------------------------------------- features
+  def caption(self, features, method: str | None = None) -> list[dict]:
+    """Captions images given their features: a dict of numpy arrays with the batch keys
+    (``feats`` [B, N, F], ``feats_mask`` [B, N], ``global_feat`` [B, Dg], ``boxes`` [B, N, 4],
+    ``attributes`` / ``src`` [B, L]: what the model reads, ``metadata["inputs"]``), one array
+    ``[B, N, F]`` (regions) or ``[B, Dg]`` (global), or a list of ``[N_i, F]`` / ``[Dg]``
+    arrays. ``method``: ``"greedy"`` or ``"beam"`` (None: ``metadata["decode"]["method"]``).
+    One result dict per image (module docstring)."""
+    method = self._method(method)
+    batch, n = self.batch(features)
+    return self._decode(batch, method, n)
+
+  def batch(self, features) -> tuple[dict, int]:
+    """``(batch, N)``: the arrays the exported programs take (the keys the model reads,
+    regions padded to ``max_regions``) and the number of regions given."""
+    return _prepare(features, self.metadata["inputs"], self.metadata.get("required", ()))
+
+  # ---------------------------------------------------------------- image files
+  def caption_images(self, images, method: str | None = None) -> list[dict]:
+    """Captions image files and / or uint8 RGB ``[H, W, 3]`` arrays with the exported backbone
+    (read as ``jaxcap-extract`` reads files: EXIF orientation, RGB, bilinear resize to the
+    recorded square side). One-line ``ValueError`` for an export without a backbone, an
+    unreadable file or a non-image array."""
+    method = self._method(method)
+    if self._backbone is None:
+      raise ValueError(f"{self.path}: no image backbone in this export (the run has no features.json, "
+                       "or was exported with --no_backbone / at native size); expected caption(features)")
+    if isinstance(images, (str, os.PathLike)) or (isinstance(images, np.ndarray) and images.ndim == 3):
+      images = [images]
+    size = int(self.metadata["backbone"]["size"])
+    pixels = [read_image(os.fspath(x), size) if isinstance(x, (str, os.PathLike))
+              else image_array(x, size, f"images[{i}]") for i, x in enumerate(images)]
+    if not pixels:
+      raise ValueError("images: empty; expected at least one image path or array")
+    b = len(pixels)
+    batch = self._call["features"](self._backbone, jnp.asarray(_pad_rows(np.stack(pixels), _bucket(b))))
+    n_regions = int(np.asarray(batch["feats_mask"][0]).sum()) if "feats_mask" in batch else None
+    return self._decode(batch, method, n_regions, rows=b)
+
+  # ---------------------------------------------------------------- decoding
+  def _method(self, method):
+    method = method or self.metadata["decode"]["method"]
+    if method not in METHODS:
+      raise ValueError(f"method={method!r}: expected one of {', '.join(METHODS)}")
+    return method
+
+  def _decode(self, batch, method, n_regions, rows=None) -> list[dict]:
+    b = rows if rows is not None else len(next(iter(batch.values())))
+    if rows is None:
+      batch = {k: jnp.asarray(_pad_rows(v, _bucket(b))) for k, v in batch.items()}
+    out = jax.device_get(self._call[method](self._params, batch))
+    tokens = np.asarray(out["tokens"])[:b]
+    att = np.asarray(out["attention"])[:b] if "attention" in out else None
+    results = []
+    for i in range(b):
+      row = [int(t) for t in tokens[i] if t != PAD]
+      words = []
+      for t in row:
+        if t == EOS:
+          break
+        if t != BOS:
+          words.append(self.vocab[t] if 0 <= t < len(self.vocab) else self.vocab[3])  # UNK
+      per_word = None
+      if att is not None:
+        a = att[i, :len(words)]
+        if n_regions is not None and a.ndim >= 2 and a.shape[-1] == self.max_regions:
+          a = a[..., :n_regions]  # the padding regions (weight 0) are not the caller's
+        per_word = a.tolist()
+      results.append({"caption": " ".join(words), "tokens": row, "words": words, "attention": per_word})
+    return results
+
+
+# -------------------------------------------------------------------------------------------
+# Features: checked and padded as jaxcap.data.batch.from_features does (without importing it).
+
+
+def _array(x, what: str, kinds: str = "biuf") -> np.ndarray:
+  try:
+    a = np.asarray(x)
+  except (TypeError, ValueError) as e:
+    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    raise ValueError(f"caption: {what} is not a numeric array ({first}); expected numbers") from None
+  if a.dtype.kind not in kinds:
+    expected = {"biuf": "real numbers", "biu": "integer ids", "bfiu": "booleans (or 0 / 1)"}.get(kinds, kinds)
+    raise ValueError(f"caption: {what} has dtype {a.dtype}; expected {expected}")
+  return a
+
+
+def _check_finite(x, what: str) -> None:
+  if x.size and not np.isfinite(x.sum(dtype=np.float64)):
+    bad = ~np.isfinite(x).reshape(len(x), -1).all(1)
+    raise ValueError(f"caption: {what} contains NaN or Inf values (image {int(np.argmax(bad))}); "
+                     "expected finite numbers")
+
+
+def _stack_ragged(items, f: int, dg: int) -> dict:
+  if all(x.ndim == 1 for x in items):
+    if len({x.shape[0] for x in items}) > 1:
+      raise ValueError(f"caption: the global features of a list have sizes {sorted({x.shape[0] for x in items})}; "
+                       f"expected [{dg}] each")
+    return {"global_feat": np.stack(items).astype(np.float32)}
+  if not all(x.ndim == 2 for x in items) or len({x.shape[-1] for x in items}) > 1 or min(len(x) for x in items) == 0:
+    raise ValueError(f"caption: a list of features holds arrays of shapes {[x.shape for x in items]}; "
+                     f"expected [N_i, {f}] region arrays with N_i >= 1 or [{dg}] global arrays")
+  n = max(len(x) for x in items)
+  feats = np.zeros((len(items), n, items[0].shape[-1]), np.float32)
+  mask = np.zeros((len(items), n), bool)
+  for i, x in enumerate(items):
+    feats[i, :len(x)], mask[i, :len(x)] = x, True
+  return {"feats": feats, "feats_mask": mask}
+
+
+def _prepare(features, inputs: Mapping, required=()) -> tuple[dict, int]:
+  arrays, reads = inputs["arrays"], set(inputs["reads"])
+  n_max, f, dg = int(inputs["max_regions"]), int(inputs["feature_dim"]), int(inputs["global_dim"])
+  if features is None:
+    raise ValueError("caption: features is None; expected region features [B, N, F], global "
+                     "features [B, Dg], a list of per-image arrays or a dict of batch arrays")
+  if isinstance(features, Mapping):
+    unknown = [k for k in features if k not in _BATCH_KEYS]
+    if unknown:
+      raise ValueError(f"caption: unknown features key {unknown[0]!r}; expected keys among "
+                       f"{', '.join(_BATCH_KEYS)}")
+    batch = {k: _array(v, f"features[{k!r}]", "biu" if k in ("attributes", "src") else
+                       "bfiu" if k in ("feats_mask", "valid") else "biuf")
+             for k, v in features.items() if k in ("feats", "feats_mask", "boxes", "global_feat",
+                                                   "attributes", "src")}
+  elif isinstance(features, (list, tuple)):
+    if not len(features):
+      raise ValueError(f"caption: features is an empty {type(features).__name__}; expected at "
+                       "least one image ([N_i, F] region or [Dg] global arrays)")
+    batch = _stack_ragged([_array(x, f"features[{i}]") for i, x in enumerate(features)], f, dg)
+  else:
+    x = _array(features, "features")
+    if x.ndim == 2:
+      batch = {"global_feat": x}
+    elif x.ndim == 3:
+      batch = {"feats": x}
+    else:
+      raise ValueError(f"caption: expected features [B, Dg] (global) or [B, N, F] (regions), got shape {x.shape}")
+  if "feats" not in batch and "global_feat" not in batch:
+    raise ValueError(f"caption: the features dict needs 'feats' [B, N, F] or 'global_feat' [B, Dg]; "
+                     f"got keys {sorted(batch)}")
+  if "global_feat" in batch:
+    g = batch["global_feat"] = batch["global_feat"].astype(np.float32)
+    if g.ndim != 2 or g.shape[1] != dg:
+      raise ValueError(f"caption: expected global features [B, {dg}], got shape {g.shape}")
+  if "feats" not in batch:
+    if "feats" in reads and n_max != 1:
+      raise ValueError(f"caption: this model reads region features 'feats' [B, N, {f}] (its dataset "
+                       f"has up to {n_max} regions per image); give them, not only the global feature")
+    g = batch["global_feat"]
+    batch["feats"] = g[:, None, :] if "feats" in reads else np.zeros((len(g), 1, f), np.float32)
+  feats = batch["feats"] = batch["feats"].astype(np.float32)
+  if feats.ndim != 3 or feats.shape[-1] != f:
+    raise ValueError(f"caption: expected region features [B, N, {f}], got shape {feats.shape}")
+  b, n = feats.shape[:2]
+  if b == 0 or n == 0:
+    raise ValueError(f"caption: region features of shape {feats.shape} hold no "
+                     f"{'image' if b == 0 else 'region'}; expected at least one image with at least one region")
+  if n > n_max:
+    raise ValueError(f"caption: region features have {n} regions per image; expected at most "
+                     f"{n_max} (the exported max_regions)")
+  mask = batch["feats_mask"] = batch.get("feats_mask", np.ones((b, n), bool)).astype(bool)
+  if mask.shape != (b, n):
+    raise ValueError(f"caption: features['feats_mask'] has shape {mask.shape}, expected [B, N] = "
+                     f"[{b}, {n}] like the region features")
+  if not mask.any(1).all():
+    raise ValueError(f"caption: features['feats_mask'] marks no region of image "
+                     f"{int(np.argmax(~mask.any(1)))} as real; expected at least one True per image")
+  _check_finite(feats, "features['feats']" if isinstance(features, Mapping) else "features")
+  if "global_feat" not in batch:
+    w = mask[..., None].astype(np.float32)
+    batch["global_feat"] = (feats * w).sum(1) / np.maximum(w.sum(1), 1.0)  # mean of the real regions
+  if batch["global_feat"].shape != (b, dg):
+    raise ValueError(f"caption: expected global features [{b}, {dg}], got shape {batch['global_feat'].shape}")
+  _check_finite(batch["global_feat"], "features['global_feat']")
+  if "boxes" in batch:
+    boxes = batch["boxes"] = batch["boxes"].astype(np.float32)
+    if boxes.shape != (b, n, 4):
+      raise ValueError(f"caption: features['boxes'] has shape {boxes.shape}; expected [B, N, 4] = "
+                       f"[{b}, {n}, 4] (x1, y1, x2, y2 normalised to [0, 1])")
+    _check_boxes(boxes[mask])
+  elif "boxes" in reads:
+    if n > 1 and "boxes" in required:
+      raise ValueError("caption: this model builds its spatial graph from region boxes; expected "
+                       "features['boxes'] [B, N, 4] (x1, y1, x2, y2 normalised to [0, 1]) with the region features")
+    batch["boxes"] = np.tile(np.float32([0.0, 0.0, 1.0, 1.0]), (b, n, 1))  # one region: the whole image
+  out = {}
+  for key in sorted(reads):
+    shape = arrays[key]["shape"]
+    if key in ("attributes", "src"):
+      if key not in batch:
+        raise ValueError(f"caption: this model reads {key!r}; expected features[{key!r}] int [B, L] "
+                         f"(ids of the run's {'source ' if key == 'src' else ''}vocabulary, 0-padded)")
+      ids = batch[key]
+      size = int(inputs["src_vocab_size" if key == "src" else "vocab_size"])
+      if ids.ndim != 2 or len(ids) != b or ids.shape[1] > int(shape[1]):
+        raise ValueError(f"caption: features[{key!r}] has shape {ids.shape}; expected [B, L] = [{b}, L] "
+                         f"with L <= {shape[1]}")
+      if ((ids < 0) | (ids >= size)).any():
+        raise ValueError(f"caption: features[{key!r}] holds id {int(ids[(ids < 0) | (ids >= size)][0])}; "
+                         f"expected ids in [0, {size})")
+      if key == "src" and not (ids != 0).any(1).all():
+        raise ValueError("caption: features['src'] has a row of padding only; expected at least one "
+                         "source word id per image")
+      out[key] = np.pad(ids.astype(np.int32), ((0, 0), (0, int(shape[1]) - ids.shape[1])))  # PAD = 0
+    elif key in ("feats", "feats_mask", "boxes"):
+      x = batch[key]
+      out[key] = np.pad(x, ((0, 0), (0, n_max - n)) + ((0, 0),) * (x.ndim - 2))  # zeros / False
+    else:
+      out[key] = batch[key]
+  return out, n
+
+
+def _check_boxes(r: np.ndarray) -> None:
+  if not np.all(np.isfinite(r)):
+    raise ValueError("caption: field 'boxes' contains NaN or Inf values, expected finite numbers")
+  bad = (r[:, 0] > r[:, 2]) | (r[:, 1] > r[:, 3])
+  if bad.any():
+    raise ValueError(f"caption: field 'boxes' has {int(bad.sum())} box(es) with x1 > x2 or y1 > y2 "
+                     f"(first {r[bad][0].tolist()}), expected x1 <= x2 and y1 <= y2")
+  out = (r < -_BOX_TOLERANCE) | (r > 1.0 + _BOX_TOLERANCE)
+  if out.any():
+    raise ValueError(f"caption: field 'boxes' has coordinates outside [0, 1] (first box "
+                     f"{r[out.any(-1)][0].tolist()}), expected boxes normalised to the image")
+
+
+def _bucket(n: int) -> int:
+  """The next power of two: a few compiled batch sizes whatever the requests."""
+  return 1 << max(0, int(n) - 1).bit_length()
+
+
+def _pad_rows(x, size: int):
+  x = np.asarray(x)
+  return x if len(x) == size else np.concatenate([x, np.repeat(x[:1], size - len(x), axis=0)])
+
+
+def _leaves(blob: bytes, in_avals) -> list:
+  """The arrays of an ``.npz`` member, in order, with the dtypes the program takes (raw-byte
+  arrays of bfloat16 and friends viewed back), on the default device."""
+  with np.load(io.BytesIO(blob)) as z:
+    arrays = [z[f"arr_{i}"] for i in range(len(z.files))]
+  out = []
+  for a, aval in zip(arrays, in_avals):
+    dtype = np.dtype(aval.dtype)
+    out.append(a if a.dtype == dtype else a.view(dtype))
+  return tuple(jax.device_put(out))
+
+
+# -------------------------------------------------------------------------------------------
+# Pixels: jaxcap.features.extract.read_image / image_array (which import flax through
+# jaxcap.features), the same steps; tests/test_export.py compares the two on image files.
+
+_SMALL_SIDE = 16  # jaxcap.features.extract.SMALL_SIDE
+
+
+def read_image(path: str, size: int) -> np.ndarray:
+  """``[S, S, 3]`` uint8 RGB of an image file (EXIF orientation, any mode to RGB, bilinear
+  resize); one-line ``ValueError`` naming an unreadable file."""
+  from PIL import Image, ImageOps
+  if os.path.isdir(path):
+    raise ValueError(f"{path}: a directory; expected an image file")
+  if not os.path.isfile(path):
+    raise ValueError(f"{path}: no such file; expected an image file")
+  try:
+    with Image.open(path) as img:
+      img.load()
+      img = ImageOps.exif_transpose(img)
+      if img.mode in ("I", "F") or img.mode.startswith("I;16"):
+        img = _high_depth_to_rgb(img, path)
+      elif img.mode != "RGB":
+        img = img.convert("RGBA").convert("RGB") if img.mode in ("P", "PA", "LA") else img.convert("RGB")
+      return _square(img, size, path)
+  except ValueError as e:
+    if str(e).startswith(path):
+      raise
+    raise ValueError(f"{path}: unreadable image ({_reason(e)}); expected an image file Pillow can open") from None
+  except Exception as e:  # pylint: disable=broad-except  (Pillow raises many kinds)
+    raise ValueError(f"{path}: unreadable image ({_reason(e)}); expected an image file Pillow can open") from None
+
+
+def _reason(e: Exception) -> str:
+  return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+
+
+def _high_depth_to_rgb(img, path: str):
+  from PIL import Image
+  x = np.asarray(img)
+  lo, hi = (float(x.min()), float(x.max())) if x.size else (0.0, 0.0)
+  if img.mode.startswith("I;16") or (img.mode == "I" and 0 <= lo and hi <= 65535):
+    gray = np.round(x.astype(np.float64) / 257.0)
+  elif img.mode == "F" and 0 <= lo and hi <= 1:
+    gray = np.round(x.astype(np.float64) * 255.0)
+  elif img.mode == "F" and 0 <= lo and hi <= 255:
+    gray = np.round(x.astype(np.float64))
+  else:
+    raise ValueError(f"{path}: a {img.mode} image with values in [{lo:g}, {hi:g}]; expected 8- or "
+                     "16-bit pixels (or 32-bit ones within [0, 65535], floats within [0, 1] or [0, 255])")
+  return Image.fromarray(gray.astype(np.uint8), "L").convert("RGB")
+
+
+def _square(img, size: int, what: str) -> np.ndarray:
+  from PIL import Image
+  if min(img.size) < _SMALL_SIDE:
+    print(f"warning: {what}: {img.size[0]}x{img.size[1]} pixels, upscaled to {size}x{size} "
+          f"(an image side under {_SMALL_SIDE} pixels holds little to caption)", file=sys.stderr, flush=True)
+  return np.asarray(img.resize((size, size), Image.BILINEAR), dtype=np.uint8)
+
+
+def image_array(array, size: int, what: str = "image") -> np.ndarray:
+  """``[S, S, 3]`` uint8 of a uint8 RGB ``[H, W, 3]`` array (resized as a file's pixels)."""
+  from PIL import Image
+  x = np.asarray(array)
+  if x.ndim != 3 or x.shape[-1] != 3 or x.dtype != np.uint8 or min(x.shape[:2]) < 1:
+    raise ValueError(f"{what}: expected a uint8 RGB array [H, W, 3] (or an image file path), "
+                     f"got {x.dtype} {list(x.shape)}")
+  if x.shape[:2] == (size, size):
+    return x
+  return _square(Image.fromarray(x, "RGB"), size, what)

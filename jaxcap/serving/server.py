@@ -1,0 +1,675 @@
+"""The captioning server behind ``jaxcap-serve``: an aiohttp app over a run or an exported artefact.
+
+Endpoints (docs/USAGE.md, "Serving and the web page"):
+
+* ``POST /caption``: one image (``image/png`` / ``image/jpeg`` body, or a multipart form's file;
+  runs whose features came from ``jaxcap-extract``'s backbone only), a feature array (``.npy``
+  body as ``application/x-npy`` or ``application/octet-stream``, float32 ``[N, F]`` one image or
+  ``[B, N, F]``), or ``?example=<i>`` (image ``i`` of the run's synthetic test split). Query:
+  ``method=greedy|beam|sample``, ``beam_size``, ``samples`` (sample's n), ``seed``. Answers
+  ``{"captions": [{"caption", "words", "tokens", "attention": [T][N] | null, "boxes": [N][4] |
+  null, "alternatives": [...]}], "method", "images", "seconds"}`` (one caption per image).
+* ``GET /health``, ``GET /metadata``, ``GET /examples``, ``GET /examples/<i>.png``, ``GET /``
+  (the page in :mod:`jaxcap.serving` ``static/``).
+
+Concurrent requests are batched (:class:`Batcher`): the first request waits up to
+``max_wait_ms`` for others with the same decoding settings until ``max_batch`` images are
+queued, then one decode call answers them all. Every decode runs on one worker thread (JAX
+calls stay serial; the event loop keeps accepting requests meanwhile). A bad request is a 4xx
+with a one-line ``{"error": "..."}`` and changes nothing for the others.
+
+Dimension legend: B images, N regions, F region-feature width, T caption words, K beams.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import dataclasses
+import io
+import os
+import time
+from typing import Any
+
+import numpy as np
+from aiohttp import web
+
+STATIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
+METHODS = ("greedy", "beam", "sample")
+NPY_TYPES = ("application/x-npy", "application/npy", "application/octet-stream")
+IMAGE_TYPES = ("image/png", "image/jpeg", "image/jpg")
+MAX_BODY_BYTES = 16 * 1024 * 1024  # a big photo or a few hundred images' region features
+MAX_IMAGES = 64  # per request: one request may not hold the decoder for everyone else
+MAX_BEAM, MAX_SAMPLES = 16, 10
+EXAMPLE_SIDE = 256  # px of the drawn test images (the page scales them)
+
+
+class BadRequest(ValueError):
+  """A client error: its one line goes back as ``{"error": ...}`` with ``status``."""
+
+  def __init__(self, msg: str, status: int = 400):
+    super().__init__(msg)
+    self.status = status
+
+
+# ---------------------------------------------------------------------------- backends
+@dataclasses.dataclass(frozen=True)
+class Settings:
+  """Decoding settings of a request; requests are batched only with equal settings."""
+  method: str = "greedy"
+  beam_size: int = 3
+  samples: int = 1
+  seed: int | None = None
+
+
+def _words(vocab, row) -> tuple[list[int], list[str]]:
+  """Token ids up to EOS (without BOS / PAD) and their words."""
+  from jaxcap.data.vocab import BOS, EOS, PAD
+  ids = []
+  for t in np.asarray(row).tolist():
+    if t == EOS:
+      break
+    if t not in (PAD, BOS):
+      ids.append(int(t))
+  return ids, [vocab.decode([i]) for i in ids]
+
+
+def attention_rows(att, length: int, regions: int):
+  """``[T][n]`` lists of one sequence's attention (``[T_max, N]``): the caption's ``length``
+  words over the image's ``regions`` real regions; None when the model records none or not
+  one weight per region (a shape this page cannot draw)."""
+  if att is None:
+    return None
+  a = np.asarray(att, np.float64)  # float64: rounded values print as written (0.15484)
+  if a.ndim != 2 or a.shape[1] < regions:
+    return None
+  return np.round(a[:length, :regions], 5).tolist()
+
+
+def sequence_results(vocab, tokens, aux, regions: list[int], boxes) -> list[dict]:
+  """One dict per image of a decode's output (``tokens`` ``[B, T]`` or ``[B, K, T]``, ``aux``
+  with ``"attention"`` ``[B, (K,) T, N]`` where the model has it): the best sequence's caption,
+  words, tokens, attention over the image's real regions and their boxes, and the other
+  beams / samples as ``alternatives``."""
+  tokens = np.asarray(tokens)
+  att = None if not aux else aux.get("attention")
+  att = None if att is None else np.asarray(att)
+  out = []
+  for b in range(len(regions)):
+    rows = tokens[b] if tokens.ndim == 3 else tokens[b][None]
+    atts = None if att is None else (att[b] if tokens.ndim == 3 else att[b][None])
+    seqs = []
+    for k, row in enumerate(rows):
+      ids, words = _words(vocab, row)
+      seqs.append({"caption": " ".join(words), "words": words, "tokens": ids,
+                   "attention": None if atts is None else attention_rows(atts[k], len(words), regions[b])})
+    first = dict(seqs[0])
+    first["boxes"] = None if boxes is None else np.round(np.asarray(boxes[b][:regions[b]], np.float64), 5).tolist()
+    first["alternatives"] = seqs[1:]
+    out.append(first)
+  return out
+
+
+def _bucket(n: int, limit: int) -> int:
+  """The rows of one decode call for ``n`` images: the next power of two, at most ``limit``
+  (so a few shapes are compiled whatever the traffic)."""
+  return max(1, min(max(1, int(limit)), 1 << max(0, int(n) - 1).bit_length()))
+
+
+class RunBackend:
+  """Serves a :class:`jaxcap.api.Run` (``jaxcap.load(workdir)``).
+
+  Requests become rows of the run's batch dict (:meth:`features_rows`, :meth:`image_rows`,
+  :meth:`example_rows`) padded to the run's ``max_regions``, so every decode call has the
+  shape ``[bucket, max_regions, F]``.
+  """
+
+  methods = METHODS
+
+  def __init__(self, run, max_batch: int = 8):
+    self.run, self.max_batch = run, int(max_batch)
+    self.info = run.info
+    self.max_regions = int(run.info["max_regions"])
+    self.feature_dim = int(run.info["feature_dim"])
+    self._backbone = None
+    self.has_backbone = bool(run.workdir) and os.path.exists(os.path.join(run.workdir, "features.json"))
+    self._scenes = None
+    self._png: dict[int, bytes] = {}
+    self.examples = self._examples_split()
+
+  # ---------------------------------------------------------------- identity
+  def metadata(self) -> dict:
+    run = self.run
+    decode = {k: v for k, v in run.decode_config().items() if isinstance(v, (int, float, str, bool))}
+    return {
+        "model": run._name(), "vocab_size": len(run.vocab), "decoding": decode,
+        "run": {"workdir": run.workdir, "step": run.step, "data": str(run.config.data.get("name", "")),
+                "grid": bool(run.config.data.get("grid", False))},
+        "input": {"feature_dim": self.feature_dim, "max_regions": self.max_regions,
+                  "global_dim": int(run.info["global_dim"]), "dtype": "float32",
+                  "features": "[N, F] or [B, N, F] .npy (application/x-npy or application/octet-stream)",
+                  "images": self.has_backbone, "examples": self.examples is not None,
+                  "num_examples": 0 if self.examples is None else len(self.examples)},
+    }
+
+  def check(self, settings: "Settings") -> None:
+    """Every method and size of :func:`settings_from` decodes a run."""
+
+  # ---------------------------------------------------------------- inputs
+  def _pad(self, batch: dict) -> dict:
+    """The batch's region axis padded to ``max_regions`` (feats, feats_mask, boxes)."""
+    n = batch["feats"].shape[1]
+    if n > self.max_regions:
+      raise BadRequest(f"features of shape {list(batch['feats'].shape)}: {n} regions; expected at "
+                       f"most {self.max_regions} per image (this run's max_regions)")
+    b = len(batch["feats"])
+    out = {"feats": np.zeros((b, self.max_regions, self.feature_dim), np.float32),
+           "feats_mask": np.zeros((b, self.max_regions), bool),
+           "boxes": np.zeros((b, self.max_regions, 4), np.float32),
+           "global_feat": np.asarray(batch["global_feat"], np.float32)}
+    out["feats"][:, :n] = batch["feats"]
+    out["feats_mask"][:, :n] = batch["feats_mask"]
+    if batch.get("boxes") is not None:
+      out["boxes"][:, :n] = batch["boxes"]
+    else:  # drawn as whole-image boxes: the model reads none (from_features checked that)
+      out["boxes"][:, :n] = (0.0, 0.0, 1.0, 1.0)
+    out["has_boxes"] = np.full((b,), batch.get("boxes") is not None)
+    return out
+
+  def features_rows(self, x: np.ndarray) -> dict:
+    """Rows for a ``[N, F]`` or ``[B, N, F]`` float32 array (checked by the run's
+    :func:`jaxcap.data.batch.from_features`: one line for a wrong width or non-finite values)."""
+    if x.ndim == 2:
+      x = x[None]
+    if x.ndim != 3:
+      raise BadRequest(f"features of shape {list(x.shape)}; expected float32 [N, {self.feature_dim}] "
+                       f"(one image) or [B, N, {self.feature_dim}]")
+    if len(x) > MAX_IMAGES:
+      raise BadRequest(f"features of shape {list(x.shape)}: {len(x)} images; expected at most "
+                       f"{MAX_IMAGES} per request", 413)
+    try:
+      batch = self.run.batch(x)
+    except ValueError as e:
+      raise BadRequest(str(e).splitlines()[0]) from None
+    return self._pad(batch)
+
+  def example_rows(self, i: int) -> dict:
+    source = self.examples
+    example = source[i]
+    batch = {"feats": example["feats"][None], "feats_mask": np.ones((1, len(example["feats"])), bool),
+             "boxes": example["boxes"][None], "global_feat": example["global_feat"][None]}
+    return self._pad(batch)
+
+  def image_pixels(self, data: bytes) -> np.ndarray:
+    """The image bytes read as the backbone reads files (one line for a non-image)."""
+    if not self.has_backbone:
+      raise BadRequest("this run has no image backbone (no features.json: it was trained on "
+                       "features jaxcap-extract did not write); expected a .npy feature array "
+                       "or ?example=<i>")
+    pixels = decode_image(data)
+    try:
+      read, _ = self.backbone().read([pixels])
+    except ValueError as e:
+      raise BadRequest(str(e).splitlines()[0]) from None
+    return list(read)
+
+  def backbone(self):
+    if self._backbone is None:
+      self._backbone = self.run.backbone()
+    return self._backbone
+
+  # ---------------------------------------------------------------- the synthetic test split
+  def _examples_split(self):
+    """The test split of a ``synthetic_scenes`` run (drawn by :mod:`jaxcap.data.render`), else None."""
+    if str(self.run.config.data.get("name", "")) != "synthetic_scenes":
+      return None
+    dataset = self.run.dataset
+    reader = dataset.split_data("test").features
+    self._scenes = getattr(reader, "scenes", None)
+    return dataset.split("test") if self._scenes is not None else None
+
+  def example_list(self) -> list[dict]:
+    if self.examples is None:
+      raise BadRequest("this run has no drawable test split (examples need a synthetic_scenes "
+                       "run); expected an image or a .npy feature array", 404)
+    refs = self.examples.dataset.split_data("test").refs
+    return [{"index": i, "image": f"examples/{i}.png", "references": [" ".join(r) for r in refs[i]]}
+            for i in range(len(self.examples))]
+
+  def example_png(self, i: int) -> bytes:
+    if i not in self._png:
+      from PIL import Image
+      from jaxcap.data import render
+      pixels = render.render_scene(self._scenes.scene("test", i), EXAMPLE_SIDE)
+      buf = io.BytesIO()
+      Image.fromarray(pixels, "RGB").save(buf, format="PNG")
+      self._png[i] = buf.getvalue()
+    return self._png[i]
+
+  def check_example(self, text: str) -> int:
+    if self.examples is None:
+      raise BadRequest("example=: this run has no drawable test split; expected an image or a "
+                       ".npy feature array", 404)
+    try:
+      i = int(text)
+    except ValueError:
+      i = -1
+    if not 0 <= i < len(self.examples):
+      raise BadRequest(f"example={text!r}: expected an index in [0, {len(self.examples)})", 404)
+    return i
+
+  # ---------------------------------------------------------------- decoding (worker thread)
+  def decode(self, settings: Settings, items: list[tuple[str, Any]]) -> list[list[dict]]:
+    """One decode call for the queued requests' rows; a list of results per request."""
+    pixels = [p for kind, value in items if kind == "pixels" for p in value]
+    image_rows = self._image_rows(pixels) if pixels else None
+    rows, used = [], 0
+    for kind, value in items:
+      if kind == "pixels":  # this request's share of the one backbone call
+        rows.append({k: v[used:used + len(value)] for k, v in image_rows.items()})
+        used += len(value)
+      else:
+        rows.append(value)
+    keys = ("feats", "feats_mask", "boxes", "global_feat")
+    counts = [len(r["feats"]) for r in rows]
+    batch = {k: np.concatenate([r[k] for r in rows]) for k in keys}
+    has_boxes = np.concatenate([r["has_boxes"] for r in rows])
+    total = len(batch["feats"])
+    size = _bucket(total, self.max_batch)
+    if total % size:  # the last call's rows padded with copies: its shape is the bucket's
+      pad = size - total % size
+      batch = {k: np.concatenate([v, np.repeat(v[-1:], pad, axis=0)]) for k, v in batch.items()}
+    options = {"num_samples": settings.samples} if settings.method == "sample" else {}
+    seed = settings.seed if settings.seed is not None else time.time_ns() % (2 ** 31)
+    out = self.run.decode(batch, settings.method, settings.beam_size, batch_size=size, seed=seed,
+                          return_aux=True, **options)
+    aux = out.aux if isinstance(out.aux, dict) else None
+    regions = batch["feats_mask"][:total].sum(1).astype(int).tolist()
+    results = sequence_results(self.run.vocab, out.tokens[:total],
+                               None if aux is None else {k: v[:total] for k, v in aux.items()},
+                               regions, batch["boxes"][:total])
+    for r, boxed in zip(results, has_boxes.tolist()):
+      if not boxed:
+        r["boxes"] = None
+    split, start = [], 0
+    for c in counts:
+      split.append(results[start:start + c])
+      start += c
+    return split
+
+  def _image_rows(self, pixels: list) -> dict:
+    """Rows of images read by :meth:`image_pixels`: one backbone call for all of them."""
+    from jaxcap.data import base as data_base
+    size = _bucket(len(pixels), self.max_batch)
+    stacked = pixels if self.backbone().size == "native" else np.stack(pixels)
+    fc, att = self.backbone().pixel_features(stacked, size)
+    batch = data_base.image_features_batch(fc[:len(pixels)], att[:len(pixels)], self.run.config.data, self.info)
+    return self._pad(batch)
+
+
+class ArtefactBackend:
+  """Serves a :func:`jaxcap.serving.load` captioner (``.metadata``, ``.caption(features,
+  method=...)``, ``.caption_images(images, method=...)``): greedy and beam at the exported beam
+  size only, no examples (no dataset), no boxes (the artefact returns none)."""
+
+  methods = ("greedy", "beam")
+
+  def __init__(self, captioner, path: str, max_batch: int = 8):
+    self.captioner, self.path, self.max_batch = captioner, path, int(max_batch)
+    self.meta = dict(captioner.metadata)
+    inputs = self.meta.get("inputs", {})
+    self.feature_dim, self.max_regions = int(inputs.get("feature_dim", 0)), int(inputs.get("max_regions", 0))
+    self.has_backbone = bool(getattr(captioner, "has_backbone", False))
+    self.decoding = dict(self.meta.get("decode", {}))
+    self.examples = None
+
+  def metadata(self) -> dict:
+    run = self.meta.get("run", {})
+    inputs = self.meta.get("inputs", {})
+    return {"model": self.meta.get("model"), "vocab_size": len(self.meta.get("vocab", ())),
+            "decoding": self.decoding,
+            "run": {"artefact": self.path, **{k: v for k, v in run.items() if isinstance(v, (str, int, float))}},
+            "input": {"feature_dim": self.feature_dim, "max_regions": self.max_regions,
+                      "global_dim": int(inputs.get("global_dim", 0)), "dtype": "float32",
+                      "features": "[N, F] or [B, N, F] .npy (application/x-npy or application/octet-stream)",
+                      "images": self.has_backbone, "examples": False, "num_examples": 0}}
+
+  def check(self, settings: "Settings") -> None:
+    if settings.method not in self.methods:
+      raise BadRequest(f"method={settings.method!r}: expected one of {', '.join(self.methods)} "
+                       "(an exported captioner decodes these only)")
+    exported = int(self.decoding.get("beam_size", settings.beam_size))
+    if settings.method == "beam" and settings.beam_size != exported:
+      raise BadRequest(f"beam_size={settings.beam_size}: expected {exported}, the exported beam size")
+
+  def check_example(self, text: str) -> int:
+    raise BadRequest("example=: an exported captioner has no dataset; expected an image or a .npy "
+                     "feature array", 404)
+
+  def example_list(self):
+    self.check_example("")
+
+  def features_rows(self, x: np.ndarray) -> dict:
+    if x.ndim == 2:
+      x = x[None]
+    if x.ndim != 3:
+      raise BadRequest(f"features of shape {list(x.shape)}; expected float32 [N, {self.feature_dim}] "
+                       f"(one image) or [B, N, {self.feature_dim}]")
+    if len(x) > MAX_IMAGES:
+      raise BadRequest(f"features of shape {list(x.shape)}: {len(x)} images; expected at most "
+                       f"{MAX_IMAGES} per request", 413)
+    try:
+      self.captioner.batch(x)  # the artefact's own checks (width, regions, finite), one line
+    except ValueError as e:
+      raise BadRequest(str(e).splitlines()[0]) from None
+    return {"feats": list(x)}
+
+  def image_pixels(self, data: bytes) -> list:
+    if not self.has_backbone:
+      raise BadRequest("this captioner has no image backbone (exported from a run without "
+                       "features.json); expected a .npy feature array")
+    return [decode_image(data)]
+
+  def decode(self, settings: "Settings", items) -> list[list[dict]]:
+    feats = [a for kind, v in items if kind != "pixels" for a in v["feats"]]
+    pixels = [p for kind, v in items if kind == "pixels" for p in v]
+    by_features = iter(self.captioner.caption(feats, method=settings.method) if feats else [])
+    by_images = iter(self.captioner.caption_images(pixels, method=settings.method) if pixels else [])
+    regions = iter([len(a) for a in feats])
+    out = []
+    for kind, v in items:
+      if kind == "pixels":
+        out.append([_artefact_result(next(by_images), None) for _ in v])
+      else:
+        out.append([_artefact_result(next(by_features), next(regions)) for _ in v["feats"]])
+    return out
+
+
+def _artefact_result(r: dict, regions: int | None) -> dict:
+  """A captioner's result in the server's form: tokens without EOS, attention over the image's
+  own regions (a batch of several requests is padded to its largest), no boxes."""
+  words = list(r.get("words", []))
+  att = r.get("attention")
+  if att is not None:
+    att = np.asarray(att, np.float64)
+    att = np.round(att[:, :regions] if regions is not None and att.ndim == 2 else att, 5).tolist()
+  return {"caption": r.get("caption", " ".join(words)), "words": words,
+          "tokens": [int(t) for t in r.get("tokens", [])][:len(words)], "attention": att,
+          "boxes": None, "alternatives": []}
+
+
+def decode_image(data: bytes) -> np.ndarray:
+  """``[H, W, 3]`` uint8 RGB of PNG / JPEG bytes (EXIF orientation applied); one line otherwise."""
+  from PIL import Image, ImageOps, UnidentifiedImageError
+  try:
+    with Image.open(io.BytesIO(data)) as img:
+      if img.format not in ("PNG", "JPEG"):
+        raise BadRequest(f"an image in {img.format} format; expected PNG or JPEG", 415)
+      img = ImageOps.exif_transpose(img)
+      return np.asarray(img.convert("RGB"), np.uint8)
+  except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
+    if isinstance(e, BadRequest):
+      raise
+    raise BadRequest("the body is not a readable image; expected PNG or JPEG bytes") from None
+
+
+def read_npy(data: bytes) -> np.ndarray:
+  """A ``.npy`` body as a float32 array (no pickles); one line for anything else."""
+  if not data.startswith(b"\x93NUMPY"):
+    raise BadRequest("the body is not a .npy file (no \\x93NUMPY header); expected np.save's bytes "
+                     "of a float32 [N, F] or [B, N, F] array")
+  try:
+    x = np.load(io.BytesIO(data), allow_pickle=False)
+  except (ValueError, OSError, EOFError) as e:
+    raise BadRequest(f"the .npy body could not be read ({str(e).splitlines()[0] if str(e) else type(e).__name__}); "
+                     "expected np.save's bytes of a float32 array") from None
+  if not isinstance(x, np.ndarray) or x.dtype != np.float32:
+    raise BadRequest(f"features of dtype {getattr(x, 'dtype', type(x).__name__)}; expected float32 "
+                     "(np.asarray(x, np.float32))")
+  return x
+
+
+# ---------------------------------------------------------------------------- batching
+@dataclasses.dataclass
+class _Item:
+  settings: Settings
+  kind: str  # "rows" (a backend's rows) or "pixels" (images for the backbone)
+  value: Any
+  images: int
+  future: asyncio.Future
+
+
+class Batcher:
+  """Collects queued requests for up to ``max_wait_ms`` or ``max_batch`` images, then decodes
+  each group of equal settings in one call on the single worker thread.
+
+  Attributes:
+    calls: decode calls made so far; images: images decoded (``/health`` and the tests read them).
+  """
+
+  def __init__(self, backend, max_batch: int = 8, max_wait_ms: float = 10.0):
+    self.backend, self.max_batch, self.max_wait = backend, max(1, int(max_batch)), max(0.0, max_wait_ms) / 1000
+    self.calls = self.images = 0
+    self.queue: asyncio.Queue | None = None
+    self.worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="jaxcap-decode")
+    self._task = None
+
+  def start(self):
+    self.queue = asyncio.Queue()
+    self._task = asyncio.get_running_loop().create_task(self._loop())
+
+  async def stop(self):
+    if self._task is not None:
+      self._task.cancel()
+      try:
+        await self._task
+      except asyncio.CancelledError:
+        pass
+    self.worker.shutdown(wait=True, cancel_futures=True)
+
+  async def submit(self, settings: Settings, kind: str, value, images: int) -> list[dict]:
+    future = asyncio.get_running_loop().create_future()
+    await self.queue.put(_Item(settings, kind, value, images, future))
+    return await future
+
+  async def _loop(self):
+    loop = asyncio.get_running_loop()
+    while True:
+      items = [await self.queue.get()]
+      count, deadline = items[0].images, loop.time() + self.max_wait
+      while count < self.max_batch:
+        left = deadline - loop.time()
+        try:
+          item = self.queue.get_nowait() if left <= 0 else await asyncio.wait_for(self.queue.get(), left)
+        except (asyncio.TimeoutError, asyncio.QueueEmpty):
+          break
+        items.append(item)
+        count += item.images
+      groups: dict[Settings, list[_Item]] = {}
+      for item in items:
+        groups.setdefault(item.settings, []).append(item)
+      for settings, group in groups.items():
+        live = [i for i in group if not i.future.done()]  # a client that went away is not decoded
+        if not live:
+          continue
+        try:
+          results = await loop.run_in_executor(
+              self.worker, self.backend.decode, settings, [(i.kind, i.value) for i in live])
+          self.calls += 1
+          self.images += sum(i.images for i in live)
+        except Exception as e:  # noqa: BLE001 - answered as a 500 to the requests of this call only
+          for i in live:
+            if not i.future.done():
+              i.future.set_exception(e)
+          continue
+        for i, r in zip(live, results):
+          if not i.future.done():
+            i.future.set_result(r)
+
+
+# ---------------------------------------------------------------------------- the app
+BACKEND = web.AppKey("backend", object)
+BATCHER = web.AppKey("batcher", Batcher)
+METADATA = web.AppKey("metadata", dict)
+MAX_BODY = web.AppKey("max_body", int)
+DECODING = web.AppKey("decoding", dict)
+
+def _error(status: int, msg: str) -> web.Response:
+  line = " ".join(str(msg).split()) or "error"
+  return web.json_response({"error": line}, status=status)
+
+
+@web.middleware
+async def _errors(request, handler):
+  """Every failure is one JSON line: 4xx for the client's, 500 for ours (the server goes on)."""
+  try:
+    return await handler(request)
+  except BadRequest as e:
+    return _error(e.status, str(e))
+  except web.HTTPRequestEntityTooLarge as e:
+    return _error(413, f"the body is larger than the limit of {request.app[MAX_BODY]} bytes; "
+                       "expected a smaller image or feature array")
+  except web.HTTPException as e:
+    if e.status < 400:
+      raise
+    return _error(e.status, f"{request.method} {request.path}: {e.reason}")
+  except asyncio.CancelledError:
+    raise
+  except Exception as e:  # noqa: BLE001
+    return _error(500, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'internal error'}")
+
+
+def _int_param(query, name: str, default: int, low: int, high: int) -> int:
+  text = query.get(name)
+  if text is None:
+    return default
+  try:
+    value = int(text)
+  except ValueError:
+    value = low - 1
+  if not low <= value <= high:
+    raise BadRequest(f"{name}={text!r}: expected an integer in [{low}, {high}]")
+  return value
+
+
+def settings_from(query, decoding: dict) -> Settings:
+  method = query.get("method", decoding.get("method", "greedy"))
+  if method not in METHODS:
+    raise BadRequest(f"method={method!r}: expected one of {', '.join(METHODS)}")
+  beam = _int_param(query, "beam_size", int(decoding.get("beam_size", 3)), 1, MAX_BEAM)
+  samples = _int_param(query, "samples", 1, 1, MAX_SAMPLES)
+  seed = query.get("seed")
+  seed = None if seed is None else _int_param(query, "seed", 0, 0, 2 ** 31 - 1)
+  # Fields a method does not read are fixed, so that they do not split batches.
+  return Settings(method, beam if method == "beam" else 1, samples if method == "sample" else 1,
+                  seed if method == "sample" else 0)
+
+
+async def _read_body(request) -> tuple[str, bytes]:
+  """``(kind, bytes)``: kind ``"image"`` or ``"npy"`` from the content type (a multipart form's
+  first file: by its bytes)."""
+  ctype = request.content_type
+  if ctype.startswith("multipart/"):
+    reader = await request.multipart()
+    async for part in reader:
+      if part.filename is None and part.name not in ("image", "features", "file"):
+        continue
+      data = await part.read(decode=False)
+      if len(data) > request.app[MAX_BODY]:
+        raise web.HTTPRequestEntityTooLarge(max_size=request.app[MAX_BODY], actual_size=len(data))
+      return ("npy" if data.startswith(b"\x93NUMPY") else "image"), bytes(data)
+    raise BadRequest("the multipart form has no file; expected a field 'image' (PNG / JPEG) or "
+                     "'features' (.npy)")
+  if ctype in IMAGE_TYPES or ctype.startswith("image/"):
+    return "image", await request.read()
+  if ctype in NPY_TYPES:
+    return "npy", await request.read()
+  raise BadRequest(f"content type {ctype!r}: expected image/png, image/jpeg, application/x-npy, "
+                   "application/octet-stream (.npy) or multipart/form-data", 415)
+
+
+async def caption(request):
+  app = request.app
+  backend = app[BACKEND]
+  settings = settings_from(request.query, app[DECODING])
+  backend.check(settings)
+  loop = asyncio.get_running_loop()
+  if "example" in request.query:
+    i = backend.check_example(request.query["example"])
+    kind, value, images = "rows", await loop.run_in_executor(None, backend.example_rows, i), 1
+  else:
+    body_kind, data = await _read_body(request)
+    if not data:
+      raise BadRequest("empty body; expected an image (PNG / JPEG), a .npy feature array or ?example=<i>")
+    if body_kind == "image":
+      kind, value, images = "pixels", await loop.run_in_executor(None, backend.image_pixels, data), 1
+    else:
+      x = read_npy(data)
+      value = await loop.run_in_executor(None, backend.features_rows, x)
+      kind, images = "rows", len(value["feats"])
+  started = time.perf_counter()
+  results = await app[BATCHER].submit(settings, kind, value, images)
+  return web.json_response({
+      "captions": results, "method": settings.method,
+      **({"beam_size": settings.beam_size} if settings.method == "beam" else {}),
+      **({"samples": settings.samples} if settings.method == "sample" else {}),
+      "images": images, "seconds": round(time.perf_counter() - started, 4),
+      **({"example": int(request.query["example"])} if "example" in request.query else {})})
+
+
+async def health(request):
+  b = request.app[BATCHER]
+  return web.json_response({"status": "ok", "decode_calls": b.calls, "images": b.images,
+                            "queued": 0 if b.queue is None else b.queue.qsize()})
+
+
+async def metadata(request):
+  return web.json_response(request.app[METADATA])
+
+
+async def examples(request):
+  return web.json_response({"examples": request.app[BACKEND].example_list()})
+
+
+async def example_png(request):
+  backend = request.app[BACKEND]
+  name = request.match_info["name"]
+  if not name.endswith(".png"):
+    raise BadRequest(f"/examples/{name}: expected /examples/<i>.png", 404)
+  i = backend.check_example(name[:-4])
+  png = await asyncio.get_running_loop().run_in_executor(None, backend.example_png, i)
+  return web.Response(body=png, content_type="image/png", headers={"Cache-Control": "max-age=3600"})
+
+
+async def index(request):
+  return web.FileResponse(os.path.join(STATIC, "index.html"))
+
+
+def make_app(backend, *, max_batch: int = 8, max_wait_ms: float = 10.0,
+             max_body: int = MAX_BODY_BYTES, name: str = "") -> web.Application:
+  """The aiohttp application over ``backend`` (:class:`RunBackend` / :class:`ArtefactBackend`)."""
+  app = web.Application(client_max_size=max_body, middlewares=[_errors])
+  batcher = Batcher(backend, max_batch, max_wait_ms)
+  meta = backend.metadata()
+  meta["serving"] = {"name": name, "max_batch": batcher.max_batch, "max_wait_ms": max_wait_ms,
+                     "max_body_bytes": max_body, "max_images_per_request": MAX_IMAGES,
+                     "methods": list(backend.methods), "max_beam_size": MAX_BEAM, "max_samples": MAX_SAMPLES}
+  app[BACKEND], app[BATCHER], app[METADATA] = backend, batcher, meta
+  app[MAX_BODY], app[DECODING] = max_body, meta.get("decoding") or {}
+
+  async def on_startup(app):
+    batcher.start()
+
+  async def on_cleanup(app):
+    await batcher.stop()
+
+  app.on_startup.append(on_startup)
+  app.on_cleanup.append(on_cleanup)
+  app.router.add_get("/", index)
+  app.router.add_static("/static/", STATIC)
+  app.router.add_post("/caption", caption)
+  app.router.add_get("/health", health)
+  app.router.add_get("/metadata", metadata)
+  app.router.add_get("/examples", examples)
+  app.router.add_get("/examples/{name}", example_png)
+  return app

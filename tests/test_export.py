@@ -1,0 +1,346 @@
+"""``jaxcap-export`` / ``Run.export`` and ``jaxcap.serving.load``: the exported captioner decodes
+as the run does, in a process that imports no flax and no jaxcap model.
+
+Tiny runs are built in memory from a config and freshly initialised parameters (no training):
+the equalities hold for any parameters. The reloads run in a subprocess that asserts ``flax``,
+``jaxcap.models`` and ``jaxcap.papers`` were never imported, then writes what it decoded as JSON;
+the test compares tokens with ``Run.decode`` (greedy and beam) and attention with
+``Run.decode(return_aux=True)``'s ``aux["attention"]``.
+
+Mutants tried (each made a test here fail, then restored): the beam program returning beam 1
+instead of the best (tokens differ); the artefact not padding regions to ``max_regions`` (the
+ragged input fails); ``_image_layout`` taking ``fc`` as the global feature of a run without
+``fc_dir`` (the image tokens differ); ``deserialize`` skipped for ``beam`` (KeyError).
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import jax
+import jax.numpy as jnp
+import ml_collections
+
+from configs import common
+from jaxcap import api, serving
+from jaxcap.data import batch as batch_lib
+from jaxcap.data.vocab import Vocab
+from jaxcap.models import registry
+from jaxcap.models.base import shift_right
+
+REPO = Path(__file__).resolve().parents[1]
+V_WORDS = [f"w{i}" for i in range(12)]
+INFO = {"feature_dim": 12, "global_dim": 12, "max_regions": 5, "max_len": 6, "vocab_size": 16,
+        "src_vocab_size": 0, "num_attributes": 8, "grid": False, "seq_per_img": 2,
+        "max_attributes": 3, "src_max_len": 0}
+# MNMT translates a source sentence: its run has a source vocabulary and length.
+INFO_SRC = dict(INFO, src_vocab_size=10, src_max_len=4)
+# nearest_neighbour is not a network (no parameters, no decode step): nothing to export.
+NO_PARAMS = ("nearest_neighbour",)
+MAX_LEN = 6
+
+
+def tiny_run(name: str, seed: int = 0, workdir=None, info=None, data=None) -> api.Run:
+  """A run of model ``name`` at configs/common.TINY_MODEL sizes, random parameters."""
+  cls = registry.get(name)
+  fields = {k: v for k, v in common.TINY_MODEL.items() if k in cls.__dataclass_fields__}
+  if "spatial_layers" in cls.__dataclass_fields__:
+    fields["num_layers"] = 3  # the Image Transformer's default spatial layers name 3
+  info = info or (INFO_SRC if name == "mnmt" else INFO)
+  if "dtype" in cls.__dataclass_fields__:
+    fields["dtype"] = "float32"
+  cfg = ml_collections.ConfigDict({"model": dict(fields, name=name),
+                                   "data": data or {"name": "synthetic_scenes"},
+                                   "decode": {"method": "greedy", "beam_size": 3, "max_len": MAX_LEN}})
+  model = registry.build(cfg.model, info)
+  batch = jax.tree.map(jnp.asarray, batch_lib.dummy(info, 2))
+  params = model.init(jax.random.PRNGKey(seed), batch, shift_right(batch["captions"]), train=False)
+  if name == "tpgn":  # a data-derived constant, set when training starts
+    params = dict(params, constants=dict(params["constants"],
+                                         feat_mean=jnp.full((info["global_dim"],), 0.1, jnp.float32)))
+  # Larger weights than flax's initialisation, so that captions differ between images.
+  params = jax.tree.map(lambda x: x * 3 if jnp.issubdtype(x.dtype, jnp.floating) else x, params)
+  return api.Run(cfg, Vocab(V_WORDS), info, model, params, workdir=workdir, step=7)
+
+
+def features(info, b: int = 3, seed: int = 1) -> dict:
+  rng = np.random.default_rng(seed)
+  n = info["max_regions"]
+  xy = rng.uniform(0, 0.5, (b, n, 2))
+  boxes = np.concatenate([xy, xy + rng.uniform(0.1, 0.5, (b, n, 2))], -1).astype(np.float32)
+  boxes[:, 1] = [0.0, 0.0, 1.0, 1.0]
+  mask = np.ones((b, n), bool)
+  mask[0, 3:] = False
+  feats = rng.normal(size=(b, n, info["feature_dim"])).astype(np.float32) * 2
+  out = {"feats": feats, "feats_mask": mask, "boxes": boxes,
+         "global_feat": rng.normal(size=(b, info["global_dim"])).astype(np.float32),
+         "attributes": rng.integers(4, info["vocab_size"], (b, info["max_attributes"])).astype(np.int32)}
+  if info.get("src_vocab_size"):
+    src = rng.integers(4, info["src_vocab_size"], (b, info["src_max_len"] + 1)).astype(np.int32)
+    src[:, -1] = 2  # EOS
+    out["src"] = src
+  return out
+
+
+# The reload: a fresh interpreter that never imports flax or a jaxcap model.
+RELOAD = textwrap.dedent("""
+  import json, sys
+  import numpy as np
+  from jaxcap import serving
+  jobs = json.load(open(sys.argv[1]))
+  out = {}
+  for key, job in jobs.items():
+    c = serving.load(job["file"])
+    feats = dict(np.load(job["features"]))
+    out[key] = {m: c.caption(feats, method=m) for m in ("greedy", "beam")}
+    out[key]["default"] = c.caption(feats)
+    if "images" in job:
+      out[key]["images"] = c.caption_images(job["images"], method="greedy")
+  bad = sorted(m for m in sys.modules if m == "flax" or m.startswith(("flax.", "jaxcap.models", "jaxcap.papers")))
+  assert not bad, bad
+  json.dump(out, open(sys.argv[2], "w"))
+""")
+
+
+def reload(jobs: dict, tmp_path) -> dict:
+  (tmp_path / "jobs.json").write_text(json.dumps(jobs))
+  env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(REPO))
+  proc = subprocess.run([sys.executable, "-c", RELOAD, str(tmp_path / "jobs.json"), str(tmp_path / "out.json")],
+                        capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  return json.loads((tmp_path / "out.json").read_text())
+
+
+def check_same(run: api.Run, feats: dict, got: dict, what: str):
+  """The artefact's results equal Run.decode's tokens and attention, greedy and beam."""
+  for method in ("greedy", "beam"):
+    ref = run.decode(feats, method, 3, return_aux=True)
+    tokens = ref.tokens if method == "greedy" else ref.tokens[:, 0]
+    att = (ref.aux or {}).get("attention")
+    if att is not None and method == "beam":
+      att = att[:, 0]
+    assert len(got[method]) == len(tokens)
+    for i, r in enumerate(got[method]):
+      want = [int(t) for t in tokens[i] if t != 0]
+      assert r["tokens"] == want, f"{what} {method} image {i}"
+      assert r["caption"] == run.vocab.decode(tokens[i]) == " ".join(r["words"])
+      if att is None:
+        assert r["attention"] is None, what
+      else:
+        np.testing.assert_allclose(np.asarray(r["attention"]).reshape(att[i, :len(r["words"])].shape),
+                                   att[i, :len(r["words"])], rtol=1e-4, atol=1e-5,
+                                   err_msg=f"{what} {method} image {i}")
+  assert got["default"] == got["greedy"]  # the run's config.decode.method
+
+
+# ---------------------------------------------------------------- the default model
+
+
+@pytest.fixture(scope="module")
+def transformer(tmp_path_factory):
+  tmp = tmp_path_factory.mktemp("export")
+  run = tiny_run("transformer")
+  meta = run.export(str(tmp / "t.jaxcap"))  # platforms cpu and cuda (the default)
+  return run, tmp / "t.jaxcap", meta
+
+
+def test_transformer_reloads_without_flax_and_decodes_as_the_run(transformer, tmp_path):
+  run, path, meta = transformer
+  feats = features(INFO)
+  np.savez(tmp_path / "f.npz", **feats)
+  got = reload({"t": {"file": str(path), "features": str(tmp_path / "f.npz")}}, tmp_path)["t"]
+  assert meta["attention"]  # the Transformer's decode step returns aux["attention"]
+  check_same(run, feats, got, "transformer")
+  assert len({tuple(r["tokens"]) for r in got["greedy"]}) > 1  # the images' captions differ
+
+
+def test_metadata_says_what_the_file_holds(transformer):
+  run, path, meta = transformer
+  c = serving.load(str(path))
+  assert c.metadata == json.loads(json.dumps(meta, default=str))
+  assert meta["vocab"] == run.vocab.itos and meta["run"]["step"] == 7
+  from jaxcap.evaluation import signature
+  assert meta["run"]["config_hash"] == signature.config_hash(run.config)
+  assert meta["decode"]["method"] == "greedy" and meta["decode"]["beam_size"] == 3
+  assert meta["decode"]["max_len"] == MAX_LEN
+  assert meta["inputs"]["reads"] == ["feats", "feats_mask"]
+  assert meta["inputs"]["arrays"]["feats"] == {"shape": ["b", 5, 12], "dtype": "float32"}
+  assert meta["backbone"] is None
+  with zipfile.ZipFile(path) as z:
+    assert sorted(z.namelist()) == ["beam.jaxexport", "greedy.jaxexport", "metadata.json", "params.npz"]
+
+
+def test_the_programs_are_lowered_for_cpu_and_cuda(transformer):
+  _, path, meta = transformer
+  assert meta["platforms"] == ["cpu", "cuda"]
+  with zipfile.ZipFile(path) as z:
+    for name in ("greedy", "beam"):
+      exp = jax.export.deserialize(bytearray(z.read(f"{name}.jaxexport")))
+      assert tuple(exp.platforms) == ("cpu", "cuda")
+      # The batch size is symbolic: one program for every B.
+      assert any(not isinstance(d, int) for a in exp.in_avals for d in a.shape)
+
+
+def test_ragged_and_fewer_regions_and_overrides(transformer, tmp_path):
+  """A list of [N_i, F] arrays (padded to max_regions in the artefact) gives Run.caption's
+  tokens; method / beam_size / max_len overrides reach the programs."""
+  run, path, _ = transformer
+  c = serving.load(str(path))
+  feats = features(INFO)
+  ragged = [feats["feats"][i, :k] for i, k in enumerate((2, 5, 3))]
+  ref = run.decode(ragged, "greedy", return_aux=True)
+  got = c.caption(ragged, method="greedy")
+  for i, r in enumerate(got):
+    assert r["tokens"] == [int(t) for t in ref.tokens[i] if t]
+    # Over the batch's N = 5 regions (the list's longest), zero on an image's padding.
+    np.testing.assert_allclose(r["attention"], ref.aux["attention"][i, :len(r["words"])], rtol=1e-4, atol=1e-5)
+  short = tmp_path / "short.jaxcap"
+  meta = run.export(str(short), method="beam", beam_size=2, max_len=3, platforms=("cpu",))
+  assert (meta["decode"]["method"], meta["decode"]["beam_size"], meta["decode"]["max_len"]) == ("beam", 2, 3)
+  out = serving.load(str(short)).caption(feats["feats"])
+  want = run.decode(feats["feats"], "beam", 2, max_len=3).tokens[:, 0]
+  assert [r["tokens"] for r in out] == [[int(t) for t in row if t] for row in want]
+
+
+@pytest.mark.parametrize("bad, match", [
+    (np.zeros((2, 5, 7), np.float32), r"expected region features \[B, N, 12\]"),  # width
+    (np.zeros((2, 5, 12), np.complex64), r"dtype complex64; expected real numbers"),  # dtype
+    (np.array([[["a"] * 12] * 5] * 2), r"dtype <U1; expected real numbers"),
+    (np.zeros((2, 1, 5, 12), np.float32), r"expected features \[B, Dg\] \(global\) or \[B, N, F\]"),  # rank
+    (np.zeros((2, 6, 12), np.float32), r"at most 5 \(the exported max_regions\)"),
+    ({"feats": np.zeros((2, 5, 12)), "feats_mask": np.zeros((2, 5), bool)}, r"marks no region of image 0"),
+    ({"feats": np.full((2, 5, 12), np.nan)}, r"NaN or Inf"),
+    ({"feats": np.zeros((2, 5, 12)), "color": 1}, r"unknown features key 'color'"),
+    (None, r"features is None"),
+])
+def test_bad_features_are_one_line(transformer, bad, match):
+  c = serving.load(str(transformer[1]))
+  with pytest.raises(ValueError, match=match) as e:
+    c.caption(bad)
+  assert "\n" not in str(e.value)
+  with pytest.raises(ValueError, match=r"method='sample': expected one of greedy, beam"):
+    c.caption(np.zeros((1, 5, 12), np.float32), method="sample")
+
+
+def test_a_file_that_is_not_an_export_is_one_line(tmp_path):
+  (tmp_path / "x.jaxcap").write_text("hello")
+  with pytest.raises(ValueError, match=r"x.jaxcap: unreadable .*; expected a file jaxcap-export wrote"):
+    serving.load(str(tmp_path / "x.jaxcap"))
+
+
+# ---------------------------------------------------------------- the program
+
+
+def _export_cli(args, cwd):
+  env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(REPO))
+  return subprocess.run([sys.executable, "-m", "jaxcap.commands.export", *args], capture_output=True,
+                        text=True, timeout=300, env=env, cwd=cwd)
+
+
+def _one_line(proc, match):
+  assert proc.returncode == 2, proc.stderr
+  lines = proc.stderr.strip().splitlines()
+  assert len(lines) == 1 and lines[0].startswith("error:") and match in lines[0], proc.stderr
+
+
+def test_bad_program_input_is_one_line_and_writes_nothing(tmp_path):
+  (tmp_path / "afile").write_text("x")
+  (tmp_path / "adir").mkdir()
+  before = sorted(p.name for p in tmp_path.rglob("*"))
+  _one_line(_export_cli(["--workdir", "nowhere", "--out", "o.jaxcap"], tmp_path), "--workdir=nowhere: not a directory")
+  _one_line(_export_cli(["--workdir", "adir", "--out", "afile/o.jaxcap"], tmp_path), "--out=afile/o.jaxcap")
+  _one_line(_export_cli(["--workdir", "adir", "--out", "adir"], tmp_path), "--out=adir: is a directory")
+  _one_line(_export_cli(["--workdir", "adir", "--out", "o.jaxcap", "--platforms", "gpu"], tmp_path), "--platforms=gpu")
+  _one_line(_export_cli(["--workdir", "adir", "--out", "o.jaxcap"], tmp_path), "adir")  # no config.json
+  assert sorted(p.name for p in tmp_path.rglob("*")) == before
+
+
+# ---------------------------------------------------------------- the image backbone
+
+
+def test_pixels_are_read_as_jaxcap_extract_reads_them(tmp_path):
+  from PIL import Image
+  from jaxcap.features import extract
+  from jaxcap.serving import artefact
+  rng = np.random.default_rng(0)
+  rgb = rng.integers(0, 256, (20, 30, 3), dtype=np.uint8)
+  Image.fromarray(rgb).save(tmp_path / "rgb.png")
+  Image.fromarray(rgb[..., 0]).save(tmp_path / "gray.png")
+  Image.fromarray(np.dstack([rgb, rgb[..., :1]])).save(tmp_path / "rgba.png")
+  Image.fromarray((rgb[..., 0].astype(np.uint16) * 200)).save(tmp_path / "deep.png")
+  exif = Image.Exif()
+  exif[0x0112] = 6  # rotated: the transpose must be applied
+  Image.fromarray(rgb).save(tmp_path / "turned.jpg", exif=exif)
+  for name in ("rgb.png", "gray.png", "rgba.png", "deep.png", "turned.jpg"):
+    np.testing.assert_array_equal(artefact.read_image(str(tmp_path / name), 24),
+                                  extract.read_image(str(tmp_path / name), 24), err_msg=name)
+  np.testing.assert_array_equal(artefact.image_array(rgb, 24), extract.image_array(rgb, 24))
+  (tmp_path / "bad.jpg").write_bytes(b"not an image")
+  with pytest.raises(ValueError, match=r"bad.jpg: unreadable image"):
+    artefact.read_image(str(tmp_path / "bad.jpg"), 24)
+
+
+@pytest.mark.slow
+def test_a_run_with_a_backbone_captions_images_as_the_run(tmp_path):
+  """A run on jaxcap-extract's features (a features.json of a tiny random-weight ResNet at 32 px,
+  3 x 3 grid cells as regions, padded to max_regions 12): the exported backbone + decoder give
+  Run.caption_images's captions."""
+  from jaxcap.features import extract, registry as backbones
+  fields = dict(width=4, depths=(1, 1, 1, 1), att_size=3)
+  module = backbones.build("resnet50", **fields)
+  (tmp_path / "run").mkdir()
+  (tmp_path / "run" / "features.json").write_text(json.dumps(extract.make_record(
+      "resnet50", module, fields, 32, "float32", None, 0)))
+  d = int(module.feature_dim)
+  info = dict(INFO, feature_dim=d, global_dim=d, max_regions=12, grid=True)
+  run = tiny_run("transformer", workdir=str(tmp_path / "run"), info=info,
+                 data={"name": "karpathy", "att_dir": "att", "grid": True})
+  meta = run.export(str(tmp_path / "i.jaxcap"), platforms=("cpu",))
+  assert meta["backbone"]["size"] == 32
+  rng = np.random.default_rng(0)
+  images = [rng.integers(0, 256, (40, 50, 3), dtype=np.uint8) for _ in range(3)]
+  from PIL import Image
+  paths = []
+  for i, x in enumerate(images):
+    Image.fromarray(x).save(tmp_path / f"{i}.png")
+    paths.append(str(tmp_path / f"{i}.png"))
+  np.savez(tmp_path / "f.npz", **features(info))
+  got = reload({"i": {"file": str(tmp_path / "i.jaxcap"), "features": str(tmp_path / "f.npz"),
+                      "images": paths}}, tmp_path)["i"]["images"]
+  want = run.caption_images(paths, method="greedy")
+  assert [r["caption"] for r in got] == want
+  batch = run.image_batch(paths)
+  ref = run.decode(batch, "greedy", return_aux=True)
+  for i, r in enumerate(got):
+    assert r["tokens"] == [int(t) for t in ref.tokens[i] if t]
+    np.testing.assert_allclose(r["attention"], ref.aux["attention"][i, :len(r["words"]), :9], rtol=1e-4, atol=1e-5)
+
+
+# ---------------------------------------------------------------- every registered model
+
+
+def test_every_model_is_covered():
+  assert set(registry.names()) - set(NO_PARAMS) >= {"transformer", "lstm", "aoa", "mnmt"}
+
+
+@pytest.mark.slow
+def test_every_model_reloads_and_decodes_as_the_run(tmp_path):
+  names = [n for n in registry.names() if n not in NO_PARAMS]
+  runs, jobs = {}, {}
+  for name in names:
+    run = runs[name] = tiny_run(name)
+    run.export(str(tmp_path / f"{name}.jaxcap"), platforms=("cpu",))
+    np.savez(tmp_path / f"{name}.npz", **features(run.info))
+    jobs[name] = {"file": str(tmp_path / f"{name}.jaxcap"), "features": str(tmp_path / f"{name}.npz")}
+  got = reload(jobs, tmp_path)
+  for name in names:
+    check_same(runs[name], features(runs[name].info), got[name], name)
+  # Models known to attend over regions export their per-word attention.
+  for name in ("transformer", "lstm", "aoa"):
+    assert got[name]["greedy"][0]["attention"] is not None, name
