@@ -34,7 +34,7 @@ at most twice: a full batch and the rest). An alpha channel, on which ``prepro_f
 is dropped. A file Pillow cannot read is reported (a warning line naming it) and skipped; the
 others continue.
 
-This module imports no other part of jaxcap but :mod:`jaxcap.atomic` (``jaxcap.features`` is
+This module imports no other part of jaxcap but :mod:`jaxcap.atomic` and :mod:`jaxcap.images` (``jaxcap.features`` is
 the bottom import layer).
 """
 
@@ -50,9 +50,10 @@ from typing import Callable
 import numpy as np
 
 from jaxcap import atomic
+# The pixels: one definition, shared with readers that must not import flax.
+from jaxcap.images import NATIVE, SMALL_SIDE, image_array, read_image, unreadable_reason  # noqa: F401
 from jaxcap.features import registry
 
-NATIVE = "native"  # ``size`` of images extracted at their own resolution (module docstring)
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm")
 RECORD_FILE = "features.json"
 
@@ -88,24 +89,6 @@ def parse_size(value, what: str = "--size") -> int | str:
   return size
 
 
-def read_image(path: str, size: int | str) -> np.ndarray:
-  """``[S, S, 3]`` uint8 RGB of the image file at ``path``, or ``[H, W, 3]`` as stored when
-  ``size`` is :data:`NATIVE` (see the module docstring)."""
-  from PIL import Image, ImageOps
-  with Image.open(path) as img:
-    img.load()
-    if size != NATIVE:  # prepro_feats' skimage.io.imread ignores the orientation tag
-      img = ImageOps.exif_transpose(img)
-    if img.mode in ("I", "F") or img.mode.startswith("I;16"):
-      img = _high_depth_to_rgb(img, path)
-    elif img.mode != "RGB":
-      # Palette / alpha images through RGBA so that transparency becomes its colour, not noise.
-      img = img.convert("RGBA").convert("RGB") if img.mode in ("P", "PA", "LA") else img.convert("RGB")
-    if size == NATIVE:
-      return np.asarray(img, dtype=np.uint8)
-    return _square(img, size, path)
-
-
 def header_size(path: str) -> tuple[int, int]:
   """``(width, height)`` from the file's header (nothing decoded); ``(0, 0)`` when unreadable
   (the read reports it)."""
@@ -115,26 +98,6 @@ def header_size(path: str) -> tuple[int, int]:
       return tuple(img.size)
   except Exception:  # pylint: disable=broad-except  (Pillow raises many kinds)
     return (0, 0)
-
-
-def _high_depth_to_rgb(img, path: str):
-  """A 16-bit, 32-bit integer or float grayscale image as 8-bit RGB, its range scaled (Pillow's
-  own conversion clips at 255: a 16-bit photo would read as almost white). 16-bit: / 257; 32-bit
-  integers within [0, 65535] as 16-bit; floats within [0, 1] x 255 or within [0, 255] as they
-  are; anything else is refused in one line."""
-  from PIL import Image
-  x = np.asarray(img)
-  lo, hi = (float(x.min()), float(x.max())) if x.size else (0.0, 0.0)
-  if img.mode.startswith("I;16") or (img.mode == "I" and 0 <= lo and hi <= 65535):
-    gray = np.round(x.astype(np.float64) / 257.0)
-  elif img.mode == "F" and 0 <= lo and hi <= 1:
-    gray = np.round(x.astype(np.float64) * 255.0)
-  elif img.mode == "F" and 0 <= lo and hi <= 255:
-    gray = np.round(x.astype(np.float64))
-  else:
-    raise ValueError(f"{path}: a {img.mode} image with values in [{lo:g}, {hi:g}]; expected 8- or "
-                     "16-bit pixels (or 32-bit ones within [0, 65535], floats within [0, 1] or [0, 255])")
-  return Image.fromarray(gray.astype(np.uint8), "L").convert("RGB")
 
 
 def check_readable(images_dir: str, names: list[str], size: int) -> None:
@@ -154,36 +117,10 @@ def check_readable(images_dir: str, names: list[str], size: int) -> None:
                    f"{reasons[0]}); expected image files Pillow can open")
 
 
-def unreadable_reason(e: Exception) -> str:
-  """The first line of what Pillow raised for an unreadable file (its type when empty)."""
-  return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
 
 
-# An image side below this is half a cell of a stride-32 backbone's feature grid: upscaled to
-# the input size it holds almost nothing to caption, which is said, not hidden.
-SMALL_SIDE = 16
 
 
-def _square(img, size: int, what: str) -> np.ndarray:
-  from PIL import Image
-  if min(img.size) < SMALL_SIDE:
-    print(f"warning: {what}: {img.size[0]}x{img.size[1]} pixels, upscaled to {size}x{size} "
-          f"(an image side under {SMALL_SIDE} pixels holds little to caption)", file=sys.stderr, flush=True)
-  return np.asarray(img.resize((size, size), Image.BILINEAR), dtype=np.uint8)
-
-
-def image_array(array, size: int | str, what: str = "image") -> np.ndarray:
-  """``[S, S, 3]`` uint8 of a uint8 RGB ``[H, W, 3]`` array: as it is when already ``S x S`` (or
-  ``size`` is :data:`NATIVE`), else resized as :func:`read_image` resizes a file's pixels;
-  one-line ``ValueError`` for another shape or dtype."""
-  from PIL import Image
-  x = np.asarray(array)
-  if x.ndim != 3 or x.shape[-1] != 3 or x.dtype != np.uint8 or min(x.shape[:2]) < 1:
-    raise ValueError(f"{what}: expected a uint8 RGB array [H, W, 3] (or an image file path), "
-                     f"got {x.dtype} {list(x.shape)}")
-  if size == NATIVE or x.shape[:2] == (size, size):
-    return x
-  return _square(Image.fromarray(x, "RGB"), size, what)
 
 
 def build_backbone(name: str, fields_json: str | None = None, *, size: int | str | None = None,

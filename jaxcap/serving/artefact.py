@@ -25,8 +25,10 @@ them, one ``ValueError`` line naming the argument and what was expected, padded 
 ``max_regions`` (mask False), and the batch is padded to the next power of two (copies of its
 first image), so a server compiles a few batch sizes only.
 
-This module imports the standard library, numpy and jax only (Pillow when reading images): a
-server needs nothing else of jaxcap (tests/test_export.py runs it in a process without flax).
+This module imports the standard library, numpy and jax, and of jaxcap only the numpy-only
+:mod:`jaxcap.images` (Pillow when reading images) and :mod:`jaxcap.data.batch` (the feature
+checks every reader shares): no flax, no model code (tests/test_export.py runs it in a process
+without flax).
 """
 
 from __future__ import annotations
@@ -34,13 +36,16 @@ from __future__ import annotations
 import io
 import json
 import os
-import sys
 import zipfile
 from typing import Mapping
 
 import numpy as np
 import jax
 import jax.numpy as jnp
+
+# Both import numpy only (no flax, no model code): the checks and pixels every reader shares.
+from jaxcap import images
+from jaxcap.data import batch as batch_lib
 
 FORMAT = "jaxcap-captioner"
 FORMAT_VERSION = 1
@@ -50,7 +55,6 @@ PAD, BOS, EOS = 0, 1, 2  # jaxcap.data.vocab's fixed special ids (docs/DESIGN.md
 # are ignored here, as the model's encoder ignores them.
 _BATCH_KEYS = ("image_index", "valid", "feats", "feats_mask", "boxes", "global_feat", "captions",
                "attributes", "attr_labels", "src")
-_BOX_TOLERANCE = 1e-5  # jaxcap.data.batch.BOX_TOLERANCE
 
 
 def load(path: str) -> "Captioner":
@@ -191,30 +195,6 @@ def _array(x, what: str, kinds: str = "biuf") -> np.ndarray:
   return a
 
 
-def _check_finite(x, what: str) -> None:
-  if x.size and not np.isfinite(x.sum(dtype=np.float64)):
-    bad = ~np.isfinite(x).reshape(len(x), -1).all(1)
-    raise ValueError(f"caption: {what} contains NaN or Inf values (image {int(np.argmax(bad))}); "
-                     "expected finite numbers")
-
-
-def _stack_ragged(items, f: int, dg: int) -> dict:
-  if all(x.ndim == 1 for x in items):
-    if len({x.shape[0] for x in items}) > 1:
-      raise ValueError(f"caption: the global features of a list have sizes {sorted({x.shape[0] for x in items})}; "
-                       f"expected [{dg}] each")
-    return {"global_feat": np.stack(items).astype(np.float32)}
-  if not all(x.ndim == 2 for x in items) or len({x.shape[-1] for x in items}) > 1 or min(len(x) for x in items) == 0:
-    raise ValueError(f"caption: a list of features holds arrays of shapes {[x.shape for x in items]}; "
-                     f"expected [N_i, {f}] region arrays with N_i >= 1 or [{dg}] global arrays")
-  n = max(len(x) for x in items)
-  feats = np.zeros((len(items), n, items[0].shape[-1]), np.float32)
-  mask = np.zeros((len(items), n), bool)
-  for i, x in enumerate(items):
-    feats[i, :len(x)], mask[i, :len(x)] = x, True
-  return {"feats": feats, "feats_mask": mask}
-
-
 def _prepare(features, inputs: Mapping, required=()) -> tuple[dict, int]:
   arrays, reads = inputs["arrays"], set(inputs["reads"])
   n_max, f, dg = int(inputs["max_regions"]), int(inputs["feature_dim"]), int(inputs["global_dim"])
@@ -234,7 +214,8 @@ def _prepare(features, inputs: Mapping, required=()) -> tuple[dict, int]:
     if not len(features):
       raise ValueError(f"caption: features is an empty {type(features).__name__}; expected at "
                        "least one image ([N_i, F] region or [Dg] global arrays)")
-    batch = _stack_ragged([_array(x, f"features[{i}]") for i, x in enumerate(features)], f, dg)
+    batch = batch_lib._stack_ragged([_array(x, f"features[{i}]") for i, x in enumerate(features)],
+                                    {"feature_dim": f, "global_dim": dg})
   else:
     x = _array(features, "features")
     if x.ndim == 2:
@@ -273,19 +254,19 @@ def _prepare(features, inputs: Mapping, required=()) -> tuple[dict, int]:
   if not mask.any(1).all():
     raise ValueError(f"caption: features['feats_mask'] marks no region of image "
                      f"{int(np.argmax(~mask.any(1)))} as real; expected at least one True per image")
-  _check_finite(feats, "features['feats']" if isinstance(features, Mapping) else "features")
+  batch_lib._check_finite(feats, "features['feats']" if isinstance(features, Mapping) else "features")
   if "global_feat" not in batch:
     w = mask[..., None].astype(np.float32)
     batch["global_feat"] = (feats * w).sum(1) / np.maximum(w.sum(1), 1.0)  # mean of the real regions
   if batch["global_feat"].shape != (b, dg):
     raise ValueError(f"caption: expected global features [{b}, {dg}], got shape {batch['global_feat'].shape}")
-  _check_finite(batch["global_feat"], "features['global_feat']")
+  batch_lib._check_finite(batch["global_feat"], "features['global_feat']")
   if "boxes" in batch:
     boxes = batch["boxes"] = batch["boxes"].astype(np.float32)
     if boxes.shape != (b, n, 4):
       raise ValueError(f"caption: features['boxes'] has shape {boxes.shape}; expected [B, N, 4] = "
                        f"[{b}, {n}, 4] (x1, y1, x2, y2 normalised to [0, 1])")
-    _check_boxes(boxes[mask])
+    batch_lib.check_boxes(boxes, "caption", mask=mask)
   elif "boxes" in reads:
     if n > 1 and "boxes" in required:
       raise ValueError("caption: this model builds its spatial graph from region boxes; expected "
@@ -318,19 +299,6 @@ def _prepare(features, inputs: Mapping, required=()) -> tuple[dict, int]:
   return out, n
 
 
-def _check_boxes(r: np.ndarray) -> None:
-  if not np.all(np.isfinite(r)):
-    raise ValueError("caption: field 'boxes' contains NaN or Inf values, expected finite numbers")
-  bad = (r[:, 0] > r[:, 2]) | (r[:, 1] > r[:, 3])
-  if bad.any():
-    raise ValueError(f"caption: field 'boxes' has {int(bad.sum())} box(es) with x1 > x2 or y1 > y2 "
-                     f"(first {r[bad][0].tolist()}), expected x1 <= x2 and y1 <= y2")
-  out = (r < -_BOX_TOLERANCE) | (r > 1.0 + _BOX_TOLERANCE)
-  if out.any():
-    raise ValueError(f"caption: field 'boxes' has coordinates outside [0, 1] (first box "
-                     f"{r[out.any(-1)][0].tolist()}), expected boxes normalised to the image")
-
-
 def _bucket(n: int) -> int:
   """The next power of two: a few compiled batch sizes whatever the requests."""
   return 1 << max(0, int(n) - 1).bit_length()
@@ -353,73 +321,23 @@ def _leaves(blob: bytes, in_avals) -> list:
   return tuple(jax.device_put(out))
 
 
-# -------------------------------------------------------------------------------------------
-# Pixels: jaxcap.features.extract.read_image / image_array (which import flax through
-# jaxcap.features), the same steps; tests/test_export.py compares the two on image files.
-
-_SMALL_SIDE = 16  # jaxcap.features.extract.SMALL_SIDE
-
-
 def read_image(path: str, size: int) -> np.ndarray:
-  """``[S, S, 3]`` uint8 RGB of an image file (EXIF orientation, any mode to RGB, bilinear
-  resize); one-line ``ValueError`` naming an unreadable file."""
-  from PIL import Image, ImageOps
+  """``[S, S, 3]`` uint8 RGB of an image file (:func:`jaxcap.images.read_image`); one-line
+  ``ValueError`` naming a missing, directory or unreadable file."""
   if os.path.isdir(path):
     raise ValueError(f"{path}: a directory; expected an image file")
   if not os.path.isfile(path):
     raise ValueError(f"{path}: no such file; expected an image file")
   try:
-    with Image.open(path) as img:
-      img.load()
-      img = ImageOps.exif_transpose(img)
-      if img.mode in ("I", "F") or img.mode.startswith("I;16"):
-        img = _high_depth_to_rgb(img, path)
-      elif img.mode != "RGB":
-        img = img.convert("RGBA").convert("RGB") if img.mode in ("P", "PA", "LA") else img.convert("RGB")
-      return _square(img, size, path)
+    return images.read_image(path, size)
   except ValueError as e:
     if str(e).startswith(path):
       raise
-    raise ValueError(f"{path}: unreadable image ({_reason(e)}); expected an image file Pillow can open") from None
+    raise ValueError(f"{path}: unreadable image ({images.unreadable_reason(e)}); expected an image file "
+                     "Pillow can open") from None
   except Exception as e:  # pylint: disable=broad-except  (Pillow raises many kinds)
-    raise ValueError(f"{path}: unreadable image ({_reason(e)}); expected an image file Pillow can open") from None
+    raise ValueError(f"{path}: unreadable image ({images.unreadable_reason(e)}); expected an image file "
+                     "Pillow can open") from None
 
 
-def _reason(e: Exception) -> str:
-  return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-
-
-def _high_depth_to_rgb(img, path: str):
-  from PIL import Image
-  x = np.asarray(img)
-  lo, hi = (float(x.min()), float(x.max())) if x.size else (0.0, 0.0)
-  if img.mode.startswith("I;16") or (img.mode == "I" and 0 <= lo and hi <= 65535):
-    gray = np.round(x.astype(np.float64) / 257.0)
-  elif img.mode == "F" and 0 <= lo and hi <= 1:
-    gray = np.round(x.astype(np.float64) * 255.0)
-  elif img.mode == "F" and 0 <= lo and hi <= 255:
-    gray = np.round(x.astype(np.float64))
-  else:
-    raise ValueError(f"{path}: a {img.mode} image with values in [{lo:g}, {hi:g}]; expected 8- or "
-                     "16-bit pixels (or 32-bit ones within [0, 65535], floats within [0, 1] or [0, 255])")
-  return Image.fromarray(gray.astype(np.uint8), "L").convert("RGB")
-
-
-def _square(img, size: int, what: str) -> np.ndarray:
-  from PIL import Image
-  if min(img.size) < _SMALL_SIDE:
-    print(f"warning: {what}: {img.size[0]}x{img.size[1]} pixels, upscaled to {size}x{size} "
-          f"(an image side under {_SMALL_SIDE} pixels holds little to caption)", file=sys.stderr, flush=True)
-  return np.asarray(img.resize((size, size), Image.BILINEAR), dtype=np.uint8)
-
-
-def image_array(array, size: int, what: str = "image") -> np.ndarray:
-  """``[S, S, 3]`` uint8 of a uint8 RGB ``[H, W, 3]`` array (resized as a file's pixels)."""
-  from PIL import Image
-  x = np.asarray(array)
-  if x.ndim != 3 or x.shape[-1] != 3 or x.dtype != np.uint8 or min(x.shape[:2]) < 1:
-    raise ValueError(f"{what}: expected a uint8 RGB array [H, W, 3] (or an image file path), "
-                     f"got {x.dtype} {list(x.shape)}")
-  if x.shape[:2] == (size, size):
-    return x
-  return _square(Image.fromarray(x, "RGB"), size, what)
+image_array = images.image_array

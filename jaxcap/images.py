@@ -1,0 +1,91 @@
+"""Image files and arrays as the uint8 RGB pixels every jaxcap reader sees.
+
+One definition for the feature extractor (:mod:`jaxcap.features.extract`, which imports flax
+through :mod:`jaxcap.features`), ``Run.caption_images``, ``evaluate.py --images`` and the exported
+captioner (:mod:`jaxcap.serving.artefact`, which runs with jax and numpy only): this module
+imports numpy and, when a function runs, Pillow, nothing else.
+
+:func:`read_image`: Pillow, ``ImageOps.exif_transpose`` (a phone photo's orientation tag), any
+mode -> RGB (grayscale repeated, alpha dropped, 16-bit and float images scaled), then resized to
+``size x size`` with bilinear filtering (Pillow's, antialiased when shrinking), aspect ratio not
+kept; at ``size`` :data:`NATIVE` the stored pixels as they are (self-critical.pytorch's
+``prepro_feats.py``: no resize, no orientation tag).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+NATIVE = "native"  # ``size`` of images read at their own resolution
+
+
+def read_image(path: str, size: int | str) -> np.ndarray:
+  """``[S, S, 3]`` uint8 RGB of the image file at ``path``, or ``[H, W, 3]`` as stored when
+  ``size`` is :data:`NATIVE` (see the module docstring)."""
+  from PIL import Image, ImageOps
+  with Image.open(path) as img:
+    img.load()
+    if size != NATIVE:  # prepro_feats' skimage.io.imread ignores the orientation tag
+      img = ImageOps.exif_transpose(img)
+    if img.mode in ("I", "F") or img.mode.startswith("I;16"):
+      img = _high_depth_to_rgb(img, path)
+    elif img.mode != "RGB":
+      # Palette / alpha images through RGBA so that transparency becomes its colour, not noise.
+      img = img.convert("RGBA").convert("RGB") if img.mode in ("P", "PA", "LA") else img.convert("RGB")
+    if size == NATIVE:
+      return np.asarray(img, dtype=np.uint8)
+    return _square(img, size, path)
+
+
+def _high_depth_to_rgb(img, path: str):
+  """A 16-bit, 32-bit integer or float grayscale image as 8-bit RGB, its range scaled (Pillow's
+  own conversion clips at 255: a 16-bit photo would read as almost white). 16-bit: / 257; 32-bit
+  integers within [0, 65535] as 16-bit; floats within [0, 1] x 255 or within [0, 255] as they
+  are; anything else is refused in one line."""
+  from PIL import Image
+  x = np.asarray(img)
+  lo, hi = (float(x.min()), float(x.max())) if x.size else (0.0, 0.0)
+  if img.mode.startswith("I;16") or (img.mode == "I" and 0 <= lo and hi <= 65535):
+    gray = np.round(x.astype(np.float64) / 257.0)
+  elif img.mode == "F" and 0 <= lo and hi <= 1:
+    gray = np.round(x.astype(np.float64) * 255.0)
+  elif img.mode == "F" and 0 <= lo and hi <= 255:
+    gray = np.round(x.astype(np.float64))
+  else:
+    raise ValueError(f"{path}: a {img.mode} image with values in [{lo:g}, {hi:g}]; expected 8- or "
+                     "16-bit pixels (or 32-bit ones within [0, 65535], floats within [0, 1] or [0, 255])")
+  return Image.fromarray(gray.astype(np.uint8), "L").convert("RGB")
+
+
+def unreadable_reason(e: Exception) -> str:
+  """The first line of what Pillow raised for an unreadable file (its type when empty)."""
+  return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+
+
+# An image side below this is half a cell of a stride-32 backbone's feature grid: upscaled to
+# the input size it holds almost nothing to caption, which is said, not hidden.
+SMALL_SIDE = 16
+
+
+def _square(img, size: int, what: str) -> np.ndarray:
+  from PIL import Image
+  if min(img.size) < SMALL_SIDE:
+    print(f"warning: {what}: {img.size[0]}x{img.size[1]} pixels, upscaled to {size}x{size} "
+          f"(an image side under {SMALL_SIDE} pixels holds little to caption)", file=sys.stderr, flush=True)
+  return np.asarray(img.resize((size, size), Image.BILINEAR), dtype=np.uint8)
+
+
+def image_array(array, size: int | str, what: str = "image") -> np.ndarray:
+  """``[S, S, 3]`` uint8 of a uint8 RGB ``[H, W, 3]`` array: as it is when already ``S x S`` (or
+  ``size`` is :data:`NATIVE`), else resized as :func:`read_image` resizes a file's pixels;
+  one-line ``ValueError`` for another shape or dtype."""
+  from PIL import Image
+  x = np.asarray(array)
+  if x.ndim != 3 or x.shape[-1] != 3 or x.dtype != np.uint8 or min(x.shape[:2]) < 1:
+    raise ValueError(f"{what}: expected a uint8 RGB array [H, W, 3] (or an image file path), "
+                     f"got {x.dtype} {list(x.shape)}")
+  if size == NATIVE or x.shape[:2] == (size, size):
+    return x
+  return _square(Image.fromarray(x, "RGB"), size, what)
