@@ -39,8 +39,10 @@ FC_DIM, ATT_DIM, NUM_REGIONS = 12, 10, 5
 MAX_LENGTH = 8
 
 MODELS = {
+    # The Transformer and AoA never read the global feature: as in the published checkpoints
+    # (2048 both), its width is the regions' (a posted region array's mean stands in for it).
     "transformer": ["--caption_model", "transformer", "--num_layers", "2", "--input_encoding_size", "16",
-                    "--rnn_size", "24", "--drop_prob_lm", "0.1"],
+                    "--rnn_size", "24", "--drop_prob_lm", "0.1", "--fc_feat_size", str(ATT_DIM)],
     "newfc": ["--caption_model", "newfc", "--input_encoding_size", "14", "--rnn_size", "18",
               "--drop_prob_lm", "0.5"],
     # An FC model on ResNet-101's 2048-wide features: docs/USAGE.md's photo-to-caption trial
@@ -49,10 +51,11 @@ MODELS = {
                         "--fc_feat_size", "2048", "--att_feat_size", "2048"],
     # AoA's options exist only in its yml (configs/aoa.yml): its own settings, smaller.
     "aoa": ["--cfg", "{sc_root}/configs/aoa.yml", "--set_cfgs", "input_encoding_size", "12",
-            "rnn_size", "16", "num_heads", "2", "--att_hid_size", "16", "--drop_prob_lm", "0.2"],
+            "rnn_size", "16", "num_heads", "2", "--att_hid_size", "16", "--drop_prob_lm", "0.2",
+            "--fc_feat_size", str(ATT_DIM)],
     "aoa_ff": ["--cfg", "{sc_root}/configs/aoa.yml", "--set_cfgs", "input_encoding_size", "12",
                "rnn_size", "16", "num_heads", "4", "use_ff", "1", "refine_aoa", "0",
-               "multi_head_scale", "2", "--att_hid_size", "16"],
+               "multi_head_scale", "2", "--att_hid_size", "16", "--fc_feat_size", str(ATT_DIM)],
 }
 
 

@@ -175,12 +175,12 @@ def test_existing_workdir_refused(tmp_path):
 
 def test_imported_run_evaluates_on_its_data(tmp_path):
   """jaxcap-import, then evaluate.py on COCO-layout data of the model's widths: the documented
-  commands, on generated features (fixture widths: 10-wide regions, 12-wide global)."""
+  commands, on generated features of the fixture Transformer's widths (10 both)."""
   from tests.data import fakes
   from tests.programs import Programs
   ckpt, infos, _ = files("transformer")
   data = tmp_path / "coco"
-  fakes.write_karpathy(str(data), counts=(3, 2, 4), dim=10, fc_dim=12)
+  fakes.write_karpathy(str(data), counts=(3, 2, 4), dim=10, fc_dim=10)
   for d in ("att", "fc", "box"):
     os.rename(data / d, data / f"cocobu_{d}")
   with Programs() as programs:
@@ -222,3 +222,31 @@ def test_bad_input_is_one_line_exit_2_nothing_written(tmp_path, args, match):
 def test_the_package_exposes_the_importer():
   assert jaxcap.import_checkpoint is sc.import_checkpoint
   assert "import_checkpoint" in dir(jaxcap)
+
+
+def test_an_imported_run_is_served_like_a_trained_one(imported):
+  """jaxcap-serve's app on an imported run: a caption of posted features equals the run's own."""
+  import asyncio
+  import io
+  from aiohttp.test_utils import TestClient, TestServer
+  from jaxcap.serving import server
+  name, run, e, sc_of, workdir = imported
+  if name.startswith("newfc"):
+    pytest.skip("the FC models read global features only; the server posts region arrays")
+  x = e["att_feats"][1, :3]  # one image's 3 real regions
+  buf = io.BytesIO()
+  np.save(buf, x.astype(np.float32))
+
+  async def main():
+    app = server.make_app(server.RunBackend(jaxcap.load(workdir), max_batch=4))
+    async with TestClient(TestServer(app)) as client:
+      meta = await (await client.get("/metadata")).json()
+      r = await client.post("/caption?method=greedy", data=buf.getvalue(),
+                            headers={"Content-Type": "application/x-npy"})
+      return meta, r.status, await r.json()
+
+  meta, status, body = asyncio.run(main())
+  assert status == 200, body
+  assert meta["model"] == name.split("_")[0] and meta["run"]["step"] == 1234
+  want = run.caption({"feats": x[None], "feats_mask": np.ones((1, 3), bool)}, method="greedy")
+  assert body["captions"][0]["caption"] == want[0]
