@@ -51,7 +51,7 @@ import numpy as np
 
 from jaxcap import atomic
 # The pixels: one definition, shared with readers that must not import flax.
-from jaxcap.images import NATIVE, SMALL_SIDE, image_array, read_image, unreadable_reason  # noqa: F401
+from jaxcap.images import NATIVE, image_array, read_image, unreadable_reason  # noqa: F401
 from jaxcap.features import registry
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm")

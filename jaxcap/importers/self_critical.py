@@ -54,12 +54,14 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
+from safetensors import numpy as safetensors_numpy
 
 from jaxcap import api, config_files, run_dir
 from jaxcap.atomic import write_json
 from jaxcap.data import batch as batch_lib
 from jaxcap.data.vocab import BOS, EOS, PAD, SPECIALS, UNK, Vocab
 from jaxcap.features import record as record_lib
+from jaxcap.models import aoa as aoa_model
 from jaxcap.models import registry
 from jaxcap.models.base import shift_right
 from jaxcap.training import optim, steps
@@ -125,9 +127,8 @@ def read_state_dict(path: str) -> dict[str, np.ndarray]:
     raise ValueError(f"{path}: no such file; expected self-critical.pytorch's model.pth "
                      "or a model.safetensors converted from it")
   if path.endswith(".safetensors"):
-    from safetensors.numpy import load_file
     try:
-      state = load_file(path)
+      state = safetensors_numpy.load_file(path)
     except Exception as e:  # safetensors' own error types for a damaged header
       raise ValueError(f"{path}: not a safetensors file ({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
   else:
@@ -332,7 +333,6 @@ def aoa_fields(opt) -> dict:
 
 
 def aoa_params(t: _Tensors, fields: dict, sc_of: np.ndarray) -> dict:
-  from jaxcap.models import aoa as aoa_model
   kernel, bias = output_rows(t("logit.weight"), t("logit.bias"), sc_of)
   lstm = "core.att_lstm"
   p = {"att_embed": _dense(t, "att_embed.0"), "ctx2att": _dense(t, "ctx2att"),

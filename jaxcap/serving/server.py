@@ -52,6 +52,20 @@ class BadRequest(ValueError):
     self.status = status
 
 
+def _feature_images(x: np.ndarray, feature_dim: int) -> np.ndarray:
+  """A posted ``[N, F]`` (one image) or ``[B, N, F]`` array as ``[B, N, F]``, at most
+  :data:`MAX_IMAGES` images; the backend checks the rest (width, regions, finite values)."""
+  if x.ndim == 2:
+    x = x[None]
+  if x.ndim != 3:
+    raise BadRequest(f"features of shape {list(x.shape)}; expected float32 [N, {feature_dim}] "
+                     f"(one image) or [B, N, {feature_dim}]")
+  if len(x) > MAX_IMAGES:
+    raise BadRequest(f"features of shape {list(x.shape)}: {len(x)} images; expected at most "
+                     f"{MAX_IMAGES} per request", 413)
+  return x
+
+
 # ---------------------------------------------------------------------------- backends
 @dataclasses.dataclass(frozen=True)
 class Settings:
@@ -179,14 +193,7 @@ class RunBackend:
   def features_rows(self, x: np.ndarray) -> dict:
     """Rows for a ``[N, F]`` or ``[B, N, F]`` float32 array (checked by the run's
     :func:`jaxcap.data.batch.from_features`: one line for a wrong width or non-finite values)."""
-    if x.ndim == 2:
-      x = x[None]
-    if x.ndim != 3:
-      raise BadRequest(f"features of shape {list(x.shape)}; expected float32 [N, {self.feature_dim}] "
-                       f"(one image) or [B, N, {self.feature_dim}]")
-    if len(x) > MAX_IMAGES:
-      raise BadRequest(f"features of shape {list(x.shape)}: {len(x)} images; expected at most "
-                       f"{MAX_IMAGES} per request", 413)
+    x = _feature_images(x, self.feature_dim)
     try:
       batch = self.run.batch(x)
     except ValueError as e:
@@ -350,14 +357,7 @@ class ArtefactBackend:
     self.check_example("")
 
   def features_rows(self, x: np.ndarray) -> dict:
-    if x.ndim == 2:
-      x = x[None]
-    if x.ndim != 3:
-      raise BadRequest(f"features of shape {list(x.shape)}; expected float32 [N, {self.feature_dim}] "
-                       f"(one image) or [B, N, {self.feature_dim}]")
-    if len(x) > MAX_IMAGES:
-      raise BadRequest(f"features of shape {list(x.shape)}: {len(x)} images; expected at most "
-                       f"{MAX_IMAGES} per request", 413)
+    x = _feature_images(x, self.feature_dim)
     try:
       self.captioner.batch(x)  # the artefact's own checks (width, regions, finite), one line
     except ValueError as e:
@@ -526,7 +526,7 @@ async def _errors(request, handler):
     return await handler(request)
   except BadRequest as e:
     return _error(e.status, str(e))
-  except web.HTTPRequestEntityTooLarge as e:
+  except web.HTTPRequestEntityTooLarge:
     return _error(413, f"the body is larger than the limit of {request.app[MAX_BODY]} bytes; "
                        "expected a smaller image or feature array")
   except web.HTTPException as e:
