@@ -246,6 +246,59 @@ def hlo_op_names(hlo_text: str) -> dict:
   return out
 
 
+_NOT_KERNELS = {"parameter", "constant", "get-tuple-element", "tuple", "bitcast", "while", "call",
+                "conditional", "after-all", "partition-id", "replica-id", "add-dependency", "opt-barrier"}
+_OPCODE = re.compile(r"= (?:\([^=]*?\)|[\w\[\],{}:.\s/*]+?)\s(?P<op>[a-z][\w-]*)\(")
+_CALLED = re.compile(r"(?:body|condition|to_apply|calls|true_computation|false_computation)=%?([\w.-]+)"
+                     r"|branch_computations=\{([^}]*)\}")
+
+
+def program_kernels(hlo_text: str) -> dict:
+  """``{"kernels", "converts"}`` of a compiled HLO module's text: the instructions that run as
+  kernels (fusions, library calls, unfused ops) in the entry computation and in the bodies of
+  its loops and branches, each counted once (a loop body's kernels run once per iteration but
+  count once here: a count of the program, not of launches), and how many of them end in a
+  dtype conversion (the root of a fusion, or an unfused convert). XLA's CPU and GPU compilers
+  fuse differently: on a CPU it is a proxy of the GPU's count."""
+  comps, roots, current = {}, {}, None
+  for line in hlo_text.splitlines():
+    head = re.match(r"^(?:ENTRY\s+)?%?([\w.-]+)\s.*\{\s*$", line)
+    if head and not line.startswith(" "):
+      current = "ENTRY" if line.startswith("ENTRY") else head.group(1)
+      comps[current] = []
+      continue
+    if current is None or not _INSTRUCTION.match(line):
+      continue
+    m = _OPCODE.search(line)
+    op = m.group("op") if m else ""
+    comps[current].append((op, line))
+    if line.lstrip().startswith("ROOT"):
+      roots[current] = op
+  if "ENTRY" not in comps:
+    return {"kernels": 0, "converts": 0}
+  kernels = converts = 0
+  seen, todo = set(), ["ENTRY"]
+  while todo:
+    name = todo.pop()
+    if name in seen or name not in comps:
+      continue
+    seen.add(name)
+    for op, line in comps[name]:
+      if op in ("while", "conditional", "call"):
+        for a, b in _CALLED.findall(line):
+          todo.extend(n.strip().lstrip("%") for n in (a or b).split(",") if n.strip())
+        continue
+      if op in _NOT_KERNELS or not op:
+        continue
+      kernels += 1
+      if op == "convert":
+        converts += 1
+      elif op == "fusion":
+        called = re.search(r"calls=%?([\w.-]+)", line)
+        converts += bool(called and roots.get(called.group(1)) == "convert")
+  return {"kernels": kernels, "converts": converts}
+
+
 def part_of(op_name: str) -> str:
   """The part of a training step that an instruction's ``op_name`` (JAX's name stack) is in."""
   if "jvp(" not in op_name:  # outside the differentiated model and loss: the update

@@ -2,25 +2,38 @@
 # The GPU record in one call (a lent GPU is held for minutes, so everything runs in one go):
 #   1. the PyTorch references with their own code (../shared/anchors/bench_pytorch_refs.py, with
 #      self-critical.pytorch in .anchors/sc and the official AAT in .anchors/aat);
-#   2. the jaxcap rows compiled, eight processes at a time, into a persistent compilation cache
-#      (their compile seconds are kept: compile time under that concurrency);
+#   2. the jaxcap rows compiled into a persistent compilation cache by one process per precompile
+#      group, all groups at once (fewer groups with ONLY; their number is written to
+#      precompile_processes): their compile seconds are kept, compile time under that concurrency;
 #   3. the timed rows, one process at a time, in order of importance, each phase under a
-#      deadline so that a slow phase cuts only its own tail; then feature extraction
-#      (benchmarks/features.py) and train.py's loop fed from .npz files (input_pipeline.py,
-#      grain and ml_collections from wheels in .whl/ where the image lacks them);
+#      deadline so that a slow phase cuts only its own tail, train.py's loop fed from .npz files
+#      among them (input_pipeline.py, grain and ml_collections from wheels in .whl/ where the
+#      image lacks them);
 #   4. everything packed into $OUT/records.tgz (benchmarks/results/ gets the JSONs from there).
 #
-#   OUT=/tmp/rec JAXCAP_GIT_COMMIT=$(git rev-parse HEAD) bash benchmarks/gpu_record.sh
-# Knobs: WORK (/tmp/jaxcap_gpu_work), PYTHON (python3), BUDGET_S (total seconds, 565), TIMED_S
-# (seconds kept for phase 3, 170),
-# ONLY (comma-separated part names: only those), NO_REFS=1 (no PyTorch references), SMALL=1 (tiny
-# CPU smoke run).
+#   bash benchmarks/gpu_record.sh
+# OUT must be set: the GPU host's runner sets it to the folder whose contents come back, and a
+# record written anywhere else stays on the host, so the script refuses to start without it.
+# Knobs: WORK (a fresh mktemp -d folder per call), PYTHON (python3), BUDGET_S (total seconds, 440),
+# TIMED_S (seconds kept for phase 3, 200), JAXCAP_GIT_COMMIT (the commit every record names;
+# default git rev-parse HEAD where the tree has its .git), ONLY (comma-separated part names: only
+# those), NO_REFS=1 (no PyTorch references), SMALL=1 (tiny CPU smoke run).
 set -u
-OUT=${OUT:-/tmp/jaxcap_gpu_record}
-WORK=${WORK:-/tmp/jaxcap_gpu_work}  # the parts' records and logs, the compilation cache, traces, wheels
+if [[ -z "${OUT:-}" ]]; then
+  echo "gpu_record.sh: OUT is not set; set it to the folder whose contents come back from the GPU host" >&2
+  exit 2
+fi
+# the parts' records and logs, the compilation cache, traces, wheels: a folder of this call's own,
+# so that no earlier call's records or cache entries are packed or loaded as this call's
+WORK=${WORK:-$(mktemp -d "${TMPDIR:-/tmp}/jaxcap_gpu_work.XXXXXX")}
+if [[ -z "${JAXCAP_GIT_COMMIT:-}" && -e .git ]]; then
+  JAXCAP_GIT_COMMIT=$(git rev-parse HEAD 2>/dev/null) || JAXCAP_GIT_COMMIT=""
+fi
+export JAXCAP_GIT_COMMIT=${JAXCAP_GIT_COMMIT:-}  # benchmarks/run.py's environment() records it
+echo "work folder $WORK; commit ${JAXCAP_GIT_COMMIT:-unknown}"
 PY=${PYTHON:-python3}
-BUDGET_S=${BUDGET_S:-565}
-TIMED_S=${TIMED_S:-170}
+BUDGET_S=${BUDGET_S:-440}
+TIMED_S=${TIMED_S:-200}
 mkdir -p "$OUT" "$WORK/rec"
 export PYTHONUNBUFFERED=1
 T0=$(date +%s)
@@ -35,11 +48,10 @@ if [[ "${SMALL:-0}" == 1 ]]; then  # smoke test of this script on a CPU
   SHAPE=(--layers 1 --samples 2 --regions 4 --feat_dim 16 --vocab 50 --words 5 --train_images 20
          --steps 1 --windows 1 --warmup 0)
   B50=2; B100=2; BIG=4,8; DEV=cpu; REFS=(--small --device cpu)
-  SIZES=64; FB=2; FSHAPE=(--steps 1 --windows 1 --warmup 0)
   PI=40; PSHAPE=(--set dim=16,num_heads=2,ff_dim=32,num_layers=1,num_dec_layers=1 --batches 2)
 else
   SHAPE=(); B50=50; B100=100; BIG=200,800; DEV=cuda; REFS=()
-  SIZES=224,448; FB=64; FSHAPE=(); PI=600; PSHAPE=()
+  PI=600; PSHAPE=()
 fi
 # grain and ml_collections for the input pipeline's part, carried as wheels (.whl) to a bare image
 if [[ -d .whl ]]; then
@@ -50,43 +62,35 @@ RUN=("$PY" benchmarks/run.py "${SHAPE[@]}")
 
 # 1. PyTorch references (strict fp32, TF32, bf16 autocast training; fp32 decoding)
 if [[ -f .anchors/bench_pytorch_refs.py && -z "${NO_REFS:-}" ]]; then
-  deadline 150 env OUT=$WORK/rec "$PY" .anchors/bench_pytorch_refs.py --models transformer,updown,aoa,aat \
-    --modes fp32,tf32,bf16 --decode_modes fp32 --device $DEV "${REFS[@]}"
+  deadline 120 env OUT=$WORK/rec "$PY" .anchors/bench_pytorch_refs.py --models transformer,aoa \
+    --modes fp32,tf32,bf16 --decode_modes fp32 --skip_decode TransformerModel:greedy,TransformerModel:beam3,AoAModel:greedy,AoAModel:beam3 \
+    --device $DEV "${REFS[@]}"
   [[ -f $WORK/rec/results.json ]] && mv $WORK/rec/results.json $WORK/rec/pytorch_refs.json
 fi
 
 # The timed rows, most important first: "name|run.py arguments" (their order, not their names,
-# says which go first; t15: flax's embedding (table cast, then gathered) against layers.Embed's;
-# t12 / t13: what the dropout masks and their random bits cost the step; t14: Adam over one
-# flattened vector; t16 / t17: cuDNN's fused attention kernel against XLA's fusion of the same
-# jax.nn.dot_product_attention (neither drops out the attention weights), t18: cuDNN's at the
-# larger batches). A
-# paper-sized row compiles in 10-130 s on an H200, so not every row fits one call.
-ALL5="eta,image_transformer,show_tell,tpgn,mnmt"
+# says which go first). Only what decides the targets: the Transformer's training step plain and
+# with the switches prepared on CPU (docs/PERFORMANCE.md "Switches prepared on CPU"), in float32
+# and bfloat16 at 50 images and bfloat16 at 200 / 800 (profiled: the MFU target's batch), the
+# SCST step with its parts, AoANet's training step, train.py's loop; then one switch at a time.
+# Earlier parts (t1-t18, every model's rows) are in git history and in benchmarks/results/.
+SW="--dropout_bits 8 --set vocab_pad_multiple=128"           # the switches that also run in float32
+SWB="--dropout_bits 8 --set vocab_pad_multiple=128,attention_impl=cudnn"   # and bfloat16's cuDNN
 PARTS=(
-  "t1|--models transformer --what train --dtype float32,bfloat16 --batch $B50 --profile $WORK/prof"
-  "t15|--models transformer --what train --dtype bfloat16 --batch $B50 --embed table --profile $WORK/prof"
-  "t16|--models transformer --what train --dtype bfloat16 --batch $B50 --set attention_impl=cudnn --profile $WORK/prof"
-  "t17|--models transformer --what train --dtype bfloat16 --batch $B50 --set attention_impl=xla --profile $WORK/prof"
-  "t18|--models transformer --what train,greedy,beam --dtype bfloat16 --batch $BIG --eval_batch $B100 --set attention_impl=cudnn"
-  "t4|--models transformer --what train --dtype bfloat16 --batch $BIG"
-  "t2|--models transformer --what greedy,beam,scst --dtype float32 --reward device,host --batch $B50 --eval_batch $B100"
-  "t3|--models aat,aoanet,lstm --what train,beam --dtype float32 --batch $B50 --eval_batch $B100"
-  "t12|--models transformer --what train --dtype bfloat16 --batch $B50 --prng unsafe_rbg --profile $WORK/prof"
-  "t13|--models transformer --what train --dtype bfloat16 --batch $B50 --dropout 0 --profile $WORK/prof"
-  "t14|--models transformer --what train --dtype bfloat16 --batch $B50 --optimizer flat_adam --profile $WORK/prof"
-  "t10|@pipeline --images $PI --batch $B50 --batches 40 --threads 2,8 --workers 0 --loop_steps 60 --log_every 10"
-  "t11|@pipeline --images $PI --batch $B50 --batches 40 --threads 2 --workers 8 --loop_steps 60 --log_every 10 --loop_workers 8"
-  "t5|--models $ALL5 --what train --dtype float32 --batch $B50"
-  "t6|--models aat,aoanet,lstm --what greedy,scst --dtype float32 --reward device --batch $B50 --eval_batch $B100"
-  "t7|--models aat,aoanet,lstm,$ALL5 --what train --dtype bfloat16 --batch $B50"
-  "t8|@features --backbones resnet101,vit_b16 --sizes $SIZES --dtype float32,bfloat16 --batch $FB"
-  "t9|--models $ALL5 --what greedy,beam,scst --dtype float32 --reward device --batch $B50 --eval_batch $B100"
+  "d1|--models transformer --what train --dtype float32,bfloat16 --batch $B50"
+  "d2|--models transformer --what train --dtype float32 --batch $B50 $SW"
+  "d3|--models transformer --what train --dtype bfloat16 --batch $B50,$BIG $SWB --profile $WORK/prof"
+  "d4|--models transformer --what scst,scst_split --dtype float32 --reward device --fused_decode off,on --batch $B50"
+  "d5|--models aoanet --what train --dtype float32 --batch $B50"
+  "d6|@pipeline --images $PI --batch $B50 --batches 20 --threads 2 --workers 0 --loop_steps 60 --log_every 10 --loop_workers -1"
+  "d7|--models transformer --what train --dtype bfloat16 --batch $BIG"
+  "d8|--models transformer --what train --dtype bfloat16 --batch $B50 --set attention_impl=cudnn"
+  "d9|--models transformer --what train --dtype bfloat16 --batch $B50 --dropout_bits 8"
+  "d10|--models transformer --what train --dtype bfloat16 --batch $B50 --set vocab_pad_multiple=128"
 )
-# cmd_of ARGS: the command of a part's arguments ("@features ..." is benchmarks/features.py)
+# cmd_of ARGS: the command of a part's arguments ("@pipeline ..." is benchmarks/input_pipeline.py)
 cmd_of() {
   case $1 in
-    @features*) echo "$PY benchmarks/features.py ${FSHAPE[*]} ${1#@features }" ;;
     @pipeline*) echo "env PYTHONPATH=$WORK/site $PY benchmarks/input_pipeline.py ${PSHAPE[*]} ${1#@pipeline }" ;;
     *) echo "${RUN[*]} $1" ;;
   esac
@@ -94,21 +98,9 @@ cmd_of() {
 # the arguments that make a part's run a compile-only one (argparse keeps an option's last value)
 # (the loop keeps its step count: its learning-rate schedule is part of the compiled step)
 quick_of() { if [[ $1 == @pipeline* ]]; then echo "--batches 2 --threads 0"; else echo "--steps 1 --windows 1 --warmup 0"; fi; }
-# Precompile groups, one process each (at most three compilations each: a paper-sized one takes
-# 30-100 s under this concurrency), items "part[:model]".
-PRECOMPILE=(
-  "t1" "t15" "t16" "t17" "t18" "t4" "t2" "t12" "t13" "t14"
-  "t3:aat t6:aat t7:aat"
-  "t3:aoanet t6:aoanet t7:aoanet"
-  "t3:lstm t6:lstm t7:lstm"
-  "t5:eta t7:eta t9:eta"
-  "t5:image_transformer t7:image_transformer t9:image_transformer"
-  "t5:show_tell t7:show_tell t9:show_tell"
-  "t5:tpgn t7:tpgn t9:tpgn"
-  "t5:mnmt t7:mnmt t9:mnmt"
-  "t8"
-  "t10 t11"
-)
+# Precompile groups, one process each, all at once (a paper-sized compile takes 10-130 s),
+# items "part[:model]".
+PRECOMPILE=("d1" "d2" "d3" "d4" "d5" "d6" "d7" "d8" "d9" "d10")
 # ONLY=t5,t9 keeps those parts (a later call for the rows an earlier one did not reach)
 if [[ -n "${ONLY:-}" ]]; then
   keep=(); for p in "${PARTS[@]}"; do [[ ",$ONLY," == *",${p%%|*},"* ]] && keep+=("$p"); done; PARTS=("${keep[@]}")
@@ -131,6 +123,8 @@ args_of() {  # args_of PART[:MODEL] -> run.py arguments (the part's, its models 
 # 2. Compile the rows into the persistent cache, one process per group, until TIMED_S is left
 export JAX_COMPILATION_CACHE_DIR=$WORK/jaxcache JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0 \
   JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES=-1
+echo "${#PRECOMPILE[@]}" > "$WORK/rec/precompile_processes"  # report.py --collect: compile_s_cold's concurrency
+echo "[precompile: ${#PRECOMPILE[@]} processes at once]"
 i=0
 for g in "${PRECOMPILE[@]}"; do
   i=$((i + 1))

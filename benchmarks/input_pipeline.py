@@ -44,6 +44,13 @@ from jaxcap.data import base, pipeline  # noqa: E402
 from jaxcap.cli import nonnegative_int, positive_int  # noqa: E402  (one-line errors for bad sizes)
 
 N, D = 36, 2048
+
+
+def _workers(text: str) -> int:
+  """``--loop_workers``: an int >= -1 (argparse names the flag when this raises)."""
+  if text.strip().lstrip("-").isdigit() and int(text) >= -1:
+    return int(text)
+  raise argparse.ArgumentTypeError(f"expected an int >= -1 (-1: chosen from the host's cores), got {text!r}")
 VAL_IMAGES = 8  # the loop validates once, after its last step
 
 
@@ -157,8 +164,9 @@ def main(argv=None):
   ap.add_argument("--model", default="transformer", help="the loop's registered model")
   ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
   ap.add_argument("--set", default="", help="the loop's model field overrides, e.g. dim=64,num_layers=1")
-  ap.add_argument("--loop_workers", type=nonnegative_int, default=0, help="the loop's grain worker processes "
-                  "(data.num_workers; 0: threads of this process, which share its GIL with the step's dispatch)")
+  ap.add_argument("--loop_workers", type=_workers, default=0,
+                  help="the loop's grain worker processes (data.num_workers; 0: threads of this process, "
+                  "which share its GIL with the step's dispatch; -1: chosen from the host's cores)")
   ap.add_argument("--out", default="", help="also write the rows as a JSON record (device, versions, commit)")
   args = ap.parse_args(argv)
   try:
@@ -210,7 +218,8 @@ def main(argv=None):
             f"the step alone {r['step_images_per_s']:8.1f} images/s; loop / step {r['loop_over_step']:.2f}")
       print(json.dumps(r))
       keep(dict(r, source="train.py loop from npz", model=args.model, dtype=args.dtype, steps=args.loop_steps,
-                workers=args.loop_workers))
+                workers=pipeline.auto_workers() if args.loop_workers < 0 else args.loop_workers,
+                workers_auto=args.loop_workers < 0 or None))
   finally:
     shutil.rmtree(tmp, ignore_errors=True)
 

@@ -12,7 +12,9 @@ date, commit, versions; one row per benchmark row) and in README.md (one summary
 from the newest accelerator's records, each cell from the newest record that has it), so the
 numbers in the docs are never typed by hand. A record whose ``references`` names the PyTorch
 references' JSON measured in the same call (``../shared/anchors/bench_pytorch_refs.py``) gets each row's ratio to the matching reference row:
-the reference's fastest setting (strict fp32, TF32 or bf16 autocast; attention masks or none).
+the reference's fastest setting (strict fp32, TF32 or bf16 autocast; attention masks or none) at
+the row's batch size (none where the reference ran at another one), labelled where the reference
+is a different model, with a per-FLOP ratio beside it where the reference does other arithmetic.
 """
 
 from __future__ import annotations
@@ -35,10 +37,22 @@ OPTIONAL = {DOCS[1]}  # the README may only link to docs/PERFORMANCE.md
 BEGIN, END = "<!-- benchmark-results:begin -->", "<!-- benchmark-results:end -->"
 
 # jaxcap model -> the PyTorch reference model of bench_pytorch_refs.py (self-critical.pytorch's
-# Transformer, UpDown and AoANet; the official AAT code). jaxcap's LSTM is the Up-Down-style one.
+# Transformer, UpDown and AoANet; the official AAT code).
 REFERENCE_MODELS = {"transformer": "TransformerModel", "aat": "AATModel", "aoanet": "AoAModel",
                     "lstm": "UpDownModel"}
 REFERENCE_KINDS = {"train": "train_", "greedy": "greedy_", "beam": "beam3_"}
+# jaxcap models whose reference is a different model, with jaxcap's parameter count (millions, the
+# paper-sized model at COCO shapes: jax.eval_shape of its init): jaxcap's lstm is one LSTM with
+# soft attention, UpDown an attention LSTM and a language LSTM. Their ratio is labelled as such.
+DIFFERENT_MODEL_PARAMS_M = {"lstm": 15.0}
+# The shapes of bench_pytorch_refs.py's runs (its "setup"), under which the FLOP count below holds.
+COCO_SHAPES = {"regions": 36, "feat_dim": 2048, "vocab": 9487, "words": 16, "captions_per_image": 5}
+# GFLOP per image of the reference's training step where it does other arithmetic than jaxcap's
+# for the same images: self-critical.pytorch's Transformer encodes each image once per caption, so
+# its step is 5 x what jaxcap's Transformer step does for an image with one caption, 5 x 7.73
+# (matrix-multiply FLOPs of the jaxpr, jaxcap.flops, COCO shapes; 18.83 at 5 captions, as in the
+# records). A per-FLOP ratio is shown beside its images/s ratio.
+REFERENCE_TRAIN_GFLOP = {"transformer": 38.65}
 FEATURES = "benchmarks/features.py"
 PIPELINE = "benchmarks/input_pipeline.py"
 CHECKPOINTS = "benchmarks/checkpoint_save.py"
@@ -66,19 +80,48 @@ def load_records(folder: str = RESULTS) -> list[dict]:
 
 
 def reference(refs: dict | None, row: dict):
-  """``(images/s, setting)`` of the fastest matching PyTorch reference row, or None."""
+  """``(images/s, setting)`` of the fastest matching PyTorch reference row at the row's batch
+  size, or None (images/s at another batch size is another measurement: no ratio)."""
   model = REFERENCE_MODELS.get(row["model"])
   prefix = REFERENCE_KINDS.get(row["what"])
   if not refs or not model or not prefix or row["what"] == "beam" and row.get("beam") != 3:
     return None
+  setup = refs.get("setup") or {}
+  default_batch = setup.get("train_imgs") if row["what"] == "train" else setup.get("decode_imgs")
   found = [(v["img_per_s"], k[len(prefix):]) for k, v in (refs.get(model) or {}).items()
-           if k.startswith(prefix) and isinstance(v, dict) and v.get("img_per_s")]
+           if k.startswith(prefix) and isinstance(v, dict) and v.get("img_per_s")
+           and v.get("batch", default_batch) == row.get("batch")]
   return max(found) if found else None
 
 
-def _ratio(rec: dict, row: dict) -> str:
+def ratio_parts(rec: dict, row: dict) -> dict | None:
+  """The row against its reference: ``x`` (images/s over the reference's), ``ref`` and ``setting``
+  (the reference's fastest), ``per_flop`` (where the reference does other arithmetic per image)
+  and ``label`` (where it is another model); None without a reference row at the same batch."""
   ref = reference(rec.get("_references"), row) if "images_per_s" in row else None
-  return f"{row['images_per_s'] / ref[0]:.1f}× ({ref[0]:,.0f} {ref[1]})" if ref else ""
+  if not ref:
+    return None
+  out = {"x": row["images_per_s"] / ref[0], "ref": ref[0], "setting": ref[1], "per_flop": None, "label": ""}
+  ref_gflop = REFERENCE_TRAIN_GFLOP.get(row["model"]) if row["what"] == "train" else None
+  shapes = rec.get("shapes") or {}
+  if (ref_gflop and row.get("gflop_per_image") and all(shapes.get(k) == v for k, v in COCO_SHAPES.items())
+      and row.get("layers") is None and row.get("overrides") is None):
+    out["per_flop"] = out["x"] * row["gflop_per_image"] / ref_gflop
+  if row["model"] in DIFFERENT_MODEL_PARAMS_M:
+    theirs = (rec["_references"].get(REFERENCE_MODELS[row["model"]]) or {}).get("params_M")
+    out["label"] = (f"vs {REFERENCE_MODELS[row['model']].replace('Model', '')} (different model: "
+                    f"{DIFFERENT_MODEL_PARAMS_M[row['model']]:.0f} M vs "
+                    + (f"{theirs:.0f} M parameters)" if theirs else "? parameters)"))
+  return out
+
+
+def _ratio(rec: dict, row: dict) -> str:
+  r = ratio_parts(rec, row)
+  if not r:
+    return ""
+  return (f"{r['x']:.1f}× ({r['ref']:,.0f} {r['setting']})"
+          + (f"; {r['per_flop']:.1f}× per FLOP" if r["per_flop"] else "")
+          + (f" {r['label']}" if r["label"] else ""))
 
 
 def _recompute_mfu(rec: dict) -> None:
@@ -101,9 +144,12 @@ def collect(src: str, dest: str = RESULTS, note: str = "", commit: str = "") -> 
   def order(path):
     return int(re.sub(r"\D", "", os.path.basename(path)) or 0)
 
-  parts = sorted(glob.glob(os.path.join(src, "t[0-9]*.json")), key=order)
+  # the timed parts' records are named after their parts (t1..t18 of earlier calls, d1..d10)
+  parts = sorted((p for p in glob.glob(os.path.join(src, "*.json"))
+                  if re.fullmatch(r"[a-z]\d+\.json", os.path.basename(p))), key=order)
   if not parts:
-    raise SystemExit(f"--collect {src}: no t<N>.json records of benchmarks/gpu_record.sh there")
+    raise SystemExit(f"--collect {src}: no <part>.json records of benchmarks/gpu_record.sh there "
+                     "(t1.json, d1.json, ...)")
   cold = {}
   for path in glob.glob(os.path.join(src, "compile_*.json")):
     with open(path) as f:
@@ -129,19 +175,32 @@ def collect(src: str, dest: str = RESULTS, note: str = "", commit: str = "") -> 
     for r in rec["rows"]:
       r["compile_s_cold"] = cold.get(_row_key(r))
       record["rows"].append(r)
+  refs = os.path.join(src, "pytorch_refs.json")
+  if record is None:  # a call of parts with records of their own only (e.g. ONLY=t11)
+    if os.path.exists(refs):
+      out = os.path.join(dest, _stem(rec["environment"], dest) + "_pytorch_refs.json")
+      with open(refs) as f:
+        atomic.write_json(out, json.load(f))
+      written.append(out)
+    return written
   record["benchmark"] = "benchmarks/gpu_record.sh"
   _recompute_mfu(record)
   if note:
     record["note"] = note
+  procs = os.path.join(src, "precompile_processes")  # gpu_record.sh writes it: its groups, all at once
+  if os.path.exists(procs):
+    with open(procs) as f:
+      at_once = f"{int(f.read().strip())} processes compiling at once"
+  else:
+    at_once = "one process per precompile group of gpu_record.sh, all at once (how many was not recorded)"
   record["compile_note"] = ("compile_s: lowering + a load from the persistent compilation cache that the "
                             "precompile pass filled (a full compile where it had not reached the row); "
-                            "compile_s_cold: that pass's compile seconds, six processes compiling at once")
+                            f"compile_s_cold: that pass's compile seconds, {at_once}")
   smi = os.path.join(src, "nvidia_smi.csv")
   if os.path.exists(smi):
     with open(smi) as f:
       record["nvidia_smi"] = f.read().strip()
   stem = _stem(record["environment"], dest)
-  refs = os.path.join(src, "pytorch_refs.json")
   if os.path.exists(refs):
     record["references"] = stem + "_pytorch_refs.json"
     with open(refs) as f:
@@ -155,7 +214,7 @@ def collect(src: str, dest: str = RESULTS, note: str = "", commit: str = "") -> 
 
 # A row's fields that make it a variant of its model's paper-sized step (run.py's --prng, --dropout,
 # --optimizer, --layers, --embed, --set): shown in its step column, kept out of the summary.
-VARIANT_FIELDS = ("prng", "dropout", "optimizer", "layers", "embed", "overrides")
+VARIANT_FIELDS = ("prng", "dropout", "dropout_bits", "fused_decode", "optimizer", "layers", "embed", "overrides")
 
 
 def _row_key(r: dict) -> tuple:
@@ -318,6 +377,7 @@ def summary_table(recs: list[dict]) -> str:
   head = _head(recs[0]) + "".join(f"\n\n[{i + 1}] " + _head(recs[i]) for i in used if i)
   lines = [head, "",
            "| model | train f32 | train bf16 | greedy | beam-3 | SCST (device reward) |", "|---|" + "---:|" * 5]
+  labelled = set()
   for m in models:
     cells = []
     for what, dtype, reward in cols:
@@ -325,17 +385,35 @@ def summary_table(recs: list[dict]) -> str:
         cells.append("–")
         continue
       i, rec, r = first[(m, what, dtype, reward)]
-      ratio = _ratio(rec, r)
-      cells.append(f"{_fmt(r['images_per_s'], 0)}" + (f" ({ratio.split(' (')[0]})" if ratio else "")
+      ratio = ratio_parts(rec, r)
+      if ratio:
+        labelled.update([m] if ratio["label"] else [])
+        ratio = (f"{ratio['x']:.1f}×" + (f", {ratio['per_flop']:.1f}× per FLOP" if ratio["per_flop"] else "")
+                 + ("†" if ratio["label"] else ""))
+      cells.append(f"{_fmt(r['images_per_s'], 0)}" + (f" ({ratio})" if ratio else "")
                    + (f" [{i + 1}]" if i else ""))
     lines.append(f"| {m} | " + " | ".join(cells) + " |")
   lines.append("")
   lines.append("images/s at " + ", ".join(sorted({f"{r['batch']} ({r['what']})" for _, _, r in first.values()
                                                    if r["what"] in ("train", "greedy")}))
                + " images per call; (n×): against the PyTorch reference's fastest setting measured in the "
-               "same call; [n]: a row the newest record lacks, from the earlier record [n]; every row, the "
+               "same call at the same batch size; per FLOP: that ratio times jaxcap's FLOPs per image over "
+               "the reference's; "
+               + "".join(f"†: {m} {_label(m, recs)}; " for m in sorted(labelled))
+               + "[n]: a row the newest record lacks, from the earlier record [n]; every row, the "
                "references and the profile: docs/PERFORMANCE.md.")
   return "\n".join(lines)
+
+
+def _label(model: str, recs: list[dict]) -> str:
+  """The label of ``model``'s ratio (another reference model), from the first of ``recs`` that has one."""
+  for rec in recs:
+    for r in rec["rows"]:
+      if r["model"] == model:
+        parts = ratio_parts(rec, r)
+        if parts and parts["label"]:
+          return parts["label"]
+  return ""
 
 
 def _notes(r: dict) -> str:

@@ -25,7 +25,14 @@ Rows (one per model x what x dtype x batch):
 - ``scst``: one self-critical step as the trainer runs it (``--samples`` samples + the greedy
   baseline on the device, the CIDEr-D reward, the gradient step on the device), one row per
   ``--reward``: ``device`` (one jitted step, reward in jax.numpy) or ``host`` (reward in NumPy
-  between two jitted halves; ``reward_share`` is the host reward's share of the step).
+  between two jitted halves; ``reward_share`` is the host reward's share of the step), and per
+  ``--fused_decode``: ``off`` (the samples and the greedy captions decoded apart, two encoder
+  passes and two loops) or ``on`` (one of each: ``config.scst.fused_decode``; the row records
+  ``fused_decode``).
+- ``scst_sample`` / ``scst_reward`` / ``scst_grad`` (only when named; ``scst_split`` names all
+  three): the device-reward SCST step's parts, each jitted and timed on its own: the samples
+  and greedy captions (per ``--fused_decode``), their device CIDEr-D rewards and advantages,
+  the gradient pass and the Adam update.
 
 Each row: compile seconds (lowering + XLA compilation; for ``scst``, its first step, which
 compiles the sampler and the gradient step); the median step time of ``--windows`` timed
@@ -41,7 +48,8 @@ embedding, output logits, loss, optimizer) and by module scope, forward and back
 from each kernel's HLO instruction and its name stack in the compiled program (a CPU trace has
 no device plane: the row says so). ``--dropout 0`` and ``--prng rbg`` /
 ``unsafe_rbg`` measure what the dropout masks and their random numbers cost (train.py's
-``config.prng_impl`` makes the same choice for a run); ``--embed table`` restores flax's
+``config.prng_impl`` makes the same choice for a run), ``--dropout_bits 16`` / ``8`` masks from
+fewer random bits (``config.dropout_bits``); ``--embed table`` restores flax's
 embedding (the table cast before the gather) to measure ``layers.Embed`` against it.
 
 FLOPs: the matrix-multiply FLOPs of the step's jaxpr (``dot_general`` and convolutions,
@@ -83,6 +91,7 @@ from jaxcap.data import batch as batch_lib  # noqa: E402
 from jaxcap.cli import nonnegative_int, positive_int  # noqa: E402  (one-line errors for bad sizes)
 
 WHATS = ("train", "greedy", "beam", "sample", "scst")
+SCST_PARTS = ("scst_sample", "scst_reward", "scst_grad")  # rows only when --what names them
 
 
 # ----------------------------------------------------------------------------------------------
@@ -133,14 +142,15 @@ def _init_params(model, batch, repl):
 
 def bench_train(model, batch, args, mesh) -> dict:
   """``{"run", "flops", "compiled", "compile_s"}`` of one cross-entropy step."""
-  from jaxcap.training import parallel, steps
+  from jaxcap.training import dropout, parallel, steps
   repl = parallel.replicated(mesh)
   params = _init_params(model, batch, repl)
   tx = optax.adam(1e-4, b1=0.9, b2=0.98, eps=1e-9)
   if args.optimizer == "flat_adam":  # one vector for all parameters: a few large update kernels
     tx = optax.flatten(tx)            # instead of one or more per parameter array
   state = steps.create_state(params, tx, jax.random.PRNGKey(2))
-  step = functools.partial(steps.train_step, model=model, tx=tx)
+  step = dropout.with_dropout_bits(functools.partial(steps.train_step, model=model, tx=tx),
+                                   args.dropout_bits)
   t0 = time.perf_counter()
   lowered = jax.jit(step, donate_argnums=0).lower(state, batch)
   compiled = lowered.compile()
@@ -206,7 +216,7 @@ class ScstRunner:
   """
 
   def __init__(self, model, batch, mesh, *, samples: int, max_len: int, vocab: int, train_images: int,
-               baseline: str = "greedy", seed: int = 0, reward: str = "host"):
+               baseline: str = "greedy", seed: int = 0, reward: str = "host", fused_decode: bool = False):
     from jaxcap.evaluation import cider, cider_device
     from jaxcap.training import parallel, scst, steps
 
@@ -226,7 +236,7 @@ class ScstRunner:
     # The trainer's jitted pieces and shardings, so the state one step returns is reused
     # without recompiling.
     sample_fn = functools.partial(scst.sample_with_baseline, model, max_len=max_len, num_samples=samples,
-                                  baseline=baseline)
+                                  baseline=baseline, fused_decode=fused_decode)
     grad_fn = functools.partial(scst.scst_grad_step, model=model, tx=tx)
     self.sample_jit = jax.jit(sample_fn, in_shardings=(repl, data, None), out_shardings=(data, data))
     self.grad_jit = jax.jit(grad_fn, in_shardings=(repl, data, data, data), out_shardings=(repl, repl),
@@ -247,9 +257,12 @@ class ScstRunner:
       refs_IxRxL, nref_I = cider_device.pad_references(train_refs, max_len)
       self.reward_arrays = jax.device_put(scst.DeviceReward(
           cider_device.table_from_doc_freq(scorer.doc_freq), refs_IxRxL, nref_I), repl)
+      reward_options = dict(baseline=baseline, cider_weight=1.0, vocab_size=vocab,
+                            options=cider_device.Options())
+      # The step's second part alone (--what scst_reward): the device reward and advantages.
+      self.advantages_fn = functools.partial(scst.device_advantages, **reward_options)
       fn = functools.partial(scst.scst_device_step, model=model, max_len=max_len, num_samples=samples,
-                             baseline=baseline, cider_weight=1.0, vocab_size=vocab,
-                             options=cider_device.Options())
+                             fused_decode=fused_decode, **reward_options)
       self.device_jit = jax.jit(fn, in_shardings=(repl, data, repl), out_shardings=(repl, repl),
                                 donate_argnums=0)
 
@@ -279,12 +292,16 @@ class ScstRunner:
     return metrics, times
 
 
-def bench_scst(model, batch, args, mesh, reward: str = "host") -> dict:
+def _scst_runner(model, batch, args, mesh, reward: str, fused_decode: bool) -> ScstRunner:
+  return ScstRunner(model, batch, mesh, samples=args.samples, max_len=args.words + 1, vocab=args.vocab,
+                    train_images=args.train_images, reward=reward, fused_decode=fused_decode)
+
+
+def bench_scst(model, batch, args, mesh, reward: str = "host", fused_decode: bool = False) -> dict:
   """``{"run", "flops", "share"}`` of one SCST step; ``share()``: the host reward's median
   share of the timed steps (the first call, which compiles, and the warm-up are left out;
   None for the device reward, which is not timed apart from the step)."""
-  runner = ScstRunner(model, batch, mesh, samples=args.samples, max_len=args.words + 1, vocab=args.vocab,
-                      train_images=args.train_images, reward=reward)
+  runner = _scst_runner(model, batch, args, mesh, reward, fused_decode)
   parts = []
 
   def run():
@@ -300,6 +317,37 @@ def bench_scst(model, batch, args, mesh, reward: str = "host") -> dict:
     return med["reward"] / max(sum(med.values()), 1e-12)
 
   return {"run": run, "flops": runner.flops, "compiled": None, "share": share}
+
+
+def bench_scst_part(model, batch, args, mesh, part: str, fused_decode: bool = False) -> dict:
+  """``{"run", "flops", "compiled", "compile_s"}`` of one part of the device-reward SCST step,
+  jitted on its own (XLA compiles the whole step as one program, so the parts need not add up
+  to it exactly): ``scst_sample`` the samples and the greedy captions (``--fused_decode``),
+  ``scst_reward`` their device CIDEr-D rewards and advantages, ``scst_grad`` the gradient
+  pass and the Adam update."""
+  runner = _scst_runner(model, batch, args, mesh, "device", fused_decode)
+  key = jax.random.PRNGKey(3)
+  fn, inputs = runner.sample_jit, (runner.state.params, runner.batch, key)
+  if part != "scst_sample":
+    samples, greedy = runner.sample_jit(*inputs)
+    fn, inputs = jax.jit(runner.advantages_fn), (runner.batch, samples, greedy, runner.reward_arrays)
+  if part == "scst_grad":
+    adv = fn(*inputs)[0]
+    fn, inputs = runner.grad_jit, (runner.state, runner.batch, samples, adv)
+  t0 = time.perf_counter()
+  lowered = fn.lower(*inputs)
+  compiled = lowered.compile()
+  compile_s = time.perf_counter() - t0
+  flops = common.step_flops(fn, *inputs, lowered=lowered)
+  holder = {"inputs": inputs}
+
+  def run():
+    out = compiled(*holder["inputs"])
+    if part == "scst_grad":  # the state is donated: the next call updates the one returned
+      holder["inputs"] = (out[0],) + holder["inputs"][1:]
+    return out
+
+  return {"run": run, "flops": flops, "compiled": compiled, "compile_s": compile_s}
 
 
 def profile(run, trace_dir: str, compiled=None) -> dict:
@@ -373,7 +421,8 @@ def parse_args(argv=None):
   p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--models", default="all", help="comma-separated registered model names (all: every "
                  "trainable one)")
-  p.add_argument("--what", default=",".join(WHATS), help=f"comma-separated subset of {','.join(WHATS)}")
+  p.add_argument("--what", default=",".join(WHATS), help=f"comma-separated subset of {','.join(WHATS)} "
+                 f"and {','.join(SCST_PARTS)} (scst_split: all three)")
   p.add_argument("--dtype", default="float32", help="comma-separated: float32,bfloat16")
   p.add_argument("--batch", default="50", help="images per train / SCST step; comma-separated to sweep")
   p.add_argument("--eval_batch", default="100", help="images per greedy / beam / sample call; "
@@ -382,6 +431,9 @@ def parse_args(argv=None):
   p.add_argument("--samples", type=positive_int, default=5, help="sampled captions per image (sample, scst)")
   p.add_argument("--train_images", type=positive_int, default=5000, help="images behind the SCST reward's "
                  "document frequencies")
+  p.add_argument("--fused_decode", default="off", help="scst, scst_sample: comma-separated subset of "
+                 "off,on (config.scst.fused_decode: the samples and the greedy baseline from one encoder "
+                 "pass and one loop; one row each)")
   p.add_argument("--reward", default="host", help="scst: comma-separated subset of device,host "
                  "(where the CIDEr-D reward is computed; one row each; host keeps earlier rows comparable)")
   p.add_argument("--steps", type=positive_int, default=10, help="steps per timed window")
@@ -390,6 +442,8 @@ def parse_args(argv=None):
   p.add_argument("--peak_tflops", type=float, default=None)
   p.add_argument("--prng", default=None, choices=("threefry2x32", "rbg", "unsafe_rbg"),
                  help="jax_default_prng_impl (dropout masks, sampling); default JAX's")
+  p.add_argument("--dropout_bits", type=int, default=32, choices=(32, 16, 8),
+                 help="train rows: random bits per dropout-mask element (train.py's config.dropout_bits)")
   p.add_argument("--optimizer", default="adam", choices=("adam", "flat_adam"),
                  help="train rows: optax.adam per parameter array (the trainer's) or optax.flatten(adam) "
                  "over one concatenated vector (fewer, larger kernels; same arithmetic)")
@@ -411,9 +465,14 @@ def parse_args(argv=None):
   bad = [r for r in args.reward.split(",") if r not in ("device", "host")]
   if bad:
     p.error(f"--reward: unknown {','.join(bad)}; expected a subset of device,host")
-  bad = [w for w in args.what.split(",") if w not in WHATS]
+  bad = [f for f in args.fused_decode.split(",") if f not in ("off", "on")]
   if bad:
-    p.error(f"--what: unknown {','.join(bad)}; expected a subset of {','.join(WHATS)}")
+    p.error(f"--fused_decode: unknown {','.join(bad)}; expected a subset of off,on")
+  args.what = args.what.replace("scst_split", ",".join(SCST_PARTS))
+  bad = [w for w in args.what.split(",") if w not in WHATS + SCST_PARTS]
+  if bad:
+    p.error(f"--what: unknown {','.join(bad)}; expected a subset of {','.join(WHATS + SCST_PARTS)} "
+            f"(or scst_split)")
   common.check_dtypes(p, "--dtype", args.dtype)
   args.models = ",".join(common.check_models(p, "--models", args.models))
   from jaxcap.models import fields, registry
@@ -441,6 +500,7 @@ def main(argv=None):
   batches = [int(b) for b in args.batch.split(",")]  # positive, checked by parse_args
   eval_batches = [int(b) for b in args.eval_batch.split(",")]
   rewards = args.reward.split(",")
+  fuseds = [f == "on" for f in args.fused_decode.split(",")]
   common.check_batches(batches + eval_batches, jax.device_count())
   mesh = parallel.make_mesh()
   info = common.data_info(args)
@@ -461,16 +521,32 @@ def main(argv=None):
     for dtype in args.dtype.split(","):
       model = _model(name, dtype, args, info)
       for what in args.what.split(","):
-        for b, reward in [(b, r) for b in (eval_batches if what in ("greedy", "beam", "sample") else batches)
-                          for r in (rewards if what == "scst" else [None])]:
+        for b, reward, fused in [
+            (b, r, f) for b in (eval_batches if what in ("greedy", "beam", "sample") else batches)
+            for r in (rewards if what == "scst" else ["device"] if what == "scst_reward" else [None])
+            for f in (fuseds if what in ("scst", "scst_sample") else [False])]:
           batch = batch_lib.random(jax.random.PRNGKey(0), b, args.captions, args.regions, args.feat_dim,
                                     args.vocab, args.words + 1, src_len=src_words, src_vocab=src_vocab)
           batch = jax.device_put(batch, parallel.batch_sharding(mesh))
+          # what makes this row differ from the model's paper-sized default, kept per row (records
+          # of several runs are merged) and on a failed row too: a failed variant must not read as
+          # the plain step failing
+          ident = {"model": name, "what": what, "dtype": dtype, "batch": b,
+                   "beam": args.beam if what == "beam" else None,
+                   "samples": args.samples if what in ("sample", "scst", *SCST_PARTS) else None, "reward": reward,
+                   "fused_decode": True if fused else None,
+                   "prng": args.prng, "dropout": args.dropout,
+                   "dropout_bits": args.dropout_bits if args.dropout_bits != 32 else None,
+                   "optimizer": args.optimizer if args.optimizer != "adam" else None,
+                   "layers": args.layers or None, "embed": args.embed if args.embed != "gather" else None,
+                   "overrides": args.set or None}
           try:
             if what == "train":
               bench = bench_train(model, batch, args, mesh)
             elif what == "scst":
-              bench = bench_scst(model, batch, args, mesh, reward)
+              bench = bench_scst(model, batch, args, mesh, reward, fused)
+            elif what in SCST_PARTS:
+              bench = bench_scst_part(model, batch, args, mesh, what, fused)
             else:
               bench = bench_decode(model, batch, args, mesh, what)
             first_s, dt, spread, times = common.timed_windows(bench["run"], warmup=args.warmup,
@@ -478,8 +554,7 @@ def main(argv=None):
           except Exception as e:  # noqa: BLE001 - e.g. out of memory at a large batch: the other rows go on
             msg = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
             print(f"{name:>18} {what:>6} {dtype:>8} {b:>5} failed: {msg}", flush=True)
-            record["rows"].append({"model": name, "what": what, "dtype": dtype, "batch": b, "reward": reward,
-                                   "error": msg})
+            record["rows"].append(dict(ident, error=msg))
             atomic.write_json(out_path, record)
             continue
           compile_s = bench.get("compile_s", first_s)  # scst: its first step compiles
@@ -490,16 +565,9 @@ def main(argv=None):
           mfu = tflops / (peak * jax.device_count()) if peak else None
           compiled = bench["compiled"]
           mem = compiled_bytes(compiled) if compiled is not None else None
+          kernels = common.program_kernels(compiled.as_text()) if compiled is not None else {}
           peak_mem = device_peak_bytes()
-          row = {"model": name, "what": what, "dtype": dtype, "batch": b,
-                 "beam": args.beam if what == "beam" else None,
-                 "samples": args.samples if what in ("sample", "scst") else None, "reward": reward,
-                 # what makes this row differ from the model's paper-sized default (kept per row:
-                 # records of several runs are merged)
-                 "prng": args.prng, "dropout": args.dropout,
-                 "optimizer": args.optimizer if args.optimizer != "adam" else None, "layers": args.layers or None,
-                 "embed": args.embed if args.embed != "gather" else None,
-                 "overrides": args.set or None,
+          row = {**ident,
                  "compile_s": round(compile_s, 2), "step_ms": round(dt * 1e3, 3),
                  "window_ms": [round(t * 1e3, 3) for t in times], "spread": round(spread, 4),
                  "images_per_s": round(b / dt, 2), "gflop_per_image": _sig(matmul / b / 1e9),
@@ -507,16 +575,17 @@ def main(argv=None):
                  "tflops": _sig(tflops), "mfu": round(mfu, 4) if mfu is not None else None,
                  "compiled_mb": round(mem / 2**20, 1) if mem is not None else None,
                  "device_peak_mb": round(peak_mem / 2**20, 1) if peak_mem is not None else None,
-                 "reward_share": round(share, 4) if share is not None else None}
+                 "reward_share": round(share, 4) if share is not None else None,
+                 "program_kernels": kernels.get("kernels"), "program_converts": kernels.get("converts")}
           mfu_s = f"{100 * mfu:5.1f}%" if mfu is not None else "   n/a"
           print(f"{name:>18} {what:>6} {dtype:>8} {b:>5} {compile_s:9.1f} {dt * 1e3:9.2f} {b / dt:9.1f} "
                 f"{matmul / b / 1e9:9.3f} {tflops:8.3f} {mfu_s:>6} {100 * spread:5.1f}% "
                 f"{row['compiled_mb'] if mem is not None else float('nan'):8.1f}"
-                + (f"  {reward} reward" if reward else "")
+                + (f"  {reward} reward" if reward else "") + (", fused decode" if fused else "")
                 + (f", {100 * share:.0f}% of the step" if share is not None else ""), flush=True)
           if args.profile:
             try:
-              row["profile"] = profile(bench["run"], os.path.join(args.profile, f"{name}_{what}_{dtype}_{b}"),
+              row["profile"] = profile(bench["run"], os.path.join(args.profile, f"{name}_{what}_{dtype}_{b}" + ("_fused" if fused else "")),
                                        bench["compiled"])
             except Exception as e:  # noqa: BLE001 - a profiler that cannot start must not lose the row
               row["profile"] = {"note": f"profile failed: {type(e).__name__}: {str(e)[:200]}"}

@@ -185,6 +185,9 @@ def base_config(dataset: str = "synthetic", model: str = "transformer") -> ml_co
   # | "rbg" | "unsafe_rbg" (the accelerator's bit generator: cheaper masks on GPUs and TPUs, other
   # numbers). Fixed for a run at its start: the state's key has the generator's shape.
   c.prng_impl = "threefry2x32"
+  # Random bits per dropout-mask element: 32 (flax's masks) | 16 | 8 (32 / k elements per 32-bit
+  # draw; keep probability rounded to a multiple of 2**-k: jaxcap.training.dropout).
+  c.dropout_bits = 32
   c.spice = False
   # Start from the parameters of another run's checkpoint (its workdir; best, else latest),
   # e.g. self-critical training from a cross-entropy run: --config.init_from=runs/xe
@@ -215,6 +218,10 @@ def base_config(dataset: str = "synthetic", model: str = "transformer") -> ml_co
   # False: the gradient pass runs without dropout, like sampling (on-policy; see
   # jaxcap/training/scst.py). True: fresh dropout masks in the gradient pass (off-policy).
   c.scst.dropout = False
+  # True: the n samples and the greedy baseline are decoded together, one encoder pass over the
+  # batch and one loop over n + 1 rows per image (the same tokens as False, which encodes and
+  # loops twice; jaxcap/decoding.py sample_and_greedy).
+  c.scst.fused_decode = False
   # Scheduled sampling (Bengio et al.): probability of feeding back a sampled word.
   c.scheduled_sampling = ml_collections.ConfigDict()
   c.scheduled_sampling.start_epoch = -1  # -1 disables

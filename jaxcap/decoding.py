@@ -278,11 +278,15 @@ def _filter_logits(logits_NxV, top_k, top_p):
   return jnp.where(logits_NxV < cutoff_Nx1, -jnp.inf, logits_NxV)
 
 
-def _sequential(model, params, enc, rng, *, max_len, pick, opts, return_aux):
-  """Runs one hypothesis per row of ``enc``; ``pick(lp_NxV, key) -> tokens_N``."""
+def _sequential(model, params, enc, keys_T, *, max_len, pick, opts, return_aux):
+  """Runs one hypothesis per row of ``enc``; ``pick(lp_NxV, keys_T[t]) -> tokens_N``.
+
+  ``keys_T``: the keys of the steps (leading axis ``max_len``; e.g. ``[T, B]`` keys, one per
+  image and step), or None when ``pick`` draws nothing.
+  """
   n = _batch_size(enc)
   cache = model.apply(params, enc, max_len, method="init_cache")
-  keys = jax.random.split(rng, max_len) if rng is not None else jnp.zeros((max_len, 2), jnp.uint32)
+  keys = keys_T if keys_T is not None else jnp.zeros((max_len, 2), jnp.uint32)
 
   def body(carry, xs):
     cache, prev_N, done_N = carry
@@ -311,22 +315,14 @@ def _sequential(model, params, enc, rng, *, max_len, pick, opts, return_aux):
                       aux=aux)
 
 
-# Sizes and the options that change the program are static; option values are traced, so
-# changing min_len, suppress_unk, temperature, top_k, top_p or alpha never recompiles.
-@functools.partial(jax.jit, static_argnums=0, static_argnames=("max_len", "return_aux"))
-def _greedy_jit(model, params, batch, opts, *, max_len, return_aux):
-  enc = model.apply(params, batch, method="encode")
-  return _sequential(model, params, enc, None, max_len=max_len,
-                     pick=lambda lp, key: jnp.argmax(lp, axis=-1), opts=opts,
-                     return_aux=return_aux)
+def _greedy_pick(lp_NxV, key):
+  del key
+  return jnp.argmax(lp_NxV, axis=-1)
 
 
-@functools.partial(jax.jit, static_argnums=0,
-                   static_argnames=("max_len", "num_samples", "filtered", "return_aux"))
-def _sample_jit(model, params, batch, rng, opts, *, max_len, num_samples, filtered, return_aux):
-  enc = model.apply(params, batch, method="encode")
-  b = _batch_size(enc)
-  enc = repeat_batch(enc, num_samples)
+def _sample_pick(opts, filtered: bool):
+  """``pick(lp_NxV, key) -> tokens_N`` of :func:`sample`: one draw per row from
+  ``softmax(lp / temperature)`` (top-k / top-p filtered when ``filtered``), arg-max at 0."""
   temperature = opts["temperature"]
 
   def pick(lp_NxV, key):
@@ -336,9 +332,57 @@ def _sample_jit(model, params, batch, rng, opts, *, max_len, num_samples, filter
     sampled_N = jax.random.categorical(key, logits_NxV, axis=-1)
     return jnp.where(temperature > 0, sampled_N, jnp.argmax(lp_NxV, axis=-1))
 
-  out = _sequential(model, params, enc, rng, max_len=max_len, pick=pick, opts=opts,
-                    return_aux=return_aux)
+  return pick
+
+
+def _sample_opts(temperature, top_k, top_p, **common):
+  return dict(_common_opts(**common), temperature=jnp.float32(temperature),
+              top_k=jnp.int32(top_k), top_p=jnp.float32(top_p))
+
+
+# Sizes and the options that change the program are static; option values are traced, so
+# changing min_len, suppress_unk, temperature, top_k, top_p or alpha never recompiles.
+@functools.partial(jax.jit, static_argnums=0, static_argnames=("max_len", "return_aux"))
+def _greedy_jit(model, params, batch, opts, *, max_len, return_aux):
+  enc = model.apply(params, batch, method="encode")
+  return _sequential(model, params, enc, None, max_len=max_len, pick=_greedy_pick, opts=opts,
+                     return_aux=return_aux)
+
+
+@functools.partial(jax.jit, static_argnums=0,
+                   static_argnames=("max_len", "num_samples", "filtered", "return_aux"))
+def _sample_jit(model, params, batch, rng, opts, *, max_len, num_samples, filtered, return_aux):
+  enc = model.apply(params, batch, method="encode")
+  b = _batch_size(enc)
+  enc = repeat_batch(enc, num_samples)
+  out = _sequential(model, params, enc, jax.random.split(rng, max_len), max_len=max_len,
+                    pick=_sample_pick(opts, filtered), opts=opts, return_aux=return_aux)
   return jax.tree.map(lambda x: x.reshape((b, num_samples) + x.shape[1:]), out)
+
+
+@functools.partial(jax.jit, static_argnums=0, static_argnames=("max_len", "num_samples", "with_greedy"))
+def _sample_and_greedy_jit(model, params, batch, keys_B, opts, *, max_len, num_samples, with_greedy):
+  # Rows b*m .. b*m + m-1 are image b's: its n samples, then its greedy row (m = n + 1).
+  enc = model.apply(params, batch, method="encode")
+  b = _batch_size(enc)
+  m = num_samples + int(with_greedy)
+  enc = repeat_batch(enc, m)
+  # Image b's key of step t is split(keys_B[b], max_len)[t], as sample() splits its rng.
+  keys_TxB = jax.vmap(lambda key: jax.random.split(key, max_len), out_axes=1)(keys_B)
+  sample_pick = jax.vmap(_sample_pick(opts, filtered=False))
+
+  def pick(lp_NxV, keys_B):
+    lp_BxmxV = lp_NxV.reshape(b, m, -1)
+    tok_Bxm = sample_pick(lp_BxmxV[:, :num_samples], keys_B)
+    if with_greedy:
+      tok_Bxm = jnp.concatenate([tok_Bxm, _greedy_pick(lp_BxmxV[:, num_samples:], None)], axis=1)
+    return tok_Bxm.reshape(b * m)
+
+  out = _sequential(model, params, enc, keys_TxB, max_len=max_len, pick=pick, opts=opts,
+                    return_aux=False)
+  out = jax.tree.map(lambda x: x.reshape((b, m) + x.shape[1:]), out)
+  samples = jax.tree.map(lambda x: x[:, :num_samples], out)
+  return samples, (jax.tree.map(lambda x: x[:, num_samples], out) if with_greedy else None)
 
 
 def greedy(model, params, batch, *, max_len: int, suppress_unk: bool = False, min_len: int = 0,
@@ -392,12 +436,40 @@ def sample(model, params, batch, rng, *, max_len: int, num_samples: int = 1,
     raise ValueError(f"decode option top_k: expected >= 0 (0 disables), got {top_k}")
   if not 0.0 < top_p <= 1.0:
     raise ValueError(f"decode option top_p: expected in (0, 1], got {top_p}")
-  opts = dict(_common_opts(min_len, suppress_unk, bad_endings),
-              temperature=jnp.float32(temperature),
-              top_k=jnp.int32(top_k), top_p=jnp.float32(top_p))
+  opts = _sample_opts(temperature, top_k, top_p, min_len=min_len, suppress_unk=suppress_unk,
+                      bad_endings=bad_endings)
   return _sample_jit(model, params, batch, rng, opts, max_len=int(max_len),
                      num_samples=int(num_samples), filtered=bool(top_k > 0 or top_p < 1.0),
                      return_aux=bool(return_aux))
+
+
+def sample_and_greedy(model, params, batch, keys_B, *, max_len: int, num_samples: int,
+                      with_greedy: bool = True, suppress_unk: bool = False, min_len: int = 0,
+                      bad_endings: Sequence[int] = ()):
+  """n samples per image at temperature 1 and its greedy caption, from one encoding and one scan.
+
+  Image b's samples are those of ``sample(model, params, <image b alone>, keys_B[b], ...)``
+  and its greedy row that of ``greedy(model, params, batch, ...)`` (equal tokens wherever the
+  model's arithmetic does not depend on how many rows a call has), but the image is encoded
+  once, its encoding repeated to n + 1 rows (n without the greedy row), and every row decoded
+  in the same ``lax.scan``: self-critical training's decode (:mod:`jaxcap.training.scst`) with
+  one encoder pass and one loop instead of two of each.
+
+  Args:
+    keys_B: one PRNG key per image (e.g. ``fold_in(rng, image_index)``).
+    with_greedy: also decode the greedy row (False: ``None`` in its place).
+    Other arguments as in :func:`sample` and :func:`greedy`.
+
+  Returns:
+    ``(DecodeOutput tokens [B, n, T], DecodeOutput tokens [B, T] or None)``.
+  """
+  _check_common(max_len, min_len)
+  if num_samples < 1:
+    raise ValueError(f"decode option num_samples: expected >= 1, got {num_samples}")
+  opts = _sample_opts(1.0, 0, 1.0, min_len=min_len, suppress_unk=suppress_unk,
+                      bad_endings=bad_endings)
+  return _sample_and_greedy_jit(model, params, batch, keys_B, opts, max_len=int(max_len),
+                                num_samples=int(num_samples), with_greedy=bool(with_greedy))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -77,7 +77,8 @@ NOT_RUN = [
      "--images on a run trained on a random-weights extraction"),
     (r"(^|\s)bash benchmarks/gpu_record\.sh",
      "the one-call GPU record (a GPU host, the PyTorch references in .anchors/): "
-     "tests/benchmarks/test_gpu_record.py runs it in its tiny CPU mode (SMALL=1) and collects it"),
+     "tests/benchmarks/test_gpu_record.py runs the 'Next GPU session' commands of docs/PERFORMANCE.md "
+     "as written in the script's tiny CPU mode (SMALL=1, OUT as the GPU host sets it) and collects them"),
     (r"^python benchmarks/report\.py --collect DIR",
      "DIR is what a GPU call of gpu_record.sh packed: tests/benchmarks/test_gpu_record.py collects "
      "the tiny CPU run's"),

@@ -46,7 +46,8 @@ def get_dataset(data_config) -> CaptionDataset:
     src_lang, tgt_lang, features_npy, text_only, test_split_file: Multi30k (see
       :mod:`jaxcap.data.multi30k`).
     num_train, num_val, num_test, seed, noise, attr_noise: synthetic_scenes sizes and knobs.
-    num_workers: grain worker processes of the training iterator (0: read in this process).
+    num_workers: grain worker processes of the training iterator (0: read in this process;
+      -1: chosen from this host's cores, :func:`jaxcap.data.pipeline.auto_workers`).
     validate_features: checked before the first step (jaxcap/training/validation.py): every
       feature file's header (shape, dtype; the arrays are not read) and boxes of the splits in
       use: ``all`` | ``sample`` (``validate_sample`` images per split, evenly spread: datasets

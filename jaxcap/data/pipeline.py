@@ -16,6 +16,7 @@ Dimension legend: B images per process batch, n images in the split, P processes
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Iterator
 
@@ -41,7 +42,19 @@ def _read_options(num_threads: int, prefetch: int):
   return grain.ReadOptions(num_threads=num_threads, prefetch_buffer_size=max(prefetch, num_threads))
 
 
+def auto_workers(cores: int | None = None) -> int:
+  """``data.num_workers = -1``: grain worker processes from this process's CPU cores — none
+  below 8 cores (threads suit small hosts better: measured on 2), else half the cores, at most
+  16, leaving the other half to the training process (its grain threads, the batches' device
+  copies of ``parallel.DevicePrefetch``, XLA's host threads). A rule, not a measurement."""
+  if cores is None:
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+  return 0 if cores < 8 else min(cores // 2, 16)
+
+
 def _maybe_multiprocess(ds, num_workers: int):
+  if num_workers < 0:
+    num_workers = auto_workers()
   if num_workers <= 0:
     return ds
   # grain 0.2.x workers read absl flags; an unparsed FLAGS object makes them fail to start.
@@ -100,7 +113,8 @@ class TrainIterator:
     drop_remainder: drop the short last batch of each epoch (else pad with ``valid=False``).
     num_threads: grain prefetch threads (0: batches are built on the calling thread).
     prefetch: batches buffered ahead.
-    num_workers: grain worker processes (0: none; threads suit 2-core hosts better).
+    num_workers: grain worker processes (0: none; threads suit 2-core hosts better; -1:
+      :func:`auto_workers`).
   """
 
   def __init__(self, source, batch_size: int, *, seed: int = 0, shard_index: int | None = None,

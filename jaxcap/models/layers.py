@@ -386,8 +386,55 @@ def embed_tokens(embed: nn.Embed, tokens, positions_table, offset=0, scale=True)
   return x + pos.astype(x.dtype)
 
 
-def output_logits(embed: nn.Embed, proj: nn.Module | None, x):
-  """Float32 word logits of ``x``: the output layer ``proj``, or the word embedding transposed
-  (tied output layer) when ``proj`` is None."""
-  y = embed.attend(x) if proj is None else proj(x)
+class PaddedDot:
+  """``lax.dot_general`` whose right operand's output (last) dimension is zero-padded to a
+  multiple of ``multiple`` for the product, and the padded columns sliced off the result.
+
+  The output layer's width is the vocabulary (e.g. 9,487), the one dimension of a captioner
+  that is no multiple of 8: on GPUs its three GEMMs (forward, and the two of the backward
+  pass) then run unaligned ("align1") kernels. Padding the weight's columns makes them aligned
+  GEMMs; the padded columns are zeros and are sliced off inside the layer, so the loss,
+  softmax, sampling and beam search never see them and the parameters keep their shape.
+  Hashable and compared by value, so a model holding one is a stable static argument of jit.
+  """
+
+  def __init__(self, multiple: int):
+    self.multiple = int(multiple)
+
+  def __eq__(self, other):
+    return isinstance(other, PaddedDot) and other.multiple == self.multiple
+
+  def __hash__(self):
+    return hash((PaddedDot, self.multiple))
+
+  def __repr__(self):
+    return f"PaddedDot({self.multiple})"
+
+  def __call__(self, lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None):
+    n = rhs.shape[-1]
+    pad = -n % self.multiple
+    rhs_padded = jnp.pad(rhs, [(0, 0)] * (rhs.ndim - 1) + [(0, pad)]) if pad else rhs
+    y = jax.lax.dot_general(lhs, rhs_padded, dimension_numbers, precision=precision,
+                            preferred_element_type=preferred_element_type)
+    return y[..., :n] if pad else y
+
+
+def output_dense(vocab_size: int, dtype, pad_multiple: int = 1, name: str | None = None) -> nn.Dense:
+  """The output layer ``nn.Dense(vocab_size)``; with ``pad_multiple > 1`` its product runs at
+  the width rounded up to that multiple (:class:`PaddedDot`), with the same parameters."""
+  dot = PaddedDot(pad_multiple) if pad_multiple > 1 else None
+  return nn.Dense(vocab_size, dtype=dtype, dot_general=dot, name=name)
+
+
+def output_logits(embed: nn.Embed, proj: nn.Module | None, x, pad_multiple: int = 1):
+  """Float32 word logits of ``x``: the output layer ``proj`` (built by :func:`output_dense`),
+  or the word embedding transposed (tied output layer) when ``proj`` is None, its product then
+  padded to ``pad_multiple`` columns like :func:`output_dense`'s."""
+  if proj is not None:
+    y = proj(x)
+  elif pad_multiple > 1:
+    query, table_VxD = embed.promote_dtype(x, embed.embedding, dtype=embed.dtype)
+    y = PaddedDot(pad_multiple)(query, table_VxD.T, (((query.ndim - 1,), (0,)), ((), ())))
+  else:
+    y = embed.attend(x)
   return y.astype(jnp.float32)

@@ -128,6 +128,10 @@ class TransformerCaptioner(TransformerSizes):
       reads into this model).
     layer_norm: ``"flax"`` (default) or ``"annotated"`` (self-critical.pytorch's layer norm:
       unbiased std, eps outside the root; :class:`layers.AnnotatedLayerNorm`).
+    vocab_pad_multiple: 1 (default) or e.g. 128: the output layer's product runs at the
+      vocabulary rounded up to this multiple (aligned GEMMs on GPUs; the padded columns are
+      zeros, sliced off inside the layer: the same logits and parameters,
+      :class:`layers.PaddedDot`).
     dtype: compute dtype; parameters stay float32, logits are float32.
     attention_impl: ``"einsum"`` (default), ``"xla"`` or ``"cudnn"``: how every attention layer
       runs (:mod:`jaxcap.models.layers`; the fused two do not drop out the attention weights,
@@ -142,8 +146,9 @@ class TransformerCaptioner(TransformerSizes):
   attention_impl: str = "einsum"
   norm_position: str = "post"
   layer_norm: str = "flax"
+  vocab_pad_multiple: int = 1
 
-  field_checks = dict(TransformerSizes.field_checks,
+  field_checks = dict(TransformerSizes.field_checks, vocab_pad_multiple=fields.POSITIVE,
                       region_activation=fields.one_of(REGION_ACTIVATIONS),
                       attention_impl=fields.one_of(layers.ATTENTION_IMPLEMENTATIONS),
                       norm_position=fields.one_of(layers.NORM_POSITIONS),
@@ -169,7 +174,7 @@ class TransformerCaptioner(TransformerSizes):
     if self.norm_position == "pre":
       self.dec_final_norm = layers.make_layer_norm(self.layer_norm, self.dtype)
     if not self.share_embeddings:
-      self.logits_proj = nn.Dense(self.vocab_size, dtype=self.dtype)
+      self.logits_proj = layers.output_dense(self.vocab_size, self.dtype, self.vocab_pad_multiple)
     self.positions = layers.sinusoidal_positions(self.max_len + 2, self.dim)
 
   def encode(self, batch, train: bool = False):
@@ -185,7 +190,8 @@ class TransformerCaptioner(TransformerSizes):
   def _logits(self, x):
     if self.norm_position == "pre":
       x = self.dec_final_norm(x)
-    return layers.output_logits(self.embed, None if self.share_embeddings else self.logits_proj, x)
+    return layers.output_logits(self.embed, None if self.share_embeddings else self.logits_proj, x,
+                                self.vocab_pad_multiple)
 
   def decode_train(self, enc, tokens_BxT, train: bool = False, group: int = 1):
     """Teacher-forced logits ``[B, T, V]``; with ``group > 1``, ``enc`` holds B / group images

@@ -12,6 +12,10 @@ counted as a word as self-critical.pytorch does; then the loss
 and divided by their number (self-critical.pytorch's normalisation), plus the model's own
 ``extra_loss`` (e.g. AAT's attention-time cost, eq. 17), and the optimiser update. No host
 callback and no device-to-host transfer: the rewards equal the host scorer's to ~1e-6.
+``scst.fused_decode = True`` decodes the samples and the greedy captions together: one
+encoder pass over the batch (the cross-attention keys and values computed once) and one
+``lax.scan`` over n + 1 rows per image, the same tokens from the same keys
+(:func:`jaxcap.decoding.sample_and_greedy`); False (default) keeps the two decodes.
 
 ``scst.reward = "host"`` (the checking option, and the only one for ``bleu_weight > 0``): the
 samples go to the host, the reward is :class:`Rewarder` (NumPy CIDEr-D of
@@ -121,13 +125,25 @@ def baseline_rewards(sample_r_Bxn, greedy_r_B, kind: str, xp=np):
   raise ValueError(f"config field scst.baseline: expected 'greedy' or 'mean', got {kind!r}")
 
 
-def sample_with_baseline(model, params, batch, rng, *, max_len: int, num_samples: int, baseline: str):
+def sample_with_baseline(model, params, batch, rng, *, max_len: int, num_samples: int, baseline: str,
+                         fused_decode: bool = False):
   """Step 1 (pure; jit it): ``(samples [B, n, T], greedy [B, T] or None)``.
 
   Each image samples with its own key ``fold_in(rng, image_index)``
   (:func:`jaxcap.training.steps.map_examples`), so its samples do not depend on its row in the
   process / device layout. The greedy captions are decoded only for the ``"greedy"`` baseline.
+
+  Args:
+    fused_decode: False: the samples (one encoding per image) and the greedy captions (a
+      second encoding of the batch) are two decodes, two loops; True: one encoding and one
+      loop over n + 1 rows per image (:func:`jaxcap.decoding.sample_and_greedy`), the same
+      tokens with the same keys.
   """
+  if fused_decode:
+    samples, greedy = decoding.sample_and_greedy(
+        model, params, batch, steps.per_example_keys(rng, batch), max_len=max_len,
+        num_samples=num_samples, with_greedy=baseline == "greedy")
+    return samples.tokens, greedy.tokens if greedy is not None else None
   sample_one = lambda ex, key: decoding.sample(model, params, ex, key, max_len=max_len,
                                                num_samples=num_samples).tokens[0]
   samples_BxnxT = steps.map_examples(sample_one, batch, rng)
@@ -251,14 +267,15 @@ def make_device_reward(trainer):
   return arrays, dict(vocab_size=scorer.vocab_size, options=options)
 
 
-def scst_device_step(state, batch, reward: DeviceReward, *, model, max_len: int, num_samples: int,
-                     baseline: str, cider_weight: float, vocab_size: int, options,
-                     dropout: bool = False):
-  """One whole SCST step on the device (pure; jitted by :func:`make_scst_step`): sample (+
-  greedy), device CIDEr-D, advantages, guarded update. Returns ``(state, metrics)``."""
-  rng = jax.random.fold_in(jax.random.fold_in(state.rng, state.step), 7)
-  samples_BxnxT, greedy_BxT = sample_with_baseline(model, state.params, batch, rng, max_len=max_len,
-                                                   num_samples=num_samples, baseline=baseline)
+def device_advantages(batch, samples_BxnxT, greedy_BxT, reward: DeviceReward, *, baseline: str,
+                      cider_weight: float, vocab_size: int, options):
+  """Step 2 on the device (pure): the CIDEr-D rewards of the samples (and greedy captions)
+  against their images' references, the baselines and ``r(w^s) - b``.
+
+  Returns:
+    ``(advantage float32 [B, n], sample rewards [B, n], baselines [B, n], greedy rewards [B]
+    or None)``.
+  """
   b, n, t = samples_BxnxT.shape
   image_B = batch["image_index"].astype(jnp.int32)
   # Only this batch's references: candidates index rows 0..B-1 of the gathered set.
@@ -272,6 +289,22 @@ def scst_device_step(state, batch, reward: DeviceReward, *, model, max_len: int,
     r_greedy_B = cider_weight * score(greedy_BxT, jnp.arange(b, dtype=jnp.int32))
   base_Bxn = baseline_rewards(r_sample_Bxn, r_greedy_B, baseline, xp=jnp)
   adv_Bxn = jax.lax.stop_gradient(r_sample_Bxn - base_Bxn).astype(jnp.float32)
+  return adv_Bxn, r_sample_Bxn, base_Bxn, r_greedy_B
+
+
+def scst_device_step(state, batch, reward: DeviceReward, *, model, max_len: int, num_samples: int,
+                     baseline: str, cider_weight: float, vocab_size: int, options,
+                     dropout: bool = False, fused_decode: bool = False):
+  """One whole SCST step on the device (pure; jitted by :func:`make_scst_step`): sample (+
+  greedy; one decode with ``fused_decode``), device CIDEr-D, advantages, guarded update.
+  Returns ``(state, metrics)``."""
+  rng = jax.random.fold_in(jax.random.fold_in(state.rng, state.step), 7)
+  samples_BxnxT, greedy_BxT = sample_with_baseline(model, state.params, batch, rng, max_len=max_len,
+                                                   num_samples=num_samples, baseline=baseline,
+                                                   fused_decode=fused_decode)
+  adv_Bxn, r_sample_Bxn, base_Bxn, r_greedy_B = device_advantages(
+      batch, samples_BxnxT, greedy_BxT, reward, baseline=baseline, cider_weight=cider_weight,
+      vocab_size=vocab_size, options=options)
   state, metrics = guard.guarded(scst_grad_step)(state, batch, samples_BxnxT, adv_Bxn, model=model,
                                                  dropout=dropout)
   metrics = dict(metrics, reward=r_sample_Bxn.mean(), baseline=base_Bxn.mean())
@@ -302,7 +335,8 @@ def make_scst_step(trainer, reward_fn=None):
   max_len = config.decode.max_len
 
   sample_fn = functools.partial(sample_with_baseline, model, max_len=max_len,
-                                num_samples=sc.num_samples, baseline=sc.baseline)
+                                num_samples=sc.num_samples, baseline=sc.baseline,
+                                fused_decode=_fused_decode(sc))
   sample_jit = jax.jit(sample_fn, in_shardings=(repl, data, None), out_shardings=(data, data))
   dropout = bool(sc.dropout)
   grad_jit = jax.jit(functools.partial(guard.guarded(scst_grad_step), model=model, dropout=dropout),
@@ -340,6 +374,11 @@ def make_scst_step(trainer, reward_fn=None):
   return step
 
 
+def _fused_decode(scst_config) -> bool:
+  """``scst.fused_decode``; False (two decodes) for a config made before the field existed."""
+  return bool(scst_config.get("fused_decode", False))
+
+
 def _make_device_step(trainer):
   config, model, mesh = trainer.config, trainer.model, trainer.mesh
   sc = config.scst
@@ -348,7 +387,7 @@ def _make_device_step(trainer):
   fn = functools.partial(scst_device_step, model=model, max_len=config.decode.max_len,
                          num_samples=sc.num_samples, baseline=sc.baseline,
                          cider_weight=float(sc.cider_weight), dropout=bool(sc.dropout),
-                         **static)
+                         fused_decode=_fused_decode(sc), **static)
   step_jit = jax.jit(fn, in_shardings=(repl, data, repl), out_shardings=(repl, repl),
                      donate_argnums=0)
 

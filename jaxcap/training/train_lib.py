@@ -26,6 +26,7 @@ from jaxcap.evaluation import coco_metrics
 from jaxcap.models import registry
 from jaxcap.models.base import shift_right
 from jaxcap.training import checkpoint as ckpt_lib
+from jaxcap.training import dropout as dropout_lib
 from jaxcap.training import memory, preemption
 from jaxcap.training import guard as guard_lib
 from jaxcap.training import optim, parallel, steps, validation
@@ -75,6 +76,7 @@ class Trainer:
   def _xe_step(self):
     fn = guard_lib.guarded(functools.partial(steps.train_step, model=self.model,
                                              label_smoothing=self.config.label_smoothing))
+    fn = dropout_lib.with_dropout_bits(fn, self.dropout_bits)
     repl, data = parallel.replicated(self.mesh), parallel.batch_sharding(self.mesh)
     if self.config.scheduled_sampling.start_epoch >= 0:
       return jax.jit(lambda s, b, p: fn(s, b, ss_prob=p), in_shardings=(repl, data, repl),
@@ -84,7 +86,12 @@ class Trainer:
 
   @functools.cached_property
   def _scst_step(self):  # built at the first SCST step: the reward reads the training references
-    return scst.make_scst_step(self)
+    # Its jitted functions are traced at their first call, inside this wrapper.
+    return dropout_lib.with_dropout_bits(scst.make_scst_step(self), self.dropout_bits)
+
+  @property
+  def dropout_bits(self) -> int:
+    return self.config.get("dropout_bits", 32)  # absent from configs saved before it existed
 
   def train_step(self, state, batch, step: int):
     """One jitted step of the run's phase at ``step``: self-critical from

@@ -33,6 +33,7 @@ from jaxcap.data import base, complete_data_config
 from jaxcap.data import batch as batch_lib
 from jaxcap.data import readers as data_readers
 from jaxcap.models import fields, registry
+from jaxcap.training.dropout import DROPOUT_BITS
 from jaxcap.training.steps import PRNG_IMPLS
 
 _MISSING = object()
@@ -61,6 +62,7 @@ CHECKS = {
     "schedule": fields.one_of(("noam", "step", "constant")),
     "best_metric": fields.one_of(("CIDEr", "Bleu_4")), "test_split": fields.one_of(base.SPLITS),
     "nonfinite": fields.one_of(("stop", "skip")), "prng_impl": fields.one_of(PRNG_IMPLS),
+    "dropout_bits": fields.one_of(DROPOUT_BITS),
     "test_after_training": fields.BOOL, "spice": fields.BOOL, "init_from": fields.STRING,
     # data
     "data.name": fields.one_of(data_readers.NAMES), "data.max_len": fields.POSITIVE,
@@ -71,9 +73,10 @@ CHECKS = {
     "data.degenerate_boxes": fields.one_of(("error", "allow")),
     "data.missing_boxes": fields.one_of(("error", "whole_image")),
     "data.task": fields.one_of(("caption", "translate")),
-    "data.num_workers": fields.Check(lambda v: fields.is_int(v) and 0 <= v <= MAX_WORKERS,
-                                     f"an int in [0, {MAX_WORKERS}] (0: read in the training "
-                                     f"process; at most 4 per core of this host's {MAX_WORKERS // 4})"),
+    "data.num_workers": fields.Check(lambda v: fields.is_int(v) and -1 <= v <= MAX_WORKERS,
+                                     f"an int in [-1, {MAX_WORKERS}] (0: read in the training "
+                                     f"process; -1: chosen from the host's cores; at most 4 per "
+                                     f"core of this host's {MAX_WORKERS // 4})"),
     # decoding
     "decode.method": fields.one_of(decoding.METHODS), "decode.beam_size": fields.POSITIVE,
     "decode.beam_mode": fields.one_of(decoding.BEAM_MODES), "decode.max_len": fields.POSITIVE,
@@ -89,6 +92,7 @@ CHECKS = {
     "scst.reward": fields.one_of(("device", "host")),
     "scst.baseline": fields.one_of(("greedy", "mean")),
     "scst.cider_compat": fields.one_of(("jaxcap", "self_critical")), "scst.dropout": fields.BOOL,
+    "scst.fused_decode": fields.BOOL,
     "scst.bleu_weight": fields.finite(0.0), "scst.cider_weight": fields.finite(0.0),
     "scst.start_step": _STEP_OR_NEVER, "scst.start_epoch": _STEP_OR_NEVER,
 }

@@ -95,3 +95,31 @@ def test_a_traced_step_is_attributed_to_the_parts_of_the_model(tmp_path):
 def test_parse_overrides_converts_numbers_and_booleans():
   assert common.parse_overrides("dim=64, dropout=0.1,share_embeddings=false,modalities=text,") == {
       "dim": 64, "dropout": 0.1, "share_embeddings": False, "modalities": "text"}
+
+
+def _compiled_text(fn, *args):
+  import jax
+  return jax.jit(fn).lower(*args).compile().as_text()
+
+
+def test_program_kernels_counts_the_programs_kernels_and_conversions():
+  import jax
+  import jax.numpy as jnp
+  x, w = jnp.ones((8, 4)), jnp.ones((4, 4))
+  one = common.program_kernels(_compiled_text(lambda x: jnp.tanh(x).sum(), x))
+  assert one == {"kernels": 1, "converts": 0}  # one reduce fusion
+  # Two independent products: more kernels; bfloat16 operands: conversions among them.
+  two = common.program_kernels(_compiled_text(lambda x, w: (x @ w, jnp.tanh(x.T @ x)), x, w))
+  assert two["kernels"] >= 2 and two["converts"] == 0
+  cast = common.program_kernels(_compiled_text(
+      lambda x, w: (x.astype(jnp.bfloat16) @ w.astype(jnp.bfloat16)).astype(jnp.float32).sum(), x, w))
+  assert cast["converts"] >= 1 and cast["kernels"] >= cast["converts"] + 1
+
+  # A loop body's kernels count once, whatever the trip count; they do count.
+  def loop(n):
+    def f(x):
+      y, _ = jax.lax.scan(lambda c, _: (jnp.sin(c) * 2 + 1, None), x, None, length=n)
+      return y.sum()
+    return common.program_kernels(_compiled_text(f, x))["kernels"]
+  assert loop(3) == loop(30) > one["kernels"]
+  assert common.program_kernels("not hlo") == {"kernels": 0, "converts": 0}

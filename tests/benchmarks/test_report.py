@@ -23,6 +23,7 @@ def _row(**kw):
 
 
 _REFS = {"env": {"torch": "2.11.0", "gpu": "NVIDIA H100 80GB HBM3"},
+         "setup": {"train_imgs": 50, "decode_imgs": 100},
          "TransformerModel": {"train_fp32_mask": {"img_per_s": 640.0}, "train_bf16_mask": {"img_per_s": 653.0},
                               "beam3_fp32": {"img_per_s": 266.0}, "greedy_fp32": {"img_per_s": 600.0}},
          "UpDownModel": {"train_fp32_mask": {"error": "Traceback ..."}}}
@@ -32,7 +33,7 @@ def _h100(**kw):
   rec = {"environment": {"device_kind": "NVIDIA H100 80GB HBM3", "device_count": 1, "platform": "gpu",
                          "date": "2026-11-23T10:00:00Z", "jax": "0.11.2", "cuda": {"cuda_runtime": 12080},
                          "git_commit": "abcdef1234567"},
-         "rows": [_row(), _row(what="beam", beam=3, images_per_s=2660.0, mfu=None), _row(model="eta"),
+         "rows": [_row(), _row(what="beam", beam=3, batch=100, images_per_s=2660.0, mfu=None), _row(model="eta"),
                   _row(model="lstm")]}
   rec.update(kw)
   return rec
@@ -131,7 +132,8 @@ def test_a_second_call_the_same_day_gets_its_own_file_and_the_summary_merges_the
   """Two leases of one device on one day: the second call's records do not overwrite the first's,
   and README's summary takes each cell from the newest record that has it, naming an older one."""
   dest = tmp_path / "results"
-  for name, date, rows in (("a", "2026-11-23T10:00:00Z", [_row(), _row(what="beam", beam=3, images_per_s=2660.0)]),
+  for name, date, rows in (("a", "2026-11-23T10:00:00Z", [_row(), _row(what="beam", beam=3, batch=100,
+                                                                       images_per_s=2660.0)]),
                            ("b", "2026-11-23T16:12:20Z", [_row(images_per_s=4000.0), _row(model="tpgn")])):
     src = tmp_path / name
     src.mkdir()
@@ -149,3 +151,59 @@ def test_a_second_call_the_same_day_gets_its_own_file_and_the_summary_merges_the
   assert line == "| transformer | 4,000 (6.1×) | – | – | 2,660 (10.0×) [2] | – |", line
   assert "[2] **NVIDIA H100" in text and "nvidia_h100_80gb_hbm3_2026-11-23.json" in text
   assert [l for l in text.splitlines() if l.startswith("| tpgn")]
+
+
+def test_a_ratio_compares_only_equal_batch_sizes(tmp_path):
+  """The reference trains at 50 images and decodes at 100: a jaxcap row at another batch size gets
+  no ratio (images/s at 200 or 800 images per step over the reference's 50-image rate is not a
+  comparison of the same work)."""
+  rec = _h100(references="refs.json", rows=[_row(dtype="bfloat16"), _row(dtype="bfloat16", batch=200, images_per_s=8000.0),
+                                              _row(what="beam", beam=3, batch=100, images_per_s=2660.0),
+                                              _row(what="beam", beam=3, batch=50, images_per_s=2000.0)])
+  (tmp_path / "h100.json").write_text(json.dumps(rec))
+  (tmp_path / "refs.json").write_text(json.dumps(_REFS))
+  lines = [l for l in report.render(report.load_records(str(tmp_path))).splitlines() if l.startswith("| transformer")]
+  assert "5.0× (653 bf16_mask)" in lines[0]
+  assert lines[1].endswith("| – |") and "×" not in lines[1], lines[1]
+  assert "10.0× (266 fp32)" in lines[2]
+  assert lines[3].endswith("| – |") and "×" not in lines[3], lines[3]
+
+
+def test_the_transformer_gets_a_per_flop_ratio_and_the_lstm_a_different_model_label(tmp_path):
+  """The reference Transformer encodes each image once per caption (about twice jaxcap's FLOPs per
+  image): its ratio has a per-FLOP one beside it. UpDown is not jaxcap's lstm: that ratio says so."""
+  refs = dict(_REFS, UpDownModel={"params_M": 52.125, "train_tf32_mask": {"img_per_s": 1000.0}})
+  shapes = {"regions": 36, "feat_dim": 2048, "vocab": 9487, "words": 16, "captions_per_image": 5}
+  rec = _h100(references="refs.json", shapes=shapes,
+              rows=[_row(gflop_per_image=18.83), _row(model="lstm", images_per_s=6000.0, gflop_per_image=4.44)])
+  (tmp_path / "h100.json").write_text(json.dumps(rec))
+  (tmp_path / "refs.json").write_text(json.dumps(refs))
+  records = report.load_records(str(tmp_path))
+  text = report.render(records)
+  line = [l for l in text.splitlines() if l.startswith("| transformer")][0]
+  per_flop = 3265.0 / 653.0 * 18.83 / report.REFERENCE_TRAIN_GFLOP["transformer"]
+  assert line.endswith(f"| 5.0× (653 bf16_mask); {per_flop:.1f}× per FLOP |"), line
+  line = [l for l in text.splitlines() if l.startswith("| lstm")][0]
+  assert line.endswith("| 6.0× (1,000 tf32_mask) vs UpDown (different model: 15 M vs 52 M parameters) |"), line
+  summary = report.render_summary(records)
+  assert f"| transformer | 3,265 (5.0×, {per_flop:.1f}× per FLOP) |" in summary
+  assert "| lstm | 6,000 (6.0×†) |" in summary and "†: lstm vs UpDown (different model" in summary
+
+
+def test_collect_of_a_call_with_only_own_record_parts(tmp_path):
+  """A call whose parts all keep records of their own (``ONLY=t11``: train.py's loop) writes that
+  record, and the precompile count the script wrote names the concurrency of a run.py record."""
+  src, dest = tmp_path / "src", tmp_path / "results"
+  src.mkdir()
+  env = _h100()["environment"]
+  loop = {"source": "npz", "model": "transformer", "dtype": "float32", "steps": 60, "workers": 8, "batch": 50,
+          "loop_images_per_s": 2500.0, "step_images_per_s": 2900.0, "loop_over_step": 0.86}
+  (src / "t11.json").write_text(json.dumps({"benchmark": "benchmarks/input_pipeline.py", "argv": [],
+                                            "environment": env, "rows": [loop]}))
+  written = report.collect(str(src), str(dest))
+  assert [os.path.basename(p) for p in written] == ["input_pipeline_nvidia_h100_80gb_hbm3_2026-11-23.json"]
+  (src / "t1.json").write_text(json.dumps({"argv": ["t1"], "environment": env, "rows": [_row()]}))
+  (src / "precompile_processes").write_text("5\n")
+  report.collect(str(src), str(dest))
+  rec = json.loads((dest / "nvidia_h100_80gb_hbm3_2026-11-23.json").read_text())
+  assert rec["compile_note"].endswith("5 processes compiling at once")

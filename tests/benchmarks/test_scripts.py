@@ -203,9 +203,41 @@ def test_a_failing_row_is_recorded_and_the_other_rows_go_on(tmp_path, monkeypatc
   bench_run.main(["--models", "show_tell", "--what", "greedy,train", "--set", "hidden_dim=16,embed_dim=16",
                   *[a.format(tmp=tmp_path) for a in _TINY_RUN]])
   rows = json.loads(out.read_text())["rows"]
-  assert rows[0] == {"model": "show_tell", "what": "greedy", "dtype": "float32", "batch": 8, "reward": None,
-                     "error": "RuntimeError: RESOURCE_EXHAUSTED: out of memory"}
+  import report
+  assert {k: rows[0][k] for k in ("model", "what", "dtype", "batch", "reward", "error")} == {
+      "model": "show_tell", "what": "greedy", "dtype": "float32", "batch": 8, "reward": None,
+      "error": "RuntimeError: RESOURCE_EXHAUSTED: out of memory"}
+  assert {k: rows[0][k] for k in report.VARIANT_FIELDS} == dict(  # the run's variant, as on a measured row
+      dict.fromkeys(report.VARIANT_FIELDS), layers=1, overrides="hidden_dim=16,embed_dim=16")
   assert rows[1]["what"] == "train" and rows[1]["images_per_s"] > 0
+
+
+@pytest.mark.slow
+def test_a_failed_variant_row_keeps_its_variant_fields(tmp_path, monkeypatch):
+  """A variant that fails (a cuDNN attention row, a flattened optimizer, no dropout) is recorded
+  with the same variant fields as a measured row, so the table names the variant that failed
+  rather than showing the plain step as failed."""
+  import json
+  sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+  import report
+  import run as bench_run
+
+  def broken(*a, **k):
+    raise RuntimeError("cuDNN: no supported kernel")
+
+  monkeypatch.setattr(bench_run, "bench_train", broken)
+  bench_run.main(["--models", "show_tell", "--what", "train", "--set", "hidden_dim=16,embed_dim=16",
+                  "--dropout", "0", "--optimizer", "flat_adam", *[a.format(tmp=tmp_path) for a in _TINY_RUN]])
+  rec = json.loads((tmp_path / "bench.json").read_text())
+  (row,) = rec["rows"]
+  assert {k: row[k] for k in report.VARIANT_FIELDS} == dict(
+      dict.fromkeys(report.VARIANT_FIELDS), dropout=0.0, optimizer="flat_adam", layers=1,
+      overrides="hidden_dim=16,embed_dim=16"), row
+  assert row["error"] == "RuntimeError: cuDNN: no supported kernel"
+  rec["_file"] = "bench.json"
+  line = [l for l in report.record_table(rec).splitlines() if l.startswith("| show_tell")][0]
+  assert line.startswith("| show_tell | train, dropout 0.0, optimizer flat_adam, layers 1, overrides "
+                         "hidden_dim=16,embed_dim=16 | float32 | 8 | failed: RuntimeError: cuDNN"), line
 
 
 def _scatter_add_dtypes(embed_module) -> set:

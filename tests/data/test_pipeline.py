@@ -172,3 +172,15 @@ def test_threaded_and_inline_iterators_agree(ds):
   for x, y in zip(a, b):
     for k in x:
       np.testing.assert_array_equal(x[k], y[k])
+
+
+def test_auto_workers_from_the_host_cores(ds, monkeypatch):
+  assert [pipeline.auto_workers(c) for c in (1, 2, 7, 8, 16, 64)] == [0, 0, 0, 4, 8, 16]
+  # -1 reads as the host's choice: on a 2-core host, in this process, the same batches as 0.
+  monkeypatch.setattr(pipeline, "auto_workers", lambda cores=None: 0)
+  src = ds.split("train")
+  a = _take(pipeline.make_train_iterator(src, 4, shard_index=0, shard_count=1, num_workers=-1), 2)
+  b = _take(pipeline.make_train_iterator(src, 4, shard_index=0, shard_count=1, num_workers=0), 2)
+  for x, y in zip(a, b):
+    for k in x:
+      np.testing.assert_array_equal(x[k], y[k])

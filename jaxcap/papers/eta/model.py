@@ -265,6 +265,8 @@ class ETACaptioner(TransformerSizes):
     force_gate: None (the learnt gate) or a constant that replaces the GBC gate c at
       inference (functional ablation; see the module docstring).
     dtype: compute dtype; logits are float32.
+    vocab_pad_multiple: the output layer's product at the vocabulary rounded up to this
+      multiple (as the Transformer's field: the same logits, aligned GEMMs on GPUs).
   """
 
   variant: str = "eta"
@@ -274,8 +276,10 @@ class ETACaptioner(TransformerSizes):
   share_embeddings: bool = False
   force_gate: float | None = None
   dtype: Any = jnp.float32
+  vocab_pad_multiple: int = 1
 
   field_checks = dict(TransformerSizes.field_checks, variant=fields.one_of(VARIANTS),
+                      vocab_pad_multiple=fields.POSITIVE,
                       gbc_activation=fields.one_of(tuple(ACTIVATIONS)))
 
   def required_inputs(self) -> tuple[str, ...]:
@@ -289,11 +293,12 @@ class ETACaptioner(TransformerSizes):
           self.vocab_size, self.max_len, self.dim,
           self.num_layers if self.visual_encoder else 0, self.num_dec_layers, self.num_heads,
           self.ff_dim, self.dropout, self.share_embeddings, self.dtype,
-          region_activation="linear")  # Transformer_v with ETA's linear projection (sec. 4.1)
+          region_activation="linear", vocab_pad_multiple=self.vocab_pad_multiple)  # Transformer_v with ETA's linear projection (sec. 4.1)
       self.member_s = ETACaptioner(
           self.vocab_size, self.max_len, self.dim, self.num_layers, self.num_dec_layers,
           self.num_heads, self.ff_dim, self.dropout, "transformer_s", self.gbc_activation,
-          self.visual_encoder, self.semantic_encoder, self.share_embeddings, None, self.dtype)
+          self.visual_encoder, self.semantic_encoder, self.share_embeddings, None, self.dtype,
+          self.vocab_pad_multiple)
       return
     self.use_v, self.use_s = uses_modalities(self.variant)
     if self.use_v:
@@ -309,7 +314,7 @@ class ETACaptioner(TransformerSizes):
                         self.gbc_activation, self.force_gate, self.dtype)
         for _ in range(self.num_dec_layers)]
     if not self.share_embeddings:
-      self.logits_proj = nn.Dense(self.vocab_size, dtype=self.dtype)
+      self.logits_proj = layers.output_dense(self.vocab_size, self.dtype, self.vocab_pad_multiple)
     self.positions = layers.sinusoidal_positions(self.max_len + 2, self.dim)
 
   # --- encoder ----------------------------------------------------------------------------
@@ -341,7 +346,8 @@ class ETACaptioner(TransformerSizes):
     return {"v": enc.get("v_mask"), "s": enc.get("s_mask")}
 
   def _logits(self, x):
-    return layers.output_logits(self.embed, None if self.share_embeddings else self.logits_proj, x)
+    return layers.output_logits(self.embed, None if self.share_embeddings else self.logits_proj, x,
+                                self.vocab_pad_multiple)
 
   # --- decoder ----------------------------------------------------------------------------
 
