@@ -22,6 +22,7 @@ compute the same function.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -386,6 +387,7 @@ def embed_tokens(embed: nn.Embed, tokens, positions_table, offset=0, scale=True)
   return x + pos.astype(x.dtype)
 
 
+@dataclasses.dataclass(frozen=True)
 class PaddedDot:
   """``lax.dot_general`` whose right operand's output (last) dimension is zero-padded to a
   multiple of ``multiple`` for the product, and the padded columns sliced off the result.
@@ -395,20 +397,11 @@ class PaddedDot:
   pass) then run unaligned ("align1") kernels. Padding the weight's columns makes them aligned
   GEMMs; the padded columns are zeros and are sliced off inside the layer, so the loss,
   softmax, sampling and beam search never see them and the parameters keep their shape.
-  Hashable and compared by value, so a model holding one is a stable static argument of jit.
+  Frozen (hashed and compared by value), so a model holding one is a stable static argument
+  of jit.
   """
 
-  def __init__(self, multiple: int):
-    self.multiple = int(multiple)
-
-  def __eq__(self, other):
-    return isinstance(other, PaddedDot) and other.multiple == self.multiple
-
-  def __hash__(self):
-    return hash((PaddedDot, self.multiple))
-
-  def __repr__(self):
-    return f"PaddedDot({self.multiple})"
+  multiple: int
 
   def __call__(self, lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None):
     n = rhs.shape[-1]

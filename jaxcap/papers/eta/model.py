@@ -293,7 +293,8 @@ class ETACaptioner(TransformerSizes):
           self.vocab_size, self.max_len, self.dim,
           self.num_layers if self.visual_encoder else 0, self.num_dec_layers, self.num_heads,
           self.ff_dim, self.dropout, self.share_embeddings, self.dtype,
-          region_activation="linear", vocab_pad_multiple=self.vocab_pad_multiple)  # Transformer_v with ETA's linear projection (sec. 4.1)
+          # Transformer_v with ETA's linear projection (sec. 4.1)
+          region_activation="linear", vocab_pad_multiple=self.vocab_pad_multiple)
       self.member_s = ETACaptioner(
           self.vocab_size, self.max_len, self.dim, self.num_layers, self.num_dec_layers,
           self.num_heads, self.ff_dim, self.dropout, "transformer_s", self.gbc_activation,
