@@ -25,7 +25,7 @@ train: $(STAMP)
 
 # The default test suite (what .ci/run runs), in WORKERS processes (pytest-xdist), each test
 # file on one worker (module fixtures are shared within a file). WORKERS=0 runs in this process.
-# A worker that dies (an XLA CPU compile once segfaulted in CI) is not replaced: with loadfile
+# A worker that dies is not replaced: with loadfile
 # scheduling a replaced worker can wait forever for work (pytest-xdist #784); this way the run
 # fails at once and names the test that was running.
 WORKERS ?= 2

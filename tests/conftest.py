@@ -23,3 +23,18 @@ def shared_data():
   if not SHARED_DATA.exists():
     pytest.skip(f"{SHARED_DATA} is absent")
   return SHARED_DATA
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _release_compiled_programs():
+  """Drops JAX's compiled programs after each test file.
+
+  XLA's CPU backend maps a few memory regions per compiled kernel and frees them only with the
+  executable; JAX's caches keep every executable for the life of the process. One pytest worker
+  running half the suite reached Linux's limit of 65,530 regions per process
+  (vm.max_map_count), where thread creation fails ("can't start new thread") and XLA's next
+  compile segfaults. A program used by several files is compiled again in each (seconds).
+  """
+  yield
+  import jax  # noqa: PLC0415
+  jax.clear_caches()
