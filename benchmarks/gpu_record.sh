@@ -101,7 +101,7 @@ quick_of() { if [[ $1 == @pipeline* ]]; then echo "--batches 2 --threads 0"; els
 # Precompile groups, one process each, all at once (a paper-sized compile takes 10-130 s),
 # items "part[:model]".
 PRECOMPILE=("d1" "d2" "d3" "d4" "d5" "d6" "d7" "d8" "d9" "d10")
-# ONLY=t5,t9 keeps those parts (a later call for the rows an earlier one did not reach)
+# ONLY=d7,d8 keeps those parts (a later call for the rows an earlier one did not reach)
 if [[ -n "${ONLY:-}" ]]; then
   keep=(); for p in "${PARTS[@]}"; do [[ ",$ONLY," == *",${p%%|*},"* ]] && keep+=("$p"); done; PARTS=("${keep[@]}")
   keep=(); for g in "${PRECOMPILE[@]}"; do

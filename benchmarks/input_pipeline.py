@@ -41,16 +41,9 @@ sys.path.insert(0, os.path.join(_REPO, "benchmarks"))
 import common  # noqa: E402
 from jaxcap import atomic, data  # noqa: E402
 from jaxcap.data import base, pipeline  # noqa: E402
-from jaxcap.cli import nonnegative_int, positive_int  # noqa: E402  (one-line errors for bad sizes)
+from jaxcap.cli import nonnegative_int, positive_int, workers_int  # noqa: E402  (one-line errors for bad sizes)
 
 N, D = 36, 2048
-
-
-def _workers(text: str) -> int:
-  """``--loop_workers``: an int >= -1 (argparse names the flag when this raises)."""
-  if text.strip().lstrip("-").isdigit() and int(text) >= -1:
-    return int(text)
-  raise argparse.ArgumentTypeError(f"expected an int >= -1 (-1: chosen from the host's cores), got {text!r}")
 VAL_IMAGES = 8  # the loop validates once, after its last step
 
 
@@ -164,7 +157,7 @@ def main(argv=None):
   ap.add_argument("--model", default="transformer", help="the loop's registered model")
   ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
   ap.add_argument("--set", default="", help="the loop's model field overrides, e.g. dim=64,num_layers=1")
-  ap.add_argument("--loop_workers", type=_workers, default=0,
+  ap.add_argument("--loop_workers", type=workers_int, default=0,
                   help="the loop's grain worker processes (data.num_workers; 0: threads of this process, "
                   "which share its GIL with the step's dispatch; -1: chosen from the host's cores)")
   ap.add_argument("--out", default="", help="also write the rows as a JSON record (device, versions, commit)")

@@ -377,7 +377,7 @@ def summary_table(recs: list[dict]) -> str:
   head = _head(recs[0]) + "".join(f"\n\n[{i + 1}] " + _head(recs[i]) for i in used if i)
   lines = [head, "",
            "| model | train f32 | train bf16 | greedy | beam-3 | SCST (device reward) |", "|---|" + "---:|" * 5]
-  labelled = set()
+  labelled = {}  # model -> the label of its ratio (another reference model)
   for m in models:
     cells = []
     for what, dtype, reward in cols:
@@ -387,7 +387,8 @@ def summary_table(recs: list[dict]) -> str:
       i, rec, r = first[(m, what, dtype, reward)]
       ratio = ratio_parts(rec, r)
       if ratio:
-        labelled.update([m] if ratio["label"] else [])
+        if ratio["label"]:
+          labelled.setdefault(m, ratio["label"])
         ratio = (f"{ratio['x']:.1f}×" + (f", {ratio['per_flop']:.1f}× per FLOP" if ratio["per_flop"] else "")
                  + ("†" if ratio["label"] else ""))
       cells.append(f"{_fmt(r['images_per_s'], 0)}" + (f" ({ratio})" if ratio else "")
@@ -399,21 +400,10 @@ def summary_table(recs: list[dict]) -> str:
                + " images per call; (n×): against the PyTorch reference's fastest setting measured in the "
                "same call at the same batch size; per FLOP: that ratio times jaxcap's FLOPs per image over "
                "the reference's; "
-               + "".join(f"†: {m} {_label(m, recs)}; " for m in sorted(labelled))
+               + "".join(f"†: {m} {labelled[m]}; " for m in sorted(labelled))
                + "[n]: a row the newest record lacks, from the earlier record [n]; every row, the "
                "references and the profile: docs/PERFORMANCE.md.")
   return "\n".join(lines)
-
-
-def _label(model: str, recs: list[dict]) -> str:
-  """The label of ``model``'s ratio (another reference model), from the first of ``recs`` that has one."""
-  for rec in recs:
-    for r in rec["rows"]:
-      if r["model"] == model:
-        parts = ratio_parts(rec, r)
-        if parts and parts["label"]:
-          return parts["label"]
-  return ""
 
 
 def _notes(r: dict) -> str:

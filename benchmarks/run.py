@@ -89,6 +89,7 @@ import common  # noqa: E402
 from jaxcap import atomic  # noqa: E402
 from jaxcap.data import batch as batch_lib  # noqa: E402
 from jaxcap.cli import nonnegative_int, positive_int  # noqa: E402  (one-line errors for bad sizes)
+from jaxcap.training.dropout import DROPOUT_BITS  # noqa: E402
 
 WHATS = ("train", "greedy", "beam", "sample", "scst")
 SCST_PARTS = ("scst_sample", "scst_reward", "scst_grad")  # rows only when --what names them
@@ -442,7 +443,7 @@ def parse_args(argv=None):
   p.add_argument("--peak_tflops", type=float, default=None)
   p.add_argument("--prng", default=None, choices=("threefry2x32", "rbg", "unsafe_rbg"),
                  help="jax_default_prng_impl (dropout masks, sampling); default JAX's")
-  p.add_argument("--dropout_bits", type=int, default=32, choices=(32, 16, 8),
+  p.add_argument("--dropout_bits", type=int, default=32, choices=DROPOUT_BITS,
                  help="train rows: random bits per dropout-mask element (train.py's config.dropout_bits)")
   p.add_argument("--optimizer", default="adam", choices=("adam", "flat_adam"),
                  help="train rows: optax.adam per parameter array (the trainer's) or optax.flatten(adam) "

@@ -255,7 +255,7 @@ def run_script(main):
   sys.exit(result[0] if result and isinstance(result[0], int) else code)
 
 
-def _int_at_least(low: int, text: str) -> int:
+def int_at_least(low: int, text: str) -> int:
   try:
     value = int(text)
   except ValueError:
@@ -266,6 +266,8 @@ def _int_at_least(low: int, text: str) -> int:
 
 
 # argparse ``type=`` for sizes and counts: a 0 or negative size would otherwise fail deep inside
-# a model instead of at the flag; ``nonnegative_int`` where 0 means "none" or "the default".
-positive_int = functools.partial(_int_at_least, 1)
-nonnegative_int = functools.partial(_int_at_least, 0)
+# a model instead of at the flag; ``nonnegative_int`` where 0 means "none" or "the default";
+# ``workers_int`` where -1 means "chosen from the host's cores".
+positive_int = functools.partial(int_at_least, 1)
+nonnegative_int = functools.partial(int_at_least, 0)
+workers_int = functools.partial(int_at_least, -1)

@@ -10,7 +10,8 @@ hashes per mask are 32 / k times fewer. The key is the one ``nn.Dropout`` would 
 inputs are scaled by the reciprocal of the realised keep probability, so the expectation stays
 the input. The keep probability is rounded to a multiple of ``2**-k``: with k = 16 a rate of 0.1
 keeps 58,982 / 65,536 = 0.899994, with k = 8 230 / 256 = 0.8984 (rates that are multiples of
-1/256, e.g. 0.125, are exact).
+1/256, e.g. 0.125, are exact); a rate that rounds to 0 keeps everything, one that rounds to 1
+drops everything.
 
 Every ``nn.Dropout`` of every model is swapped while a function is traced
 (:func:`with_dropout_bits`, flax's method interceptors): no model carries a field for it.
@@ -36,11 +37,13 @@ def keep_threshold(rate: float, bits: int) -> int:
 def keep_mask(key, rate: float, shape, bits: int):
   """``(mask, keep)``: a boolean keep-mask of ``shape`` from ``bits``-bit draws (32 / bits of them
   per 32-bit word of ``jax.random.bits(key)``) and its realised keep probability."""
+  threshold = keep_threshold(rate, bits)
+  if threshold >= 1 << bits:  # the rate rounds to 0 (the threshold would not fit k bits)
+    return jnp.ones(shape, bool), 1.0
   size = int(np.prod(shape))
   per_word = 32 // bits
   words = jax.random.bits(key, (-(-size // per_word),), jnp.uint32)
   draws = jax.lax.bitcast_convert_type(words, jnp.dtype(f"uint{bits}")).reshape(-1)[:size]
-  threshold = keep_threshold(rate, bits)
   return (draws < threshold).reshape(shape), threshold / float(1 << bits)
 
 
@@ -57,6 +60,8 @@ def _dropout(module: nn.Dropout, inputs, deterministic=None, rng=None, *, bits: 
   for dim in module.broadcast_dims:
     shape[dim] = 1
   mask, keep = keep_mask(rng, module.rate, tuple(shape), bits)
+  if keep == 0.0:  # the rate rounds to 1: everything dropped, as at rate 1 (no 1 / 0)
+    return jnp.zeros_like(inputs)
   mask = jnp.broadcast_to(mask, inputs.shape)
   return jax.lax.select(mask, inputs / jnp.asarray(keep, inputs.dtype), jnp.zeros_like(inputs))
 

@@ -34,6 +34,21 @@ def test_keep_rate_within_binomial_bounds(bits, rate):
 
 
 @pytest.mark.parametrize("bits", [16, 8])
+def test_rates_that_round_to_0_or_1_keep_or_drop_everything(bits):
+  # The threshold of a rate below 2**-(bits+1) is 2**bits, which a k-bit integer cannot hold.
+  tiny, huge = 2.0 ** -(bits + 2), 1 - 2.0 ** -(bits + 2)
+  mask, keep = dropout.keep_mask(jax.random.PRNGKey(0), tiny, (4096,), bits)
+  assert keep == 1.0 and bool(np.asarray(mask).all())
+  x = jnp.linspace(1.0, 2.0, 4096).reshape(64, 64)
+  for rate, want in ((tiny, x), (huge, jnp.zeros_like(x))):
+    f = dropout.with_dropout_bits(
+        lambda x: Drop(rate).apply({}, x, True, rngs={"dropout": jax.random.PRNGKey(1)}), bits)
+    np.testing.assert_array_equal(jax.jit(f)(x), want)
+    grad = jax.grad(lambda x: f(x).sum())(x)
+    np.testing.assert_array_equal(grad, (want != 0).astype(np.float32))
+
+
+@pytest.mark.parametrize("bits", [16, 8])
 def test_draws_sharing_a_word_are_independent(bits):
   # Elements 0..32/bits-1 of each word: every pair of positions agrees as often as two
   # independent Bernoulli(keep) draws do, and each position alone keeps at the rate.
