@@ -174,11 +174,12 @@ class Run:
     cfg.update(options)
     return cfg
 
-  def decode(self, features, method: str = "beam", beam_size: int = 3, *, batch_size: int = 50,
-             seed: int = 0, return_aux: bool = False, **options):
+  def decode(self, features, method: str | None = None, beam_size: int | None = None, *,
+             batch_size: int = 50, seed: int = 0, return_aux: bool = False, **options):
     """Decodes ``features`` (:func:`jaxcap.inference.decode_features`) in chunks of
-    ``batch_size`` images; arguments as :meth:`caption`. ``return_aux`` also returns the
-    model's per-step outputs (attention weights, AAT's steps, ETA's gate, ...).
+    ``batch_size`` images with the run's ``config.decode`` unless told otherwise (:meth:`decode_config`);
+    arguments as :meth:`caption`. ``return_aux`` also returns the model's per-step outputs
+    (attention weights, AAT's steps, ETA's gate, ...).
 
     Returns:
       :class:`jaxcap.decoding.DecodeOutput` of numpy arrays: ``tokens`` int32 ``[B, T]``
@@ -188,9 +189,11 @@ class Run:
                                      self.decode_config(method, beam_size, **options),
                                      batch_size=batch_size, seed=seed, return_aux=return_aux)
 
-  def caption(self, features, method: str = "beam", beam_size: int = 3, *, batch_size: int = 50,
-              seed: int = 0, **options) -> list[str]:
-    """Captions images given their features.
+  def caption(self, features, method: str | None = None, beam_size: int | None = None, *,
+              batch_size: int = 50, seed: int = 0, **options) -> list[str]:
+    """Captions images given their features, decoded as :meth:`predict`, :meth:`evaluate`,
+    ``evaluate.py``, ``jaxcap-serve`` and the exported captioner decode them: with the run's
+    ``config.decode`` unless told otherwise (:meth:`decode_config`).
 
     Args:
       features: one of
@@ -201,8 +204,9 @@ class Run:
           run's dataset works as is;
         * one array: ``[B, N, F]`` region features or ``[B, Dg]`` global features;
         * a list of B arrays ``[N_i, F]`` (regions, padded here) or ``[Dg]``.
-      method: ``"greedy"``, ``"beam"`` or ``"sample"``.
-      beam_size: K for ``"beam"``.
+      method: ``"greedy"``, ``"beam"`` or ``"sample"``; None: the run's ``config.decode.method``
+        (greedy for the shipped configs).
+      beam_size: K for ``"beam"``; None: the run's ``config.decode.beam_size``.
       batch_size: images decoded at once (the last chunk is padded, so one compilation).
       seed: the sampling seed.
       **options: other decoding options of :func:`jaxcap.decoding.default_decode_config`
@@ -250,7 +254,8 @@ class Run:
       batch_size: images per backbone and decoder call. Fewer images are padded to the next
         power of two (1, 2, 4, ... up to ``batch_size``), more go in chunks of ``batch_size``:
         captioning 3, then 5, then 6 images compiles for 4 and 8 only.
-      **decode_options: as :meth:`caption`.
+      **decode_options: as :meth:`caption` (``method``, ``beam_size``, ...; unset ones come from
+        the run's ``config.decode``).
 
     Returns:
       One entry per image, in order: its caption, or None for a skipped file.

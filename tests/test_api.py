@@ -80,7 +80,7 @@ def test_load_needs_no_dataset_and_captions_every_feature_form(workdir, monkeypa
   out = run.decode(ragged, "greedy", batch_size=2)
   np.testing.assert_array_equal(out.tokens, ref.tokens)
   np.testing.assert_allclose(out.token_logprobs, ref.token_logprobs, rtol=1e-4, atol=1e-5)
-  caps = run.caption({"feats": batch["feats"], "feats_mask": batch["feats_mask"]}, beam_size=2)
+  caps = run.caption({"feats": batch["feats"], "feats_mask": batch["feats_mask"]}, method="beam", beam_size=2)
   assert len(caps) == 5 and all(isinstance(c, str) for c in caps)
 
 
@@ -143,6 +143,34 @@ def test_evaluate_scores_the_split(workdir):
   assert scores["overall"] == again["overall"]
   batch = _test_batch(dataset, 10)
   assert list(preds.values()) == run.caption(batch, "greedy")
+
+
+def test_every_entry_point_decodes_with_the_runs_config_decode(workdir, monkeypatch):
+  """Run.caption / Run.decode / Run.caption_images (through caption) decode as Run.predict,
+  evaluate.py, jaxcap-serve and an exported captioner do: the run's config.decode (greedy
+  here), not a beam search of their own, unless told otherwise."""
+  from jaxcap import inference
+  wd, dataset, _ = workdir
+  run = jaxcap.load(wd, dataset=dataset)
+  assert run.config.decode.method == "greedy"
+  batch = _test_batch(dataset, 10)
+  configs = []
+  real = inference.decode_features
+
+  def spy(model, params, vocab, batch, cfg, **kw):
+    configs.append(dict(cfg))
+    return real(model, params, vocab, batch, cfg, **kw)
+
+  monkeypatch.setattr(inference, "decode_features", spy)
+  preds = run.predict("test", num_images=10)  # what evaluate.py and Run.evaluate decode
+  assert run.caption(batch) == list(preds.values())
+  tokens = run.decode(batch).tokens
+  assert tokens.ndim == 2  # greedy's [B, T], not beams' [B, K, T]
+  assert [run.vocab.decode(r) for r in tokens] == list(preds.values())
+  assert configs == [run.decode_config()] * 2
+  # Told otherwise: the option given replaces the run's, the rest stay the run's.
+  beams = run.decode(batch, "beam", 2)
+  assert beams.tokens.shape[:2] == (10, 2) and configs[-1] == run.decode_config("beam", 2)
 
 
 def test_score_on_known_captions():
