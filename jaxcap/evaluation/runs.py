@@ -22,6 +22,18 @@ from jaxcap.models import registry
 from jaxcap.training import parallel, validation
 
 
+# An empty caption is the model's EOS at the first step: printed as is, it reads as a bug.
+EMPTY_CAPTION = "(empty: the model ended the caption at its first step)"
+
+
+def shown_caption(caption: str | None) -> str:
+  """A caption as a printed line shows it: an empty one says why (:data:`EMPTY_CAPTION`); the
+  JSON files keep the caption string itself."""
+  if caption is None:
+    return "(none: the image was not captioned)"
+  return caption if caption.strip() else EMPTY_CAPTION
+
+
 def decode_options(decode: dict, *, sample: bool = False, beam_size: int | None = None,
                    **options) -> dict:
   """``decode`` (a run's ``config.decode``) with a command line's choices: ``sample``, a
@@ -208,7 +220,7 @@ def caption_folder(workdir: str, images: str, out: str, *, weights: str | None =
   result = [{"image": name, "caption": c} for (name, _), c in zip(pixels, captions)]
   atomic.write_json(out, result)
   for item in result[:5]:
-    print(f"  {item['image']}: {item['caption']}")
+    print(f"  {item['image']}: {shown_caption(item['caption'])}")
   print(f"{out}: {len(result)} captions" + (f"; {len(failed)} unreadable image(s) skipped"
                                             if failed else ""), flush=True)
   return result
