@@ -100,7 +100,9 @@ def test_health_metadata_examples_and_a_caption(run):
   want = run.decode(x[None], "greedy", return_aux=True)
   cap = body["captions"][0]
   assert cap["caption"] == run.vocab.decode(want.tokens[0]) and cap["words"] == cap["caption"].split()
-  assert len(cap["tokens"]) == len(cap["words"]) and cap["boxes"] is None
+  # The tokens as the exported captioner gives them: the words' ids, then EOS when emitted.
+  eos = [2] if 2 in want.tokens[0].tolist() else []
+  assert cap["tokens"] == [run.vocab.stoi[w] for w in cap["words"]] + eos and cap["boxes"] is None
   if want.aux and "attention" in want.aux:  # [T][N] over the 5 real regions, rows summing to 1
     att = np.asarray(cap["attention"])
     assert att.shape == (len(cap["words"]), 5)
@@ -158,8 +160,9 @@ def test_bad_requests_are_one_line_4xx_and_the_server_keeps_serving(run):
       ("?method=nucleus", _npy(_features(run)), "application/x-npy", 400, "method"),
       ("?method=beam&beam_size=0", _npy(_features(run)), "application/x-npy", 400, "beam_size"),
       ("?method=sample&samples=x", _npy(_features(run)), "application/x-npy", 400, "samples"),
-      ("?example=999", b"", "application/x-npy", 404, "example"),
-      ("?example=-1", b"", "application/x-npy", 404, "example"),
+      ("?example=999", b"", "application/x-npy", 404, "example='999'"),
+      ("?example=-1", b"", "application/x-npy", 404, "example='-1'"),
+      ("?example=abc", b"", "application/x-npy", 400, "example='abc': expected an integer index"),
   ]
 
   async def test(client, app):
@@ -205,11 +208,17 @@ def test_sequence_results_cut_attention_to_the_words_and_real_regions():
   att = np.arange(1 * 2 * 4 * 3, dtype=np.float32).reshape(1, 2, 4, 3)
   boxes = np.array([[[0, 0, .5, .5], [.5, .5, 1, 1], [0, 0, 0, 0]]], np.float32)
   (r,) = server.sequence_results(vocab, tokens, {"attention": att}, [2], boxes)
-  assert r["caption"] == "a cube" and r["tokens"] == [4, 5]
+  assert r["caption"] == "a cube" and r["tokens"] == [4, 5, 2]  # EOS kept, as the artefact's
   assert r["attention"] == [[0, 1], [3, 4]] and r["boxes"] == [[0, 0, .5, .5], [.5, .5, 1, 1]]
-  assert r["alternatives"] == [{"caption": "cube", "words": ["cube"], "tokens": [5], "attention": [[12, 13]]}]
+  assert r["alternatives"] == [{"caption": "cube", "words": ["cube"], "tokens": [5, 2], "attention": [[12, 13]]}]
   (r,) = server.sequence_results(vocab, tokens[:, 0], None, [2], None)
   assert r["attention"] is None and r["alternatives"] == []
+  # A model without attention: no boxes either (they would only place attention it has not got).
+  (r,) = server.sequence_results(vocab, tokens[:, 0], {}, [2], boxes)
+  assert r["attention"] is None and r["boxes"] is None
+  # No EOS emitted (the caption ran to max_len): the tokens are the words' alone.
+  (r,) = server.sequence_results(vocab, np.array([[4, 5, 4, 5]]), None, [2], None)
+  assert r["tokens"] == [4, 5, 4, 5] and r["words"] == ["a", "cube", "a", "cube"]
 
 
 def _start(args, **kw):
@@ -271,6 +280,8 @@ def test_an_exported_captioner_is_served_the_same_way(run, tmp_path):
     beam = await one(xs[0], "method=beam&beam_size=2")
     bad = [await one(xs[0], "method=sample"), await one(xs[0], "method=beam&beam_size=5"),
            await one(np.zeros((3, 5), np.float32)), await one(xs[0], "example=0")]
+    examples = await client.get("/examples")
+    bad.append((examples.status, await examples.json()))
     return meta, out, beam, bad, app[server.BATCHER].calls
 
   async def main():
@@ -286,10 +297,39 @@ def test_an_exported_captioner_is_served_the_same_way(run, tmp_path):
     assert status == 200
     (cap,) = body["captions"]
     ref = captioner.caption([x])[0]
-    assert cap["words"] == ref["words"] and cap["tokens"] == ref["tokens"][:len(ref["words"])]
+    assert cap["words"] == ref["words"] and cap["tokens"] == ref["tokens"]  # EOS kept by both
     assert cap["caption"] == run.caption(x[None], "greedy")[0]
     if cap["attention"] is not None:
       assert np.asarray(cap["attention"]).shape == (len(cap["words"]), len(x))
   assert beam[0] == 200 and beam[1]["captions"][0]["caption"] == run.caption(xs[0][None], "beam", 2)[0]
   for status, body in bad:
     assert 400 <= status < 500 and set(body) == {"error"}, body
+  assert bad[3][0] == 404 and bad[3][1]["error"].startswith("example='0': an exported captioner has no dataset")
+  assert bad[4][0] == 404 and bad[4][1]["error"].startswith("/examples: an exported captioner has no dataset")
+
+
+def test_a_model_without_attention_is_answered_without_boxes(tmp_path):
+  """Show and Tell (the global feature only, no attention): an example's caption comes without
+  attention and without the region boxes, which would only place attention it has not got."""
+  wd = str(tmp_path / "show_tell")
+  config = jaxcap.get_config("base.py:synthetic,model=show_tell,tiny", test_after_training=False,
+                             **{"decode.max_len": 4})
+  trainer = train_lib.Trainer(config, wd)
+  run_dir.init_workdir(wd, config, trainer.dataset.vocab, trainer.info)
+  ckpts = ckpt_lib.Checkpoints(wd)
+  ckpts.save_best_if_improved(1, trainer.initial_state().replace(step=jnp.int32(1)), {"epoch": 0}, {"CIDEr": 0.5})
+  ckpts.close()
+  run = jaxcap.load(wd, dataset=trainer.dataset)
+
+  async def test(client, app):
+    r = await client.post("/caption?example=1")
+    return r.status, await r.json()
+
+  status, body = _serve(run, test)
+  assert status == 200, body
+  (cap,) = body["captions"]
+  assert cap["attention"] is None and cap["boxes"] is None
+  item = run.dataset.split("test")[1]
+  want = run.decode({"feats": item["feats"][None], "boxes": item["boxes"][None],
+                     "global_feat": item["global_feat"][None]})
+  assert cap["caption"] == run.vocab.decode(want.tokens[0])

@@ -77,15 +77,18 @@ class Settings:
 
 
 def _words(vocab, row) -> tuple[list[int], list[str]]:
-  """Token ids up to EOS (without BOS / PAD) and their words."""
+  """The token ids in the exported captioner's convention (:mod:`jaxcap.serving.artefact`:
+  without BOS / PAD, ending with EOS when the model emitted it), and the words before EOS."""
   from jaxcap.data.vocab import BOS, EOS, PAD
-  ids = []
+  ids, words = [], []
   for t in np.asarray(row).tolist():
+    if t in (PAD, BOS):
+      continue
+    ids.append(int(t))
     if t == EOS:
       break
-    if t not in (PAD, BOS):
-      ids.append(int(t))
-  return ids, [vocab.decode([i]) for i in ids]
+    words.append(vocab.decode([t]))
+  return ids, words
 
 
 def attention_rows(att, length: int, regions: int):
@@ -103,11 +106,14 @@ def attention_rows(att, length: int, regions: int):
 def sequence_results(vocab, tokens, aux, regions: list[int], boxes) -> list[dict]:
   """One dict per image of a decode's output (``tokens`` ``[B, T]`` or ``[B, K, T]``, ``aux``
   with ``"attention"`` ``[B, (K,) T, N]`` where the model has it): the best sequence's caption,
-  words, tokens, attention over the image's real regions and their boxes, and the other
-  beams / samples as ``alternatives``."""
+  words, tokens (ending with EOS when emitted, as the exported captioner's), attention over the
+  image's real regions and their boxes, and the other beams / samples as ``alternatives``. A
+  model without attention gets no boxes either: they only place the attention on the image."""
   tokens = np.asarray(tokens)
   att = None if not aux else aux.get("attention")
   att = None if att is None else np.asarray(att)
+  if att is None:
+    boxes = None
   out = []
   for b in range(len(regions)):
     rows = tokens[b] if tokens.ndim == 3 else tokens[b][None]
@@ -253,14 +259,17 @@ class RunBackend:
       self._png[i] = buf.getvalue()
     return self._png[i]
 
-  def check_example(self, text: str) -> int:
+  def check_example(self, text: str, status: int = 404) -> int:
+    """The index ``text`` names: a 404 for a test image that is not there; ``status`` for text
+    that is no integer (400 for the query argument, 404 for a path)."""
     if self.examples is None:
-      raise BadRequest("example=: this run has no drawable test split; expected an image or a "
-                       ".npy feature array", 404)
+      raise BadRequest(f"example={text!r}: this run has no drawable test split; expected an "
+                       "image or a .npy feature array", 404)
     try:
       i = int(text)
     except ValueError:
-      i = -1
+      raise BadRequest(f"example={text!r}: expected an integer index in [0, {len(self.examples)})",
+                       status) from None
     if not 0 <= i < len(self.examples):
       raise BadRequest(f"example={text!r}: expected an index in [0, {len(self.examples)})", 404)
     return i
@@ -349,12 +358,13 @@ class ArtefactBackend:
     if settings.method == "beam" and settings.beam_size != exported:
       raise BadRequest(f"beam_size={settings.beam_size}: expected {exported}, the exported beam size")
 
-  def check_example(self, text: str) -> int:
-    raise BadRequest("example=: an exported captioner has no dataset; expected an image or a .npy "
-                     "feature array", 404)
+  def check_example(self, text: str, status: int = 404) -> int:
+    raise BadRequest(f"example={text!r}: an exported captioner has no dataset; expected an image "
+                     "or a .npy feature array", 404)
 
   def example_list(self):
-    self.check_example("")
+    raise BadRequest("/examples: an exported captioner has no dataset (no test images); expected "
+                     "POST /caption of an image or a .npy feature array", 404)
 
   def features_rows(self, x: np.ndarray) -> dict:
     x = _feature_images(x, self.feature_dim)
@@ -386,15 +396,16 @@ class ArtefactBackend:
 
 
 def _artefact_result(r: dict, regions: int | None) -> dict:
-  """A captioner's result in the server's form: tokens without EOS, attention over the image's
-  own regions (a batch of several requests is padded to its largest), no boxes."""
+  """A captioner's result in the server's form: its tokens as they are (ending with EOS when
+  emitted, as :func:`sequence_results`' are), attention over the image's own regions (a batch of
+  several requests is padded to its largest), no boxes."""
   words = list(r.get("words", []))
   att = r.get("attention")
   if att is not None:
     att = np.asarray(att, np.float64)
     att = np.round(att[:, :regions] if regions is not None and att.ndim == 2 else att, 5).tolist()
   return {"caption": r.get("caption", " ".join(words)), "words": words,
-          "tokens": [int(t) for t in r.get("tokens", [])][:len(words)], "attention": att,
+          "tokens": [int(t) for t in r.get("tokens", [])], "attention": att,
           "boxes": None, "alternatives": []}
 
 
@@ -594,8 +605,8 @@ async def caption(request):
   settings = settings_from(request.query, app[DECODING])
   backend.check(settings)
   loop = asyncio.get_running_loop()
-  if "example" in request.query:
-    i = backend.check_example(request.query["example"])
+  if "example" in request.query:  # an argument: text that is no index is a 400
+    i = backend.check_example(request.query["example"], 400)
     kind, value, images = "rows", await loop.run_in_executor(None, backend.example_rows, i), 1
   else:
     body_kind, data = await _read_body(request)
