@@ -28,6 +28,7 @@ if _REPO not in sys.path:
   sys.path.insert(0, _REPO)
 
 from jaxcap.analysis import experiment, figures  # noqa: E402
+from jaxcap.evaluation import coco_metrics  # noqa: E402
 
 
 def xe_start(xe_workdir: str, model: str, seed: int) -> tuple[int, float]:
@@ -92,12 +93,14 @@ def main(argv=None):
 
   fig = figures.new_figure(9.0, 3.2)
   ax_r, ax_v = fig.subplots(1, 2)
-  for name, s in settings.items():
+  name, scale = coco_metrics.display("CIDEr")  # as the table: CIDEr-D x100
+  for setting, s in settings.items():
     if "reward" in s:
-      ax_r.plot(s["reward_steps"], s["reward"], label=name)
-    line, = ax_v.plot([0] + s["val_steps"], [xe_val] + s["val_CIDEr"], marker="o", ms=3, label=name)
+      ax_r.plot(s["reward_steps"], s["reward"], label=setting)
+    ax_v.plot([0] + s["val_steps"], [scale * v for v in [xe_val] + s["val_CIDEr"]], marker="o", ms=3,
+              label=setting)
   ax_r.set_title("SCST training reward (sample CIDEr-D)")
-  ax_v.set_title("validation CIDEr-D (100 images)")
+  ax_v.set_title(f"validation {name} x{scale:g} (100 images)")
   for ax in (ax_r, ax_v):
     ax.set_xlabel("SCST step")
     ax.grid(alpha=0.3)

@@ -26,6 +26,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from jaxcap.evaluation import coco_metrics
+
 # The papers' colour conventions where they have one; otherwise matplotlib's tab10.
 RELATION_COLOURS = {"query": "#dc1e1e", "parent": "#1eaa3c", "neighbour": "#286edc",
                     "child": "#e6be00", "none": "#bebebe"}
@@ -138,7 +140,9 @@ def _curve_panels(curves: Mapping) -> list[tuple[str, list[str]]]:
 
 def plot_training_curves(metrics, out: str | None = None, axes=None,
                          panels: Sequence[tuple[str, Sequence[str]]] | None = None):
-  """Training loss, SCST reward and validation metrics against the step.
+  """Training loss, SCST reward and validation metrics against the step; caption scores named
+  and scaled as every printed table shows them (:func:`jaxcap.evaluation.coco_metrics.display`:
+  ``val/CIDEr`` 0.75 drawn as CIDEr-D 75, the axis labelled x100).
 
   Args:
     metrics: what :func:`load_metrics` returns, or anything it reads (workdir, path, records).
@@ -161,12 +165,17 @@ def plot_training_curves(metrics, out: str | None = None, axes=None,
   elif len(axes) < len(panels):
     raise ValueError(f"plot_training_curves: {len(panels)} panels, but {len(axes)} axes given")
   for ax, (title, names) in zip(axes, panels):
-    for name in names:
+    shown = [coco_metrics.display(name.split("/", 1)[-1]) for name in names]
+    scales = {scale for _, scale in shown}
+    for name, (label, scale) in zip(names, shown):
       if name not in curves:
         raise ValueError(f"plot_training_curves: no metric {name!r}; have {sorted(curves)}")
       steps, values = curves[name]
-      ax.plot(steps, values, marker="o" if len(steps) < 20 else None, ms=3,
-              label=name.split("/", 1)[-1])
+      # A panel of scores alone says x100 on its axis; beside other curves, on each label.
+      label += f" x{scale:g}" if scale != 1.0 and len(scales) > 1 else ""
+      ax.plot(steps, values * scale, marker="o" if len(steps) < 20 else None, ms=3, label=label)
+    if scales == {100.0}:
+      ax.set_ylabel("score x100")
     if "train/reward" in curves and "train/loss" in names:  # where SCST's loss takes over
       ax.axvline(curves["train/reward"][0][0], color="grey", linestyle=":", linewidth=1)
       ax.text(curves["train/reward"][0][0], 1.0, " SCST", transform=ax.get_xaxis_transform(),

@@ -31,6 +31,16 @@ DISPLAY_NAMES = {"Bleu_1": "BLEU-1", "Bleu_2": "BLEU-2", "Bleu_3": "BLEU-3", "Bl
                  "METEOR": "METEOR", "ROUGE_L": "ROUGE-L", "CIDEr": "CIDEr-D", "SPICE": "SPICE",
                  "sacreBLEU": "sacreBLEU"}
 
+
+def display(key: str) -> tuple[str, float]:
+  """``(name, scale)`` of a score key where people read it (tables, logs, figures, TensorBoard):
+  its :data:`DISPLAY_NAMES` name and x100 (sacreBLEU is 0-100 already); any other key (a loss,
+  a reward) as it is, x1."""
+  if key not in DISPLAY_NAMES:
+    return key, 1.0
+  return DISPLAY_NAMES[key], 1.0 if key == "sacreBLEU" else 100.0
+
+
 METRIC_NAMES = {
     "Bleu": ("Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4"),
     "METEOR": ("METEOR",),

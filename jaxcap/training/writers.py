@@ -2,7 +2,10 @@
 
 Only process 0 writes. ``metrics.jsonl`` gets one ``{"step", "time", <prefix><name>: value}``
 line per call; ``tensorboard/`` gets the same scalars through tensorboardX's ``SummaryWriter``
-(a maintained event-file writer that needs only protobuf), read by ``tensorboard --logdir``.
+(a maintained event-file writer that needs only protobuf), read by ``tensorboard --logdir``,
+the caption scores named and scaled as every printed table shows them
+(:func:`jaxcap.evaluation.coco_metrics.display`: ``val/CIDEr`` 0.75 is ``val/CIDEr-D`` 75.0);
+``metrics.jsonl`` keeps pycocoevalcap's keys and 0-1 scale, as every JSON file does.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import time
 import jax
 
 from jaxcap import atomic
+from jaxcap.evaluation import coco_metrics
 
 
 def drop_lines_after(workdir: str, step: int) -> int:
@@ -83,7 +87,10 @@ class MetricWriter:
       self._jsonl.write(json.dumps(line, allow_nan=False) + "\n")
       self._jsonl.flush()
     for k, v in metrics.items():
-      self._tb.add_scalar(k, v, global_step=int(step), walltime=now)
+      prefix_, _, key = k.rpartition("/")
+      name, scale = coco_metrics.display(key)
+      tag = f"{prefix_}/{name}" if prefix_ else name
+      self._tb.add_scalar(tag, v * scale, global_step=int(step), walltime=now)
 
   def close(self) -> None:
     if self._jsonl:

@@ -72,6 +72,12 @@ def test_training_curves_png(tmp_path):
   fig = figures.plot_training_curves(path, out=str(tmp_path / "curves.png"))
   _check_png(tmp_path / "curves.png")
   assert [ax.get_title() for ax in fig.axes] == ["training loss", "SCST reward", "validation"]
+  # The validation scores as every printed table shows them: CIDEr-D / BLEU-4, x100.
+  val = fig.axes[2]
+  assert [line.get_label() for line in val.get_lines()] == ["BLEU-4", "CIDEr-D"]
+  assert [line.get_ydata().tolist() for line in val.get_lines()] == [[5.0, 10.0], [10.0, 30.0]]
+  assert val.get_ylabel() == "score x100" and fig.axes[0].get_ylabel() == ""
+  assert [t.get_text() for t in val.get_legend().get_texts()] == ["BLEU-4", "CIDEr-D"]
   with pytest.raises(ValueError, match="no train/loss"):
     figures.plot_training_curves({"train/lr": (np.array([1]), np.array([1.0]))})
 

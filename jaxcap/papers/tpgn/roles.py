@@ -322,9 +322,9 @@ def analyse(model, variables, dataset, *, clusters=(2, 10), fit_split="train", f
     for k, mu in centroids.items():
       rows = ablation_scores(model, variables, dataset, split, mu, max_len=max_len)
       out["ablation"][str(k)] = rows
-      log(f"\nN_u = {k}, CIDEr-D with one cluster's u_t zeroed: " +
+      log(f"\nN_u = {k}, CIDEr-D x100 with one cluster's u_t zeroed (as the tables print it): " +
           ", ".join(("none" if r["zeroed_cluster"] < 0 else str(r["zeroed_cluster"])) +
-                    f": {r['CIDEr']:.3f}" for r in rows))
+                    f": {100 * r['CIDEr']:.2f}" for r in rows))
   return out, centroids
 
 
