@@ -7,10 +7,14 @@
 
 A and B are run directories (their ``scores_<split><tag>.json``) or scores files. Prints the
 settings that differ according to the files' signatures (:mod:`jaxcap.evaluation.signature`:
-decoding, vocabulary, features, checkpoint, metrics, ...), then for each metric both scores,
-B - A, the paired bootstrap 95 % interval and the paired permutation test's p-value over the
-images both scored (:mod:`jaxcap.evaluation.compare`), x100. Two different image sets are
-refused in one line unless ``--intersection``. Exit 0; 2 on bad input.
+decoding options the methods read, vocabulary, features, checkpoint, metrics, ...; when the
+config hashes differ, the fields of the runs' ``config.json`` beside the scores files that
+differ), then for each metric both files' own overall scores (their tables' numbers), the
+means of the per-image scores, B - A of the means with the paired bootstrap 95 % interval and
+the paired permutation test's p-value over the images both scored, and what the interval is
+over (:mod:`jaxcap.evaluation.compare`; for the corpus-level BLEU and METEOR the per-image
+mean, not the corpus score), x100. Two different image sets are refused in one line unless
+``--intersection``. Exit 0; 2 on bad input.
 """
 
 from __future__ import annotations
@@ -42,12 +46,13 @@ def main() -> int:
   sa, path_a = compare.load(a.a, a.split, a.tag)
   sb, path_b = compare.load(a.b, a.split, a.tag)
   result = compare.compare(sa, sb, intersection=a.intersection, names=(path_a, path_b),
-                           resamples=a.resamples, seed=a.seed)
+                           resamples=a.resamples, seed=a.seed,
+                           configs=(compare.run_config(path_a), compare.run_config(path_b)))
   print(f"A: {path_a}\nB: {path_b}")
   if result["images_a"] != result["images_b"] or result["images"] != result["images_a"]:
     print(f"images: A {result['images_a']}, B {result['images_b']}; comparing the "
           f"{result['images']} both scored")
-  print(compare.format_comparison(result))
+  print(compare.format_comparison(result, names=("A", "B")))
   if a.json:
     atomic.write_json(a.json, dict(result, a=path_a, b=path_b))
     print(f"wrote {a.json}")

@@ -6,9 +6,16 @@ spread (some images are hard for every model) cancels in the per-image differenc
 but consistent difference is told apart from noise far better than by comparing two seed
 standard deviations. For each metric in both files' ``per_image``:
 
-* ``delta``: ``mean_i (b_i - a_i)`` over the images both scored (for CIDEr-D, SPICE, METEOR and
-  ROUGE-L this is the difference of the overall scores over these images; pycocoevalcap's BLEU
-  overall is corpus-level, and the interval is over its per-image BLEU);
+* ``overall_a``, ``overall_b``: each file's own ``overall`` score, the one its table printed;
+* ``a``, ``b``, ``delta``: the means of the per-image scores over the images both scored and
+  ``mean_i (b_i - a_i)``. For CIDEr-D, ROUGE-L and SPICE the overall score is the mean of the
+  per-image scores, so over the same images this is the overall scores' difference. BLEU-1..4
+  and METEOR (and sacreBLEU) are corpus-level: pycocoevalcap's BLEU comes from the n-gram counts
+  and lengths summed over all images, METEOR 1.5 from the alignment statistics summed over all
+  images; the mean of their per-image scores is another number (BLEU-4 21.79 where the table
+  says 31.52) and the scores files hold no per-image statistics to resample the corpus score
+  from. Their rows keep the paired statistics of the per-image means, labelled as such
+  (``over``), beside the run's own corpus scores;
 * ``ci``: the paired bootstrap's percentile 95 % interval of that mean (images resampled with
   replacement, the same resample for both runs; Koehn 2004, Efron & Tibshirani 1993);
 * ``p``: a paired permutation test's two-sided p-value (each image's pair swapped at random,
@@ -19,6 +26,7 @@ Both use a fixed seed, so a comparison prints the same numbers every time.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from typing import Mapping
@@ -28,6 +36,11 @@ import numpy as np
 from jaxcap.evaluation import coco_metrics, files, signature
 
 METRIC_ORDER = tuple(coco_metrics.DISPLAY_NAMES)
+
+# Metrics whose overall score is not the mean of their per-image scores (see the docstring).
+CORPUS_METRICS = frozenset({"Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "METEOR", "sacreBLEU"})
+PER_IMAGE_MEAN = "mean of per-image scores"
+NOT_CORPUS = "mean of per-image scores, not the corpus score"
 
 
 def display_name(metric: str) -> str:
@@ -79,11 +92,28 @@ def load(path: str, split: str = "test", tag: str = "") -> tuple[dict, str]:
   return files.load_scores(path), path
 
 
+def run_config(scores_path: str) -> dict | None:
+  """The ``config.json`` of the run directory a scores file sits in, or None when there is none
+  (a scores file copied elsewhere, ``evaluate.py --out``) or it is not a JSON object."""
+  path = os.path.join(os.path.dirname(os.path.abspath(scores_path)), "config.json")
+  try:
+    with open(path) as f:
+      config = json.load(f)
+  except (OSError, ValueError):
+    return None
+  return config if isinstance(config, dict) else None
+
+
 def compare(a: Mapping, b: Mapping, *, intersection: bool = False, names=("A", "B"),
-            resamples: int = 10000, seed: int = 0) -> dict:
-  """``a`` and ``b``: scores as :func:`load` returns them. Returns ``{"images", "settings",
-  "metrics": {metric: {"a", "b", "delta", "ci", "p"}}}``; raises a one-line ``ValueError`` when
-  the image sets differ (unless ``intersection``) or no image or metric is shared."""
+            resamples: int = 10000, seed: int = 0, configs=None) -> dict:
+  """``a`` and ``b``: scores as :func:`load` returns them; ``configs``: the two runs'
+  ``config.json`` (:func:`run_config`; None where not found), read when the signatures' config
+  hashes differ. Returns ``{"images", "settings", "config_found", "metrics": {metric: {"a",
+  "b", "delta", "ci", "p", "overall_a", "overall_b", "over"}}}``: ``settings`` lists the
+  signatures' differences and, when the config hashes differ and both configs are given, the
+  config fields that differ (``config.<field>``; ``config_found`` False when they are not);
+  raises a one-line ``ValueError`` when the image sets differ (unless ``intersection``) or no
+  image or metric is shared."""
   pa, pb = a.get("per_image") or {}, b.get("per_image") or {}
   keys_a, keys_b = set(map(str, pa)), set(map(str, pb))
   shared = sorted(keys_a & keys_b)
@@ -98,9 +128,26 @@ def compare(a: Mapping, b: Mapping, *, intersection: bool = False, names=("A", "
   metrics = [m for m in METRIC_ORDER if all(m in by_a[k] and m in by_b[k] for k in shared)]
   metrics += sorted({m for k in shared for m in by_a[k]} & {m for k in shared for m in by_b[k]}
                     - set(metrics) - {"image_id"})
+  sig_a, sig_b = a.get("signature") or {}, b.get("signature") or {}
+  settings = signature.differences(sig_a, sig_b)
+  config_found, missing = None, []
+  if any(k == "config" for k, _, _ in settings):
+    # The signature holds the config's hash only: the fields come from the runs' config.json.
+    ca, cb = configs or (None, None)
+    config_found = ca is not None and cb is not None
+    missing = [n for n, c in zip(("A", "B"), (ca, cb)) if c is None]
+    if config_found:  # listed right under the hash they explain
+      at = [k for k, _, _ in settings].index("config") + 1
+      settings[at:at] = [("config." + k, va, vb) for k, va, vb in signature.config_differences(ca, cb)]
+  methods = [(s.get("decode") or {}).get("method") for s in (sig_a, sig_b)]
   out = {"images": len(shared), "images_a": len(keys_a), "images_b": len(keys_b),
-         "settings": signature.differences(a.get("signature"), b.get("signature")),
+         "settings": settings, "config_found": config_found, "config_missing": missing,
+         # A change of decoding method lists no option of either side: the two methods in short.
+         "decode": ([signature._decode_short(sig_a.get("decode") or {}),
+                     signature._decode_short(sig_b.get("decode") or {})]
+                    if methods[0] != methods[1] else None),
          "resamples": resamples, "seed": seed, "metrics": {}}
+  overall_a, overall_b = a.get("overall") or {}, b.get("overall") or {}
   for m in metrics:
     va = np.array([_num(by_a[k].get(m)) for k in shared])
     vb = np.array([_num(by_b[k].get(m)) for k in shared])
@@ -111,7 +158,10 @@ def compare(a: Mapping, b: Mapping, *, intersection: bool = False, names=("A", "
     out["metrics"][m] = {"a": float(va.mean()), "b": float(vb.mean()),
                          "delta": float((vb - va).mean()), "images": int(ok.sum()),
                          "ci": paired_bootstrap(va, vb, resamples=resamples, seed=seed),
-                         "p": paired_permutation_p(va, vb, permutations=resamples, seed=seed)}
+                         "p": paired_permutation_p(va, vb, permutations=resamples, seed=seed),
+                         "overall_a": _num_or_none(overall_a.get(m)),
+                         "overall_b": _num_or_none(overall_b.get(m)),
+                         "over": NOT_CORPUS if m in CORPUS_METRICS else PER_IMAGE_MEAN}
   if not out["metrics"]:
     raise ValueError(f"{names[0]} and {names[1]} share no per-image metric; expected scores "
                      "files with 'per_image'")
@@ -122,24 +172,54 @@ def _num(v) -> float:
   return float("nan") if v is None else float(v)
 
 
+def _num_or_none(v):
+  return None if v is None else float(v)
+
+
 def format_comparison(result: Mapping, names=("A", "B"), scale: float = 100.0) -> str:
-  """The comparison as text: the differing settings, then one row per metric (x``scale``)."""
+  """The comparison as text: the differing settings, then one row per metric (x``scale``): each
+  file's overall score, the per-image means, their paired difference with its interval and p,
+  and what the interval is over."""
   lines = []
-  if result["settings"]:
-    lines.append(f"settings that differ ({len(result['settings'])}):")
-    for k, va, vb in result["settings"]:
-      lines.append(f"  {k}: {va!r} -> {vb!r}")
+  settings = result["settings"]
+  if settings:
+    lines.append(f"settings that differ ({len(settings)}):")
+    for k, va, vb in settings:
+      if k == "config":
+        where = " and ".join(f"{n}'s" for n in result.get("config_missing") or ()) or "a"
+        why = (f"; config.json not found (beside {where} scores file), so the fields that differ "
+               "are unknown" if result.get("config_found") is False else
+               "" if any(s.startswith("config.") for s, _, _ in settings) else
+               "; the runs' config.json files differ in no field that changes a score")
+        lines.append(f"  config differs (hash {va} -> {vb}){why}")
+      elif k == "decode.method" and result.get("decode"):
+        lines.append(f"  {k}: {va!r} -> {vb!r} ({result['decode'][0]} -> {result['decode'][1]})")
+      else:
+        lines.append(f"  {k}: {va!r} -> {vb!r}")
   else:
     lines.append("settings: the same (or not recorded)")
-  lines.append(f"{result['images']} images scored by both; paired bootstrap ({result['resamples']} "
-               f"resamples) 95% interval of {names[1]} - {names[0]}, paired permutation p (x{scale:g}):")
-  lines.append(f"{'metric':>9} | {names[0][:10]:>10} | {names[1][:10]:>10} | {'delta':>8} | "
-               f"{'95% interval':>19} | {'p':>7}")
-  for m, r in result["metrics"].items():
+  rows = result["metrics"]
+  lines.append(f"{result['images']} images scored by both, x{scale:g}. 'overall': each file's "
+               "own score, as its table printed it; 'mean': the mean of the per-image scores\n"
+               f"over these images; delta: {names[1][:40]} - {names[0][:40]} of the means, with "
+               f"the paired bootstrap ({result['resamples']} resamples) 95% interval and the "
+               "paired permutation p:")
+  lines.append(f"{'metric':>9} | {'A overall':>9} | {'B overall':>9} | {'A mean':>7} | "
+               f"{'B mean':>7} | {'delta':>7} | {'95% interval':>17} | {'p':>7} | interval of")
+  for m, r in rows.items():
     lo, hi = r["ci"]
     k = 1.0 if m == "sacreBLEU" else scale  # sacreBLEU is 0-100 already
-    lines.append(f"{display_name(m):>9} | {r['a'] * k:10.2f} | {r['b'] * k:10.2f} | "
-                 f"{r['delta'] * k:+8.2f} | [{lo * k:+8.2f}, {hi * k:+8.2f}] | {_p(r['p']):>7}")
+    oa, ob = (f"{v * k:9.2f}" if v is not None else f"{'-':>9}"
+              for v in (r.get("overall_a"), r.get("overall_b")))
+    lines.append(f"{display_name(m):>9} | {oa} | {ob} | {r['a'] * k:7.2f} | {r['b'] * k:7.2f} | "
+                 f"{r['delta'] * k:+7.2f} | [{lo * k:+7.2f}, {hi * k:+7.2f}] | {_p(r['p']):>7} | "
+                 f"{r.get('over', PER_IMAGE_MEAN)}")
+  corpus = [display_name(m) for m in rows if m in CORPUS_METRICS]
+  if corpus:
+    lines.append(f"{', '.join(corpus)}: corpus-level scores (n-gram or alignment statistics "
+                 "summed over all images), so 'overall' is not 'mean'\nand the interval is of the "
+                 "mean of per-image scores, not of the corpus score; the other metrics' overall "
+                 "is their per-image mean.")
   return "\n".join(lines)
 
 

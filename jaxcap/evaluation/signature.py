@@ -226,14 +226,80 @@ def _flatten(d, prefix: str = "") -> dict:
   return {prefix[:-1]: d}
 
 
+# The decoding options each method reads (jaxcap.decoding.decode's dispatch): the others are
+# carried in the signature (all of the config's ``decode`` section) but change no caption, so a
+# comparison must not list them (greedy vs beam-2 is not "beam_size 3 -> 2").
+_DECODE_OPTIONS = ("method", "beam_size", "beam_mode", "max_len", "length_penalty", "alpha",
+                   "min_len", "block_trigrams", "suppress_unk", "temperature", "top_k", "top_p",
+                   "num_samples", "remove_bad_endings", "beam_groups", "diversity_strength",
+                   "beam_suppress_unk")
+_COMMON = ("max_len", "min_len", "suppress_unk", "remove_bad_endings")
+_DECODE_READS = {
+    "greedy": _COMMON,
+    "beam": _COMMON + ("beam_size", "beam_mode", "length_penalty", "alpha", "block_trigrams",
+                       "beam_groups", "diversity_strength", "beam_suppress_unk"),
+    "sample": _COMMON + ("num_samples", "temperature", "top_k", "top_p"),
+}
+
+
+def decode_ignored(decode: Mapping | None) -> set:
+  """The options of ``decode`` (a signature's or a config's decode section) that its method
+  does not read: every option but ``method`` for a model without decoding (the nearest
+  neighbour's ``{"method": "nearest_neighbour"}``); ``alpha`` without the GNMT penalty;
+  ``diversity_strength`` with one beam group; ``top_k`` / ``top_p`` at temperature 0 (arg-max).
+  Options this module does not know (and the ensemble's members) are read."""
+  d = decode or {}
+  method = d.get("method")
+  reads = set(_DECODE_READS.get(method, ())) | {"method"}
+  if method == "beam":
+    if d.get("length_penalty") != "gnmt":
+      reads.discard("alpha")
+    if (d.get("beam_groups") or 1) <= 1:
+      reads.discard("diversity_strength")
+  if method == "sample" and d.get("temperature") == 0:
+    reads -= {"top_k", "top_p"}
+  return set(_DECODE_OPTIONS) - reads
+
+
+def _used(flat: Mapping, decode: Mapping | None, prefix: str) -> dict:
+  ignored = {prefix + k for k in decode_ignored(decode)}
+  return {k: v for k, v in flat.items() if k not in ignored}
+
+
 def differences(a: Mapping | None, b: Mapping | None) -> list[tuple[str, object, object]]:
   """``(setting, value in a, value in b)`` for every setting the two signatures differ in
-  (dotted names such as ``decode.beam_size``), in a stable order. The config hash is listed
-  too: it differs whenever any setting of the runs does."""
-  fa, fb = _flatten(a or {}), _flatten(b or {})
+  (dotted names such as ``decode.beam_size``), in a stable order. A decoding option is listed
+  only when both sides' methods read it (:func:`decode_ignored`; a different method is listed
+  as ``decode.method``). The config hash is listed too: it differs whenever any setting of the
+  runs does (:func:`config_differences` names them from the runs' ``config.json``)."""
+  a, b = a or {}, b or {}
+  fa = _used(_flatten(a), a.get("decode"), "decode.")
+  fb = _used(_flatten(b), b.get("decode"), "decode.")
+  return _diff(fa, fb)
+
+
+def _diff(fa: Mapping, fb: Mapping) -> list[tuple[str, object, object]]:
+  # Only the settings both sides use: an option one side ignores compares with nothing.
+  both = set(fa) & set(fb)
   out = []
   for k in sorted(set(fa) | set(fb)):
+    if k.startswith("decode.") and k != "decode.method" and k not in both and \
+        k[len("decode."):] in _DECODE_OPTIONS:
+      continue
     va, vb = fa.get(k), fb.get(k)
     if va != vb:
       out.append((k, va, vb))
   return out
+
+
+def config_differences(a: Mapping, b: Mapping) -> list[tuple[str, object, object]]:
+  """``(field, value in a, value in b)`` for the fields two runs' ``config.json`` differ in
+  (dotted, e.g. ``scst.start_step``), without the fields the config hash leaves out (they
+  change no score) and the decoding options the config's method does not read."""
+  a, b = json.loads(json.dumps(a, default=str)), json.loads(json.dumps(b, default=str))
+  for d in (a, b):
+    for f in _NOT_SCORE_FIELDS:
+      _drop(d, f)
+  fa = _used(_flatten(a), a.get("decode"), "decode.")
+  fb = _used(_flatten(b), b.get("decode"), "decode.")
+  return _diff(fa, fb)

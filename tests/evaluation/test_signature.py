@@ -88,7 +88,9 @@ def test_compare_names_the_one_setting_two_score_files_differ_in(runs):
   # The vocabulary threshold, from the run directories' scores_test.json.
   code, out, err = _compare(runs, wd, runs["b"][0])
   assert code == 0, err
-  assert "vocab.min_count: 1 -> 2" in out and "config:" in out
+  # The config hash and, from the run directories' config.json, the field behind it.
+  assert "vocab.min_count: 1 -> 2" in out and "config differs (hash " in out
+  assert "config.data.min_word_count: 1 -> 2" in out
   assert "features.fields" not in out
   # The feature set: the same names and shapes in another folder.
   code, out, err = _compare(runs, wd, runs["c"][0], "--json=cmp.json")
