@@ -12,11 +12,15 @@ setup: $(STAMP)
 
 # jaxcap itself is installed editable (no dependencies: they are the line before), so that
 # `import jaxcap`, jaxcap-train and jaxcap-evaluate work in .venv from any directory.
+# editable_mode=compat puts the checkout on sys.path (a .pth path entry) instead of setuptools'
+# import hook, which Python asks only after sys.path: with the hook, a script run from the
+# checkout's parent (a clone at ~/jaxcap, run from ~) imports the clone folder as an empty
+# namespace package `jaxcap` (no attribute 'load'); tests/test_editable_install.py.
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.txt -r requirements-dev.txt
-	$(PY) -m pip install --quiet --no-deps -e .
+	$(PY) -m pip install --quiet --no-deps -e . --config-settings editable_mode=compat
 	@cat requirements.txt requirements-dev.txt > $(STAMP)
 
 # Trains the default model on the embedded synthetic dataset and evaluates it (ARGS are passed on).
