@@ -344,3 +344,128 @@ def test_every_model_reloads_and_decodes_as_the_run(tmp_path):
   # Models known to attend over regions export their per-word attention.
   for name in ("transformer", "lstm", "aoa"):
     assert got[name]["greedy"][0]["attention"] is not None, name
+
+
+# ---------------------------------------------------------------- what an exported captioner needs
+
+# What `pip install .` (pyproject's dependencies: jax, numpy, flatbuffers, Pillow) does not bring:
+# requirements.txt's training stack (the `train` extra). jax itself imports none of them.
+TRAINING_STACK = ("flax", "optax", "orbax", "tensorflow", "tensorflow_datasets", "grain", "array_record",
+                  "tensorboard", "tensorboardX", "ml_collections", "absl", "pycocoevalcap", "h5py",
+                  "matplotlib", "safetensors", "sacrebleu", "aiohttp", "tqdm")
+# jaxcap.serving's docstring: of jaxcap, it imports jaxcap.images and jaxcap.data.batch only.
+SERVING_MODULES = {"jaxcap", "jaxcap.version", "jaxcap.serving", "jaxcap.serving.artefact",
+                   "jaxcap.images", "jaxcap.data", "jaxcap.data.batch"}
+
+# Imports jaxcap.serving, captions with an exported file, and records the modules it loaded and
+# whether the training stack is importable at all (in the light environment it must not be).
+LIGHT = textwrap.dedent("""
+  import importlib.util, json, sys
+  import numpy as np
+  stack = json.loads(sys.argv[3])
+  def loaded():
+    return {"stack": sorted(m for m in sys.modules if m.split(".")[0] in stack),
+            "jaxcap": sorted(m for m in sys.modules if m.split(".")[0] == "jaxcap")}
+  import jaxcap.serving
+  out = {"imported": loaded(), "jaxcap_file": jaxcap.__file__}
+  c = jaxcap.serving.load(sys.argv[1])
+  feats = dict(np.load(sys.argv[2]))
+  out["t"] = {m: c.caption(feats, method=m) for m in ("greedy", "beam")}
+  out["t"]["default"] = c.caption(feats)
+  out["captioned"] = loaded()
+  out["installed"] = sorted(m for m in stack if importlib.util.find_spec(m) is not None)
+  json.dump(out, open(sys.argv[4], "w"))
+""")
+
+
+def _light(python, path, feats_file, out_file, cwd, env):
+  proc = subprocess.run([str(python), "-c", LIGHT, str(path), str(feats_file), json.dumps(TRAINING_STACK),
+                         str(out_file)], capture_output=True, text=True, timeout=600, env=env, cwd=cwd)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  return json.loads(Path(out_file).read_text())
+
+
+def test_importing_jaxcap_serving_loads_what_it_says_and_no_training_stack(transformer, tmp_path):
+  # Before, jaxcap/data/__init__.py imported the datasets, readers and vocabulary modules too.
+  run, path, _ = transformer
+  feats = features(INFO)
+  np.savez(tmp_path / "f.npz", **feats)
+  env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(REPO))
+  got = _light(sys.executable, path, tmp_path / "f.npz", tmp_path / "out.json", tmp_path, env)
+  for when in ("imported", "captioned"):
+    assert got[when]["stack"] == [], (when, got[when]["stack"])
+    assert set(got[when]["jaxcap"]) <= SERVING_MODULES, (when, set(got[when]["jaxcap"]) - SERVING_MODULES)
+  check_same(run, feats, got["t"], "transformer, jaxcap.serving alone")
+
+
+def test_jaxcap_data_names_still_import():
+  # jaxcap/data/__init__.py's names are lazy now: every one still imports and lists.
+  import jaxcap.data as data
+  for name in ("CaptionDataset", "SplitData", "SplitSource", "collate", "NAMES", "complete_data_config",
+               "default_data_config", "reader", "load_synthetic", "synthetic_splits", "Vocab",
+               "tokenize", "get_dataset"):
+    assert getattr(data, name) is not None and name in dir(data), name
+  from jaxcap.data import Vocab, base  # noqa: F401  (a name, then a submodule)
+  with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+    data.nothing
+
+
+def _distributions(roots) -> list:
+  """The installed distributions ``roots`` need, with their requirements (no extras)."""
+  import importlib.metadata as md
+  from packaging.requirements import Requirement
+  seen, todo = {}, list(roots)
+  while todo:
+    name = todo.pop().lower().replace("_", "-")
+    if name in seen:
+      continue
+    dist = seen[name] = md.distribution(name)
+    for spec in dist.requires or ():
+      req = Requirement(spec)
+      if req.marker is None or req.marker.evaluate({"extra": ""}):
+        todo.append(req.name)
+  return list(seen.values())
+
+
+def _light_venv(path: Path) -> Path:
+  """A virtual environment that sees, of this one's packages, only pip and what jax, numpy,
+  flatbuffers and Pillow need (linked, not copied): `pip install .` then finds pyproject's
+  dependencies satisfied and would have to fetch anything else."""
+  # Not tests/test_package.py's _venv: its environments see all of this one's packages.
+  subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
+  py = path / "bin" / "python"
+  purelib = Path(subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                capture_output=True, text=True, check=True).stdout.strip())
+  linked = path / "linked"
+  linked.mkdir()
+  for dist in _distributions(["pip", "jax", "numpy", "flatbuffers", "pillow"]):
+    root = Path(dist.locate_file(""))
+    for top in {Path(f).parts[0] for f in dist.files or ()} - {"..", "__pycache__"}:
+      if (root / top).exists() and not (linked / top).exists():
+        (linked / top).symlink_to(root / top)
+  (purelib / "_light_parent_env.pth").write_text(f"{linked}\n")
+  return py
+
+
+@pytest.mark.slow
+def test_the_documented_light_install_runs_an_exported_captioner(transformer, tmp_path):
+  # docs/USAGE.md's route for a server: `pip install .` in a checkout (no `[train]` extra), in an
+  # environment without the training stack; the file captions as in the full environment.
+  from tests.test_package import _env, _fresh_clone
+  run, path, _ = transformer
+  feats = features(INFO)
+  np.savez(tmp_path / "f.npz", **feats)
+  full = _light(sys.executable, path, tmp_path / "f.npz", tmp_path / "full.json", tmp_path,
+                dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(REPO)))
+  py = _light_venv(tmp_path / "venv")
+  clone = _fresh_clone(tmp_path / "clone")
+  r = subprocess.run([str(py), "-m", "pip", "install", "."], cwd=clone, env=_env(), capture_output=True,
+                     text=True, timeout=900)
+  assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+  elsewhere = tmp_path / "elsewhere"
+  elsewhere.mkdir()
+  got = _light(py, path, tmp_path / "f.npz", tmp_path / "light.json", elsewhere, _env())
+  assert got["installed"] == [], got["installed"]  # none of the training stack is there at all
+  assert got["jaxcap_file"].startswith(str(tmp_path / "venv")), got["jaxcap_file"]
+  assert got["t"] == full["t"]
+  check_same(run, feats, got["t"], "transformer, light install")

@@ -16,8 +16,9 @@ command is checked by the rule of its program:
   uses (absl or argparse);
 * ``python -m jaxcap.<module>``: the module's file exists and defines every ``--flag``, as a script;
 * ``make <target>``: a Makefile target (``make test`` / ``make test-slow`` are .ci/run's steps);
-* ``pip install -r requirements.txt`` / ``-e .`` / ``.``: the files exist (tests/test_package.py
-  installs the package into a fresh virtual environment);
+* ``pip install -r requirements.txt`` / ``-e .`` / ``.`` / ``-e ".[train]"``: the files (and
+  the extra) exist (tests/test_package.py and tests/test_export.py install the package into fresh
+  virtual environments);
 * a few others (``tensorboard``, ``source .venv/bin/activate``, ``jupyter``, ``cd``): see RULES.
 
 A command that no rule covers fails the test with its page and line, so a new section's commands
@@ -162,6 +163,11 @@ def _check_pip(args) -> str:
     return "" if (REPO / rest[1]).exists() else f"{rest[1]}: no such file"
   if rest in (["-e", "."], ["."]):
     return "" if (REPO / "pyproject.toml").exists() else "pyproject.toml: missing"
+  if rest in (["-e", ".[train]"], [".[train]"]):  # the extra that brings requirements.txt
+    import tomllib
+    dynamic = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["dynamic"]
+    extras = dynamic.get("optional-dependencies", {})
+    return "" if "train" in extras else "pyproject.toml: no 'train' extra"
   return f"pip install {' '.join(rest)}: not covered"
 
 

@@ -2,15 +2,33 @@
 
 ``get_dataset(data_config)`` picks a reader by ``data_config.name``; every reader returns a
 :class:`jaxcap.data.base.CaptionDataset`, so batches look the same whatever the layout.
+
+The names below are imported on first use (PEP 562): ``from jaxcap.data import batch`` (what
+an exported captioner, :mod:`jaxcap.serving`, reads its inputs with) then loads that module
+alone, not the datasets and readers.
 """
 
 from __future__ import annotations
 
-from jaxcap.data.base import CaptionDataset, SplitData, SplitSource, collate  # noqa: F401
-from jaxcap.data.readers import (NAMES, complete_data_config, default_data_config,  # noqa: F401
-                                 reader)
-from jaxcap.data.synthetic import load_synthetic, synthetic_splits  # noqa: F401
-from jaxcap.data.vocab import Vocab, tokenize  # noqa: F401
+import importlib
+
+# name -> the module that defines it (``from jaxcap.data import Vocab`` as before).
+_LAZY = {"CaptionDataset": "base", "SplitData": "base", "SplitSource": "base", "collate": "base",
+         "NAMES": "readers", "complete_data_config": "readers", "default_data_config": "readers",
+         "reader": "readers", "load_synthetic": "synthetic", "synthetic_splits": "synthetic",
+         "Vocab": "vocab", "tokenize": "vocab"}
+
+
+def __getattr__(name):
+  if name in _LAZY:
+    value = getattr(importlib.import_module(f"jaxcap.data.{_LAZY[name]}"), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+  raise AttributeError(f"module 'jaxcap.data' has no attribute {name!r}")
+
+
+def __dir__():
+  return sorted(set(globals()) | set(_LAZY))
 
 
 def get_dataset(data_config) -> CaptionDataset:
@@ -64,6 +82,7 @@ def get_dataset(data_config) -> CaptionDataset:
       region gets the whole-image box, said once when the run starts; the graph then carries
       nothing).
   """
+  from jaxcap.data.readers import complete_data_config, reader
   data_config = complete_data_config(data_config)
   if data_config.format == "tfds":
     from jaxcap.data import tfds_builders
