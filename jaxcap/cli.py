@@ -10,8 +10,11 @@ a checkpoint at the current step (:mod:`jaxcap.training.preemption`): the same c
   every ``--config.<field>=<value>`` names a field of that config and its value parses as the
   field's type, a section is not set after one of its fields. Then the config flags are defined
   (``ml_collections.config_flags``, reading this ``argv``: nothing global is swapped) and absl
-  parses; an unknown flag, a flag value its own parser refuses and stray arguments are one line
-  too. The program's body then runs under :func:`run_main`.
+  parses; an unknown flag (with a "did you mean"), a flag value its own parser refuses and stray
+  arguments are one line too. ``--help`` lists the program's own flags and exits 0;
+  ``--print_config`` prints the resolved config; ``--only_check_args`` runs the program's
+  ``check`` (every check it makes before it starts) and says so in one line. The program's body
+  then runs under :func:`run_main`.
 * :func:`run_main` maps the library's one-line errors (``ValueError``, missing files, ``OSError``)
   to ``error: <line>`` and exit 2, a non-finite stop to exit 3, a preempted run to one line and
   exit 4.
@@ -26,6 +29,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import functools
+import os
 import sys
 
 from absl import app, flags
@@ -52,15 +56,17 @@ def fail(msg, code: int = EXIT_BAD_INPUT):
   sys.exit(code)
 
 
-def run_main(fn):
+def run_main(fn, setup: bool = True):
   """Runs ``fn()``; bad input -> one line and exit 2, a non-finite stop -> one line and exit 3,
-  a preempted run (saved) -> one line and exit 4."""
+  a preempted run (saved) -> one line and exit 4. ``setup``: first join a multi-host launch and
+  install XLA's log filter (a run; not a check of the command line)."""
   checkpoint.quiet_logs()
   try:
-    # First, before anything touches a JAX backend: jax.distributed must be initialised before
-    # the backend exists (a multi-host launch; no-op otherwise).
-    parallel.maybe_initialize_distributed()
-    xla_logs.install()  # CPU only: XLA's slow-compile alarms (bfloat16 is emulated there)
+    if setup:
+      # First, before anything touches a JAX backend: jax.distributed must be initialised before
+      # the backend exists (a multi-host launch; no-op otherwise).
+      parallel.maybe_initialize_distributed()
+      xla_logs.install()  # CPU only: XLA's slow-compile alarms (bfloat16 is emulated there)
     fn()
   except NonFiniteError as e:
     fail(str(e), EXIT_NONFINITE)
@@ -112,14 +118,21 @@ _PARSERS = {int: (flags.IntegerParser(), "an int"), float: (flags.FloatParser(),
             bool: (flags.BooleanParser(), "true or false")}
 
 
+def did_you_mean(word: str, choices) -> str | None:
+  """The choice closest to a misspelt ``word`` (difflib's ratio >= 0.6), else None: the one
+  suggestion of a config key's and a flag's refusal."""
+  close = difflib.get_close_matches(word, list(choices), n=1)
+  return close[0] if close else None
+
+
 def _check_override(config, name: str, path: str, value, spec: str) -> None:
   from ml_collections import config_dict  # absl programs only (see parse_flags)
   node, parts = config, path.split(".")
   for j, p in enumerate(parts):
     keys = [str(k) for k in node.keys()] if isinstance(node, config_dict.ConfigDict) else []
     if p not in keys:
-      close = difflib.get_close_matches(p, keys, n=1)
-      hint = f" (did you mean {'.'.join(parts[:j] + close)}?)" if close else ""
+      close = did_you_mean(p, keys)
+      hint = f" (did you mean {'.'.join(parts[:j] + [close])}?)" if close else ""
       raise BadInput(f"config field {'.'.join(parts[:j + 1])}: unknown key in --{name}.{path}{hint}; "
                      f"expected a field of {spec.partition(':')[0]}")
     parent, node = node, node[p]
@@ -181,9 +194,91 @@ def _refused_value(argv):
   return None
 
 
-def parse_flags(argv, configs: dict[str, str] | None = None) -> list[str]:
+# The help flags jaxcap answers itself: absl's --help lists the flags of ``__main__`` (none: the
+# programs define theirs in jaxcap.commands) and exits 1; --helpfull buries them among absl's.
+_HELP = ("--help", "-help", "--helpshort", "-helpshort", "-?", "-h")
+_HELPFULL = ("--helpfull", "-helpfull")
+
+
+def _own_flags(module: str) -> list:
+  """The flags ``module`` defines (absl files a script's, ``__main__``'s, under its path)."""
+  by_module = flags.FLAGS.flags_by_module_dict()
+  names = [module] + ([sys.argv[0]] if module == "__main__" else [])
+  return [f for name in names for f in by_module.get(name, [])]
+
+
+def _help_text(module: str, configs: dict[str, str], full: bool = False) -> str:
+  """The program's docstring, its own flags with their help, the config flags and where the
+  config's fields are described; ``full``: then every flag absl knows."""
+  wrap = functools.partial(flags.text_wrap, indent="    ", firstline_indent="  ")
+  doc = (getattr(sys.modules.get(module), "__doc__", None) or "").strip()
+  lines = [doc, "", "flags:"] if doc else ["flags:"]
+  for name, default in configs.items():
+    lines += [wrap(f"--{name}: the config file, path/to/config.py[:arg]; any of its fields is set "
+                   f"with --{name}.<field>=<value>."),
+              flags.text_wrap("config fields: see --print_config (the resolved config, one field "
+                              "a line) and docs/USAGE.md", indent="    ", firstline_indent="    "),
+              f"    (default: {default!r})"]
+  own = {f.name: f for f in _own_flags(module)}
+  aliases = {f.help[len("Alias for --"):].rstrip("."): n for n, f in own.items()
+             if f.help.startswith("Alias for --")}  # --beam-size: said beside --beam_size
+  for name, flag in sorted(own.items()):
+    if name in aliases.values():
+      continue
+    also = f" (also --{aliases[name]})" if name in aliases else ""
+    default = "" if flag.default is None else f" (default: {flag.default_as_str})"
+    lines.append(wrap(f"--{'[no]' if flag.boolean else ''}{name}{also}: {flag.help}{default}"))
+  lines += [wrap("--only_check_args: make every check the program makes before it starts (the "
+                 "command line and the values), say so in one line and exit; a refusal is the "
+                 "run's one line and exit code 2"),
+            wrap("--helpfull: every flag, absl's and the libraries' too")]
+  if full:
+    lines += ["", "all flags:", flags.FLAGS.get_help()]
+  return "\n".join(lines)
+
+
+def _flag_suggestion(name: str, module: str) -> str:
+  """``; did you mean --<flag>?`` for an unknown ``--name``: the program's own flags first, then
+  every flag absl knows (the dashed spellings and ``--no<flag>`` too)."""
+  own = [f.name for f in _own_flags(module)]
+  every = list(flags.FLAGS)
+  every += [f"no{n}" for n in every if flags.FLAGS[n].boolean]
+  close = did_you_mean(name, own) or did_you_mean(name, every)
+  return (f"; did you mean --{close}? (expected one of the flags --help lists)" if close else
+          "; expected one of the flags --help lists")
+
+
+def _dotted(config, prefix: str = "") -> list[str]:
+  """``<prefix>field = value`` for every field of a config, nested sections dotted."""
+  from ml_collections import config_dict
+  out = []
+  for key in config.keys():
+    value = config[key]
+    if isinstance(value, config_dict.ConfigDict):
+      out += _dotted(value, f"{prefix}{key}.")
+    else:
+      out.append(f"{prefix}{key} = {value!r}")
+  return out
+
+
+def _print_and_exit(text: str) -> None:
+  """Prints ``text`` and exits 0; a reader that stops early (``| head``) is not an error."""
+  try:
+    print(text, flush=True)
+  except BrokenPipeError:
+    sys.stdout = open(os.devnull, "w")  # the interpreter's final flush would raise again
+  sys.exit(0)
+
+
+def parse_flags(argv, configs: dict[str, str] | None = None, check=None,
+                module: str = "__main__") -> list[str]:
   """``app.run``'s flags parser: :func:`check_command_line`, then the config flags defined on
-  this ``argv`` and absl's parse. Any bad input: one line, exit 2."""
+  this ``argv`` and absl's parse. Any bad input: one line, exit 2.
+
+  Before that, ``--help`` / ``--helpfull`` print the program's help (``module``'s docstring and
+  flags) and exit 0. After it, ``--print_config`` (programs with ``configs``) prints the
+  resolved config and ``--only_check_args`` runs ``check()`` (the checks the program makes
+  before it starts) and says in one line that it passed; both then exit 0 without running."""
   # ml_collections is imported by the absl programs only: the benchmarks import this module on
   # GPU images that have jax, flax and optax but no ml_collections.
   from ml_collections import config_flags
@@ -199,6 +294,13 @@ def parse_flags(argv, configs: dict[str, str] | None = None) -> list[str]:
       return config
 
   configs = configs or {}
+  if configs and "print_config" not in flags.FLAGS:
+    flags.DEFINE_bool("print_config", False, "Print the resolved config (the file, its argument "
+                      "and the --config.<field> overrides), one field a line, and exit.",
+                      module_name=module)
+  words = argv[1:argv.index("--")] if "--" in argv else argv[1:]
+  if any(a in _HELP or a in _HELPFULL for a in words):
+    _print_and_exit(_help_text(module, configs, full=any(a in _HELPFULL for a in words)))
   try:
     check_command_line(argv, configs)
     for name, default in configs.items():
@@ -209,7 +311,7 @@ def parse_flags(argv, configs: dict[str, str] | None = None) -> list[str]:
     try:
       rest = flags.FLAGS(list(argv))
     except flags.UnrecognizedFlagError as e:
-      raise BadInput(f"--{e.flagname}: unknown flag; expected one of the flags of --helpfull") from None
+      raise BadInput(f"unknown flag --{e.flagname}{_flag_suggestion(e.flagname, module)}") from None
     except flags.IllegalFlagValueError:
       bad = _refused_value(argv)
       if bad is None:
@@ -220,16 +322,32 @@ def parse_flags(argv, configs: dict[str, str] | None = None) -> list[str]:
       raise BadInput(f"--{flag}={value}: expected {want} ({e})") from None
     if len(rest) > 1:
       raise BadInput(f"unexpected arguments {rest[1:]}; expected only --flags")
-    return rest
   except ValueError as e:  # BadInput, and the config file's own refusal of its argument
     fail(str(e) or type(e).__name__)
+  only_check = flags.FLAGS["only_check_args"].value if "only_check_args" in flags.FLAGS else False
+  if only_check and check is not None:
+    run_main(check, setup=False)  # a refusal: its one line, exit 2, as the run's
+  if configs and flags.FLAGS.print_config:
+    _print_and_exit("\n".join(line for name in configs
+                              for line in _dotted(flags.FLAGS[name].value, f"{name}.")))
+  if only_check:
+    prog = os.path.basename(argv[0])
+    what = ("the command line and the config's values pass" if configs else "the command line passes")
+    said = (f"{what} every check {prog} makes before it starts" if check is not None else
+            f"the command line parses ({prog} has no other check to make before it starts)")
+    print(f"ok: {said}; --only_check_args: nothing was run", flush=True)
+    sys.exit(0)
+  return rest
 
 
-def run_absl(main, configs: dict[str, str] | None = None) -> None:
+def run_absl(main, configs: dict[str, str] | None = None, check=None) -> None:
   """``app.run(main)`` with :func:`parse_flags` (``configs``: the config flags and their default
-  specs) and ``main`` under :func:`run_main`; exits with ``main``'s code."""
+  specs; ``check``: the checks ``main`` makes before it starts, which ``--only_check_args``
+  runs alone) and ``main`` under :func:`run_main`; exits with ``main``'s code. ``--help`` lists
+  the flags of ``main``'s module."""
   app.run(lambda argv: run_main(lambda: main(argv)),
-          flags_parser=functools.partial(parse_flags, configs=configs))
+          flags_parser=functools.partial(parse_flags, configs=configs, check=check,
+                                         module=main.__module__))
 
 
 # ---------------------------------------------------------------------------- argparse programs

@@ -14,6 +14,7 @@ import glob
 import importlib.util
 import os
 import sys
+import traceback
 
 from jaxcap.papers import PAPERS
 
@@ -92,14 +93,41 @@ def load(spec: str):
   name = "jaxcap_config_" + os.path.splitext(os.path.basename(resolved))[0]
   module_spec = importlib.util.spec_from_file_location(name, resolved)
   module = importlib.util.module_from_spec(module_spec)
-  module_spec.loader.exec_module(module)
+  try:
+    module_spec.loader.exec_module(module)
+  except SyntaxError as e:  # the file's own line, not the import machinery's traceback
+    raise ValueError(f"config file {resolved}, line {e.lineno}: {e.msg}; expected a Python file "
+                     "defining get_config(arg)") from None
+  except Exception as e:  # noqa: BLE001  (whatever it raises, one line naming the file)
+    raise _failed(resolved, "importing it", e) from None
+  if not callable(getattr(module, "get_config", None)):
+    raise ValueError(f"config file {resolved}: no get_config; expected a Python file defining "
+                     "get_config(arg)")
   words = [w for w in arg.split(",") if w.strip()]
   is_tiny = "tiny" in [w.strip() for w in words]
-  config = module.get_config(",".join(w for w in words if w.strip() != "tiny") or None)
+  given = ",".join(w for w in words if w.strip() != "tiny") or None
+  try:
+    config = module.get_config(given)
+  except ValueError:
+    raise  # the config file's own one-line refusal of its argument
+  except Exception as e:  # noqa: BLE001
+    raise _failed(resolved, f"get_config({given!r})", e) from None
   if is_tiny:  # every config's argument (configs/common.py): the smallest sizes that run
     from configs import common
     config = common.tiny(config)
   return config
+
+
+def _failed(path: str, what: str, e: BaseException) -> ValueError:
+  """One line for an exception a config file raised: the file, the line of it that raised (the
+  innermost frame in the file), what was run and the exception."""
+  lines = [f.lineno for f in traceback.extract_tb(e.__traceback__)
+           if os.path.abspath(f.filename) == os.path.abspath(path)]
+  at = f", line {lines[-1]}" if lines else ""
+  text = str(e).strip().splitlines()
+  return ValueError(f"config file {path}{at}: {what} raised {type(e).__name__}"
+                    f"{': ' + text[0] if text else ''}; expected a config file whose "
+                    "get_config(arg) returns its config")
 
 
 def literal(text: str):

@@ -16,10 +16,14 @@ COCO results file; ``--images`` captions image files; ``--server`` writes the CO
 server's file (:mod:`jaxcap.evaluation.server`). The work is :mod:`jaxcap.evaluation.runs`.
 """
 
+import os
+
 from absl import flags
+import ml_collections
 
 from jaxcap import cli, run_dir
 from jaxcap.evaluation import files, runs
+from jaxcap.training import validation
 
 _D = {}  # decoding flags: name -> holder; None means "the run's own setting"
 for _name, _define, _args in [
@@ -105,9 +109,35 @@ def _check_flags() -> None:
     raise ValueError("--step does not apply to --ensemble (each member uses its best checkpoint)")
 
 
+def check() -> None:
+  """The checks the program makes before it reads any data or checkpoint (``--only_check_args``
+  runs them alone): the combinations of flags, and for a run to decode (the first of an
+  ensemble) its decoding options and a beam no wider than its vocabulary (a wider one decodes
+  for minutes and scores zeros)."""
+  _check_flags()
+  if _PREDICTIONS.value:
+    return
+  workdir = ([w.strip() for w in _ENSEMBLE.value.split(",") if w.strip()] or [None])[0] \
+      if _ENSEMBLE.value else _WORKDIR.value
+  # A run not written yet (a command checked before the train.py that writes it): the flags'
+  # decoding values alone; the run itself names what is missing when it starts.
+  there = workdir is not None and os.path.isfile(os.path.join(workdir, run_dir.CONFIG_FILE))
+  config = run_dir.read_config(workdir) if there else ml_collections.ConfigDict()
+  options = _decode(config.decode.to_dict() if "decode" in config else {})
+  validation.check_config(ml_collections.ConfigDict({"decode": options}))
+  beam = options.get("beam_size")
+  if there and options.get("method") == "beam" and isinstance(beam, int):
+    words = len(run_dir.read_vocab(workdir))
+    if beam > words:
+      field = (f"--beam-size={beam}" if _D["beam_size"].value is not None else
+               f"config field decode.beam_size ({beam}, {workdir}/config.json)")
+      raise ValueError(f"{field}: wider than the vocabulary of {workdir} ({words} words); "
+                       f"expected a beam size of at most {words}")
+
+
 def main(argv):
   del argv
-  _check_flags()
+  check()
   if _PREDICTIONS.value:
     result = files.score_files(_PREDICTIONS.value, _REFERENCES.value, _OUT.value, spice=_SPICE.value)
     print(run_dir.format_table(result["overall"], title=f"{_PREDICTIONS.value} "
@@ -132,4 +162,4 @@ def main(argv):
 
 def run():
   """The program (``python evaluate.py``, console script ``jaxcap-evaluate``)."""
-  cli.run_absl(main)
+  cli.run_absl(main, check=check)

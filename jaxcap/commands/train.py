@@ -15,7 +15,8 @@ from absl import flags
 from ml_collections import config_flags
 
 from jaxcap import cli, config_files
-from jaxcap.training import train_lib
+from jaxcap.models import registry
+from jaxcap.training import train_lib, validation
 
 DEFAULT_CONFIG = "configs/transformer.py:synthetic"
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (default: runs/<config name>).")
@@ -23,10 +24,30 @@ _DRY_RUN = flags.DEFINE_bool("dry_run", False, "Compile the training (and SCST) 
                              "parameters, FLOPs per step and per-device memory; write nothing.")
 
 
+def _workdir() -> str:
+  spec = config_flags.get_config_filename(flags.FLAGS["config"])
+  return _WORKDIR.value or config_files.default_workdir(spec)
+
+
+def check() -> None:
+  """The checks the run makes before it builds anything (``--only_check_args`` runs them
+  alone): the config's values and their relations, and a workdir it can write (a dry run
+  writes nothing, and needs a model with a training step to compile)."""
+  config = flags.FLAGS.config
+  validation.check_config(config)
+  if _DRY_RUN.value:
+    if not getattr(registry.get(config.model.name), "trainable", True):
+      raise ValueError(f"config field model.name: {config.model.name!r} has no training step to "
+                       "compile; expected a trainable model")
+  else:
+    validation.check_workdir_writable(_workdir())
+
+
 def main(argv):
   del argv  # cli.parse_flags refuses stray arguments
-  spec = config_flags.get_config_filename(flags.FLAGS["config"])
-  workdir = _WORKDIR.value or config_files.default_workdir(spec)
+  # Checked before the workdir line: a refused value is the only thing the user reads.
+  check()
+  workdir = _workdir()
   if _DRY_RUN.value:
     train_lib.dry_run(flags.FLAGS.config, workdir)
     return
@@ -36,4 +57,4 @@ def main(argv):
 
 def run():
   """The program (``python train.py``, console script ``jaxcap-train``)."""
-  cli.run_absl(main, configs={"config": DEFAULT_CONFIG})
+  cli.run_absl(main, configs={"config": DEFAULT_CONFIG}, check=check)

@@ -131,8 +131,16 @@ def check_config(config, trainable: bool | None = None) -> None:
   bleu = _get(config, "scst.bleu_weight")
   if _get(config, "scst.reward") == "device" and bleu is not _MISSING and bleu > 0:
     raise ValueError(f"config field scst.reward: 'device' computes CIDEr-D only; "
-                     f"scst.bleu_weight={bleu} needs scst.reward='host'")
+                     f"scst.bleu_weight={bleu} needs scst.reward='host'; expected "
+                     f"scst.reward='host', or scst.bleu_weight=0")
   scst_runs = any(_get(config, f"scst.{k}") not in (_MISSING, -1) for k in ("start_step", "start_epoch"))
+  start = _get(config, "scst.start_step")
+  if (scst_runs and trainable is not False and start not in (_MISSING, -1) and steps is not _MISSING
+      and _get(config, "scst.start_epoch") in (_MISSING, -1) and start >= steps):
+    # SCST would never start: the run trains with cross-entropy only, and says nothing.
+    raise ValueError(f"config field scst.start_step: {start} is not before config field "
+                     f"num_train_steps ({steps}), so no step would be self-critical; expected "
+                     f"scst.start_step < num_train_steps, or -1 (no SCST)")
   samples = _get(config, "scst.num_samples")
   if scst_runs and _get(config, "scst.baseline") == "mean" and samples is not _MISSING and samples < 2:
     raise ValueError(f"config field scst.num_samples: scst.baseline='mean' compares each sample with "
@@ -185,6 +193,7 @@ def check_data(dataset, config, splits=None, log=print, model=None, workdir=None
       raise ValueError(f"{dataset.name}: no split {split!r} (config field {field}; the data has "
                        f"{', '.join(have)}), expected train, val and the test split "
                        "(or set test_after_training=False)")
+  check_beam_size(config, len(dataset.vocab), dataset.name)
   if model is not None:
     check_model_inputs(model, dataset, config, splits, log=log)
     prepare = getattr(model, "check_prepare", None)
@@ -215,6 +224,15 @@ def check_data(dataset, config, splits=None, log=print, model=None, workdir=None
     log(f"Checked the feature headers and boxes of {count} images ({', '.join(splits)}; "
         f"data.validate_features={mode}) in {dt:.2f} s.")
   return {"images": count, "seconds": dt}
+
+
+def check_beam_size(config, vocab_size: int, where: str) -> None:
+  """A beam search keeps no more hypotheses than the vocabulary has words: a wider beam decodes
+  for minutes and scores zeros (``where``: whose vocabulary, for the message)."""
+  beam = _get(config, "decode.beam_size")
+  if _get(config, "decode.method") == "beam" and fields.is_int(beam) and beam > vocab_size:
+    raise ValueError(f"config field decode.beam_size: {beam} is wider than the vocabulary of "
+                     f"{where} ({vocab_size} words); expected at most {vocab_size}")
 
 
 def _check_header(head: dict, info: dict, max_regions: int, truncate: bool,
