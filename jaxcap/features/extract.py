@@ -45,6 +45,7 @@ import json
 import os
 import sys
 import time
+import zipfile
 from typing import Callable
 
 import numpy as np
@@ -219,6 +220,51 @@ def write_record(out_dir: str, record: dict) -> None:
   atomic.write_with(path, lambda f: f.write((json.dumps(record, indent=1) + "\n").encode()))
 
 
+def _array_header(f) -> tuple[tuple, np.dtype]:
+  """``(shape, dtype)`` from an open ``.npy`` stream's header, without reading the array."""
+  version = np.lib.format.read_magic(f)
+  read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+          else np.lib.format.read_array_header_2_0)
+  shape, _, dtype = read(f)
+  return tuple(shape), dtype
+
+
+def file_header(path: str, key: str | None = None) -> tuple[tuple, np.dtype]:
+  """``(shape, dtype)`` of a ``.npy`` file, or of the array ``key`` of a ``.npz`` file, read from
+  the header; one-line ``ValueError`` naming the file when it is not one."""
+  try:
+    if key is None:
+      with open(path, "rb") as f:
+        return _array_header(f)
+    with zipfile.ZipFile(path) as z, z.open(key + ".npy") as f:
+      return _array_header(f)
+  except (OSError, ValueError, KeyError, zipfile.BadZipFile) as e:
+    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    what = f"a .npz file with the array {key!r}" if key else "a .npy file"
+    raise ValueError(f"{path}: unreadable ({first}); expected {what}") from None
+
+
+def check_existing(out_dir: str, stems: list[str], record: dict) -> None:
+  """The ``fc`` / ``att`` files of ``stems`` already in ``out_dir`` are what this extraction
+  writes (``record``'s width ``feature_dim``, ``att_size`` squared cells, float32): a resumed run
+  skips them, so a foreign file would be trained on. One-line ``ValueError`` naming the first
+  that is not."""
+  width, g = record.get("feature_dim"), record.get("att_size")
+  fc_want = None if width is None else (int(width),)
+  att_want = None if width is None or g is None else (int(g) * int(g), int(width))
+  for stem in stems:
+    for path, key, want, form in ((os.path.join(out_dir, "fc", stem + ".npy"), None, fc_want, "[D]"),
+                                  (os.path.join(out_dir, "att", stem + ".npz"), "feat", att_want,
+                                   "[g*g, D]")):
+      shape, dtype = file_header(path, key)
+      if (want is not None and shape != want) or len(shape) != len(form.split(",")) \
+          or dtype != np.float32:
+        expected = f"[{', '.join(map(str, want))}]" if want is not None else form
+        raise ValueError(f"{path}: features of shape {list(shape)} {dtype}, this extraction "
+                         f"({record.get('backbone')}) writes {expected} float32; expected the "
+                         "same extraction's files to resume (remove the others), or another --out")
+
+
 def _save_npy(array) -> Callable:
   return lambda f: np.save(f, array)
 
@@ -244,9 +290,6 @@ def run(images_dir: str, out_dir: str, module, variables, record: dict, size: in
     raise ValueError(f"--images={images_dir}: no image files ({', '.join(IMAGE_EXTENSIONS)}); "
                      "expected a folder of images")
   fc_dir, att_dir = os.path.join(out_dir, "fc"), os.path.join(out_dir, "att")
-  os.makedirs(fc_dir, exist_ok=True)
-  os.makedirs(att_dir, exist_ok=True)
-  write_record(out_dir, record)
 
   def done(name):
     stem = stems[name]
@@ -254,6 +297,12 @@ def run(images_dir: str, out_dir: str, module, variables, record: dict, size: in
             and os.path.exists(os.path.join(att_dir, stem + ".npz")))
 
   todo = [n for n in names if not done(n)]
+  # The files a resumed run skips are this extraction's, or the run is refused (before anything
+  # is written): another width or grid in the folder would be trained on without a word.
+  check_existing(out_dir, [stems[n] for n in names if n not in set(todo)], record)
+  os.makedirs(fc_dir, exist_ok=True)
+  os.makedirs(att_dir, exist_ok=True)
+  write_record(out_dir, record)
   if size == NATIVE:  # same-size images next to each other: fewer compiled shapes
     todo.sort(key=lambda n: header_size(os.path.join(images_dir, n)))
   result = {"total": len(names), "done_before": len(names) - len(todo), "extracted": 0,

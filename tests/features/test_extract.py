@@ -143,6 +143,29 @@ def test_another_backbone_setting_is_refused_in_the_same_out(extracted, capsys):
   assert code == 2 and stderr.strip().startswith("error: ") and "size=32" in stderr
 
 
+@pytest.mark.parametrize("foreign", ["fc-width", "att-grid", "fc-dtype", "not-npy"])
+def test_a_resumed_run_refuses_foreign_feature_files(extracted, tmp_path, capsys, foreign):
+  """A resumed run skips the images whose files exist: a file of another width, grid or dtype
+  (written by another extractor into the same --out) would be trained on. Refused in one line
+  naming the file, before anything is written."""
+  import shutil
+  images, out, _, _ = extracted
+  mine = tmp_path / "out"
+  shutil.copytree(out, mine)
+  bad = {"fc-width": ("fc/gray.npy", lambda f: np.save(f, np.zeros(7, np.float32))),
+         "att-grid": ("att/gray.npz", lambda f: np.savez(f, feat=np.zeros((9, 128), np.float32))),
+         "fc-dtype": ("fc/gray.npy", lambda f: np.save(f, np.zeros(128, np.float64))),
+         "not-npy": ("fc/gray.npy", lambda f: f.write(b"text"))}[foreign]
+  with open(mine / bad[0], "wb") as f:
+    bad[1](f)
+  before = {p: p.read_bytes() for p in mine.rglob("*") if p.is_file()}
+  code, stdout, stderr = run_cli(["--images", images, "--out", mine, *TINY], capsys)
+  lines = [l for l in stderr.splitlines() if l.strip()]
+  assert code == 2 and len(lines) == 1 and lines[0].startswith(f"error: {mine / bad[0]}: "), stderr
+  assert "expected" in lines[0] and "already have" not in stdout
+  assert {p: p.read_bytes() for p in mine.rglob("*") if p.is_file()} == before
+
+
 def test_the_karpathy_json(extracted):
   _, out, _, _ = extracted
   data = json.loads((out / "dataset_mine.json").read_text())
