@@ -24,14 +24,19 @@ def test_default_workdir_names():
 
 
 def test_train_py_default_workdir(tmp_path):
-  # A bad override stops the run after the workdir is chosen (and before anything is written).
-  r = subprocess.run([sys.executable, str(REPO / "train.py"),
-                      "--config=configs/eta.py:synthetic,variant=stacked_v",
-                      "--config.data.name=karpathy", "--config.data.root=/nonexistent/x"],
-                     cwd=tmp_path, capture_output=True, text=True, timeout=300)
-  assert r.returncode == 2 and "/nonexistent/x" in r.stderr
-  assert "workdir: runs/eta_synthetic_variant-stacked_v\n" in r.stdout
-  assert not list(tmp_path.iterdir())
+  """The default workdir is runs/<config name>, named by the refusal of a place that cannot be
+  one (``runs`` is a file here); a refused data root is the only output: the ``workdir:`` line
+  comes once the run's checks have passed, and nothing is written."""
+  (tmp_path / "runs").write_text("a file")
+  spec = "--config=configs/eta.py:synthetic,variant=stacked_v"
+  with Programs() as programs:
+    code, out, err = programs.run(["train.py", spec], tmp_path)
+    assert code == 2 and out == "" and "--workdir=runs/eta_synthetic_variant-stacked_v" in err, err
+    code, out, err = programs.run(["train.py", spec, "--config.data.name=karpathy",
+                                   "--config.data.root=/nonexistent/x", "--workdir=wd"], tmp_path)
+  assert code == 2 and "/nonexistent/x" in err and len(err.strip().splitlines()) == 1, err
+  assert out == "", out
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["runs"]
 
 
 @pytest.mark.parametrize("argv,needle", [

@@ -45,13 +45,13 @@ def check() -> None:
 
 def main(argv):
   del argv  # cli.parse_flags refuses stray arguments
-  # Checked before the workdir line: a refused value is the only thing the user reads.
   check()
   workdir = _workdir()
   if _DRY_RUN.value:
     train_lib.dry_run(flags.FLAGS.config, workdir)
     return
-  print(f"workdir: {workdir}", flush=True)
+  # The run prints "workdir: <path>" once its checks have passed, before it writes there: a
+  # refused value or file is the only output.
   train_lib.train_and_evaluate(flags.FLAGS.config, workdir)
 
 

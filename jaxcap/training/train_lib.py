@@ -235,6 +235,8 @@ class Trainer:
     local_bs = parallel.local_batch_size(config.batch_size, self.mesh)
     state = self.initial_state()
     self.check_memory(self.compile_steps(state))  # does each step fit? (before writing)
+    # Said once every check has passed: a refusal is the only thing a user reads.
+    print(f"workdir: {workdir}", flush=True)
     run_dir.init_workdir(workdir, config, self.dataset.vocab, self.info)
     self.ckpts = run_dir.checkpoints(workdir, config)  # for load(); close() closes it, also when fit raises
     it = pipeline.make_train_iterator(self.dataset.split("train"), local_bs, seed=config.seed,
@@ -555,6 +557,7 @@ def fit_non_trainable(config, workdir: str) -> dict:
   dataset = data_lib.get_dataset(config.data)
   model = registry.build(config.model, dict(dataset.info))
   validation.check_data(dataset, config, splits=["train", config.test_split], model=model)
+  print(f"workdir: {workdir}", flush=True)  # after the checks, as Trainer's
   run_dir.init_workdir(workdir, config, dataset.vocab, dict(dataset.info))
   model.fit(dataset)
   preds = model.predict(dataset, config.test_split)
