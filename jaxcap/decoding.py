@@ -136,6 +136,9 @@ _DEFAULTS = {
     "min_len": 0,
     "block_trigrams": False,
     "suppress_unk": False,
+    # UNK suppressed in beam search only (greedy and sampling may emit it): self-critical.pytorch's
+    # eval option suppress_UNK (default 1), which only its beam_search reads, not its _sample.
+    "beam_suppress_unk": False,
     "temperature": 1.0,
     "top_k": 0,
     "top_p": 1.0,
@@ -807,7 +810,8 @@ def decode(model, params, batch, decode_config, rng=None, *,
     return beam_search(model, params, batch, beam_size=cfg.beam_size, max_len=cfg.max_len,
                        beam_mode=cfg.beam_mode, length_penalty=cfg.length_penalty,
                        alpha=cfg.alpha, min_len=cfg.min_len,
-                       block_trigrams=cfg.block_trigrams, suppress_unk=cfg.suppress_unk,
+                       block_trigrams=cfg.block_trigrams,
+                       suppress_unk=bool(cfg.suppress_unk or cfg.beam_suppress_unk),
                        bad_endings=bad, beam_groups=cfg.beam_groups,
                        diversity_strength=cfg.diversity_strength, return_aux=return_aux)
   if cfg.method == "sample":

@@ -140,7 +140,8 @@ def _decoders(run, cfg: dict, treedef):
         model, params, batch, beam_size=int(cfg["beam_size"]), beam_mode=cfg["beam_mode"],
         length_penalty=cfg["length_penalty"], alpha=float(cfg["alpha"]),
         block_trigrams=bool(cfg["block_trigrams"]), beam_groups=int(cfg["beam_groups"]),
-        diversity_strength=float(cfg["diversity_strength"]), return_aux=True, **common)
+        diversity_strength=float(cfg["diversity_strength"]), return_aux=True,
+        **dict(common, suppress_unk=bool(cfg["suppress_unk"] or cfg.get("beam_suppress_unk", False))))
     return outputs(out, True)
 
   return {"greedy": greedy, "beam": beam}

@@ -125,6 +125,7 @@ MODELS = {
     "show_tell": ["--config=configs/show_tell.py:synthetic,tiny", _NO_TEST],
     "newfc": ["--config=configs/base.py:synthetic,model=newfc,tiny", _NO_TEST],
     "aoa": ["--config=configs/base.py:synthetic,model=aoa,tiny", _NO_TEST],
+    "updown": ["--config=configs/base.py:synthetic,model=updown,tiny", _NO_TEST],
     "nearest_neighbour": ["--config=configs/nearest_neighbour.py:synthetic,tiny", _NO_TEST],
     "nearest_neighbour_multi30k": ["--config=configs/nearest_neighbour.py:multi30k,tiny", _NO_TEST,
                                    "--config.data.root={tmp}/m30k", "--config.data.text_only=True"],
@@ -578,10 +579,11 @@ CASES = _spelled(CONFIG_CASES) + [
     C("lstm-hidden-dim-0", ["--config.model.hidden_dim=0"], "model.hidden_dim", model="lstm"),
     C("show-tell-embed-dim-0", ["--config.model.embed_dim=0"], "model.embed_dim",
       model="show_tell"),
-    # ---- model: self-critical.pytorch's newfc and aoa (for imported checkpoints)
+    # ---- model: self-critical.pytorch's newfc, aoa and updown (for imported checkpoints)
     C("newfc-hidden-dim-0", ["--config.model.hidden_dim=0"], "model.hidden_dim", model="newfc"),
     C("aoa-heads-do-not-divide", ["--config.model.dim=10", "--config.model.num_heads=3"],
       "model.num_heads", model="aoa"),
+    C("updown-att-dim-0", ["--config.model.att_dim=0"], "model.att_dim", model="updown"),
     # ---- model: nearest neighbour (no parameters; compares global image features)
     C("nearest-neighbour-chunk-0", ["--config.model.chunk=0"], "model.chunk",
       model="nearest_neighbour"),

@@ -41,7 +41,7 @@ Models (``MODELS``): transformer, lstm, show_tell, tpgn, aat, aoanet, image_tran
 ``jaxcap/papers/eta/train_attributes.py`` with the config's ``detector`` section on the 700 training
 images and writes ``<workdir>/attributes_flickr8k/attributes.json``; oracle attributes would
 read the test references). Not in the table (``UNSUPPORTED``): mnmt (a translation model,
-multi30k text), nearest_neighbour (the reference row), newfc and aoa (self-critical.pytorch's
+multi30k text), nearest_neighbour (the reference row), newfc, aoa and updown (self-critical.pytorch's
 code's models, for its imported checkpoints).
 """
 
@@ -69,6 +69,7 @@ UNSUPPORTED = {
              "(the table's CNN-LSTM row is show_tell)",
     "aoa": "AoANet as self-critical.pytorch's code computes it, for imported checkpoints (the "
            "table's AoANet row is aoanet, the paper's reading)",
+    "updown": "Up-Down as self-critical.pytorch's code computes it, for its imported checkpoints",
 }
 METRICS = (("CIDEr-D", "CIDEr"), ("BLEU-4", "Bleu_4"), ("METEOR", "METEOR"))
 STAGES = ("xe", "scst", "xe_more")

@@ -234,8 +234,11 @@ def from_features(features, info: dict, model=None) -> dict:
                      f"{int(np.argmax(empty))} as real; expected at least one True per image")
   _check_finite(feats[valid], "features['feats']" if isinstance(features, Mapping) else "features")
   if "global_feat" not in batch:
-    w = mask[..., None].astype(np.float32)
-    batch["global_feat"] = (feats * w).sum(1) / np.maximum(w.sum(1), 1.0)  # mean of the real regions
+    if getattr(model, "reads_global_feat", True):
+      w = mask[..., None].astype(np.float32)
+      batch["global_feat"] = (feats * w).sum(1) / np.maximum(w.sum(1), 1.0)  # mean of the real regions
+    else:  # never read: zeros of the run's width (its regions may be of another)
+      batch["global_feat"] = np.zeros((b, int(info["global_dim"])), np.float32)
   g = batch["global_feat"] = _array(batch["global_feat"], "features['global_feat']", np.float32)
   if g.shape != (b, int(info["global_dim"])):
     raise ValueError(f"caption: expected global features [{b}, {info['global_dim']}], got shape {g.shape}")

@@ -69,8 +69,12 @@ from jaxcap.training import optim, steps
 # Output bias of the ids self-critical has no output for (PAD, BOS): exp(-1e9) is 0 in float32.
 NO_OUTPUT_BIAS = -1e9
 
-# (module, name) pairs the infos unpickler may construct.
+# (module, name) pairs the infos unpickler may construct. ``_codecs.encode``: a protocol-2
+# pickle written by Python 3 (self-critical's ``misc.pickle_dump``) stores every ``bytes``
+# object, such as a numpy scalar's raw value (its ``best_val_score``, pycocoevalcap's CIDEr),
+# as ``_codecs.encode(str, "latin1")``; it turns a string into bytes and can do nothing else.
 _SAFE_GLOBALS = {
+    ("_codecs", "encode"),
     ("argparse", "Namespace"), ("collections", "OrderedDict"), ("collections", "defaultdict"),
     ("builtins", "set"), ("builtins", "frozenset"), ("builtins", "slice"),
     ("numpy", "dtype"), ("numpy", "ndarray"),
@@ -266,8 +270,16 @@ def _common_checks(opt) -> None:
     _refuse("logit_layers", opt.logit_layers, "1")
 
 
+def _region_checks(opt) -> None:
+  """Options of its DataLoader that change the region features a model reads."""
+  for option in ("norm_att_feat", "use_box"):
+    if _opt(opt, option, 0):
+      _refuse(option, getattr(opt, option), "0 (features as jaxcap's data reads them)")
+
+
 def transformer_fields(opt) -> dict:
   _common_checks(opt)
+  _region_checks(opt)
   n_enc = _opt(opt, "N_enc", opt.num_layers)
   n_dec = _opt(opt, "N_dec", opt.num_layers)
   d = _opt(opt, "d_model", opt.input_encoding_size)
@@ -321,9 +333,7 @@ def aoa_fields(opt) -> dict:
   for option, want in (("decoder_type", "AoA"), ("use_multi_head", 2), ("mean_feats", 1)):
     if _opt(opt, option, want) != want:
       _refuse(option, getattr(opt, option), f"{want!r} (the AoANet setting; jaxcap's aoa model has no other)")
-  if _opt(opt, "norm_att_feat", 0) or _opt(opt, "use_box", 0):
-    option = "norm_att_feat" if _opt(opt, "norm_att_feat", 0) else "use_box"
-    _refuse(option, getattr(opt, option), "0 (features as jaxcap's data reads them)")
+  _region_checks(opt)
   return dict(name="aoa", dim=int(opt.rnn_size), embed_dim=int(opt.input_encoding_size),
               num_heads=int(opt.num_heads), scale=int(_opt(opt, "multi_head_scale", 1)),
               dropout=float(opt.drop_prob_lm), dropout_aoa=float(_opt(opt, "dropout_aoa", 0.3)),
@@ -358,6 +368,28 @@ def aoa_params(t: _Tensors, fields: dict, sc_of: np.ndarray) -> dict:
   return p
 
 
+def updown_fields(opt) -> dict:
+  _common_checks(opt)
+  _region_checks(opt)
+  return dict(name="updown", hidden_dim=int(opt.rnn_size), embed_dim=int(opt.input_encoding_size),
+              att_dim=int(opt.att_hid_size), dropout=float(opt.drop_prob_lm))
+
+
+def _torch_lstm_cell(t: _Tensors, prefix: str) -> dict:
+  return {"ih": {"kernel": t(prefix + ".weight_ih").T, "bias": t(prefix + ".bias_ih")},
+          "hh": {"kernel": t(prefix + ".weight_hh").T, "bias": t(prefix + ".bias_hh")}}
+
+
+def updown_params(t: _Tensors, fields: dict, sc_of: np.ndarray) -> dict:
+  del fields
+  kernel, bias = output_rows(t("logit.weight"), t("logit.bias"), sc_of)
+  return {"fc_embed": _dense(t, "fc_embed.0"), "att_embed": _dense(t, "att_embed.0"),
+          "ctx2att": _dense(t, "ctx2att"), "embed": {"embedding": input_rows(t("embed.0.weight"), sc_of)},
+          "att_lstm": _torch_lstm_cell(t, "core.att_lstm"), "lang_lstm": _torch_lstm_cell(t, "core.lang_lstm"),
+          "h2att": _dense(t, "core.attention.h2att"), "alpha_net": _dense(t, "core.attention.alpha_net"),
+          "out_proj": {"kernel": kernel, "bias": bias}}
+
+
 @dataclasses.dataclass(frozen=True)
 class Importer:
   fields: Callable[[Any], dict]  # opt -> jaxcap model config
@@ -366,13 +398,23 @@ class Importer:
 
 IMPORTERS = {"transformer": Importer(transformer_fields, transformer_params),
              "newfc": Importer(newfc_fields, newfc_params),
-             "aoa": Importer(aoa_fields, aoa_params)}
+             "aoa": Importer(aoa_fields, aoa_params),
+             # self-critical's two names for one model (captioning/models/__init__.py).
+             "updown": Importer(updown_fields, updown_params),
+             "topdown": Importer(updown_fields, updown_params)}
+
+# Models of self-critical.pytorch that no jaxcap model computes, with why (the refusal says it).
+NOT_IMPORTED = {
+    "att2in2": "its LSTM's maxout candidate adds the attended regions' projection (Att2in2Core); "
+               "no jaxcap model has that cell",
+}
 
 
 def importer(opt) -> Importer:
   name = _opt(opt, "caption_model", None)
   if name not in IMPORTERS:
-    raise ValueError(f"infos opt.caption_model={name!r}: no jaxcap model computes it yet; "
+    why = f" ({NOT_IMPORTED[name]})" if name in NOT_IMPORTED else ""
+    raise ValueError(f"infos opt.caption_model={name!r}: no jaxcap model computes it yet{why}; "
                      f"expected one of {sorted(IMPORTERS)}")
   return IMPORTERS[name]
 
@@ -397,8 +439,9 @@ def run_config(fields: dict, opt, vocab_path: str, dataset: str = "coco"):
   """The imported run's config: jaxcap's defaults for ``dataset`` (``coco``: Karpathy's
   dataset_coco.json with bottom-up features under data/coco; ``cocotalk``: self-critical's
   cocotalk.json / cocotalk_label.h5), the model's fields, the model's own vocabulary
-  (``data.vocab_file``) and self-critical's decoding (its beam search, ``max_length`` 20,
-  ``UNK`` suppressed as its eval.py does by default)."""
+  (``data.vocab_file``) and self-critical's decoding as its eval.py runs it by default: greedy,
+  ``max_length`` 20, and with ``--beam-size`` its beam search with ``UNK`` suppressed (its
+  ``suppress_UNK``, which its greedy search does not read)."""
   config_files.ensure_configs_importable()
   from configs import common
   c = common.base_config(dataset, fields["name"])
@@ -406,9 +449,13 @@ def run_config(fields: dict, opt, vocab_path: str, dataset: str = "coco"):
   c.data.vocab_file = os.path.abspath(vocab_path)
   c.data.max_len = int(_opt(opt, "seq_length", 16) or 16)
   c.data.seq_per_img = int(_opt(opt, "seq_per_img", 5))
+  # Its eval.py: greedy by default (beam_size 1), its beam search with --beam_size; its option
+  # suppress_UNK (default 1) is read by its beam_search only, never by its greedy _sample.
+  c.decode.method = "greedy"
   c.decode.beam_mode = "self_critical"
   c.decode.max_len = int(_opt(opt, "max_length", 20) or 20)
-  c.decode.suppress_unk = True
+  c.decode.suppress_unk = False
+  c.decode.beam_suppress_unk = True
   c.imported_from = "self-critical.pytorch"
   return c
 

@@ -101,6 +101,12 @@ class CaptionModel(nn.Module):
   # TPGN, Show and Tell): a user's global features alone then caption it whatever the regions
   # of its dataset (jaxcap.data.batch.from_features).
   reads_regions = True
+  # True for a model whose ``encode`` reads ``batch["global_feat"]`` (FC models, UpDown, TPGN):
+  # features given without it then get the mean of their regions, as a dataset without global
+  # features does; a model that never reads it (the Transformer) gets zeros of the run's
+  # global width, so its regions need not be of that width (self-critical's Transformer
+  # checkpoints record a global width they never use).
+  reads_global_feat = False
 
   def required_inputs(self) -> tuple[str, ...]:
     """What the model reads that a dataset may lack: ``"image"`` (image features, not a

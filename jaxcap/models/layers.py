@@ -23,6 +23,7 @@ compute the same function.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import numpy as np
@@ -377,14 +378,32 @@ def init_self_attention_cache(batch: int, max_len: int, num_heads: int, dim: int
   return {"k": jnp.zeros(shape, dtype), "v": jnp.zeros(shape, dtype)}
 
 
-def embed_tokens(embed: nn.Embed, tokens, positions_table, offset=0, scale=True):
-  """Token embedding times sqrt(D) plus sinusoidal position (Vaswani et al., sec. 3.4-3.5)."""
+def embed_tokens(embed: nn.Embed, tokens, num_positions: int, offset=0, scale=True):
+  """Token embedding times sqrt(D) plus sinusoidal position (Vaswani et al., sec. 3.4-3.5).
+
+  The positions are those of a sequence of ``num_positions`` (static: the teacher-forced
+  length, or the decoding cache's length for one step at ``offset``), computed for that length
+  rather than read from a table of the training length: decoding past the training captions'
+  length gets each step's own position (as self-critical.pytorch's 5,000-row table gives it),
+  never a clamped read of the last row. ``sinusoidal_positions`` of a longer length starts with
+  the rows of a shorter one, so the values are those of any table that covers them.
+  """
   x = embed(tokens)
   if scale:
     x = x * np.sqrt(x.shape[-1]).astype(np.float32)
   length = tokens.shape[-1]
-  pos = jax.lax.dynamic_slice_in_dim(jnp.asarray(positions_table), offset, length, axis=0)
+  if length > num_positions:
+    raise ValueError(f"embed_tokens: {length} tokens, but positions for {num_positions} only")
+  table = _positions_table(int(num_positions), x.shape[-1])
+  pos = jax.lax.dynamic_slice_in_dim(jnp.asarray(table), offset, length, axis=0)
   return x + pos.astype(x.dtype)
+
+
+@functools.lru_cache(maxsize=64)
+def _positions_table(length: int, dim: int) -> np.ndarray:
+  table = sinusoidal_positions(length, dim)
+  table.setflags(write=False)  # shared between traces
+  return table
 
 
 @dataclasses.dataclass(frozen=True)

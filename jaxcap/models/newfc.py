@@ -37,6 +37,7 @@ class NewFC(CaptionModel):
   """
 
   reads_regions = False  # only the global feature
+  reads_global_feat = True
 
   vocab_size: int
   hidden_dim: int = 512

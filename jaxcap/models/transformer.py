@@ -116,7 +116,8 @@ class TransformerCaptioner(TransformerSizes):
 
   Attributes:
     vocab_size: V.
-    max_len: longest caption in words; positions are tabulated for ``max_len + 1`` steps.
+    max_len: longest caption in words (the data's); positions are computed for the length
+      decoded or teacher-forced, whatever it is (:func:`layers.embed_tokens`).
     dim, num_layers, num_dec_layers, num_heads, ff_dim, dropout: the usual sizes
       (defaults d=512, 6+6 layers, 8 heads, d_ff=2048, dropout 0.1).
     share_embeddings: tie the output projection to the word embedding.
@@ -175,7 +176,6 @@ class TransformerCaptioner(TransformerSizes):
       self.dec_final_norm = layers.make_layer_norm(self.layer_norm, self.dtype)
     if not self.share_embeddings:
       self.logits_proj = layers.output_dense(self.vocab_size, self.dtype, self.vocab_pad_multiple)
-    self.positions = layers.sinusoidal_positions(self.max_len + 2, self.dim)
 
   def encode(self, batch, train: bool = False):
     mask_BxN = batch["feats_mask"]
@@ -196,7 +196,7 @@ class TransformerCaptioner(TransformerSizes):
   def decode_train(self, enc, tokens_BxT, train: bool = False, group: int = 1):
     """Teacher-forced logits ``[B, T, V]``; with ``group > 1``, ``enc`` holds B / group images
     and each ``group`` consecutive rows of ``tokens_BxT`` are captions of one of them."""
-    x = layers.embed_tokens(self.embed, tokens_BxT, self.positions)
+    x = layers.embed_tokens(self.embed, tokens_BxT, tokens_BxT.shape[-1])
     x = self.emb_dropout(x, deterministic=not train)
     for i, layer in enumerate(self.dec_layers):
       x = layer(x, enc["k"][i], enc["v"][i], enc["mask"], train, group)
@@ -209,7 +209,7 @@ class TransformerCaptioner(TransformerSizes):
                  for _ in range(self.num_dec_layers))
 
   def decode_step(self, enc, cache, tokens_B, t, train: bool = False):
-    x = layers.embed_tokens(self.embed, tokens_B[:, None], self.positions, offset=t)
+    x = layers.embed_tokens(self.embed, tokens_B[:, None], cache[0]["k"].shape[1], offset=t)
     x = self.emb_dropout(x, deterministic=not train)
     new_cache, weights = [], []
     for i, layer in enumerate(self.dec_layers):

@@ -86,6 +86,7 @@ CHECKS = {
     "decode.top_p": fields.in_interval(0.0, 1.0, closed_high=True),
     "decode.beam_groups": fields.POSITIVE, "decode.num_samples": fields.POSITIVE,
     "decode.block_trigrams": fields.BOOL, "decode.suppress_unk": fields.BOOL,
+    "decode.beam_suppress_unk": fields.BOOL,
     "decode.remove_bad_endings": fields.BOOL,
     # self-critical training
     "scst.learning_rate": fields.finite(0.0), "scst.num_samples": fields.POSITIVE,

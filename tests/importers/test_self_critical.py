@@ -25,7 +25,8 @@ from jaxcap.data.vocab import EOS, PAD, UNK
 from jaxcap.importers import self_critical as sc
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "self_critical")
-MODELS = ("transformer", "newfc", "newfc_resnet101", "aoa", "aoa_ff")
+MODELS = ("transformer", "newfc", "newfc_resnet101", "aoa", "aoa_ff", "updown")
+BATCHES = (0, 1)  # the fixture's two batches of 24 test images, each padded by its loader
 
 
 def files(name):
@@ -43,10 +44,17 @@ def imported(request, tmp_path_factory):
   return name, run, expected, sc_of, workdir
 
 
-def batch_of(run, e):
-  return {"feats": jnp.asarray(e["att_feats"]), "feats_mask": jnp.asarray(e["att_masks"] > 0),
-          "global_feat": jnp.asarray(e["fc_feats"]),
-          "boxes": jnp.zeros(e["att_feats"].shape[:2] + (4,), jnp.float32)}
+def batch_of(run, e, b):
+  """A jaxcap batch of self-critical's loader batch ``b``: its padded regions and masks; its
+  fc features where it gives the model any (a Transformer gets none: zeros stand in, unread)."""
+  att, fc = e[f"att_feats_{b}"], e[f"fc_feats_{b}"]
+  if att.shape[1] == 0:  # an FC model: its loader gives no regions
+    att = np.zeros((fc.shape[0], 1, int(run.info["feature_dim"])), np.float32)
+  masks = e[f"att_masks_{b}"] if e[f"att_masks_{b}"].shape[1] else np.ones(att.shape[:2], np.float32)
+  if fc.shape[1] == 0:
+    fc = np.zeros((att.shape[0], int(run.info["global_dim"])), np.float32)
+  return {"feats": jnp.asarray(att), "feats_mask": jnp.asarray(masks > 0), "global_feat": jnp.asarray(fc),
+          "boxes": jnp.zeros(att.shape[:2] + (4,), jnp.float32)}
 
 
 def to_sc(tokens_BxT, sc_of):
@@ -57,57 +65,119 @@ def to_sc(tokens_BxT, sc_of):
   return out
 
 
-def test_teacher_forced_logprobs_equal(imported):
-  name, run, e, sc_of, _ = imported
-  labels = e["labels"]  # [B*S, L]: 0, w1..wn, 0 ...
+def to_jaxcap(ids, sc_of):
+  """self-critical's word ids -> jaxcap's (its 0 -> PAD)."""
   jax_of_sc = {int(s): j for j, s in enumerate(sc_of) if j > 1 and s >= 0}
-  jax_of_sc[0] = 1  # self-critical's leading 0 is BOS
-  tokens = np.vectorize(lambda i: jax_of_sc.get(int(i), PAD))(labels)
-  tokens[:, 0] = 1
-  b = batch_of(run, e)
-  s = labels.shape[0] // b["feats"].shape[0]
-  logits, _ = run.model.apply(run.params, b, jnp.asarray(tokens.reshape(-1, s, labels.shape[1])))
+  return np.vectorize(lambda i: jax_of_sc.get(int(i), PAD))(ids)
+
+
+def _columns(sc_of):
+  cols = np.where(sc_of >= 0)[0]
+  return cols[cols > 1]  # EOS, UNK, words
+
+
+@pytest.mark.parametrize("b", BATCHES)
+def test_teacher_forced_logprobs_equal(imported, b):
+  name, run, e, sc_of, _ = imported
+  labels = e[f"labels_{b}"]  # [B*S, 18]: 0, w1..wn, 0 ...; captions of up to seq_length = 16 words
+  assert labels.shape[1] == 18 and (labels[:, 16] > 0).any()  # full-length captions are there
+  tokens = to_jaxcap(labels, sc_of)
+  tokens[:, 0] = 1  # self-critical's leading 0 is BOS
+  batch = batch_of(run, e, b)
+  s = labels.shape[0] // batch["feats"].shape[0]
+  logits, _ = run.model.apply(run.params, batch, jnp.asarray(tokens.reshape(-1, s, labels.shape[1])))
   logp = np.asarray(jax.nn.log_softmax(logits.reshape(labels.shape[0], labels.shape[1], -1)))
-  want = e["logprobs"]  # [B*S, L, V+1]
+  want = e[f"logprobs_{b}"]  # [B*S, 18, V+1]
   # Positions up to the caption's end (self-critical stops at the first all-zero column and
   # masks keys at 0 after BOS; the positions after the end are not scored by either).
   length = (labels[:, 1:] > 0).sum(1) + 1
-  cols = np.where(sc_of >= 0)[0]
-  cols = cols[cols > 1]  # EOS, UNK, words
+  cols = _columns(sc_of)
   for r in range(labels.shape[0]):
-    for t in range(length[r]):
-      np.testing.assert_allclose(logp[r, t, cols], want[r, t, sc_of[cols]], rtol=1e-5, atol=1e-5,
-                                 err_msg=f"{name} row {r} position {t}")
-      # PAD and BOS have no probability: the other ids are normalised exactly as self-critical's.
-      assert np.exp(logp[r, t, [PAD, 1]]).max() == 0.0
+    np.testing.assert_allclose(logp[r, :length[r]][:, cols], want[r, :length[r]][:, sc_of[cols]],
+                               rtol=1e-5, atol=1e-5, err_msg=f"{name} batch {b} row {r}")
+  # PAD and BOS have no probability: the other ids are normalised exactly as self-critical's.
+  assert np.exp(logp[..., [PAD, 1]]).max() == 0.0
 
 
-def test_greedy_tokens_equal(imported):
+@pytest.mark.parametrize("b", BATCHES)
+def test_step_logprobs_equal_to_max_length(imported, b):
+  """Its step function fed BOS and 20 words: every position up to max_length = 20, past the
+  training captions' 18 (the Transformer's positions 18 and 19 read their own sinusoid)."""
   name, run, e, sc_of, _ = imported
-  out = decoding.greedy(run.model, run.params, batch_of(run, e), max_len=e["greedy"].shape[1])
-  np.testing.assert_array_equal(to_sc(out.tokens, sc_of), e["greedy"], err_msg=name)
+  batch = batch_of(run, e, b)
+  forced = to_jaxcap(e[f"forced_{b}"], sc_of)  # [B, 20]
+  want = e[f"steplogprobs_{b}"]  # [B, 20, V+1]
+  assert want.shape[1] == run.config.decode.max_len == 20
+  model, params = run.model, run.params
+  enc = model.apply(params, batch, method="encode")
+  cache = model.apply(params, enc, want.shape[1], method="init_cache")
+  step = jax.jit(lambda enc, cache, tok, t: model.apply(params, enc, cache, tok, t, method="decode_step"))
+  tok = jnp.full((forced.shape[0],), 1, jnp.int32)
+  cols = _columns(sc_of)
+  for t in range(want.shape[1]):
+    logits, cache, _ = step(enc, cache, tok, jnp.int32(t))
+    logp = np.asarray(jax.nn.log_softmax(logits))
+    np.testing.assert_allclose(logp[:, cols], want[:, t, sc_of[cols]], rtol=1e-5, atol=1e-5,
+                               err_msg=f"{name} batch {b} position {t}")
+    tok = jnp.asarray(forced[:, t], jnp.int32)
 
 
-def test_beam3_tokens_equal(imported):
+@pytest.mark.parametrize("b", BATCHES)
+def test_default_decoding_is_its_greedy(imported, b):
+  """The imported run's default decoding (its config.decode) is self-critical's eval.py greedy:
+  its _sample, which never reads suppress_UNK."""
   name, run, e, sc_of, _ = imported
-  out = decoding.beam_search(run.model, run.params, batch_of(run, e), beam_size=3,
-                             max_len=e["beam3"].shape[1], beam_mode="self_critical", suppress_unk=True)
-  np.testing.assert_array_equal(to_sc(out.tokens[:, 0], sc_of), e["beam3"], err_msg=name)
+  assert run.config.decode.method == "greedy"
+  out = decoding.decode(run.model, run.params, batch_of(run, e, b), run.config.decode)
+  got = to_sc(out.tokens, sc_of)
+  np.testing.assert_array_equal(got, e[f"greedy_{b}"], err_msg=name)
+
+
+def test_greedy_reaches_unk_and_max_length():
+  """The fixture exercises what the decoding tests claim: greedy captions with UNK in them, and
+  captions that run to max_length = 20."""
+  for name in MODELS:
+    e = files(name)[2]
+    greedy = np.concatenate([e[f"greedy_{b}"] for b in BATCHES])
+    assert greedy.shape == (48, 20)
+    assert (greedy[:, -1] > 0).any(), name
+  unk = {name: int((np.concatenate([files(name)[2][f"greedy_{b}"] for b in BATCHES]) == 15).sum())
+         for name in MODELS}  # 15: its UNK
+  assert sum(v > 0 for v in unk.values()) >= 3, unk
+
+
+@pytest.mark.parametrize("b", BATCHES)
+def test_beam3_is_its_beam_search(imported, b):
+  """``--beam-size 3`` on the imported run: self-critical's beam_search with UNK suppressed."""
+  name, run, e, sc_of, _ = imported
+  cfg = run.decode_config(method="beam", beam_size=3)
+  out = decoding.decode(run.model, run.params, batch_of(run, e, b), cfg)
+  np.testing.assert_array_equal(to_sc(out.tokens[:, 0], sc_of), e[f"beam3_{b}"], err_msg=name)
 
 
 def test_imported_run_loads_captions_and_ablates(imported):
+  """Features as a user has them: FC models their global features, UpDown regions and global
+  features, the Transformer and AoA their regions alone (the Transformer's fc_feat_size, 2048,
+  is not its regions' 10: it never reads fc features)."""
   name, run, e, sc_of, workdir = imported
   again = jaxcap.load(workdir)
   assert again.step == 1234
-  feats = (e["fc_feats"] if name.startswith("newfc") else
-           {"feats": e["att_feats"], "feats_mask": e["att_masks"] > 0, "global_feat": e["fc_feats"]})
-  caps = again.caption(feats, method="greedy", max_len=e["greedy"].shape[1], suppress_unk=False)
+  masks = e["att_masks_0"] > 0
+  if name.startswith("newfc"):
+    feats = e["fc_feats_0"]
+  elif e["fc_feats_0"].shape[1] == 0:  # its loader gives it none: the Transformer, AoA
+    if name == "transformer":
+      assert again.info["global_dim"] != again.info["feature_dim"]
+    feats = {"feats": e["att_feats_0"], "feats_mask": masks}
+  else:
+    feats = {"feats": e["att_feats_0"], "feats_mask": masks, "global_feat": e["fc_feats_0"]}
+  caps = again.caption(feats, method="greedy")
   vocab = sc.read_infos(files(name)[1])["vocab"]
-  want = [" ".join(vocab[str(int(i))] for i in row if i > 0) for row in e["greedy"]]
+  want = [" ".join(vocab[str(int(i))] for i in row if i > 0) for row in e["greedy_0"]]
   assert [c.replace("<unk>", "UNK") for c in caps] == want
   field = "dropout"
   ablated = again.ablate(**{field: 0.0})
-  assert ablated.caption(feats, method="greedy", max_len=4, suppress_unk=False)
+  assert ablated.caption(feats, method="greedy", max_len=4)
 
 
 def test_every_tensor_is_mapped(tmp_path):
@@ -124,7 +194,7 @@ def test_every_tensor_is_mapped(tmp_path):
 
 @pytest.mark.parametrize("option,value,match", [
     ("use_bn", 1, "opt.use_bn=1"), ("logit_layers", 2, "opt.logit_layers=2"),
-    ("caption_model", "updown", "opt.caption_model='updown'")])
+    ("caption_model", "att2in2", "opt.caption_model='att2in2'.*maxout")])
 def test_unsupported_options_refused(tmp_path, option, value, match):
   ckpt, infos, _ = files("transformer")
   info = sc.read_infos(infos)
@@ -233,7 +303,11 @@ def test_an_imported_run_is_served_like_a_trained_one(imported):
   name, run, e, sc_of, workdir = imported
   if name.startswith("newfc"):
     pytest.skip("the FC models read global features only; the server posts region arrays")
-  x = e["att_feats"][1, :3]  # one image's 3 real regions
+  if name == "updown":
+    pytest.skip("its fixture's global features (12 wide) are not its regions' mean (10 wide); "
+                "the server posts region arrays")
+  n = int(e["att_masks_0"][1].sum())
+  x = e["att_feats_0"][1, :n]  # one image's real regions
   buf = io.BytesIO()
   np.save(buf, x.astype(np.float32))
 
@@ -248,5 +322,48 @@ def test_an_imported_run_is_served_like_a_trained_one(imported):
   meta, status, body = asyncio.run(main())
   assert status == 200, body
   assert meta["model"] == name.split("_")[0] and meta["run"]["step"] == 1234
-  want = run.caption({"feats": x[None], "feats_mask": np.ones((1, 3), bool)}, method="greedy")
+  want = run.caption({"feats": x[None], "feats_mask": np.ones((1, n), bool)}, method="greedy")
   assert body["captions"][0]["caption"] == want[0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pth", ["model.pth", "model_legacy.pth", "model_dataparallel.pth"])
+def test_pth_files_as_torch_saves_them(pth):
+  """The ``.pth`` files its training writes (``torch.save(model.state_dict())``, torch's zip
+  format), older torch's legacy format, and a DataParallel wrapper's state_dict (``module.``
+  names) read with torch into the same tensors as the safetensors conversion."""
+  pytest.importorskip("torch")
+  ckpt, infos, _ = files("transformer")
+  want = sc.read_state_dict(ckpt)
+  got = sc.read_state_dict(os.path.join(FIXTURES, "transformer", pth))
+  assert sorted(got) == sorted(want)
+  for k in want:
+    np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", MODELS)
+def test_every_pth_imports_with_torch(tmp_path, name):
+  """``jaxcap-import`` of each model's ``model.pth`` as its save_checkpoint wrote it gives the
+  parameters of its safetensors conversion."""
+  pytest.importorskip("torch")
+  ckpt, infos, _ = files(name)
+  run = sc.import_checkpoint(os.path.join(FIXTURES, name, "model.pth"), infos, str(tmp_path / "run"))
+  fields, _, sc_of, params = sc.convert(sc.read_state_dict(ckpt), sc.read_infos(infos))
+  jax.tree.map(np.testing.assert_array_equal, jax.tree.map(np.asarray, run.params["params"]), params)
+
+
+def test_infos_as_its_pickle_dump_writes_them():
+  """The committed infos pickles are protocol 2 (its misc.pickle_dump) and hold what its
+  tools/train.py saves, the numpy float64 of pycocoevalcap's CIDEr among them."""
+  import pickletools
+  for name in MODELS:
+    path = files(name)[1]
+    data = open(path, "rb").read()
+    assert data[:2] == b"\x80\x02", name
+    globals_ = {arg for op, arg, _ in pickletools.genops(data) if op.name == "GLOBAL"}
+    assert "_codecs encode" in globals_, globals_
+    infos = sc.read_infos(path)
+    assert isinstance(infos["best_val_score"], np.float64)
+    assert sorted(infos) == ["best_val_score", "epoch", "iter", "loader_state_dict", "opt", "vocab"]
+    assert infos["opt"].seq_length == 16 and infos["opt"].max_length == 20

@@ -76,6 +76,7 @@ CASES = {
     "mnmt": ("mnmt", dict(embed_dim=8, hidden_dim=8, att_dim=8)),
     "lstm": ("lstm", dict(hidden_dim=16, embed_dim=8, att_dim=8, dropout=0.0)),
     "aoa": ("aoa", dict(dim=16, embed_dim=8, num_heads=2, dropout=0.0, dropout_aoa=0.0)),
+    "updown": ("updown", dict(hidden_dim=16, embed_dim=8, att_dim=8, dropout=0.0)),
 }
 # Registered models whose decoder attends to nothing (or that have no decoder).
 NO_ATTENTION = {"nearest_neighbour": "retrieval, no decoder", "newfc": "FC features only",

@@ -255,7 +255,8 @@ class ETACaptioner(TransformerSizes):
 
   Attributes:
     vocab_size: V.
-    max_len: longest caption in words; positions are tabulated for ``max_len + 2`` steps.
+    max_len: longest caption in words (the data's); positions are computed for the length
+      decoded or teacher-forced, whatever it is (:func:`jaxcap.models.layers.embed_tokens`).
     dim, num_layers (encoder blocks per sub-encoder), num_dec_layers, num_heads, ff_dim,
       dropout: sizes (paper: d=512, N=6, 8 heads, d_ff=2048).
     variant: one of :data:`VARIANTS`.
@@ -316,7 +317,6 @@ class ETACaptioner(TransformerSizes):
         for _ in range(self.num_dec_layers)]
     if not self.share_embeddings:
       self.logits_proj = layers.output_dense(self.vocab_size, self.dtype, self.vocab_pad_multiple)
-    self.positions = layers.sinusoidal_positions(self.max_len + 2, self.dim)
 
   # --- encoder ----------------------------------------------------------------------------
 
@@ -359,7 +359,7 @@ class ETACaptioner(TransformerSizes):
       lv, _ = self.member_v.decode_train(enc["v"], tokens_BxT, train, group=group)
       ls, _ = self.member_s.decode_train(enc["s"], tokens_BxT, train, group=group)
       return _fuse(lv, ls), {}
-    x = layers.embed_tokens(self.embed, tokens_BxT, self.positions)
+    x = layers.embed_tokens(self.embed, tokens_BxT, tokens_BxT.shape[-1])
     x = self.in_dropout(x, deterministic=not train)
     masks, gates = self._masks(enc), []
     for i, layer in enumerate(self.dec_layers):
@@ -384,7 +384,7 @@ class ETACaptioner(TransformerSizes):
       ls, cs, aux_s = self.member_s.decode_step(enc["s"], cache["s"], tokens_B, t, train)
       # Regions from the Transformer_v member, attributes from the Transformer_s member.
       return _fuse(lv, ls), {"v": cv, "s": cs}, {**aux_v, **aux_s}
-    x = layers.embed_tokens(self.embed, tokens_B[:, None], self.positions, offset=t)
+    x = layers.embed_tokens(self.embed, tokens_B[:, None], cache[0]["k"].shape[1], offset=t)
     x = self.in_dropout(x, deterministic=not train)
     masks, new_cache, gates, weights = self._masks(enc), [], [], []
     for i, layer in enumerate(self.dec_layers):

@@ -217,6 +217,7 @@ class TPGN(CaptionModel):
   """
 
   reads_regions = False  # only the global feature
+  reads_global_feat = True
 
   vocab_size: int
   feature_dim: int = 2048
