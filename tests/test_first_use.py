@@ -90,6 +90,12 @@ def test_evaluate_only_check_args(programs, tmp_path):
   assert code == 0 and out.startswith("ok: ") and err == "", (out, err)
   _refused(programs.run(["evaluate.py", f"--workdir={wd}", "--temperature=-1", "--only_check_args"],
                         tmp_path), "config field decode.temperature")
+  # The other values the run checks before it reads anything.
+  for argv, needle in [([f"--ensemble={wd},{wd}", "--ensemble-weights=1,nan"], "--ensemble-weights=1,nan"),
+                       ([f"--workdir={wd}", "--batch_size=0"], "--batch_size=0"),
+                       ([f"--workdir={wd}", "--server=test2014", "--att_dir=a", "--fc_dir=f", "--alg=a_b"],
+                        "--alg=a_b")]:
+    _refused(programs.run(["evaluate.py", *argv, "--only_check_args"], tmp_path), needle)
   assert _files(tmp_path) == before
 
 

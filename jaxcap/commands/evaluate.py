@@ -21,8 +21,8 @@ import os
 from absl import flags
 import ml_collections
 
-from jaxcap import cli, run_dir
-from jaxcap.evaluation import files, runs
+from jaxcap import cli, ensemble, run_dir
+from jaxcap.evaluation import files, runs, server
 from jaxcap.training import validation
 
 _D = {}  # decoding flags: name -> holder; None means "the run's own setting"
@@ -117,8 +117,16 @@ def check() -> None:
   _check_flags()
   if _PREDICTIONS.value:
     return
-  workdir = ([w.strip() for w in _ENSEMBLE.value.split(",") if w.strip()] or [None])[0] \
-      if _ENSEMBLE.value else _WORKDIR.value
+  members = [w.strip() for w in (_ENSEMBLE.value or "").split(",") if w.strip()]
+  if _ENSEMBLE.value is not None and not members:
+    raise ValueError("--ensemble: expected comma-separated run directories, got none")
+  if members and _WEIGHTS.value is not None:
+    ensemble.check_weights(_WEIGHTS.value, len(members), f"--ensemble-weights={_WEIGHTS.value}")
+  if _BATCH.value is not None and _BATCH.value < 1:
+    raise ValueError(f"--batch_size={_BATCH.value}: expected an int >= 1")
+  if _SERVER.value is not None:
+    server.check_alg(_ALG.value)
+  workdir = members[0] if members else _WORKDIR.value
   # A run not written yet (a command checked before the train.py that writes it): the flags'
   # decoding values alone; the run itself names what is missing when it starts.
   there = workdir is not None and os.path.isfile(os.path.join(workdir, run_dir.CONFIG_FILE))
