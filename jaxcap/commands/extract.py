@@ -117,6 +117,11 @@ def main() -> int:
     raise ValueError(f"--captions={a.captions}: names none of the {len(names)} images of {a.images}; "
                      f"expected their file names (e.g. {names[0] if names else 'x.jpg'})")
   record = extract.make_record(a.backbone, module, fields, size, a.dtype, a.weights, a.seed)
+  # The files a resumed run would skip are this extraction's: checked before the weights are
+  # read or made (a minute), and not again in extract.run.
+  listed = files if files is not None else [(n, os.path.splitext(n)[0]) for n in names]
+  extract.check_record(a.out, record)  # another extraction's features.json: said as such first
+  extract.check_existing(a.out, extract.done_stems(a.out, listed), record)
   if a.weights:
     variables, ignored = weights.load(a.weights, module)
     print(f"{a.weights}: loaded ({ignored} tensors of the classifier / counters ignored)", flush=True)
@@ -126,7 +131,7 @@ def main() -> int:
     print(f"{a.backbone}: RANDOM weights (seed {a.seed}); the features mean nothing", flush=True)
   os.makedirs(a.out, exist_ok=True)
   result = extract.run(a.images, a.out, module, variables, record, size, batch_size=a.batch_size,
-                       progress=not a.no_progress, files=files)
+                       progress=not a.no_progress, files=files, check=False)
   failed, done = result["failed"], result["done_before"]
   if result["extracted"]:
     print(f"extracted {result['extracted']} images in {result['seconds']:.1f} s "

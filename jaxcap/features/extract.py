@@ -206,17 +206,26 @@ def read_json(path: str, expected: str):
     raise ValueError(f"{path}: unreadable ({first}); expected {expected}") from None
 
 
-def write_record(out_dir: str, record: dict) -> None:
-  """Writes ``features.json``; one-line ``ValueError`` when ``out_dir`` already holds features
-  of another backbone, size, grid, dtype or weights (a mixed folder would train silently)."""
+def check_record(out_dir: str, record: dict) -> bool:
+  """Whether ``out_dir`` has a ``features.json``; one-line ``ValueError`` when it records
+  features of another backbone, size, grid, dtype or weights (a mixed folder would train
+  silently)."""
   path = os.path.join(out_dir, RECORD_FILE)
-  if os.path.exists(path):
-    old = read_json(path, "the features.json of an earlier run, or an --out without one")
-    for key in list(record) + sorted(set(old) - set(record)):
-      if old.get(key) != record.get(key):
-        raise ValueError(f"{path}: the features there have {key}={old.get(key)!r}, this run "
-                         f"{record.get(key)!r}; expected the same settings to resume, or another --out")
+  if not os.path.exists(path):
+    return False
+  old = read_json(path, "the features.json of an earlier run, or an --out without one")
+  for key in list(record) + sorted(set(old) - set(record)):
+    if old.get(key) != record.get(key):
+      raise ValueError(f"{path}: the features there have {key}={old.get(key)!r}, this run "
+                       f"{record.get(key)!r}; expected the same settings to resume, or another --out")
+  return True
+
+
+def write_record(out_dir: str, record: dict) -> None:
+  """Writes ``features.json`` unless it is there (:func:`check_record`: the same settings)."""
+  if check_record(out_dir, record):
     return
+  path = os.path.join(out_dir, RECORD_FILE)
   atomic.write_with(path, lambda f: f.write((json.dumps(record, indent=1) + "\n").encode()))
 
 
@@ -242,6 +251,14 @@ def file_header(path: str, key: str | None = None) -> tuple[tuple, np.dtype]:
     first = (str(e).strip().splitlines() or [type(e).__name__])[0]
     what = f"a .npz file with the array {key!r}" if key else "a .npy file"
     raise ValueError(f"{path}: unreadable ({first}); expected {what}") from None
+
+
+def done_stems(out_dir: str, files: list[tuple[str, str]]) -> list[str]:
+  """The stems of ``files`` (``[(image path, stem)]``) whose ``fc`` and ``att`` files are both in
+  ``out_dir``: what a resumed run skips."""
+  return [stem for _, stem in files
+          if os.path.exists(os.path.join(out_dir, "fc", stem + ".npy"))
+          and os.path.exists(os.path.join(out_dir, "att", stem + ".npz"))]
 
 
 def check_existing(out_dir: str, stems: list[str], record: dict) -> None:
@@ -275,13 +292,14 @@ def _save_npz(array) -> Callable:
 
 def run(images_dir: str, out_dir: str, module, variables, record: dict, size: int | str,
         batch_size: int = 16, progress: bool = True, log=None,
-        files: list[tuple[str, str]] | None = None) -> dict:
+        files: list[tuple[str, str]] | None = None, check: bool = True) -> dict:
   """Extracts the features of every image of ``images_dir`` not done yet; returns
   ``{"total", "done_before", "extracted", "failed": [(name, reason)], "seconds"}``.
   ``files``: ``[(path under images_dir, feature file stem)]`` to extract instead of the folder's
   image files named by their stems (a Karpathy JSON's ``train2014/<file>`` named by its
   ``cocoid``: :func:`jaxcap.data.karpathy.read_karpathy_captions`). With ``size``
-  :data:`NATIVE` a batch holds images of one size only, and is not padded."""
+  :data:`NATIVE` a batch holds images of one size only, and is not padded. ``check``: the files
+  already there are checked (:func:`check_existing`; False where the caller did)."""
   log = log or (lambda s: print(s, file=sys.stderr, flush=True))
   if files is None:
     files = [(n, os.path.splitext(n)[0]) for n in list_images(images_dir)]
@@ -290,16 +308,13 @@ def run(images_dir: str, out_dir: str, module, variables, record: dict, size: in
     raise ValueError(f"--images={images_dir}: no image files ({', '.join(IMAGE_EXTENSIONS)}); "
                      "expected a folder of images")
   fc_dir, att_dir = os.path.join(out_dir, "fc"), os.path.join(out_dir, "att")
-
-  def done(name):
-    stem = stems[name]
-    return (os.path.exists(os.path.join(fc_dir, stem + ".npy"))
-            and os.path.exists(os.path.join(att_dir, stem + ".npz")))
-
-  todo = [n for n in names if not done(n)]
-  # The files a resumed run skips are this extraction's, or the run is refused (before anything
-  # is written): another width or grid in the folder would be trained on without a word.
-  check_existing(out_dir, [stems[n] for n in names if n not in set(todo)], record)
+  done = set(done_stems(out_dir, files))
+  todo = [n for n in names if stems[n] not in done]
+  if check:
+    # The files a resumed run skips are this extraction's, or the run is refused (before
+    # anything is written): another width or grid in the folder would be trained on silently.
+    check_record(out_dir, record)
+    check_existing(out_dir, sorted(done), record)
   os.makedirs(fc_dir, exist_ok=True)
   os.makedirs(att_dir, exist_ok=True)
   write_record(out_dir, record)

@@ -144,11 +144,17 @@ def test_another_backbone_setting_is_refused_in_the_same_out(extracted, capsys):
 
 
 @pytest.mark.parametrize("foreign", ["fc-width", "att-grid", "fc-dtype", "not-npy"])
-def test_a_resumed_run_refuses_foreign_feature_files(extracted, tmp_path, capsys, foreign):
+def test_a_resumed_run_refuses_foreign_feature_files(extracted, tmp_path, capsys, monkeypatch, foreign):
   """A resumed run skips the images whose files exist: a file of another width, grid or dtype
   (written by another extractor into the same --out) would be trained on. Refused in one line
-  naming the file, before anything is written."""
+  naming the file, before any weights are made and anything is written."""
   import shutil
+  from jaxcap.features import registry
+
+  def no_weights(*args, **kwargs):
+    raise AssertionError("weights were made before the existing files were checked")
+
+  monkeypatch.setattr(registry, "random_variables", no_weights)
   images, out, _, _ = extracted
   mine = tmp_path / "out"
   shutil.copytree(out, mine)
@@ -163,6 +169,11 @@ def test_a_resumed_run_refuses_foreign_feature_files(extracted, tmp_path, capsys
   lines = [l for l in stderr.splitlines() if l.strip()]
   assert code == 2 and len(lines) == 1 and lines[0].startswith(f"error: {mine / bad[0]}: "), stderr
   assert "expected" in lines[0] and "already have" not in stdout
+  assert {p: p.read_bytes() for p in mine.rglob("*") if p.is_file()} == before
+  # The library's own run checks them too.
+  record = json.loads((mine / "features.json").read_text())
+  with pytest.raises(ValueError, match=str(mine / bad[0])):
+    extract.run(str(images), str(mine), None, None, record, 32, progress=False)
   assert {p: p.read_bytes() for p in mine.rglob("*") if p.is_file()} == before
 
 
