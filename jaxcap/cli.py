@@ -241,6 +241,7 @@ def _flag_suggestion(name: str, module: str) -> str:
   """``; did you mean --<flag>?`` for an unknown ``--name``: the program's own flags first, then
   every flag absl knows (the dashed spellings and ``--no<flag>`` too)."""
   own = [f.name for f in _own_flags(module)]
+  own += [f"no{f.name}" for f in _own_flags(module) if f.boolean]
   every = list(flags.FLAGS)
   every += [f"no{n}" for n in every if flags.FLAGS[n].boolean]
   close = did_you_mean(name, own) or did_you_mean(name, every)

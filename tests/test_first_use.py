@@ -140,6 +140,7 @@ def test_print_config_prints_the_resolved_config_and_runs_nothing(programs, tmp_
 @pytest.mark.parametrize("argv,line", [
     (["train.py", "--workdr=x"], "error: unknown flag --workdr; did you mean --workdir?"),
     (["train.py", "--dryrun"], "error: unknown flag --dryrun; did you mean --dry_run?"),
+    (["train.py", "--nodry_rn"], "error: unknown flag --nodry_rn; did you mean --nodry_run?"),
     (["evaluate.py", "--beam_sise=3"], "error: unknown flag --beam_sise; did you mean --beam_size?"),
 ])
 def test_a_misspelt_flag_gets_a_suggestion(programs, tmp_path, argv, line):
