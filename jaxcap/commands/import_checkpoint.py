@@ -15,11 +15,13 @@ features under ``data/coco``). A ``.pth`` needs torch; without it, convert it on
 from __future__ import annotations
 
 import argparse
+import os
 
 import jax
 import numpy as np
 
 from jaxcap import cli
+from jaxcap.features import record as record_lib
 from jaxcap.importers import self_critical
 
 
@@ -44,10 +46,22 @@ def main() -> int:
   count = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(run.params))
   print(f"imported {run.config.model.name} ({count:,} parameters, step {run.step}, "
         f"{len(run.vocab)} words) into {a.workdir}")
-  print(f"  caption:  python -c \"import jaxcap; print(jaxcap.load('{a.workdir}').caption(FEATURES))\"")
-  print(f"  evaluate: python evaluate.py --workdir {a.workdir} --split test")
+  print(f"  caption:  python -c \"import jaxcap; print(jaxcap.load('{a.workdir}').caption(FEATURES))\""
+        "   (FEATURES: your [B, N, F] region or [B, F] global features)")
+  # Only commands that run as printed: evaluate.py needs the run's data, and a record of random
+  # backbone weights needs (and takes) no weights file.
+  data = run.config.data
+  dataset_json = data.get("dataset_json", "")
+  path = dataset_json if os.path.isabs(dataset_json) else os.path.join(data.root, dataset_json)
+  if a.features is None and dataset_json and not os.path.isfile(path):
+    print(f"  evaluate: no {a.dataset} data at {data.root} ({path} missing); import again with "
+          "--data_root naming it (docs/USAGE.md), then python evaluate.py --workdir "
+          f"{a.workdir} --split test")
+  elif a.features is None:
+    print(f"  evaluate: python evaluate.py --workdir {a.workdir} --split test")
   if a.features:
-    print(f"  photos:   python evaluate.py --workdir {a.workdir} --images PHOTOS_DIR --out captions.json --weights WEIGHTS.safetensors")
+    weights = "" if record_lib.is_random(record_lib.read(a.features)) else " --weights WEIGHTS.safetensors"
+    print(f"  photos:   python evaluate.py --workdir {a.workdir} --images PHOTOS_DIR --out captions.json{weights}")
   return 0
 
 

@@ -23,8 +23,10 @@ Models (``opt.caption_model``) and the jaxcap model each becomes (:data:`IMPORTE
   jaxcap's ``aoa`` (:mod:`jaxcap.models.aoa`), the released code's equations; jaxcap's
   ``aoanet`` is the paper's reading (post-norm, no query norm, ...), a different function.
 
-Other models (``updown``, ``att2in2``, ``topdown``, ...) are refused in one line: they have no
-jaxcap model whose equations are theirs yet. Options jaxcap cannot honour (``use_bn``, ``logit_layers``
+- ``updown`` / ``topdown`` (its ``UpDownModel``): jaxcap's ``updown`` (:mod:`jaxcap.models.updown`).
+
+Other models (``att2in2``, ``adaatt``, ``stackatt``, ...) are refused in one line (with why, for
+those in :data:`NOT_IMPORTED`): they have no jaxcap model whose equations are theirs yet. Options jaxcap cannot honour (``use_bn``, ``logit_layers``
 > 1, a Transformer without ReLU after its region embedding, ...) are refused naming the option.
 
 Vocabulary: self-critical's id 0 is both the start and the end of a caption and its last word is
@@ -39,8 +41,12 @@ torch is installed (docs/USAGE.md)::
 
     python -c "import torch, safetensors.torch as s; s.save_file({k: v.contiguous() for k, v in torch.load('model.pth', map_location='cpu').items()}, 'model.safetensors')"
 
-The ``infos`` pickle is read by a restricted unpickler: plain containers, ``argparse.Namespace``
-and numpy scalars / arrays only; anything else (a class that would run code) is refused naming it.
+The ``infos`` pickle is read by a restricted unpickler: plain containers, ``argparse.Namespace``,
+numpy scalars / arrays and ``_codecs.encode`` (protocol 2's bytes, as its ``misc.pickle_dump``
+writes them) only; anything else (a class that would run code) is refused naming it.
+
+Decoding: the run's ``decode`` section is its ``eval.py``'s: greedy (its ``_sample``, UNK not
+suppressed) by default, its beam search with UNK suppressed (``decode.beam_suppress_unk``).
 """
 
 from __future__ import annotations

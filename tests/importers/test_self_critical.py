@@ -258,7 +258,10 @@ def test_imported_run_evaluates_on_its_data(tmp_path):
                                    f"--infos={infos}", "--workdir=runs/sc", f"--data_root={data}"], tmp_path)
     assert code == 0, err
     assert out.startswith("imported transformer (") and "step 1234" in out
-    code, out, err = programs.run(["evaluate.py", "--workdir=runs/sc", "--beam-size=3"], tmp_path)
+    # Its printed next step runs as printed.
+    printed = [line.split("evaluate: ", 1)[1] for line in out.splitlines() if "evaluate: " in line]
+    assert printed == ["python evaluate.py --workdir runs/sc --split test"], out
+    code, out, err = programs.run(printed[0].split()[1:] + ["--beam-size=3"], tmp_path)
   assert code == 0, err[-2000:]
   assert "Traceback" not in err
   written = sorted((tmp_path / "runs/sc").glob("scores_test*.json"))
@@ -367,3 +370,26 @@ def test_infos_as_its_pickle_dump_writes_them():
     assert isinstance(infos["best_val_score"], np.float64)
     assert sorted(infos) == ["best_val_score", "epoch", "iter", "loader_state_dict", "opt", "vocab"]
     assert infos["opt"].seq_length == 16 and infos["opt"].max_length == 20
+
+
+def test_printed_next_steps_run_as_printed(tmp_path):
+  """Without the run's data, no evaluate.py command that would fail (it says what is missing);
+  a random-weights features record asks for no --weights."""
+  from tests.programs import Programs
+  ckpt, infos, _ = files("newfc_resnet101")
+  record = {"backbone": "resnet101_self_critical", "size": 224, "att_size": 7, "dtype": "float32",
+            "weights": {"random": True, "seed": 0}}
+  (tmp_path / "feats").mkdir()
+  (tmp_path / "feats" / "features.json").write_text(json.dumps(record))
+  with Programs() as programs:
+    code, out, err = programs.run(["-m", "jaxcap.commands.import_checkpoint", f"--checkpoint={ckpt}",
+                                   f"--infos={infos}", "--workdir=runs/a"], tmp_path)
+    assert code == 0, err
+    assert "python evaluate.py --workdir runs/a --split test" not in out.replace("then python", "")
+    assert "evaluate: no coco data at" in out and "--data_root" in out
+    code, out, err = programs.run(["-m", "jaxcap.commands.import_checkpoint", f"--checkpoint={ckpt}",
+                                   f"--infos={infos}", "--workdir=runs/b", "--features=feats/features.json"],
+                                  tmp_path)
+  assert code == 0, err
+  photos = [line for line in out.splitlines() if "photos:" in line]
+  assert len(photos) == 1 and "--weights" not in photos[0], out
