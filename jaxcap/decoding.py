@@ -162,6 +162,13 @@ def bad_ending_ids(vocab, words: Sequence[str] = BAD_ENDINGS) -> tuple:
   return tuple(sorted(vocab.stoi[w] for w in words if w in vocab.stoi))
 
 
+def beam_suppresses_unk(cfg) -> bool:
+  """Whether beam search suppresses UNK under the options ``cfg`` (a mapping): ``suppress_unk``
+  (every method) or ``beam_suppress_unk`` (beam search only). The one rule, for
+  :func:`decode` and the exported captioner."""
+  return bool(cfg.get("suppress_unk", False) or cfg.get("beam_suppress_unk", False))
+
+
 def default_decode_config():
   """The decoding options read by :func:`decode` (greedy by default).
 
@@ -811,7 +818,7 @@ def decode(model, params, batch, decode_config, rng=None, *,
                        beam_mode=cfg.beam_mode, length_penalty=cfg.length_penalty,
                        alpha=cfg.alpha, min_len=cfg.min_len,
                        block_trigrams=cfg.block_trigrams,
-                       suppress_unk=bool(cfg.suppress_unk or cfg.beam_suppress_unk),
+                       suppress_unk=beam_suppresses_unk(given),
                        bad_endings=bad, beam_groups=cfg.beam_groups,
                        diversity_strength=cfg.diversity_strength, return_aux=return_aux)
   if cfg.method == "sample":

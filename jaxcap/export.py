@@ -141,7 +141,7 @@ def _decoders(run, cfg: dict, treedef):
         length_penalty=cfg["length_penalty"], alpha=float(cfg["alpha"]),
         block_trigrams=bool(cfg["block_trigrams"]), beam_groups=int(cfg["beam_groups"]),
         diversity_strength=float(cfg["diversity_strength"]), return_aux=True,
-        **dict(common, suppress_unk=bool(cfg["suppress_unk"] or cfg.get("beam_suppress_unk", False))))
+        **dict(common, suppress_unk=decoding.beam_suppresses_unk(cfg)))
     return outputs(out, True)
 
   return {"greedy": greedy, "beam": beam}
