@@ -33,7 +33,7 @@ train: $(STAMP)
 # scheduling a replaced worker can wait forever for work (pytest-xdist #784); this way the run
 # fails at once and names the test that was running.
 WORKERS ?= 2
-PYTEST := $(PY) -m pytest -q -n $(WORKERS) --dist loadfile --max-worker-restart=0 --durations=15
+PYTEST := $(PY) -m pytest -q -n $(WORKERS) --dist loadfile --max-worker-restart=0 --durations=40
 
 test: $(STAMP)
 	$(PYTEST) -m "not slow" tests $(ARGS)

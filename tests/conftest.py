@@ -11,6 +11,18 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8 --x
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 REPO = Path(__file__).resolve().parents[1]
+
+# One persistent compilation cache for the whole test run: both pytest workers, the default and
+# the slow step of .ci/run, and every program a test starts (they inherit this environment). The
+# suite compiles the same tiny programs again and again (each test file drops its compiled
+# programs, each train.py a test runs compiles its steps afresh); a cached train step loads in
+# well under a second instead of compiling for several. A cache hit gives the same executable,
+# so no result depends on it. A size limit turns on the cache's file lock, which keeps the two
+# workers from reading an entry the other is half-way through writing. Kept in the checkout
+# (ignored by git): a clean clone starts empty.
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(REPO / ".cache" / "jax-tests"))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(4 << 30))
 SHARED_DATA = REPO.parent / "shared" / "data"
 if str(REPO) not in sys.path:
   sys.path.insert(0, str(REPO))

@@ -232,6 +232,9 @@ class Trainer:
       _check_init_from(config.init_from, config, self.dataset.vocab)
     # Splits, feature headers, boxes, the model's inputs and files: before writing.
     validation.check_data(self.dataset, config, model=self.model, workdir=workdir)
+    # The workdir's config.json / vocab.json against this run now, not after the steps compile
+    # (init_workdir checks again before it writes): another run's workdir is refused at once.
+    run_dir.check_workdir(workdir, config, self.dataset.vocab)
     local_bs = parallel.local_batch_size(config.batch_size, self.mesh)
     state = self.initial_state()
     self.check_memory(self.compile_steps(state))  # does each step fit? (before writing)
