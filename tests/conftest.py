@@ -18,10 +18,13 @@ REPO = Path(__file__).resolve().parents[1]
 # programs, each train.py a test runs compiles its steps afresh); a cached train step loads in
 # well under a second instead of compiling for several. A cache hit gives the same executable,
 # so no result depends on it. A size limit turns on the cache's file lock, which keeps the two
-# workers from reading an entry the other is half-way through writing. Kept in the checkout
-# (ignored by git): a clean clone starts empty.
+# workers from reading an entry the other is half-way through writing; but then every write
+# lists and stats the whole cache under that lock: with every program cached (thousands of
+# entries) the workers spent much of the run waiting for it (py-spy: filelock polling in
+# LRUCache.put), so only programs that took a second or more to compile are kept. Kept in the
+# checkout (ignored by git): a clean clone starts empty.
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(REPO / ".cache" / "jax-tests"))
-os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "1")
 os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(4 << 30))
 SHARED_DATA = REPO.parent / "shared" / "data"
 if str(REPO) not in sys.path:
