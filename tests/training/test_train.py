@@ -171,6 +171,23 @@ def test_workdir_of_another_model_or_vocab_is_refused_and_left_intact(tmp_path, 
   assert _snapshot(workdir) == before
 
 
+def test_another_runs_workdir_is_refused_before_the_steps_compile(tmp_path, tiny_dataset, monkeypatch):
+  """The workdir's config.json / vocab.json are checked before compile_steps (seconds of
+  compiling otherwise precede the refusal); nothing is written."""
+  workdir = tmp_path / "run"
+  other = tiny_config(**{"model.num_heads": 2})
+  run_dir.init_workdir(str(workdir), other, tiny_dataset.vocab)
+  before = _snapshot(workdir)
+
+  def compiled(*_, **__):
+    raise AssertionError("compiled the steps before checking the workdir")
+
+  monkeypatch.setattr(train_lib.Trainer, "compile_steps", compiled)
+  with pytest.raises(ValueError, match="another model"):
+    train_lib.Trainer(tiny_config(num_train_steps=4), str(workdir), dataset=tiny_dataset).fit()
+  assert _snapshot(workdir) == before
+
+
 def test_prng_impl_keys_dropout_and_is_fixed_for_a_run(tmp_path, tiny_dataset):
   # rbg: the state's key has rbg's shape, the dropout masks other bits (another loss after
   # the first step), a resume continues with it; threefry in the same workdir is refused.
