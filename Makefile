@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-requirements
 
-.PHONY: train test test-slow setup
+.PHONY: train test test-slow test-heavy setup
 
 setup: $(STAMP)
 
@@ -39,4 +39,11 @@ test: $(STAMP)
 	$(PYTEST) -m "not slow" tests $(ARGS)
 
 test-slow: $(STAMP)
-	$(PYTEST) -m slow tests $(ARGS)
+	$(PYTEST) -m "slow and not heavy" tests $(ARGS)
+
+# Tests of minutes of CPU each (the notebooks, the GPU script's CPU smoke run, benchmarks/run.py
+# on every model, the ETA and AAT table scripts; pytest.ini's heavy marker): run by hand when a
+# change touches what they cover (.ci/run cannot fit them in its time on 2 cores).
+# `JAXCAP_README_RUN=all make test-slow` adds the documentation's paper-table builds.
+test-heavy: $(STAMP)
+	$(PYTEST) -m heavy tests $(ARGS)

@@ -14,7 +14,8 @@
 #   bash benchmarks/gpu_record.sh
 # OUT must be set: the GPU host's runner sets it to the folder whose contents come back, and a
 # record written anywhere else stays on the host, so the script refuses to start without it.
-# Knobs: WORK (a fresh mktemp -d folder per call), PYTHON (python3), BUDGET_S (total seconds, 440),
+# Knobs: WORK (a fresh mktemp -d folder per call), PYTHON (python3), BUDGET_S (total seconds, 440;
+# 1000 with SMALL=1: a CPU smoke run holds no lease, and on 2 busy cores 440 s cut parts off),
 # TIMED_S (seconds kept for phase 3, 200), JAXCAP_GIT_COMMIT (the commit every record names;
 # default git rev-parse HEAD where the tree has its .git), ONLY (comma-separated part names: only
 # those), NO_REFS=1 (no PyTorch references), SMALL=1 (tiny CPU smoke run).
@@ -32,7 +33,7 @@ fi
 export JAXCAP_GIT_COMMIT=${JAXCAP_GIT_COMMIT:-}  # benchmarks/run.py's environment() records it
 echo "work folder $WORK; commit ${JAXCAP_GIT_COMMIT:-unknown}"
 PY=${PYTHON:-python3}
-BUDGET_S=${BUDGET_S:-440}
+if [[ "${SMALL:-0}" == 1 ]]; then BUDGET_S=${BUDGET_S:-1000}; else BUDGET_S=${BUDGET_S:-440}; fi
 TIMED_S=${TIMED_S:-200}
 mkdir -p "$OUT" "$WORK/rec"
 export PYTHONUNBUFFERED=1

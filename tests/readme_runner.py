@@ -1,11 +1,12 @@
 """Every documented command runs as written, from a fresh copy of the checkout (slow step).
 
-The documentation is README.md, docs/*.md and the experiment pages (experiments/README.md,
-experiments/<paper>/README.md; tests/test_readme.py's ``doc_pages``). This is the runner behind
-tests/test_readme_run.py (README.md, then docs/*.md: part ``"readme"``) and
-tests/test_readme_run_papers.py (the experiment pages: part ``"experiments"``): two modules,
-each with its own fresh copy, so that the slow step's two pytest workers run the parts side by
-side (no command of one part reads what the other writes).
+The documentation is README.md, docs/*.md, the experiment pages (experiments/README.md,
+experiments/<name>/README.md) and the paper pages (jaxcap/papers/<paper>/README.md;
+tests/test_readme.py's ``doc_pages``). This is the runner behind one test module per part
+(:data:`PARTS`): tests/test_readme_run.py (README.md), tests/test_readme_run_docs.py
+(docs/*.md), tests/test_readme_run_experiments.py and tests/test_readme_run_papers.py, each
+with its own fresh copy, so that the slow step's two pytest workers share the parts (no command
+of one part reads what another writes).
 
 tests/test_readme.py parses each command with the real parsers; this module *runs* them, in
 page order (later commands use the runs of earlier ones, as a reader's would), each in
@@ -109,6 +110,9 @@ HEAVY = {
     "experiments/flickr8k/table.py": "8 models x cross-entropy + SCST on Flickr8k, and the nearest neighbour (611 s)",
     "-m jaxcap.papers.image_transformer.table3": "7 rows trained and tested (375 s)",
     "-m jaxcap.papers.mnmt.table2": "10 rows trained and tested (315 s)",
+    "experiments/pixels/run.py": ("render, extract, nearest neighbour, train, caption_images and score "
+                                  "(149 s); tests/features/test_pixels.py (slow step) renders, extracts, "
+                                  "trains and captions images"),
     "benchmarks/run.py": ("a GPU benchmark whose bfloat16 rows XLA emulates on a CPU (still compiling "
                           "after 622 s); tests/benchmarks/test_scripts.py runs run.py on every "
                           "registered model at tiny sizes"),
@@ -209,9 +213,22 @@ def readme_commands():
   return [(f"{page_name(p)}:{line}", cmd) for p in doc_pages() for line, cmd in page_commands(p)]
 
 
+# The parts, each run by a test module of its own in a fresh copy (no command of one part reads
+# what another writes: a run a page names but does not make is a prerequisite, made right before
+# the command), so that the slow step's two workers share the documentation's commands.
+PARTS = {"readme": ("README.md",), "docs": ("docs/",), "experiments": ("experiments/",),
+         "papers": ("jaxcap/papers/",)}
+
+
+def part_of(where: str) -> str:
+  """The part of the command at ``where`` (``<page>:<line>``)."""
+  return next(p for p, prefixes in PARTS.items() if where.startswith(prefixes))
+
+
 def part_commands(part: str):
-  """The commands of one part: ``"readme"`` (README.md and docs/*.md) or ``"experiments"``."""
-  return [(w, c) for w, c in readme_commands() if w.startswith("experiments/") == (part == "experiments")]
+  """The commands of one part of :data:`PARTS`: ``"readme"`` (README.md), ``"docs"``
+  (docs/*.md), ``"experiments"`` (the experiment pages) or ``"papers"`` (the paper pages)."""
+  return [(w, c) for w, c in readme_commands() if part_of(w) == part]
 
 
 # The paper-table scripts: an experiment page first shows the command that builds a table, then

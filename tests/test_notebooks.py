@@ -1,9 +1,10 @@
 """notebooks/*.ipynb and each paper's jaxcap/papers/*/*.ipynb: committed without outputs, and each one executes with its assertions holding.
 
-Every notebook trains its own tiny checkpoint, so executing them is slow (about 1-2 minutes each
-on 2 CPU cores): those tests are marked slow and run in ``make test-slow`` (.ci/run's second
-step). They run through nbclient in a fresh kernel whose current directory is a temporary one
-(the runs go to its ``runs/``) and which imports jaxcap from this checkout.
+Every notebook trains its own tiny checkpoint, so executing them is slow (1-2 minutes each on 2
+CPU cores, 2-4 minutes beside another test worker): those tests are marked heavy and run in
+``make test-heavy``, not in .ci/run, which cannot fit them in its time. They run through
+nbclient in a fresh kernel whose current directory is a temporary one (the runs go to its
+``runs/``) and which imports jaxcap from this checkout.
 """
 
 import json
@@ -86,6 +87,7 @@ def _cell_seconds(cell) -> float:
 
 
 @pytest.mark.slow
+@pytest.mark.heavy  # 2-4 min of CPU each: make test-heavy, not .ci/run (pytest.ini)
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_name)
 def test_notebook_executes(path, tmp_path, monkeypatch):
   nbformat = pytest.importorskip("nbformat")

@@ -75,6 +75,7 @@ def test_the_documented_commands_are_parsed():
 
 
 @pytest.mark.slow
+@pytest.mark.heavy  # ~7 min on 2 cores: make test-heavy, not .ci/run (pytest.ini)
 @pytest.mark.parametrize("index", range(len(next_session_commands())))
 def test_next_session_command_runs_in_small_mode_and_is_collected(tmp_path, index):
   """The documented command as written (its ONLY, budgets and switches), with SMALL=1 and the

@@ -359,6 +359,7 @@ def test_flickr8k_table_trains_xe_then_scst(tmp_path, shared_data):
 
 
 @pytest.mark.slow
+@pytest.mark.heavy  # ~4 min of CPU: make test-heavy, not .ci/run (pytest.ini)
 def test_eta_and_aat_tables_train_tiny_runs(tmp_path):
   env = _one_device_env()
   _run("jaxcap/papers/eta/ablations.py", "--workdir", tmp_path / "eta", "--variants", "eta", "--seeds", "0,1", "--steps", "4",

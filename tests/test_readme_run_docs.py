@@ -1,0 +1,10 @@
+"""docs/*.md's commands run as written (see tests/readme_runner.py): part ``"docs"``, in a fresh
+copy of its own."""
+
+import pytest
+
+from tests.readme_runner import module_tests
+
+pytestmark = pytest.mark.slow
+
+checkout, test_documented_command_runs = module_tests("docs")

@@ -1,0 +1,10 @@
+"""The experiment pages' commands (experiments/README.md, experiments/<name>/README.md) run as
+written (see tests/readme_runner.py): part ``"experiments"``, in a fresh copy of its own."""
+
+import pytest
+
+from tests.readme_runner import module_tests
+
+pytestmark = pytest.mark.slow
+
+checkout, test_documented_command_runs = module_tests("experiments")
