@@ -33,6 +33,15 @@ if str(REPO) not in sys.path:
 import pytest  # noqa: E402
 
 
+def pytest_collection_modifyitems(config, items):
+  """A heavy test is a slow one too (pytest.ini): ``make test`` (``-m "not slow"``) never runs
+  it, whichever of the two markers its author wrote."""
+  del config
+  for item in items:
+    if item.get_closest_marker("heavy") and not item.get_closest_marker("slow"):
+      item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture
 def shared_data():
   if not SHARED_DATA.exists():

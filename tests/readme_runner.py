@@ -222,7 +222,10 @@ PARTS = {"readme": ("README.md",), "docs": ("docs/",), "experiments": ("experime
 
 def part_of(where: str) -> str:
   """The part of the command at ``where`` (``<page>:<line>``)."""
-  return next(p for p, prefixes in PARTS.items() if where.startswith(prefixes))
+  for part, prefixes in PARTS.items():
+    if where.startswith(prefixes):
+      return part
+  raise ValueError(f"{where}: a documentation page of no part; add its folder to PARTS")
 
 
 def part_commands(part: str):

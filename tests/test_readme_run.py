@@ -3,6 +3,8 @@ fresh copy of its own; docs/*.md, the experiment pages and the paper pages are t
 (tests/test_readme_run_docs.py, tests/test_readme_run_experiments.py,
 tests/test_readme_run_papers.py)."""
 
+from pathlib import Path
+
 import pytest
 
 from tests.readme_runner import PARTS, module_tests, part_commands, readme_commands
@@ -21,7 +23,7 @@ def test_the_commands_are_found():
   assert any(w.startswith("jaxcap/papers/aat/") for w, _ in part_commands("papers"))
   # Every command belongs to exactly one part, and each part has its test module.
   assert sum(len(part_commands(p)) for p in PARTS) == len(readme_commands())
-  here = __import__("pathlib").Path(__file__).parent
+  here = Path(__file__).parent
   for p in PARTS:
     name = "test_readme_run.py" if p == "readme" else f"test_readme_run_{p}.py"
     assert f'module_tests("{p}")' in (here / name).read_text(), name
