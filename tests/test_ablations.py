@@ -81,6 +81,7 @@ ETA = {"name": "eta", "dim": 16, "num_layers": 1, "num_dec_layers": 1, "num_head
        "dropout": 0.0}
 
 
+@pytest.mark.slow
 def test_eta_forced_gate_equals_the_single_pathway_variants():
   run, batch = _run(dict(ETA, variant="eta")), _batch()
   full = _logits(run, batch)
@@ -114,6 +115,7 @@ def _steps(run, batch):
   return np.asarray(_forward(run, batch)[1]["attention_steps"])
 
 
+@pytest.mark.slow
 def test_aat_step_cap_and_epsilon_at_test_time():
   run, batch = _run(AAT), _batch()
   np.testing.assert_allclose(_logits(run.ablate(min_steps=1, max_steps=1), batch),
@@ -129,6 +131,7 @@ IT = {"name": "image_transformer", "dim": 16, "num_heads": 2, "num_layers": 2, "
       "num_sub": 3, "ff_dim": 32, "dropout": 0.0}
 
 
+@pytest.mark.slow
 def test_image_transformer_all_neighbour_graph():
   run, batch = _run(IT), _batch()
   ablated = _logits(run.ablate(graph="all_neighbour"), batch)

@@ -52,12 +52,14 @@ def _test_batch(dataset, n=5):
   return next(iter(pipeline.eval_batches(dataset.split("test"), n, num_threads=0)))
 
 
+@pytest.mark.slow
 def test_info_json_is_the_dataset_info(workdir):
   wd, dataset, _ = workdir
   with open(os.path.join(wd, "info.json")) as f:
     assert json.load(f) == json.loads(json.dumps(dict(dataset.info)))
 
 
+@pytest.mark.slow
 def test_load_needs_no_dataset_and_captions_every_feature_form(workdir, monkeypatch):
   wd, dataset, params = workdir
   batch = _test_batch(dataset)
@@ -235,6 +237,7 @@ def test_a_corrupt_info_json_is_one_line_naming_it(workdir, tmp_path):
     jaxcap.load(str(copy))
 
 
+@pytest.mark.slow
 def test_global_features_alone_caption_a_model_that_reads_only_them():
   """TPGN reads the global feature only: ``[B, Dg]`` captions it on a dataset with regions, as
   the full batch does; a model that reads regions still refuses them, naming what it reads."""

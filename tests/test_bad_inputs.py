@@ -667,6 +667,7 @@ def _assert_one_line(code, err, needle):
   assert "expected" in lines[0], lines[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script,args,needle,data,mutate,model,spell", CASES)
 def test_bad_input(request, programs, tmp_path, karpathy_data, script, args, needle, data, mutate,
                    model, spell):
@@ -725,6 +726,7 @@ def test_read_only_workdir(programs, tmp_path):
     ("evaluate", ["--predictions={tmp}/preds.json", "--references={tmp}/refs.json",
                   "--out={tmp}/s.json"], "3 of the 10"),
 ])
+@pytest.mark.slow
 def test_real_process(tmp_path, script, args, needle):
   """The real exit code, and no traceback on stderr, for a few cases."""
   _refs_and_preds(10, PREDS3)(tmp_path)
@@ -736,6 +738,7 @@ def test_real_process(tmp_path, script, args, needle):
   assert _snapshot(tmp_path) == before
 
 
+@pytest.mark.slow
 def test_full_disk_while_resuming(request, tmp_path, monkeypatch):
   """ENOSPC when the resumed run opens its metrics: one line naming the path, exit 2."""
   import errno

@@ -71,6 +71,7 @@ def one_line(code, err, *needles):
     assert n in errors[0], (n, errors[0])
 
 
+@pytest.mark.slow
 def test_a_full_disk_during_a_checkpoint_keeps_the_last_one_and_it_resumes(programs, tmp_path):
   with tmpfs(tmp_path / "disk", 8 * 1024) as disk:
     wd = disk / "run"
@@ -97,6 +98,7 @@ def _images(folder: Path, n: int) -> None:
     Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(folder / f"i{i:02d}.png")
 
 
+@pytest.mark.slow
 def test_a_full_disk_during_extraction_names_the_file_and_keeps_the_features(programs, tmp_path):
   _images(tmp_path / "images", 40)
   with tmpfs(tmp_path / "disk", 1024) as disk:
@@ -115,6 +117,7 @@ def test_a_full_disk_during_extraction_names_the_file_and_keeps_the_features(pro
     np.testing.assert_array_equal(np.load(out / "fc" / written[0]), first)
 
 
+@pytest.mark.slow
 def test_a_full_disk_during_evaluation_keeps_the_earlier_scores(programs, tmp_path):
   with tmpfs(tmp_path / "disk", 8 * 1024) as disk:
     wd = disk / "run"
@@ -130,6 +133,7 @@ def test_a_full_disk_during_evaluation_keeps_the_earlier_scores(programs, tmp_pa
     assert not [n for n in os.listdir(wd) if n.endswith(".tmp")]
 
 
+@pytest.mark.slow
 def test_read_only_outputs_are_refused_before_any_work(programs, tmp_path):
   """evaluate.py (a run on a read-only disk, and --out there), jaxcap-extract --out there: one
   line naming the flag, before a checkpoint is restored or a backbone built."""

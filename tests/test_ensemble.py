@@ -88,6 +88,7 @@ def test_ensemble_of_a_model_with_itself_equals_the_model(members):
   np.testing.assert_allclose(ens.scores, single.scores, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method,mode", [("greedy", None), ("beam", "live"),
                                          ("beam", "self_critical")])
 def test_step_logprobs_are_the_mean_of_member_probabilities(members, method, mode):

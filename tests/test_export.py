@@ -150,6 +150,7 @@ def transformer(tmp_path_factory):
   return run, tmp / "t.jaxcap", meta
 
 
+@pytest.mark.slow
 def test_transformer_reloads_without_flax_and_decodes_as_the_run(transformer, tmp_path):
   run, path, meta = transformer
   feats = features(INFO)

@@ -39,6 +39,7 @@ def _write_run(workdir, config):
   return trainer
 
 
+@pytest.mark.slow
 def test_a_run_on_a_relative_data_root_evaluates_from_another_directory(tmp_path, monkeypatch):
   here, elsewhere = tmp_path / "repo", tmp_path / "notebooks"
   elsewhere.mkdir()

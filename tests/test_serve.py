@@ -76,6 +76,7 @@ def _features(run, n=4, seed=0):
   return np.random.default_rng(seed).standard_normal((n, run.info["feature_dim"])).astype(np.float32)
 
 
+@pytest.mark.slow
 def test_health_metadata_examples_and_a_caption(run):
   x = _features(run, 5)
 
@@ -119,6 +120,7 @@ def test_health_metadata_examples_and_a_caption(run):
   assert "static/app.js" in page and js == 200
 
 
+@pytest.mark.slow
 def test_concurrent_requests_are_batched_into_fewer_decode_calls(run):
   xs = [_features(run, 2 + i % 4, seed=i) for i in range(6)]
 
@@ -256,6 +258,7 @@ def test_the_program_serves_until_sigterm_then_exits_0(workdir):
     (["--workdir", ".", "--max_batch", "0"], "--max_batch"),
     (["--workdir", ".", "--max_wait_ms", "-1"], "--max_wait_ms"),
 ])
+@pytest.mark.slow
 def test_bad_flags_are_one_line_and_exit_2(args, words):
   r = subprocess.run([sys.executable, "-m", "jaxcap.commands.serve", *args], cwd=REPO,
                      capture_output=True, text=True, timeout=120)

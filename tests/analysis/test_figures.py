@@ -239,6 +239,7 @@ def test_run_plot_words_and_training_curves(tmp_path):
   _check_png(tmp_path / "c.png")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("attention_impl", ["einsum", "xla"])
 def test_run_plot_words_of_a_transformer(tmp_path, attention_impl):
   """The Transformer's decoder reports its cross-attention (aux["attention"]): plot_words

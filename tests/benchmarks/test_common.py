@@ -3,6 +3,8 @@
 import os
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
@@ -50,6 +52,7 @@ def test_part_and_scope_of_jax_name_stacks():
   assert common.part_of("jit(train_step)/add") == "optimizer, guard, rest"
 
 
+@pytest.mark.slow
 def test_a_traced_step_is_attributed_to_the_parts_of_the_model(tmp_path):
   """On XLA:CPU the traced thunks name their HLO instructions as the device kernels do on a
   GPU: every one is found in the compiled module's text, and the time lands in the model's

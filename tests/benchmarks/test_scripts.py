@@ -178,6 +178,7 @@ def test_every_benchmark_script_is_covered():
   assert {s for s, _, _ in BAD_FLAGS} == scripts
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script,args,flag", BAD_FLAGS,
                          ids=[f"{s}:{' '.join(a)}" for s, a, _ in BAD_FLAGS])
 def test_a_bad_flag_value_is_one_line_and_exit_2(tmp_path, script, args, flag):

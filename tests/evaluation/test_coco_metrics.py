@@ -79,6 +79,7 @@ def test_bleu_rouge_cider_match_pycocoevalcap_on_coco():
   assert not lines
 
 
+@pytest.mark.slow
 @needs_java
 def test_meteor_matches_pycocoevalcap_on_coco(monkeypatch):
   # One METEOR process serves both sides: its Java start-up (~10-25 s) dominates otherwise.

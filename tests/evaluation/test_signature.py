@@ -58,6 +58,7 @@ def _sig(path):
   return json.loads(path.read_text())["signature"]
 
 
+@pytest.mark.slow
 def test_train_py_scores_carry_the_signature_and_print_it(runs):
   wd, stdout = runs["a"]
   sig = _sig(wd / "scores_test.json")
@@ -79,6 +80,7 @@ def _compare(runs, a, b, *extra):
                               runs["tmp"])
 
 
+@pytest.mark.slow
 def test_compare_names_the_one_setting_two_score_files_differ_in(runs):
   wd = runs["a"][0]
   code, out, err = _compare(runs, wd / "scores_test_beam2.json", wd / "scores_test_beam3.json")
@@ -100,6 +102,7 @@ def test_compare_names_the_one_setting_two_score_files_differ_in(runs):
   assert saved["images"] == 6 and "CIDEr" in saved["metrics"]
 
 
+@pytest.mark.slow
 def test_compare_refuses_two_image_sets_in_one_line(runs, tmp_path):
   wd = runs["a"][0]
   scores = json.loads((wd / "scores_test.json").read_text())
@@ -111,6 +114,7 @@ def test_compare_refuses_two_image_sets_in_one_line(runs, tmp_path):
   assert code == 0 and "comparing the 4 both scored" in out
 
 
+@pytest.mark.slow
 def test_the_api_and_a_predictions_file_carry_signatures(runs, tmp_path):
   import jaxcap
   wd = runs["a"][0]
@@ -155,6 +159,7 @@ def _server_argv(wd, root, *extra):
           f"--fc_dir={root}/cocotest_bu_fc", f"--box_dir={root}/cocotest_bu_box", "--batch_size=4", *extra]
 
 
+@pytest.mark.slow
 def test_server_results_file_for_a_set_without_references(runs, tmp_path):
   ids = [9, 25, 57, 133, 164, 192, 196, 208, 241]  # more than a batch, a ragged last one
   _coco_set(tmp_path, ids)
@@ -178,6 +183,7 @@ def test_server_results_file_for_a_set_without_references(runs, tmp_path):
   assert [r["caption"] for r in data] == want
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case,extra,match", [
     ("alg-underscore", ["--alg=my_model"], "--alg=my_model: expected letters, digits and '-'"),
     ("missing-file", ["--image_info={root}/more.json"], "no features for 1 of the 4 images, e.g. "),
@@ -198,6 +204,7 @@ def test_server_bad_input_is_one_line_and_writes_nothing(runs, tmp_path, case, e
   assert sorted(p.name for p in wd.iterdir()) == before
 
 
+@pytest.mark.slow
 def test_server_flags_without_server_are_refused(runs, tmp_path):
   code, _, err = runs["programs"].run(["evaluate.py", f"--workdir={runs['a'][0]}", "--att_dir=x"], tmp_path)
   assert code == 2 and "--att_dir=x without --server" in err
@@ -218,6 +225,7 @@ def test_check_results_holds_the_servers_format(tmp_path, content, match):
     server.check_results(str(tmp_path / "results.json"))
 
 
+@pytest.mark.slow
 def test_the_apis_train_writes_a_signed_scores_file(tmp_path):
   import jaxcap
   jaxcap.train("configs/transformer.py:synthetic,tiny", str(tmp_path / "run"), num_train_steps=2,
@@ -227,6 +235,7 @@ def test_the_apis_train_writes_a_signed_scores_file(tmp_path):
   assert sig["decode"]["method"] == "greedy" and sig["split"]["name"] == "test"
 
 
+@pytest.mark.slow
 def test_evaluate_without_a_tag_keeps_trainings_scores_and_names_its_own(runs):
   wd = runs["a"][0]
   before = {n: (wd / n).read_bytes() for n in ("scores_test.json", "predictions_test.json")}

@@ -232,6 +232,7 @@ def tiny_run(tmp_path_factory):
   return run, root / "images"
 
 
+@pytest.mark.slow
 def test_an_unreadable_file_is_skipped_with_a_warning_and_has_no_caption(tiny_run, tmp_path, capfd):
   run, images = tiny_run
   (tmp_path / "notes.jpg").write_text("a text file named .jpg")
@@ -257,6 +258,7 @@ def test_an_unreadable_file_is_skipped_with_a_warning_and_has_no_caption(tiny_ru
     run.caption_images([images / "broken.jpg", tmp_path / "notes.jpg"])
 
 
+@pytest.mark.slow
 def test_image_counts_compile_only_their_power_of_two_bucket(tiny_run):
   """Captioning 3, then 5, then 6 images compiles for 4 and 8 only: the 6 (and 7, 8) reuse
   the 8's programs. Counted by jax's lowering events (one per program compiled, whether or not

@@ -140,6 +140,7 @@ def _features(module, variables, pixels_HxWx3):
   return np.asarray(out["fc"])[0], np.asarray(out["att"]).reshape(-1, module.feature_dim)
 
 
+@pytest.mark.slow
 def test_each_difference_from_torchvision_matters(prepro):
   """The comparison above can fail: torchvision's maxpool or stride placement, a resize, or the
   EXIF orientation applied each move the features by far more than the tolerance."""

@@ -23,6 +23,7 @@ import jaxcap
 from jaxcap import decoding
 from jaxcap.data.vocab import EOS, PAD, UNK
 from jaxcap.importers import self_critical as sc
+from tests.tiers import first_in_default  # noqa: E402
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "self_critical")
 MODELS = ("transformer", "newfc", "newfc_resnet101", "aoa", "aoa_ff", "updown")
@@ -76,7 +77,7 @@ def _columns(sc_of):
   return cols[cols > 1]  # EOS, UNK, words
 
 
-@pytest.mark.parametrize("b", BATCHES)
+@pytest.mark.parametrize("b", first_in_default(BATCHES))
 def test_teacher_forced_logprobs_equal(imported, b):
   name, run, e, sc_of, _ = imported
   labels = e[f"labels_{b}"]  # [B*S, 18]: 0, w1..wn, 0 ...; captions of up to seq_length = 16 words
@@ -99,6 +100,7 @@ def test_teacher_forced_logprobs_equal(imported, b):
   assert np.exp(logp[..., [PAD, 1]]).max() == 0.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("b", BATCHES)
 def test_step_logprobs_equal_to_max_length(imported, b):
   """Its step function fed BOS and 20 words: every position up to max_length = 20, past the
@@ -122,6 +124,7 @@ def test_step_logprobs_equal_to_max_length(imported, b):
     tok = jnp.asarray(forced[:, t], jnp.int32)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("b", BATCHES)
 def test_default_decoding_is_its_greedy(imported, b):
   """The imported run's default decoding (its config.decode) is self-critical's eval.py greedy:
@@ -146,6 +149,7 @@ def test_greedy_reaches_unk_and_max_length():
   assert sum(v > 0 for v in unk.values()) >= 3, unk
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("b", BATCHES)
 def test_beam3_is_its_beam_search(imported, b):
   """``--beam-size 3`` on the imported run: self-critical's beam_search with UNK suppressed."""
@@ -155,6 +159,7 @@ def test_beam3_is_its_beam_search(imported, b):
   np.testing.assert_array_equal(to_sc(out.tokens[:, 0], sc_of), e[f"beam3_{b}"], err_msg=name)
 
 
+@pytest.mark.slow
 def test_imported_run_loads_captions_and_ablates(imported):
   """Features as a user has them: FC models their global features, UpDown regions and global
   features, the Transformer and AoA their regions alone (the Transformer's fc_feat_size, 2048,
@@ -243,6 +248,7 @@ def test_existing_workdir_refused(tmp_path):
   assert (tmp_path / "run" / "x").read_text() == "keep"
 
 
+@pytest.mark.slow
 def test_imported_run_evaluates_on_its_data(tmp_path):
   """jaxcap-import, then evaluate.py on COCO-layout data of the model's widths: the documented
   commands, on generated features of the fixture Transformer's widths (10 both)."""
@@ -279,6 +285,7 @@ def test_imported_run_evaluates_on_its_data(tmp_path):
     (["--checkpoint={ckpt}", "--infos={infos}", "--workdir=runs/x", "--features=/nonexistent/features.json"],
      "/nonexistent/features.json"),
 ])
+@pytest.mark.slow
 def test_bad_input_is_one_line_exit_2_nothing_written(tmp_path, args, match):
   import re
   from tests.programs import Programs
@@ -297,6 +304,7 @@ def test_the_package_exposes_the_importer():
   assert "import_checkpoint" in dir(jaxcap)
 
 
+@pytest.mark.slow
 def test_an_imported_run_is_served_like_a_trained_one(imported):
   """jaxcap-serve's app on an imported run: a caption of posted features equals the run's own."""
   import asyncio

@@ -50,6 +50,7 @@ def _output_widths(model, params, batch, tokens):
     pytest.param("eta", {}, eta_batch, marks=pytest.mark.slow),
     ("eta", {"variant": "late_fusion", "share_embeddings": True}, eta_batch),
 ])
+@pytest.mark.slow
 def test_padded_output_layer_is_the_same_model(name, kw, batch_fn):
   plain, padded = build(name, **kw), build(name, vocab_pad_multiple=128, **kw)
   batch = batch_fn()

@@ -93,6 +93,7 @@ def test_cached_decode_step_reproduces_teacher_forced_logits(model_and_params):
   np.testing.assert_allclose(np.stack(outs, 1), full, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_grouped_cross_attention_equals_repeating_the_image(model_and_params):
   """Training attends each image's S captions to one copy of its keys/values (group=S); it
   must give the logits and parameter gradients of the S-fold repeated encoding."""
@@ -197,6 +198,7 @@ def test_cudnn_attention_traces_through_the_training_step_and_decoding(monkeypat
     assert "dot_product_attention" in str(jax.make_jaxpr(decode)(params, images))
 
 
+@pytest.mark.slow
 def test_fused_attention_transformer_equals_einsum(model_and_params):
   """The whole Transformer with attention_impl="xla": the einsum model's parameters give the same
   teacher-forced logits and parameter gradients (no dropout), and the same cached decoding."""

@@ -31,6 +31,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script,args,needle", CASES, ids=[f"{c[0]}:{i}" for i, c in enumerate(CASES)])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, script, args, needle):
   argv = [sys.executable, str(REPO / script)] + [a.format(tmp=tmp_path) for a in args]
@@ -128,6 +129,7 @@ def test_every_script_is_covered():
   assert sorted(set(READS_RUN) | set(WRITES)) == scripts
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", sorted(BAD_FLAG))
 def test_a_bad_flag_value_is_one_line(tmp_path, script):
   args, flag = BAD_FLAG[script]
@@ -135,6 +137,7 @@ def test_a_bad_flag_value_is_one_line(tmp_path, script):
   assert sorted(os.listdir(tmp_path)) == []  # nothing written
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", sorted(READS_RUN))
 def test_a_missing_run_is_one_line(tmp_path, script):
   args = [a.format(tmp=tmp_path, run=tmp_path / "nowhere") for a in READS_RUN[script]]
@@ -174,6 +177,7 @@ def _tree(d: Path):
   return sorted((str(p.relative_to(d)), p.stat().st_size) for p in d.rglob("*"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", sorted(READS_RUN))
 def test_a_damaged_checkpoint_is_one_line(tmp_path, script, damaged_run):
   before = _tree(damaged_run)
@@ -182,6 +186,7 @@ def test_a_damaged_checkpoint_is_one_line(tmp_path, script, damaged_run):
   assert _tree(damaged_run) == before and sorted(os.listdir(tmp_path)) == []  # nothing written or moved
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", sorted(WRITES))
 def test_a_file_for_the_output_directory_is_one_line(tmp_path, script):
   out = tmp_path / "afile"

@@ -89,6 +89,7 @@ def test_dropout_layer_keeps_the_expectation_and_uses_the_layer_key(bits):
   assert dropout.with_dropout_bits(plain, 32) is plain
 
 
+@pytest.mark.slow
 def test_the_model_keeps_its_per_image_key_layout():
   # A training forward pass through steps.map_examples: each image's masks come from its own
   # index, so permuting the batch permutes the logits.

@@ -59,6 +59,7 @@ def test_a_cpu_device_limit_is_the_host_memory_shared_by_its_devices():
   assert limit == host // n and (f"shared by {n} cpu devices" in what if n > 1 else "host" in what)
 
 
+@pytest.mark.slow
 def test_dry_run_of_the_default_config_prints_the_figures_and_writes_nothing(programs, tmp_path):
   code, out, err = programs.run(["train.py", "--dry_run", f"--workdir={tmp_path / 'run'}"], cwd=tmp_path)
   assert code == 0 and "Traceback" not in err, err[-3000:]
@@ -70,6 +71,7 @@ def test_dry_run_of_the_default_config_prints_the_figures_and_writes_nothing(pro
   assert sorted(os.listdir(tmp_path)) == []  # no workdir, no runs/
 
 
+@pytest.mark.slow
 def test_the_api_dry_run_returns_the_figures_and_the_state_is_among_the_arguments():
   report = jaxcap.dry_run("transformer.py:synthetic,tiny", num_train_steps=4, **{"scst.start_step": 2})
   assert set(report["steps"]) == {"train", "scst"}
@@ -87,6 +89,7 @@ def test_the_api_dry_run_returns_the_figures_and_the_state_is_among_the_argument
     (["--config.scst.start_step=0", "--config.scst.num_samples=200000"],
      "config field scst.num_samples / batch_size: the SCST step needs "),
 ])
+@pytest.mark.slow
 @pytest.mark.parametrize("dry", [True, False])
 def test_a_step_that_does_not_fit_is_one_line_before_anything_is_written(programs, tmp_path, extra, field, dry):
   workdir = tmp_path / "run"

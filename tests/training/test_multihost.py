@@ -64,6 +64,7 @@ def test_distributed_init_args_from_the_environment():
   assert f({"JAXCAP_DISTRIBUTED": "1"}) == {} and f(dict(slurm, JAXCAP_DISTRIBUTED="0")) is None
 
 
+@pytest.mark.slow
 def test_loss_does_not_depend_on_devices_or_row_order(setup, eight_devices):
   """One device, 8 devices, and 8 devices fed the rows in the order two processes produce
   (0, 2, 4, ..., 1, 3, ...): same losses with dropout on (per-example dropout keys)."""

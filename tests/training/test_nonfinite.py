@@ -74,6 +74,7 @@ def four_steps(tmp_path_factory):
   return wd
 
 
+@pytest.mark.slow
 def test_nan_stops_with_one_line_and_keeps_the_previous_checkpoint(four_steps, tmp_path):
   wd = tmp_path / "wd"
   shutil.copytree(four_steps, wd)

@@ -96,6 +96,7 @@ def _assert_same(a: Path, b: Path, steps: int):
   assert train(a) == train(b) and [s for s, _ in train(b)] == list(range(1, steps + 1))
 
 
+@pytest.mark.slow
 def test_sigterm_at_a_random_step_saves_it_and_the_next_start_resumes_bitwise(tmp_path):
   steps, at = 60, random.Random().randint(2, 30)
   env = dict(os.environ, PYTHONUNBUFFERED="1")

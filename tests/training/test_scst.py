@@ -69,6 +69,7 @@ def test_advantages_pair_each_sample_with_its_image():
   np.testing.assert_allclose(adv, want_r - want_r[:, ::-1], rtol=1e-6)  # n = 2: the other sample
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("advantage,direction", [(1.0, +1), (-1.0, -1)])
 def test_gradient_moves_log_probability_with_the_advantage(advantage, direction):
   cfg = ml_collections.ConfigDict(dict(name="transformer", dim=16, num_layers=1, num_dec_layers=1,
@@ -93,6 +94,7 @@ def test_gradient_moves_log_probability_with_the_advantage(advantage, direction)
   assert direction * (float(logp(new)) - float(logp(params))) > 1e-4
 
 
+@pytest.mark.slow
 def test_gradient_pass_log_probs_equal_sampling_log_probs():
   """On-policy: the gradient pass recomputes exactly the log-probs the samples were drawn with.
 
@@ -126,6 +128,7 @@ def test_gradient_pass_log_probs_equal_sampling_log_probs():
   assert np.abs(recomputed(True) - want).max() > 1e-2
 
 
+@pytest.mark.slow
 def test_scst_phase_runs_in_the_trainer_and_reports_rewards(tmp_path):
   config = tiny_config(num_train_steps=4, log_every_steps=1)
   config.scst.start_step = 2
@@ -143,6 +146,7 @@ def test_scst_phase_runs_in_the_trainer_and_reports_rewards(tmp_path):
   assert any(p.name.startswith("cider_df") for p in (tmp_path / "cache").iterdir())
 
 
+@pytest.mark.slow
 def test_scst_step_takes_its_reward_function_as_an_argument(tmp_path):
   """sample -> reward_fn -> update: the reward is the caller's (here a constant, so with the
   'mean' baseline every advantage and the policy-gradient loss are 0)."""
@@ -178,6 +182,7 @@ def test_scst_start_epoch_sets_the_switch_step():
   assert abs(float(sched(24)) - config.scst.learning_rate) < 1e-12
 
 
+@pytest.mark.slow
 def test_scst_from_a_cross_entropy_workdir_starts_from_its_parameters(tmp_path):
   from jaxcap.training import checkpoint as ckpt_lib
   xe = tiny_config(num_train_steps=4, eval_every_steps=4)
@@ -233,6 +238,7 @@ def _primitives(jaxpr):
   return out
 
 
+@pytest.mark.slow
 def test_device_reward_step_matches_the_host_reward_step(tmp_path):
   """The one-jit device step (default) and the host-reward step see the same samples, so
   rewards, baselines and the updated parameters agree."""
@@ -254,6 +260,7 @@ def test_device_reward_step_matches_the_host_reward_step(tmp_path):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0, atol=1e-3)
 
 
+@pytest.mark.slow
 def test_device_reward_step_has_no_host_callback_and_no_transfer(tmp_path):
   trainer, batch = _device_step_setup(tmp_path, "mean")
   step = scst.make_scst_step(trainer)

@@ -49,6 +49,7 @@ def _decode_fn(model, baseline, fused):
                                                    baseline=baseline, fused_decode=fused)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(MODELS))
 @pytest.mark.parametrize("baseline", ["greedy", "mean"])
 @pytest.mark.parametrize("key", ["raw", "typed"])
@@ -119,8 +120,8 @@ def _trainer(tmp_path, name, fused, reward="device"):
   return trainer, parallel.shard_batch(next(it), trainer.mesh)
 
 
-@pytest.mark.parametrize("name", [pytest.param(m, marks=pytest.mark.slow) if m != "transformer" else m
-                                  for m in sorted(MODELS)])
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(MODELS))
 def test_fused_device_and_host_steps_equal_the_unfused_step(tmp_path, name):
   """The trainer's steps (train.py's path) read the switch: one decoding loop fewer in the
   device step's and the host step's sampler, the same metrics and parameters after the step."""

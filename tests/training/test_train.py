@@ -41,6 +41,7 @@ def tiny_dataset():
   return data_lib.get_dataset(tiny_config().data)
 
 
+@pytest.mark.slow
 def test_one_and_eight_devices_give_the_same_loss_and_gradients(tiny_dataset):
   assert jax.device_count() == 8, "tests/conftest.py sets 8 fake CPU devices"
   config = tiny_config()
@@ -104,6 +105,7 @@ def _train_cmd(workdir, steps, extra=()):
           "--config.test_after_training=False", *extra]
 
 
+@pytest.mark.slow
 def test_resume_after_sigkill_continues_identically(tmp_path, tiny_dataset):
   total = 24
   straight, killed = tmp_path / "straight", tmp_path / "killed"
@@ -158,6 +160,7 @@ def test_bad_command_line_gives_one_line_and_nonzero_exit(tmp_path, args, needle
   assert not (tmp_path / "w" / "checkpoints").exists()
 
 
+@pytest.mark.slow
 def test_workdir_of_another_model_or_vocab_is_refused_and_left_intact(tmp_path, tiny_dataset):
   workdir = tmp_path / "run"
   train_lib.Trainer(tiny_config(num_train_steps=4), str(workdir), dataset=tiny_dataset).fit()
@@ -188,6 +191,7 @@ def test_another_runs_workdir_is_refused_before_the_steps_compile(tmp_path, tiny
   assert _snapshot(workdir) == before
 
 
+@pytest.mark.slow
 def test_prng_impl_keys_dropout_and_is_fixed_for_a_run(tmp_path, tiny_dataset):
   # rbg: the state's key has rbg's shape, the dropout masks other bits (another loss after
   # the first step), a resume continues with it; threefry in the same workdir is refused.
@@ -208,6 +212,7 @@ def test_prng_impl_keys_dropout_and_is_fixed_for_a_run(tmp_path, tiny_dataset):
   assert r.returncode == 2 and "prng_impl" in r.stderr and "expected one of" in r.stderr, r.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_train_checkpoint_evaluate_end_to_end(tmp_path):
   workdir = tmp_path / "e2e"
   r = _run(_train_cmd(workdir, 8, ["--config.test_after_training=True", "--config.eval_every_steps=4"]))

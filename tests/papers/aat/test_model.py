@@ -69,6 +69,7 @@ from jaxcap.models import registry
 from jaxcap.papers.aat.model import AATAttention, AATCaptioner
 from jaxcap.models.base import shift_right
 from tests.models import np_cells
+from tests.tiers import first_in_default  # noqa: E402
 
 D, H, N, B = 16, 4, 6, 8
 
@@ -400,6 +401,7 @@ def _grad(mod, params, inputs):
   return jax.grad(loss)(params)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("min_steps", [0, 2])
 def test_gradients_finite_when_confidence_saturates(min_steps):
   mod, params, _ = _init_attention("adaptive", min_steps=min_steps, max_steps=4, epsilon=0.05)
@@ -467,7 +469,7 @@ def _reference(model, params, batch, tokens_BxSxT):
   return tuple(np.stack(x) for x in zip(*outs))
 
 
-@pytest.mark.parametrize("key", list(_MODELS))
+@pytest.mark.parametrize("key", first_in_default(list(_MODELS)))
 def test_whole_model_matches_numpy_reference(key):
   """decode_train logits and the decode_step loop against np_captioner (section 3, eqs. 1-15),
   for base, recurrent with 2 and 4 steps, adaptive with M_min = 0 and 1, and the released

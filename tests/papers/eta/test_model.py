@@ -18,6 +18,7 @@ from jaxcap.models import registry
 from jaxcap.models.base import repeat_batch, shift_right
 from jaxcap.papers.eta.model import ETACaptioner, ETADecoderBlock
 from jaxcap.models.transformer import TransformerCaptioner
+from tests.tiers import first_in_default  # noqa: E402
 
 D, H, FF = 16, 2, 24
 B, T, N, A = 3, 5, 6, 4
@@ -164,7 +165,7 @@ def assert_block_matches(block, params, inputs, variant, f="identity", force=Non
 # --- the decoder block ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("f", ["identity", "sigmoid", "tanh", "relu"])
+@pytest.mark.parametrize("f", first_in_default(["identity", "sigmoid", "tanh", "relu"]))
 def test_eta_block_matches_numpy_eqs_7_to_12(f):
   block, params, inputs = init_block("eta", f)
   out = assert_block_matches(block, params, inputs, "eta", f)
@@ -246,7 +247,7 @@ def teacher_forced(model, params, batch, tokens_BxT):
   return model.apply(params, enc, tokens_BxT, method=model.decode_train)
 
 
-@pytest.mark.parametrize("variant", ["eta", "stacked_v", "transformer_s", "late_fusion"])
+@pytest.mark.parametrize("variant", first_in_default(["eta", "stacked_v", "transformer_s", "late_fusion"]))
 def test_cached_decode_step_equals_decode_train(variant):
   model, params, batch = make_model(variant)
   tokens = shift_right(jnp.asarray(batch["captions"][:, 0]))
@@ -359,6 +360,7 @@ def test_call_gives_logits_for_every_caption():
   assert ((aux["gbc_gate"] > 0) & (aux["gbc_gate"] < 1)).all()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", ["eta", "stacked_v", "late_fusion"])
 def test_grouped_training_equals_repeating_the_image(variant):
   """``__call__`` runs each image's captions as one sequence against one copy of its

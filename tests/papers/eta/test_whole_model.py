@@ -78,6 +78,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxcap.data.vocab import BOS
+from tests.tiers import first_in_default  # noqa: E402
 from jaxcap.models.base import shift_right
 from jaxcap.papers.eta.model import ETACaptioner
 from tests.models import np_transformer as ref
@@ -139,7 +140,7 @@ def reference(case, p, batch, i, tokens_T):
                         batch["attributes"][i], tokens_T, variant, f, vis, sem)
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("case", first_in_default(sorted(CASES)))
 def test_teacher_forced_logits_match_numpy(case):
   p, batch, tokens, (train_logits, _, _) = outputs(case)
   for i in range(B):

@@ -204,8 +204,9 @@ def np_forward(p, kw, src, feats, fmask, tokens):
 # ----------------------------------------------------------------------------------------------
 
 
-# MNMT6 and MNMT8 are only built here (the other variants are shared with faster tests).
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in ("mnmt6", "mnmt8") else n
+# MNMT7 (attention over regions, multiplicative fusion) in the default suite; the other variants
+# in the slow one (each compiles its own model: ~7 s).
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n != "mnmt7" else n
                                   for n in sorted(_KW)])
 def test_whole_model_matches_numpy(name):
   """Embeddings, bi-GRU, W_im, CGRU with attention and fusion, classifier: every variant."""
@@ -223,6 +224,7 @@ def test_whole_model_matches_numpy(name):
       np.testing.assert_allclose(logits[b, s], ref, rtol=2e-4, atol=2e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["mnmt1", "mnmt2", "mnmt3", "mnmt4"])
 def test_attention_schemes_with_padded_sources(name):
   """Eqs. 9-11 under the four dependency schemes: the weights of both modalities equal the
@@ -327,6 +329,7 @@ def test_parameter_tree_shares_arrays():
   assert n8 - n1 == 2 * H * A + A + H * A  # one more W_C [2H, A], U_A [A, 1] and W_D [H, A]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,decoder", [("mnmt7", "paper"), ("nmt", "paper"), ("imgtxt", "paper"),
                                           ("mnmt7", "nmtpy"), ("nmt", "nmtpy")])
 def test_decode_step_equals_teacher_forcing(name, decoder):
@@ -383,9 +386,8 @@ def _nmtpy_logprobs(name, mutant=""):
   return np.asarray(jax.nn.log_softmax(logits, axis=-1)), ref
 
 
-# MNMT2 and MNMT6 (the image's own keys), the CONCAT rows (linear fusion), NMT and IMGTXT by
-# default; MNMT1, 3, 4 in the slow suite.
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in ("mnmt1", "mnmt3", "mnmt4")
+# MNMT2 (the image's own keys) in the default suite; every other row in the slow one (~7 s each).
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n != "mnmt2"
                                   else n for n in np_nmtpy.ROWS])
 def test_nmtpy_every_row_matches_nmtpys_code(name):
   """decoder="nmtpy", every Table 2 row: teacher-forced log-probabilities equal nmtpy's
@@ -395,6 +397,7 @@ def test_nmtpy_every_row_matches_nmtpys_code(name):
   np.testing.assert_allclose(lp, ref, rtol=2e-4, atol=2e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,mutant", [
     ("mnmt2", "shared_image_keys"), ("mnmt6", "shared_image_keys"),
     ("mnmt5", "tanh_concat"), ("mnmt7", "tanh_concat"),
@@ -488,6 +491,7 @@ def _teacher_forced_token_logprobs(model, params, batch, seq_BxT):
   return tok_lp * (caps != 0), np.asarray(lp), caps
 
 
+@pytest.mark.slow
 def test_nmtpy_greedy_beam_search_and_scst_sampling():
   """decoder="nmtpy" through the protocol: greedy picks the teacher-forced arg-max, beam
   search's best score is its teacher-forced log-probability, SCST's samples carry their

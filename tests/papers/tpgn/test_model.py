@@ -251,6 +251,7 @@ def test_decode_step_loop_equals_teacher_forcing():
     np.testing.assert_allclose(a["unbinding"], aux["unbinding"][:, i], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_gradients_finite_and_constants_get_none():
   model, variables = _model_and_vars("learned", False)
   batch, tokens = _tiny_batch(seed=7)
