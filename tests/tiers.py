@@ -1,15 +1,19 @@
 """The test tiers (pytest.ini; docs/DESIGN.md §6) for parametrised tests.
 
 ``make test`` is the quick loop (at most 10 minutes on 2 cores): a parametrised test whose
-every case compiles its own programs keeps one case there, its first, and runs the others in
-the slow step (``make test-slow``, .ci/run's second step), so that each equation is still
-checked on every commit by the quick loop and in full by CI.
+every case compiles its own programs keeps one case there and runs the others in the slow step
+(``make test-slow``, .ci/run's second step), so that each equation is still checked on every
+commit by the quick loop and in full by CI.
 """
 
 import pytest
 
 
-def first_in_default(values):
-  """``values`` for ``pytest.mark.parametrize``: the first as is, the others marked slow."""
+def one_in_default(values, keep=None):
+  """``values`` for ``pytest.mark.parametrize``: ``keep`` (default: the first) as is, the
+  others marked slow."""
   values = list(values)
-  return values[:1] + [pytest.param(v, marks=pytest.mark.slow) for v in values[1:]]
+  keep = values[0] if keep is None else keep
+  if keep not in values:
+    raise ValueError(f"one_in_default: {keep!r} is not among {values}")
+  return [v if v == keep else pytest.param(v, marks=pytest.mark.slow) for v in values]

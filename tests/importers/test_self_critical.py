@@ -23,7 +23,7 @@ import jaxcap
 from jaxcap import decoding
 from jaxcap.data.vocab import EOS, PAD, UNK
 from jaxcap.importers import self_critical as sc
-from tests.tiers import first_in_default  # noqa: E402
+from tests.tiers import one_in_default
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "self_critical")
 MODELS = ("transformer", "newfc", "newfc_resnet101", "aoa", "aoa_ff", "updown")
@@ -77,7 +77,7 @@ def _columns(sc_of):
   return cols[cols > 1]  # EOS, UNK, words
 
 
-@pytest.mark.parametrize("b", first_in_default(BATCHES))
+@pytest.mark.parametrize("b", one_in_default(BATCHES))
 def test_teacher_forced_logprobs_equal(imported, b):
   name, run, e, sc_of, _ = imported
   labels = e[f"labels_{b}"]  # [B*S, 18]: 0, w1..wn, 0 ...; captions of up to seq_length = 16 words

@@ -53,7 +53,7 @@ from jaxcap.data.vocab import BOS, EOS, PAD
 from jaxcap.models import registry
 from jaxcap.models.base import repeat_batch
 from tests.models import np_transformer as ref
-from tests.tiers import first_in_default  # noqa: E402
+from tests.tiers import one_in_default
 
 V, N, A, LS, T, B, K, NS = 12, 5, 4, 5, 6, 3, 3, 2
 MIN_LEN = 3  # no EOS before the 4th step: longer sequences, more beam reordering
@@ -213,8 +213,9 @@ def test_models_without_attention_report_none(name):
   assert not [k for k in out.aux if _is_attention(k)], sorted(out.aux)
 
 
-@pytest.mark.parametrize("method", first_in_default(["beam", "greedy", "sample"]))
-@pytest.mark.parametrize("case", first_in_default(sorted(CASES)))
+# Beam search in the quick loop: it reorders caches and aux histories, the easiest to get wrong.
+@pytest.mark.parametrize("method", one_in_default(["greedy", "beam", "sample"], keep="beam"))
+@pytest.mark.parametrize("case", one_in_default(sorted(CASES)))
 def test_decoder_aux_equals_stepping(case, method):
   tokens_RxT, lengths_R, aux, stepped, _ = _decoded(case, method)
   keys = [k for k in aux if _is_attention(k)]
@@ -251,7 +252,7 @@ def _real_rows_check(case, key, a_RxTx_M, repeat, stepped):
   np.testing.assert_allclose(sums, expect, atol=1e-5, err_msg=f"{case} {key}")
 
 
-@pytest.mark.parametrize("case", first_in_default(sorted(CASES)))
+@pytest.mark.parametrize("case", one_in_default(sorted(CASES)))
 def test_rows_are_distributions_over_real_elements(case):
   _, _, _, stepped, repeat = _decoded(case, "beam")
   keys = [k for k in stepped if _is_attention(k)]
@@ -263,7 +264,7 @@ def test_rows_are_distributions_over_real_elements(case):
     assert len(np.unique(steps)) > 1, steps
 
 
-@pytest.mark.parametrize("case", first_in_default(sorted(CASES)))
+@pytest.mark.parametrize("case", one_in_default(sorted(CASES)))
 def test_summaries_are_documented_means(case):
   """``attention`` (and ETA's ``attribute_attention``) as each model's docstring defines it."""
   _, _, _, s, _ = _decoded(case, "greedy")

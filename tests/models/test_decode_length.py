@@ -20,7 +20,7 @@ import pytest
 from jaxcap.data.vocab import BOS
 from jaxcap.models import registry
 from tests.models import test_attention_aux as aux_cases
-from tests.tiers import first_in_default  # noqa: E402
+from tests.tiers import one_in_default
 
 LONG = 3 * aux_cases.T  # steps decoded, 3x the training length
 
@@ -50,7 +50,7 @@ def _model(case):
   return model, params
 
 
-@pytest.mark.parametrize("case", first_in_default(sorted(CASES)))
+@pytest.mark.parametrize("case", one_in_default(sorted(CASES)))
 def test_steps_past_the_training_length_equal_teacher_forcing(case):
   model, params = _model(case)
   batch = jax.tree.map(jnp.asarray, aux_cases.BATCH)

@@ -69,7 +69,7 @@ from jaxcap.models import registry
 from jaxcap.papers.aat.model import AATAttention, AATCaptioner
 from jaxcap.models.base import shift_right
 from tests.models import np_cells
-from tests.tiers import first_in_default  # noqa: E402
+from tests.tiers import one_in_default
 
 D, H, N, B = 16, 4, 6, 8
 
@@ -469,7 +469,7 @@ def _reference(model, params, batch, tokens_BxSxT):
   return tuple(np.stack(x) for x in zip(*outs))
 
 
-@pytest.mark.parametrize("key", first_in_default(list(_MODELS)))
+@pytest.mark.parametrize("key", one_in_default(list(_MODELS)))
 def test_whole_model_matches_numpy_reference(key):
   """decode_train logits and the decode_step loop against np_captioner (section 3, eqs. 1-15),
   for base, recurrent with 2 and 4 steps, adaptive with M_min = 0 and 1, and the released

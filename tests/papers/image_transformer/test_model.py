@@ -46,7 +46,7 @@ from jaxcap import config_files
 from jaxcap.papers.image_transformer.aoanet import AoANet
 from jaxcap.papers.image_transformer.model import (GraphAttention, ImageTransformer,
                                              spatial_graph)
-from tests.tiers import first_in_default
+from tests.tiers import one_in_default
 
 D, H, N, F, V = 16, 4, 6, 10, 23
 
@@ -403,7 +403,7 @@ def test_without_containment_spatial_layer_is_the_sum_of_three_ordinary_mhas():
 # The whole model: projection, every encoder layer, the decoder (eqs. 8-11), the classifier.
 
 
-@pytest.mark.parametrize("key", first_in_default(sorted(_MODELS)))
+@pytest.mark.parametrize("key", one_in_default(sorted(_MODELS)))
 def test_whole_model_matches_numpy(key):
   model, params = _model_and_params(key)
   batch, tokens = _tiny_batch(seed=1)

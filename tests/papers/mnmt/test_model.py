@@ -46,6 +46,7 @@ from jaxcap.models import registry
 from jaxcap.models.base import shift_right
 from jaxcap.papers.mnmt.model import VARIANTS, MultimodalNMT
 from tests.papers.mnmt import np_nmtpy
+from tests.tiers import one_in_default
 
 E, H, A, V, VS = 6, 5, 7, 17, 13
 B, S, T, L, N, C = 3, 2, 5, 7, 4, 8
@@ -206,8 +207,7 @@ def np_forward(p, kw, src, feats, fmask, tokens):
 
 # MNMT7 (attention over regions, multiplicative fusion) in the default suite; the other variants
 # in the slow one (each compiles its own model: ~7 s).
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n != "mnmt7" else n
-                                  for n in sorted(_KW)])
+@pytest.mark.parametrize("name", one_in_default(sorted(_KW), keep="mnmt7"))
 def test_whole_model_matches_numpy(name):
   """Embeddings, bi-GRU, W_im, CGRU with attention and fusion, classifier: every variant."""
   model, params = _model_and_params(name)
@@ -387,8 +387,7 @@ def _nmtpy_logprobs(name, mutant=""):
 
 
 # MNMT2 (the image's own keys) in the default suite; every other row in the slow one (~7 s each).
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n != "mnmt2"
-                                  else n for n in np_nmtpy.ROWS])
+@pytest.mark.parametrize("name", one_in_default(np_nmtpy.ROWS, keep="mnmt2"))
 def test_nmtpy_every_row_matches_nmtpys_code(name):
   """decoder="nmtpy", every Table 2 row: teacher-forced log-probabilities equal nmtpy's
   computation on the same parameters (biases non-zero), and the mapping uses every array."""
