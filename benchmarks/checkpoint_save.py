@@ -79,7 +79,7 @@ def main(argv=None):
   config = config_files.load(args.config)
   config.batch_size = args.batch
   if not args.model_as_configured:  # the model's dataclass defaults are its paper's sizes
-    from configs import common
+    from jaxcap import config_common as common
     config.model = common.base_config(model=config.model.name).model
   trainer = train_lib.Trainer(config, workdir="")
   state = trainer.initial_state()

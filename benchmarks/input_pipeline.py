@@ -100,7 +100,7 @@ def loop_vs_step(root: str, workdir: str, args) -> dict:
   """train.py's loop over the ``.npz`` directory ``root`` for ``args.loop_steps`` steps, and
   its jitted step alone: ``{"loop_images_per_s", "step_images_per_s", "loop_over_step"}``."""
   import jax
-  from configs import common as configs
+  from jaxcap import config_common as configs
   from jaxcap.training import parallel, train_lib
 
   c = configs.base_config("coco", args.model)

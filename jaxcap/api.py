@@ -353,15 +353,15 @@ class Run:
                                 index=index, columns=columns)
 
   # ---------------------------------------------------------------- ablations
-  def ablate(self, *, role_centroids=None, **fields) -> "Run":
+  def ablate(self, **fields) -> "Run":
     """A new run whose model has ``fields`` changed, over the same parameters.
 
     Args:
-      role_centroids: TPGN only: ``[K, d*d]`` role-cluster centroids read with
-        ``zero_role_cluster`` (stored as the ``ablation`` variable collection), or the path of
-        a ``.npy`` file of them (``roles.py`` writes ``roles_k<K>.npy``).
       **fields: model dataclass fields, e.g. ``force_gate=1.0`` (ETA), ``max_steps=2,
-        epsilon=0.1`` (AAT), ``graph="all_neighbour"`` (Image Transformer).
+        epsilon=0.1`` (AAT), ``graph="all_neighbour"`` (Image Transformer); and the inputs a
+        model's ablations read besides its parameters (its ``ablation_inputs``; TPGN's
+        ``role_centroids``: ``[K, d*d]`` role-cluster centroids read with
+        ``zero_role_cluster``, or the path of a ``.npy`` file of them).
 
     Raises:
       ValueError: one line, for a field the model does not have, or a change its parameters
@@ -371,14 +371,16 @@ class Run:
       raise ValueError("ablate: this run is an ensemble; ablate its members, then ensemble them "
                        "with jaxcap.load_ensemble")
     names = sorted(f.name for f in dataclasses.fields(self.model) if f.name not in ("parent", "name"))
+    inputs = {k: v for k, v in fields.items()
+              if k in getattr(self.model, "ablation_inputs", ()) and v is not None}
+    fields = {k: v for k, v in fields.items() if k not in getattr(self.model, "ablation_inputs", ())}
     unknown = [k for k in fields if k not in names]
     if unknown:
       raise ValueError(f"ablate: model {self._name()!r} has no field {unknown[0]!r}; its fields are "
                        f"{', '.join(names)}")
     model, params = self.model.clone(**fields), self.params
-    if role_centroids is not None:
-      from jaxcap.papers.tpgn import model as tpgn  # TPGN's own ablation input
-      params = tpgn.with_role_centroids(params, role_centroids)
+    for k, v in inputs.items():
+      params = model.with_ablation_input(params, k, v)
     check_fits(model, params, self.info, f"ablate({', '.join(f'{k}={v!r}' for k, v in fields.items())})")
     config = copy.deepcopy(self.config)
     with config.unlocked() if hasattr(config, "unlocked") else contextlib.nullcontext():

@@ -16,15 +16,17 @@ import os
 import sys
 import traceback
 
+from jaxcap import config_common
+from jaxcap.config_common import literal  # noqa: F401  (re-exported: the parsers' name for it)
 from jaxcap.papers import PAPERS
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def configs_dir() -> str:
-  """The shipped ``configs/`` (beside the ``jaxcap`` package in a checkout, an editable install
-  and a wheel install alike: the wheel installs ``configs`` as a package next to ``jaxcap``)."""
-  return os.path.join(_ROOT, "configs")
+  """The shipped shared configs: the package ``jaxcap.configs`` (a checkout's ``configs/`` is a
+  link to it)."""
+  return os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")
 
 
 def shipped_dirs() -> list[str]:
@@ -42,20 +44,19 @@ def shipped_names() -> list[str]:
 
 
 def ensure_configs_importable() -> None:
-  """Makes ``import configs`` (which every config file does: ``from configs import common``)
-  resolve to :func:`configs_dir`, whatever the current directory and ``sys.path``."""
-  path = configs_dir()
-  mod = sys.modules.get("configs")
-  if mod is not None and os.path.dirname(os.path.abspath(getattr(mod, "__file__", "") or "")) == path:
+  """Lets a user's own config file import the helpers under their first name, ``from configs
+  import common`` (jaxcap's config files import ``jaxcap.config_common``): ``import configs``
+  resolves to :func:`configs_dir` unless a module of that name is imported already or found
+  on ``sys.path`` (another package's ``configs``, or a checkout's own folder, is left alone)."""
+  if "configs" in sys.modules or importlib.util.find_spec("configs") is not None:
     return
+  path = configs_dir()
   init = os.path.join(path, "__init__.py")
   if not os.path.exists(init):
     raise FileNotFoundError(f"{path}: jaxcap's configs are missing (a broken installation?)")
   spec = importlib.util.spec_from_file_location("configs", init, submodule_search_locations=[path])
   mod = importlib.util.module_from_spec(spec)
   sys.modules["configs"] = mod
-  for name in [k for k in sys.modules if k.startswith("configs.")]:
-    del sys.modules[name]  # submodules of another ``configs`` package
   spec.loader.exec_module(mod)
 
 
@@ -76,14 +77,42 @@ def resolve(spec: str) -> str:
 
 def load(spec: str):
   """``get_config(arg)`` of the config file ``spec`` names (``<path>[.py][:<arg>]``); the bare
-  word ``tiny`` in ``arg`` shrinks the result (``configs.common.tiny``).
+  word ``tiny`` in ``arg`` shrinks the result (``jaxcap.config_common.tiny``).
 
   Raises:
     ValueError: one line, for a file that is not there (naming where it was looked for) or the
       config file's own refusal of its argument.
   """
-  ensure_configs_importable()
   path, _, arg = spec.partition(":")
+  module = config_module(path)
+  resolved = module.__file__
+  if not callable(getattr(module, "get_config", None)):
+    raise ValueError(f"config file {resolved}: no get_config; expected a Python file defining "
+                     "get_config(arg)")
+  words = [w for w in arg.split(",") if w.strip()]
+  is_tiny = "tiny" in [w.strip() for w in words]
+  given = ",".join(w for w in words if w.strip() != "tiny") or None
+  try:
+    config = module.get_config(given)
+  except ValueError:
+    raise  # the config file's own one-line refusal of its argument
+  except Exception as e:  # noqa: BLE001
+    raise _failed(resolved, f"get_config({given!r})", e) from None
+  if is_tiny:  # every config's argument (jaxcap/config_common.py): the smallest sizes that run
+    config = config_common.tiny(config)
+  return config
+
+
+def config_module(path: str):
+  """The config file ``path`` (``<path>[.py]``, resolved as :func:`load` resolves it) as an
+  executed module: what :func:`load` calls ``get_config`` of, and how a config file reads
+  another's constants (ETA's: the Transformer's CPU sizes).
+
+  Raises:
+    ValueError: one line naming the file, for a file that is not there, does not parse or
+      raises while it runs.
+  """
+  ensure_configs_importable()  # a user's own config file may still import configs.common
   if not path.endswith(".py"):
     path += ".py"
   resolved = resolve(path)
@@ -100,22 +129,7 @@ def load(spec: str):
                      "defining get_config(arg)") from None
   except Exception as e:  # noqa: BLE001  (whatever it raises, one line naming the file)
     raise _failed(resolved, "importing it", e) from None
-  if not callable(getattr(module, "get_config", None)):
-    raise ValueError(f"config file {resolved}: no get_config; expected a Python file defining "
-                     "get_config(arg)")
-  words = [w for w in arg.split(",") if w.strip()]
-  is_tiny = "tiny" in [w.strip() for w in words]
-  given = ",".join(w for w in words if w.strip() != "tiny") or None
-  try:
-    config = module.get_config(given)
-  except ValueError:
-    raise  # the config file's own one-line refusal of its argument
-  except Exception as e:  # noqa: BLE001
-    raise _failed(resolved, f"get_config({given!r})", e) from None
-  if is_tiny:  # every config's argument (configs/common.py): the smallest sizes that run
-    from configs import common
-    config = common.tiny(config)
-  return config
+  return module
 
 
 def _failed(path: str, what: str, e: BaseException) -> ValueError:
@@ -128,17 +142,6 @@ def _failed(path: str, what: str, e: BaseException) -> ValueError:
   return ValueError(f"config file {path}{at}: {what} raised {type(e).__name__}"
                     f"{': ' + text[0] if text else ''}; expected a config file whose "
                     "get_config(arg) returns its config")
-
-
-def literal(text: str):
-  """A command-line value as the config field takes it: an int, a float, ``true`` / ``false``
-  (any case) as a bool, else the string."""
-  for typ in (int, float):
-    try:
-      return typ(text)
-    except ValueError:
-      pass
-  return {"true": True, "false": False}.get(text.lower(), text)
 
 
 def set_field(config, dotted: str, value) -> None:

@@ -47,7 +47,8 @@ def words(args):
   ws, aux = caption_aux(run.model, run.params, batch, run.vocab, int(config.decode.max_len))
   image_id = run.dataset.image_ids(args.split)[args.index]
   title = f"image {image_id}: {' '.join(w for w in ws if w != '<eos>')}"
-  written = plot_word_figures(ws, aux, batch, args.out, title=title, columns=args.columns)
+  written = plot_word_figures(run.model, ws, aux, batch, args.out, title=title,
+                              columns=args.columns)
   if not written:
     raise SystemExit(f"model.name={config.model.name!r} reports no per-word attention, gate or "
                      f"steps (decode aux keys: {sorted(aux)})")

@@ -31,7 +31,7 @@ from jaxcap.models import registry
 import jaxcap.data  # noqa: F401
 registry.names()  # every model module imported
 config_files.ensure_configs_importable()
-import configs.common  # noqa: F401
+import jaxcap.config_common  # noqa: F401
 assert threading.active_count() == 1, threading.enumerate()  # forking is safe
 out = sys.stdout
 for line in sys.stdin:

@@ -12,7 +12,7 @@ tests/test_readme.py parses each command with the real parsers; this module *run
 page order (later commands use the runs of earlier ones, as a reader's would), each in
 ``bash`` from the copy's root with ``python`` / ``jaxcap-*`` / ``make`` of the test's
 environment, at the tiny sizes (:func:`shrink`: a command's config gets the argument ``tiny``,
-configs/common.py, and the scripts their own size-shrinking flags: steps, images, widths,
+jaxcap/config_common.py and the model's tiny_sizes, and the scripts their own size-shrinking flags: steps, images, widths,
 seeds, batch sizes); a command is otherwise the README's text. Each must exit 0,
 print no traceback, and leave the files it promises (:data:`PROMISES`).
 
@@ -44,6 +44,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import papers
 from tests.test_readme import README, REPO, code_blocks, doc_pages, page_name
 
 SHARED_DATA = Path(os.environ.get("JAXCAP_SHARED_DATA", REPO.parent / "shared" / "data"))
@@ -106,10 +107,7 @@ NOT_RUN = [
 # the shrunk command on the 2-core CI machine while other jobs ran): they run only with
 # JAXCAP_README_RUN=all, to keep .ci/run within its time (all passed that way; see the notes).
 HEAVY = {
-    "-m jaxcap.papers.eta.ablations": "7 variants trained and tested (815 s)",
     "experiments/flickr8k/table.py": "8 models x cross-entropy + SCST on Flickr8k, and the nearest neighbour (611 s)",
-    "-m jaxcap.papers.image_transformer.table3": "7 rows trained and tested (375 s)",
-    "-m jaxcap.papers.mnmt.table2": "10 rows trained and tested (315 s)",
     "experiments/pixels/run.py": ("render, extract, nearest neighbour, train, caption_images and score "
                                   "(149 s); tests/features/test_pixels.py (slow step) renders, extracts, "
                                   "trains and captions images"),
@@ -117,9 +115,11 @@ HEAVY = {
                           "after 622 s); tests/benchmarks/test_scripts.py runs run.py on every "
                           "registered model at tiny sizes"),
 }
+HEAVY.update(papers.collected('README_HEAVY'))  # each paper's scripts
 
 # Commands that need ../shared/data (skipped where it is absent).
-NEEDS_SHARED = re.compile(r"flickr8k|multi30k|m30k|jaxcap\.papers\.(mnmt\.table2|tpgn\.table1|image_transformer\.table3)|runs/tpgn_table1")
+NEEDS_SHARED = re.compile("|".join([r"flickr8k|multi30k|m30k",
+                                    *papers.listed("README_NEEDS_SHARED")]))
 
 # What a command promises to write (paths relative to the copy's root), by regex on the command
 # (``{0}``, ``{1}``, ...: the regex's groups).
@@ -141,10 +141,6 @@ PROMISES = [
     (r"figures\.py curves", ["curves.png"]),
     (r"figures\.py words", ["lstm_test3_attention.png"]),
     (r"build_tfds\.py", ["data/tfds"]),
-    (r"train_attributes", ["runs/attributes/metrics.json"]),
-    (r"plot_attention_steps", ["steps.png"]),
-    (r"image_transformer\.analysis figure3", ["fig3.png"]),
-    (r"tpgn\.roles .*--png roles\.png", ["roles.png"]),
     (r"^jaxcap-import .*--workdir runs/sc_trial$", ["runs/sc_trial/config.json", "runs/sc_trial/vocab.json",
                                                      "runs/sc_trial/checkpoints/1234"]),
     (r"--workdir runs/sc_fc_trial --images", ["runs/sc_fc_trial/captions.json"]),
@@ -156,20 +152,15 @@ PROMISES = [
     (r"experiments/pixels/run\.py --workdir (\S+)", ["{0}/table.md", "{0}/results.json"]),
     (r"-m jaxcap\.data\.render --out (\S+)", ["{0}/captions.json", "{0}/images/test_00000.png"]),
     (r"benchmarks/run\.py", ["benchmarks/results"]),
+    *papers.listed("README_PROMISES"),  # each paper's scripts
 ]
 
 # Appended to the scripts' and benchmarks' commands (their own size flags).
 _SCRIPT_SHRINK = {
-    "-m jaxcap.papers.eta.ablations": "--steps 4 --batch_size 8 --eval_num_images 16 --test_images 16 --seeds 0",
-    "-m jaxcap.papers.aat.table1": "--steps 4 --batch_size 8 --eval_images 16 --test_images 16 --seeds 0",
-    "-m jaxcap.papers.image_transformer.table3": "--steps 4 --dim 32 --batch 8 --eval_images 16 --test_images 16 --seeds 0",
     "experiments/flickr8k/table.py": "--steps 4 --batch-size 8 --scst-steps 2 --seeds 0",
     # One setting: the choice among settings is tested in tests/scripts/test_table_scripts.py.
     "experiments/flickr8k/config_sweep.py": ("--seeds 0 --settings 'num_train_steps=4+eval_every_steps=2"
                                              "+checkpoint_every_steps=2+batch_size=8'"),
-    "-m jaxcap.papers.mnmt.table2": "--steps 4 --batch 8 --num_train 64 --num_test 16 --hidden 16 --embed 16 --seeds 0",
-    "-m jaxcap.papers.tpgn.table1": "--steps 4 --seeds 0",
-    "-m jaxcap.papers.tpgn.roles": "--fit-images 16",
     "experiments/decoding/cider_compat_diff.py": "--images 16",
     "scripts/extract_features.py": "--size 64 --att_size 2",
     "experiments/pixels/run.py": ("--num_train 24 --num_val 8 --num_test 8 --size 32 --att_size 2 "
@@ -180,9 +171,10 @@ _SCRIPT_SHRINK = {
     "-m jaxcap.data.render": "--num_train 24 --num_val 8 --num_test 8 --size 32",
     "benchmarks/run.py": "--batch 4 --eval_batch 4 --steps 1 --windows 1 --warmup 0 --train_images 16 --set dim=32",
 }
+_SCRIPT_SHRINK.update(papers.collected('README_SHRINK'))  # each paper's scripts
 # Script flags that take a config (their config overrides are shrunk like train.py's).
-_CONFIG_SCRIPTS = ("scripts/build_tfds.py", "-m jaxcap.papers.eta.train_attributes",
-                   "experiments/decoding/cider_compat_diff.py")
+_CONFIG_SCRIPTS = ("scripts/build_tfds.py", "experiments/decoding/cider_compat_diff.py",
+                   *papers.listed("README_CONFIG_SCRIPTS"))
 
 
 def page_commands(page: Path = README):
@@ -237,9 +229,8 @@ def part_commands(part: str):
 # The paper-table scripts: an experiment page first shows the command that builds a table, then
 # (under "Error bars" and the like) the multi-seed / longer-schedule reproductions of it. Shrunk
 # to one seed and 4 steps, a reproduction is the first command's run again in another workdir.
-_TABLE_SCRIPTS = ("-m jaxcap.papers.eta.ablations", "-m jaxcap.papers.aat.table1", "experiments/flickr8k/table.py",
-                  "-m jaxcap.papers.mnmt.table2", "-m jaxcap.papers.image_transformer.table3", "-m jaxcap.papers.tpgn.table1",
-                  "experiments/pixels/run.py")
+_TABLE_SCRIPTS = ("experiments/flickr8k/table.py", "experiments/pixels/run.py",
+                  *papers.listed("README_TABLE_SCRIPTS"))
 
 
 def _not_run(cmd: str, where: str = "", commands=()):
@@ -268,18 +259,19 @@ def _not_run(cmd: str, where: str = "", commands=()):
 
 
 # The config a command names, or its program's default.
-_DEFAULT_CONFIGS = {"-m jaxcap.papers.eta.train_attributes": "configs/eta.py:synthetic",
-                    "experiments/decoding/cider_compat_diff.py": "configs/transformer.py:flickr8k"}
+_DEFAULT_CONFIGS = {"experiments/decoding/cider_compat_diff.py": "configs/transformer.py:flickr8k",
+                    **papers.collected("README_DEFAULT_CONFIGS")}
 
 
 def _tiny(words, default: str, at: int = 2, workdir: bool = False) -> list[str]:
-  """``words`` with the config at its ``tiny`` sizes (configs/common.py): the ``--config``
+  """``words`` with the config at its ``tiny`` sizes (jaxcap/config_common.py): the ``--config``
   value gets the argument ``tiny`` (or ``--config <default>,tiny`` is inserted at ``at``, before
   any override), an override the command gives of a field that ``tiny`` shrinks is shrunk again
   after it (the last wins), and with ``workdir`` a command that names no workdir gets the one
   its untouched config would have (the tiny config's name would differ)."""
-  from configs import common
+  from jaxcap import config_common as common
   from jaxcap import config_files
+  from jaxcap.models.base import CaptionModel
   words, found = list(words), False
   spec = next((w.split("=", 1)[1] for w in words if w.startswith("--config=")),
               next((words[i + 1] for i, w in enumerate(words[:-1]) if w == "--config"), default))
@@ -293,7 +285,7 @@ def _tiny(words, default: str, at: int = 2, workdir: bool = False) -> list[str]:
   if not found:
     words[at:at] = ["--config", f"{default},tiny"]
   sizes = {**common.TINY_RUN, **{f"data.{k}": v for k, v in common.TINY_DATA.items()},
-           **{f"model.{k}": v for k, v in common.TINY_MODEL.items()}}
+           **{f"model.{k}": v for k, v in CaptionModel.TINY_SIZES.items()}}
   given = {w.split("=", 1)[0][len("--config."):]: w.split("=", 1)[1] for w in words
            if w.startswith("--config.") and "=" in w}
   words += [f"--config.{k}={sizes[k]}" for k in given if k in sizes]
@@ -326,7 +318,7 @@ def shrink(root: Path, cmd: str) -> str:
     return cmd + " " + _SCRIPT_SHRINK[prog]
   if prog in ("evaluate.py", "jaxcap-evaluate") and "--step" in words:
     # The step of the README's run, counted in the tiny run's steps (absl: the last wins).
-    from configs import common
+    from jaxcap import config_common as common
     return cmd + f" --step {common.TINY_RUN['num_train_steps']}"
   return cmd
 

@@ -91,45 +91,15 @@ from jaxcap import cli, config_files
 from tests.data import fakes
 from tests.programs import Programs
 
-REPO = Path(__file__).resolve().parents[1]
-CONFIG_FILE = f"{REPO}/configs/transformer.py:synthetic"
-CONFIG = f"--config={CONFIG_FILE}"
-# The three ways to name the config: train.py's default is configs/transformer.py:synthetic,
-# so all three run the same config and must fail the same way.
-SPELLINGS = {"config-eq": [CONFIG], "config-space": ["--config", CONFIG_FILE], "no-config": []}
-def _tiny_overrides(spec: str) -> list[str]:
-  """``configs.common.tiny``'s sizes as ``--config.<field>=<value>`` for the fields the config
-  has (the spellings without --config run train.py's default, which no config argument shrinks)."""
-  from configs import common
-  config = config_files.load(spec)
-  out = [f"--config.{k}={v}" for k, v in common.TINY_RUN.items() if k in config]
-  out += [f"--config.data.{k}={v}" for k, v in common.TINY_DATA.items() if k in config.data]
-  out += [f"--config.model.{k}={v}" for k, v in common.TINY_MODEL.items() if k in config.model]
-  return out + ["--config.test_after_training=False"]
+from tests.bad_inputs_lib import (CONFIG, CONFIG_FILE, REPO, NO_TEST as _NO_TEST, SPELLINGS, TINY, C,
+                                   config_of, init_workdir as _init_workdir, models as _models,
+                                   multi30k as _multi30k, paper_cases as _paper_cases,
+                                   write as _write)
 
+# Per model key: its config at the tiny sizes (the shared models here, each paper's from its
+# tests/papers/<paper>/shared_cases.py BAD_INPUT_MODELS).
+MODELS = _models()
 
-TINY = _tiny_overrides(CONFIG_FILE)
-# Per model: its config, at the tiny sizes (each case fails before a step is compiled; the
-# sizes keep a check that does not fire from turning the case into a long run).
-_NO_TEST = "--config.test_after_training=False"
-MODELS = {
-    "transformer": [CONFIG, *TINY],
-    "image_transformer": ["--config=configs/image_transformer.py:synthetic,tiny", _NO_TEST],
-    "aoanet": ["--config=configs/aoanet.py:synthetic,tiny", _NO_TEST],
-    "mnmt": ["--config=configs/mnmt.py:multi30k,size=cpu,tiny", _NO_TEST, "--config.data.root={tmp}/m30k"],
-    "mnmt_synthetic": ["--config=configs/mnmt.py:synthetic,tiny", _NO_TEST],
-    "tpgn": ["--config=configs/tpgn.py:synthetic,tiny", _NO_TEST],
-    "eta": ["--config=configs/eta.py:synthetic,tiny", _NO_TEST],
-    "aat": ["--config=configs/aat.py:synthetic,tiny", _NO_TEST],
-    "lstm": ["--config=configs/lstm.py:synthetic,tiny", _NO_TEST],
-    "show_tell": ["--config=configs/show_tell.py:synthetic,tiny", _NO_TEST],
-    "newfc": ["--config=configs/base.py:synthetic,model=newfc,tiny", _NO_TEST],
-    "aoa": ["--config=configs/base.py:synthetic,model=aoa,tiny", _NO_TEST],
-    "updown": ["--config=configs/base.py:synthetic,model=updown,tiny", _NO_TEST],
-    "nearest_neighbour": ["--config=configs/nearest_neighbour.py:synthetic,tiny", _NO_TEST],
-    "nearest_neighbour_multi30k": ["--config=configs/nearest_neighbour.py:multi30k,tiny", _NO_TEST,
-                                   "--config.data.root={tmp}/m30k", "--config.data.text_only=True"],
-}
 KARPATHY = ["--config.data.name=karpathy", "--config.data.root={tmp}/data",
             "--config.data.dataset_json=dataset_coco.json", "--config.data.att_dir=att",
             "--config.data.fc_dir=fc", "--config.data.box_dir=box", "--config.data.min_word_count=1",
@@ -250,59 +220,9 @@ def _both(*fns):
   return mutate
 
 
-def _write(rel, text):
-  return lambda tmp: (tmp / rel).write_text(text)
-
-
-_M30K_EN = ["a dog runs in the park", "two men play football", "a woman rides a red bike",
-            "a child eats an apple", "the dog sleeps on the grass", "a man reads a book"]
-_M30K_DE = ["ein hund rennt im park", "zwei männer spielen fußball",
-            "eine frau fährt ein rotes rad", "ein kind isst einen apfel",
-            "der hund schläft auf dem gras", "ein mann liest ein buch"]
-
-
-def _multi30k(tmp):
-  """Multi30k's text as distributed (no image features: the shipped config is text-only)."""
-  raw = tmp / "m30k" / "raw"
-  raw.mkdir(parents=True)
-  for stem, n in (("train", 12), ("val", 4), ("test_2016_flickr", 4)):
-    for lang, lines in (("en", _M30K_EN), ("de", _M30K_DE)):
-      (raw / f"{stem}.{lang}").write_text("".join(lines[i % len(lines)] + "\n" for i in range(n)))
-
-
-def config_of(args):
-  """The config the command line ``args`` describes (``--config=<spec>`` and
-  ``--config.<field>=<value>``), built through the library (jaxcap.get_config)."""
-  import jaxcap
-  spec = next((a.split("=", 1)[1] for a in args if a.startswith("--config=")), CONFIG_FILE)
-  overrides = {a[len("--config."):].split("=", 1)[0]: config_files.literal(a.split("=", 1)[1])
-               for a in args if a.startswith("--config.")}
-  return jaxcap.get_config(spec, **overrides)
-
-
-def _init_workdir(model, *extra):
-  """A workdir as train.py leaves it when it starts (config.json, vocab.json, info.json; no
-  checkpoint): evaluate.py refuses bad inputs before it loads one."""
-  def mutate(tmp):
-    from jaxcap import run_dir
-    from jaxcap.training import train_lib
-    config = config_of([a.format(tmp=tmp) for a in [*MODELS[model], *extra]])
-    trainer = train_lib.Trainer(config, str(tmp / "wd"))
-    run_dir.init_workdir(str(tmp / "wd"), config, trainer.dataset.vocab, trainer.info)
-  return mutate
-
-
 PREDS3 = [{"image_id": i, "caption": "a dog"} for i in range(3)]
 EVAL_P = ["--predictions={tmp}/preds.json", "--references={tmp}/refs.json", "--out={tmp}/s.json"]
 ENSEMBLE = ["--ensemble={tmp}/wd,{tmp}/wd"]
-
-
-def C(name, args, needle, *, script="train", data=None, mutate=None, model="transformer",
-      spell="config-eq"):
-  """One case: ``data`` None (synthetic), "karpathy" (the fake Karpathy dataset in tmp/data);
-  ``model`` a key of ``MODELS`` (its config and tiny sizes); ``spell`` how the config is named
-  (a key of ``SPELLINGS``, or "own" when the case's args name it)."""
-  return pytest.param(script, args, needle, data, mutate, model, spell, id=name)
 
 
 def _spelled(cases):
@@ -515,70 +435,9 @@ CASES = _spelled(CONFIG_CASES) + [
     C("transformer-heads-not-dividing-dim", ["--config.model.num_heads=5"], "model.num_heads"),
     C("transformer-dim-0", ["--config.model.dim=0"], "model.dim"),
     C("transformer-dropout-1", ["--config.model.dropout=1.0"], "model.dropout"),
-    # ---- model: Image Transformer (its spatial graph is built from the region boxes)
-    C("image-transformer-region-features-without-boxes", ["--config.data.box_dir="],
-      "config field data.box_dir", data="karpathy", model="image_transformer"),
-    C("image-transformer-epsilon-0", ["--config.model.epsilon=0.0"], "model.epsilon",
-      model="image_transformer"),
-    C("image-transformer-heads-not-dividing-dim", ["--config.model.num_heads=5"],
-      "model.num_heads", model="image_transformer"),
-    C("image-transformer-spatial-layer-4-of-1", ["--config.model.spatial_layers=4"],
-      "model.spatial_layers", model="image_transformer"),
-    C("image-transformer-graph-unknown", ["--config.model.graph=knn"], "model.graph",
-      model="image_transformer"),
-    C("aoanet-heads-not-dividing-dim", ["--config.model.num_heads=3"], "model.num_heads",
-      model="aoanet"),
-    # ---- model: multimodal NMT (a multimodal variant needs image features, every one a source)
-    C("mnmt7-on-text-only-multi30k", [], "config field data.text_only", model="mnmt",
-      mutate=_multi30k),
-    C("mnmt-imgtxt-on-text-only-multi30k", ["--config.model.variant=imgtxt"],
-      "config field data.text_only", model="mnmt", mutate=_multi30k),
-    C("mnmt-on-captions-without-source", ["--config.data.task=caption"], "config field data.task",
-      model="mnmt_synthetic"),
-    C("mnmt-variant-unknown", ["--config.model.variant=mnmt9"], "model.variant",
-      model="mnmt_synthetic"),
-    C("mnmt-hidden-dim-0", ["--config.model.hidden_dim=0"], "model.hidden_dim",
-      model="mnmt_synthetic"),
-    C("mnmt-decoder-unknown", ["--config.model.decoder=dl4mt"], "model.decoder",
-      model="mnmt_synthetic"),
-    # ---- model: TPGN (its GloVe file is read when the run starts: checked before writing)
-    C("tpgn-glove-empty", ["--config.model.glove_path={tmp}/glove.txt"],
-      "glove.txt: holds no vectors", model="tpgn", mutate=_write("glove.txt", "")),
-    C("tpgn-glove-missing", ["--config.model.glove_path={tmp}/nowhere.txt"], "nowhere.txt",
-      model="tpgn"),
-    C("tpgn-glove-wrong-width", ["--config.model.glove_path={tmp}/glove.txt"], "glove.txt line 2",
-      model="tpgn", mutate=_write("glove.txt", "red 1 2 3\ncube 1 2 3 4 5\n")),
-    C("tpgn-glove-no-vocabulary-word", ["--config.model.glove_path={tmp}/glove.txt"],
-      "glove.txt: none of its 2 vectors", model="tpgn",
-      mutate=_write("glove.txt", "zebra 1 2 3\ngiraffe 1 2 3\n")),
-    C("tpgn-glove-not-numbers", ["--config.model.glove_path={tmp}/glove.txt"], "glove.txt line 1",
-      model="tpgn", mutate=_write("glove.txt", "red one two three\n")),
-    C("tpgn-glove-nan", ["--config.model.glove_path={tmp}/glove.txt"], "glove.txt line 1",
-      model="tpgn", mutate=_write("glove.txt", "red nan 1 2\n")),
-    C("tpgn-glove-a-directory", ["--config.model.glove_path={tmp}"], "not a file", model="tpgn"),
-    C("tpgn-d-0", ["--config.model.d=0"], "model.d", model="tpgn"),
-    C("tpgn-lexical-unknown", ["--config.model.lexical=shared"], "model.lexical", model="tpgn"),
-    # ---- model: ETA (attends to attribute words)
-    C("eta-attributes-none", ["--config.data.attributes=none"], "config field data.attributes",
-      model="eta"),
-    C("eta-test-attributes-none", ["--config.data.test_attributes=none",
-                                   "--config.test_after_training=True"],
-      "config field data.test_attributes", model="eta"),
-    C("eta-detected-attributes-file-missing", ["--config.data.attributes=detected",
-                                               "--config.data.attributes_file={tmp}/nope.json"],
-      "nope.json", model="eta"),
-    C("eta-variant-unknown", ["--config.model.variant=both"], "model.variant", model="eta"),
-    C("eta-evaluate-attributes-none", ["--workdir={tmp}/wd", "--attributes=none"],
-      "--attributes=none", script="evaluate", mutate=_init_workdir("eta", "--workdir={tmp}/wd")),
-    # ---- model: AAT, LSTM, Show and Tell
-    C("aat-min-steps-above-max", ["--config.model.min_steps=5", "--config.model.max_steps=2"],
-      "model.min_steps", model="aat"),
-    C("aat-epsilon-1", ["--config.model.epsilon=1.0"], "model.epsilon", model="aat"),
-    C("aat-attention-unknown", ["--config.model.attention=soft"], "model.attention", model="aat"),
+    # ---- model: LSTM
     C("lstm-dropout-1", ["--config.model.dropout=1.0"], "model.dropout", model="lstm"),
     C("lstm-hidden-dim-0", ["--config.model.hidden_dim=0"], "model.hidden_dim", model="lstm"),
-    C("show-tell-embed-dim-0", ["--config.model.embed_dim=0"], "model.embed_dim",
-      model="show_tell"),
     # ---- model: self-critical.pytorch's newfc, aoa and updown (for imported checkpoints)
     C("newfc-hidden-dim-0", ["--config.model.hidden_dim=0"], "model.hidden_dim", model="newfc"),
     C("aoa-heads-do-not-divide", ["--config.model.dim=10", "--config.model.num_heads=3"],
@@ -589,7 +448,7 @@ CASES = _spelled(CONFIG_CASES) + [
       model="nearest_neighbour"),
     C("nearest-neighbour-on-text-only-multi30k", [], "config field data.text_only",
       model="nearest_neighbour_multi30k", mutate=_multi30k),
-]
+] + _paper_cases()
 
 _TRAINED: dict = {}
 
@@ -683,12 +542,16 @@ def test_bad_input(request, programs, tmp_path, karpathy_data, script, args, nee
   assert _snapshot(tmp_path) == before
 
 
+@pytest.mark.paper_gate
 def test_corpus_size():
   assert len(CASES) >= 60
   # Every model has its class of cases.
   from jaxcap.models import registry
-  covered = {p.values[5].replace("_synthetic", "").replace("_multi30k", "") for p in CASES}
-  assert set(registry.names()) <= covered
+  def model_name(key):
+    spec = next(a.split("=", 1)[1] for a in MODELS[key] if a.startswith("--config="))
+    return config_files.load(spec).model.name
+  covered = {model_name(p.values[5]) for p in CASES}
+  assert set(registry.names()) <= covered, set(registry.names()) - covered
 
 
 def test_read_only_workdir(programs, tmp_path):

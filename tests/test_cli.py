@@ -70,7 +70,7 @@ def test_a_good_command_line_passes_the_check():
 def test_evaluate_decode_options():
   """--beam-size etc. onto the run's decode config; one beam is greedy only in the
   self-critical mode; --beam-groups makes a beam search (jaxcap.evaluation.runs.decode_options)."""
-  from configs import common
+  from jaxcap import config_common as common
   base = common.decode_config().to_dict()
 
   def opts(**kw):

@@ -13,6 +13,7 @@ ragged input fails); ``_image_layout`` taking ``fc`` as the global feature of a 
 ``fc_dir`` (the image tokens differ); ``deserialize`` skipped for ``beam`` (KeyError).
 """
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -27,7 +28,6 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from configs import common
 from jaxcap import api, serving
 from jaxcap.data import batch as batch_lib
 from jaxcap.data.vocab import Vocab
@@ -46,12 +46,16 @@ NO_PARAMS = ("nearest_neighbour",)
 MAX_LEN = 6
 
 
+def _defaults(cls) -> dict:
+  return {f.name: f.default for f in dataclasses.fields(cls)
+          if f.default is not dataclasses.MISSING}
+
+
 def tiny_run(name: str, seed: int = 0, workdir=None, info=None, data=None) -> api.Run:
-  """A run of model ``name`` at configs/common.TINY_MODEL sizes, random parameters."""
+  """A run of model ``name`` at its tiny sizes (``tiny_sizes`` of its defaults), random
+  parameters."""
   cls = registry.get(name)
-  fields = {k: v for k, v in common.TINY_MODEL.items() if k in cls.__dataclass_fields__}
-  if "spatial_layers" in cls.__dataclass_fields__:
-    fields["num_layers"] = 3  # the Image Transformer's default spatial layers name 3
+  fields = cls.tiny_sizes(_defaults(cls))
   info = info or (INFO_SRC if name == "mnmt" else INFO)
   if "dtype" in cls.__dataclass_fields__:
     fields["dtype"] = "float32"
@@ -326,6 +330,7 @@ def test_a_run_with_a_backbone_captions_images_as_the_run(tmp_path):
 # ---------------------------------------------------------------- every registered model
 
 
+@pytest.mark.paper_gate
 def test_every_model_is_covered():
   assert set(registry.names()) - set(NO_PARAMS) >= {"transformer", "lstm", "aoa", "mnmt"}
 

@@ -46,7 +46,10 @@ def _fresh_clone(dest: Path) -> Path:
                          capture_output=True, text=True, check=True).stdout.split("\0")
   for name in filter(None, names):
     src = REPO / name
-    if src.is_file():
+    if src.is_symlink():  # the checkout's configs/ -> jaxcap/configs
+      (dest / name).parent.mkdir(parents=True, exist_ok=True)
+      os.symlink(os.readlink(src), dest / name)
+    elif src.is_file():
       (dest / name).parent.mkdir(parents=True, exist_ok=True)
       shutil.copy2(src, dest / name)
   return dest
@@ -77,9 +80,12 @@ def test_fresh_editable_install_runs_the_readme_snippet_from_another_directory(t
   assert "project.license" not in r.stdout + r.stderr, (r.stdout + r.stderr)[-3000:]
   elsewhere = tmp_path / "elsewhere"
   elsewhere.mkdir()
-  where = _run([py, "-c", "import jaxcap, configs; print(jaxcap.__file__); print(configs.__file__)"],
+  where = _run([py, "-c", "import importlib.util, jaxcap, jaxcap.configs; print(jaxcap.__file__); "
+                          "print(jaxcap.configs.__file__); print(importlib.util.find_spec('configs'))"],
                cwd=elsewhere).split()
-  assert where == [str(clone / "jaxcap" / "__init__.py"), str(clone / "configs" / "__init__.py")]
+  # The shared configs are jaxcap's own package; no top-level `configs` is installed.
+  assert where == [str(clone / "jaxcap" / "__init__.py"),
+                   str(clone / "jaxcap" / "configs" / "__init__.py"), "None"]
   # The console script trains a tiny run from another directory: --config configs/... is found
   # in the package.
   bin_dir = py.parent
@@ -117,13 +123,15 @@ def test_wheel_install_ships_the_package_and_its_configs(tmp_path):
   elsewhere = tmp_path / "elsewhere"
   elsewhere.mkdir()
   out = _run([py, "-c", (
-      "import jaxcap, configs\n"
+      "import importlib.util, jaxcap, jaxcap.configs\n"
+      "assert importlib.util.find_spec('configs') is None, 'a top-level configs is installed'\n"
       "from jaxcap import config_files\n"
       "c = jaxcap.get_config('configs/eta.py:synthetic,variant=stacked_v', num_train_steps=5)\n"
-      "print(jaxcap.__file__, configs.__file__, config_files.configs_dir(), c.model.variant, c.num_train_steps)\n")],
+      "print(jaxcap.__file__, jaxcap.configs.__file__, config_files.configs_dir(), c.model.variant, c.num_train_steps)\n")],
       cwd=elsewhere).split()
   site_dir = str(tmp_path / "venv")
   assert all(p.startswith(site_dir) for p in out[:3]), out
+  assert Path(out[2]) == Path(out[0]).parent / "configs" == Path(out[1]).parent, out
   assert out[3:] == ["stacked_v", "5"]
   assert all((py.parent / f"jaxcap-{p}").exists() for p in ("train", "evaluate", "extract", "compare", "import"))
   names = {p.name for p in Path(out[2]).iterdir()}

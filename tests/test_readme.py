@@ -209,6 +209,7 @@ def test_the_pages_are_found():
   assert len(README.read_text().splitlines()) < 300, "the README is the overview; details go to docs/"
 
 
+@pytest.mark.paper_gate
 def test_every_readme_command_is_covered():
   parsed, failures = [], []
   for where, words in documented_commands():
@@ -275,3 +276,17 @@ def test_the_parser_catches_a_bad_command(tmp_path):
   assert not _check_script("jaxcap/papers/aat/table1.py", ["--workdir", "x"])
   assert _check_script("scripts/nonexistent.py", [])
   assert _check_make(["train", "bogus"]) and not _check_make(["test-slow", "ARGS=-x"])
+
+
+@pytest.mark.paper_gate
+def test_the_model_table_shows_the_declared_rows():
+  """README.md's model table is ``python -m jaxcap.papers``'s (each paper's MODEL_ROWS): every
+  row it shows is the printed one, in the printed order (a paper added since may be missing
+  until the table is copied again; it is never wrong)."""
+  from jaxcap.papers import __main__ as model_table
+  text = README.read_text()
+  start = text.index(model_table.HEADER)
+  shown = text[start:text.index("\n\n", start)].splitlines()[2:]
+  printed = model_table.rows()
+  assert shown and all(row in printed for row in shown), [r for r in shown if r not in printed]
+  assert shown == [row for row in printed if row in shown]

@@ -143,8 +143,7 @@ def run_one(model: str, setting: str, seed: int, workdir: str) -> dict:
     import table
     from jaxcap.training import train_lib
     config = run_config(model, setting, seed, workdir)
-    if model == "eta" and config.data.attributes == "detected":
-      table.ensure_attributes(config)
+    table.before_run(model, config)
     print(f"=== {model} [{setting}] seed {seed} ({config.num_train_steps} steps) -> {run}", flush=True)
     t0 = time.time()
     train_lib.train_and_evaluate(config, run)

@@ -36,13 +36,17 @@ says (greedy for every flickr8k config). Written: ``<workdir>/table.json`` (per-
 seconds, mean, std) and ``table.md`` (mean ± std, sample standard deviation ddof = 1, scores
 x100). METEOR needs Java.
 
-Models (``MODELS``): transformer, lstm, show_tell, tpgn, aat, aoanet, image_transformer and eta
-(ETA reads detected attributes: the script first trains the noisy-OR detector of
-``jaxcap/papers/eta/train_attributes.py`` with the config's ``detector`` section on the 700 training
-images and writes ``<workdir>/attributes_flickr8k/attributes.json``; oracle attributes would
-read the test references). Not in the table (``UNSUPPORTED``): mnmt (a translation model,
-multi30k text), nearest_neighbour (the reference row), newfc, aoa and updown (self-critical.pytorch's
-code's models, for its imported checkpoints).
+Models (``MODELS``, cheapest first): the shared transformer and lstm, and the rows each paper
+declares in its package (``jaxcap/papers/<paper>/__init__.py``: ``FLICKR8K_ROWS``, model -> its
+place; today show_tell, tpgn, aat, aoanet, image_transformer and eta). A paper's
+``flickr8k_config(model, config, workdir, dataset)`` adjusts its configs and
+``flickr8k_before_run(model, config)`` prepares a run's inputs: ETA reads detected attributes, so
+the script first trains the noisy-OR detector of ``jaxcap/papers/eta/train_attributes.py`` with
+the config's ``detector`` section on the 700 training images and writes
+``<workdir>/attributes_flickr8k/attributes.json`` (oracle attributes would read the test
+references). Not in the table (``UNSUPPORTED``, with why; a paper's ``FLICKR8K_NOT_ROWS``):
+nearest_neighbour (the reference row), newfc, aoa and updown (self-critical.pytorch's code's
+models, for its imported checkpoints), mnmt (a translation model, multi30k text).
 """
 
 from __future__ import annotations
@@ -60,10 +64,22 @@ if _REPO not in sys.path:  # the checkout's jaxcap and configs/, two folders up
 from jaxcap import config_files  # noqa: E402  (after the path above)
 from jaxcap.analysis import experiment  # noqa: E402
 
-# Cheapest first (CPU seconds per run on the flickr8k configs' schedules).
-MODELS = ("transformer", "show_tell", "tpgn", "lstm", "aat", "aoanet", "image_transformer", "eta")
+
+
+def _papers() -> dict:
+  """``{paper: its package}`` of the registered papers (jaxcap.papers.PAPERS)."""
+  import importlib
+  from jaxcap.papers import PAPERS
+  return {p: importlib.import_module(f"jaxcap.papers.{p}") for p in PAPERS}
+
+
+PAPERS = _papers()
+# Each row's place: cheapest first (CPU seconds per run on the flickr8k configs' schedules).
+_PLACES = {"transformer": 10, "lstm": 40}
+for _paper in PAPERS.values():
+  _PLACES.update(getattr(_paper, "FLICKR8K_ROWS", {}))
+MODELS = tuple(sorted(_PLACES, key=_PLACES.get))
 UNSUPPORTED = {
-    "mnmt": "a multimodal translation model (multi30k source sentences), not a captioner",
     "nearest_neighbour": "the retrieval baseline: the reference row of the table",
     "newfc": "self-critical.pytorch's FC model as its code computes it, for its imported checkpoints "
              "(the table's CNN-LSTM row is show_tell)",
@@ -71,6 +87,15 @@ UNSUPPORTED = {
            "table's AoANet row is aoanet, the paper's reading)",
     "updown": "Up-Down as self-critical.pytorch's code computes it, for its imported checkpoints",
 }
+for _paper in PAPERS.values():
+  UNSUPPORTED.update(getattr(_paper, "FLICKR8K_NOT_ROWS", {}))
+# model -> the package of the paper that declares it (its hooks below).
+_PAPER_OF = {m: pkg for pkg in PAPERS.values()
+             for m in (*getattr(pkg, "FLICKR8K_ROWS", {}), *getattr(pkg, "FLICKR8K_NOT_ROWS", {}))}
+
+
+def _hook(model: str, name: str):
+  return getattr(_PAPER_OF.get(model), name, None)
 METRICS = (("CIDEr-D", "CIDEr"), ("BLEU-4", "Bleu_4"), ("METEOR", "METEOR"))
 STAGES = ("xe", "scst", "xe_more")
 STAGE_LABELS = {"xe": "XE", "scst": "XE + SCST", "xe_more": "XE continued (control)",
@@ -83,12 +108,21 @@ DATASETS = ("flickr8k", "synthetic")
 
 
 def base_config(model: str, workdir: str, dataset: str = "flickr8k"):
-  """``configs/<model>.py:<dataset>`` (ETA on flickr8k: with detected attributes under
-  ``workdir``)."""
+  """``configs/<model>.py:<dataset>``, as the model's paper adjusts it for this table
+  (``flickr8k_config``: ETA on flickr8k reads detected attributes under ``workdir``)."""
   config = config_files.load(f"{model}.py:{dataset}")
-  if model == "eta" and dataset == "flickr8k":
-    config.data.attributes_file = os.path.join(workdir, "attributes_flickr8k", "attributes.json")
+  hook = _hook(model, "flickr8k_config")
+  if hook is not None:
+    hook(model, config, workdir, dataset)
   return config
+
+
+def before_run(model: str, config) -> None:
+  """What a run of ``model`` needs made first (its paper's ``flickr8k_before_run``: ETA trains
+  its attribute detector once)."""
+  hook = _hook(model, "flickr8k_before_run")
+  if hook is not None:
+    hook(model, config)
 
 
 def stage_config(model: str, stage: str, seed: int, args):
@@ -132,24 +166,6 @@ def scores_file(run_workdir: str) -> str:
   return os.path.join(run_workdir, "scores_test.json")
 
 
-def ensure_attributes(config) -> None:
-  """Trains ETA's attribute detector once (``jaxcap/papers/eta/train_attributes.py``'s recipe)."""
-  path = config.data.attributes_file
-  if os.path.exists(path):
-    return
-  import copy
-  from jaxcap import data as data_lib
-  from jaxcap.papers.eta import attributes as attribute_detector
-  data_config = copy.deepcopy(config.data)
-  data_config.attributes = "none"
-  dataset = data_lib.get_dataset(data_config)
-  print(f"=== attribute detector -> {os.path.dirname(path)}", flush=True)
-  result = attribute_detector.run(dataset, config.get("detector") or {}, os.path.dirname(path),
-                                  log=lambda s: print(s, flush=True))
-  if "val" in result:
-    print(f"detector val: {result['val']}; frequency prior: {result.get('val_prior')}", flush=True)
-
-
 def copy_xe_run(src: str, dst: str) -> None:
   """``src``'s run folder without its test results, as ``dst`` (written under a temporary name,
   then renamed, so an interrupted copy is not taken for a run)."""
@@ -171,8 +187,7 @@ def run_one(model: str, stage: str, seed: int, args) -> dict:
     config = stage_config(model, stage, seed, args)
     if stage == "xe_more" and not os.path.exists(workdir):
       copy_xe_run(run_dir(getattr(args, "xe_workdir", "") or args.workdir, model, "xe", seed), workdir)
-    if model == "eta" and config.data.attributes == "detected":
-      ensure_attributes(config)
+    before_run(model, config)
     print(f"=== {model} {stage} seed {seed} ({config.num_train_steps} steps) -> {workdir}", flush=True)
     t0 = time.time()
     train_lib.train_and_evaluate(config, workdir)

@@ -1,7 +1,9 @@
 """Figures of a run and of a model's per-word internals (matplotlib, headless Agg).
 
-Dimension legend: L generated words (EOS included when the caller keeps it), N regions,
-S AAT step slots (slot 0 = the non-visual step h1, then n = 1 .. M_max), G gate layers.
+Dimension legend: L generated words (EOS included when the caller keeps it), N regions.
+A paper's own per-word figures live in its folder (``jaxcap/papers/eta/figures.py``: ETA's
+gate; ``jaxcap/papers/aat/figures.py``: AAT's steps), drawn with the helpers here
+(:func:`axes_or_new`, :func:`finish`, :func:`one_word_per_row`).
 
 Every function takes plain arrays (NumPy, JAX or lists), draws on the matplotlib ``Axes`` it is
 given (or on a new figure), returns the ``Figure`` and, with ``out=``, writes it as a PNG. No
@@ -12,8 +14,6 @@ loop of plots leaks no pyplot state.
   curves = load_metrics("runs/transformer_synthetic")           # metrics.jsonl, resumed runs merged
   plot_training_curves(curves, out="curves.png")
   plot_region_attention(words, alpha_LxN, boxes_Nx4, image_size=(640, 480), out="att.png")
-  plot_gate(words, aux["gbc_gate"], out="gate.png")           # ETA's GBC gate per word
-  plot_attention_steps(words, steps_L, conf_LxS, beta_LxS, out="steps.png")   # AAT
   plot_box_relations(boxes_Nx4, ["query", "child", ...], out="fig3.png")   # Image Transformer
 """
 
@@ -31,7 +31,6 @@ from jaxcap.evaluation import coco_metrics
 # The papers' colour conventions where they have one; otherwise matplotlib's tab10.
 RELATION_COLOURS = {"query": "#dc1e1e", "parent": "#1eaa3c", "neighbour": "#286edc",
                     "child": "#e6be00", "none": "#bebebe"}
-_NON_VISUAL, _VISUAL = "#f58c1e", "#286edc"  # AAT: orange h1 slot, blue attention steps
 
 
 # ------------------------------------------------------------------------------------ plumbing
@@ -60,7 +59,7 @@ def save_png(fig, path: str, dpi: int | None = None) -> str:
   return path
 
 
-def _axes(ax, width: float, height: float):
+def axes_or_new(ax, width: float, height: float):
   """``(fig, ax)``: the given Axes and its figure, or a new one-panel figure."""
   if ax is not None:
     return ax.figure, ax
@@ -68,13 +67,15 @@ def _axes(ax, width: float, height: float):
   return fig, fig.add_subplot()
 
 
-def _finish(fig, out):
+def finish(fig, out):
+  """``fig``, written as a PNG to ``out`` first when given."""
   if out:
     save_png(fig, out)
   return fig
 
 
-def _words(words: Sequence[str], n: int, what: str) -> list[str]:
+def one_word_per_row(words: Sequence[str], n: int, what: str) -> list[str]:
+  """``words`` as strings, or a one-line ValueError naming ``what`` when they are not ``n``."""
   words = [str(w) for w in words]
   if len(words) != n:
     raise ValueError(f"{what}: expected one word per row ({n}), got {len(words)} words")
@@ -185,7 +186,7 @@ def plot_training_curves(metrics, out: str | None = None, axes=None,
     ax.grid(alpha=0.3)
     if len(names) > 1 or title == "validation":
       ax.legend(fontsize="small")
-  return _finish(axes[0].figure, out)
+  return finish(axes[0].figure, out)
 
 
 # ----------------------------------------------------------------------- attention over regions
@@ -226,7 +227,7 @@ def plot_region_attention(words: Sequence[str], attention_LxN, boxes_Nx4, *, ima
   if att.ndim != 2 or boxes.shape != (att.shape[1], 4):
     raise ValueError(f"plot_region_attention: expected attention [L, N] and boxes [N, 4], got "
                      f"{att.shape} and {boxes.shape}")
-  words = _words(words, att.shape[0], "plot_region_attention")
+  words = one_word_per_row(words, att.shape[0], "plot_region_attention")
   image, (width, height) = _image_extent(image, image_size, boxes)
   if axes is None:
     cols = max(1, min(columns, len(words)))
@@ -265,92 +266,7 @@ def plot_region_attention(words: Sequence[str], attention_LxN, boxes_Nx4, *, ima
     ax.set_xticks([])
     ax.set_yticks([])
     ax.set_title(word, fontsize=10)
-  return _finish(axes[0].figure, out)
-
-
-# --------------------------------------------------------------------------------- ETA's gate
-def plot_gate(words: Sequence[str], gate, out: str | None = None, ax=None, title: str = ""):
-  """ETA's gated bilateral controller per word: how much of the semantic pathway is kept.
-
-  Args:
-    words: the L generated words.
-    gate: ``[L]`` (``aux["gbc_gate"]``: the mean over channels and layers) drawn as bars, or
-      ``[L, G]`` (``aux["gbc_gate_layers"]``) drawn as a layer x word heat map.
-    out: PNG path to write.
-    ax: the Axes to draw on (default: a new figure).
-  """
-  g = np.asarray(gate, np.float64)
-  if g.ndim not in (1, 2):
-    raise ValueError(f"plot_gate: expected gate [L] or [L, G], got shape {g.shape}")
-  words = _words(words, g.shape[0], "plot_gate")
-  fig, ax = _axes(ax, max(3.0, 0.45 * len(words) + 1.2), 2.8 if g.ndim == 1 else 1.6 + 0.3 * g.shape[1])
-  x = np.arange(len(words))
-  if g.ndim == 1:
-    ax.bar(x, g, color=_VISUAL)
-    ax.set_ylim(0, max(1.0, float(np.max(g, initial=0.0))))
-    ax.set_ylabel("gate")
-    for i, v in enumerate(g):
-      ax.text(i, v, f"{v:.2f}", ha="center", va="bottom", fontsize=7)
-  else:
-    im = ax.imshow(g.T, aspect="auto", cmap="viridis", vmin=0.0, vmax=1.0, origin="lower")
-    ax.set_yticks(np.arange(g.shape[1]), [f"layer {i + 1}" for i in range(g.shape[1])])
-    ax.figure.colorbar(im, ax=ax, label="gate")
-  ax.set_xticks(x, words, rotation=45, ha="right")
-  ax.set_title(title or "gated bilateral controller per word")
-  return _finish(fig, out)
-
-
-# ------------------------------------------------------------------------ AAT's steps per word
-def plot_attention_steps(words: Sequence[str], steps, confidences, beta, out: str | None = None,
-                         ax=None, title: str = ""):
-  """AAT's attention steps per word (the paper's Figure 3 without the image).
-
-  One row per word, one column per step slot: slot 0 (orange) is the non-visual step h1, slots
-  1 .. N(t) (blue) the attention steps taken; each is shaded by its normalised weight and shows
-  ``confidence / weight`` (p_{t,n} / beta_{t,n}). Slots after N(t) stay empty.
-
-  Args:
-    words: the L generated words.
-    steps: ``[L]`` int, N(t) (``aux["attention_steps"]``).
-    confidences: ``[L, S]``, p_{t,n} (``aux["confidences"]``).
-    beta: ``[L, S]``, the normalised weights (``aux["beta"]``).
-    out: PNG path to write.
-    ax: the Axes to draw on (default: a new figure).
-  """
-  steps = np.asarray(steps).astype(np.int64)
-  conf = np.asarray(confidences, np.float64)
-  beta = np.asarray(beta, np.float64)
-  if beta.ndim != 2 or conf.shape != beta.shape or steps.shape != (beta.shape[0],):
-    raise ValueError(f"plot_attention_steps: expected steps [L], confidences and beta [L, S]; "
-                     f"got {steps.shape}, {conf.shape}, {beta.shape}")
-  words = _words(words, beta.shape[0], "plot_attention_steps")
-  n_words, n_slots = beta.shape
-  fig, ax = _axes(ax, 1.6 + 1.1 * n_slots, 0.9 + 0.32 * n_words)
-  from matplotlib.colors import to_rgb
-  from matplotlib.patches import Rectangle
-  for t in range(n_words):
-    for n in range(n_slots):
-      if n > steps[t]:
-        ax.add_patch(Rectangle((n + 0.05, t + 0.1), 0.9, 0.8, fill=False, edgecolor="#cccccc"))
-        continue
-      colour = np.array(to_rgb(_NON_VISUAL if n == 0 else _VISUAL))
-      weight = float(np.clip(beta[t, n], 0.0, 1.0))
-      fill = 1.0 - 0.6 * weight * (1.0 - colour)  # tinted towards white: the text stays readable
-      ax.add_patch(Rectangle((n + 0.05, t + 0.1), 0.9, 0.8, facecolor=fill, edgecolor=colour,
-                             gid=f"step:{t}:{n}"))
-      ax.text(n + 0.5, t + 0.5, f"{conf[t, n]:.2f}/{beta[t, n]:.2f}", ha="center", va="center",
-              fontsize=7)
-  ax.set_xlim(0, n_slots)
-  ax.set_ylim(n_words, 0)
-  ax.set_xticks(np.arange(n_slots) + 0.5, ["h1 (n=0)"] + [f"step {n}" for n in range(1, n_slots)],
-                fontsize=8)
-  ax.xaxis.tick_top()
-  ax.set_yticks(np.arange(n_words) + 0.5, words)
-  ax.tick_params(length=0)
-  for side in ax.spines.values():
-    side.set_visible(False)
-  ax.set_title(title or "attention steps: confidence / weight", fontsize=9)
-  return _finish(fig, out)
+  return finish(axes[0].figure, out)
 
 
 # --------------------------------------------------------------- boxes coloured by a relation
@@ -376,7 +292,7 @@ def plot_box_relations(boxes_Nx4, labels: Sequence[str], out: str | None = None,
   tab10 = [f"C{i}" for i in range(10)]
   colours.update({l: tab10[i % 10] for i, l in enumerate(extra)})
   image, (width, height) = _image_extent(image, image_size, boxes)
-  fig, ax = _axes(ax, 4.2, 4.6)
+  fig, ax = axes_or_new(ax, 4.2, 4.6)
   if image is not None:
     ax.imshow(image, extent=(0, width, height, 0), cmap="gray" if image.ndim == 2 else None)
   order = sorted(range(len(boxes)), key=lambda m: labels[m] == "query")  # the query on top
@@ -397,4 +313,4 @@ def plot_box_relations(boxes_Nx4, labels: Sequence[str], out: str | None = None,
             bbox_to_anchor=(0.5, -0.02), ncol=max(1, len(shown)), fontsize=8, frameon=False)
   if title:
     ax.set_title(title, fontsize=9)
-  return _finish(fig, out)
+  return finish(fig, out)

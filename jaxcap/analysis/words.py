@@ -1,14 +1,13 @@
 """One generated caption with what the model reports per word, for the per-word figures.
 
 Dimension legend: B images in the batch, T decoded positions, L words kept (up to and
-including EOS), N regions, S AAT step slots, G ETA gate layers.
+including EOS), N regions.
 
 ``caption_aux(model, params, batch, vocab, max_len, row=0)`` greedily decodes ``batch`` with
 ``return_aux=True`` and returns row ``row``'s words and its ``decode_step`` aux cut to those
 words, e.g. ``aux["attention"]`` [L, N] (every attention model: docs/DESIGN.md, section 4),
-``aux["gbc_gate_layers"]`` [L, G] (``eta``),
-``aux["attention_steps"]`` [L], ``aux["confidences"]`` / ``aux["beta"]`` [L, S] (``aat``): the
-inputs of :mod:`jaxcap.analysis.figures`.
+a paper's own keys (ETA's ``aux["gbc_gate_layers"]`` [L, G], AAT's ``aux["attention_steps"]``
+[L]): the inputs of :mod:`jaxcap.analysis.figures` and of the model's ``word_figures``.
 """
 
 from __future__ import annotations
@@ -51,14 +50,14 @@ def caption_aux(model, params, batch, vocab, max_len: int, row: int = 0):
   return words, aux
 
 
-def plot_word_figures(words, aux: dict, batch: dict, out_prefix: str, *, row: int = 0,
+def plot_word_figures(model, words, aux: dict, batch: dict, out_prefix: str, *, row: int = 0,
                       title: str = "", columns: int = 6) -> list[str]:
   """Draws every per-word figure the decoder's ``aux`` supports; returns the PNG paths.
 
   ``<out_prefix>_attention.png`` (soft attention over the region boxes, when ``aux`` has
-  ``attention`` and the batch has ``boxes``), ``<out_prefix>_gate.png`` (ETA's gate) and
-  ``<out_prefix>_steps.png`` (AAT's steps and confidences). ``words`` / ``aux`` are
-  :func:`caption_aux`'s for batch row ``row``.
+  ``attention`` and the batch has ``boxes``), then the model's own (its ``word_figures``:
+  ETA's ``_gate.png``, AAT's ``_steps.png``). ``words`` / ``aux`` are :func:`caption_aux`'s
+  for batch row ``row``.
   """
   written = []
   if "attention" in aux and "boxes" in batch:
@@ -68,15 +67,9 @@ def plot_word_figures(words, aux: dict, batch: dict, out_prefix: str, *, row: in
     figures.plot_region_attention(words, np.asarray(aux["attention"])[:, :n], boxes, title=title,
                                   columns=columns, out=out)
     written.append(out)
-  if "gbc_gate_layers" in aux or "gbc_gate" in aux:
-    out = f"{out_prefix}_gate.png"
-    figures.plot_gate(words, aux.get("gbc_gate_layers", aux.get("gbc_gate")), title=title, out=out)
-    written.append(out)
-  if "attention_steps" in aux:
-    out = f"{out_prefix}_steps.png"
-    figures.plot_attention_steps(words, aux["attention_steps"], aux["confidences"], aux["beta"],
-                                 title=title, out=out)
-    written.append(out)
+  own = getattr(model, "word_figures", None)  # the nearest neighbour draws nothing
+  if own is not None:
+    written += own(words, aux, out_prefix, title=title)
   return written
 
 
@@ -89,7 +82,7 @@ def plot_run_words(model, params, vocab, batch: dict, max_len: int, out_prefix: 
   batch = jax.tree.map(jnp.asarray, batch)
   words, aux = caption_aux(model, params, batch, vocab, max_len, row=index)
   title = " ".join(w for w in words if w != "<eos>")
-  written = plot_word_figures(words, aux, jax.device_get(batch), out_prefix, row=index,
+  written = plot_word_figures(model, words, aux, jax.device_get(batch), out_prefix, row=index,
                               title=title, columns=columns)
   if not written:
     name = getattr(model, "registry_name", type(model).__name__)

@@ -449,7 +449,7 @@ def run_config(fields: dict, opt, vocab_path: str, dataset: str = "coco"):
   ``max_length`` 20, and with ``--beam-size`` its beam search with ``UNK`` suppressed (its
   ``suppress_UNK``, which its greedy search does not read)."""
   config_files.ensure_configs_importable()
-  from configs import common
+  from jaxcap import config_common as common
   c = common.base_config(dataset, fields["name"])
   c.model.update(fields)
   c.data.vocab_file = os.path.abspath(vocab_path)

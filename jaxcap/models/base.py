@@ -45,7 +45,7 @@ model puts each dropout where its equations (and its earlier random stream) have
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar, Mapping
 
 import jax
 import jax.numpy as jnp
@@ -91,7 +91,8 @@ class CaptionModel(nn.Module):
 
   trainable = True
   # True when ``decode_train(enc, tokens, train, group=S)`` accepts ``enc`` for B / S images,
-  # each serving S consecutive rows of ``tokens`` (see ``decode_train_grouped``).
+  # each serving S consecutive rows of ``tokens`` (see ``decode_train_grouped``). A protocol
+  # switch: the captioner that implements ``group`` sets it, not a class of sizes it inherits.
   decode_train_groups = False
   # The variable collections that the teacher-forcing scan shares across time steps (all that
   # a step reads: TPGN adds its ``constants`` and ``ablation`` collections).
@@ -107,6 +108,73 @@ class CaptionModel(nn.Module):
   # global width, so its regions need not be of that width (self-critical's Transformer
   # checkpoints record a global width they never use).
   reads_global_feat = False
+
+  # --- Optional hooks: a model overrides what it needs; these defaults do nothing. -----------
+  # Checks of single config fields, ``{field: fields.Check}`` (jaxcap.models.fields.validate).
+  field_checks: ClassVar[Mapping[str, Any]] = {}
+  # The model setting that reads no image features, named when the data is text-only
+  # (MNMT: "model.variant='nmt' (text only)"); empty: the model has none.
+  text_only_setting: ClassVar[str] = ""
+  # Variable collections no optimiser update moves, weight decay included (TPGN's
+  # ``constants``): jaxcap.training.optim.make_optimizer leaves them out.
+  frozen_collections: ClassVar[tuple[str, ...]] = ()
+
+  # The smallest sizes that still run every path (the ``tiny`` config argument) for the
+  # shared size names; a model adds or changes its own in ``tiny_sizes``.
+  TINY_SIZES: ClassVar[Mapping[str, Any]] = {
+      "dim": 32, "num_heads": 4, "ff_dim": 64, "num_layers": 1, "num_dec_layers": 1,
+      "embed_dim": 16, "hidden_dim": 16, "att_dim": 16, "d": 3}
+
+  @classmethod
+  def tiny_sizes(cls, model_config: Mapping[str, Any]) -> dict:
+    """The ``model`` fields that ``configs/<file>.py:<arg>,tiny`` sets (``model_config``: the
+    section as the config file built it): :data:`TINY_SIZES` for the fields this model has.
+    A model with other sizes (memory slots, a field whose value bounds another) overrides it."""
+    return {k: v for k, v in cls.TINY_SIZES.items() if k in model_config}
+
+  @staticmethod
+  def config_presets(values: dict) -> dict:
+    """The config section's values with keys that stand for several fields expanded (MNMT's
+    ``variant``: a row of its Table 2); called before the fields are checked."""
+    return values
+
+  @staticmethod
+  def check_fields(values: dict) -> None:
+    """Relations between the checked field values (a head count dividing a width): a
+    one-line ``ValueError`` naming the field."""
+
+  @staticmethod
+  def check_data(values: dict) -> None:
+    """The field values against the data's (``data_values``: a source vocabulary MNMT
+    needs): a one-line ``ValueError`` naming the field."""
+
+  # What ``Run.ablate`` accepts besides the model's fields: inputs its ablations read that are
+  # not parameters (TPGN: "role_centroids"), each added by ``with_ablation_input``.
+  ablation_inputs: ClassVar[tuple[str, ...]] = ()
+
+  def with_ablation_input(self, variables: dict, name: str, value) -> dict:
+    """``variables`` with the ablation input ``name`` (one of ``ablation_inputs``) added."""
+    raise ValueError(f"ablate: {name!r} is not an input of this model's ablations")
+
+  @staticmethod
+  def word_figures(words, aux: dict, out_prefix: str, title: str = "") -> list[str]:
+    """The model's own per-word figures of one caption, beside the shared region-attention
+    figure (:func:`jaxcap.analysis.words.plot_word_figures`): ``words`` and its
+    ``decode_step`` aux cut to them (:func:`jaxcap.analysis.words.caption_aux`), drawn to
+    ``<out_prefix>_<name>.png``; returns the paths written (ETA: its gate, AAT: its steps)."""
+    del words, aux, out_prefix, title
+    return []
+
+  def check_prepare(self, dataset) -> None:
+    """What :meth:`prepare_variables` will read besides ``dataset`` (TPGN's GloVe file),
+    checked before a fresh run writes anything: a one-line ``ValueError`` naming the file."""
+    del dataset
+
+  def prepare_variables(self, variables: dict, dataset) -> dict:
+    """A fresh run's variables with its data-derived constants filled in (TPGN: v̄ of its
+    eq. 9), computed once by the trainer before the first step and checkpointed with them."""
+    del dataset
+    return variables
 
   def required_inputs(self) -> tuple[str, ...]:
     """What the model reads that a dataset may lack: ``"image"`` (image features, not a

@@ -38,6 +38,12 @@ class NearestNeighbour:
   field_checks = {"chunk": fields.Check(fields.POSITIVE.test,
                                         "a positive int (test images compared at once)")}
 
+  @classmethod
+  def tiny_sizes(cls, model_config) -> dict:
+    """Nothing to shrink: the ``tiny`` config argument keeps ``chunk``."""
+    del model_config
+    return {}
+
   def required_inputs(self) -> tuple[str, ...]:
     return ("image",)
 

@@ -86,7 +86,7 @@ class DecoderBlock(layers.BlockSizes):
 class TransformerSizes(CaptionModel):
   """The fields that lead a Transformer-style captioner's (the Transformer's and ETA's): V, the
   longest caption, then the sizes and dropout; num_layers may be 0 (no encoder blocks: the
-  projected regions are the memory). Both decode teacher-forced rows of one image together."""
+  projected regions are the memory)."""
 
   vocab_size: int
   max_len: int = 16
@@ -97,7 +97,6 @@ class TransformerSizes(CaptionModel):
   ff_dim: int = 2048
   dropout: float = 0.1
 
-  decode_train_groups = True
   field_checks = {"dim": fields.POSITIVE, "num_layers": fields.at_least(0),
                   "num_dec_layers": fields.POSITIVE, "num_heads": fields.POSITIVE,
                   "ff_dim": fields.POSITIVE, "dropout": fields.RATE}
@@ -149,6 +148,7 @@ class TransformerCaptioner(TransformerSizes):
   layer_norm: str = "flax"
   vocab_pad_multiple: int = 1
 
+  decode_train_groups = True  # decode_train(..., group=S): one image's S captions at once
   field_checks = dict(TransformerSizes.field_checks, vocab_pad_multiple=fields.POSITIVE,
                       region_activation=fields.one_of(REGION_ACTIVATIONS),
                       attention_impl=fields.one_of(layers.ATTENTION_IMPLEMENTATIONS),

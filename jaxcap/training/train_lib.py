@@ -24,6 +24,7 @@ from jaxcap.data import pipeline
 from jaxcap.data.vocab import Vocab
 from jaxcap.evaluation import coco_metrics
 from jaxcap.models import registry
+from jaxcap.models import base
 from jaxcap.models.base import shift_right
 from jaxcap.training import checkpoint as ckpt_lib
 from jaxcap.training import dropout as dropout_lib
@@ -61,7 +62,7 @@ class Trainer:
     self.num_train = len(self.dataset.split("train"))
     self.steps_per_epoch = max(1, self.num_train // config.batch_size)
     self.tx, self.schedule = optim.make_optimizer(
-        config, self.steps_per_epoch, frozen_collections=getattr(self.model, "frozen_collections", ()))
+        config, self.steps_per_epoch, frozen_collections=self.model.frozen_collections)
     self._decode_fns: dict = {}
 
   # ---------------------------------------------------------------- state
@@ -272,14 +273,13 @@ class Trainer:
   def prepare_variables(self, state):
     """A fresh run's state with the model's data-derived constants filled in (once).
 
-    A model with a ``prepare_variables(variables, dataset)`` method (TPGN: the mean training
+    A model that overrides ``CaptionModel.prepare_variables`` (TPGN: the mean training
     feature v̄ of its eq. 9) computes them here, before the first step; from then on they are
     part of the checkpointed state, so resuming, ``init_from`` and evaluation never recompute them.
     """
-    prepare = getattr(self.model, "prepare_variables", None)
-    if prepare is None:
-      return state
-    params = jax.device_put(prepare(jax.device_get(state.params), self.dataset),
+    if type(self.model).prepare_variables is base.CaptionModel.prepare_variables:
+      return state  # the default has nothing to fill in: no round trip through the host
+    params = jax.device_put(self.model.prepare_variables(jax.device_get(state.params), self.dataset),
                             parallel.replicated(self.mesh))
     return state.replace(params=params)
 

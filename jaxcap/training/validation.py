@@ -321,8 +321,8 @@ def check_model_inputs(model, dataset, config, splits=None, log=print, model_con
   for split in splits:
     reader = dataset.split_data(split).features
     if "image" in needs and getattr(reader, "has_image", True) is False:
-      mnmt = getattr(model, "registry_name", "") == "mnmt"
-      alt = " or model.variant='nmt' (text only)" if mnmt else ""
+      instead = getattr(model, "text_only_setting", "")  # the nearest neighbour: no hooks
+      alt = f" or {instead}" if instead else ""
       raise ValueError(f"config field data.text_only: {who} reads image features, but "
                        f"{dataset.name} is text-only (one all-zero region per sentence); "
                        f"expected image features (data.features_npy with "

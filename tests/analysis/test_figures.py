@@ -5,35 +5,18 @@ the IHDR width / height, and the decoded pixels (matplotlib.image.imread) holdin
 background colour. ``load_metrics`` is checked against hand-written metrics.jsonl lines.
 
 Mutants tried: ``load_metrics`` keeping the first of two lines with the same step (a resumed
-run) fails ``test_load_metrics_resumed_run_and_nulls``; drawing no patch for the attention steps
-fails ``test_attention_steps_one_box_per_taken_step``; outlining box 0 instead of the most
+run) fails ``test_load_metrics_resumed_run_and_nulls``; outlining box 0 instead of the most
 attended box fails ``test_region_attention_marks_the_most_attended_box``; not calling savefig
-(``_finish`` ignoring ``out``) fails every test that writes a PNG.
+(``finish`` ignoring ``out``) fails every test that writes a PNG.
 """
 
 import json
-import struct
 
 import numpy as np
 import pytest
 
 from jaxcap.analysis import figures
-
-
-def _check_png(path, min_size=(50, 50)):
-  data = path.read_bytes()
-  assert data[:8] == b"\x89PNG\r\n\x1a\n"
-  assert data[12:16] == b"IHDR"
-  w, h = struct.unpack(">II", data[16:24])
-  assert w >= min_size[0] and h >= min_size[1], (w, h)
-  import matplotlib.image
-  img = matplotlib.image.imread(str(path))
-  assert img.shape[:2] == (h, w)
-  rgb = img[..., :3].reshape(-1, 3)
-  background = np.all(rgb > 0.99, axis=-1)
-  assert background.mean() < 0.995, "blank figure"  # something was drawn
-  assert len(np.unique(np.round(rgb, 2), axis=0)) > 3  # more than a couple of flat colours
-  return w, h
+from tests.analysis.pngs import check_png as _check_png
 
 
 def _metrics_file(tmp_path):
@@ -108,40 +91,6 @@ def test_region_attention_marks_the_most_attended_box():
   assert [t.get_text() for t in ax.texts] == ["0.70"]
 
 
-def test_gate_png_1d_and_2d(tmp_path):
-  words = ["a", "red", "cube", "<eos>"]
-  figures.plot_gate(words, [0.2, 0.8, 0.5, 0.1], out=str(tmp_path / "gate.png"))
-  _check_png(tmp_path / "gate.png")
-  figures.plot_gate(words, np.linspace(0, 1, 12).reshape(4, 3), out=str(tmp_path / "gate2.png"))
-  _check_png(tmp_path / "gate2.png")
-  with pytest.raises(ValueError, match="one word per row"):
-    figures.plot_gate(words[:2], [0.1, 0.2, 0.3])
-
-
-def test_attention_steps_png(tmp_path):
-  steps = np.array([0, 2, 4])
-  conf = np.full((3, 5), 0.5)
-  beta = np.zeros((3, 5))
-  for t, n in enumerate(steps):
-    beta[t, : n + 1] = 1.0 / (n + 1)
-  figures.plot_attention_steps(["a", "red", "<eos>"], steps, conf, beta,
-                               out=str(tmp_path / "steps.png"), title="a red")
-  _check_png(tmp_path / "steps.png")
-  with pytest.raises(ValueError, match="plot_attention_steps"):
-    figures.plot_attention_steps(["a"], steps, conf, beta)
-
-
-def test_attention_steps_one_box_per_taken_step():
-  steps = np.array([0, 2, 4])
-  conf = np.full((3, 5), 0.5)
-  beta = np.full((3, 5), 0.2)
-  fig = figures.plot_attention_steps(["a", "red", "<eos>"], steps, conf, beta)
-  taken = sorted(p.get_gid() for p in fig.axes[0].patches if p.get_gid())
-  want = sorted(f"step:{t}:{n}" for t, s in enumerate(steps) for n in range(s + 1))
-  assert taken == want  # slot 0 plus N(t) attention steps per word, nothing after N(t)
-  assert len(fig.axes[0].texts) == len(want)
-
-
 def test_box_relations_png_on_given_axes(tmp_path):
   fig = figures.new_figure(6, 3)
   ax1, ax2 = fig.subplots(1, 2)
@@ -175,13 +124,6 @@ def test_figures_script_curves(tmp_path):
 def test_image_transformer_figure3_script(tmp_path):
   out = tmp_path / "fig3.png"
   _script("jaxcap/papers/image_transformer/analysis.py").main(["figure3", "--out", str(out)])
-  _check_png(out)
-
-
-@pytest.mark.slow  # builds and decodes an (untrained) AAT model
-def test_plot_attention_steps_script_random_init(tmp_path):
-  out = tmp_path / "steps.png"
-  _script("jaxcap/papers/aat/plot_attention_steps.py").main(["--random_init", "--out", str(out)])
   _check_png(out)
 
 

@@ -3,7 +3,7 @@
 import jax
 import numpy as np
 
-from configs import common
+from jaxcap import config_common as common
 from jaxcap import data as data_lib
 from jaxcap.data import batch as batch_lib
 from jaxcap.data import pipeline

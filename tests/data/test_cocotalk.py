@@ -43,7 +43,7 @@ def test_missing_label_dataset(tmp_path):
 
 
 def _config_layout(root):
-  """The fake cocotalk files with the feature dirs named as configs/common.py's COCO layout."""
+  """The fake cocotalk files with the feature dirs named as jaxcap/config_common.py's COCO layout."""
   return fakes.write_coco_layout(root, counts=(6, 2, 2), cocotalk=True)
 
 

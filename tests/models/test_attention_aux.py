@@ -52,6 +52,7 @@ from jaxcap import decoding
 from jaxcap.data.vocab import BOS, EOS, PAD
 from jaxcap.models import registry
 from jaxcap.models.base import repeat_batch
+from tests import papers
 from tests.models import np_transformer as ref
 from tests.tiers import one_in_default
 
@@ -60,42 +61,32 @@ MIN_LEN = 3  # no EOS before the 4th step: longer sequences, more beam reorderin
 TRANSFORMER = dict(dim=16, num_layers=1, num_dec_layers=2, num_heads=2, ff_dim=24, dropout=0.0)
 
 # case -> (registered model, fields). Tiny sizes; dropout off (decoding runs train=False anyway).
+# The shared models' cases here, each paper's in tests/papers/<paper>/shared_cases.py.
 CASES = {
     "transformer": ("transformer", TRANSFORMER),
     "transformer_prenorm": ("transformer", dict(TRANSFORMER, norm_position="pre",
                                                 layer_norm="annotated")),
-    "eta": ("eta", dict(TRANSFORMER, variant="eta")),
-    "eta_parallel": ("eta", dict(TRANSFORMER, variant="parallel")),
-    "eta_late_fusion": ("eta", dict(TRANSFORMER, variant="late_fusion")),
-    "image_transformer": ("image_transformer", dict(dim=16, num_heads=2, num_layers=1, num_sub=3,
-                                                    ff_dim=24, dropout=0.0)),
-    "aoanet": ("aoanet", dict(dim=16, num_heads=2, num_layers=1, dropout=0.0)),
-    # epsilon 0.3: random confidences halt at different steps (the paper's 1e-4 never halts).
-    "aat": ("aat", dict(dim=16, num_heads=2, max_steps=3, epsilon=0.3, dropout=0.0)),
-    "aat_recurrent": ("aat", dict(dim=16, num_heads=2, attention="recurrent", steps=2,
-                                  dropout=0.0, attention_out_proj=False)),
-    "mnmt": ("mnmt", dict(embed_dim=8, hidden_dim=8, att_dim=8)),
     "lstm": ("lstm", dict(hidden_dim=16, embed_dim=8, att_dim=8, dropout=0.0)),
     "aoa": ("aoa", dict(dim=16, embed_dim=8, num_heads=2, dropout=0.0, dropout_aoa=0.0)),
     "updown": ("updown", dict(hidden_dim=16, embed_dim=8, att_dim=8, dropout=0.0)),
+    **papers.collected("ATTENTION_AUX"),
 }
 # Registered models whose decoder attends to nothing (or that have no decoder).
 NO_ATTENTION = {"nearest_neighbour": "retrieval, no decoder", "newfc": "FC features only",
-                "show_tell": "the global feature only", "tpgn": "the global feature only"}
+                **papers.collected("NO_ATTENTION")}
 
 # aux key -> which batch mask its last axis runs over.
 _FEATS, _ATTRS, _SRC = "feats_mask", "attr_mask", "src_mask"
 
 
 def _memory_of(key: str):
-  if key.startswith("attribute_") or key.endswith(("_a_s", "_gv_s")):
-    return _ATTRS
-  if key in ("src_attention", "attention_txt"):
-    return _SRC
-  if key in ("attention", "cross_attention", "step_attention", "attention_im") or key.endswith(
-      ("_a_v", "_gs_v")):
+  """The batch mask the last axis of aux ``key`` runs over: the shared keys here, a paper's
+  own from its ``aux_memory``."""
+  if key in ("attention", "cross_attention"):
     return _FEATS
-  return None
+  found = {m for m in (hook(key) for hook in papers.hooks("aux_memory")) if m is not None}
+  assert len(found) <= 1, (key, found)
+  return found.pop() if found else None
 
 
 def _is_attention(key: str) -> bool:
@@ -193,6 +184,7 @@ def _decoded(case, method):
   return tokens_RxT, lengths_R, aux, _stepped(model, params, tokens_RxT, repeat), repeat
 
 
+@pytest.mark.paper_gate
 def test_every_model_is_covered():
   covered = {name for name, _ in CASES.values()}
   assert covered.isdisjoint(NO_ATTENTION)
@@ -243,12 +235,9 @@ def _real_rows_check(case, key, a_RxTx_M, repeat, stepped):
   if _memory_of(key) == _ATTRS:  # an image without attributes attends to none (ETA)
     empty_R = ~mask_RxM.any(-1)
     expect[empty_R] = 0.0
-  if key == "step_attention":  # AAT: slot 0 (h1) and the steps after N(t) attend to none
-    slots = np.arange(a_RxTx_M.shape[2])
-    taken = (slots[None, None, :] >= 1) & (slots[None, None, :] <= stepped["attention_steps"][..., None])
-    expect = np.broadcast_to(taken[..., None], sums.shape).astype(sums.dtype)
-  if key == "attention" and "beta" in stepped:  # AAT: a word that halted at N(t) = 0
-    expect = (stepped["beta"][..., 1:].sum(-1) > 0).astype(sums.dtype)
+  for hook in papers.hooks("aux_row_sums"):  # a paper's documented zero rows (AAT's steps)
+    own = hook(key, stepped, a_RxTx_M, sums)
+    expect = expect if own is None else own
   np.testing.assert_allclose(sums, expect, atol=1e-5, err_msg=f"{case} {key}")
 
 
@@ -259,37 +248,22 @@ def test_rows_are_distributions_over_real_elements(case):
   for k in keys:
     assert _memory_of(k) is not None, (case, k)
     _real_rows_check(case, k, np.asarray(stepped[k], np.float64), repeat, stepped)
-  if case == "aat":  # the case exercises both halting and not halting
-    steps = stepped["attention_steps"]
-    assert len(np.unique(steps)) > 1, steps
+  for hook in papers.hooks("aux_case_check"):  # e.g. AAT's case halts at more than one step
+    hook(case, stepped)
 
 
 @pytest.mark.parametrize("case", one_in_default(sorted(CASES)))
 def test_summaries_are_documented_means(case):
-  """``attention`` (and ETA's ``attribute_attention``) as each model's docstring defines it."""
+  """``attention`` as each model's docstring defines it: the Transformer's here, a paper's by
+  its ``aux_summaries`` (which says whether the model is its)."""
   _, _, _, s, _ = _decoded(case, "greedy")
-  name = CASES[case][0]
-  if name in ("transformer", "eta"):
+  name, fields = CASES[case]
+  if name == "transformer":
     np.testing.assert_allclose(s["attention"], s["cross_attention"][:, :, -1].mean(2), atol=1e-6)
-    if "attribute_attention" in s:
-      np.testing.assert_allclose(s["attribute_attention"],
-                                 s["attribute_cross_attention"][:, :, -1].mean(2), atol=1e-6)
-  elif name in ("image_transformer", "aoanet"):
-    np.testing.assert_allclose(s["attention"], s["cross_attention"].mean((2, 3)), atol=1e-6)
-    assert s["cross_attention"].shape[2] == CASES[case][1].get("num_sub", 1)
-  elif name == "aat":
-    beta = s["beta"].copy()
-    beta[..., 0] = 0.0
-    mixed = np.einsum("rts,rtsn->rtn", beta, s["step_attention"].mean(3))
-    mass = beta.sum(-1, keepdims=True)
-    np.testing.assert_allclose(s["attention"], np.where(mass > 0, mixed / np.maximum(mass, 1e-30), 0),
-                               atol=1e-6)
-  elif name == "mnmt":
-    np.testing.assert_array_equal(s["attention"], s["attention_im"])
-    np.testing.assert_array_equal(s["src_attention"], s["attention_txt"])
-  if case == "eta":  # the region summary is the visual pathway's output attention gs_v
-    np.testing.assert_array_equal(s["cross_attention"], s["cross_attention_gs_v"])
-    np.testing.assert_array_equal(s["attribute_cross_attention"], s["cross_attention_gv_s"])
+  else:
+    checked = [hook(name, fields, case, s) for hook in papers.hooks("aux_summaries")]
+    if name in {n for n, _ in papers.collected("ATTENTION_AUX").values()}:
+      assert sum(checked) == 1, (case, "a paper model needs its aux_summaries")
 
 
 def test_transformer_weights_match_numpy_reference():

@@ -19,20 +19,22 @@ import pytest
 
 from jaxcap.data.vocab import BOS
 from jaxcap.models import registry
+from tests import papers
 from tests.models import test_attention_aux as aux_cases
 from tests.tiers import one_in_default
 
 LONG = 3 * aux_cases.T  # steps decoded, 3x the training length
 
-# The models without attention, which test_attention_aux has no case for.
+# The models without attention, which test_attention_aux has no case for (a paper's in its
+# tests/papers/<paper>/shared_cases.py DECODE_LENGTH_CASES).
 EXTRA = {
     "newfc": ("newfc", dict(hidden_dim=16, embed_dim=8, dropout=0.0)),
-    "show_tell": ("show_tell", dict(hidden_dim=16, embed_dim=8, dropout=0.0)),
-    "tpgn": ("tpgn", dict(d=4)),
+    **papers.collected("DECODE_LENGTH_CASES"),
 }
 CASES = {**aux_cases.CASES, **EXTRA}
 
 
+@pytest.mark.paper_gate
 def test_every_decoding_model_is_covered():
   names = {name for name, _ in CASES.values()}
   assert set(registry.names()) - names == {"nearest_neighbour"}  # retrieval: no decoder

@@ -17,18 +17,16 @@ from pathlib import Path
 
 import pytest
 
+from tests import papers
+
 REPO = Path(__file__).resolve().parents[2]
 
 CASES = [
     # (script, args, needle)
     ("experiments/decoding/beam_modes.py", ["--workdir={tmp}/nowhere"], "{tmp}/nowhere/config.json"),
     ("experiments/decoding/beam_modes.py", [], "--workdir"),
-    ("jaxcap/papers/aat/plot_attention_steps.py", ["--workdir", "{tmp}/nowhere", "--out", "{tmp}/a.png"],
-     "{tmp}/nowhere/config.json"),
     ("experiments/flickr8k/table.py", ["--workdir", "{tmp}/t", "--seeds", "a,b"], "--seeds"),
-    ("jaxcap/papers/aat/table1.py", ["--workdir", "{tmp}/t", "--rows", "nope"], "--rows"),
-    ("jaxcap/papers/eta/ablations.py", ["--workdir={tmp}/t", "--seeds=x"], "--seeds"),
-]
+] + [c for m in papers.shared_cases() for c in getattr(m, 'SCRIPT_CASES', [])]
 
 
 @pytest.mark.slow
@@ -46,11 +44,9 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, script, args, needle):
 
 # Every script in scripts/ and experiments/*/, each with a bad flag value: (args, the flag the line must name).
 BAD_FLAG = {
-    "jaxcap/papers/aat/table1.py": (["--workdir", "{tmp}/t", "--steps", "x"], "--steps"),
     "experiments/decoding/beam_modes.py": (["--workdir={tmp}/t", "--beam_size=x"], "--beam_size"),
     "scripts/build_tfds.py": (["--out={tmp}/t", "--overwrite=maybe"], "--overwrite"),
     "experiments/decoding/cider_compat_diff.py": (["--cache_dir={tmp}/t", "--images=0"], "--images"),
-    "jaxcap/papers/eta/ablations.py": (["--workdir={tmp}/t", "--steps=x"], "--steps"),
     "scripts/extract_features.py": (["--images", "{tmp}", "--out", "{tmp}/o", "--batch_size", "x"], "--batch_size"),
     "scripts/figures.py": (["words", "--workdir", "{tmp}/t", "--out", "{tmp}/a", "--index", "x"], "--index"),
     "experiments/flickr8k/table.py": (["--workdir", "{tmp}/t", "--stages", "nope"], "--stages"),
@@ -59,48 +55,32 @@ BAD_FLAG = {
     "experiments/flickr8k/scst_sweep.py": (["--sweep", "{tmp}/s", "--xe-workdir", "{tmp}/x", "--out", "{tmp}/o",
                                             "--seed", "x"], "--seed"),
     "experiments/pixels/run.py": (["--workdir", "{tmp}/t", "--steps", "x"], "--steps"),
-    "jaxcap/papers/image_transformer/analysis.py": (["spread", "--workdir", "{tmp}/t", "--words", "x"], "--words"),
-    "jaxcap/papers/image_transformer/table3.py": (["--workdir", "{tmp}/t", "--steps", "x"], "--steps"),
-    "jaxcap/papers/mnmt/table2.py": (["--workdir", "{tmp}/t", "--steps", "x"], "--steps"),
-    "jaxcap/papers/aat/plot_attention_steps.py": (["--workdir", "{tmp}/t", "--index", "x"], "--index"),
-    "jaxcap/papers/tpgn/roles.py": (["--workdir", "{tmp}/t", "--step", "x"], "--step"),
-    "jaxcap/papers/tpgn/table1.py": (["--workdir", "{tmp}/t", "--steps", "x"], "--steps"),
-    "jaxcap/papers/eta/train_attributes.py": (["--out={tmp}/t", "--bogus=1"], "--bogus"),
 }
+BAD_FLAG.update(papers.collected('SCRIPT_BAD_FLAG'))  # each paper's scripts
 
 # Scripts that read a trained run: {run} is its workdir.
 READS_RUN = {
     "experiments/decoding/beam_modes.py": ["--workdir={run}"],
     "scripts/figures.py": ["words", "--workdir", "{run}", "--out", "{tmp}/a"],
-    "jaxcap/papers/image_transformer/analysis.py": ["spread", "--workdir", "{run}"],
-    "jaxcap/papers/aat/plot_attention_steps.py": ["--workdir", "{run}", "--out", "{tmp}/a.png"],
-    "jaxcap/papers/tpgn/roles.py": ["--workdir", "{run}"],
 }
+READS_RUN.update(papers.collected('SCRIPT_READS_RUN'))  # each paper's scripts
 
 # Scripts that write runs (or files) under a directory: {out} is that directory. A file there
 # instead of a directory is refused before anything trains; ``run`` is where a row's first run
 # lives (None: the script keeps no checkpoints, or needs ../shared/data).
 WRITES = {
-    "jaxcap/papers/aat/table1.py": (["--workdir", "{out}", "--rows", "base", "--seeds", "0", "--steps", "2"], "base/seed0"),
     "scripts/build_tfds.py": (["--out={out}", "--config.data.num_train=16", "--config.data.num_val=8",
                        "--config.data.num_test=8"], None),
     "experiments/decoding/cider_compat_diff.py": (["--cache_dir={out}", "--images=4", "--config={repo}/configs/transformer.py:synthetic",
                               "--config.data.num_train=16", "--config.data.num_val=8",
                               "--config.data.num_test=8"], None),
-    "jaxcap/papers/eta/ablations.py": (["--workdir={out}", "--variants=transformer_v", "--seeds=0", "--steps=2"],
-                         "transformer_v/seed0"),
     "scripts/extract_features.py": (["--images", "{repo}/docs", "--out", "{out}", "--random_weights"], None),
     "experiments/flickr8k/table.py": (["--workdir", "{out}", "--models", "transformer", "--seeds", "0", "--steps", "1"], None),
     "experiments/flickr8k/config_sweep.py": (["--model", "transformer", "--workdir", "{out}", "--settings", "base"], None),
     "experiments/flickr8k/scst_sweep.py": (["--sweep", "{repo}/docs", "--xe-workdir", "{repo}/docs", "--out", "{out}"], None),
     "experiments/pixels/run.py": (["--workdir", "{out}", "--seeds", "0", "--steps", "1"], None),
-    "jaxcap/papers/image_transformer/table3.py": (["--workdir", "{out}", "--rows", "aoanet", "--seeds", "0", "--steps", "2"],
-                                    "aoanet/seed0"),
-    "jaxcap/papers/mnmt/table2.py": (["--workdir", "{out}", "--rows", "nmt", "--seeds", "0", "--steps", "1"], None),
-    "jaxcap/papers/tpgn/table1.py": (["--workdir", "{out}", "--rows", "show_tell", "--seeds", "0", "--steps", "2"],
-                       "show_tell_s0"),
-    "jaxcap/papers/eta/train_attributes.py": (["--out={out}"], None),
 }
+WRITES.update(papers.collected('SCRIPT_WRITES'))  # each paper's scripts
 
 
 def _run_script(script, args, cwd):
@@ -121,6 +101,7 @@ def _one_error_line(proc, *needles):
   return lines[0]
 
 
+@pytest.mark.paper_gate
 def test_every_script_is_covered():
   papers = [p for p in (REPO / "jaxcap" / "papers").glob("*/*.py") if "__main__" in p.read_text()]
   scripts = sorted(str(p.relative_to(REPO)) for p in [*(REPO / "scripts").glob("*.py"),

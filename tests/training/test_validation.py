@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from configs import common
+from jaxcap import config_common as common
 from jaxcap import data as data_lib
 from jaxcap.training import validation
 from tests.data import fakes

@@ -305,6 +305,18 @@ class AATCaptioner(CaptionModel, AttentionTimeFields, kw_only=True):
                   "dropout": fields.RATE}
 
   @staticmethod
+  def word_figures(words, aux, out_prefix, title=""):
+    """The steps per word, ``<out_prefix>_steps.png``
+    (:func:`jaxcap.papers.aat.figures.plot_attention_steps`)."""
+    if "attention_steps" not in aux:
+      return []
+    from jaxcap.papers.aat import figures  # matplotlib only when drawing
+    out = f"{out_prefix}_steps.png"
+    figures.plot_attention_steps(words, aux["attention_steps"], aux["confidences"], aux["beta"],
+                                 title=title, out=out)
+    return [out]
+
+  @staticmethod
   def check_fields(values):
     fields.heads_divide_dim(values)
     if values["min_steps"] > values["max_steps"]:

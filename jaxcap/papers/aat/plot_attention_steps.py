@@ -1,5 +1,5 @@
 """Draws AAT's attention steps for one generated caption as a PNG (the paper's Figure 3,
-without the image), with :func:`jaxcap.analysis.figures.plot_attention_steps`.
+without the image), with :func:`jaxcap.papers.aat.figures.plot_attention_steps`.
 
 One row per generated word: the orange box is the non-visual step (slot 0, ``h1_t``), the blue
 boxes are the attention steps ``n = 1 .. N(t)``; each box shows ``confidence/weight``
@@ -20,7 +20,7 @@ import os
 from jaxcap import api
 from jaxcap import data as data_lib
 import jaxcap
-from jaxcap.analysis import figures
+from jaxcap.papers.aat import figures
 from jaxcap.analysis.words import caption_aux, row_batch
 from jaxcap.data import batch as batch_lib
 from jaxcap.models import registry

@@ -279,6 +279,17 @@ class ETACaptioner(TransformerSizes):
   dtype: Any = jnp.float32
   vocab_pad_multiple: int = 1
 
+  decode_train_groups = True  # __call__ / decode_train(..., group=S): one image's S captions at once
+
+  @staticmethod
+  def word_figures(words, aux, out_prefix, title=""):
+    """The gate per word, ``<out_prefix>_gate.png`` (:func:`jaxcap.papers.eta.figures.plot_gate`)."""
+    if "gbc_gate_layers" not in aux and "gbc_gate" not in aux:
+      return []  # a variant without the gate
+    from jaxcap.papers.eta import figures  # matplotlib only when drawing
+    out = f"{out_prefix}_gate.png"
+    figures.plot_gate(words, aux.get("gbc_gate_layers", aux.get("gbc_gate")), title=title, out=out)
+    return [out]
   field_checks = dict(TransformerSizes.field_checks, variant=fields.one_of(VARIANTS),
                       vocab_pad_multiple=fields.POSITIVE,
                       gbc_activation=fields.one_of(tuple(ACTIVATIONS)))

@@ -272,6 +272,16 @@ class ImageTransformer(CaptionModel):
     fields.heads_divide_dim(values)
     parse_spatial_layers(values["spatial_layers"], values["num_layers"])
 
+  @classmethod
+  def tiny_sizes(cls, model_config):
+    """The shared tiny sizes, keeping as many encoder layers as ``spatial_layers`` names."""
+    sizes = super().tiny_sizes(model_config)
+    listed = [int(t) for t in str(model_config.get("spatial_layers", "")).split(",")
+              if t.strip().isdigit()]
+    if listed:
+      sizes["num_layers"] = max(listed + [sizes.get("num_layers", model_config["num_layers"])])
+    return sizes
+
   def __post_init__(self):
     # Configs name the layers ("all", "none", "1,3"); the module holds their sorted indices.
     object.__setattr__(self, "spatial_layers", parse_spatial_layers(self.spatial_layers, self.num_layers))

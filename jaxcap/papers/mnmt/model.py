@@ -182,6 +182,8 @@ class MultimodalNMT(CaptionModel):
                   "modalities": fields.one_of(MODALITIES), "fusion": fields.one_of(FUSIONS),
                   "decoder": fields.one_of(DECODERS), "dropout": fields.RATE}
 
+  text_only_setting = "model.variant='nmt' (text only)"
+
   @staticmethod
   def config_presets(values: dict) -> dict:
     """``variant``: a row of Table 2 (``nmt``, ``imgtxt``, ``mnmt1``..``mnmt8``) sets the

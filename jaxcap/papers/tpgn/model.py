@@ -230,6 +230,7 @@ class TPGN(CaptionModel):
   dtype: jnp.dtype = jnp.float32
 
   frozen_collections = ("constants",)
+  ablation_inputs = ("role_centroids",)  # Run.ablate(zero_role_cluster=k, role_centroids=C)
 
   field_checks = {"d": fields.POSITIVE, "lexical": fields.one_of(LEXICAL_MODES),
                   "glove_path": fields.Check(lambda v: isinstance(v, str), "a path string"),
@@ -359,6 +360,12 @@ class TPGN(CaptionModel):
   # ------------------------------------------------------------------ run set-up
   def _glove_words(self, dataset) -> list:
     return list(dataset.vocab.itos)[: self.vocab_size]
+
+  def with_ablation_input(self, variables: dict, name: str, value) -> dict:
+    """``role_centroids``: the ``ablation`` collection :func:`with_role_centroids` adds."""
+    if name != "role_centroids":
+      return super().with_ablation_input(variables, name, value)
+    return with_role_centroids(variables, value)
 
   def check_prepare(self, dataset) -> None:
     """What :meth:`prepare_variables` reads besides the data (the GloVe file), checked before

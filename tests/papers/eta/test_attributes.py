@@ -124,7 +124,7 @@ def test_top_attributes_and_atomic_file_round_trip(tmp_path):
 
 
 def _synthetic_config(tmp_path, attributes="none", path=""):
-  from configs import common
+  from jaxcap import config_common as common
   c = common.data_config("synthetic")
   c.num_train, c.num_val, c.num_test = 1500, 200, 20
   c.attributes = attributes
@@ -153,3 +153,19 @@ def test_detector_beats_the_frequency_prior_and_feeds_the_pipeline(tmp_path):
   iid = detected.image_ids("val")[3]
   words = [detected.vocab.itos[i] for i in src[3]["attributes"]]
   assert words == table[str(iid)][:detected.max_attributes]
+
+
+def test_the_flickr8k_table_reads_its_own_detected_attributes(tmp_path):
+  """experiments/flickr8k/table.py through this paper's flickr8k_config: ETA's row reads the
+  attributes its detector writes under the table's workdir (not the test references)."""
+  import importlib.util
+  path = os.path.join(os.path.dirname(__file__), "..", "..", "..", "experiments", "flickr8k",
+                      "table.py")
+  spec = importlib.util.spec_from_file_location("_flickr8k_table", path)
+  table = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(table)
+  assert "eta" in table.MODELS
+  eta = table.base_config("eta", str(tmp_path))
+  assert eta.data.attributes == "detected"
+  assert eta.data.attributes_file == str(tmp_path / "attributes_flickr8k" / "attributes.json")
+  assert table.base_config("eta", str(tmp_path), "synthetic").data.attributes_file != eta.data.attributes_file

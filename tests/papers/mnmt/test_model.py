@@ -624,7 +624,7 @@ def test_needs_a_translation_source():
 def test_l2_adds_two_lambda_w_to_the_gradient():
   import ml_collections
   import optax
-  from configs import common
+  from jaxcap import config_common as common
   from jaxcap.training import optim
   cfg = common.base_config("synthetic")
   cfg.schedule, cfg.learning_rate, cfg.grad_clip_value = "constant", 1.0, 0.0

@@ -270,7 +270,7 @@ def test_gradients_finite_and_constants_get_none():
 
 def test_optimizer_never_moves_the_constants_even_with_weight_decay():
   import ml_collections
-  from configs import common
+  from jaxcap import config_common as common
   from jaxcap.training import optim
   cfg = common.base_config("synthetic")
   cfg.weight_decay = 0.1
@@ -368,7 +368,7 @@ def test_prepare_variables_loads_a_fixed_glove_embedding(tiny_synthetic, tmp_pat
 
 @pytest.fixture(scope="module")
 def tiny_synthetic():
-  from configs import common
+  from jaxcap import config_common as common
   from jaxcap import data as data_lib
   d = common.data_config("synthetic")
   d.num_train, d.num_val, d.num_test = 40, 8, 8

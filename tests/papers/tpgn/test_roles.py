@@ -72,7 +72,7 @@ def test_real_text_without_a_tagger_gives_none_or_tags():
 
 
 def test_analysis_end_to_end_on_an_untrained_model(tmp_path):
-  from configs import common
+  from jaxcap import config_common as common
   from jaxcap import data as data_lib
   from jaxcap.data import pipeline
   from jaxcap.models.base import shift_right

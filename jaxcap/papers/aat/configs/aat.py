@@ -20,7 +20,7 @@ Variants through the config argument (``--config configs/aat.py:<arg>``):
   8 heads as the authors' released code (the paper's text says 4: ``coco,heads=4``).
 """
 
-from configs import common
+from jaxcap import config_common as common
 
 # The row's switches: model fields of the same names, whose defaults (the module's) are the
 # paper's settings; the released code's departures from the paper are among them, off by
@@ -47,6 +47,7 @@ def get_config(arg: str | None = None):
 
   if a.dataset in ("synthetic", "flickr8k"):
     c = common.step_decay(common.cpu_sized(c), 2e-3)
+    c.decode.method = "greedy"  # validation at CPU sizes decodes greedily (the paper's: beam 2)
     c.model.update(dim=128, num_heads=a.heads or 4, dropout=0.1)
   if a.dataset == "flickr8k":
     c = common.flickr8k_step_decay(c)

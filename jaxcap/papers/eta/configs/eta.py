@@ -32,8 +32,8 @@ references), SCST after cross-entropy (the start step is our choice: ~25 XE epoc
 Karpathy COCO; the paper does not give it).
 """
 
-from configs import common
-from configs import transformer
+from jaxcap import config_common as common
+from jaxcap import config_files
 from jaxcap.papers.eta import attributes as attribute_detector
 from jaxcap.papers.eta.model import ACTIVATIONS, VARIANTS
 
@@ -95,7 +95,8 @@ def get_config(arg: str | None = None):
 
   if a.dataset in ("synthetic", "flickr8k"):
     c = common.cpu_sized(c)
-    m.update(transformer.CPU_SIZES, num_layers=2 if m.num_layers else 0)
+    c.decode.method = "greedy"  # validation at CPU sizes decodes greedily (the paper's: beam 3)
+    m.update(config_files.config_module("configs/transformer.py").CPU_SIZES, num_layers=2 if m.num_layers else 0)
     d.hidden = 256
     d.num_steps = 1500
     d.top_k = 10

@@ -18,7 +18,7 @@ Arguments as configs/image_transformer.py (``spatial_layers=``, ``M=``, ``dim=``
 ``layers=`` ...), with AoANet's defaults (``spatial_layers=none``, ``M=1``, ``baseline=True``).
 """
 
-from configs import common
+from jaxcap import config_common as common
 from jaxcap.papers.image_transformer.configs import image_transformer
 
 

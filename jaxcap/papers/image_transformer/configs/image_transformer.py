@@ -31,7 +31,7 @@ outputs are concatenated rather than averaged; the released code also does not c
 intersection (see jaxcap/papers/image_transformer/model.py).
 """
 
-from configs import common
+from jaxcap import config_common as common
 
 MODEL = "image_transformer"
 
@@ -71,6 +71,7 @@ def build(a, name: str, cpu_layers: int = 3, flickr8k_dropout: float = 0.3, flic
 
   if a.dataset in ("synthetic", "flickr8k"):
     c = common.step_decay(common.cpu_sized(c), 2e-3)
+    c.decode.method = "greedy"  # validation at CPU sizes decodes greedily (the paper's: beam 3)
     dim = a.dim or 128
     c.model.update(dim=dim, num_heads=a.heads or 4, num_layers=a.layers or cpu_layers,
                    ff_dim=2 * dim)

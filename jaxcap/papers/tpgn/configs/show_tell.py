@@ -9,7 +9,7 @@
   30 epochs, beam 3 (the same schedule as ``configs/tpgn.py:coco``; NIC itself used SGD).
 """
 
-from configs import common
+from jaxcap import config_common as common
 
 
 def get_config(arg: str | None = None):
@@ -22,6 +22,7 @@ def get_config(arg: str | None = None):
   c = common.coco_step_schedule(c, batch_size=50, learning_rate=5e-4, epochs=30)
   if a.dataset in ("synthetic", "flickr8k"):
     c = common.run_length(common.step_decay(common.cpu_sized(c), 2e-3), 500, 250)
+    c.decode.method = "greedy"  # validation at CPU sizes decodes greedily (the paper's: beam 3)
   if a.dataset == "synthetic":
     c.model.hidden_dim = c.model.embed_dim = a.dim or 128
     c.model.dropout = 0.2 if a.dropout < 0 else a.dropout

@@ -18,7 +18,7 @@ Other arguments: ``lexical=learned|tied`` (how W_x is resolved, see jaxcap/paper
 ``glove=<path>`` (a GloVe-format text file for W_e), ``dropout=``.
 """
 
-from configs import common
+from jaxcap import config_common as common
 
 
 def get_config(arg: str | None = None):
@@ -36,6 +36,7 @@ def get_config(arg: str | None = None):
 
   if a.dataset in ("synthetic", "flickr8k"):
     c = common.run_length(common.step_decay(common.cpu_sized(c), 2e-3), 500, 250)
+    c.decode.method = "greedy"  # validation at CPU sizes decodes greedily (the paper's: beam 3)
     c.model.d = a.d or 16
   if a.dataset == "flickr8k":
     c = common.flickr8k_sized(c, num_train_steps=1000, eval_every_steps=100,

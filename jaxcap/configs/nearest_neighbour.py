@@ -1,7 +1,7 @@
 """Nearest-neighbour retrieval baseline: the first caption of the closest training image
 (cosine on the global feature). ``python train.py --config configs/nearest_neighbour.py:flickr8k``."""
 
-from configs import common
+from jaxcap import config_common as common
 
 
 def get_config(arg: str | None = None):

@@ -22,7 +22,6 @@ import os
 
 import ml_collections
 
-from jaxcap import config_files
 
 # ``coco``: Karpathy's dataset_coco.json + bottom-up features; ``cocotalk``: the same features with
 # self-critical.pytorch's cocotalk.json + cocotalk_label.h5 (its vocabulary: min_word_count 1).
@@ -30,8 +29,19 @@ DATASETS = ("synthetic", "flickr8k", "coco", "cocotalk", "multi30k")
 COCO_LIKE = ("coco", "cocotalk")  # the paper-sized datasets: model files give them one setting
 
 # ../shared/data beside the repository (the project's small real data set), unless overridden.
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the checkout (jaxcap/..)
 SHARED_DATA = os.environ.get("JAXCAP_SHARED_DATA", os.path.join(os.path.dirname(_REPO), "shared", "data"))
+
+
+def literal(text: str):
+  """A command-line value as the config field takes it: an int, a float, ``true`` / ``false``
+  (any case) as a bool, else the string."""
+  for typ in (int, float):
+    try:
+      return typ(text)
+    except ValueError:
+      pass
+  return {"true": True, "false": False}.get(text.lower(), text)
 
 
 def parse_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:
@@ -52,36 +62,33 @@ def parse_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:
     key, value = item.split("=", 1)
     if key not in out:
       raise ValueError(f"config argument {key!r}: unknown; expected one of {sorted(out)}")
-    out[key] = config_files.literal(value)
+    out[key] = literal(value)
   if out["dataset"] not in DATASETS:
     raise ValueError(f"config argument dataset: expected one of {DATASETS}, got {out['dataset']!r}")
   return ml_collections.ConfigDict(out)
 
 
-# The sizes of ``tiny`` (the module docstring): the run, the synthetic data, and every model
-# field of these names that the model has.
+# The sizes of ``tiny`` (the module docstring): the run and the synthetic data; the model's
+# own come from its class (``CaptionModel.tiny_sizes``).
 TINY_RUN = {"num_train_steps": 4, "eval_every_steps": 4, "checkpoint_every_steps": 4,
             "log_every_steps": 2, "batch_size": 8, "eval_batch_size": 8, "eval_num_images": 16,
             "warmup_steps": 10}
 TINY_DATA = {"num_train": 96, "num_val": 16, "num_test": 16}
-TINY_MODEL = {"dim": 32, "num_heads": 4, "ff_dim": 64, "num_layers": 1, "num_dec_layers": 1,
-              "embed_dim": 16, "hidden_dim": 16, "att_dim": 16, "d": 3}
 TINY_DETECTOR = {"num_steps": 4, "hidden": 16, "batch_size": 8}
 
 
 def tiny(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-  """``c`` at :data:`TINY_RUN` / :data:`TINY_DATA` / :data:`TINY_MODEL` sizes, for the fields
-  it has (a method without training, the nearest neighbour, keeps its 0 steps; the Image
-  Transformer keeps as many layers as its spatial layers name)."""
+  """``c`` at :data:`TINY_RUN` / :data:`TINY_DATA` sizes and its model's own tiny sizes (the
+  registered class's ``tiny_sizes``), for the fields it has (a method without training, the
+  nearest neighbour, keeps its 0 steps)."""
+  from jaxcap.models import registry  # the models only when a config is shrunk
+  model_sizes = registry.get(c.model.name).tiny_sizes(c.model)
   with c.unlocked() if hasattr(c, "unlocked") else contextlib.nullcontext():
-    for section, values in ((c, TINY_RUN), (c.data, TINY_DATA), (c.model, TINY_MODEL),
+    for section, values in ((c, TINY_RUN), (c.data, TINY_DATA), (c.model, model_sizes),
                             (c.get("detector"), TINY_DETECTOR)):
       for k, v in values.items() if section is not None else ():
         if k in section and not (k == "num_train_steps" and not c.num_train_steps):
           section[k] = v
-    listed = [int(t) for t in str(c.model.get("spatial_layers", "")).split(",") if t.strip().isdigit()]
-    if listed and "num_layers" in c.model:
-      c.model.num_layers = max(listed + [c.model.num_layers])
   return c
 
 
@@ -233,14 +240,14 @@ def base_config(dataset: str = "synthetic", model: str = "transformer") -> ml_co
 
 def cpu_sized(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   """Shrinks the schedule for a ~5 minute run on a 2-core CPU (the synthetic default):
-  cross-entropy only (no SCST, no scheduled sampling) and greedy validation decoding."""
+  cross-entropy only (no SCST, no scheduled sampling). The decoding stays as the config set
+  it (a config that wants greedy decoding at CPU sizes says so after this call)."""
   c.batch_size = 50
   c = run_length(c, 1000, 500)  # 5 epochs of synthetic_scenes; val CIDEr-D is near its plateau
   c.eval_num_images = 250
   c.warmup_steps = 300
   c.scst.start_step = c.scst.start_epoch = -1
   c.scheduled_sampling.start_epoch = -1
-  c.decode.method = "greedy"
   return c
 
 

@@ -8,7 +8,7 @@ x0.8 every 3 epochs; ``common.cpu_sized``), which suits any model; the shared No
 ``learning_rate`` is a scale factor meant for the Transformer-style configs.
 """
 
-from configs import common
+from jaxcap import config_common as common
 
 
 def get_config(arg: str | None = None):

@@ -6,7 +6,7 @@ x0.8 decay every 3 epochs brings it under 1e-4 by the end); ``:coco`` uses 512-w
 self-critical.pytorch's usual schedule (Adam 5e-4, x0.8 every 3 epochs).
 """
 
-from configs import common
+from jaxcap import config_common as common
 
 
 def get_config(arg: str | None = None):

@@ -13,7 +13,7 @@ for a few hundred to a few thousand images (``common.small_sized``): d = 256, 3 
 batch 16, 2,000 steps, Noam warm-up 300; the cocotalk vocabulary stays cocotalk's.
 """
 
-from configs import common
+from jaxcap import config_common as common
 
 # The model sizes of the CPU-sized runs (synthetic, flickr8k; ETA's as well) and of size=small.
 CPU_SIZES = dict(dim=128, num_layers=2, num_dec_layers=2, num_heads=4, ff_dim=512)
