@@ -22,4 +22,5 @@ PAPERS = (
     "aat",  # Adaptive Attention Time (Huang et al., NeurIPS 2019)
     "mnmt",  # Multimodal attention NMT (Caglayan et al., 2016)
     "tpgn",  # Tensor Product Generation Network (Huang et al., 2018) and Show and Tell
+    "m2",  # Meshed-Memory Transformer (Cornia et al., CVPR 2020)
 )
