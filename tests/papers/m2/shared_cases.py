@@ -1,0 +1,29 @@
+"""What the shared tests need of M² (collected by tests/papers/__init__.py)."""
+
+import numpy as np
+
+from tests.bad_inputs_lib import C, NO_TEST
+
+# tests/models/test_attention_aux.py (and test_decode_length.py): case -> (registered model,
+# fields). pad_mask="input": the shared test checks zero weight on padded regions, which the
+# authors' mask attends; positions="sinusoid": decode_length steps past any table.
+ATTENTION_AUX = {
+    "m2": ("m2", dict(dim=16, num_heads=2, ff_dim=24, num_layers=2, num_dec_layers=2,
+                      memory_slots=3, dropout=0.0, pad_mask="input", positions="sinusoid")),
+}
+
+
+def aux_summaries(name: str, fields: dict, case: str, s: dict) -> bool:
+  """M²'s ``attention``: the last decoder layer's mean over the attended encoder layers and
+  heads of ``cross_attention`` ``[.., L, E', H, N]``."""
+  if name != "m2":
+    return False
+  np.testing.assert_allclose(s["attention"], s["cross_attention"][:, :, -1].mean((2, 3)), atol=1e-6)
+  return True
+
+
+# ------------------------------------------------------------------ tests/test_bad_inputs.py
+BAD_INPUT_MODELS = {"m2": ["--config=configs/m2.py:synthetic,tiny", NO_TEST]}
+BAD_INPUT_CASES = [
+    C("m2-pad-mask-unknown", ["--config.model.pad_mask=both"], "model.pad_mask", model="m2"),
+]
