@@ -314,7 +314,7 @@ def test_sinusoid_positions_equal_their_table():
 def test_memory_initialisers(memory_init):
   """``paper``: normal(0, 1/d_k) keys, normal(0, 1/m) values; ``authors``: torch's
   xavier_uniform_ of a [1, m, D] tensor, bound sqrt(6 / ((m + 1) D))."""
-  m, d, h = 40, 256, 8
+  m, d, h = 40, 128, 4
   model = registry.build(dict(name="m2", dim=d, num_heads=h, ff_dim=16, num_layers=1,
                               num_dec_layers=1, memory_slots=m, memory_init=memory_init),
                          {"vocab_size": 8, "max_len": 4, "feature_dim": 4, "max_regions": 2})
