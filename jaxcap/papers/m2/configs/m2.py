@@ -13,10 +13,15 @@ Arguments after the dataset (``key=value``):
 Paper hyperparameters (sec. 4.1 and the authors' train.py): d = 512, 8 heads, d_ff = 2048,
 3 encoder and 3 decoder layers, 40 memory slots, dropout 0.1; Adam (0.9, 0.98) on the Noam
 schedule with 10,000 warm-up steps for cross-entropy; SCST at a fixed 5e-6 with the mean
-reward of the beams as baseline; beam size 5, 20 steps. The switch to SCST is our choice
-(their code switches after five validations without a CIDEr-D gain). The model's switches
-for the released code's departures from the paper keep the code's readings (its defaults;
-jaxcap/papers/m2/README.md).
+reward of the candidates as baseline (theirs are the 5 beams of a beam search; here, until
+jaxcap's SCST has that switch, 5 samples); beam size 5, 20 steps. The switch to SCST is our
+choice (their code switches after five validations without a CIDEr-D gain). The model's
+switches for the released code's departures from the paper keep the code's readings (its
+defaults; jaxcap/papers/m2/README.md) but one: training from scratch masks the padded regions
+of the input (``pad_mask="input"``, the paper's reading), because the code's mask, computed
+after the LayerNorm, masks real regions by rounding chance while the LayerNorm is at its
+initial values (and differently under jit and eagerly); an imported checkpoint of theirs is
+decoded with their mask.
 
 ``:synthetic`` / ``:flickr8k`` train the CPU-sized model (the Transformer's CPU sizes, 2 + 2
 layers, 8 memory slots) and validate greedily; ``:flickr8k`` with the Flickr8k step schedule
@@ -35,6 +40,7 @@ def get_config(arg: str | None = None):
   c = common.base_config(a.dataset, "m2")
   m = c.model
   m.meshed = a.meshed
+  m.pad_mask = "input"  # see the module docstring
 
   # The authors' train.py: Noam schedule (d^-0.5 min(s^-0.5, s w^-1.5)), warm-up 10,000.
   c.data.seq_per_img = 5
