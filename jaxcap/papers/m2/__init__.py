@@ -11,3 +11,6 @@ MODEL_ROWS = {
 
 # experiments/flickr8k/table.py: the row this paper adds (model -> its place, cheapest first).
 FLICKR8K_ROWS = {"m2": 75}
+
+# jaxcap-import --format m2: the authors' released checkpoint (importer.py).
+IMPORTERS = {"m2": "jaxcap.papers.m2.importer"}

@@ -1,0 +1,419 @@
+"""The authors' released M² (aimagelab/meshed-memory-transformer) as a jaxcap run.
+
+  jaxcap-import --format m2 --checkpoint meshed_memory_transformer.pth --vocab vocab.pkl --workdir runs/m2
+
+Their test.py loads ``vocab.pkl`` (a pickled ``data.vocab.Vocab``: ``itos``, ``stoi``,
+``freqs``), builds ``MeshedDecoder(len(vocab), 54, 3, vocab.stoi['<pad>'])`` and loads
+``torch.load('meshed_memory_transformer.pth')['state_dict']``: the dict their train.py saves
+(``state_dict`` beside rng states, epoch, losses, Adam's and the schedule's states).
+:func:`import_checkpoint` reads the pair and writes a jaxcap run directory (``config.json``,
+``vocab.json``, ``info.json``, an orbax checkpoint at step 0), as
+:mod:`jaxcap.importers.self_critical` does for self-critical.pytorch.
+
+- Reading: the ``.pth`` is read without torch (:func:`read_pth`: the zip format of PyTorch >=
+  1.6 and the older sequential one, with a restricted unpickler that builds NumPy arrays; only
+  the ``state_dict`` is used, the optimiser / schedule / rng entries are read and dropped); a
+  ``.safetensors`` of the ``state_dict`` is read too. Their decoding-state buffers
+  (``running_keys`` ...) are skipped (:func:`jaxcap.papers.m2.convert.to_variables`).
+- ``vocab.pkl`` goes through a restricted unpickler: their ``data.vocab.Vocab`` becomes a plain
+  stand-in, ``collections.Counter`` / ``defaultdict`` / ``OrderedDict`` and their
+  ``_default_unk_index`` are allowed, anything else is refused naming the file and the class.
+- Vocabulary: their ids are ``<unk>=0, <pad>=1, <bos>=2, <eos>=3`` (their ``Field.build_vocab``
+  order) then the words; jaxcap's ``PAD=0, BOS=1, EOS=2, UNK=3`` then the words in their order.
+  The embedding rows and the output layer's columns are permuted accordingly: the
+  log-probabilities are theirs, with ids renamed.
+- Sizes come from the tensors (width, feed-forward width, memory slots, layers, position table,
+  feature width), except the number of heads, which a state_dict does not hold (``h * d_k``
+  only): ``--heads`` (their default and test.py's: 8).
+- Config: ``configs/m2.py:coco`` with those sizes and the model's switches at the code's
+  readings (``pad_mask="authors"``, ``positions="authors"``, ``mesh_scale="authors"``;
+  ``memory_init`` changes no imported weight), decoding as their test.py: beam search, beam 5,
+  20 steps.
+
+Bad input is one line naming the file and what was expected (``ValueError``; exit 2 from the
+command), and nothing is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import io
+import os
+import pickle
+import struct
+import zipfile
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+FORMAT_HELP = ("the authors' Meshed-Memory Transformer (aimagelab/meshed-memory-transformer): "
+               "--checkpoint meshed_memory_transformer.pth --vocab vocab.pkl")
+SPECIALS = ("<unk>", "<pad>", "<bos>", "<eos>")  # their TextField: unk, pad, init, eos tokens
+
+# ---------------------------------------------------------------------------------------------
+# The .pth, without torch.
+
+# torch's storage classes -> the NumPy dtype of their bytes (little-endian, as torch saves).
+_STORAGES = {"FloatStorage": "<f4", "DoubleStorage": "<f8", "HalfStorage": "<f2",
+             "BFloat16Storage": "<u2", "LongStorage": "<i8", "IntStorage": "<i4",
+             "ShortStorage": "<i2", "CharStorage": "i1", "ByteStorage": "u1", "BoolStorage": "?"}
+_LEGACY_MAGIC = 0x1950a86a20f9469cfc6c
+
+
+class _Lazy:
+  """A tensor of the pickle: its storage key, dtype, offset, size and stride (elements); the
+  bytes are read after the pickle (the old format stores them after it)."""
+
+  def __init__(self, storage, offset, size, stride):
+    self.storage, self.offset, self.size, self.stride = storage, offset, tuple(size), tuple(stride)
+
+  def numpy(self, data: bytes) -> np.ndarray:
+    key, dtype = self.storage
+    flat = np.frombuffer(data, dtype=np.dtype(dtype))
+    if dtype == "<u2":  # bfloat16: the high half of a float32
+      flat = (flat.astype(np.uint32) << 16).view(np.float32)
+    if not self.size:
+      return flat[self.offset:self.offset + 1].reshape(()).copy()
+    span = self.offset + sum((n - 1) * s for n, s in zip(self.size, self.stride)) + 1
+    if min(self.size) > 0 and span > flat.size:
+      raise ValueError(f"storage {key}: {flat.size} elements, a tensor reads up to {span}")
+    item = flat.itemsize
+    return np.lib.stride_tricks.as_strided(flat[self.offset:], self.size,
+                                           [s * item for s in self.stride]).copy()
+
+
+def _rebuild_tensor_v2(storage, offset, size, stride, requires_grad=False, hooks=None, metadata=None):
+  del requires_grad, hooks, metadata
+  return _Lazy(storage, offset, size, stride)
+
+
+def _storage_class(name):
+  def make(*_):  # never called: the storage class is only a tag in the persistent id
+    raise pickle.UnpicklingError(f"torch.{name} constructed")
+  make.dtype = _STORAGES[name]
+  return make
+
+
+# (module, name) pairs their train.py's dict needs: tensors, OrderedDicts (state dicts and
+# their hooks), NumPy's rng state (an ndarray), the plain containers of the rest.
+_PTH_GLOBALS = {
+    ("torch._utils", "_rebuild_tensor_v2"): _rebuild_tensor_v2,
+    ("collections", "OrderedDict"): collections.OrderedDict,
+    **{("torch", name): _storage_class(name) for name in _STORAGES},
+}
+_PTH_NUMPY = {("numpy", "dtype"), ("numpy", "ndarray"), ("numpy.core.multiarray", "_reconstruct"),
+              ("numpy._core.multiarray", "_reconstruct"), ("numpy.core.multiarray", "scalar"),
+              ("numpy._core.multiarray", "scalar"), ("_codecs", "encode"), ("builtins", "set")}
+
+
+class _PthUnpickler(pickle.Unpickler):
+
+  def __init__(self, f, path):
+    super().__init__(f, encoding="latin1")
+    self.path = path
+
+  def find_class(self, module, name):
+    if (module, name) in _PTH_GLOBALS:
+      return _PTH_GLOBALS[(module, name)]
+    if (module, name) in _PTH_NUMPY:
+      return super().find_class(module, name)
+    raise pickle.UnpicklingError(f"refused to construct {module}.{name} (not part of a saved "
+                                 "state_dict / optimiser state)")
+
+  def persistent_load(self, pid):
+    # zip: ('storage', class, key, location, numel); old: (..., numel, view_metadata).
+    if not (isinstance(pid, tuple) and pid and pid[0] == "storage" and hasattr(pid[1], "dtype")):
+      raise pickle.UnpicklingError(f"unexpected persistent id {str(pid)[:60]}")
+    view = pid[5] if len(pid) > 5 else None
+    if view is not None:  # a view of a root storage: (view key, element offset, size)
+      raise pickle.UnpicklingError("storage views (PyTorch < 1.0 saves) are not read")
+    return (str(pid[2]), pid[1].dtype)
+
+
+def _resolve(obj, read):
+  """``obj`` with every tensor read (``read(key) -> bytes``)."""
+  if isinstance(obj, _Lazy):
+    return obj.numpy(read(obj.storage[0]))
+  if isinstance(obj, dict):
+    return type(obj)((k, _resolve(v, read)) for k, v in obj.items()) if isinstance(obj, collections.OrderedDict) \
+        else {k: _resolve(v, read) for k, v in obj.items()}
+  if isinstance(obj, (list, tuple)):
+    return type(obj)(_resolve(v, read) for v in obj)
+  return obj
+
+
+def _read_zip(path: str):
+  with zipfile.ZipFile(path) as z:
+    names = [n for n in z.namelist() if n.endswith("/data.pkl") and n.count("/") == 1]
+    if not names:
+      raise ValueError("no <archive>/data.pkl")
+    prefix = names[0][:-len("data.pkl")]
+    obj = _PthUnpickler(io.BytesIO(z.read(names[0])), path).load()
+    return _resolve(obj, lambda key: z.read(f"{prefix}data/{key}"))
+
+
+def _read_legacy(path: str):
+  with open(path, "rb") as f:
+    magic = _PthUnpickler(f, path).load()
+    if magic != _LEGACY_MAGIC:
+      raise ValueError("neither a zip nor PyTorch's older format")
+    _PthUnpickler(f, path).load(), _PthUnpickler(f, path).load()  # protocol version, sys_info
+    u = _PthUnpickler(f, path)
+    obj = u.load()
+    keys = _PthUnpickler(f, path).load()
+    data = {}
+    dtypes = {}
+
+    def note(o):  # the dtype of each storage key, from the tensors that read it
+      if isinstance(o, _Lazy):
+        dtypes[o.storage[0]] = np.dtype(o.storage[1]).itemsize
+      elif isinstance(o, dict):
+        for v in o.values():
+          note(v)
+      elif isinstance(o, (list, tuple)):
+        for v in o:
+          note(v)
+    note(obj)
+    for key in keys:
+      numel = struct.unpack("<q", f.read(8))[0]
+      size = numel * dtypes.get(str(key), 1)
+      data[str(key)] = f.read(size)
+      if len(data[str(key)]) != size:
+        raise ValueError(f"storage {key}: the file ends inside it")
+    return _resolve(obj, lambda key: data[key])
+
+
+def read_pth(path: str):
+  """What ``torch.load(path)`` returns, tensors as NumPy arrays, read without torch: only
+  tensors, state-dict containers and NumPy arrays are constructed (anything else is refused)."""
+  if not os.path.isfile(path):
+    raise ValueError(f"{path}: no such file; expected their meshed_memory_transformer.pth")
+  try:
+    if zipfile.is_zipfile(path):
+      return _read_zip(path)
+    return _read_legacy(path)
+  except OSError as e:
+    raise ValueError(f"{path}: cannot read ({e.strerror or e})") from None
+  except (pickle.UnpicklingError, EOFError, ValueError, KeyError, struct.error, zipfile.BadZipFile,
+          AttributeError, TypeError, IndexError) as e:
+    first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+    raise ValueError(f"{path}: not a PyTorch checkpoint this importer reads ({first}); expected "
+                     "their train.py's torch.save dict (meshed_memory_transformer.pth)") from None
+
+
+def read_state_dict(path: str) -> dict[str, np.ndarray]:
+  """Their ``state_dict`` (``module.`` prefixes of a DataParallel save removed), from the
+  train.py dict in a ``.pth``, a bare state_dict ``.pth``, or a ``.safetensors`` of it."""
+  if path.endswith(".safetensors"):
+    from safetensors import numpy as safetensors_numpy
+    if not os.path.isfile(path):
+      raise ValueError(f"{path}: no such file; expected a .safetensors of their state_dict")
+    try:
+      state = safetensors_numpy.load_file(path)
+    except Exception as e:  # safetensors' own error types for a damaged header
+      raise ValueError(f"{path}: not a safetensors file ({(str(e).splitlines() or [type(e).__name__])[0]})") from None
+  else:
+    raw = read_pth(path)
+    state = raw.get("state_dict", raw) if isinstance(raw, dict) else None
+    if not isinstance(state, dict) or not state or not all(isinstance(v, np.ndarray) for v in state.values()):
+      raise ValueError(f"{path}: holds no state_dict; expected their train.py's dict with "
+                       "'state_dict' (a dict of tensors)")
+  return {(k[len("module."):] if k.startswith("module.") else k): np.asarray(v)
+          for k, v in state.items()}
+
+
+# ---------------------------------------------------------------------------------------------
+# vocab.pkl.
+
+
+class TheirVocab:
+  """Stand-in for their ``data.vocab.Vocab``: the pickle's attributes (``itos``, ``stoi``,
+  ``freqs``, ``vectors``), no behaviour."""
+
+
+def _default_unk_index():  # their data.vocab._default_unk_index (stoi's default factory)
+  return 0
+
+
+_VOCAB_GLOBALS = {
+    ("data.vocab", "Vocab"): TheirVocab,
+    ("data.vocab", "_default_unk_index"): _default_unk_index,
+    ("collections", "Counter"): collections.Counter,
+    ("collections", "defaultdict"): collections.defaultdict,
+    ("collections", "OrderedDict"): collections.OrderedDict,
+    ("builtins", "set"): set, ("__builtin__", "set"): set,
+}
+
+
+class _VocabUnpickler(pickle.Unpickler):
+
+  def find_class(self, module, name):
+    if (module, name) in _VOCAB_GLOBALS:
+      return _VOCAB_GLOBALS[(module, name)]
+    raise pickle.UnpicklingError(f"refused to construct {module}.{name}")
+
+
+def read_vocab(path: str) -> list[str]:
+  """Their ``vocab.pkl``'s ``itos``, read without running code."""
+  try:
+    with open(path, "rb") as f:
+      vocab = _VocabUnpickler(f, encoding="latin1").load()
+  except OSError as e:
+    raise ValueError(f"{path}: cannot read ({e.strerror or e}); expected their vocab.pkl") from None
+  except (pickle.UnpicklingError, EOFError, AttributeError, ValueError, TypeError, IndexError) as e:
+    raise ValueError(f"{path}: not their vocab.pkl ({e}); expected a pickled data.vocab.Vocab "
+                     "(itos, stoi, freqs)") from None
+  itos = getattr(vocab, "itos", None)
+  if not isinstance(vocab, TheirVocab) or not isinstance(itos, list) or not all(isinstance(w, str) for w in itos):
+    raise ValueError(f"{path}: holds a {type(vocab).__name__}; expected a pickled data.vocab.Vocab "
+                     "with itos (a list of words)")
+  missing = [s for s in SPECIALS if s not in itos]
+  if missing or len(set(itos)) != len(itos):
+    raise ValueError(f"{path}: itos {'lacks ' + ', '.join(missing) if missing else 'repeats a word'}; "
+                     f"expected the specials {', '.join(SPECIALS)} once each and unique words")
+  return itos
+
+
+def vocabulary(itos: list[str]):
+  """jaxcap's vocabulary and, per jaxcap id, their id (a permutation)."""
+  from jaxcap.data import vocab as vocab_lib
+  words = [w for w in itos if w not in SPECIALS]
+  clash = [w for w in words if w in vocab_lib.SPECIALS]
+  if clash:
+    raise ValueError(f"vocab: word {clash[0]!r} is a jaxcap special token")
+  vocab = vocab_lib.Vocab(words)
+  stoi = {w: i for i, w in enumerate(itos)}
+  specials = {vocab_lib.PAD: "<pad>", vocab_lib.BOS: "<bos>", vocab_lib.EOS: "<eos>", vocab_lib.UNK: "<unk>"}
+  theirs_of = np.array([stoi[specials.get(j, w)] for j, w in enumerate(vocab.itos)], np.int64)
+  return vocab, theirs_of
+
+
+# ---------------------------------------------------------------------------------------------
+# Sizes, config, run directory.
+
+
+def _shape(state, name, path):
+  if name not in state:
+    raise ValueError(f"{path}: no tensor {name!r}; expected the state_dict of their Transformer "
+                     "(MemoryAugmentedEncoder + MeshedDecoder)")
+  return state[name].shape
+
+
+def model_fields(state: dict, path: str, heads: int, vocab_size: int) -> dict:
+  """The m2 model's fields read off the tensors' shapes (module docstring)."""
+  emb = _shape(state, "decoder.word_emb.weight", path)
+  dim = emb[1]
+  if emb[0] != vocab_size:
+    raise ValueError(f"{path}: the word embedding has {emb[0]} rows, the vocabulary {vocab_size} "
+                     "words; expected the vocab.pkl of this checkpoint")
+  q = _shape(state, "encoder.layers.0.mhatt.attention.fc_q.weight", path)
+  if q[0] != dim or dim % heads:
+    raise ValueError(f"{path}: attention width {q[0]} with d_model {dim} and --heads {heads}; "
+                     "expected h * d_k = d_model, divisible by the heads")
+  mk = state.get("encoder.layers.0.mhatt.attention.m_k")
+  n_enc = len({k.split(".")[2] for k in state if k.startswith("encoder.layers.")})
+  n_dec = len({k.split(".")[2] for k in state if k.startswith("decoder.layers.")})
+  return dict(name="m2", dim=int(dim), num_heads=int(heads),
+              ff_dim=int(_shape(state, "decoder.layers.0.pwff.fc1.weight", path)[0]),
+              num_layers=n_enc, num_dec_layers=n_dec,
+              memory_slots=0 if mk is None else int(mk.shape[1]),
+              max_positions=int(_shape(state, "decoder.pos_emb.weight", path)[0]) - 1,
+              pad_mask="authors", positions="authors", mesh_scale="authors",
+              memory_init="authors", meshed="meshed")
+
+
+def run_config(fields: dict, vocab_path: str):
+  from jaxcap import config_files
+  config_files.ensure_configs_importable()
+  from jaxcap.papers.m2.configs import m2 as m2_config
+  c = m2_config.get_config("coco")
+  c.model.update(fields)
+  c.data.vocab_file = os.path.abspath(vocab_path)
+  # Their test.py: model.beam_search(images, 20, eos, 5, out_size=1).
+  c.decode.method = "beam"
+  c.decode.beam_size = 5
+  c.decode.max_len = 20
+  c.imported_from = "aimagelab/meshed-memory-transformer"
+  return c
+
+
+def run_info(feature_dim: int, vocab, config) -> dict:
+  # M² reads region features only; global_dim is the dataset's field, sized like them.
+  return {"feature_dim": int(feature_dim), "global_dim": int(feature_dim),
+          "max_regions": int(config.data.max_regions), "max_len": int(config.data.max_len),
+          "vocab_size": len(vocab), "src_vocab_size": 0, "num_attributes": 0, "grid": False,
+          "seq_per_img": int(config.data.seq_per_img), "max_attributes": int(config.data.max_attributes),
+          "src_max_len": 0}
+
+
+def import_checkpoint(checkpoint: str, vocab_file: str, workdir: str, *, heads: int = 8,
+                      data_root: str | None = None):
+  """Writes ``workdir``, a jaxcap run of their ``checkpoint`` and ``vocab_file``, and returns it
+  loaded (:func:`jaxcap.load`). Everything is checked before anything is written."""
+  from jaxcap import api, run_dir
+  from jaxcap.data import batch as batch_lib
+  from jaxcap.models import registry
+  from jaxcap.models.base import shift_right
+  from jaxcap.papers.m2 import convert
+  from jaxcap.training import optim, steps
+
+  if os.path.exists(workdir) and os.listdir(workdir):
+    raise ValueError(f"--workdir={workdir}: exists and is not empty; expected a new run directory")
+  if heads < 1:
+    raise ValueError(f"--heads={heads}: expected a positive number of attention heads")
+  itos = read_vocab(vocab_file)
+  state = read_state_dict(checkpoint)
+  vocab, theirs_of = vocabulary(itos)
+  fields = model_fields(state, checkpoint, heads, len(itos))
+  feature_dim = _shape(state, "encoder.fc.weight", checkpoint)[1]
+  config = run_config(fields, os.path.join(workdir, run_dir.VOCAB_FILE))
+  if data_root is not None:
+    config.data.root = os.path.abspath(data_root)
+  info = run_info(feature_dim, vocab, config)
+  model = registry.build(config.model, info)
+  try:
+    variables = convert.to_variables(state, model)
+  except ValueError as e:
+    raise ValueError(f"{checkpoint}: {e}") from None
+  except KeyError as e:
+    raise ValueError(f"{checkpoint}: no tensor {e}; expected the state_dict of their Transformer") from None
+  # Their ids -> jaxcap's: embedding rows, output columns (the output layer has no bias).
+  p = variables["params"]
+  p["embed"]["embedding"] = p["embed"]["embedding"][theirs_of]
+  p["logits_proj"]["kernel"] = p["logits_proj"]["kernel"][:, theirs_of]
+  batch = jax.tree.map(jnp.asarray, batch_lib.dummy(info, 2))
+  abstract = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), batch, shift_right(batch["captions"])))
+  want = {jax.tree_util.keystr(k): v.shape for k, v in jax.tree_util.tree_flatten_with_path(abstract)[0]}
+  got = {jax.tree_util.keystr(k): np.shape(v) for k, v in jax.tree_util.tree_flatten_with_path(variables)[0]}
+  if want != got:
+    diff = sorted(set(want.items()) ^ set(got.items()))[0]
+    raise ValueError(f"{checkpoint}: the mapped parameters do not fit jaxcap's m2 "
+                     f"(first difference: {diff[0]} {diff[1]})")
+  variables = jax.tree.map(lambda x: jnp.asarray(x, jnp.float32), variables)
+  tx, _ = optim.make_optimizer(config, 1, frozen_collections=model.frozen_collections)
+  train_state = steps.create_state(variables, tx, steps.rng_key(config.seed + 1, config))
+  run_dir.init_workdir(workdir, config, vocab, info)
+  ckpts = run_dir.checkpoints(workdir, config)
+  try:
+    ckpts.save_latest(0, train_state, {})
+  finally:
+    ckpts.close()
+  return api.load(workdir)
+
+
+# ---------------------------------------------------------------------------------------------
+# jaxcap-import --format m2.
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+  """This format's options of ``jaxcap-import`` (beside --checkpoint and --workdir)."""
+  parser.add_argument("--vocab", required=True, help="Their vocab.pkl (a pickled data.vocab.Vocab).")
+  parser.add_argument("--heads", type=int, default=8,
+                      help="Attention heads (not in a state_dict; their default and test.py's: 8).")
+  parser.add_argument("--data_root", default=None, help="The COCO data folder evaluate.py reads (default data/coco).")
+
+
+def run_from_args(a: argparse.Namespace):
+  return import_checkpoint(a.checkpoint, a.vocab, a.workdir, heads=a.heads, data_root=a.data_root)
