@@ -193,12 +193,15 @@ def read_pth(path: str):
   try:
     if zipfile.is_zipfile(path):
       return _read_zip(path)
+    with open(path, "rb") as f:
+      if f.read(4) == b"PK\x03\x04":  # a zip's first entry, without its central directory
+        raise ValueError("a zip archive without its end (truncated?)")
     return _read_legacy(path)
   except OSError as e:
     raise ValueError(f"{path}: cannot read ({e.strerror or e})") from None
   except (pickle.UnpicklingError, EOFError, ValueError, KeyError, struct.error, zipfile.BadZipFile,
           AttributeError, TypeError, IndexError) as e:
-    first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+    first = " ".join(str(e).split())[:200] or type(e).__name__
     raise ValueError(f"{path}: not a PyTorch checkpoint this importer reads ({first}); expected "
                      "their train.py's torch.save dict (meshed_memory_transformer.pth)") from None
 
@@ -263,7 +266,7 @@ def read_vocab(path: str) -> list[str]:
   except OSError as e:
     raise ValueError(f"{path}: cannot read ({e.strerror or e}); expected their vocab.pkl") from None
   except (pickle.UnpicklingError, EOFError, AttributeError, ValueError, TypeError, IndexError) as e:
-    raise ValueError(f"{path}: not their vocab.pkl ({e}); expected a pickled data.vocab.Vocab "
+    raise ValueError(f"{path}: not their vocab.pkl ({' '.join(str(e).split())[:200] or type(e).__name__}); expected a pickled data.vocab.Vocab "
                      "(itos, stoi, freqs)") from None
   itos = getattr(vocab, "itos", None)
   if not isinstance(vocab, TheirVocab) or not isinstance(itos, list) or not all(isinstance(w, str) for w in itos):

@@ -11,7 +11,8 @@ What ``jaxcap-import --format m2`` reads, made the way their train.py makes it, 
   order), pickled with ``pickle.dump`` as their train.py saves it (test.py loads it so);
 * ``meshed_memory_transformer.pth``: ``torch.save`` of their train.py's dict (rng states,
   epoch, losses, ``state_dict``, Adam's and LambdaLR's state dicts, ...) for their
-  ``MeshedDecoder(len(vocab), 54, 3, vocab.stoi['<pad>'])`` (test.py's call) at small widths;
+  ``MeshedDecoder(len(vocab), 54, 3, vocab.stoi['<pad>'])`` (test.py's call) at small widths; ``meshed_memory_transformer_legacy.pth``: the same dict
+  in the pre-1.6 format that their torch 1.1.0 (environment.yml) wrote;
 * ``expected.npz`` / ``expected.json``: the features, teacher-forced log-probabilities in
   their id order, and their greedy (``model.test``) and beam (``model.beam_search(.., 20,
   eos, 5, out_size=1)``, test.py's call) captions as words (their ``TextField.decode``: up to
@@ -152,7 +153,7 @@ def main():
   os.makedirs(args.out, exist_ok=True)
   with open(os.path.join(args.out, "vocab.pkl"), "wb") as f:
     pickle.dump(vocab, f)  # train.py: pickle.dump(text_field.vocab, open('vocab_%s.pkl', 'wb'))
-  torch.save({  # train.py's dict, key for key
+  saved = {  # train.py's dict, key for key
       "torch_rng_state": torch.get_rng_state(),
       "cuda_rng_state": torch.get_rng_state(),  # no GPU here (module docstring)
       "numpy_rng_state": np.random.get_state(),
@@ -166,7 +167,12 @@ def main():
       "patience": 0,
       "best_cider": 1.1,
       "use_rl": False,
-  }, os.path.join(args.out, "meshed_memory_transformer.pth"))
+  }
+  torch.save(saved, os.path.join(args.out, "meshed_memory_transformer.pth"))
+  # Their environment.yml pins torch 1.1.0, whose torch.save wrote the older sequential
+  # format (the zip format is PyTorch >= 1.6's): the released file is most likely that one.
+  torch.save(saved, os.path.join(args.out, "meshed_memory_transformer_legacy.pth"),
+             _use_new_zipfile_serialization=False)
   np.savez_compressed(os.path.join(args.out, "expected.npz"), feats=feats,
                       tf_tokens=tf_tokens.astype(np.int32), tf_logprobs=tf_lp.astype(np.float32))
   meta = dict(SIZES, real_regions=list(REAL), itos=list(vocab.itos), greedy=words(greedy.numpy()),

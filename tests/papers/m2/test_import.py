@@ -55,6 +55,27 @@ def test_the_pickles_read_as_their_code_wrote_them():
   assert raw["numpy_rng_state"][0] == "MT19937"
 
 
+def test_the_pre_1_6_format_reads_the_same():
+  # Their torch 1.1.0 saved the sequential format; the fixture holds the same dict in both.
+  legacy = importer.read_pth(os.path.join(FIX, "meshed_memory_transformer_legacy.pth"))
+  zipped = importer.read_pth(PTH)
+  assert set(legacy) == set(zipped)
+  a, b = legacy["state_dict"], zipped["state_dict"]
+  assert set(a) == set(b)
+  for k in a:
+    assert a[k].dtype == b[k].dtype and np.array_equal(a[k], b[k]), k
+  np.testing.assert_array_equal(legacy["optimizer"]["state"][0]["exp_avg"], zipped["optimizer"]["state"][0]["exp_avg"])
+
+
+@pytest.mark.skipif(not os.environ.get("JAXCAP_M2_VOCAB_PKL"),
+                    reason="JAXCAP_M2_VOCAB_PKL: their released vocab.pkl (in their repository)")
+def test_their_released_vocab_reads():
+  itos = importer.read_vocab(os.environ["JAXCAP_M2_VOCAB_PKL"])
+  vocab, theirs_of = importer.vocabulary(itos)
+  assert itos[:4] == list(importer.SPECIALS) and len(vocab) == len(itos)
+  assert sorted(theirs_of.tolist()) == list(range(len(itos)))
+
+
 def test_the_config_is_the_authors_reading(imported):
   _, meta = _expected()
   m, d = imported.config.model, imported.config.decode
@@ -118,7 +139,6 @@ def _truncated(path):
     ("heads", ["--checkpoint={pth}", "--vocab={vocab}", "--heads=3"], r"--heads 3"),
     ("no-vocab", ["--checkpoint={pth}", "--heads=2"], r"--vocab"),
 ])
-@pytest.mark.slow
 def test_bad_input_is_one_line_exit_2_nothing_written(tmp_path, case, args, match):
   from tests.programs import Programs
   bad = {"foreign": str(tmp_path / "bad.pkl"), "truncated": str(tmp_path / "bad.pth"),
