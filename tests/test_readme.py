@@ -138,6 +138,17 @@ def _check_script(path: str, args) -> str:
   for module in re.findall(r"^import (\w+)", src, re.M):
     if (p.parent / f"{module}.py").exists():
       src += (p.parent / f"{module}.py").read_text()
+  if path == "jaxcap/commands/import_checkpoint.py":
+    # jaxcap-import --format F: the flags of F's importer, a module a paper declares.
+    fmt = next((a.split("=", 1)[1] if "=" in a else args[i + 1] for i, a in enumerate(args)
+                if a.split("=", 1)[0] == "--format" and ("=" in a or i + 1 < len(args))), None)
+    if fmt is not None:
+      from jaxcap.commands import import_checkpoint
+      module = import_checkpoint.paper_importers().get(fmt)
+      if module is None and fmt != import_checkpoint.DEFAULT_FORMAT:
+        return f"{path}: --format {fmt}: no paper declares that importer"
+      if module is not None:
+        src += (REPO / (module.replace(".", "/") + ".py")).read_text()
   for name in _flag_names(args):
     if name.startswith("config."):
       continue  # config overrides of a DEFINE_config_file flag
