@@ -27,3 +27,12 @@ BAD_INPUT_MODELS = {"m2": ["--config=configs/m2.py:synthetic,tiny", NO_TEST]}
 BAD_INPUT_CASES = [
     C("m2-pad-mask-unknown", ["--config.model.pad_mask=both"], "model.pad_mask", model="m2"),
 ]
+
+
+# ------------------------------------------------------------------ tests/readme_runner.py
+# jaxcap/papers/m2/README.md's import command (the fixture their code wrote): the run it writes.
+README_PROMISES = {
+    r"^jaxcap-import --format m2 .*--workdir runs/m2_import_trial$": [
+        "runs/m2_import_trial/config.json", "runs/m2_import_trial/vocab.json",
+        "runs/m2_import_trial/checkpoints/0"],
+}
