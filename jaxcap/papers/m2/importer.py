@@ -113,6 +113,7 @@ class _PthUnpickler(pickle.Unpickler):
   def __init__(self, f, path):
     super().__init__(f, encoding="latin1")
     self.path = path
+    self.storages = {}  # key -> dtype, as the persistent ids name them
 
   def find_class(self, module, name):
     if (module, name) in _PTH_GLOBALS:
@@ -129,6 +130,7 @@ class _PthUnpickler(pickle.Unpickler):
     view = pid[5] if len(pid) > 5 else None
     if view is not None:  # a view of a root storage: (view key, element offset, size)
       raise pickle.UnpicklingError("storage views (PyTorch < 1.0 saves) are not read")
+    self.storages[str(pid[2])] = pid[1].dtype
     return (str(pid[2]), pid[1].dtype)
 
 
@@ -164,23 +166,13 @@ def _read_legacy(path: str):
     obj = u.load()
     keys = _PthUnpickler(f, path).load()
     data = {}
-    dtypes = {}
-
-    def note(o):  # the dtype of each storage key, from the tensors that read it
-      if isinstance(o, _Lazy):
-        dtypes[o.storage[0]] = np.dtype(o.storage[1]).itemsize
-      elif isinstance(o, dict):
-        for v in o.values():
-          note(v)
-      elif isinstance(o, (list, tuple)):
-        for v in o:
-          note(v)
-    note(obj)
-    for key in keys:
+    for key in map(str, keys):  # each: its element count (int64), then its bytes
+      if key not in u.storages:
+        raise ValueError(f"storage {key}: not named by the pickle")
       numel = struct.unpack("<q", f.read(8))[0]
-      size = numel * dtypes.get(str(key), 1)
-      data[str(key)] = f.read(size)
-      if len(data[str(key)]) != size:
+      size = numel * np.dtype(u.storages[key]).itemsize
+      data[key] = f.read(size)
+      if len(data[key]) != size:
         raise ValueError(f"storage {key}: the file ends inside it")
     return _resolve(obj, lambda key: data[key])
 
