@@ -31,8 +31,8 @@ BAD_INPUT_CASES = [
 
 # ------------------------------------------------------------------ tests/readme_runner.py
 # jaxcap/papers/m2/README.md's import command (the fixture their code wrote): the run it writes.
-README_PROMISES = {
-    r"^jaxcap-import --format m2 .*--workdir runs/m2_import_trial$": [
-        "runs/m2_import_trial/config.json", "runs/m2_import_trial/vocab.json",
-        "runs/m2_import_trial/checkpoints/0"],
-}
+README_PROMISES = [
+    (r"^jaxcap-import --format m2 .*--workdir runs/m2_import_trial$",
+     ["runs/m2_import_trial/config.json", "runs/m2_import_trial/vocab.json",
+      "runs/m2_import_trial/checkpoints/0"]),
+]
