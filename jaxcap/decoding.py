@@ -56,14 +56,29 @@ beam proposes every word (K*V candidates ranked by log-probability):
     search): the K best candidates, EOS included, are taken; a hypothesis that ends takes a
     place of the K and leaves its slot dead (-inf) until the next step, so a finished caption
     costs a live hypothesis. With K = 1 this is exactly greedy decoding.
+  * ``"in_slots"`` (the Meshed-Memory Transformer authors' ``BeamSearch``,
+    aimagelab/meshed-memory-transformer, models/beam_search/beam_search.py ``iter`` / ``apply``):
+    there is no finished set during the search; the K slots hold live and ended hypotheses
+    alike. At every step the K best of all candidates are taken, where a live slot proposes
+    every word (its score plus the word's log-probability) and an ended slot (its last word EOS)
+    proposes itself once, score frozen (their ``seq_mask`` adds 0), with PAD (their word 0,
+    written after EOS) and every other word at -999 (their ``old_seq_logprob[:, :, 1:] =
+    -999``). A finished caption so keeps its slot while it is among the K best and is lost
+    once K better candidates exist; nothing ends a slot but EOS. After the ``max_len`` steps
+    the K slots, sorted by score, are the output (their ``torch.sort`` of ``seq_logprob``; they
+    return the first ``out_size``). Their first step has one beam (``cur_beam_size = 1``), as
+    here (beams 1.. start at -inf). No length penalty and no groups (both refused); PAD and
+    BOS are banned as in every jaxcap search (their search bans nothing: identical wherever
+    neither would be among the K best). K = 1 is greedy decoding.
 
 On random tiny models (tests/test_decoding.py) ``"live"`` is never worse than
 ``"self_critical"`` on the top-1 log-probability; it is often better, since an early EOS no
 longer removes a live beam. Once no alive beam can beat the worst finished one
 (log-probabilities only decrease and the length penalty grows with length, so a bound is
 known), an image is done: the scan keeps running and its sequences, scores and finished set
-stay frozen (its cache keeps being computed but is never read again). If fewer than K
-hypotheses exist at all, the missing places have score -inf and length 0.
+stay frozen (its cache keeps being computed but is never read again); ``"in_slots"`` fills its
+finished set at the last step only and runs every step, as its authors' search does. If fewer
+than K hypotheses exist at all, the missing places have score -inf and length 0.
 
 Diverse beam search (Vijayakumar et al., "Diverse Beam Search", 2016/2018; ``beam_groups`` G
 > 1, ``diversity_strength`` lambda) splits the K beams into G groups of K' = K / G, each its
@@ -98,7 +113,7 @@ from jaxcap.data.vocab import BOS, EOS, PAD, UNK
 from jaxcap.models.base import repeat_batch
 
 LENGTH_PENALTIES = ("none", "gnmt", "average")
-BEAM_MODES = ("live", "self_critical")
+BEAM_MODES = ("live", "self_critical", "in_slots")
 METHODS = ("greedy", "beam", "sample")
 
 
@@ -128,7 +143,9 @@ _DEFAULTS = {
     "method": "greedy",  # "greedy" | "beam" | "sample"
     "beam_size": 3,
     # "live": K live hypotheses from the 2K best candidates (flax / t5x); "self_critical": the
-    # K best candidates, finished ones included (self-critical.pytorch). See beam_search.
+    # K best candidates, finished ones included (self-critical.pytorch); "in_slots": finished
+    # captions stay in the K slots until pushed out (the M² authors' BeamSearch). See
+    # beam_search.
     "beam_mode": "live",
     "max_len": 16,
     "length_penalty": "none",  # "none" | "gnmt" | "average"
@@ -492,6 +509,10 @@ def _gather_beams(x_BxKx, idx_BxM):
   return jnp.take_along_axis(x_BxKx, idx, axis=1)
 
 
+# "in_slots": the score an ended slot gives its words other than PAD, their BeamSearch.iter's
+# ``old_seq_logprob[:, :, 1:] = -999`` (reached only when fewer than K candidates beat it).
+_IN_SLOTS_OTHER_WORDS = -999.0
+
 _GROUP_FIELDS = ("last", "alive_seq", "alive_tok_lp", "alive_logp", "alive_aug", "alive_aux",
                  "fin_seq", "fin_tok_lp", "fin_aux", "fin_logp", "fin_score", "fin_len", "done")
 
@@ -516,18 +537,37 @@ def _beam_group_step(s, lp_BxKxV, aug_BxKxV, aux_BxK, t, *, beam_mode, max_len, 
   """
   b, k, v = lp_BxKxV.shape
   big_t = max_len
-  # C candidates per image and step: K for "self_critical", 2K for "live" (at most K of them
-  # end with EOS, one per parent, so K non-EOS ones always remain to stay alive).
-  c = k if beam_mode == "self_critical" else 2 * k
+  in_slots = beam_mode == "in_slots"
+  # C candidates per image and step: K for "self_critical" and "in_slots", 2K for "live" (at
+  # most K of them end with EOS, one per parent, so K non-EOS ones always remain to stay alive).
+  c = 2 * k if beam_mode == "live" else k
   cand_BxKxV = s["alive_aug"][..., None] + aug_BxKxV
+  if in_slots:
+    # A slot whose last word was EOS (or the PAD written after it) has ended: it proposes
+    # itself once, with PAD and its score unchanged, and every other word at -999, as their
+    # seq_mask / old_seq_logprob do, so it keeps its slot while it is among the K best.
+    held_BxK = (s["last"] == EOS) | (s["last"] == PAD)
+    frozen_BxKxV = jnp.where(jnp.arange(v) == PAD, s["alive_aug"][..., None],
+                             _IN_SLOTS_OTHER_WORDS)
+    cand_BxKxV = jnp.where(held_BxK[..., None], frozen_BxKxV, cand_BxKxV)
 
   # The C best candidates of all K*V by ranking score, EOS included. Those that end here
   # (EOS, or any word at the last step) go to the finished set, the others may stay alive.
   top_aug_BxC, top_idx_BxC = jax.lax.top_k(cand_BxKxV.reshape(b, k * v), c)
   parent_BxC, word_BxC = top_idx_BxC // v, top_idx_BxC % v
   word_lp_BxC = jnp.take_along_axis(lp_BxKxV.reshape(b, k * v), top_idx_BxC, axis=1)
+  if in_slots:
+    # An ended hypothesis carried on writes PAD and adds nothing (their masked word_logprob),
+    # also when one of its -999 words was taken (their word there; PAD after EOS here).
+    from_held_BxC = _gather_beams(held_BxK, parent_BxC)
+    word_BxC = jnp.where(from_held_BxC, PAD, word_BxC)
+    word_lp_BxC = jnp.where(from_held_BxC, 0.0, word_lp_BxC)
   top_logp_BxC = jnp.take_along_axis(s["alive_logp"], parent_BxC, axis=1) + word_lp_BxC
-  ends_BxC = (word_BxC == EOS) | (t == big_t - 1)
+  if in_slots:
+    # Nothing leaves the slots before the last step; then all K are the finished set.
+    ends_BxC = jnp.broadcast_to(t == big_t - 1, (b, c))
+  else:
+    ends_BxC = (word_BxC == EOS) | (t == big_t - 1)
 
   def extend(hist_BxKxT, x_BxC):
     # The parents' histories, with the candidate's own value of this step written at t.
@@ -538,14 +578,24 @@ def _beam_group_step(s, lp_BxKxV, aug_BxKxV, aux_BxK, t, *, beam_mode, max_len, 
   seq_BxCxT = extend(s["alive_seq"], word_BxC)
   tok_lp_BxCxT = extend(s["alive_tok_lp"], word_lp_BxC)
   # decode_step's aux belongs to the parent (it was computed before the word was chosen).
-  aux_hist = (jax.tree.map(lambda h, a: extend(h, _gather_beams(a, parent_BxC)),
-                           s["alive_aux"], aux_BxK) if aux_BxK is not None else None)
-  cont_aug_BxC = jnp.where(ends_BxC, -jnp.inf, top_aug_BxC)
-  cont_logp_BxC = jnp.where(ends_BxC, -jnp.inf, top_logp_BxC)
+  def parent_aux(a_BxKx):
+    a_BxCx = _gather_beams(a_BxKx, parent_BxC)
+    if in_slots:  # zeros after EOS
+      a_BxCx = jnp.where(from_held_BxC.reshape((b, c) + (1,) * (a_BxCx.ndim - 2)), 0, a_BxCx)
+    return a_BxCx
 
-  if beam_mode == "self_critical":
-    # The K candidates keep their slots; a slot that ended is dead (-inf) and is refilled
-    # at the next step from the live beams' candidates.
+  aux_hist = (jax.tree.map(lambda h, a: extend(h, parent_aux(a)), s["alive_aux"], aux_BxK)
+              if aux_BxK is not None else None)
+  if in_slots:
+    # The slots keep ended hypotheses (the finished set is only their copy at the last step).
+    cont_aug_BxC, cont_logp_BxC = top_aug_BxC, top_logp_BxC
+  else:
+    cont_aug_BxC = jnp.where(ends_BxC, -jnp.inf, top_aug_BxC)
+    cont_logp_BxC = jnp.where(ends_BxC, -jnp.inf, top_logp_BxC)
+
+  if beam_mode in ("self_critical", "in_slots"):
+    # The K candidates keep their slots. "self_critical": a slot that ended is dead (-inf)
+    # and is refilled at the next step from the live beams' candidates.
     def alive(x_BxC):
       return x_BxC
   else:
@@ -559,8 +609,14 @@ def _beam_group_step(s, lp_BxKxV, aug_BxKxV, aux_BxK, t, *, beam_mode, max_len, 
 
   # The finishers compete with the finished set for its K places by score (ties: the
   # finished set first, so the hypothesis that finished first wins).
-  length = t + 1
-  new_score_BxC = jnp.where(ends_BxC, top_aug_BxC / penalty(length), -jnp.inf)
+  if in_slots:
+    # Words + EOS: an ended slot's sequence has PAD after its EOS. No length penalty (refused).
+    len_BxC = (seq_BxCxT != PAD).sum(-1).astype(jnp.int32)
+    new_score_BxC = jnp.where(ends_BxC, top_aug_BxC, -jnp.inf)
+  else:
+    length = t + 1
+    len_BxC = jnp.full((b, c), length, jnp.int32)
+    new_score_BxC = jnp.where(ends_BxC, top_aug_BxC / penalty(length), -jnp.inf)
   fin_score_BxK, pick_BxK = jax.lax.top_k(
       jnp.concatenate([s["fin_score"], new_score_BxC], axis=1), k)
 
@@ -571,7 +627,7 @@ def _beam_group_step(s, lp_BxKxV, aug_BxKxV, aux_BxK, t, *, beam_mode, max_len, 
       "fin_seq": merge(s["fin_seq"], seq_BxCxT),
       "fin_tok_lp": merge(s["fin_tok_lp"], tok_lp_BxCxT),
       "fin_logp": merge(s["fin_logp"], top_logp_BxC),
-      "fin_len": merge(s["fin_len"], jnp.full((b, c), length, jnp.int32)),
+      "fin_len": merge(s["fin_len"], len_BxC),
       "fin_score": fin_score_BxK,
       "fin_aux": jax.tree.map(merge, s["fin_aux"], aux_hist) if aux_hist is not None else None,
   }
@@ -581,7 +637,8 @@ def _beam_group_step(s, lp_BxKxV, aug_BxKxV, aux_BxK, t, *, beam_mode, max_len, 
   # are <= 0) and the length penalty is largest at max_len, so nothing enters the finished
   # set afterwards and freezing the image changes no output.
   best_bound_B = alive_aug_BxK.max(-1) / penalty(jnp.int32(big_t))
-  done_B = s["done"] | (fin_score_BxK[:, -1] >= best_bound_B)
+  # "in_slots" runs every step (its finished set is filled at the last one).
+  done_B = s["done"] if in_slots else s["done"] | (fin_score_BxK[:, -1] >= best_bound_B)
   frozen_B = s["done"] if freeze else jnp.zeros_like(s["done"])
 
   def keep(old, new):
@@ -604,7 +661,7 @@ def _beam_group_step(s, lp_BxKxV, aug_BxKxV, aux_BxK, t, *, beam_mode, max_len, 
   # picks, finished ones included; the live search's picks are its K alive beams and the
   # candidates that ended among the 2K). -inf candidates (fewer hypotheses than places) are
   # no choice.
-  if beam_mode == "self_critical":
+  if beam_mode in ("self_critical", "in_slots"):  # "in_slots" has no groups (refused)
     words_BxM, chosen_BxM = word_BxC, jnp.isfinite(top_aug_BxC)
   else:
     words_BxM = jnp.concatenate([word_BxC, alive(word_BxC)], axis=1)
@@ -739,9 +796,11 @@ def beam_search(model, params, batch, *, beam_size: int, max_len: int,
     batch: a batch dict; only what ``encode`` reads matters.
     beam_size: K (in all groups together).
     max_len: T, the number of decoding steps.
-    beam_mode: ``"live"`` (K live hypotheses from the 2K best candidates, as flax/t5x) or
+    beam_mode: ``"live"`` (K live hypotheses from the 2K best candidates, as flax/t5x),
       ``"self_critical"`` (the K best candidates, finished ones included, as
-      self-critical.pytorch; K = 1 is greedy).
+      self-critical.pytorch; K = 1 is greedy) or ``"in_slots"`` (finished captions stay in
+      the K slots until K better candidates push them out, as the M² authors' BeamSearch;
+      only with ``length_penalty="none"`` and ``beam_groups=1``).
     length_penalty: ``"none"``, ``"gnmt"`` or ``"average"`` (how finished hypotheses are
       ranked; alive ones are always ranked by log-probability).
     alpha: the GNMT exponent (>= 0).
@@ -774,6 +833,14 @@ def beam_search(model, params, batch, *, beam_size: int, max_len: int,
                      f"{beam_size}, got {beam_groups}")
   if not diversity_strength >= 0.0:
     raise ValueError(f"decode option diversity_strength: expected >= 0, got {diversity_strength}")
+  # The M² authors' search ranks by the log-probability sum and has no groups.
+  if beam_mode == "in_slots" and beam_groups > 1:
+    raise ValueError(f"decode options beam_mode='in_slots' and beam_groups={beam_groups}: "
+                     f"the in_slots search has no diverse groups; expected beam_groups=1")
+  if beam_mode == "in_slots" and length_penalty != "none":
+    raise ValueError(f"decode options beam_mode='in_slots' and length_penalty="
+                     f"{length_penalty!r}: the in_slots search has no length penalty; "
+                     f"expected length_penalty='none'")
   opts = dict(_common_opts(min_len, suppress_unk, bad_endings),
               penalty=_penalty_coefficients(length_penalty, float(alpha)),
               diversity=jnp.float32(diversity_strength))

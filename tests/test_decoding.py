@@ -17,6 +17,13 @@ test_live_at_least_as_probable_as_t5x); the alive set not re-ranked after the fi
 the cache reordered by the parents of the first K of the 2K candidates instead of the alive
 picks (test_matches_reference_beam_search[*-live]: MarkovToy reads its history from the cache).
 
+``"in_slots"`` is checked against ``their_beam_search``, the M² authors' ``BeamSearch``
+(aimagelab/meshed-memory-transformer, models/beam_search/beam_search.py) transcribed in NumPy
+and stepping the model's ``decode_step`` by hand, on MarkovToy and on random tiny registered
+models (lstm, transformer; the M² paper's tests add its model and their fixture). Mutant
+tried: an ended slot dropped instead of proposing itself
+(test_in_slots_equals_their_beam_search_toy).
+
 Diverse beam search is checked against ``reference_diverse_beam_search`` (plain Python, the
 paper's Hamming-diversity definition). Mutants tried, each failing the tests named: no penalty
 (test_diverse_matches_reference[*], test_diversity_makes_groups_differ); the live mode counting
@@ -27,7 +34,9 @@ finished hypotheses ranked by the true log-probability instead of the penalised 
 (test_diverse_matches_reference[live-gnmt-6-3], the three-group case).
 """
 
+import dataclasses
 import itertools
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -787,3 +796,198 @@ def test_diverse_options_are_checked():
   with pytest.raises(ValueError, match="diversity_strength"):
     decoding.decode(TOY, {}, batch, {"method": "beam", "max_len": 3, "beam_size": 2, "beam_groups": 2,
                                      "diversity_strength": -1.0})
+
+
+# ---------------------------------------------------------------------------------------------
+# beam_mode="in_slots": the Meshed-Memory Transformer authors' BeamSearch.
+
+
+def their_beam_search(model, params, batch, beam_size, max_len):
+  """aimagelab/meshed-memory-transformer's ``BeamSearch.apply`` / ``iter``
+  (models/beam_search/beam_search.py) in NumPy float32, with ``out_size = K``, stepping the
+  model's ``decode_step`` by hand: one beam at t = 0 (``cur_beam_size = 1``), the image side
+  and the state gathered by the selected beams after each step (``_expand_visual`` /
+  ``_expand_state``), ended beams masked by ``seq_mask`` with ``old_seq_logprob[:, :, 1:] =
+  -999``, the K best of the flattened candidates by a descending sort, a final sort of the K
+  places by ``seq_logprob``.
+
+  Two things are jaxcap's: PAD and BOS get -inf in the log-probabilities (every jaxcap search
+  bans them; theirs bans nothing), so their mask products ``mask * x + old * (1 - mask)`` are
+  written as selects (``0 * -inf`` would be NaN). Ties: stable (lower flat index first).
+
+  Returns:
+    ``(outputs [B, K, T], log_probs [B, K, T], seq_logprob [B, K], kept, pushed)``: their
+    outputs, per-word log-probabilities and scores, best first; ``kept`` counts ended beams
+    that held their place through a step, ``pushed`` those that lost it.
+  """
+  f32 = np.float32
+  enc = model.apply(params, batch, method="encode")
+  b_s = jax.tree.leaves(enc)[0].shape[0]
+  cache = model.apply(params, enc, max_len, method="init_cache")
+  step = jax.jit(lambda enc, cache, tok, t: model.apply(params, enc, cache, tok, t,
+                                                        method="decode_step")[:2])
+  seq_mask = np.ones((b_s, beam_size, 1), f32)
+  seq_logprob = np.zeros((b_s, 1, 1), f32)
+  outputs, log_probs = [], []
+  last = np.full((b_s,), BOS, np.int32)
+  selected_words = None
+  kept = pushed = 0
+  for t in range(max_len):
+    cur_beam_size = 1 if t == 0 else beam_size
+    logits, cache = step(enc, cache, jnp.asarray(last), jnp.int32(t))
+    word_logprob = np.array(jax.nn.log_softmax(logits.astype(jnp.float32)), f32)
+    word_logprob = word_logprob.reshape(b_s, cur_beam_size, -1)
+    v = word_logprob.shape[-1]
+    word_logprob[..., [PAD, BOS]] = -np.inf
+    candidate_logprob = seq_logprob + word_logprob
+    if t > 0:
+      mask = (selected_words.reshape(b_s, cur_beam_size) != EOS).astype(f32)[..., None]
+      seq_mask = seq_mask * mask
+      word_logprob = np.where(seq_mask > 0, word_logprob, f32(0))
+      old_seq_logprob = np.broadcast_to(seq_logprob, candidate_logprob.shape).copy()
+      old_seq_logprob[:, :, 1:] = -999
+      candidate_logprob = np.where(seq_mask > 0, candidate_logprob, old_seq_logprob)
+    flat = candidate_logprob.reshape(b_s, -1)
+    selected_idx = np.argsort(-flat, axis=-1, kind="stable")[:, :beam_size]
+    selected_logprob = np.take_along_axis(flat, selected_idx, 1)
+    selected_beam, selected_words = selected_idx // v, selected_idx % v
+    if t > 0:
+      ended = seq_mask[..., 0] == 0
+      stay = np.take_along_axis(ended, selected_beam, 1).sum()
+      kept += int(stay)
+      pushed += int(ended.sum() - stay)
+    rows = (np.arange(b_s)[:, None] * cur_beam_size + selected_beam).reshape(-1)
+    enc = jax.tree.map(lambda x: x[rows], enc)
+    cache = jax.tree.map(lambda x: x[rows], cache)
+    seq_logprob = selected_logprob[..., None]
+    seq_mask = np.take_along_axis(seq_mask, selected_beam[..., None], 1)
+    outputs = [np.take_along_axis(o, selected_beam[..., None], 1) for o in outputs]
+    outputs.append(selected_words[..., None])
+    this_word_logprob = word_logprob[np.arange(b_s)[:, None], selected_beam, selected_words]
+    log_probs = [np.take_along_axis(o, selected_beam[..., None], 1) for o in log_probs]
+    log_probs.append(this_word_logprob[..., None])
+    last = selected_words.reshape(-1).astype(np.int32)
+  sort_idxs = np.argsort(-seq_logprob[..., 0], axis=1, kind="stable")
+  outputs = np.take_along_axis(np.concatenate(outputs, -1), sort_idxs[..., None], 1)
+  log_probs = np.take_along_axis(np.concatenate(log_probs, -1), sort_idxs[..., None], 1)
+  return (outputs, log_probs, np.take_along_axis(seq_logprob[..., 0], sort_idxs, 1), kept,
+          pushed)
+
+
+@dataclasses.dataclass(frozen=True)
+class Sharpened:
+  """``model`` with its logits times ``sharpness`` and ``eos_shift`` added to the EOS logit,
+  used through the protocol only (any hashable object with ``apply`` decodes): random tiny
+  models get peaky word distributions (a beam that follows them outscores captions that
+  ended early, which are then pushed out of their places) and end captions often."""
+
+  model: Any
+  sharpness: float
+  eos_shift: float
+
+  def apply(self, params, *args, method):
+    out = self.model.apply(params, *args, method=method)
+    if method != "decode_step":
+      return out
+    logits, cache, aux = out
+    return (logits * self.sharpness).at[:, EOS].add(self.eos_shift), cache, aux
+
+
+def _random_tiny(fields, v, seed, scale, sharpness, eos_shift):
+  """A registered model at tiny sizes with random N(0, scale) variables, and a batch of 4."""
+  model = registry.build(ml_collections.ConfigDict(fields),
+                         {"vocab_size": v, "max_len": 8, "feature_dim": 6, "max_regions": 5})
+  rng = np.random.default_rng(seed)
+  mask = np.ones((4, 5), bool)
+  mask[1, 3:] = False
+  batch = {"feats": rng.normal(size=(4, 5, 6)).astype(np.float32), "feats_mask": mask,
+           "image_index": np.arange(4, dtype=np.int32)}
+  caps = rng.integers(4, v, size=(4, 1, 7)).astype(np.int32)
+  shapes = jax.eval_shape(model.init, jax.random.key(0), batch, shift_right(caps))
+  params = jax.tree.map(lambda s: jnp.asarray(rng.normal(size=s.shape) * scale, s.dtype), shapes)
+  return Sharpened(model, sharpness, eos_shift), params, batch
+
+
+# name: (model fields, V, parameter scale, sharpness, EOS shift); the last three chosen so that
+# ended captions both keep and lose their places (asserted below).
+_IN_SLOTS_MODELS = {
+    "lstm": ({"name": "lstm", "hidden_dim": 24, "embed_dim": 16, "att_dim": 16,
+              "dropout": 0.0}, 11, 0.5, 3.0, 2.0),
+    "transformer": ({"name": "transformer", "dim": 16, "num_layers": 1, "num_dec_layers": 2,
+                     "num_heads": 2, "ff_dim": 32, "dropout": 0.0}, 13, 0.5, 3.0, -2.0),
+}
+
+
+def _check_in_slots(model, params, batch, k, max_len, v):
+  """``beam_mode="in_slots"`` against :func:`their_beam_search`; returns (kept, pushed)."""
+  out = decoding.beam_search(model, params, batch, beam_size=k, max_len=max_len,
+                             beam_mode="in_slots")
+  check_conventions(out, max_len, v)
+  tokens, lps, scores, kept, pushed = their_beam_search(model, params, batch, k, max_len)
+  np.testing.assert_array_equal(np.asarray(out.tokens), tokens, err_msg=f"K={k}, T={max_len}")
+  np.testing.assert_allclose(np.asarray(out.token_logprobs), lps, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(np.asarray(out.scores), scores, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(np.asarray(out.logprobs), lps.sum(-1), rtol=1e-5, atol=1e-5)
+  return kept, pushed
+
+
+def test_in_slots_equals_their_beam_search_toy():
+  """MarkovToy tables (B = 4 images each), K = 1, 3, 5: equal to their search, finished
+  captions kept and pushed out; K = 1 is greedy decoding."""
+  kept = pushed = 0
+  for seed, k in itertools.product(range(3), (1, 3, 5)):
+    batch = toy_batch(300 + seed, B, T, V, scale=2.0, eos_bias=seed - 1.0)
+    n_kept, n_pushed = _check_in_slots(TOY, {}, batch, k, T, V)
+    kept, pushed = kept + n_kept, pushed + n_pushed
+    if k == 1:
+      np.testing.assert_array_equal(
+          decoding.beam_search(TOY, {}, batch, beam_size=1, max_len=T,
+                               beam_mode="in_slots").tokens[:, 0],
+          decoding.greedy(TOY, {}, batch, max_len=T).tokens)
+    if k == 3 and seed == 0:
+      # decode_step's aux follows each slot's own history, zeros after EOS.
+      out = decoding.beam_search(TOY, {}, batch, beam_size=k, max_len=T, beam_mode="in_slots",
+                                 return_aux=True)
+      valid = np.arange(T) < np.asarray(out.lengths)[..., None]
+      np.testing.assert_array_equal(np.asarray(out.aux["prev"]),
+                                    np.where(valid, np.asarray(shift_right(out.tokens)), 0))
+  assert kept > 0 and pushed > 0, (kept, pushed)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(_IN_SLOTS_MODELS))
+def test_in_slots_equals_their_beam_search(name):
+  """``beam_mode="in_slots"`` returns what their BeamSearch returns with ``out_size = K``
+  (tokens, with their word 0 = PAD after EOS; per-word log-probabilities; scores), for
+  several K and max_len, on tables where finished captions keep their places and are pushed
+  out."""
+  fields, v, scale, sharpness, eos_shift = _IN_SLOTS_MODELS[name]
+  model, params, batch = _random_tiny(fields, v, 3, scale, sharpness, eos_shift)
+  kept = pushed = 0
+  for k, max_len in [(2, 7), (3, 6), (5, 8)]:
+    n_kept, n_pushed = _check_in_slots(model, params, batch, k, max_len, v)
+    kept, pushed = kept + n_kept, pushed + n_pushed
+  # The tables exercise their bookkeeping: ended beams held places and lost them.
+  assert kept > 0 and pushed > 0, (kept, pushed)
+
+
+def test_in_slots_options_are_checked():
+  batch = toy_batch(22, 2, 3, 6)
+  with pytest.raises(ValueError, match="beam_groups"):
+    decoding.beam_search(TOY, {}, batch, beam_size=4, max_len=3, beam_mode="in_slots",
+                         beam_groups=2)
+  with pytest.raises(ValueError, match="length_penalty"):
+    decoding.decode(TOY, {}, batch, {"method": "beam", "max_len": 3, "beam_mode": "in_slots",
+                                     "length_penalty": "gnmt"})
+  # A config says so before a run starts.
+  from jaxcap import config_files
+  from jaxcap.training import validation
+  config = config_files.load("transformer.py:synthetic")
+  config.decode.update(method="beam", beam_mode="in_slots", beam_size=5)
+  validation.check_config(config)
+  for field, value in [("beam_groups", 5), ("length_penalty", "average")]:
+    bad = config_files.load("transformer.py:synthetic")
+    bad.decode.update(method="beam", beam_mode="in_slots", beam_size=5)
+    bad.decode[field] = value
+    with pytest.raises(ValueError, match=f"decode.{field}.*in_slots"):
+      validation.check_config(bad)

@@ -28,8 +28,10 @@ from jaxcap.training import validation
 _D = {}  # decoding flags: name -> holder; None means "the run's own setting"
 for _name, _define, _args in [
     ("beam_size", flags.DEFINE_integer, ("Beam size (1 with --beam-mode self_critical: greedy).",)),
-    ("beam_mode", flags.DEFINE_enum, (["live", "self_critical"], "'live': K live hypotheses "
-                                      "(flax / t5x); 'self_critical': self-critical.pytorch's.")),
+    ("beam_mode", flags.DEFINE_enum, (["live", "self_critical", "in_slots"],
+                                      "'live': K live hypotheses (flax / t5x); 'self_critical': "
+                                      "self-critical.pytorch's; 'in_slots': the M² authors' "
+                                      "(finished captions stay among the K until pushed out).")),
     ("beam_groups", flags.DEFINE_integer, ("Diverse beam search: G groups of beam_size / G beams.",)),
     ("diversity_strength", flags.DEFINE_float, ("Diverse beam search's penalty (diversity_lambda).",)),
     ("length_penalty", flags.DEFINE_enum, (["none", "gnmt", "average"], "Beam length penalty.")),

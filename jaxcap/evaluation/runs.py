@@ -97,12 +97,13 @@ def _decode_and_write(run, split: str, decode: dict, batch_size: int, out_dir: s
 
 def decode_tag(decode: dict) -> str:
   """A file-name tag for decoding options: ``_greedy``, ``_beam3`` (``_beam3_sc`` in
-  self-critical mode, ``_beam6_g3`` with diverse groups), ``_sample``."""
+  self-critical mode, ``_beam3_slots`` in in_slots mode, ``_beam6_g3`` with diverse groups),
+  ``_sample``."""
   method = decode.get("method", "greedy")
   if method != "beam":
     return f"_{method}"
   tag = f"_beam{decode.get('beam_size', 1)}"
-  tag += "_sc" if decode.get("beam_mode") == "self_critical" else ""
+  tag += {"self_critical": "_sc", "in_slots": "_slots"}.get(decode.get("beam_mode"), "")
   return tag + (f"_g{decode['beam_groups']}" if (decode.get("beam_groups") or 1) > 1 else "")
 
 

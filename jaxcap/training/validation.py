@@ -146,6 +146,15 @@ def check_config(config, trainable: bool | None = None) -> None:
   if scst_runs and _get(config, "scst.baseline") == "mean" and samples is not _MISSING and samples < 2:
     raise ValueError(f"config field scst.num_samples: scst.baseline='mean' compares each sample with "
                      f"the mean of the image's other samples; expected at least 2, got {samples}")
+  if _get(config, "decode.beam_mode") == "in_slots":
+    # Refused by decoding.beam_search too; said here before a run trains for hours.
+    groups, penalty = _get(config, "decode.beam_groups"), _get(config, "decode.length_penalty")
+    if groups not in (_MISSING, 1):
+      raise ValueError(f"config field decode.beam_groups: decode.beam_mode='in_slots' has no "
+                       f"diverse groups; expected 1, got {groups}")
+    if penalty not in (_MISSING, "none"):
+      raise ValueError(f"config field decode.length_penalty: decode.beam_mode='in_slots' has "
+                       f"no length penalty; expected 'none', got {penalty!r}")
   if _get(config, "model.attention_impl") == "cudnn":
     platforms = sorted({d.platform for d in jax.devices()})
     if platforms != ["gpu"]:
