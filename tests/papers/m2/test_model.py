@@ -228,15 +228,16 @@ def _beam(beam_mode):
 
 
 @pytest.mark.slow
-def test_jaxcap_self_critical_beam_search_gives_their_tokens_here():
-  """jaxcap's ``self_critical`` mode returns their beams on the fixture (image 2's best beam
-  ends with EOS at its third word). Not in general: their search keeps a finished caption
-  among the K places (it holds a place while it stays in the K best, and is lost once K
-  better live candidates exist), jaxcap's keeps it in a finished set and frees its place at
-  the next step (README, "Beam search")."""
+def test_jaxcap_in_slots_beam_search_gives_their_tokens_and_logprobs():
+  """``beam_mode="in_slots"`` (their BeamSearch's rule inside jaxcap's jitted search) returns
+  their best beam: its tokens (PAD, their word 0, after EOS: image 2 ends at its third word)
+  and its per-word log-probabilities (0 after EOS)."""
   arrays, _ = _fixture()
-  np.testing.assert_array_equal(np.asarray(_beam("self_critical").tokens[:, 0]),
-                                arrays["beam_tokens"])
+  out = _beam("in_slots")
+  np.testing.assert_array_equal(np.asarray(out.tokens[:, 0]), arrays["beam_tokens"])
+  np.testing.assert_allclose(np.asarray(out.token_logprobs[:, 0]), arrays["beam_logprobs"],
+                             atol=1e-5)
+  assert (arrays["beam_tokens"] == EOS).any()  # the finished-beam bookkeeping is exercised
 
 
 @pytest.mark.slow
@@ -344,7 +345,8 @@ def test_authors_positions_refuse_sequences_past_their_table():
 def test_config_and_tiny_sizes():
   c = config_files.load("m2.py:coco")
   assert (c.model.dim, c.model.num_layers, c.model.num_dec_layers, c.model.memory_slots,
-          c.decode.method, c.decode.beam_size) == (512, 3, 3, 40, "beam", 5)
+          c.decode.method, c.decode.beam_size, c.decode.beam_mode) == (
+              512, 3, 3, 40, "beam", 5, "in_slots")
   t = config_files.load("m2.py:synthetic,tiny").model
   assert (t.dim, t.ff_dim, t.num_layers, t.num_dec_layers, t.memory_slots) == (32, 64, 2, 1, 4)
   assert config_files.load("m2.py:synthetic,meshed=last,memory_slots=0").model.memory_slots == 0

@@ -57,9 +57,9 @@ def get_config(arg: str | None = None):
   c.scst.num_samples = 5
   c.decode.method = "beam"
   c.decode.beam_size = 5
-  # The K best candidates, finished ones included: their BeamSearch on the fixture of
-  # tests/papers/m2 (not in every case: jaxcap/papers/m2/README.md, "Beam search").
-  c.decode.beam_mode = "self_critical"
+  # Their BeamSearch: finished captions keep their place among the K until pushed out
+  # (jaxcap/papers/m2/README.md, "Beam search"; tests/papers/m2 checks it against their code).
+  c.decode.beam_mode = "in_slots"
   c.decode.max_len = 20
 
   if a.dataset in ("synthetic", "flickr8k"):
