@@ -22,6 +22,7 @@ from jaxcap.data.vocab import BOS, EOS, PAD
 from jaxcap.models import registry
 from jaxcap.papers.m2 import convert
 from jaxcap.papers.m2 import model as m2
+from tests.tiers import one_in_default
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -144,9 +145,10 @@ def _stepped(model, variables, tokens_BxT):
 # Fresh parameters take pad_mask="input": at initialisation (LayerNorm scale 1, bias 0) the
 # sum of every normalised region is 0 up to rounding, so the authors' mask of a fresh model
 # masks regions by rounding chance (and differs between jitted and eager runs).
-@pytest.mark.parametrize("over", [{}, pytest.param({"meshed": "last", "positions": "sinusoid",
-                                                     "pad_mask": "input"}, marks=pytest.mark.slow),
-                                  {"memory_slots": 0, "pad_mask": "input", "mesh_scale": "paper"}],
+# The authors' reading in the quick loop, the others in the slow step (tests/tiers.py).
+@pytest.mark.parametrize("over", one_in_default([
+    {}, {"meshed": "last", "positions": "sinusoid", "pad_mask": "input"},
+    {"memory_slots": 0, "pad_mask": "input", "mesh_scale": "paper"}]),
                          ids=["authors", "last", "no_memory"])
 def test_incremental_decoding_equals_teacher_forcing(over):
   """PAD inputs included (the fixture's sequences end with PAD): their keys are masked from
