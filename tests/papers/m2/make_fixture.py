@@ -93,6 +93,26 @@ def _shift_logits(torch, model, shifts):
     model.decoder.fc.weight[w] += (shift / k) * u
 
 
+def prepare(torch, model):
+  """Their model made decodable on current PyTorch, its weights moved off their initial values
+  (also make_import_fixture.py's)."""
+  # Current PyTorch refuses uint8 masks in masked_fill; their running self-attention mask
+  # starts as a byte tensor (it became bool once concatenated with the bool step masks in
+  # 2020's PyTorch). Its default, the only thing changed, is the same zeros as bool.
+  model.decoder._state_defaults["running_mask_self_attention"] = torch.zeros((1, 1, 0), dtype=torch.bool)
+  model.eval()
+  g = torch.Generator().manual_seed(1)
+  with torch.no_grad():
+    for name, prm in model.named_parameters():
+      if name.endswith("layer_norm.weight"):
+        prm.copy_(1.0 + 0.2 * torch.randn(prm.shape, generator=g))
+      elif name.endswith("bias"):
+        # Positive mean on the LayerNorm biases: _shift_logits needs sum(beta / gamma) away from 0.
+        offset = 0.1 if "layer_norm" in name else 0.0
+        prm.copy_(offset + 0.1 * torch.randn(prm.shape, generator=g))
+    model.decoder.fc.weight *= FC_SCALE
+
+
 def main():
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("--src", required=True, help="their repository's files (models/, utils/)")
@@ -108,22 +128,8 @@ def main():
                                    attention_module_kwargs={"m": s["m"]}, **size_kw)
   decoder = MeshedDecoder(s["vocab"], s["max_len"], s["n_dec"], PAD, **size_kw)
   model = Transformer(BOS, encoder, decoder)  # runs their init_weights (xavier, dim > 1)
-  # Current PyTorch refuses uint8 masks in masked_fill; their running self-attention mask
-  # starts as a byte tensor (it became bool once concatenated with the bool step masks in
-  # 2020's PyTorch). Its default, the only thing changed, is the same zeros as bool.
-  decoder._state_defaults["running_mask_self_attention"] = torch.zeros((1, 1, 0), dtype=torch.bool)
-  model.eval()
-
-  g = torch.Generator().manual_seed(1)
+  prepare(torch, model)
   with torch.no_grad():
-    for name, prm in model.named_parameters():
-      if name.endswith("layer_norm.weight"):
-        prm.copy_(1.0 + 0.2 * torch.randn(prm.shape, generator=g))
-      elif name.endswith("bias"):
-        # Positive mean on the LayerNorm biases: _shift_logits needs sum(beta / gamma) away from 0.
-        offset = 0.1 if "layer_norm" in name else 0.0
-        prm.copy_(offset + 0.1 * torch.randn(prm.shape, generator=g))
-    model.decoder.fc.weight *= FC_SCALE
     _shift_logits(torch, model, SHIFTS)
 
     rng = np.random.default_rng(2)

@@ -97,18 +97,8 @@ def main():
                                    attention_module_kwargs={"m": s["m"]}, **size_kw)
   decoder = MeshedDecoder(len(vocab), s["max_len"], s["n_dec"], pad, **size_kw)
   model = Transformer(bos, encoder, decoder)
-  decoder._state_defaults["running_mask_self_attention"] = torch.zeros((1, 1, 0), dtype=torch.bool)
-  model.eval()
-
-  g = torch.Generator().manual_seed(1)
+  make_fixture.prepare(torch, model)
   with torch.no_grad():
-    for name, prm in model.named_parameters():
-      if name.endswith("layer_norm.weight"):
-        prm.copy_(1.0 + 0.2 * torch.randn(prm.shape, generator=g))
-      elif name.endswith("bias"):
-        offset = 0.1 if "layer_norm" in name else 0.0
-        prm.copy_(offset + 0.1 * torch.randn(prm.shape, generator=g))
-    model.decoder.fc.weight *= make_fixture.FC_SCALE
     make_fixture._shift_logits(torch, model, {pad: -8.0, bos: -8.0, unk: -8.0, eos: EOS_SHIFT})
 
   # Their train.py's optimiser and schedule; one step of zero gradients fills Adam's state
