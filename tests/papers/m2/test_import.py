@@ -105,6 +105,7 @@ def test_beam_captions_are_their_test_py_captions(imported):
   assert imported.caption(arrays["feats"]) == [" ".join(c) for c in meta["beam"]]
 
 
+@pytest.mark.slow  # the beam captions' test is the quick loop's
 def test_greedy_captions_are_their_model_test(imported):
   arrays, meta = _expected()
   assert imported.caption(arrays["feats"], "greedy") == [" ".join(c) for c in meta["greedy"]]
@@ -132,6 +133,8 @@ def _truncated(path):
     f.write(data[: len(data) // 2])
 
 
+# A program per case (~4 s each): the slow step; test_bad_inputs_in_process is the quick loop's.
+@pytest.mark.slow
 @pytest.mark.parametrize("case,args,match", [
     ("foreign", ["--checkpoint={pth}", "--vocab={bad}", "--heads=2"], r"bad\.pkl: not their vocab\.pkl \(refused to construct (posix|os|nt)\.system\)"),
     ("truncated", ["--checkpoint={bad}", "--vocab={vocab}", "--heads=2"], r"bad\.pth: not a PyTorch checkpoint"),
