@@ -23,6 +23,7 @@ versions, commit) and one row per (method, return_aux).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import re
 import sys
@@ -80,7 +81,10 @@ def _without_aux(model):
         transformer.cross_attention_aux = saved
 
   NoAux.__name__ = NoAux.__qualname__ = cls.__name__  # the same HLO module names
-  fields = {f: getattr(model, f) for f in model.__dataclass_fields__ if f not in ("parent", "name")}
+  # dataclasses.fields: the constructor's fields (__dataclass_fields__ also lists the ClassVar
+  # hooks a CaptionModel declares).
+  fields = {f.name: getattr(model, f.name) for f in dataclasses.fields(model)
+            if f.name not in ("parent", "name")}
   return NoAux(**fields)
 
 

@@ -22,6 +22,8 @@ import os
 
 import ml_collections
 
+from jaxcap.config_literal import literal
+
 
 # ``coco``: Karpathy's dataset_coco.json + bottom-up features; ``cocotalk``: the same features with
 # self-critical.pytorch's cocotalk.json + cocotalk_label.h5 (its vocabulary: min_word_count 1).
@@ -31,17 +33,6 @@ COCO_LIKE = ("coco", "cocotalk")  # the paper-sized datasets: model files give t
 # ../shared/data beside the repository (the project's small real data set), unless overridden.
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the checkout (jaxcap/..)
 SHARED_DATA = os.environ.get("JAXCAP_SHARED_DATA", os.path.join(os.path.dirname(_REPO), "shared", "data"))
-
-
-def literal(text: str):
-  """A command-line value as the config field takes it: an int, a float, ``true`` / ``false``
-  (any case) as a bool, else the string."""
-  for typ in (int, float):
-    try:
-      return typ(text)
-    except ValueError:
-      pass
-  return {"true": True, "false": False}.get(text.lower(), text)
 
 
 def parse_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:

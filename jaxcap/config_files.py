@@ -16,8 +16,7 @@ import os
 import sys
 import traceback
 
-from jaxcap import config_common
-from jaxcap.config_common import literal  # noqa: F401  (re-exported: the parsers' name for it)
+from jaxcap.config_literal import literal  # noqa: F401  (the parsers' name for it)
 from jaxcap.papers import PAPERS
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -99,6 +98,7 @@ def load(spec: str):
   except Exception as e:  # noqa: BLE001
     raise _failed(resolved, f"get_config({given!r})", e) from None
   if is_tiny:  # every config's argument (jaxcap/config_common.py): the smallest sizes that run
+    from jaxcap import config_common  # ml_collections: not imported by the benchmarks' reader
     config = config_common.tiny(config)
   return config
 
