@@ -1,11 +1,13 @@
-"""Compares the two beam-search modes of a trained run on the log-probability of their top-1.
+"""Compares the beam-search modes of a trained run on the log-probability of their top-1.
 
   python experiments/decoding/beam_modes.py --workdir runs/transformer_synthetic --beam_size 3 [--split test]
 
-Decodes the split with ``beam_mode="live"`` (K live hypotheses, flax / t5x) and
-``"self_critical"`` (self-critical.pytorch) and prints, per image, how often each finds the more
-probable top-1 caption, the mean top-1 log-probability and the mean caption length. The
-CIDEr-D of each mode comes from ``evaluate.py --beam-mode``.
+Decodes the split in every ``decoding.BEAM_MODES`` (``"live"``: K live hypotheses, flax / t5x;
+``"self_critical"``: self-critical.pytorch; ``"in_slots"``: the M² authors' search) and prints,
+per image, how often live or self_critical finds the more probable top-1 caption, and per mode
+the mean top-1 log-probability and the mean caption length. The CIDEr-D of each mode comes from
+``evaluate.py --beam-mode``. (experiments/decoding/results/beam_modes.md, recorded before
+``in_slots`` existed, shows the first two.)
 """
 
 import os
