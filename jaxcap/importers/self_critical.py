@@ -64,12 +64,11 @@ from safetensors import numpy as safetensors_numpy
 
 from jaxcap import api, config_files, run_dir
 from jaxcap.atomic import write_json
-from jaxcap.data import batch as batch_lib
 from jaxcap.data.vocab import BOS, EOS, PAD, SPECIALS, UNK, Vocab
 from jaxcap.features import record as record_lib
+from jaxcap.importers import fit
 from jaxcap.models import aoa as aoa_model
 from jaxcap.models import registry
-from jaxcap.models.base import shift_right
 from jaxcap.training import optim, steps
 
 # Output bias of the ids self-critical has no output for (PAD, BOS): exp(-1e9) is 0 in float32.
@@ -512,16 +511,7 @@ def import_checkpoint(checkpoint: str, infos: str, workdir: str, *, dataset: str
     config.data.root = os.path.abspath(data_root)
   info = run_info(opt, vocab, config)
   model = registry.build(config.model, info)
-  batch = jax.tree.map(jnp.asarray, batch_lib.dummy(info, 2))
-  abstract = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), batch, shift_right(batch["captions"])))
-  params = {"params": params}
-  want = {jax.tree_util.keystr(k): v.shape for k, v in jax.tree_util.tree_flatten_with_path(abstract)[0]}
-  got = {jax.tree_util.keystr(k): np.shape(v) for k, v in jax.tree_util.tree_flatten_with_path(params)[0]}
-  if want != got:
-    diff = sorted(set(want.items()) ^ set(got.items()))[0]
-    raise ValueError(f"{checkpoint}: the mapped parameters do not fit jaxcap's {fields['name']} "
-                     f"(first difference: {diff[0]} {diff[1]})")
-  params = jax.tree.map(lambda x: jnp.asarray(x, jnp.float32), params)
+  params = fit.fitted(model, info, {"params": params}, checkpoint, fields["name"])
   tx, _ = optim.make_optimizer(config, 1)
   step = int(info_dict.get("iter", 0) or 0)
   train_state = steps.create_state(params, tx, steps.rng_key(config.seed + 1, config))

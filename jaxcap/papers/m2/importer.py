@@ -44,8 +44,6 @@ import pickle
 import struct
 import zipfile
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 FORMAT_HELP = ("the authors' Meshed-Memory Transformer (aimagelab/meshed-memory-transformer): "
@@ -348,9 +346,8 @@ def import_checkpoint(checkpoint: str, vocab_file: str, workdir: str, *, heads: 
   """Writes ``workdir``, a jaxcap run of their ``checkpoint`` and ``vocab_file``, and returns it
   loaded (:func:`jaxcap.load`). Everything is checked before anything is written."""
   from jaxcap import api, run_dir
-  from jaxcap.data import batch as batch_lib
+  from jaxcap.importers import fit
   from jaxcap.models import registry
-  from jaxcap.models.base import shift_right
   from jaxcap.papers.m2 import convert
   from jaxcap.training import optim, steps
 
@@ -378,15 +375,7 @@ def import_checkpoint(checkpoint: str, vocab_file: str, workdir: str, *, heads: 
   p = variables["params"]
   p["embed"]["embedding"] = p["embed"]["embedding"][theirs_of]
   p["logits_proj"]["kernel"] = p["logits_proj"]["kernel"][:, theirs_of]
-  batch = jax.tree.map(jnp.asarray, batch_lib.dummy(info, 2))
-  abstract = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), batch, shift_right(batch["captions"])))
-  want = {jax.tree_util.keystr(k): v.shape for k, v in jax.tree_util.tree_flatten_with_path(abstract)[0]}
-  got = {jax.tree_util.keystr(k): np.shape(v) for k, v in jax.tree_util.tree_flatten_with_path(variables)[0]}
-  if want != got:
-    diff = sorted(set(want.items()) ^ set(got.items()))[0]
-    raise ValueError(f"{checkpoint}: the mapped parameters do not fit jaxcap's m2 "
-                     f"(first difference: {diff[0]} {diff[1]})")
-  variables = jax.tree.map(lambda x: jnp.asarray(x, jnp.float32), variables)
+  variables = fit.fitted(model, info, variables, checkpoint, "m2")
   tx, _ = optim.make_optimizer(config, 1, frozen_collections=model.frozen_collections)
   train_state = steps.create_state(variables, tx, steps.rng_key(config.seed + 1, config))
   run_dir.init_workdir(workdir, config, vocab, info)
