@@ -304,7 +304,7 @@ def test_memory_augmented_encoder_layer_equals_the_papers_equations():
 def test_sinusoid_positions_equal_their_table():
   arrays, meta = _fixture()
   model = registry.build(_fields(meta, positions="sinusoid"), _info(meta))
-  variables = model.init(jax.random.key(0), _batch(), jnp.full((4, 1, 3), BOS, jnp.int32))
+  variables = jax.jit(model.init)(jax.random.key(0), _batch(), jnp.full((4, 1, 3), BOS, jnp.int32))
   n = meta["max_len"]
   tokens = jnp.asarray(np.r_[[BOS], np.full(n - 1, 4), [PAD]][None], jnp.int32)
   emb = np.asarray(model.apply(variables, tokens, 0, n + 1, method="_embed"))[0]
@@ -322,7 +322,8 @@ def test_memory_initialisers(memory_init):
                               num_dec_layers=1, memory_slots=m, memory_init=memory_init),
                          {"vocab_size": 8, "max_len": 4, "feature_dim": 4, "max_regions": 2})
   batch = {"feats": jnp.ones((1, 2, 4)), "feats_mask": jnp.ones((1, 2), bool)}
-  params = model.init(jax.random.key(0), batch, jnp.full((1, 1, 3), BOS, jnp.int32))["params"]
+  # Jitted: one compiled program instead of the whole model's init run op by op (~10 s).
+  params = jax.jit(model.init)(jax.random.key(0), batch, jnp.full((1, 1, 3), BOS, jnp.int32))["params"]
   a = params["enc_layers_0"]["self_attn"]["attn"]
   mk, mv = np.asarray(a["memory_k"]), np.asarray(a["memory_v"])
   if memory_init == "paper":
