@@ -332,7 +332,9 @@ class Run:
                          batch_size=batch_size, **options)
     refs = {k: v for k, v in self.dataset.references(split).items() if k in preds}
     out = dict(translation.score(refs, preds) if self.dataset.src_vocab is not None else
-               score(refs, preds, metrics=metrics, log=log), predictions=preds)
+               score(refs, preds, metrics=metrics, log=log,
+                     caption_postprocess=run_dir.caption_postprocess(getattr(self, "config", None))),
+               predictions=preds)
     out["signature"] = signature.build(metrics=out["signature"], split=split, num_images=len(preds), **run_dir.made_by(
         self.config, self.vocab, self.info, split=split, step=self.step, workdir=self.workdir,
         decode=self.decode_config(method, beam_size, **options), dataset=self.dataset))

@@ -187,6 +187,10 @@ def base_config(dataset: str = "synthetic", model: str = "transformer") -> ml_co
   # draw; keep probability rounded to a multiple of 2**-k: jaxcap.training.dropout).
   c.dropout_bits = 32
   c.spice = False
+  # What is done to the captions before they are scored (validation, test, evaluate.py):
+  # "none" | "dedupe_repeats" (repeated consecutive words kept once, as the M² authors' scoring
+  # does; jaxcap/evaluation/coco_metrics.py CAPTION_POSTPROCESS). Recorded in the signature.
+  c.caption_postprocess = "none"
   # Start from the parameters of another run's checkpoint (its workdir; best, else latest),
   # e.g. self-critical training from a cross-entropy run: --config.init_from=runs/xe
   # --config.scst.start_step=0. The optimiser state and the step start afresh.

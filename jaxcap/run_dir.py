@@ -383,18 +383,23 @@ def restore(workdir: str, config, model, info: dict, step: int | None = None, *,
 
 
 def write_scores(workdir, split, preds, refs, spice=False, tag="", translation=False,
-                 made_by: dict | None = None):
+                 made_by: dict | None = None, caption_postprocess: str = "none"):
   """Scores ``preds`` against ``refs`` and writes ``predictions_<split><tag>.json`` and
   ``scores_<split><tag>.json`` to ``workdir``; prints the metric table (x100), the scores'
   signature line and the files' paths. ``translation``: German-output metrics
   (:mod:`jaxcap.evaluation.translation`: sacreBLEU with its signature, METEOR ``-l de``,
   CIDEr-D). ``made_by``: what is known of how the captions were made (the keyword arguments of
   :func:`jaxcap.evaluation.signature.build`: config, vocab, step, decode, ...); the file's
-  ``"signature"`` holds them with the metrics' side."""
+  ``"signature"`` holds them with the metrics' side. ``caption_postprocess``
+  (:data:`jaxcap.evaluation.coco_metrics.CAPTION_POSTPROCESS`) is applied to the captions
+  before they are scored; the predictions file keeps them as generated."""
   if translation:
+    if caption_postprocess != "none":
+      raise ValueError(f"caption_postprocess={caption_postprocess!r}: translation runs are scored "
+                       "as generated; expected 'none'")
     scores = translation_metrics.score(refs, preds)
   else:
-    scores = coco_metrics.score(refs, preds, spice=spice)
+    scores = coco_metrics.score(refs, preds, spice=spice, caption_postprocess=caption_postprocess)
   made_by = dict(made_by or {})
   made_by.setdefault("split", split)
   made_by.setdefault("num_images", len(preds))
@@ -429,6 +434,11 @@ def made_by(config, vocab, info, *, split: str, step=None, decode=None, workdir=
   config = saved_config_dict(config) if hasattr(config, "to_json_best_effort") else config
   return dict(config=config, vocab=vocab, info=info, step=step, decode=decode, workdir=workdir,
               feature_names=names, members=members, weights=weights)
+
+
+def caption_postprocess(config) -> str:
+  """The run's ``caption_postprocess`` (``"none"`` for a config made before the field)."""
+  return str(config.get("caption_postprocess", "none")) if config is not None else "none"
 
 
 def format_table(overall: dict, title: str = "") -> str:

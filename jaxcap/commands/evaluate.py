@@ -61,6 +61,10 @@ _SAMPLE_N_METHOD = flags.DEFINE_enum("sample_n_method", "sample", ["sample", "be
 _ENSEMBLE = flags.DEFINE_string("ensemble", None, "Comma-separated run directories decoded together.")
 _WEIGHTS = flags.DEFINE_string("ensemble_weights", None, "Comma-separated member weights (default equal).")
 _SPICE = flags.DEFINE_bool("spice", False, "Also compute SPICE (needs its Stanford CoreNLP jars).")
+_POST = flags.DEFINE_enum("caption_postprocess", None, ["none", "dedupe_repeats"],
+                          "Done to the captions before they are scored (recorded in the signature): "
+                          "'dedupe_repeats' keeps a run of one word once, as the M² authors' scoring "
+                          "(default: the run's config field caption_postprocess; 'none' for --predictions).")
 _TAG = flags.DEFINE_string("tag", None, "Suffix of the output file names, e.g. _beam3 (default: none, or "
                            "the decoding's, e.g. _beam3, where training's scores_<split>.json is kept; '' "
                            "replaces it).")
@@ -75,7 +79,7 @@ _S = {n: flags.DEFINE_string(n, None, f"--server: {h}") for n, h in [
     ("att_dir", "the set's region features (<image_id>.npz/.npy)."), ("fc_dir", "its global features."),
     ("box_dir", "its boxes."), ("image_info", "COCO's image_info_test2014.json / captions_val2014.json.")]}
 _ALG = flags.DEFINE_string("alg", "jaxcap", "--server: the algorithm's name in the file name.")
-for _name in ("sample_n", "sample_n_method", "ensemble_weights", "batch_size"):
+for _name in ("sample_n", "sample_n_method", "ensemble_weights", "batch_size", "caption_postprocess"):
   flags.DEFINE_alias(_name.replace("_", "-"), _name)
 
 
@@ -107,6 +111,9 @@ def _check_flags() -> None:
   if not (given or _WORKDIR.value):
     raise ValueError("no --workdir; expected --workdir (a checkpoint to evaluate), --ensemble or "
                      "--predictions/--references/--out")
+  if _POST.value is not None and (_IMAGES.value is not None or _SERVER.value is not None):
+    raise ValueError(f"--caption-postprocess={_POST.value} with --{'images' if _IMAGES.value else 'server'}: "
+                     "nothing is scored there; expected it with a split to score or --predictions")
   if _STEP.value is not None and _ENSEMBLE.value:
     raise ValueError("--step does not apply to --ensemble (each member uses its best checkpoint)")
 
@@ -149,12 +156,14 @@ def main(argv):
   del argv
   check()
   if _PREDICTIONS.value:
-    result = files.score_files(_PREDICTIONS.value, _REFERENCES.value, _OUT.value, spice=_SPICE.value)
+    result = files.score_files(_PREDICTIONS.value, _REFERENCES.value, _OUT.value, spice=_SPICE.value,
+                               caption_postprocess=_POST.value or "none")
     print(run_dir.format_table(result["overall"], title=f"{_PREDICTIONS.value} "
                                                        f"({len(result['per_image'])} images)"))
     return
   common = dict(split=_SPLIT.value, batch_size=_BATCH.value, attributes=_ATTRIBUTES.value,
-                spice=_SPICE.value, sample_n=_SAMPLE_N.value, sample_n_method=_SAMPLE_N_METHOD.value)
+                spice=_SPICE.value, sample_n=_SAMPLE_N.value, sample_n_method=_SAMPLE_N_METHOD.value,
+                caption_postprocess=_POST.value)
   if _ENSEMBLE.value:
     workdirs = [w.strip() for w in _ENSEMBLE.value.split(",") if w.strip()]
     runs.evaluate_ensemble(workdirs, _WEIGHTS.value, out_dir=_WORKDIR.value, decode=_decode,

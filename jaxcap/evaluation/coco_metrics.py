@@ -18,6 +18,7 @@ pycocoevalcap is imported lazily inside functions: a host without it can still i
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import shutil
@@ -49,6 +50,26 @@ METRIC_NAMES = {
     "SPICE": ("SPICE",),
 }
 DEFAULT_METRICS = ("Bleu", "METEOR", "ROUGE_L", "CIDEr")
+
+# What may be done to the generated captions before they are scored (config field
+# ``caption_postprocess``, ``evaluate.py --caption-postprocess``): "none" (scored as generated) |
+# "dedupe_repeats" (a run of the same word kept once: "a a dog" -> "a dog"; the M² authors'
+# test.py and train.py score ``' '.join(k for k, _ in itertools.groupby(words))``).
+CAPTION_POSTPROCESS = ("none", "dedupe_repeats")
+
+
+def postprocess_captions(predictions: Mapping[Hashable, str], kind: str = "none") -> dict:
+  """``predictions`` with :data:`CAPTION_POSTPROCESS` ``kind`` applied to every caption (words
+  are the space-separated tokens jaxcap's captions are made of)."""
+  if kind not in CAPTION_POSTPROCESS:
+    raise ValueError(f"caption_postprocess: expected one of {', '.join(CAPTION_POSTPROCESS)}, "
+                     f"got {kind!r}")
+  if kind == "none":
+    return dict(predictions)
+  # A non-string caption is left as it is: score() refuses it in one line.
+  return {i: " ".join(w for w, _ in itertools.groupby(c.split())) if isinstance(c, str) else c
+          for i, c in predictions.items()}
+
 
 # pycocoevalcap.tokenizer.ptbtokenizer.PUNCTUATIONS, repeated here so the fallback needs no import.
 PTB_PUNCTUATIONS = frozenset(["''", "'", "``", "`", "-LRB-", "-RRB-", "-LCB-", "-RCB-", ".", "?",
@@ -197,7 +218,7 @@ def _run_scorer(name: str, gts: dict, res: dict):
 
 def score(references: Mapping[Hashable, Sequence[str]], predictions: Mapping[Hashable, str], *,
           metrics: Sequence[str] = DEFAULT_METRICS, spice: bool = False, tokenize: bool = True,
-          log: Callable[[str], None] = print) -> dict:
+          log: Callable[[str], None] = print, caption_postprocess: str = "none") -> dict:
   """Scores predicted captions against references with pycocoevalcap's scorers.
 
   Args:
@@ -209,6 +230,8 @@ def score(references: Mapping[Hashable, Sequence[str]], predictions: Mapping[Has
     spice: also compute SPICE (needs Java and the Stanford CoreNLP 3.6.0 jars).
     tokenize: PTB-tokenise first, as ``COCOEvalCap`` does; False scores the strings as given.
     log: receives one line per skipped or failed metric.
+    caption_postprocess: :data:`CAPTION_POSTPROCESS`: applied to the predictions before they
+      are tokenised and scored; recorded in the signature when not ``"none"``.
 
   Returns:
     ``{"overall": {metric: float}, "per_image": {image_id: {metric: float}}, "signature":
@@ -235,7 +258,8 @@ def score(references: Mapping[Hashable, Sequence[str]], predictions: Mapping[Has
       raise ValueError(f"coco_metrics: predictions[{i!r}] must be a string, got "
                        f"{type(predictions[i]).__name__}")
   gts = {i: [str(c) for c in references[i]] for i in ids}
-  res = {i: [predictions[i]] for i in ids}
+  scored = postprocess_captions(predictions, caption_postprocess)
+  res = {i: [scored[i]] for i in ids}
 
   have_java = shutil.which("java") is not None
   tokenizer = "none"
@@ -278,4 +302,5 @@ def score(references: Mapping[Hashable, Sequence[str]], predictions: Mapping[Has
     per_metric.update(p)
   per_image = {i: {m: v[k] for m, v in per_metric.items()} for k, i in enumerate(ids)}
   return {"overall": overall, "per_image": per_image,
-          "signature": signature.metrics_part(tokenizer, list(overall))}
+          "signature": signature.metrics_part(tokenizer, list(overall),
+                                              caption_postprocess=caption_postprocess)}

@@ -172,7 +172,7 @@ def load_scores(path: str, image_ids=None) -> dict:
 
 def score_files(predictions_path: str, references_path: str, out_path: str, spice: bool = False,
                 *, metrics=coco_metrics.DEFAULT_METRICS,
-                log: Callable[[str], None] = print) -> dict:
+                log: Callable[[str], None] = print, caption_postprocess: str = "none") -> dict:
   """Scores a COCO results file against a COCO annotation file and writes the scores.
 
   Args:
@@ -184,6 +184,8 @@ def score_files(predictions_path: str, references_path: str, out_path: str, spic
     spice: also compute SPICE when it can run.
     metrics: metric groups, as in :func:`jaxcap.evaluation.coco_metrics.score`.
     log: one line per skipped or failed metric.
+    caption_postprocess: applied to the captions before they are scored
+      (:data:`jaxcap.evaluation.coco_metrics.CAPTION_POSTPROCESS`).
 
   Returns:
     The result of :func:`jaxcap.evaluation.coco_metrics.score` (with the original image ids).
@@ -196,7 +198,8 @@ def score_files(predictions_path: str, references_path: str, out_path: str, spic
     raise ValueError(f"{predictions_path}: captions for {len(predictions)} of the "
                      f"{len(references)} images in {references_path} (first missing image_id "
                      f"{missing[0]!r}); expected one caption for every reference image")
-  result = coco_metrics.score(references, predictions, metrics=metrics, spice=spice, log=log)
+  result = coco_metrics.score(references, predictions, metrics=metrics, spice=spice, log=log,
+                              caption_postprocess=caption_postprocess)
   # A predictions file says nothing of the model or its decoding: the signature records the
   # two files (their sha256) and the metrics' side.
   with open(predictions_path, "rb") as f:

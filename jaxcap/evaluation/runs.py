@@ -15,7 +15,7 @@ import ml_collections
 
 from jaxcap import api, atomic, ensemble, run_dir
 from jaxcap import data as data_lib
-from jaxcap.evaluation import server
+from jaxcap.evaluation import coco_metrics, server
 from jaxcap.features import extract
 from jaxcap.features import record as record_lib
 from jaxcap.models import registry
@@ -52,6 +52,16 @@ def decode_options(decode: dict, *, sample: bool = False, beam_size: int | None 
   return d
 
 
+def _caption_postprocess(given: str | None, config) -> str:
+  """The scoring's caption postprocessing: ``given`` (a command line's), else the run's."""
+  post = run_dir.caption_postprocess(config) if given is None else given
+  if post not in coco_metrics.CAPTION_POSTPROCESS:
+    where = "--caption-postprocess" if given is not None else "config field caption_postprocess"
+    raise ValueError(f"{where}: expected one of {', '.join(coco_metrics.CAPTION_POSTPROCESS)}, "
+                     f"got {post!r}")
+  return post
+
+
 def _with_attributes(config, split: str, attributes: str | None):
   """The attribute mode the evaluated split reads (its words and vocabulary do not depend on
   it, so the model's inputs keep their meaning)."""
@@ -77,14 +87,16 @@ def _check_inputs(member_config, dataset, config, split: str, attributes: str | 
 
 
 def _decode_and_write(run, split: str, decode: dict, batch_size: int, out_dir: str, tag: str,
-                      spice: bool, sample_n: int, sample_n_method: str, members=(), weights=None) -> dict:
+                      spice: bool, sample_n: int, sample_n_method: str, members=(), weights=None,
+                      caption_postprocess: str = "none") -> dict:
   preds = run.predict(split, batch_size=batch_size, **decode)
   refs = run.dataset.references(split)
   made_by = run_dir.made_by(run.config, run.vocab, run.info, split=split, step=run.step,
                             decode=run.decode_config(**decode), workdir=run.workdir,
                             dataset=run.dataset, members=members, weights=weights)
   scores = run_dir.write_scores(out_dir, split, preds, {k: refs[k] for k in preds}, spice, tag,
-                                translation=run.dataset.src_vocab is not None, made_by=made_by)
+                                translation=run.dataset.src_vocab is not None, made_by=made_by,
+                                caption_postprocess=caption_postprocess)
   if sample_n:
     options = {k: v for k, v in decode.items() if k != "method"}  # sample_n_method decides
     preds = run.sample_n(split, sample_n, sample_n_method, batch_size=batch_size, **options)
@@ -110,17 +122,21 @@ def decode_tag(decode: dict) -> str:
 def evaluate_run(workdir: str, *, split: str = "test", step: int | None = None,
                  decode: dict | None = None, batch_size: int | None = None,
                  attributes: str | None = None, tag: str | None = None, spice: bool = False,
-                 sample_n: int = 0, sample_n_method: str = "sample") -> dict:
+                 sample_n: int = 0, sample_n_method: str = "sample",
+                 caption_postprocess: str | None = None) -> dict:
   """Decodes ``split`` with the run's best checkpoint (or ``step``) and writes
   ``predictions_<split><tag>.json`` / ``scores_<split><tag>.json`` in ``workdir``.
 
   ``decode``: the decoding options, or a function of the run's ``config.decode`` (a dict) giving
   them (:func:`decode_options`; default: the run's); ``attributes``: the attribute mode the
   split reads (e.g. ``oracle``); ``tag`` None: none, unless training's own
-  ``scores_<split>.json`` is there, which is kept: then the decoding's (:func:`decode_tag`).
+  ``scores_<split>.json`` is there, which is kept: then the decoding's (:func:`decode_tag`);
+  ``caption_postprocess``: what is done to the captions before they are scored
+  (:data:`jaxcap.evaluation.coco_metrics.CAPTION_POSTPROCESS`; None: the run's config field).
   Returns the scores.
   """
   config = run_dir.read_config(workdir)
+  post = _caption_postprocess(caption_postprocess, config)
   atomic.check_writable(workdir, f"--workdir={workdir}")  # where the predictions and scores go
   decode = _decode_of(decode, config)
   if batch_size is not None and batch_size < 1:
@@ -137,13 +153,14 @@ def evaluate_run(workdir: str, *, split: str = "test", step: int | None = None,
   run = api.load(workdir, step, dataset=dataset, mesh=parallel.make_mesh())
   print(f"Evaluating step {run.step} of {workdir} on split {split!r}.", flush=True)
   return _decode_and_write(run, split, decode, config.eval_batch_size, workdir, tag, spice,
-                           sample_n, sample_n_method)
+                           sample_n, sample_n_method, caption_postprocess=post)
 
 
 def evaluate_ensemble(workdirs, weights=None, *, out_dir: str | None = None, split: str = "test",
                       decode: dict | None = None, batch_size: int | None = None,
                       attributes: str | None = None, tag: str = "_ensemble", spice: bool = False,
-                      sample_n: int = 0, sample_n_method: str = "sample") -> dict:
+                      sample_n: int = 0, sample_n_method: str = "sample",
+                      caption_postprocess: str | None = None) -> dict:
   """Decodes ``split`` with several runs together (:func:`jaxcap.api.load_ensemble`, each from
   its best checkpoint, with the first run's data and decoding); the files go to ``out_dir``
   (default: the first run's); ``decode`` as :func:`evaluate_run`'s. Everything is checked
@@ -158,6 +175,7 @@ def evaluate_ensemble(workdirs, weights=None, *, out_dir: str | None = None, spl
   ensemble.check_same_vocab([v for _, v in runs], workdirs)
   config = runs[0][0]
   decode = _decode_of(decode, config)
+  post = _caption_postprocess(caption_postprocess, config)
   for w, (cfg, _) in zip(workdirs[1:], runs[1:]):
     for field in ("name", "root"):
       # Roots resolved: a run's config.json names its root absolute, an older run's relative one.
@@ -180,7 +198,7 @@ def evaluate_ensemble(workdirs, weights=None, *, out_dir: str | None = None, spl
   return _decode_and_write(api.load_ensemble(members, weights), split, decode,
                            config.eval_batch_size, out_dir, tag, spice, sample_n, sample_n_method,
                            members=[f"{w}@{m.step}" for w, m in zip(workdirs, members)],
-                           weights=weights)
+                           weights=weights, caption_postprocess=post)
 
 
 def caption_folder(workdir: str, images: str, out: str, *, weights: str | None = None,

@@ -70,12 +70,17 @@ def jaxcap_version() -> dict:
 
 
 def metrics_part(tokenizer: str, computed: Sequence[str], *, translation: bool = False,
-                 sacrebleu_signature: str = "") -> dict:
+                 sacrebleu_signature: str = "", caption_postprocess: str = "none") -> dict:
   """The metric side: implementations and versions, the tokenizer (``ptb``: Stanford's
   PTBTokenizer as COCOEvalCap runs it; ``ptb-python``: jaxcap's approximation of it, used
-  without Java; ``none``: the strings as given), the metrics computed and the CIDEr-D variant."""
+  without Java; ``none``: the strings as given), the metrics computed and the CIDEr-D variant;
+  ``caption_postprocess`` (what was done to the captions before they were scored,
+  :data:`jaxcap.evaluation.coco_metrics.CAPTION_POSTPROCESS`) only when it is not ``"none"``, so
+  a signature made without it is unchanged (and a comparison names it)."""
   out = {"implementation": "pycocoevalcap", "version": _version("pycocoevalcap"),
          "tokenizer": tokenizer, "computed": list(computed), "cider": dict(COCO_CIDER)}
+  if caption_postprocess != "none":
+    out["caption_postprocess"] = caption_postprocess
   if translation:
     out["sacrebleu"] = sacrebleu_signature
     out["meteor"] = "METEOR 1.5 jar, -l de -norm"
@@ -194,7 +199,8 @@ def line(sig: Mapping) -> str:
   """The signature as one line (see the module docstring)."""
   j, m = sig.get("jaxcap") or {}, sig.get("metrics") or {}
   parts = [f"jaxcap {j.get('version')}" + (f"+{j['commit']}" if j.get("commit") else ""),
-           f"{m.get('implementation')} {m.get('version')},tok={m.get('tokenizer')}"]
+           f"{m.get('implementation')} {m.get('version')},tok={m.get('tokenizer')}"
+           + (f",captions={m['caption_postprocess']}" if m.get("caption_postprocess") else "")]
   c = m.get("cider") or {}
   if c:
     df = "refs" if str(c.get("df", "")).startswith("references") else c.get("df")

@@ -174,7 +174,8 @@ class Trainer:
   def validate(self, params, step: int) -> dict:
     preds = self.predict(params, "val", num_images=self.config.eval_num_images)
     refs = self.references("val", preds.keys())
-    scores = coco_metrics.score(refs, preds, metrics=("Bleu", "CIDEr"), tokenize=False, log=lambda *_: None)
+    scores = coco_metrics.score(refs, preds, metrics=("Bleu", "CIDEr"), tokenize=False, log=lambda *_: None,
+                                caption_postprocess=run_dir.caption_postprocess(self.config))
     return {"CIDEr": scores["overall"]["CIDEr"], "Bleu_4": scores["overall"]["Bleu_4"]}
 
   # ---------------------------------------------------------------- loop
@@ -328,7 +329,8 @@ class Trainer:
     made_by = run_dir.made_by(self.config, self.dataset.vocab, self.info, split=split, step=step,
                               decode=decode, workdir=self.workdir, dataset=self.dataset)
     return run_dir.write_scores(self.workdir, split, preds, self.references(split, preds.keys()), spice, tag,
-                                translation=self.dataset.src_vocab is not None, made_by=made_by)
+                                translation=self.dataset.src_vocab is not None, made_by=made_by,
+                                caption_postprocess=run_dir.caption_postprocess(self.config))
 
 
 def _check_init_from(source_workdir: str, config, vocab: Vocab) -> None:
@@ -568,4 +570,4 @@ def fit_non_trainable(config, workdir: str) -> dict:
   made_by = run_dir.made_by(config, dataset.vocab, dict(dataset.info), split=config.test_split,
                             decode={"method": config.model.name}, workdir=workdir, dataset=dataset)
   return run_dir.write_scores(workdir, config.test_split, preds, {k: refs[k] for k in preds}, config.spice,
-                              made_by=made_by)
+                              made_by=made_by, caption_postprocess=run_dir.caption_postprocess(config))

@@ -32,6 +32,7 @@ from jaxcap import atomic, decoding
 from jaxcap.data import base, complete_data_config
 from jaxcap.data import batch as batch_lib
 from jaxcap.data import readers as data_readers
+from jaxcap.evaluation import coco_metrics
 from jaxcap.models import fields, registry
 from jaxcap.training.dropout import DROPOUT_BITS
 from jaxcap.training.steps import PRNG_IMPLS
@@ -64,6 +65,7 @@ CHECKS = {
     "nonfinite": fields.one_of(("stop", "skip")), "prng_impl": fields.one_of(PRNG_IMPLS),
     "dropout_bits": fields.one_of(DROPOUT_BITS),
     "test_after_training": fields.BOOL, "spice": fields.BOOL, "init_from": fields.STRING,
+    "caption_postprocess": fields.one_of(coco_metrics.CAPTION_POSTPROCESS),
     # data
     "data.name": fields.one_of(data_readers.NAMES), "data.max_len": fields.POSITIVE,
     "data.seq_per_img": fields.POSITIVE, "data.max_regions": fields.POSITIVE,
