@@ -28,7 +28,7 @@ Their test.py loads ``vocab.pkl`` (a pickled ``data.vocab.Vocab``: ``itos``, ``s
 - Config: ``configs/m2.py:coco`` with those sizes and the model's switches at the code's
   readings (``pad_mask="authors"``, ``positions="authors"``, ``mesh_scale="authors"``;
   ``memory_init`` changes no imported weight), decoding as their test.py: beam search, beam 5,
-  20 steps.
+  20 steps; scoring as their test.py: ``caption_postprocess = "dedupe_repeats"``.
 
 Bad input is one line naming the file and what was expected (``ValueError``; exit 2 from the
 command), and nothing is written.
@@ -328,6 +328,9 @@ def run_config(fields: dict, vocab_path: str):
   c.decode.method = "beam"
   c.decode.beam_size = 5
   c.decode.max_len = 20
+  # Their test.py (and train.py's validation) score each caption with its runs of one word kept
+  # once (itertools.groupby): the scores of the imported run are computed the same way.
+  c.caption_postprocess = "dedupe_repeats"
   c.imported_from = "aimagelab/meshed-memory-transformer"
   return c
 

@@ -83,6 +83,8 @@ def test_the_config_is_the_authors_reading(imported):
   assert (m.dim, m.num_heads, m.ff_dim, m.memory_slots, m.max_positions) == (
       meta["d_model"], meta["h"], meta["d_ff"], meta["m"], meta["max_len"])
   assert (d.method, d.beam_size, d.max_len) == ("beam", 5, 20)
+  # Their test.py scores each caption with its runs of one word kept once.
+  assert imported.config.caption_postprocess == "dedupe_repeats"
   # jaxcap's ids: the specials first, then their words in their order.
   assert imported.vocab.itos[4:] == meta["itos"][4:]
 
