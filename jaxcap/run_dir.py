@@ -63,7 +63,8 @@ def config_to_dict(config) -> dict:
 # Data fields naming files or folders: resolved against the working directory, or against
 # data.root when it is set (jaxcap.data.karpathy, cocotalk, multi30k), else the working directory.
 _CWD_PATHS = ("root", "tfds_dir", "vocab_file", "attributes_file")
-_ROOT_PATHS = ("dataset_json", "att_dir", "fc_dir", "box_dir", "label_h5", "features_npy")
+_ROOT_PATHS = ("dataset_json", "att_dir", "fc_dir", "box_dir", "label_h5", "features_npy",
+               "detections_hdf5")
 
 
 def absolute_data_paths(data: dict) -> dict:

@@ -42,6 +42,9 @@ def get_dataset(data_config) -> CaptionDataset:
     dataset_json: Karpathy ``dataset_*.json`` or ``cocotalk.json``.
     att_dir, fc_dir, box_dir: self-critical feature dirs (``<id>.npz`` key ``feat`` /
       ``<id>.npy``); ``fc_dir`` alone gives one region per image (N = 1).
+    detections_hdf5: karpathy only, instead of the folders: one HDF5 file with a dataset
+      ``<id>_features`` ``[n, D]`` per image (the M² authors' ``coco_detections.hdf5``;
+      :class:`jaxcap.data.karpathy.HDF5Detections`): real regions only, no boxes.
     label_h5: cocotalk's ``cocotalk_label.h5``.
     grid: att files (or Multi30k arrays) are ``[g, g, C]`` / ``[g*g, C]`` grids.
     use_restval: Karpathy ``restval`` images join ``train``.

@@ -10,7 +10,10 @@ Read in place, one file per image and per access (no conversion step):
 - ``fc_dir/<id>.npy`` (``[Dg]``); without ``att_dir`` it is the single region (N = 1);
 - ``box_dir/<id>.npy`` (``[n, 4]`` x1 y1 x2 y2 pixels), divided by the image's ``width`` /
   ``height`` when the JSON entry has them, otherwise by the largest x2 / y2 of that image
-  (so boxes still land in [0, 1]).
+  (so boxes still land in [0, 1]);
+- or, instead of the folders, ``detections_hdf5``: one HDF5 file with a dataset
+  ``<id>_features`` (``[n, D]``) per image, the M² authors' ``coco_detections.hdf5`` layout
+  (:class:`HDF5Detections`).
 
 ``<id>`` is ``cocoid`` for COCO and the file-name stem for Flickr. Images of split
 ``restval`` join ``train`` (self-critical's 113,287 COCO training images) unless
@@ -171,6 +174,65 @@ class DirFeatures(base.FeatureReader):
     return {"feats": (shape, dtype, path), "global_feat": glob, "boxes": boxes}
 
 
+class HDF5Detections(base.FeatureReader):
+  """Region features of every image in one HDF5 file, dataset ``<key>_features`` ``[n, D]``:
+  the layout of the M² authors' ``coco_detections.hdf5`` (their ``ImageDetectionsField`` reads
+  ``'%d_features' % image_id``). Only the real regions are returned (``feats_mask`` marks them
+  after collation, which zero-pads to ``max_regions``); their loader's zero rows up to 50 are
+  ``max_regions = 50`` with ``truncate_regions`` (their ``[:max_detections]``). The file's
+  ``<key>_boxes`` are pixel coordinates and it holds no image sizes, so boxes are not read
+  (``has_boxes`` False: a model built on boxes is refused before training)."""
+
+  has_boxes = False
+
+  def __init__(self, keys: list[str], path: str):
+    if not os.path.isfile(path):
+      raise ValueError(f"{path}: field 'detections_hdf5' is not a file, expected an HDF5 file "
+                       "with a dataset <image_id>_features per image")
+    self.keys, self.path = keys, path
+    self._file = None
+    self._lock = threading.Lock()
+
+  def __getstate__(self):  # loader worker processes open their own handle
+    return {"keys": self.keys, "path": self.path}
+
+  def __setstate__(self, state):
+    self.__init__(state["keys"], state["path"])
+
+  def __len__(self) -> int:
+    return len(self.keys)
+
+  def name(self, i: int) -> str:
+    return f"{self.path}:{self.keys[i]}_features"
+
+  def _dataset(self, i: int):
+    with self._lock:
+      if self._file is None:
+        import h5py
+        try:
+          self._file = h5py.File(self.path, "r")
+        except OSError as e:
+          raise ValueError(f"{self.path}: unreadable HDF5 file ({e}); expected the detections "
+                           "file (datasets <image_id>_features)") from None
+    key = f"{self.keys[i]}_features"
+    if key not in self._file:
+      raise ValueError(f"{self.path}: no dataset {key!r} for image {self.keys[i]}; expected one "
+                       "<image_id>_features [regions, D] per image")
+    ds = self._file[key]
+    if not hasattr(ds, "shape"):
+      raise ValueError(f"{self.name(i)}: is an HDF5 group, expected a [regions, D] dataset")
+    return ds
+
+  def read(self, i: int) -> dict:
+    feats = np.asarray(self._dataset(i)[()])
+    return {"feats": feats, "boxes": None, "global_feat": None}
+
+  def header(self, i: int) -> dict:
+    ds = self._dataset(i)
+    return {"feats": (tuple(ds.shape), np.dtype(ds.dtype), self.name(i)), "global_feat": None,
+            "boxes": None}
+
+
 def image_key(entry: dict) -> int | str:
   """COCO ``cocoid``, else the file-name stem (Flickr)."""
   if "cocoid" in entry:
@@ -248,12 +310,22 @@ def dir_splits(by_split: dict, root: str, config) -> dict[str, base.SplitData]:
   att_dir = _resolve(root, config.att_dir)
   fc_dir = _resolve(root, config.fc_dir)
   box_dir = _resolve(root, config.box_dir)
+  hdf5 = _resolve(root, config.get("detections_hdf5", ""))
+  if hdf5:
+    others = [f for f in ("att_dir", "fc_dir", "box_dir", "grid") if config.get(f)]
+    if others:
+      raise ValueError(f"karpathy: fields 'detections_hdf5' and {others[0]!r} are both set; "
+                       "expected one source of region features (detections_hdf5 alone: the "
+                       "global feature is the regions' mean)")
   out = {}
   for split, rec in by_split.items():
     if not rec["keys"]:
       continue
-    feats = DirFeatures([str(k) for k in rec["keys"]], att_dir, fc_dir, box_dir,
-                        grid=bool(config.grid), sizes=rec["sizes"])
+    if hdf5:
+      feats = HDF5Detections([str(k) for k in rec["keys"]], hdf5)
+    else:
+      feats = DirFeatures([str(k) for k in rec["keys"]], att_dir, fc_dir, box_dir,
+                          grid=bool(config.grid), sizes=rec["sizes"])
     out[split] = base.SplitData(image_ids=rec["keys"], refs=rec["refs"], features=feats)
   return out
 
@@ -261,7 +333,7 @@ def dir_splits(by_split: dict, root: str, config) -> dict[str, base.SplitData]:
 def dataset(splits: dict, config, name: str) -> base.CaptionDataset:
   """The dataset of feature-dir splits (one region per image without ``att_dir``)."""
   return base.CaptionDataset(splits, config, name=name, feature_dim=config.get("feature_dim") or None,
-                             max_regions=None if config.get("att_dir") else 1)
+                             max_regions=None if config.get("att_dir") or config.get("detections_hdf5") else 1)
 
 
 def load(config) -> base.CaptionDataset:

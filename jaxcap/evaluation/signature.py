@@ -139,7 +139,9 @@ def features_part(data_config: Mapping | None, info: Mapping | None, workdir: st
   out = {"source": data.get("name"),
          "fields": {k: v for k, v in sorted(data.items())
                     if isinstance(v, (str, int, float, bool)) and k != "num_workers"
-                    and any(s in k for s in ("dir", "root", "feature", "region", "box", "grid"))},
+                    and (any(s in k for s in ("dir", "root", "feature", "region", "box", "grid"))
+                         # set only: a signature without the file is as it was before the field
+                         or (k == "detections_hdf5" and v))},
          "regions": info.get("max_regions"), "dim": info.get("feature_dim"),
          "global_dim": info.get("global_dim")}
   record = os.path.join(workdir, "features.json") if workdir else None
