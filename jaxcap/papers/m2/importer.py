@@ -335,6 +335,23 @@ def run_config(fields: dict, vocab_path: str):
   return c
 
 
+# Their ImageDetectionsField(max_detections=50) in train.py and test.py.
+MAX_DETECTIONS = 50
+
+
+def their_detections(data, path: str):
+  """``data`` (a config's data section) reading ``path`` (their ``coco_detections.hdf5``) as
+  their loader does: the regions of ``<image_id>_features``, the first 50 kept
+  (``truncate_regions``), zero rows after the real ones up to 50 (collation pads to
+  ``max_regions = 50``; their ``pad_mask="authors"`` encoder then attends those rows, as theirs
+  does). The folders of the default COCO data are cleared: the file replaces them."""
+  data.detections_hdf5 = path
+  data.att_dir = data.fc_dir = data.box_dir = ""
+  data.max_regions = MAX_DETECTIONS
+  data.truncate_regions = True
+  return data
+
+
 def run_info(feature_dim: int, vocab, config) -> dict:
   # M² reads region features only; global_dim is the dataset's field, sized like them.
   return {"feature_dim": int(feature_dim), "global_dim": int(feature_dim),
@@ -345,9 +362,10 @@ def run_info(feature_dim: int, vocab, config) -> dict:
 
 
 def import_checkpoint(checkpoint: str, vocab_file: str, workdir: str, *, heads: int = 8,
-                      data_root: str | None = None):
+                      data_root: str | None = None, detections_hdf5: str | None = None):
   """Writes ``workdir``, a jaxcap run of their ``checkpoint`` and ``vocab_file``, and returns it
-  loaded (:func:`jaxcap.load`). Everything is checked before anything is written."""
+  loaded (:func:`jaxcap.load`). Everything is checked before anything is written.
+  ``detections_hdf5``: their ``coco_detections.hdf5``, read as :func:`their_detections` says."""
   from jaxcap import api, run_dir
   from jaxcap.importers import fit
   from jaxcap.models import registry
@@ -366,6 +384,11 @@ def import_checkpoint(checkpoint: str, vocab_file: str, workdir: str, *, heads: 
   config = run_config(fields, os.path.join(workdir, run_dir.VOCAB_FILE))
   if data_root is not None:
     config.data.root = os.path.abspath(data_root)
+  if detections_hdf5 is not None:
+    if not os.path.isfile(detections_hdf5):
+      raise ValueError(f"--detections_hdf5={detections_hdf5}: not a file; expected their "
+                       "coco_detections.hdf5")
+    their_detections(config.data, os.path.abspath(detections_hdf5))
   info = run_info(feature_dim, vocab, config)
   model = registry.build(config.model, info)
   try:
@@ -400,7 +423,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
   parser.add_argument("--heads", type=int, default=8,
                       help="Attention heads (not in a state_dict; their default and test.py's: 8).")
   parser.add_argument("--data_root", default=None, help="The COCO data folder evaluate.py reads (default data/coco).")
+  parser.add_argument("--detections_hdf5", default=None,
+                      help="Their coco_detections.hdf5: the run reads its regions as their loader does "
+                           "(50 per image, zero rows after the real ones, the first 50 kept).")
 
 
 def run_from_args(a: argparse.Namespace):
-  return import_checkpoint(a.checkpoint, a.vocab, a.workdir, heads=a.heads, data_root=a.data_root)
+  return import_checkpoint(a.checkpoint, a.vocab, a.workdir, heads=a.heads, data_root=a.data_root,
+                           detections_hdf5=a.detections_hdf5)

@@ -89,6 +89,24 @@ def test_the_config_is_the_authors_reading(imported):
   assert imported.vocab.itos[4:] == meta["itos"][4:]
 
 
+def test_their_detections_file_sets_their_loaders_region_layout(tmp_path):
+  import h5py
+  path = tmp_path / "coco_detections.hdf5"
+  with h5py.File(path, "w") as f:
+    f.create_dataset("1_features", data=np.ones((3, 4), np.float32))
+  workdir = str(tmp_path / "run")
+  _, meta = _expected()
+  run = importer.import_checkpoint(PTH, VOCAB, workdir, heads=meta["h"], detections_hdf5=str(path))
+  d = run.config.data
+  assert (d.detections_hdf5, d.att_dir, d.fc_dir, d.box_dir) == (str(path), "", "", "")
+  assert (d.max_regions, d.truncate_regions) == (importer.MAX_DETECTIONS, True)
+  assert run.info["max_regions"] == importer.MAX_DETECTIONS
+  with pytest.raises(ValueError, match=r"^--detections_hdf5=.*nothing.hdf5: not a file"):
+    importer.import_checkpoint(PTH, VOCAB, str(tmp_path / "run2"), heads=meta["h"],
+                               detections_hdf5=str(tmp_path / "nothing.hdf5"))
+  assert not os.path.exists(tmp_path / "run2")
+
+
 def test_teacher_forced_logprobs_are_theirs(imported):
   arrays, meta = _expected()
   itos = meta["itos"]
