@@ -205,7 +205,15 @@ def base_config(dataset: str = "synthetic", model: str = "transformer") -> ml_co
   c.scst.start_epoch = -1  # the same in epochs of the training split (-1: use start_step)
   c.scst.learning_rate = 2e-5
   c.scst.num_samples = 5
-  c.scst.baseline = "greedy"  # "greedy" (Rennie et al.) | "mean" (mean of the other samples)
+  # "greedy" (Rennie et al.) | "mean" (mean of the other samples) | "mean_all" (mean of all the
+  # image's candidates, its own included: the M² authors')
+  c.scst.baseline = "greedy"
+  # The candidates rewarded: "sample" (scst.num_samples samples) | "beam" (the scst.num_samples
+  # beams of a beam search in decode.beam_mode, as the M² authors' SCST; jaxcap/training/scst.py).
+  c.scst.candidates = "sample"
+  # The loss's denominator: "tokens" (the candidates' tokens, self-critical.pytorch) | "steps"
+  # (per candidate the T decoding steps, then the mean over candidates: the M² authors').
+  c.scst.loss_norm = "tokens"
   c.scst.bleu_weight = 0.0
   c.scst.cider_weight = 1.0
   # CIDEr-D reward: "jaxcap" (df on references truncated to max_len, every reference ends with

@@ -23,7 +23,21 @@ samples go to the host, the reward is :class:`Rewarder` (NumPy CIDEr-D of
 function does the update.
 
 Baselines: ``"greedy"`` — the reward of the greedy caption (Rennie et al.); ``"mean"`` — the
-mean reward of the other n - 1 samples of the same image ("new self-critical", Luo 2020).
+mean reward of the other n - 1 samples of the same image ("new self-critical", Luo 2020);
+``"mean_all"`` — the mean reward of all n candidates of the image, its own included (the M²
+authors' train.py: ``reward - mean(reward, -1)``; (n - 1) / n times the ``"mean"`` advantage).
+
+Candidates (``scst.candidates``): ``"sample"`` (default) — n captions sampled from the model;
+``"beam"`` — the n beams of a beam search of width n (``decode.beam_mode``, ``decode.max_len``;
+the M² authors' ``model.beam_search(..., beam_size, out_size=beam_size)``). The search is not
+differentiated: its tokens are fixed and their log-probabilities recomputed by teacher forcing,
+which gives the same values as the search's own per-word log-probabilities (without dropout:
+the search runs without it; the authors search in training mode, with dropout, and
+differentiate that pass). ``scst.loss_norm``: ``"tokens"`` (default) — the sum over the
+candidates' tokens divided by their number (self-critical.pytorch); ``"steps"`` — each
+candidate's log-probability (words and EOS) divided by the T decoding steps, then the mean over
+candidates (the authors' ``-mean(log_probs, -1) * (reward - baseline)``, whose ``log_probs``
+are the search's per-step values, 0 after EOS, over ``seq_len`` = T steps).
 On-policy gradient: the log-probabilities in the gradient must be those of the
 policy that drew the samples. Sampling (``decoding.sample``) runs the model without dropout,
 so by default (``scst.dropout = False``) the gradient pass, which recomputes the samples'
@@ -57,16 +71,28 @@ from jaxcap.training import guard
 from jaxcap.training import parallel, steps
 
 
-def scst_loss(logits_NxTxV, tokens_NxT, advantage_N, extra_NxT=None):
-  """``sum_t -(r - b) log p(w_t)`` over non-PAD sampled tokens, divided by their count.
+LOSS_NORMS = ("tokens", "steps")
+CANDIDATES = ("sample", "beam")
+BASELINES = ("greedy", "mean", "mean_all")
+
+
+def scst_loss(logits_NxTxV, tokens_NxT, advantage_N, extra_NxT=None, norm: str = "tokens"):
+  """``sum_t -(r - b) log p(w_t)`` over the non-PAD candidate tokens, divided by their count
+  (``norm="tokens"``) or by N * T (``"steps"``: per candidate the mean over the T steps, PAD
+  counting 0, then the mean over the N candidates).
 
   Returns:
-    ``(loss, mask_sum)``.
+    ``(loss, denominator)``.
   """
+  if norm not in LOSS_NORMS:
+    raise ValueError(f"config field scst.loss_norm: expected one of {LOSS_NORMS}, got {norm!r}")
   logp_NxTxV = jax.nn.log_softmax(logits_NxTxV.astype(jnp.float32), axis=-1)
   logp_NxT = jnp.take_along_axis(logp_NxTxV, tokens_NxT[..., None], axis=-1)[..., 0]
   mask = (tokens_NxT != PAD).astype(jnp.float32)
-  total = jnp.maximum(jnp.sum(mask), 1.0)
+  if norm == "steps":
+    total = jnp.float32(tokens_NxT.shape[0] * tokens_NxT.shape[1])
+  else:
+    total = jnp.maximum(jnp.sum(mask), 1.0)
   loss = -jnp.sum(jax.lax.stop_gradient(advantage_N)[:, None] * logp_NxT * mask) / total
   if extra_NxT is not None:
     loss = loss + jnp.sum(extra_NxT.astype(jnp.float32) * mask) / total
@@ -97,7 +123,8 @@ def sample_logits(model, params, batch, samples_BxnxT, rng, dropout: bool = Fals
   return logits.reshape(b * n, t, -1), aux
 
 
-def scst_grad_step(state, batch, samples_BxnxT, advantage_Bxn, *, model, tx=None, dropout=False):
+def scst_grad_step(state, batch, samples_BxnxT, advantage_Bxn, *, model, tx=None, dropout=False,
+                   loss_norm: str = "tokens"):
   """The update of step 3 (pure; jitted by :func:`make_scst_step`): the shared
   :func:`jaxcap.training.steps.apply_gradients` on :func:`scst_loss`."""
   b, n, t = samples_BxnxT.shape
@@ -106,7 +133,8 @@ def scst_grad_step(state, batch, samples_BxnxT, advantage_Bxn, *, model, tx=None
 
   def loss_fn(params):
     logits, aux = sample_logits(model, params, batch, samples_BxnxT, rng, dropout)
-    loss, _ = scst_loss(logits, tokens, advantage_Bxn.reshape(-1), (aux or {}).get("extra_loss"))
+    loss, _ = scst_loss(logits, tokens, advantage_Bxn.reshape(-1), (aux or {}).get("extra_loss"),
+                        loss_norm)
     return loss, {"scst_loss": loss}
 
   return steps.apply_gradients(state, loss_fn, tx)
@@ -117,17 +145,23 @@ def baseline_rewards(sample_r_Bxn, greedy_r_B, kind: str, xp=np):
   (``xp``: numpy on the host, jax.numpy inside the jitted device step)."""
   if kind == "greedy":
     return xp.broadcast_to(greedy_r_B[:, None], sample_r_Bxn.shape)
-  if kind == "mean":
+  if kind in ("mean", "mean_all"):
     n = sample_r_Bxn.shape[1]
     if n < 2:
-      raise ValueError("config field scst.num_samples: the 'mean' baseline needs at least 2 samples")
+      raise ValueError(f"config field scst.num_samples: the {kind!r} baseline needs at least 2 samples")
+    if kind == "mean_all":
+      return xp.broadcast_to(sample_r_Bxn.mean(axis=1, keepdims=True), sample_r_Bxn.shape)
     return (sample_r_Bxn.sum(axis=1, keepdims=True) - sample_r_Bxn) / (n - 1)
-  raise ValueError(f"config field scst.baseline: expected 'greedy' or 'mean', got {kind!r}")
+  raise ValueError(f"config field scst.baseline: expected one of {BASELINES}, got {kind!r}")
 
 
 def sample_with_baseline(model, params, batch, rng, *, max_len: int, num_samples: int, baseline: str,
-                         fused_decode: bool = False):
+                         fused_decode: bool = False, candidates: str = "sample",
+                         beam_mode: str = "live"):
   """Step 1 (pure; jit it): ``(samples [B, n, T], greedy [B, T] or None)``.
+
+  ``candidates="beam"``: the n beams of a beam search of width n in ``beam_mode`` instead of
+  samples (deterministic: ``rng`` is not used), best first; no greedy caption.
 
   Each image samples with its own key ``fold_in(rng, image_index)``
   (:func:`jaxcap.training.steps.map_examples`), so its samples do not depend on its row in the
@@ -139,6 +173,13 @@ def sample_with_baseline(model, params, batch, rng, *, max_len: int, num_samples
       loop over n + 1 rows per image (:func:`jaxcap.decoding.sample_and_greedy`), the same
       tokens with the same keys.
   """
+  if candidates == "beam":
+    check_candidates(candidates, baseline, fused_decode)
+    beams = decoding.beam_search(model, params, batch, beam_size=num_samples, max_len=max_len,
+                                 beam_mode=beam_mode)
+    return jax.lax.stop_gradient(beams.tokens), None
+  if candidates != "sample":
+    raise ValueError(f"config field scst.candidates: expected one of {CANDIDATES}, got {candidates!r}")
   if fused_decode:
     samples, greedy = decoding.sample_and_greedy(
         model, params, batch, steps.per_example_keys(rng, batch), max_len=max_len,
@@ -151,6 +192,16 @@ def sample_with_baseline(model, params, batch, rng, *, max_len: int, num_samples
   if baseline == "greedy":
     greedy = decoding.greedy(model, params, batch, max_len=max_len).tokens
   return samples_BxnxT, greedy
+
+
+def check_candidates(candidates: str, baseline: str, fused_decode: bool = False) -> None:
+  """The combinations :func:`sample_with_baseline` refuses (also said by the config check)."""
+  if candidates == "beam" and baseline == "greedy":
+    raise ValueError("config field scst.baseline: scst.candidates='beam' compares each beam with "
+                     "the image's other beams; expected 'mean' or 'mean_all', got 'greedy'")
+  if candidates == "beam" and fused_decode:
+    raise ValueError("config field scst.fused_decode: it fuses samples with the greedy caption; "
+                     "scst.candidates='beam' decodes one beam search, expected False")
 
 
 def advantages(reward_fn, samples_BxnxT: np.ndarray, image_index_B: np.ndarray,
@@ -294,19 +345,21 @@ def device_advantages(batch, samples_BxnxT, greedy_BxT, reward: DeviceReward, *,
 
 def scst_device_step(state, batch, reward: DeviceReward, *, model, max_len: int, num_samples: int,
                      baseline: str, cider_weight: float, vocab_size: int, options,
-                     dropout: bool = False, fused_decode: bool = False):
+                     dropout: bool = False, fused_decode: bool = False, candidates: str = "sample",
+                     beam_mode: str = "live", loss_norm: str = "tokens"):
   """One whole SCST step on the device (pure; jitted by :func:`make_scst_step`): sample (+
   greedy; one decode with ``fused_decode``), device CIDEr-D, advantages, guarded update.
   Returns ``(state, metrics)``."""
   rng = jax.random.fold_in(jax.random.fold_in(state.rng, state.step), 7)
   samples_BxnxT, greedy_BxT = sample_with_baseline(model, state.params, batch, rng, max_len=max_len,
                                                    num_samples=num_samples, baseline=baseline,
-                                                   fused_decode=fused_decode)
+                                                   fused_decode=fused_decode, candidates=candidates,
+                                                   beam_mode=beam_mode)
   adv_Bxn, r_sample_Bxn, base_Bxn, r_greedy_B = device_advantages(
       batch, samples_BxnxT, greedy_BxT, reward, baseline=baseline, cider_weight=cider_weight,
       vocab_size=vocab_size, options=options)
   state, metrics = guard.guarded(scst_grad_step)(state, batch, samples_BxnxT, adv_Bxn, model=model,
-                                                 dropout=dropout)
+                                                 dropout=dropout, loss_norm=loss_norm)
   metrics = dict(metrics, reward=r_sample_Bxn.mean(), baseline=base_Bxn.mean())
   if r_greedy_B is not None:
     metrics["greedy_reward"] = r_greedy_B.mean()
@@ -336,10 +389,11 @@ def make_scst_step(trainer, reward_fn=None):
 
   sample_fn = functools.partial(sample_with_baseline, model, max_len=max_len,
                                 num_samples=sc.num_samples, baseline=sc.baseline,
-                                fused_decode=_fused_decode(sc))
+                                fused_decode=_fused_decode(sc), **_candidate_options(config))
   sample_jit = jax.jit(sample_fn, in_shardings=(repl, data, None), out_shardings=(data, data))
   dropout = bool(sc.dropout)
-  grad_jit = jax.jit(functools.partial(guard.guarded(scst_grad_step), model=model, dropout=dropout),
+  grad_jit = jax.jit(functools.partial(guard.guarded(scst_grad_step), model=model, dropout=dropout,
+                                       loss_norm=_loss_norm(sc)),
                      in_shardings=(repl, data, data, data), out_shardings=(repl, repl), donate_argnums=0)
   pi = jax.process_index()
 
@@ -379,6 +433,18 @@ def _fused_decode(scst_config) -> bool:
   return bool(scst_config.get("fused_decode", False))
 
 
+def _loss_norm(scst_config) -> str:
+  """``scst.loss_norm``; "tokens" for a config made before the field existed."""
+  return str(scst_config.get("loss_norm", "tokens"))
+
+
+def _candidate_options(config) -> dict:
+  """``candidates`` (``scst.candidates``; "sample" for a config made before the field) and the
+  beam search's ``beam_mode`` (the run's ``decode.beam_mode``)."""
+  return dict(candidates=str(config.scst.get("candidates", "sample")),
+              beam_mode=str(config.decode.get("beam_mode", "live")))
+
+
 def _make_device_step(trainer):
   config, model, mesh = trainer.config, trainer.model, trainer.mesh
   sc = config.scst
@@ -387,7 +453,8 @@ def _make_device_step(trainer):
   fn = functools.partial(scst_device_step, model=model, max_len=config.decode.max_len,
                          num_samples=sc.num_samples, baseline=sc.baseline,
                          cider_weight=float(sc.cider_weight), dropout=bool(sc.dropout),
-                         fused_decode=_fused_decode(sc), **static)
+                         fused_decode=_fused_decode(sc), loss_norm=_loss_norm(sc),
+                         **_candidate_options(config), **static)
   step_jit = jax.jit(fn, in_shardings=(repl, data, repl), out_shardings=(repl, repl),
                      donate_argnums=0)
 

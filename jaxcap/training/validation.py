@@ -34,6 +34,7 @@ from jaxcap.data import batch as batch_lib
 from jaxcap.data import readers as data_readers
 from jaxcap.evaluation import coco_metrics
 from jaxcap.models import fields, registry
+from jaxcap.training import scst as scst_lib
 from jaxcap.training.dropout import DROPOUT_BITS
 from jaxcap.training.steps import PRNG_IMPLS
 
@@ -93,7 +94,9 @@ CHECKS = {
     # self-critical training
     "scst.learning_rate": fields.finite(0.0), "scst.num_samples": fields.POSITIVE,
     "scst.reward": fields.one_of(("device", "host")),
-    "scst.baseline": fields.one_of(("greedy", "mean")),
+    "scst.baseline": fields.one_of(("greedy", "mean", "mean_all")),
+    "scst.candidates": fields.one_of(("sample", "beam")),
+    "scst.loss_norm": fields.one_of(("tokens", "steps")),
     "scst.cider_compat": fields.one_of(("jaxcap", "self_critical")), "scst.dropout": fields.BOOL,
     "scst.fused_decode": fields.BOOL,
     "scst.bleu_weight": fields.finite(0.0), "scst.cider_weight": fields.finite(0.0),
@@ -145,9 +148,14 @@ def check_config(config, trainable: bool | None = None) -> None:
                      f"num_train_steps ({steps}), so no step would be self-critical; expected "
                      f"scst.start_step < num_train_steps, or -1 (no SCST)")
   samples = _get(config, "scst.num_samples")
-  if scst_runs and _get(config, "scst.baseline") == "mean" and samples is not _MISSING and samples < 2:
-    raise ValueError(f"config field scst.num_samples: scst.baseline='mean' compares each sample with "
-                     f"the mean of the image's other samples; expected at least 2, got {samples}")
+  if _get(config, "scst.candidates") == "beam":
+    # Said here too, before a run trains its cross-entropy stage for hours.
+    scst_lib.check_candidates("beam", _get(config, "scst.baseline"),
+                              _get(config, "scst.fused_decode") is True)
+  if scst_runs and _get(config, "scst.baseline") in ("mean", "mean_all") and samples is not _MISSING and samples < 2:
+    raise ValueError(f"config field scst.num_samples: scst.baseline={_get(config, 'scst.baseline')!r} "
+                     f"compares each candidate with the mean of the image's candidates; expected "
+                     f"at least 2, got {samples}")
   if _get(config, "decode.beam_mode") == "in_slots":
     # Refused by decoding.beam_search too; said here before a run trains for hours.
     groups, penalty = _get(config, "decode.beam_groups"), _get(config, "decode.length_penalty")
