@@ -12,9 +12,11 @@ Arguments after the dataset (``key=value``):
 
 Paper hyperparameters (sec. 4.1 and the authors' train.py): d = 512, 8 heads, d_ff = 2048,
 3 encoder and 3 decoder layers, 40 memory slots, dropout 0.1; Adam (0.9, 0.98) on the Noam
-schedule with 10,000 warm-up steps for cross-entropy; SCST at a fixed 5e-6 with the mean
-reward of the candidates as baseline (theirs are the 5 beams of a beam search; here, until
-jaxcap's SCST has that switch, 5 samples); beam size 5, 20 steps. The switch to SCST is our
+schedule with 10,000 warm-up steps for cross-entropy; SCST at a fixed 5e-6 on the 5 beams of a
+beam search (``scst.candidates="beam"``, their ``beam_search(..., 5, out_size=5)``, in their
+``in_slots`` search) with the mean reward of the 5 as baseline (``scst.baseline="mean_all"``)
+and their loss normalisation (``scst.loss_norm="steps"``: each beam's log-probability over the
+20 steps); beam size 5, 20 steps. The switch to SCST is our
 choice (their code switches after five validations without a CIDEr-D gain). The model's
 switches for the released code's departures from the paper keep the code's readings (its
 defaults; jaxcap/papers/m2/README.md) but one: training from scratch masks the padded regions
@@ -53,7 +55,11 @@ def get_config(arg: str | None = None):
   c.num_train_steps = common.coco_steps(30, c.batch_size)
   c.scst.start_epoch = 20  # our choice (see the module docstring)
   c.scst.learning_rate = 5e-6
-  c.scst.baseline = "mean"
+  # Their train_scst: the 5 beams of beam_search(..., 5, out_size=5), baseline their mean reward,
+  # loss -mean(log_probs over the seq_len steps) * (reward - baseline).
+  c.scst.candidates = "beam"
+  c.scst.baseline = "mean_all"
+  c.scst.loss_norm = "steps"
   c.scst.num_samples = 5
   c.decode.method = "beam"
   c.decode.beam_size = 5
