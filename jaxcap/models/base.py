@@ -148,6 +148,14 @@ class CaptionModel(nn.Module):
     """The field values against the data's (``data_values``: a source vocabulary MNMT
     needs): a one-line ``ValueError`` naming the field."""
 
+  @staticmethod
+  def longest_sequence(values: dict) -> int | None:
+    """The most token positions the model's tables cover, for its checked field values
+    (``None``: any length). Teacher forcing takes ``data.max_len + 1`` positions and decoding
+    ``decode.max_len``; both are checked against it before anything is written or compiled
+    (M²'s frozen position table of their ``max_len=54``)."""
+    return None
+
   # What ``Run.ablate`` accepts besides the model's fields: inputs its ablations read that are
   # not parameters (TPGN: "role_centroids"), each added by ``with_ablation_input``.
   ablation_inputs: ClassVar[tuple[str, ...]] = ()

@@ -125,7 +125,8 @@ def check_config(config, trainable: bool | None = None) -> None:
   model_name = _get(config, "model.name")
   if model_name is not _MISSING:
     cls = registry.get(model_name)
-    fields.validate(cls, config.model)
+    values = fields.validate(cls, config.model)
+    _check_lengths(config, cls.longest_sequence(values))
     trainable = getattr(cls, "trainable", True) if trainable is None else trainable
   for path, check in CHECKS.items():
     v = _get(config, path)
@@ -171,6 +172,19 @@ def check_config(config, trainable: bool | None = None) -> None:
       raise ValueError(f"config field model.attention_impl: 'cudnn' runs on an NVIDIA GPU with "
                        f"cuDNN, and this host's devices are {', '.join(platforms)}; expected "
                        "'xla' or 'einsum' here")
+
+
+def _check_lengths(config, longest: int | None) -> None:
+  """``data.max_len + 1`` (teacher forcing's positions) and ``decode.max_len`` within the
+  model's tables (``CaptionModel.longest_sequence``)."""
+  if longest is None:
+    return
+  for path, extra in (("decode.max_len", 0), ("data.max_len", 1)):
+    v = _get(config, path)
+    if v is not _MISSING and isinstance(v, int) and v + extra > longest:
+      more = " (+ 1 for the BOS input)" if extra else ""
+      raise ValueError(f"config field {path}: the model's position table covers {longest} "
+                       f"positions; expected at most {longest - extra}{more}, got {v}")
 
 
 def check_workdir_writable(workdir: str) -> None:

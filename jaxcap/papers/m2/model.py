@@ -306,6 +306,11 @@ class MeshedMemoryTransformer(CaptionModel):
                   "positions": fields.one_of(POSITIONS), "meshed": fields.one_of(MESHED)}
   check_fields = staticmethod(fields.heads_divide_dim)
 
+  @staticmethod
+  def longest_sequence(values):
+    """The frozen table's positions 1 .. max_positions with ``positions="authors"``."""
+    return values["max_positions"] if values["positions"] == "authors" else None
+
   @classmethod
   def tiny_sizes(cls, model_config):
     """The shared tiny sizes, two encoder layers (so the mesh has two gates) and 4 slots."""

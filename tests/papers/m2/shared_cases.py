@@ -26,6 +26,8 @@ def aux_summaries(name: str, fields: dict, case: str, s: dict) -> bool:
 BAD_INPUT_MODELS = {"m2": ["--config=configs/m2.py:synthetic,tiny", NO_TEST]}
 BAD_INPUT_CASES = [
     C("m2-pad-mask-unknown", ["--config.model.pad_mask=both"], "model.pad_mask", model="m2"),
+    C("m2-decode-past-position-table", ["--config.model.max_positions=8", "--config.decode.max_len=9"],
+      "decode.max_len", model="m2"),
 ]
 
 

@@ -345,6 +345,24 @@ def test_authors_positions_refuse_sequences_past_their_table():
     model.apply(variables, enc, tokens, method="decode_train")
 
 
+def test_config_check_refuses_lengths_past_the_table():
+  """The frozen table bounds teacher forcing (data.max_len + 1) and decoding (decode.max_len):
+  said by the config check, before a run compiles or writes anything; the sinusoid has no bound."""
+  from jaxcap.training import validation  # pylint: disable=import-outside-toplevel
+  c = config_files.load("m2.py:synthetic,tiny")
+  c.model.max_positions = 10
+  c.data.max_len, c.decode.max_len = 9, 10
+  validation.check_config(c)
+  c.decode.max_len = 11
+  with pytest.raises(ValueError, match=r"^config field decode.max_len: .* 10 positions; expected at most 10, got 11$"):
+    validation.check_config(c)
+  c.decode.max_len, c.data.max_len = 10, 10
+  with pytest.raises(ValueError, match=r"^config field data.max_len: .*expected at most 9 \(\+ 1 for the BOS input\), got 10$"):
+    validation.check_config(c)
+  c.model.positions = "sinusoid"
+  validation.check_config(c)
+
+
 def test_config_and_tiny_sizes():
   c = config_files.load("m2.py:coco")
   assert (c.model.dim, c.model.num_layers, c.model.num_dec_layers, c.model.memory_slots,
