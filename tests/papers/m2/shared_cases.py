@@ -38,3 +38,13 @@ README_PROMISES = [
      ["runs/m2_import_trial/config.json", "runs/m2_import_trial/vocab.json",
       "runs/m2_import_trial/checkpoints/0"]),
 ]
+
+
+# -------------------------------------------------------------- tests/scripts/test_script_errors.py
+SCRIPT_BAD_FLAG = {
+    "jaxcap/papers/m2/table.py": (["--workdir", "{tmp}/t", "--dataset", "coco"], "--dataset"),
+}
+SCRIPT_WRITES = {
+    "jaxcap/papers/m2/table.py": (["--workdir", "{out}", "--rows", "m2", "--seeds", "0", "--steps", "2"],
+                                  "m2/seed0"),
+}
