@@ -93,7 +93,7 @@ def dry_run(config, workdir: str = "", **overrides) -> dict:
 
 
 def score(references: Mapping[Any, Sequence[str]], predictions, *, metrics: Sequence[str] | None = None,
-          spice: bool = False, tokenize: bool = True, log=print) -> dict:
+          spice: bool = False, tokenize: bool = True, log=print, caption_postprocess: str = "none") -> dict:
   """Scores captions with pycocoevalcap's metrics (BLEU 1-4, METEOR, ROUGE-L, CIDEr-D).
 
   Args:
@@ -105,6 +105,8 @@ def score(references: Mapping[Any, Sequence[str]], predictions, *, metrics: Sequ
     spice: also SPICE (needs its Stanford CoreNLP jars).
     tokenize: PTB-tokenise both sides first, as ``COCOEvalCap`` does.
     log: receives one line per skipped metric.
+    caption_postprocess: ``"none"`` or ``"dedupe_repeats"`` (a run of one word kept once
+      before scoring, the M² authors' test.py; named in the signature).
 
   Returns:
     ``{"overall": {"Bleu_1", ..., "CIDEr"}, "per_image": {image_id: {...}}}``.
@@ -112,7 +114,8 @@ def score(references: Mapping[Any, Sequence[str]], predictions, *, metrics: Sequ
   if not isinstance(predictions, Mapping):
     predictions = {p["image_id"]: p["caption"] for p in predictions}
   kwargs = {} if metrics is None else {"metrics": tuple(metrics)}
-  return coco_metrics.score(references, predictions, spice=spice, tokenize=tokenize, log=log, **kwargs)
+  return coco_metrics.score(references, predictions, spice=spice, tokenize=tokenize, log=log,
+                           caption_postprocess=caption_postprocess, **kwargs)
 
 
 class Run:

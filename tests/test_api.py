@@ -182,6 +182,11 @@ def test_score_on_known_captions():
   assert perfect["overall"]["Bleu_1"] == pytest.approx(1.0)
   worse = jaxcap.score(refs, {1: "a red ball", 2: "two green cones"}, metrics=("Bleu",))
   assert worse["overall"]["Bleu_1"] < 1.0 and set(worse["per_image"]) == {1, 2}
+  # The M² authors' convention: a repeated word kept once before scoring.
+  stutter = {1: "a red red cube left of a blue ball ball", 2: "two green cones"}
+  assert jaxcap.score(refs, stutter, metrics=("Bleu",))["overall"]["Bleu_1"] < 1.0
+  deduped = jaxcap.score(refs, stutter, metrics=("Bleu",), caption_postprocess="dedupe_repeats")
+  assert deduped["overall"]["Bleu_1"] == pytest.approx(1.0)
 
 
 def test_get_config_works_from_any_directory(tmp_path, monkeypatch):
