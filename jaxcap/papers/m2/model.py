@@ -90,6 +90,7 @@ class Attention(nn.Module):
   dim: int
   memory_slots: int = 0
   memory_init: str = "authors"
+  mask_memory: bool = False
 
   def setup(self):
     h, dh = self.num_heads, self.dim // self.num_heads
@@ -127,7 +128,9 @@ class Attention(nn.Module):
       mv_MxHxDh = (np.sqrt(m) * self.memory_v).reshape(m, h, dh)
       k_BxMxHxDh = jnp.concatenate([k_BxMxHxDh, jnp.broadcast_to(mk_MxHxDh, (b, m, h, dh))], 1)
       v_BxMxHxDh = jnp.concatenate([v_BxMxHxDh, jnp.broadcast_to(mv_MxHxDh, (b, m, h, dh))], 1)
-      mask_BxLxM = jnp.concatenate([mask_BxLxM, jnp.ones((b, l, m), bool)], -1)
+      # mask_memory (an ablation of a trained model): the slots are there but never attended.
+      slots_BxLxm = jnp.full((b, l, m), not self.mask_memory)
+      mask_BxLxM = jnp.concatenate([mask_BxLxM, slots_BxLxm], -1)
     # Softmax in float32 (layers.attention_weights: the small weights of long key sets).
     w_BxHxLxM = layers.attention_weights(q_BxLxHxDh, k_BxMxHxDh, mask_BxLxM)
     o_BxLxHxDh = jnp.einsum("bhlm,bmhd->blhd", w_BxHxLxM, v_BxMxHxDh.astype(jnp.float32))
@@ -142,9 +145,11 @@ class AttentionBlock(nn.Module):
   dropout: float = 0.1
   memory_slots: int = 0
   memory_init: str = "authors"
+  mask_memory: bool = False
 
   def setup(self):
-    self.attn = Attention(self.num_heads, self.dim, self.memory_slots, self.memory_init)
+    self.attn = Attention(self.num_heads, self.dim, self.memory_slots, self.memory_init,
+                          self.mask_memory)
     self.drop = nn.Dropout(self.dropout)
     self.norm = nn.LayerNorm(epsilon=LN_EPS)
 
@@ -182,11 +187,12 @@ class EncoderLayer(nn.Module):
   dropout: float
   memory_slots: int
   memory_init: str
+  mask_memory: bool = False
 
   @nn.compact
   def __call__(self, x_BxNxD, mask_BxN, train: bool = False):
     att = AttentionBlock(self.num_heads, self.dim, self.dropout, self.memory_slots,
-                         self.memory_init, name="self_attn")
+                         self.memory_init, self.mask_memory, name="self_attn")
     k, v = att.project_kv(x_BxNxD)
     # Keys only, as their (b, 1, 1, N) mask: a padded region still computes its own output.
     z, _ = att(x_BxNxD, k, v, mask_BxN[:, None, :], train)
@@ -204,6 +210,7 @@ class DecoderLayer(nn.Module):
   num_gates: int
   meshed: bool
   mesh_scale: str
+  only_layer: int = -1
 
   def setup(self):
     self.self_attn = AttentionBlock(self.num_heads, self.dim, self.dropout)
@@ -227,8 +234,10 @@ class DecoderLayer(nn.Module):
       outs.append(c * pad_BxLx1)
       weights.append(w)
     if self.meshed:
+      # only_layer (an ablation of a trained model): every other layer's gate is 0.
       mixed = sum(c * jax.nn.sigmoid(gate(jnp.concatenate([s_BxLxD, c], -1)))
-                  for gate, c in zip(self.gates, outs))
+                  for i, (gate, c) in enumerate(zip(self.gates, outs))
+                  if self.only_layer < 0 or i == self.only_layer)
       if self.mesh_scale == "authors":  # their "/ np.sqrt(3)"; the paper's eq. 6 has no scale
         mixed = mixed / np.sqrt(len(outs))
       m_BxLxD = mixed * pad_BxLx1
@@ -277,6 +286,10 @@ class MeshedMemoryTransformer(CaptionModel):
       their ``init_weights`` overwrites the sinusoid table of the frozen ``pos_emb`` too) or
       ``"sinusoid"`` (their ``sinusoid_encoding_table``, computed for any length).
     meshed: ``"meshed"`` (the paper) or ``"last"`` (attend the last encoder layer only).
+    mask_memory: ablation of a trained model (``Run.ablate``; training leaves it False): the
+      memory slots are kept but never attended, as if the encoder had none.
+    only_layer: ablation of a trained model: ``k >= 0`` keeps encoder layer k's term of the
+      meshed sum and zeroes the other layers' gates (-1: every layer, the model).
   """
 
   vocab_size: int
@@ -293,6 +306,8 @@ class MeshedMemoryTransformer(CaptionModel):
   mesh_scale: str = "authors"
   positions: str = "authors"
   meshed: str = "meshed"
+  mask_memory: bool = False
+  only_layer: int = -1
 
   frozen_collections = ("constants",)  # the "authors" position table is never trained
   scan_broadcast = ("params", "constants")
@@ -303,8 +318,20 @@ class MeshedMemoryTransformer(CaptionModel):
                   "dropout": fields.RATE, "pad_mask": fields.one_of(PAD_MASKS),
                   "memory_init": fields.one_of(MEMORY_INITS),
                   "mesh_scale": fields.one_of(MESH_SCALES),
-                  "positions": fields.one_of(POSITIONS), "meshed": fields.one_of(MESHED)}
-  check_fields = staticmethod(fields.heads_divide_dim)
+                  "positions": fields.one_of(POSITIONS), "meshed": fields.one_of(MESHED),
+                  "only_layer": fields.at_least(-1)}
+
+  @staticmethod
+  def check_fields(values):
+    fields.heads_divide_dim(values)
+    if values["mask_memory"] and values["memory_slots"] == 0:
+      raise ValueError("config field model.mask_memory: masks the memory slots; expected False "
+                       "with memory_slots=0, got True")
+    k = values["only_layer"]
+    if k >= 0 and (values["meshed"] != "meshed" or k >= values["num_layers"]):
+      raise ValueError(f"config field model.only_layer: keeps one encoder layer of the meshed "
+                       f"sum; expected -1 or 0 .. {values['num_layers'] - 1} with meshed='meshed', "
+                       f"got {k} (meshed={values['meshed']!r})")
 
   @staticmethod
   def longest_sequence(values):
@@ -323,12 +350,13 @@ class MeshedMemoryTransformer(CaptionModel):
     self.feat_dropout = nn.Dropout(self.dropout)
     self.feat_norm = nn.LayerNorm(epsilon=LN_EPS)
     self.enc_layers = [EncoderLayer(self.num_heads, self.dim, self.ff_dim, self.dropout,
-                                    self.memory_slots, self.memory_init)
+                                    self.memory_slots, self.memory_init, self.mask_memory)
                        for _ in range(self.num_layers)]
     self.embed = nn.Embed(self.vocab_size, self.dim, embedding_init=XAVIER)
     meshed = self.meshed == "meshed"
     self.dec_layers = [DecoderLayer(self.num_heads, self.dim, self.ff_dim, self.dropout,
-                                    self.num_layers if meshed else 1, meshed, self.mesh_scale)
+                                    self.num_layers if meshed else 1, meshed, self.mesh_scale,
+                                    self.only_layer)
                        for _ in range(self.num_dec_layers)]
     self.logits_proj = nn.Dense(self.vocab_size, use_bias=False, kernel_init=XAVIER)
     if self.positions == "authors":

@@ -345,6 +345,67 @@ def test_authors_positions_refuse_sequences_past_their_table():
     model.apply(variables, enc, tokens, method="decode_train")
 
 
+def _without_memory(variables):
+  """Their variables less every memory slot and the encoder's key biases (a model without
+  memory has neither: the softmax cancels a key bias)."""
+  enc = {}
+  for name, layer in variables["params"].items():
+    if name.startswith("enc_layers_"):
+      attn = dict(layer["self_attn"]["attn"])
+      attn.pop("memory_k"), attn.pop("memory_v")
+      attn["key"] = {"kernel": attn["key"]["kernel"]}
+      layer = dict(layer, self_attn=dict(layer["self_attn"], attn=attn))
+    enc[name] = layer
+  return dict(variables, params=enc)
+
+
+def test_mask_memory_is_the_model_without_memory():
+  """The ablation masks the slots: the same as the encoder built without them (the key bias,
+  which only the memory logits feel, dropped with them), at every position."""
+  arrays, meta = _fixture()
+  model, variables = _theirs_in_jaxcap(mask_memory=True)
+  masked = _teacher_forced(model, variables, arrays["tf_tokens"])
+  bare = registry.build(_fields(meta, memory_slots=0), _info(meta))
+  want = _teacher_forced(bare, _without_memory(variables), arrays["tf_tokens"])
+  # Float32 rounding only (the key bias cancels in exact arithmetic): 1.3e-5 measured, on
+  # log-probabilities of magnitude ~5; the memory itself moves them by more than 1e-3.
+  assert np.abs(masked - want).max() < 5e-5
+  full, _ = _theirs_in_jaxcap()
+  assert np.abs(_teacher_forced(full, variables, arrays["tf_tokens"]) - want).max() > 1e-3
+
+
+@pytest.mark.parametrize("k", [0, 2])
+def test_only_layer_is_every_other_gate_closed(k):
+  """The ablation keeps encoder layer k's term of the meshed sum: the full model whose other
+  gates are closed (bias -1e4: sigmoid 0) decodes the same log-probabilities."""
+  arrays, meta = _fixture()
+  model, variables = _theirs_in_jaxcap(only_layer=k)
+  ablated = _teacher_forced(model, variables, arrays["tf_tokens"])
+  full, _ = _theirs_in_jaxcap()
+  params = dict(variables["params"])
+  for name in [n for n in params if n.startswith("dec_layers_")]:
+    layer = dict(params[name])
+    for i in range(meta["n_enc"]):
+      if i != k:
+        layer[f"gate_{i}"] = {"kernel": jnp.zeros_like(layer[f"gate_{i}"]["kernel"]),
+                              "bias": jnp.full_like(layer[f"gate_{i}"]["bias"], -1e4)}
+    params[name] = layer
+  closed = _teacher_forced(full, dict(variables, params=params), arrays["tf_tokens"])
+  assert np.abs(ablated - closed).max() < 1e-5
+  assert np.abs(ablated - _teacher_forced(full, variables, arrays["tf_tokens"])).max() > 1e-3
+
+
+def test_ablation_fields_are_checked():
+  from jaxcap.models import fields as fields_lib  # pylint: disable=import-outside-toplevel
+  cls = registry.get("m2")
+  for over, needle in ((dict(mask_memory=True, memory_slots=0), "model.mask_memory"),
+                       (dict(only_layer=3), "model.only_layer"),
+                       (dict(only_layer=0, meshed="last"), "model.only_layer"),
+                       (dict(only_layer=-2), "model.only_layer")):
+    with pytest.raises(ValueError, match=needle):
+      fields_lib.validate(cls, dict(num_layers=3, **over))
+
+
 def test_config_check_refuses_lengths_past_the_table():
   """The frozen table bounds teacher forcing (data.max_len + 1) and decoding (decode.max_len):
   said by the config check, before a run compiles or writes anything; the sinusoid has no bound."""
