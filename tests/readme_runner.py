@@ -114,6 +114,10 @@ HEAVY = {
     "benchmarks/run.py": ("a GPU benchmark whose bfloat16 rows XLA emulates on a CPU (still compiling "
                           "after 622 s); tests/benchmarks/test_scripts.py runs run.py on every "
                           "registered model at tiny sizes"),
+    "experiments/flickr8k/config_sweep.py": ("a config sweep trained on Flickr8k (112 s); "
+                                             "tests/scripts/test_table_scripts.py trains and reads one"),
+    "benchmarks/input_pipeline.py": ("the input pipeline timed with a training loop (99 s); "
+                                     "tests/benchmarks/test_scripts.py runs it at tiny sizes"),
 }
 HEAVY.update(papers.collected('README_HEAVY'))  # each paper's scripts
 
@@ -233,6 +237,21 @@ _TABLE_SCRIPTS = ("experiments/flickr8k/table.py", "experiments/pixels/run.py",
                   *papers.listed("README_TABLE_SCRIPTS"))
 
 
+def _script(words) -> str:
+  """The program of ``python <script> ...`` / ``python -m <module> ...`` ("" for others)."""
+  script = words[1] if len(words) > 1 and words[0] == "python" else ""
+  return f"-m {words[2]}" if script == "-m" and len(words) > 2 else script
+
+
+def _workdir_of(words) -> str | None:
+  for i, w in enumerate(words):
+    if w.startswith("--workdir="):
+      return w.split("=", 1)[1]
+    if w == "--workdir" and i + 1 < len(words):
+      return words[i + 1]
+  return None
+
+
 def _not_run(cmd: str, where: str = "", commands=()):
   """Why ``cmd`` (at ``where``; ``commands`` every documented ``(where, command)`` in order) is
   not run here, or None."""
@@ -245,11 +264,15 @@ def _not_run(cmd: str, where: str = "", commands=()):
     if c == cmd:
       return f"the same command as {w}, run before"
   words = cmd.split()
-  script = words[1] if len(words) > 1 and words[0] == "python" else ""
-  if script == "-m" and len(words) > 2:
-    script = f"-m {words[2]}"
+  script = _script(words)
   if script in HEAVY and os.environ.get("JAXCAP_README_RUN", "") != "all":
     return f"{HEAVY[script]}; runs with JAXCAP_README_RUN=all"
+  if os.environ.get("JAXCAP_README_RUN", "") != "all":
+    # A command that reads what a heavy (not run) command writes: its workdir is not there.
+    for w, c in earlier:
+      out = _workdir_of(c.split())
+      if _script(c.split()) in HEAVY and out and re.search(rf"(^|[\s=]){re.escape(out)}(/|\s|$)", cmd):
+        return f"reads {out}, which {w} writes ({HEAVY[_script(c.split())]}); runs with JAXCAP_README_RUN=all"
   if script in _TABLE_SCRIPTS and "--report" not in words:
     first = next(((w, c) for w, c in earlier if " ".join(c.split()[1:3]).startswith(script)), None)
     if first:

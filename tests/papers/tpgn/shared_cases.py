@@ -54,6 +54,9 @@ SCRIPT_WRITES = {
 
 
 # --------------------------------------------------------------------------- tests/readme_runner.py
+README_HEAVY = {
+    "-m jaxcap.papers.tpgn.table1": "2 models trained and tested (110 s)",
+}
 README_SHRINK = {
     "-m jaxcap.papers.tpgn.table1": "--steps 4 --seeds 0",
     "-m jaxcap.papers.tpgn.roles": "--fit-images 16",
