@@ -126,7 +126,9 @@ def check_config(config, trainable: bool | None = None) -> None:
   if model_name is not _MISSING:
     cls = registry.get(model_name)
     values = fields.validate(cls, config.model)
-    _check_lengths(config, cls.longest_sequence(values))
+    # The retrieval model (nearest_neighbour) is no CaptionModel: no tables, no hook.
+    longest = getattr(cls, "longest_sequence", None)
+    _check_lengths(config, longest(values) if longest else None)
     trainable = getattr(cls, "trainable", True) if trainable is None else trainable
   for path, check in CHECKS.items():
     v = _get(config, path)
