@@ -101,6 +101,7 @@ NOT_RUN = [
      "the two-process launch: tests/training/test_multihost.py::test_train_py_two_processes_like_one "
      "runs this command (train.py, two processes x 4 CPU devices, the same environment variables) "
      "with the sizes of this module and compares it with one process x 8 devices"),
+    *papers.listed("README_NOT_RUN"),  # each paper's (regex, reason) pairs
 ]
 
 # Paper-table builds that train many runs even at one seed and 4 steps (seconds measured for

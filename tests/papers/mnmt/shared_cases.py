@@ -63,4 +63,11 @@ README_SHRINK = {
     "-m jaxcap.papers.mnmt.table2": "--steps 4 --batch 8 --num_train 64 --num_test 16 --hidden 16 --embed 16 --seeds 0",
 }
 README_TABLE_SCRIPTS = ["-m jaxcap.papers.mnmt.table2"]
+README_NOT_RUN = [
+    (r"configs/mnmt\.py:multi30k,variant=nmt --workdir runs/m30k_paper",
+     "the paper-sized Multi30k run: shrunk to tiny sizes it is the size=cpu command before it plus "
+     "a beam-12 decoding of the 1,000 test sentences (159 s on CI); the evaluate command after it "
+     "decodes Multi30k with beam 12, tests/papers/mnmt/test_model.py::test_paper_config checks the "
+     "paper's settings and ::test_trains_and_tests_a_translation_run trains with BLEU-4 early stopping"),
+]
 README_NEEDS_SHARED = [r"jaxcap\.papers\.mnmt\.table2"]
