@@ -93,7 +93,9 @@ def dry_run(config, workdir: str = "", **overrides) -> dict:
 
 
 def score(references: Mapping[Any, Sequence[str]], predictions, *, metrics: Sequence[str] | None = None,
-          spice: bool = False, tokenize: bool = True, log=print, caption_postprocess: str = "none") -> dict:
+          spice: bool = False, tokenize: bool = True, log=print, caption_postprocess: str = "none",
+          images: Mapping[Any, str] | None = None, clip_weights: str | None = None,
+          pac_weights: str | None = None, refclip_variant: str = "clipscore") -> dict:
   """Scores captions with pycocoevalcap's metrics (BLEU 1-4, METEOR, ROUGE-L, CIDEr-D).
 
   Args:
@@ -107,6 +109,12 @@ def score(references: Mapping[Any, Sequence[str]], predictions, *, metrics: Sequ
     log: receives one line per skipped metric.
     caption_postprocess: ``"none"`` or ``"dedupe_repeats"`` (a run of one word kept once
       before scoring, the M² authors' test.py; named in the signature).
+    images: ``{image_id: image file}``, for the CLIP scores.
+    clip_weights: a CLIP weights file (OpenAI's ``ViT-B-32.pt``, open_clip's or Hugging Face's
+      ``.safetensors``: :mod:`jaxcap.clip.weights`): adds CLIP-S and RefCLIP-S
+      (:mod:`jaxcap.clip.score`; the predictions as given, not PTB-tokenised, as clipscore.py).
+    pac_weights: PAC-S's checkpoint (``clip_ViT-B-32.pth``): adds PAC-S and RefPAC-S.
+    refclip_variant: ``"clipscore"`` (clipscore.py's RefCLIP-S) or ``"clip_caption_reward"``.
 
   Returns:
     ``{"overall": {"Bleu_1", ..., "CIDEr"}, "per_image": {image_id: {...}}}``.
@@ -114,8 +122,27 @@ def score(references: Mapping[Any, Sequence[str]], predictions, *, metrics: Sequ
   if not isinstance(predictions, Mapping):
     predictions = {p["image_id"]: p["caption"] for p in predictions}
   kwargs = {} if metrics is None else {"metrics": tuple(metrics)}
-  return coco_metrics.score(references, predictions, spice=spice, tokenize=tokenize, log=log,
+  clip_files = [(kind, f) for kind, f in (("clip", clip_weights), ("pac", pac_weights)) if f]
+  if clip_files and images is None:
+    raise ValueError("images: the CLIP scores need {image_id: image file}; expected images=...")
+  scorers = []
+  if clip_files:  # weights read and checked before the slower metrics run
+    from jaxcap.clip import score as clip_score
+    if refclip_variant not in clip_score.REFCLIP_VARIANTS:
+      raise ValueError(f"refclip_variant {refclip_variant!r}: expected one of "
+                       f"{', '.join(clip_score.REFCLIP_VARIANTS)}")
+    scorers = [(kind, clip_score.Scorer(f)) for kind, f in clip_files]
+  out = coco_metrics.score(references, predictions, spice=spice, tokenize=tokenize, log=log,
                            caption_postprocess=caption_postprocess, **kwargs)
+  for kind, scorer in scorers:
+    extra = scorer.score(dict(predictions), images, references, kind=kind, refclip_variant=refclip_variant)
+    out.setdefault("signature", {}).setdefault("clip", {})["CLIP-S" if kind == "clip" else "PAC-S"] = \
+        scorer.signature(kind, refclip_variant)
+    out["signature"].setdefault("computed", []).extend(extra["overall"])
+    out["overall"].update(extra["overall"])
+    for key, values in extra["per_image"].items():
+      out["per_image"].setdefault(key, {}).update(values)
+  return out
 
 
 class Run:

@@ -209,6 +209,9 @@ def line(sig: Mapping) -> str:
     parts.append(f"{c.get('name')} df={df},sigma={c.get('sigma'):g},eos={'yes' if c.get('eos') else 'no'}")
   if m.get("sacrebleu"):
     parts.append(f"sacreBLEU {m['sacrebleu']}")
+  for name, c in (m.get("clip") or {}).items():  # jaxcap.clip.score.Scorer.signature
+    parts.append(f"{name} {c.get('model')},#{c.get('sha256')},w={c.get('w')},"
+                 f"prompt={c.get('prompt')!r},ref={c.get('ref')}")
   parts.append(_decode_short(sig.get("decode") or {}))
   v = sig.get("vocab")
   if v:

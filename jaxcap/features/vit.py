@@ -27,31 +27,42 @@ import flax.linen as nn
 from jaxcap.features import image
 
 
+def quick_gelu(x):
+  """OpenAI CLIP's activation, ``x * sigmoid(1.702 x)`` (its towers were trained with it)."""
+  return x * nn.sigmoid(1.702 * x)
+
+
+ACTIVATIONS = {"gelu": lambda x: nn.gelu(x, approximate=False), "quick_gelu": quick_gelu}
+
+
 class Mlp(nn.Module):
   mlp_dim: int
   dtype: Any = jnp.float32
+  activation: str = "gelu"  # exact (erf) GELU: timm's; "quick_gelu": OpenAI CLIP's
 
   @nn.compact
   def __call__(self, x_BxLxD):
-    h = nn.gelu(nn.Dense(self.mlp_dim, dtype=self.dtype, name="fc1")(x_BxLxD), approximate=False)
+    h = ACTIVATIONS[self.activation](nn.Dense(self.mlp_dim, dtype=self.dtype, name="fc1")(x_BxLxD))
     return nn.Dense(x_BxLxD.shape[-1], dtype=self.dtype, name="fc2")(h)
 
 
 class Block(nn.Module):
-  """Pre-LN transformer block."""
+  """Pre-LN transformer block (timm's ViT; OpenAI CLIP's towers with ``eps=1e-5``,
+  ``activation="quick_gelu"`` and, for the text tower, a causal ``mask``)."""
   num_heads: int
   mlp_dim: int
   eps: float = 1e-6
   dtype: Any = jnp.float32
+  activation: str = "gelu"
 
   @nn.compact
-  def __call__(self, x_BxLxD):
+  def __call__(self, x_BxLxD, mask_BxHxLxL=None):
     h = nn.LayerNorm(epsilon=self.eps, dtype=self.dtype, name="norm1")(x_BxLxD)
     x_BxLxD = x_BxLxD + nn.MultiHeadDotProductAttention(
         num_heads=self.num_heads, dtype=self.dtype, deterministic=True,
-        force_fp32_for_softmax=True, name="attn")(h)  # bfloat16 softmax loses small weights
+        force_fp32_for_softmax=True, name="attn")(h, mask=mask_BxHxLxL)  # bfloat16 softmax loses small weights
     h = nn.LayerNorm(epsilon=self.eps, dtype=self.dtype, name="norm2")(x_BxLxD)
-    return x_BxLxD + Mlp(self.mlp_dim, self.dtype, name="mlp")(h)
+    return x_BxLxD + Mlp(self.mlp_dim, self.dtype, self.activation, name="mlp")(h)
 
 
 class ViT(nn.Module):

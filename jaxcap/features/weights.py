@@ -143,13 +143,17 @@ def name_map(module) -> dict[str, Target]:
   raise ValueError(f"no checkpoint name map for {type(module).__name__}: expected a ResNet or ViT")
 
 
-def _ignored(name: str) -> bool:
+def _default_ignored(name: str) -> bool:
   return name.startswith(IGNORED_PREFIXES) or name.endswith(IGNORED_SUFFIXES)
 
 
-def from_state_dict(module, tensors: dict[str, np.ndarray], source: str = "state_dict"):
-  """``(variables, num_ignored)`` from torch-named arrays; ``source`` names them in errors."""
-  targets = name_map(module)
+def from_state_dict(module, tensors: dict[str, np.ndarray], source: str = "state_dict",
+                    targets: dict[str, Target] | None = None, ignored=None):
+  """``(variables, num_ignored)`` from torch-named arrays; ``source`` names them in errors.
+  ``targets`` (default: :func:`name_map`'s) and ``ignored`` (a name -> bool predicate, default:
+  classifier heads and BatchNorm counters) serve other towers (jaxcap.clip.weights)."""
+  targets = name_map(module) if targets is None else targets
+  is_ignored = _default_ignored if ignored is None else ignored
   for name, target in targets.items():
     if name not in tensors:
       raise ValueError(f"{source}: missing tensor {name} (expected shape {list(target.torch_shape)})")
@@ -157,8 +161,8 @@ def from_state_dict(module, tensors: dict[str, np.ndarray], source: str = "state
     if found != target.torch_shape:
       raise ValueError(f"{source}: tensor {name}: expected shape {list(target.torch_shape)}, "
                        f"found {list(found)}")
-  ignored = [n for n in tensors if n not in targets and _ignored(n)]
-  extra = [n for n in tensors if n not in targets and not _ignored(n)]
+  skipped = [n for n in tensors if n not in targets and is_ignored(n)]
+  extra = [n for n in tensors if n not in targets and not is_ignored(n)]
   if extra:
     raise ValueError(f"{source}: unexpected tensor {extra[0]} {list(np.shape(tensors[extra[0]]))}: "
                      f"no parameter of this {type(module).__name__} takes it")
@@ -169,8 +173,8 @@ def from_state_dict(module, tensors: dict[str, np.ndarray], source: str = "state
       node = variables
       for key in path[:-1]:
         node = node.setdefault(key, {})
-      node[path[-1]] = np.ascontiguousarray(array)
-  return jax.tree_util.tree_map(jax.numpy.asarray, variables), len(ignored)
+      node[path[-1]] = np.array(array, order="C")  # (ascontiguousarray makes a 0-d array 1-d)
+  return jax.tree_util.tree_map(jax.numpy.asarray, variables), len(skipped)
 
 
 def read_safetensors(path: str) -> dict[str, np.ndarray]:

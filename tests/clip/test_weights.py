@@ -1,0 +1,104 @@
+"""The linen CLIP against the producers' own code: every weights format (fixtures written by
+openai-clip, pacscore's save, open_clip and transformers: make_fixtures.py) loads tensor by
+tensor and gives their image and text embeddings within 1e-5 (float32, CPU); a wrong file is one
+line naming it."""
+
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+from jaxcap.clip import model as model_lib
+from jaxcap.clip import weights
+from jaxcap.features import weights as fw
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
+FILES = {"openai": ("openai_vit.pt", "openai_torchscript", "quick_gelu", 2),
+         "pacs": ("pacs.pth", "state_dict", "quick_gelu", 1),
+         "open_clip": ("open_clip/open_clip_model.safetensors", "open_clip", "gelu", 2),
+         "hf": ("hf/model.safetensors", "hf", "quick_gelu", 2)}
+
+
+@pytest.fixture(scope="module")
+def reference():
+  return np.load(os.path.join(FIXTURES, "embeddings.npz"))
+
+
+@pytest.mark.parametrize("name", sorted(FILES))
+def test_embeddings_equal_the_producers(name, reference):
+  file, fmt, activation, heads = FILES[name]
+  sizes, variables, got_fmt = weights.load(os.path.join(FIXTURES, file))
+  assert (got_fmt, sizes.activation, sizes.vision_heads, sizes.transformer_heads) == (fmt, activation, heads, heads)
+  model = model_lib.CLIP(sizes)
+  image = model.apply(variables, reference[f"{name}_images"], method=model.encode_image)
+  text = model.apply(variables, reference[f"{name}_tokens"].astype(np.int32), method=model.encode_text)
+  np.testing.assert_allclose(np.asarray(image), reference[f"{name}_image"], rtol=0, atol=1e-5)
+  np.testing.assert_allclose(np.asarray(text), reference[f"{name}_text"], rtol=0, atol=1e-5)
+  # The towers are not trivially equal: another activation moves the embeddings.
+  other = "gelu" if activation == "quick_gelu" else "quick_gelu"
+  sizes2, variables2, _ = weights.load(os.path.join(FIXTURES, file), activation=other)
+  model2 = model_lib.CLIP(sizes2)
+  moved = model2.apply(variables2, reference[f"{name}_tokens"].astype(np.int32), method=model2.encode_text)
+  assert np.abs(np.asarray(moved) - reference[f"{name}_text"]).max() > 1e-3
+
+
+def test_text_pooling_reads_the_end_of_text_position(reference):
+  """The pooled token is the one with the largest id: changing a token after it changes nothing,
+  changing one before it changes the embedding (the causal mask)."""
+  sizes, variables, _ = weights.load(os.path.join(FIXTURES, "openai_vit.pt"))
+  model = model_lib.CLIP(sizes)
+  tokens = reference["openai_tokens"].astype(np.int32)[:2]  # end of text at 5 and 20
+  base = np.asarray(model.apply(variables, tokens, method=model.encode_text))
+  after, before = tokens.copy(), tokens.copy()
+  after[0, 10] = 7
+  before[0, 3] = 7
+  np.testing.assert_array_equal(np.asarray(model.apply(variables, after, method=model.encode_text))[0], base[0])
+  assert np.abs(np.asarray(model.apply(variables, before, method=model.encode_text))[0] - base[0]).max() > 1e-4
+
+
+def _copy(tmp_path, name):
+  src = os.path.join(FIXTURES, name)
+  dst = tmp_path / os.path.basename(name)
+  shutil.copy(src, dst)
+  return str(dst)
+
+
+def test_wrong_files_are_one_line(tmp_path):
+  from safetensors.numpy import save_file
+  text = tmp_path / "notes.pt"
+  text.write_text("not weights")
+  truncated = tmp_path / "cut.pt"
+  truncated.write_bytes(open(os.path.join(FIXTURES, "openai_vit.pt"), "rb").read()[:5000])
+  tensors = fw.read_safetensors(os.path.join(FIXTURES, "open_clip", "open_clip_model.safetensors"))
+  missing = dict(tensors)
+  del missing["visual.transformer.resblocks.1.mlp.c_fc.bias"]
+  extra = {**tensors, "visual.head.weight": np.zeros((3, 3), np.float32)}
+  resnet = {k: v for k, v in tensors.items() if not k.startswith("visual.")}
+  resnet["visual.layer1.0.conv1.weight"] = np.zeros((4, 4, 1, 1), np.float32)
+  hf = fw.read_safetensors(os.path.join(FIXTURES, "hf", "model.safetensors"))
+  hf_missing = {k: v for k, v in hf.items() if k != "text_model.encoder.layers.0.self_attn.k_proj.weight"}
+  for name, t in (("missing", missing), ("extra", extra), ("resnet", resnet), ("hfmissing", hf_missing)):
+    save_file(t, str(tmp_path / f"{name}.safetensors"))
+  cases = [
+      (text, r"notes\.pt: not a PyTorch checkpoint .*; expected CLIP weights"),
+      (truncated, r"cut\.pt: not a PyTorch checkpoint .*; expected CLIP weights"),
+      (tmp_path / "absent.pt", r"absent\.pt: no such file; expected CLIP weights"),
+      (tmp_path / "missing.safetensors", r"missing\.safetensors: missing tensor visual\.transformer\.resblocks\.1\.mlp\.c_fc\.bias \(expected shape \[256\]\)"),
+      (tmp_path / "extra.safetensors", r"extra\.safetensors: unexpected tensor visual\.head\.weight \[3, 3\]"),
+      (tmp_path / "resnet.safetensors", r"resnet\.safetensors: ResNet image tower .*only ViT towers"),
+      (tmp_path / "hfmissing.safetensors", r"hfmissing\.safetensors: missing tensor text_model\.encoder\.layers\.0\.self_attn\.k_proj\.weight"),
+  ]
+  for path, match in cases:
+    with pytest.raises(ValueError, match=match) as e:
+      weights.load(str(path))
+    assert "\n" not in str(e.value)
+
+
+def test_sizes_read_off_the_tensors():
+  tensors, _ = weights.read_tensors(os.path.join(FIXTURES, "openai_vit.pt"))
+  s = weights.sizes_of(tensors, "openai_vit.pt")
+  assert (s.embed_dim, s.image_resolution, s.vision_patch_size, s.vision_layers, s.vision_width,
+          s.context_length, s.vocab_size, s.transformer_width, s.transformer_layers) == (32, 32, 8, 2, 128, 77, 500, 128, 2)
+  with pytest.raises(ValueError, match="width 128 does not split into 3 heads"):
+    weights.sizes_of(tensors, "x", vision_heads=3)
