@@ -384,7 +384,7 @@ def restore(workdir: str, config, model, info: dict, step: int | None = None, *,
 
 
 def write_scores(workdir, split, preds, refs, spice=False, tag="", translation=False,
-                 made_by: dict | None = None, caption_postprocess: str = "none"):
+                 made_by: dict | None = None, caption_postprocess: str = "none", clip=None):
   """Scores ``preds`` against ``refs`` and writes ``predictions_<split><tag>.json`` and
   ``scores_<split><tag>.json`` to ``workdir``; prints the metric table (x100), the scores'
   signature line and the files' paths. ``translation``: German-output metrics
@@ -393,7 +393,8 @@ def write_scores(workdir, split, preds, refs, spice=False, tag="", translation=F
   :func:`jaxcap.evaluation.signature.build`: config, vocab, step, decode, ...); the file's
   ``"signature"`` holds them with the metrics' side. ``caption_postprocess``
   (:data:`jaxcap.evaluation.coco_metrics.CAPTION_POSTPROCESS`) is applied to the captions
-  before they are scored; the predictions file keeps them as generated."""
+  before they are scored; the predictions file keeps them as generated. ``clip``: a
+  :class:`jaxcap.clip.metrics.Prepared` adding the CLIP scores (of the captions as generated)."""
   if translation:
     if caption_postprocess != "none":
       raise ValueError(f"caption_postprocess={caption_postprocess!r}: translation runs are scored "
@@ -401,6 +402,8 @@ def write_scores(workdir, split, preds, refs, spice=False, tag="", translation=F
     scores = translation_metrics.score(refs, preds)
   else:
     scores = coco_metrics.score(refs, preds, spice=spice, caption_postprocess=caption_postprocess)
+  if clip is not None:
+    clip.add(scores, preds, refs)
   made_by = dict(made_by or {})
   made_by.setdefault("split", split)
   made_by.setdefault("num_images", len(preds))

@@ -212,3 +212,42 @@ def load(path: str, **overrides):
   variables, _ = fw.from_state_dict(model_lib.CLIP(sizes), tensors, source=path,
                                     targets=name_map(sizes), ignored=lambda n: bool(SKIPPED.search(n)))
   return sizes, variables, fmt
+
+
+def to_state_dict(sizes: model_lib.ClipSizes, variables) -> dict[str, np.ndarray]:
+  """The inverse of :func:`load`'s mapping: OpenAI-named float32 tensors in torch's layouts
+  (trials with random weights, and a check of the name map: load(save(v)) == v)."""
+  out = {}
+  for name, target in name_map(sizes).items():
+    arrays = []
+    for path in target.paths:
+      node = variables
+      for key in path:
+        node = node[key]
+      arrays.append(np.asarray(node, np.float32))
+    if len(arrays) == 3:  # fused q, k, v: kernels [D, H, Dh] -> rows [3 H Dh, D]; biases [H, Dh]
+      tensor = np.concatenate([a.reshape(a.shape[0], -1).T if a.ndim == 3 else a.reshape(-1) for a in arrays])
+    elif name.endswith("out_proj.weight"):  # [H, Dh, D] -> [D, H Dh]
+      tensor = arrays[0].reshape(-1, arrays[0].shape[-1]).T
+    elif arrays[0].ndim == 4:  # conv HWIO -> OIHW
+      tensor = np.transpose(arrays[0], (3, 2, 0, 1))
+    elif name.endswith((".c_fc.weight", ".c_proj.weight")):  # linear [I, O] -> [O, I]
+      tensor = arrays[0].T
+    else:
+      tensor = arrays[0]
+    out[name] = np.array(tensor.reshape(target.torch_shape), np.float32, order="C")
+  return out
+
+
+def save_random(path: str, sizes: model_lib.ClipSizes, seed: int = 0) -> None:
+  """Random weights of ``CLIP(sizes)`` as an OpenAI-named ``.safetensors`` (with an
+  ``open_clip_config.json`` beside it naming the heads and the activation), for trials and the
+  documented commands' stand-ins; scores made with them mean nothing."""
+  from safetensors.numpy import save_file
+  save_file(to_state_dict(sizes, model_lib.init_variables(sizes, seed)), path)
+  config = {"model_cfg": {"embed_dim": sizes.embed_dim, "quick_gelu": sizes.activation == "quick_gelu",
+                          "vision_cfg": {"width": sizes.vision_width,
+                                         "head_width": sizes.vision_width // sizes.vision_heads},
+                          "text_cfg": {"heads": sizes.transformer_heads}}}
+  with open(os.path.join(os.path.dirname(os.path.abspath(path)), "open_clip_config.json"), "w") as f:
+    json.dump(config, f, indent=1)

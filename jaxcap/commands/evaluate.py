@@ -4,6 +4,7 @@
   python evaluate.py --workdir runs/t1 --beam-size 6 --beam-groups 3 --diversity-strength 0.5 --sample-n 6 --sample-n-method beam
   python evaluate.py --ensemble runs/a,runs/b [--ensemble-weights 1,1] [--workdir OUT] [--beam-size 3]
   python evaluate.py --predictions P.json --references R.json --out S.json
+  python evaluate.py --workdir runs/mine --clip_weights ViT-B-32.pt --pac_weights clip_ViT-B-32.pth --clip_images val2014/
   python evaluate.py --workdir runs/mine --images photos/ --out captions.json [--weights resnet101.safetensors]
   python evaluate.py --workdir runs/bu --server test2014 --att_dir data/cocotest_bu_att --fc_dir data/cocotest_bu_fc --alg mine
   jaxcap-evaluate --workdir runs/transformer_synthetic   # the same, once the package is installed
@@ -79,8 +80,25 @@ _S = {n: flags.DEFINE_string(n, None, f"--server: {h}") for n, h in [
     ("att_dir", "the set's region features (<image_id>.npz/.npy)."), ("fc_dir", "its global features."),
     ("box_dir", "its boxes."), ("image_info", "COCO's image_info_test2014.json / captions_val2014.json.")]}
 _ALG = flags.DEFINE_string("alg", "jaxcap", "--server: the algorithm's name in the file name.")
-for _name in ("sample_n", "sample_n_method", "ensemble_weights", "batch_size", "caption_postprocess"):
+_CLIP_WEIGHTS = flags.DEFINE_string("clip_weights", None, "Also CLIP-S and RefCLIP-S with these CLIP "
+                                    "weights (OpenAI's ViT-B-32.pt, open_clip's or Hugging Face's .safetensors).")
+_PAC_WEIGHTS = flags.DEFINE_string("pac_weights", None, "Also PAC-S and RefPAC-S with PAC-S's checkpoint "
+                                   "(clip_ViT-B-32.pth).")
+_CLIP_IMAGES = flags.DEFINE_string("clip_images", None, "The scored images for --clip_weights / "
+                                   "--pac_weights: a folder (subfolders searched) or {image_id: path} JSON.")
+_REFCLIP = flags.DEFINE_enum("refclip_variant", "clipscore", ["clipscore", "clip_caption_reward"],
+                             "RefCLIP-S's reference term: clipscore.py's raw cosine, or "
+                             "CLIP-Caption-Reward's 2.5 max(cos, 0).")
+_CLIP_BATCH = flags.DEFINE_integer("clip_batch_size", 64, "Images / captions per CLIP batch.")
+for _name in ("sample_n", "sample_n_method", "ensemble_weights", "batch_size", "caption_postprocess",
+              "clip_weights", "pac_weights", "clip_images", "refclip_variant", "clip_batch_size"):
   flags.DEFINE_alias(_name.replace("_", "-"), _name)
+
+
+def _clip_request():
+  from jaxcap.clip import metrics as clip_metrics
+  return clip_metrics.Request(_CLIP_WEIGHTS.value, _PAC_WEIGHTS.value, _CLIP_IMAGES.value,
+                              _REFCLIP.value, _CLIP_BATCH.value)
 
 
 def _decode(config_decode: dict) -> dict:
@@ -116,6 +134,12 @@ def _check_flags() -> None:
                      "nothing is scored there; expected it with a split to score or --predictions")
   if _STEP.value is not None and _ENSEMBLE.value:
     raise ValueError("--step does not apply to --ensemble (each member uses its best checkpoint)")
+  clip = _clip_request()
+  if clip and (_IMAGES.value is not None or _SERVER.value is not None):
+    raise ValueError(f"--{'clip_weights' if _CLIP_WEIGHTS.value else 'pac_weights'} with "
+                     f"--{'images' if _IMAGES.value else 'server'}: nothing is scored there; expected "
+                     "it with a split to score or --predictions")
+  clip.check()
 
 
 def check() -> None:
@@ -157,13 +181,13 @@ def main(argv):
   check()
   if _PREDICTIONS.value:
     result = files.score_files(_PREDICTIONS.value, _REFERENCES.value, _OUT.value, spice=_SPICE.value,
-                               caption_postprocess=_POST.value or "none")
+                               caption_postprocess=_POST.value or "none", clip=_clip_request())
     print(run_dir.format_table(result["overall"], title=f"{_PREDICTIONS.value} "
                                                        f"({len(result['per_image'])} images)"))
     return
   common = dict(split=_SPLIT.value, batch_size=_BATCH.value, attributes=_ATTRIBUTES.value,
                 spice=_SPICE.value, sample_n=_SAMPLE_N.value, sample_n_method=_SAMPLE_N_METHOD.value,
-                caption_postprocess=_POST.value)
+                caption_postprocess=_POST.value, clip=_clip_request())
   if _ENSEMBLE.value:
     workdirs = [w.strip() for w in _ENSEMBLE.value.split(",") if w.strip()]
     runs.evaluate_ensemble(workdirs, _WEIGHTS.value, out_dir=_WORKDIR.value, decode=_decode,

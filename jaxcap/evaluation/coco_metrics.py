@@ -30,7 +30,9 @@ from jaxcap.evaluation import signature
 # pycocoevalcap's keys ("CIDEr" is CIDEr-D as computed).
 DISPLAY_NAMES = {"Bleu_1": "BLEU-1", "Bleu_2": "BLEU-2", "Bleu_3": "BLEU-3", "Bleu_4": "BLEU-4",
                  "METEOR": "METEOR", "ROUGE_L": "ROUGE-L", "CIDEr": "CIDEr-D", "SPICE": "SPICE",
-                 "sacreBLEU": "sacreBLEU"}
+                 "sacreBLEU": "sacreBLEU",
+                 # jaxcap.clip.score's (x100, as papers print them):
+                 "CLIP-S": "CLIP-S", "RefCLIP-S": "RefCLIP-S", "PAC-S": "PAC-S", "RefPAC-S": "RefPAC-S"}
 
 
 def display(key: str) -> tuple[str, float]:

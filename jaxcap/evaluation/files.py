@@ -172,7 +172,7 @@ def load_scores(path: str, image_ids=None) -> dict:
 
 def score_files(predictions_path: str, references_path: str, out_path: str, spice: bool = False,
                 *, metrics=coco_metrics.DEFAULT_METRICS,
-                log: Callable[[str], None] = print, caption_postprocess: str = "none") -> dict:
+                log: Callable[[str], None] = print, caption_postprocess: str = "none", clip=None) -> dict:
   """Scores a COCO results file against a COCO annotation file and writes the scores.
 
   Args:
@@ -186,6 +186,8 @@ def score_files(predictions_path: str, references_path: str, out_path: str, spic
     log: one line per skipped or failed metric.
     caption_postprocess: applied to the captions before they are scored
       (:data:`jaxcap.evaluation.coco_metrics.CAPTION_POSTPROCESS`).
+    clip: a :class:`jaxcap.clip.metrics.Request` (CLIP weights and images), prepared (every
+      file checked) before anything is scored.
 
   Returns:
     The result of :func:`jaxcap.evaluation.coco_metrics.score` (with the original image ids).
@@ -198,8 +200,11 @@ def score_files(predictions_path: str, references_path: str, out_path: str, spic
     raise ValueError(f"{predictions_path}: captions for {len(predictions)} of the "
                      f"{len(references)} images in {references_path} (first missing image_id "
                      f"{missing[0]!r}); expected one caption for every reference image")
+  prepared = clip.prepare(list(predictions)) if clip else None
   result = coco_metrics.score(references, predictions, metrics=metrics, spice=spice, log=log,
                               caption_postprocess=caption_postprocess)
+  if prepared is not None:
+    prepared.add(result, predictions, references)
   # A predictions file says nothing of the model or its decoding: the signature records the
   # two files (their sha256) and the metrics' side.
   with open(predictions_path, "rb") as f:

@@ -88,7 +88,7 @@ def _check_inputs(member_config, dataset, config, split: str, attributes: str | 
 
 def _decode_and_write(run, split: str, decode: dict, batch_size: int, out_dir: str, tag: str,
                       spice: bool, sample_n: int, sample_n_method: str, members=(), weights=None,
-                      caption_postprocess: str = "none") -> dict:
+                      caption_postprocess: str = "none", clip=None) -> dict:
   preds = run.predict(split, batch_size=batch_size, **decode)
   refs = run.dataset.references(split)
   made_by = run_dir.made_by(run.config, run.vocab, run.info, split=split, step=run.step,
@@ -96,7 +96,7 @@ def _decode_and_write(run, split: str, decode: dict, batch_size: int, out_dir: s
                             dataset=run.dataset, members=members, weights=weights)
   scores = run_dir.write_scores(out_dir, split, preds, {k: refs[k] for k in preds}, spice, tag,
                                 translation=run.dataset.src_vocab is not None, made_by=made_by,
-                                caption_postprocess=caption_postprocess)
+                                caption_postprocess=caption_postprocess, clip=clip)
   if sample_n:
     options = {k: v for k, v in decode.items() if k != "method"}  # sample_n_method decides
     preds = run.sample_n(split, sample_n, sample_n_method, batch_size=batch_size, **options)
@@ -123,7 +123,7 @@ def evaluate_run(workdir: str, *, split: str = "test", step: int | None = None,
                  decode: dict | None = None, batch_size: int | None = None,
                  attributes: str | None = None, tag: str | None = None, spice: bool = False,
                  sample_n: int = 0, sample_n_method: str = "sample",
-                 caption_postprocess: str | None = None) -> dict:
+                 caption_postprocess: str | None = None, clip=None) -> dict:
   """Decodes ``split`` with the run's best checkpoint (or ``step``) and writes
   ``predictions_<split><tag>.json`` / ``scores_<split><tag>.json`` in ``workdir``.
 
@@ -132,8 +132,9 @@ def evaluate_run(workdir: str, *, split: str = "test", step: int | None = None,
   split reads (e.g. ``oracle``); ``tag`` None: none, unless training's own
   ``scores_<split>.json`` is there, which is kept: then the decoding's (:func:`decode_tag`);
   ``caption_postprocess``: what is done to the captions before they are scored
-  (:data:`jaxcap.evaluation.coco_metrics.CAPTION_POSTPROCESS`; None: the run's config field).
-  Returns the scores.
+  (:data:`jaxcap.evaluation.coco_metrics.CAPTION_POSTPROCESS`; None: the run's config field);
+  ``clip``: a :class:`jaxcap.clip.metrics.Request` (CLIP-S / PAC-S: weights and images, each
+  checked before the checkpoint is restored). Returns the scores.
   """
   config = run_dir.read_config(workdir)
   post = _caption_postprocess(caption_postprocess, config)
@@ -148,19 +149,29 @@ def evaluate_run(workdir: str, *, split: str = "test", step: int | None = None,
     raise ValueError(f"--split={split}: not a split of {dataset.name}; expected one of "
                      f"{', '.join(dataset.splits)}")
   _check_inputs(config, dataset, config, split, attributes)
+  prepared = _prepare_clip(clip, dataset, split)
   if tag is None:
     tag = decode_tag(decode) if os.path.exists(os.path.join(workdir, f"scores_{split}.json")) else ""
   run = api.load(workdir, step, dataset=dataset, mesh=parallel.make_mesh())
   print(f"Evaluating step {run.step} of {workdir} on split {split!r}.", flush=True)
   return _decode_and_write(run, split, decode, config.eval_batch_size, workdir, tag, spice,
-                           sample_n, sample_n_method, caption_postprocess=post)
+                           sample_n, sample_n_method, caption_postprocess=post, clip=prepared)
+
+
+def _prepare_clip(clip, dataset, split: str):
+  """The CLIP scores' weights and the split's image files, checked (None when not asked)."""
+  if not clip:
+    return None
+  if dataset.src_vocab is not None:
+    raise ValueError("--clip_weights / --pac_weights: this run translates text; expected a captioning run")
+  return clip.prepare(list(dataset.references(split)))
 
 
 def evaluate_ensemble(workdirs, weights=None, *, out_dir: str | None = None, split: str = "test",
                       decode: dict | None = None, batch_size: int | None = None,
                       attributes: str | None = None, tag: str = "_ensemble", spice: bool = False,
                       sample_n: int = 0, sample_n_method: str = "sample",
-                      caption_postprocess: str | None = None) -> dict:
+                      caption_postprocess: str | None = None, clip=None) -> dict:
   """Decodes ``split`` with several runs together (:func:`jaxcap.api.load_ensemble`, each from
   its best checkpoint, with the first run's data and decoding); the files go to ``out_dir``
   (default: the first run's); ``decode`` as :func:`evaluate_run`'s. Everything is checked
@@ -189,6 +200,7 @@ def evaluate_ensemble(workdirs, weights=None, *, out_dir: str | None = None, spl
   for w, (cfg, _) in zip(workdirs, runs):
     run_dir.check_workdir(w, cfg, dataset.vocab)
     _check_inputs(cfg, dataset, config, split, attributes)
+  prepared = _prepare_clip(clip, dataset, split)
   mesh = parallel.make_mesh()
   members = [api.load(w, dataset=dataset, mesh=mesh) for w in workdirs]
   for i, (w, m) in enumerate(zip(workdirs, members)):
@@ -198,7 +210,7 @@ def evaluate_ensemble(workdirs, weights=None, *, out_dir: str | None = None, spl
   return _decode_and_write(api.load_ensemble(members, weights), split, decode,
                            config.eval_batch_size, out_dir, tag, spice, sample_n, sample_n_method,
                            members=[f"{w}@{m.step}" for w, m in zip(workdirs, members)],
-                           weights=weights, caption_postprocess=post)
+                           weights=weights, caption_postprocess=post, clip=prepared)
 
 
 def caption_folder(workdir: str, images: str, out: str, *, weights: str | None = None,

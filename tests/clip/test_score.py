@@ -11,6 +11,7 @@ from PIL import Image
 from jaxcap.clip import model as model_lib
 from jaxcap.clip import score
 from jaxcap.clip import tokenizer
+from tests.clip import helpers
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
 
@@ -47,46 +48,10 @@ def test_clip_caption_reward_variant(ref):
 
 @pytest.fixture(scope="module")
 def scorer_and_images(tmp_path_factory):
-  """A Scorer on random weights of a small CLIP with CLIP's full vocabulary (saved with its
-  OpenAI names), and four images."""
-  from safetensors.numpy import save_file
-  from jaxcap.clip import weights
+  """A Scorer on random weights of a small CLIP with CLIP's full vocabulary, and four images."""
   tmp = tmp_path_factory.mktemp("clip")
-  sizes = model_lib.ClipSizes(embed_dim=16, image_resolution=32, vision_layers=1, vision_width=64,
-                              vision_patch_size=16, transformer_width=64, transformer_layers=1,
-                              transformer_heads=1, vision_heads=1, activation="gelu")
-  # (gelu: what a bare .safetensors of OpenAI names without open_clip_config.json is read as)
-  variables = model_lib.init_variables(sizes, seed=3)
-  flat = {}
-  for name, target in weights.name_map(sizes).items():  # back to torch names and layouts
-    arrays = []
-    for path in target.paths:
-      node = variables
-      for k in path:
-        node = node[k]
-      arrays.append(np.asarray(node))
-    flat[name] = _to_torch(name, arrays, target.torch_shape)
-  save_file(flat, str(tmp / "clip.safetensors"))
-  rng = np.random.default_rng(0)
-  files = {}
-  for i in range(4):
-    path = tmp / f"img{i}.png"
-    Image.fromarray(rng.integers(0, 256, (40 + 7 * i, 50, 3), dtype=np.uint8)).save(path)
-    files[i] = str(path)
-  return score.Scorer(str(tmp / "clip.safetensors"), batch_size=3), files
-
-
-def _to_torch(name, arrays, shape):
-  a = arrays[0]
-  if len(arrays) == 3:  # fused q, k, v
-    return np.concatenate([x.reshape(x.shape[0], -1).T if x.ndim == 3 else x.reshape(-1) for x in arrays])
-  if name.endswith("out_proj.weight"):
-    return a.reshape(-1, a.shape[-1]).T.copy()
-  if a.ndim == 4:  # conv HWIO -> OIHW
-    return np.transpose(a, (3, 2, 0, 1)).copy()
-  if name.endswith((".c_fc.weight", ".c_proj.weight")):
-    return a.T.copy()
-  return a.reshape(shape)
+  path = helpers.random_weights(tmp)
+  return score.Scorer(path, batch_size=3), helpers.images(tmp, 4)
 
 
 def test_scorer_end_to_end(scorer_and_images):
@@ -139,7 +104,7 @@ def test_jaxcap_score_adds_the_clip_scores(scorer_and_images):
     assert out["per_image"][k]["CLIP-S"] == pytest.approx(alone["per_image"][k]["CLIP-S"], abs=1e-6)
     assert "Bleu_4" in out["per_image"][k]
   text = signature.line({"metrics": out["signature"]})
-  assert "CLIP-S ViT-64/16@32,gelu,#" in text and "prompt='A photo depicts '" in text and "ref=clipscore" in text
+  assert "CLIP-S ViT-64/16@32,quick_gelu,#" in text and "prompt='A photo depicts '" in text and "ref=clipscore" in text
   with pytest.raises(ValueError, match="images: the CLIP scores need"):
     jaxcap.score(refs, preds, metrics=["Bleu"], clip_weights=scorer.weights_file)
   with pytest.raises(ValueError, match="refclip_variant 'both': expected one of"):

@@ -102,3 +102,19 @@ def test_sizes_read_off_the_tensors():
           s.context_length, s.vocab_size, s.transformer_width, s.transformer_layers) == (32, 32, 8, 2, 128, 77, 500, 128, 2)
   with pytest.raises(ValueError, match="width 128 does not split into 3 heads"):
     weights.sizes_of(tensors, "x", vision_heads=3)
+
+
+def test_round_trip_through_torch_names(tmp_path):
+  """save_random's file loads back to the same variables (the name map both ways), with the
+  heads and activation its open_clip_config.json names."""
+  import jax
+  sizes = model_lib.ClipSizes(embed_dim=8, image_resolution=32, vision_layers=2, vision_width=64,
+                              vision_patch_size=16, transformer_width=32, transformer_layers=2,
+                              transformer_heads=2, vision_heads=4, context_length=10, vocab_size=50)
+  weights.save_random(str(tmp_path / "w.safetensors"), sizes, seed=1)
+  got_sizes, got, fmt = weights.load(str(tmp_path / "w.safetensors"))
+  assert got_sizes == sizes and fmt == "open_clip"
+  want = model_lib.init_variables(sizes, seed=1)
+  for (p1, a), (p2, b) in zip(jax.tree_util.tree_leaves_with_path(want), jax.tree_util.tree_leaves_with_path(got)):
+    assert p1 == p2
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

@@ -1,0 +1,139 @@
+"""The CLIP scores of a scoring (``evaluate.py --clip_weights / --pac_weights``, ``Run.evaluate``):
+which weights, where the images are, and how they join a scores dict.
+
+Images: ``--clip_images`` is a folder (searched with its subfolders, as COCO's ``train2014/`` /
+``val2014/``) or a JSON file ``{image_id: path}``. In a folder an image id finds the file whose
+name without extension is the id (``123.jpg``, ``test_00012.png``), else the one whose name ends
+in ``_<id>`` with the id's digits zero-padded or not (``COCO_val2014_000000391895.jpg``), else
+the one whose whole stem is the id zero-padded (``000000391895.jpg``, COCO 2017); two files for
+one id, or none, is one line naming the id. Everything (weights, every scored image's file) is
+checked by :meth:`Request.prepare`, before anything is decoded or written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+from typing import Iterable, Mapping
+
+from jaxcap.clip import score as score_lib
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp")
+
+
+@dataclasses.dataclass
+class Request:
+  """What a command line asked for; :meth:`prepare` turns it into :class:`Prepared`."""
+  clip_weights: str | None = None
+  pac_weights: str | None = None
+  images: str | None = None
+  refclip_variant: str = "clipscore"
+  batch_size: int = 64
+
+  def __bool__(self) -> bool:
+    return bool(self.clip_weights or self.pac_weights)
+
+  def check(self) -> None:
+    """The flags' combinations (no file read)."""
+    if not self:
+      stray = [f"--{n}" for n, v in (("clip_images", self.images),) if v]
+      if stray or self.refclip_variant != "clipscore":
+        raise ValueError(f"{(stray or ['--refclip_variant=' + self.refclip_variant])[0]} without "
+                         "--clip_weights or --pac_weights; expected a CLIP weights file to score with")
+      return
+    if not self.images:
+      raise ValueError("--clip_weights / --pac_weights without --clip_images; expected the folder "
+                       "(or {image_id: path} JSON) of the scored images")
+    if self.refclip_variant not in score_lib.REFCLIP_VARIANTS:
+      raise ValueError(f"--refclip_variant={self.refclip_variant}: expected one of "
+                       f"{', '.join(score_lib.REFCLIP_VARIANTS)}")
+    if self.batch_size < 1:
+      raise ValueError(f"--clip_batch_size={self.batch_size}: expected an int >= 1")
+
+  def prepare(self, keys: Iterable) -> "Prepared | None":
+    """Weights loaded and every key's image file found; None when no CLIP score was asked."""
+    self.check()
+    if not self:
+      return None
+    files = image_files(self.images, list(keys))
+    scorers = [(kind, score_lib.Scorer(path, self.batch_size))
+               for kind, path in (("clip", self.clip_weights), ("pac", self.pac_weights)) if path]
+    return Prepared(scorers, files, self.refclip_variant)
+
+
+@dataclasses.dataclass
+class Prepared:
+  scorers: list
+  files: dict
+  refclip_variant: str
+
+  def add(self, scores: dict, predictions: Mapping, references: Mapping | None) -> dict:
+    """Adds the CLIP scores of ``predictions`` to ``scores`` (``overall``, ``per_image`` and the
+    metrics signature's ``computed`` / ``clip``); returns it."""
+    for kind, scorer in self.scorers:
+      out = scorer.score(dict(predictions), self.files, references, kind=kind,
+                         refclip_variant=self.refclip_variant)
+      scores["overall"].update(out["overall"])
+      for key, values in out["per_image"].items():
+        scores["per_image"].setdefault(key, {}).update(values)
+      sig = scores.setdefault("signature", {})
+      sig.setdefault("computed", []).extend(out["overall"])
+      sig.setdefault("clip", {})["CLIP-S" if kind == "clip" else "PAC-S"] = \
+          scorer.signature(kind, self.refclip_variant)
+    return scores
+
+
+def _index(folder: str) -> dict[str, list[str]]:
+  out: dict[str, list[str]] = {}
+  for dirpath, dirnames, filenames in os.walk(folder):
+    dirnames.sort()
+    for name in sorted(filenames):
+      stem, ext = os.path.splitext(name)
+      if ext.lower() in IMAGE_EXTENSIONS:
+        out.setdefault(stem, []).append(os.path.join(dirpath, name))
+  return out
+
+
+def image_files(source: str, keys: list) -> dict:
+  """``{key: image path}`` for every key (module docstring)."""
+  if os.path.isfile(source):
+    try:
+      with open(source, encoding="utf-8") as f:
+        table = json.load(f)
+    except (OSError, ValueError) as e:
+      raise ValueError(f"--clip_images={source}: not a JSON file ({type(e).__name__}); expected a "
+                       "folder of images or {image_id: path}") from None
+    if not isinstance(table, dict):
+      raise ValueError(f"--clip_images={source}: a JSON {type(table).__name__}; expected {{image_id: path}}")
+    base = os.path.dirname(os.path.abspath(source))
+    out = {}
+    for k in keys:
+      path = table.get(str(k), table.get(k))
+      if path is None:
+        raise ValueError(f"--clip_images={source}: no image for image_id {k!r}; expected one per scored image")
+      out[k] = path if os.path.isabs(path) else os.path.join(base, path)
+    return out
+  if not os.path.isdir(source):
+    raise ValueError(f"--clip_images={source}: no such folder or file; expected a folder of images "
+                     "or {image_id: path} JSON")
+  index = _index(source)
+  by_suffix: dict[str, list[str]] = {}
+  for stem, paths in index.items():
+    m = re.search(r"(?:^|_)0*(\d+)$", stem)
+    if m:
+      by_suffix.setdefault(m.group(1), []).extend(paths)
+  out = {}
+  for k in keys:
+    paths = index.get(str(k))
+    if not paths and re.fullmatch(r"\d+", str(k)):
+      paths = by_suffix.get(str(int(str(k))))
+    if not paths:
+      raise ValueError(f"--clip_images={source}: no image file for image_id {k!r} (expected "
+                       f"{k}.jpg/.png or a COCO name ending in _{k} / zero-padded)")
+    if len(paths) > 1:
+      raise ValueError(f"--clip_images={source}: {len(paths)} image files for image_id {k!r} "
+                       f"({paths[0]}, {paths[1]}); expected one")
+    out[k] = paths[0]
+  return out

@@ -1,0 +1,117 @@
+"""The CLIP scores in evaluate.py: image files found by id (folders, COCO names, JSON), the
+flags' combinations, files checked before anything is written, a predictions file and a trained
+run scored with CLIP-S / RefCLIP-S / PAC-S in the scores file, its signature and jaxcap-compare."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from jaxcap.clip import metrics
+from jaxcap.evaluation import files
+from tests.clip import helpers
+from tests.programs import Programs, one_device_env
+
+
+def test_image_files_by_id(tmp_path):
+  names = ["7", "train2014/COCO_train2014_000000000042", "val2014/COCO_val2014_000000391895",
+           "000000000555", "test_00012"]
+  helpers.images(tmp_path / "imgs", len(names), names)
+  found = metrics.image_files(str(tmp_path / "imgs"), [7, 42, 391895, 555, "test_00012", "7"])
+  assert found[42].endswith("COCO_train2014_000000000042.png")
+  assert found[391895].endswith("COCO_val2014_000000391895.png")
+  assert found[555].endswith("000000000555.png") and found["test_00012"].endswith("test_00012.png")
+  assert found[7] == found["7"]
+  with pytest.raises(ValueError, match=r"no image file for image_id 8 "):
+    metrics.image_files(str(tmp_path / "imgs"), [7, 8])
+  helpers.images(tmp_path / "imgs" / "dup", 1, ["7"])  # the same name in two subfolders
+  with pytest.raises(ValueError, match=r"2 image files for image_id 7 "):
+    metrics.image_files(str(tmp_path / "imgs"), [7])
+  table = tmp_path / "map.json"
+  table.write_text(json.dumps({"1": "imgs/7.png", "2": str(tmp_path / "imgs" / "test_00012.png")}))
+  assert metrics.image_files(str(table), [1, 2]) == {1: str(tmp_path / "imgs" / "7.png"),
+                                                      2: str(tmp_path / "imgs" / "test_00012.png")}
+  with pytest.raises(ValueError, match=r"map\.json: no image for image_id 3"):
+    metrics.image_files(str(table), [3])
+  with pytest.raises(ValueError, match=r"--clip_images=.*nowhere: no such folder or file"):
+    metrics.image_files(str(tmp_path / "nowhere"), [1])
+
+
+@pytest.mark.parametrize("request_args,match", [
+    (dict(images="x"), r"--clip_images without --clip_weights or --pac_weights"),
+    (dict(refclip_variant="clip_caption_reward"), r"--refclip_variant=clip_caption_reward without"),
+    (dict(clip_weights="w.pt"), r"without --clip_images; expected the folder"),
+    (dict(clip_weights="w.pt", images="x", refclip_variant="both"), r"--refclip_variant=both: expected one of"),
+    (dict(pac_weights="w.pt", images="x", batch_size=0), r"--clip_batch_size=0: expected an int >= 1"),
+])
+def test_request_checks(request_args, match):
+  with pytest.raises(ValueError, match=match):
+    metrics.Request(**request_args).check()
+
+
+REFS = {"images": [{"id": i} for i in range(3)],
+        "annotations": [{"image_id": i, "id": 10 * i + j, "caption": c}
+                        for i, caps in enumerate([["a dog runs", "a brown dog"], ["two cats"], ["a red bus", "a bus"]])
+                        for j, c in enumerate(caps)]}
+PREDS = [{"image_id": 0, "caption": "a dog"}, {"image_id": 1, "caption": "a cat"}, {"image_id": 2, "caption": "a car"}]
+
+
+def test_predictions_file_scored_with_clip(tmp_path):
+  weights = helpers.random_weights(tmp_path)
+  helpers.images(tmp_path / "imgs", 3, ["0", "1", "2"])
+  (tmp_path / "r.json").write_text(json.dumps(REFS))
+  (tmp_path / "p.json").write_text(json.dumps(PREDS))
+  request = metrics.Request(clip_weights=weights, pac_weights=weights, images=str(tmp_path / "imgs"))
+  out = files.score_files(str(tmp_path / "p.json"), str(tmp_path / "r.json"), str(tmp_path / "s.json"),
+                          metrics=("Bleu",), log=lambda _: None, clip=request)
+  written = json.loads((tmp_path / "s.json").read_text())
+  assert {"CLIP-S", "RefCLIP-S", "PAC-S", "RefPAC-S", "Bleu_4"} <= set(written["overall"])
+  assert [sorted(r) for r in written["per_image"]][0] == sorted(
+      ["image_id", "Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "CLIP-S", "RefCLIP-S", "PAC-S", "RefPAC-S"])
+  assert written["signature"]["metrics"]["clip"]["CLIP-S"]["prompt"] == "A photo depicts "
+  assert np.mean([r["CLIP-S"] for r in written["per_image"]]) == pytest.approx(out["overall"]["CLIP-S"])
+  # An image missing: one line, before anything is scored or written.
+  os.remove(tmp_path / "imgs" / "2.png")
+  with pytest.raises(ValueError, match=r"no image file for image_id 2"):
+    files.score_files(str(tmp_path / "p.json"), str(tmp_path / "r.json"), str(tmp_path / "s2.json"),
+                      clip=request)
+  assert not (tmp_path / "s2.json").exists()
+
+
+@pytest.mark.slow
+def test_evaluate_py_scores_a_run_with_clip_and_compare_pairs_them(tmp_path):
+  from tests.data import fakes
+  truth = fakes.write_karpathy(tmp_path / "data", counts=(16, 6, 6), dim=8, fc_dim=6, regions=(2, 5))
+  test_ids = [k for k, t in truth.items() if t["split"] == "test"]
+  helpers.images(tmp_path / "imgs" / "val2014", len(test_ids), [f"COCO_val2014_{k:012d}" for k in test_ids])
+  weights = helpers.random_weights(tmp_path)
+  fields = dict(name="karpathy", root=str(tmp_path / "data"), dataset_json="dataset_coco.json",
+                att_dir="att", fc_dir="fc", box_dir="box", min_word_count=1, max_regions=5, feature_dim=0)
+  train = ["train.py", "--config=configs/transformer.py:synthetic,tiny", f"--workdir={tmp_path / 'run'}",
+           "--config.num_train_steps=2", "--config.eval_every_steps=2", "--config.checkpoint_every_steps=2",
+           *(f"--config.data.{k}={v}" for k, v in fields.items())]
+  clip = [f"--clip_weights={weights}", f"--clip_images={tmp_path / 'imgs'}"]
+  with Programs(one_device_env()) as programs:
+    code, _, err = programs.run(train, tmp_path)
+    assert code == 0, err[-2000:]
+    # Refused before decoding: an image missing, a form that scores nothing.
+    os.rename(tmp_path / "imgs" / "val2014", tmp_path / "hidden")
+    code, out, err = programs.run(["evaluate.py", f"--workdir={tmp_path / 'run'}", "--tag=_x", *clip], tmp_path)
+    assert code == 2 and "no image file for image_id" in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "run" / "scores_test_x.json").exists()
+    os.rename(tmp_path / "hidden", tmp_path / "imgs" / "val2014")
+    code, out, err = programs.run(["evaluate.py", f"--workdir={tmp_path / 'run'}", "--images=x", "--out=o.json", *clip], tmp_path)
+    assert code == 2 and "--clip_weights with --images: nothing is scored there" in err
+    for beam, tag in ((1, "_g"), (2, "_b2")):
+      code, out, err = programs.run(["evaluate.py", f"--workdir={tmp_path / 'run'}", f"--beam-size={beam}",
+                                     f"--tag={tag}", *clip, "--refclip-variant=clip_caption_reward"], tmp_path)
+      assert code == 0, err[-2000:]
+      assert "CLIP-S" in out and "RefCLIP-S" in out and "|CLIP-S ViT-64/16@32,quick_gelu,#" in out
+    written = json.loads((tmp_path / "run" / "scores_test_g.json").read_text())
+    assert len(written["per_image"]) == 6 and all("RefCLIP-S" in r for r in written["per_image"])
+    assert written["signature"]["metrics"]["clip"]["CLIP-S"]["ref"] == "clip_caption_reward"
+    code, out, err = programs.run(["-m", "jaxcap.commands.compare", str(tmp_path / "run" / "scores_test_g.json"),
+                                   str(tmp_path / "run" / "scores_test_b2.json"), "--resamples=200"], tmp_path)
+    assert code == 0, err
+    assert "CLIP-S" in out and "RefCLIP-S" in out
