@@ -134,6 +134,9 @@ PROMISES = [
      ["runs/features_trial/features.json", "runs/features_trial/fc/lstm_synthetic_curves.npy",
       "runs/features_trial/att/lstm_synthetic_curves.npz"]),
     (r"^python train\.py$", ["runs/transformer_synthetic/scores_test.json"]),
+    (r"--tag _clip --clip_weights", ["runs/transformer_synthetic/scores_test_clip.json"]),
+    (r"--out S_clip\.json", ["S_clip.json"]),
+    (r"^python -m jaxcap\.data\.render --out runs/scenes_test ", ["runs/scenes_test/images/20000000.png"]),
     (r"--workdir runs/t1_scst", ["runs/t1_scst/scores_test.json"]),
     (r"^jaxcap-train .*--workdir runs/pkg ", ["runs/pkg/scores_test.json"]),
     (r"^jaxcap-evaluate --workdir runs/pkg ", ["runs/pkg/predictions_test_beam3.json"]),
@@ -155,7 +158,7 @@ PROMISES = [
     # Every table script writes its markdown table ({0}: the command's workdir).
     (r"(?:experiments/\w+/|jaxcap\.papers\.\w+\.)(?:table\d?|ablations)(?:\.py)? --workdir (\S+)", ["{0}/table.md"]),
     (r"experiments/pixels/run\.py --workdir (\S+)", ["{0}/table.md", "{0}/results.json"]),
-    (r"-m jaxcap\.data\.render --out (\S+)", ["{0}/captions.json", "{0}/images/test_00000.png"]),
+    (r"-m jaxcap\.data\.render --out (\S+)(?!.*--names image_id)", ["{0}/captions.json", "{0}/images/test_00000.png"]),
     (r"benchmarks/run\.py", ["benchmarks/results"]),
     *papers.listed("README_PROMISES"),  # each paper's scripts
 ]
@@ -338,6 +341,10 @@ def shrink(root: Path, cmd: str) -> str:
   if prog == "benchmarks/run.py" and re.search(r"--models mnmt(\s|$)", cmd):
     # run.py refuses a --set field of none of the selected models; MNMT's width is hidden_dim.
     return cmd + " " + _SCRIPT_SHRINK[prog].replace("dim=32", "hidden_dim=32")
+  if prog == "-m jaxcap.data.render" and "--names image_id" in cmd:
+    # The test images of a tiny synthetic run (its predictions' ids): all of its test split.
+    from jaxcap import config_common as common
+    return cmd + f" --num_test {common.TINY_DATA['num_test']} --size 32"
   if prog in _SCRIPT_SHRINK:
     return cmd + " " + _SCRIPT_SHRINK[prog]
   if prog in ("evaluate.py", "jaxcap-evaluate") and "--step" in words:
@@ -359,6 +366,17 @@ def _prerequisites(root: Path, cmd: str, env: dict):
     for i, name in enumerate(("a", "b", "c")):
       if f"runs/{name}" in cmd:
         train(f"runs/{name}", i)
+  if "--clip_weights open_clip_model.safetensors" in cmd and not (root / "open_clip_model.safetensors").exists():
+    # Random weights of a small CLIP with CLIP's vocabulary standing in for the reader's.
+    sys.path.insert(0, str(root))
+    try:
+      from jaxcap.clip import model as clip_model, weights as clip_weights
+      sizes = clip_model.ClipSizes(embed_dim=32, image_resolution=64, vision_layers=2, vision_width=64,
+                                   vision_patch_size=16, transformer_width=64, transformer_layers=2,
+                                   transformer_heads=2, vision_heads=2)
+      clip_weights.save_random(str(root / "open_clip_model.safetensors"), sizes)
+    finally:
+      sys.path.remove(str(root))
   if "--predictions P.json" in cmd:
     run = root / "runs/transformer_synthetic"
     shutil.copy(run / "predictions_test.json", root / "P.json")

@@ -169,9 +169,12 @@ def render(scenes: SyntheticScenes, split: str, i: int, size: int) -> np.ndarray
   return render_scene(scenes.scene(split, i), size)
 
 
-def write_dataset(out: str, scenes: SyntheticScenes, size: int, log=print) -> dict:
+def write_dataset(out: str, scenes: SyntheticScenes, size: int, log=print,
+                  names: str = "split_index") -> dict:
   """Writes ``<out>/images/*.png`` and ``<out>/captions.json`` (module docstring); a PNG that
-  exists is kept (a second call renders only what is missing). Returns ``{split: images}``."""
+  exists is kept (a second call renders only what is missing). ``names="image_id"`` names each
+  PNG by the synthetic dataset's own image id (``20000012.png``: test image 12), the id its runs'
+  predictions carry (for ``evaluate.py --clip_images``). Returns ``{split: images}``."""
   from PIL import Image
   images = os.path.join(out, IMAGES_DIR)
   os.makedirs(images, exist_ok=True)
@@ -179,7 +182,7 @@ def write_dataset(out: str, scenes: SyntheticScenes, size: int, log=print) -> di
   for split in SPLITS:
     counts[split] = scenes.num_images(split)
     for i in range(counts[split]):
-      name = image_name(split, i)
+      name = image_name(split, i) if names == "split_index" else f"{scenes.image_id(split, i)}.png"
       path = os.path.join(images, name)
       if not os.path.exists(path):
         tmp = f"{path}.tmp{os.getpid()}.png"
@@ -208,6 +211,9 @@ def main(argv=None) -> int:
   p.add_argument("--num_val", type=cli.nonnegative_int, default=200)
   p.add_argument("--num_test", type=cli.nonnegative_int, default=200)
   p.add_argument("--seed", type=int, default=0, help="synthetic_scenes seed (the scenes, not the drawing).")
+  p.add_argument("--names", choices=("split_index", "image_id"), default="split_index",
+                 help="PNG names: <split>_<i>.png (jaxcap-extract's keys) or the synthetic dataset's "
+                      "image ids (its runs' predictions: evaluate.py --clip_images).")
   args = p.parse_args(argv)
   if args.size < 8:
     raise ValueError(f"--size={args.size}: expected at least 8 pixels")
@@ -215,7 +221,7 @@ def main(argv=None) -> int:
     raise ValueError(f"--out={args.out}: is a file; expected a directory")
   scenes = SyntheticScenes(num_train=args.num_train, num_val=args.num_val,
                            num_test=args.num_test, seed=args.seed)
-  write_dataset(args.out, scenes, args.size)
+  write_dataset(args.out, scenes, args.size, names=args.names)
   return 0
 
 
