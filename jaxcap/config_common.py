@@ -216,6 +216,12 @@ def base_config(dataset: str = "synthetic", model: str = "transformer") -> ml_co
   c.scst.loss_norm = "tokens"
   c.scst.bleu_weight = 0.0
   c.scst.cider_weight = 1.0
+  # CLIP-S reward (jaxcap/clip/reward.py; CLIP-Caption-Reward: clip_weight 2.0, cider_weight 0):
+  # reward += clip_weight * CLIP-S(caption, image) with the CLIP weights file clip_model and the
+  # training images clip_images (a folder searched by image id, or {image_id: path} JSON).
+  c.scst.clip_weight = 0.0
+  c.scst.clip_model = ""
+  c.scst.clip_images = ""
   # CIDEr-D reward: "jaxcap" (df on references truncated to max_len, every reference ends with
   # EOS) | "self_critical" (self-critical.pytorch's CiderD exactly: df on full captions, no EOS
   # after a reference at the length limit). See jaxcap/evaluation/cider.py.

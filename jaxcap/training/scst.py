@@ -237,14 +237,16 @@ def training_scorer(dataset, cache_dir: str, cider_compat: str):
 
 
 class Rewarder:
-  """CIDEr-D (training mode) + optional weighted BLEU-4 for sampled token ids."""
+  """CIDEr-D (training mode) + optional weighted BLEU-4 + optional weighted CLIP-S (``clip``:
+  ``(Scorer, unit image embeddings [I, E])``, :func:`clip_reward_parts`) for sampled token ids."""
 
   def __init__(self, dataset, cache_dir: str, cider_weight: float = 1.0, bleu_weight: float = 0.0,
-               cider_compat: str = "jaxcap"):
+               cider_compat: str = "jaxcap", clip_weight: float = 0.0, clip=None):
     self.vocab = dataset.vocab
     refs, self.scorer = training_scorer(dataset, cache_dir, cider_compat)
     self.refs = self.scorer.prepare_refs(refs)
     self.cider_weight, self.bleu_weight = cider_weight, bleu_weight
+    self.clip_weight, self.clip = clip_weight, clip
     self._ref_strings = None
     if bleu_weight > 0:
       train_refs = dataset.references("train")
@@ -254,6 +256,11 @@ class Rewarder:
     r = self.cider_weight * self.scorer.score(tokens_NxT, image_index_N, self.refs)
     if self.bleu_weight > 0:
       r = r + self.bleu_weight * self._bleu4(tokens_NxT, image_index_N)
+    if self.clip_weight > 0:
+      from jaxcap.clip import reward as clip_reward
+      scorer, images_IxE = self.clip
+      r = r + self.clip_weight * clip_reward.host_clip_s(scorer, self.vocab, tokens_NxT,
+                                                         images_IxE[np.asarray(image_index_N)])
     return r
 
   def _bleu4(self, tokens_NxT, image_index_N):
@@ -269,8 +276,24 @@ def make_rewarder(trainer) -> Rewarder:
   cached in ``config.data.cache_dir`` (default ``<workdir>/cache``)."""
   sc = trainer.config.scst
   cache_dir = _cache_dir(trainer)
+  clip_weight = float(sc.get("clip_weight", 0.0))
   return Rewarder(trainer.dataset, cache_dir, sc.cider_weight, sc.bleu_weight,
-                  sc.cider_compat)
+                  sc.cider_compat, clip_weight, clip_reward_parts(trainer) if clip_weight > 0 else None)
+
+
+def clip_reward_parts(trainer):
+  """``(Scorer, unit embeddings [I, E] of the training images in image_index order)`` of the
+  config's CLIP reward (``scst.clip_model``, ``scst.clip_images``), the embeddings computed once
+  and cached with the CIDEr-D document frequencies."""
+  from jaxcap.clip import metrics as clip_metrics, reward as clip_reward, score as clip_score
+  sc, dataset = trainer.config.scst, trainer.dataset
+  scorer = clip_score.Scorer(sc.clip_model)
+  keys = list(dataset.image_ids("train"))
+  try:
+    files = clip_metrics.image_files(sc.clip_images, keys)
+  except ValueError as e:
+    raise ValueError(f"config field scst.clip_images: {e}") from None
+  return scorer, clip_reward.image_embeddings(scorer, keys, files, _cache_dir(trainer))
 
 
 def _cache_dir(trainer) -> str | None:
@@ -298,6 +321,7 @@ class DeviceReward(NamedTuple):
   table: Any  # cider_device.DfTable (imported when the device reward is built)
   refs_IxRxL: jax.Array
   nref_I: jax.Array
+  clip: Any = None  # jaxcap.clip.reward.ClipReward when scst.clip_weight > 0
 
 
 def make_device_reward(trainer):
@@ -314,14 +338,22 @@ def make_device_reward(trainer):
   # Both compat modes cut references at max_len words, so that is the array's width.
   refs_IxRxL, nref_I = cider_device.pad_references(refs, dataset.max_len)
   repl = parallel.replicated(trainer.mesh)
-  arrays = jax.device_put(DeviceReward(table, refs_IxRxL, nref_I), repl)
-  return arrays, dict(vocab_size=scorer.vocab_size, options=options)
+  clip_weight, clip, clip_sizes = float(sc.get("clip_weight", 0.0)), None, None
+  if clip_weight > 0:
+    from jaxcap.clip import reward as clip_reward
+    clip_scorer, images_IxE = clip_reward_parts(trainer)
+    clip, clip_sizes = clip_reward.build(clip_scorer, dataset.vocab, images_IxE), clip_scorer.sizes
+  arrays = jax.device_put(DeviceReward(table, refs_IxRxL, nref_I, clip), repl)
+  return arrays, dict(vocab_size=scorer.vocab_size, options=options, clip_weight=clip_weight,
+                      clip_sizes=clip_sizes)
 
 
 def device_advantages(batch, samples_BxnxT, greedy_BxT, reward: DeviceReward, *, baseline: str,
-                      cider_weight: float, vocab_size: int, options):
+                      cider_weight: float, vocab_size: int, options, clip_weight: float = 0.0,
+                      clip_sizes=None):
   """Step 2 on the device (pure): the CIDEr-D rewards of the samples (and greedy captions)
-  against their images' references, the baselines and ``r(w^s) - b``.
+  against their images' references (+ ``clip_weight`` x CLIP-S against the images,
+  :func:`jaxcap.clip.reward.device_clip_s`), the baselines and ``r(w^s) - b``.
 
   Returns:
     ``(advantage float32 [B, n], sample rewards [B, n], baselines [B, n], greedy rewards [B]
@@ -331,13 +363,21 @@ def device_advantages(batch, samples_BxnxT, greedy_BxT, reward: DeviceReward, *,
   image_B = batch["image_index"].astype(jnp.int32)
   # Only this batch's references: candidates index rows 0..B-1 of the gathered set.
   refs_BxRxL, nref_B = reward.refs_IxRxL[image_B], reward.nref_I[image_B]
-  score = functools.partial(cider_device.score, refs_IxRxL=refs_BxRxL, nref_I=nref_B,
+  cider = functools.partial(cider_device.score, refs_IxRxL=refs_BxRxL, nref_I=nref_B,
                             table=reward.table, vocab_size=vocab_size, options=options)
-  r_sample_Bxn = cider_weight * score(samples_BxnxT.reshape(b * n, t),
-                                      jnp.repeat(jnp.arange(b, dtype=jnp.int32), n)).reshape(b, n)
+
+  def score(tokens_NxT, row_N):  # row_N: the caption's image among the batch's
+    r_N = cider_weight * cider(tokens_NxT, row_N) if cider_weight else jnp.zeros(row_N.shape, jnp.float32)
+    if clip_weight:
+      from jaxcap.clip import reward as clip_reward
+      r_N = r_N + clip_weight * clip_reward.device_clip_s(reward.clip, clip_sizes, tokens_NxT, image_B[row_N])
+    return r_N
+
+  r_sample_Bxn = score(samples_BxnxT.reshape(b * n, t),
+                       jnp.repeat(jnp.arange(b, dtype=jnp.int32), n)).reshape(b, n)
   r_greedy_B = None
   if greedy_BxT is not None:
-    r_greedy_B = cider_weight * score(greedy_BxT, jnp.arange(b, dtype=jnp.int32))
+    r_greedy_B = score(greedy_BxT, jnp.arange(b, dtype=jnp.int32))
   base_Bxn = baseline_rewards(r_sample_Bxn, r_greedy_B, baseline, xp=jnp)
   adv_Bxn = jax.lax.stop_gradient(r_sample_Bxn - base_Bxn).astype(jnp.float32)
   return adv_Bxn, r_sample_Bxn, base_Bxn, r_greedy_B
@@ -345,6 +385,7 @@ def device_advantages(batch, samples_BxnxT, greedy_BxT, reward: DeviceReward, *,
 
 def scst_device_step(state, batch, reward: DeviceReward, *, model, max_len: int, num_samples: int,
                      baseline: str, cider_weight: float, vocab_size: int, options,
+                     clip_weight: float = 0.0, clip_sizes=None,
                      dropout: bool = False, fused_decode: bool = False, candidates: str = "sample",
                      beam_mode: str = "live", loss_norm: str = "tokens"):
   """One whole SCST step on the device (pure; jitted by :func:`make_scst_step`): sample (+
@@ -357,7 +398,7 @@ def scst_device_step(state, batch, reward: DeviceReward, *, model, max_len: int,
                                                    beam_mode=beam_mode)
   adv_Bxn, r_sample_Bxn, base_Bxn, r_greedy_B = device_advantages(
       batch, samples_BxnxT, greedy_BxT, reward, baseline=baseline, cider_weight=cider_weight,
-      vocab_size=vocab_size, options=options)
+      vocab_size=vocab_size, options=options, clip_weight=clip_weight, clip_sizes=clip_sizes)
   state, metrics = guard.guarded(scst_grad_step)(state, batch, samples_BxnxT, adv_Bxn, model=model,
                                                  dropout=dropout, loss_norm=loss_norm)
   metrics = dict(metrics, reward=r_sample_Bxn.mean(), baseline=base_Bxn.mean())

@@ -100,6 +100,7 @@ CHECKS = {
     "scst.cider_compat": fields.one_of(("jaxcap", "self_critical")), "scst.dropout": fields.BOOL,
     "scst.fused_decode": fields.BOOL,
     "scst.bleu_weight": fields.finite(0.0), "scst.cider_weight": fields.finite(0.0),
+    "scst.clip_weight": fields.finite(0.0),
     "scst.start_step": _STEP_OR_NEVER, "scst.start_epoch": _STEP_OR_NEVER,
 }
 
@@ -143,6 +144,14 @@ def check_config(config, trainable: bool | None = None) -> None:
                      f"scst.bleu_weight={bleu} needs scst.reward='host'; expected "
                      f"scst.reward='host', or scst.bleu_weight=0")
   scst_runs = any(_get(config, f"scst.{k}") not in (_MISSING, -1) for k in ("start_step", "start_epoch"))
+  clip_weight = _get(config, "scst.clip_weight")
+  if clip_weight not in (_MISSING, 0, 0.0):
+    for name, what in (("clip_model", "a CLIP weights file (jaxcap/clip/weights.py)"),
+                       ("clip_images", "the training images: a folder or {image_id: path} JSON")):
+      value = _get(config, f"scst.{name}")
+      if not value or not os.path.exists(str(value)):
+        raise ValueError(f"config field scst.{name}: scst.clip_weight={clip_weight} needs {what}; "
+                         f"got {value!r}" + (" (no such file or folder)" if value else ""))
   start = _get(config, "scst.start_step")
   if (scst_runs and trainable is not False and start not in (_MISSING, -1) and steps is not _MISSING
       and _get(config, "scst.start_epoch") in (_MISSING, -1) and start >= steps):

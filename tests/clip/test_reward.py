@@ -1,0 +1,121 @@
+"""The CLIP reward of self-critical training: caption word ids become ``clip.tokenize``'s ids on
+the device (equal to decoding and tokenising on the host, long captions cut at 77), the device
+CLIP-S equals the host computation within 1e-5, and the jitted SCST step with the CLIP reward
+equals the host-reward step, with no host callback."""
+
+import numpy as np
+import pytest
+import jax
+import jax.numpy as jnp
+
+from jaxcap.clip import reward, score, tokenizer
+from jaxcap.data.vocab import Vocab
+from tests.clip import helpers
+
+WORDS = ["a", "man", "riding", "horse", "on", "the", "beach", "don't", "3.5", "café", "x-ray",
+         "supercalifragilistic", "naïve", "dog's", "1990s", "&amp;", "t-shirt", "ünïcödé"]
+
+
+def test_clip_tokens_equal_decode_and_tokenize():
+  vocab = Vocab(WORDS)
+  ids, lens = reward.word_table(vocab)
+  assert lens[:3].tolist() == [0, 0, 0] and lens[3] == len(tokenizer.default().encode("<unk>"))
+  prompt = jnp.asarray(tokenizer.default().encode(score.PREFIX), jnp.int32)
+  rng = np.random.default_rng(0)
+  for t in (1, 6, 20, 70):  # 70 words: past 77 CLIP tokens, cut with <|endoftext|> last
+    words = rng.integers(0, len(vocab), size=(40, t))
+    got = np.asarray(jax.jit(reward.clip_tokens)(jnp.asarray(words), jnp.asarray(ids), jnp.asarray(lens), prompt))
+    want = tokenizer.tokenize([score.PREFIX + vocab.decode(r) for r in words], truncate=True)
+    np.testing.assert_array_equal(got, want)
+  assert (want[:, -1] == tokenizer.VOCAB_SIZE - 1).any()  # some were cut
+
+
+@pytest.fixture(scope="module")
+def parts(tmp_path_factory):
+  tmp = tmp_path_factory.mktemp("reward")
+  scorer = score.Scorer(helpers.random_weights(tmp), batch_size=4)
+  files = helpers.images(tmp, 5)
+  images = reward.image_embeddings(scorer, list(files), files, str(tmp / "cache"), log=lambda _: None)
+  return scorer, files, images, tmp
+
+
+def test_device_clip_s_equals_the_host(parts):
+  scorer, files, images, tmp = parts
+  vocab = Vocab(WORDS)
+  arrays = reward.build(scorer, vocab, images)
+  rng = np.random.default_rng(1)
+  words = rng.integers(0, len(vocab), size=(12, 16))
+  words[0, 0] = 2  # an empty caption (EOS first)
+  index = rng.integers(0, len(files), size=12)
+  dev = jax.jit(reward.device_clip_s, static_argnums=1)(arrays, scorer.sizes, jnp.asarray(words), jnp.asarray(index))
+  host = reward.host_clip_s(scorer, vocab, words, images[index])
+  np.testing.assert_allclose(np.asarray(dev), host, rtol=0, atol=1e-5)
+  assert (host > 0).any()
+  # The image embeddings were cached and are read back, not recomputed.
+  again = reward.image_embeddings(scorer, list(files), files, str(tmp / "cache"),
+                                  log=lambda _: pytest.fail("recomputed"))
+  np.testing.assert_array_equal(again, images)
+
+
+def _clip_trainer(tmp_path, baseline="greedy"):
+  from jaxcap.data import pipeline
+  from jaxcap.data.synthetic import SyntheticScenes
+  from jaxcap.data import render
+  from jaxcap.training import parallel, train_lib
+  from tests.training.test_train import tiny_config
+  config = tiny_config()
+  d = config.data
+  scenes = SyntheticScenes(num_train=d.num_train, num_val=0, num_test=0, seed=d.seed)
+  render.write_dataset(str(tmp_path / "scenes"), scenes, 32, log=lambda _: None, names="image_id")
+  config.scst.num_samples = 2
+  config.scst.baseline = baseline
+  config.scst.cider_weight = 0.5
+  config.scst.clip_weight = 2.0
+  config.scst.clip_model = helpers.random_weights(tmp_path)
+  config.scst.clip_images = str(tmp_path / "scenes" / "images")
+  config.data.cache_dir = str(tmp_path / "cache")
+  trainer = train_lib.Trainer(config, str(tmp_path / "run"))
+  it = pipeline.make_train_iterator(trainer.dataset.split("train"), config.batch_size, seed=0)
+  return trainer, parallel.shard_batch(next(it), trainer.mesh)
+
+
+@pytest.mark.slow
+def test_scst_step_with_clip_reward_equals_the_host_step(tmp_path):
+  from jaxcap.training import scst
+  from tests.training.test_scst import _primitives
+  trainer, batch = _clip_trainer(tmp_path)
+  dev_step = scst.make_scst_step(trainer)
+  prims = _primitives(jax.make_jaxpr(dev_step.jitted)(trainer.initial_state(), batch, dev_step.reward_arrays).jaxpr)
+  assert not {p for p in prims if "callback" in p}, prims
+  s_dev, m_dev = dev_step(trainer.initial_state(), batch, 0)
+  trainer.config.scst.reward = "host"
+  s_host, m_host = scst.make_scst_step(trainer)(trainer.initial_state(), batch, 0)
+  for k in ("reward", "baseline", "scst_loss", "greedy_reward"):
+    np.testing.assert_allclose(float(m_dev[k]), float(m_host[k]), rtol=1e-5, atol=1e-5)
+  # CLIP-S moved the reward: CIDEr-D alone gives another.
+  trainer.config.scst.reward = "device"
+  trainer.config.scst.clip_weight = 0.0
+  _, m_cider = scst.make_scst_step(trainer)(trainer.initial_state(), batch, 0)
+  assert abs(float(m_cider["reward"]) - float(m_dev["reward"])) > 1e-4
+  cached = list((tmp_path / "cache").glob("clip_images_*.npy"))
+  assert len(cached) == 1 and np.load(cached[0]).shape == (trainer.config.data.num_train, helpers.SIZES.embed_dim)
+
+
+def test_clip_reward_config_errors(tmp_path):
+  from jaxcap.training import validation
+  from tests.training.test_train import tiny_config
+  config = tiny_config()
+  config.scst.clip_weight = 2.0
+  with pytest.raises(ValueError, match=r"^config field scst.clip_model: scst.clip_weight=2.0 needs a CLIP weights file"):
+    validation.check_config(config)
+  config.scst.clip_model = str(tmp_path / "absent.pt")
+  with pytest.raises(ValueError, match=r"config field scst.clip_model: .* \(no such file or folder\)"):
+    validation.check_config(config)
+  config.scst.clip_model = helpers.random_weights(tmp_path)
+  with pytest.raises(ValueError, match=r"^config field scst.clip_images: .*needs the training images"):
+    validation.check_config(config)
+  config.scst.clip_images = str(tmp_path)
+  validation.check_config(config)
+  config.scst.clip_weight = -1.0
+  with pytest.raises(ValueError, match=r"config field scst.clip_weight: expected"):
+    validation.check_config(config)
