@@ -32,6 +32,9 @@ TINY = {
     "features.py": ["--backbones", "resnet50,vit_b16", "--sizes", "32,48", "--dtype", "float32,bfloat16",
                     "--batch", "1", "--steps", "1", "--windows", "1", "--warmup", "0", "--out", "{tmp}/bench.json"],
     "tpgn.py": ["--d", "3", "--batch", "4", "--vocab", "50", "--words", "5", "--steps", "1"],
+    "clip_score.py": ["--pairs", "3", "--size", "tiny", "--batch", "2", "--out", "{tmp}/bench.json"],
+    "clip_reward_step.py": ["--config", "configs/transformer.py:synthetic,tiny", "--clip", "tiny", "--batch", "8",
+                            "--steps", "1", "--out", "{tmp}/bench.json"],
     "checkpoint_save.py": ["--config", "configs/transformer.py:synthetic,tiny", "--model-as-configured",
                            "--batch", "8", "--steps", "2", "--every", "1", "--repeats", "1",
                            "--dir", "{tmp}", "--out", "{tmp}/bench.json"],
@@ -80,6 +83,15 @@ def test_benchmark_runs(case, tmp_path):
   assert out.returncode == 0, out.stderr[-3000:]
   if script == "run.py":
     _check_record(case, tmp_path / "bench.json")
+  elif script == "clip_score.py":
+    import json
+    record = json.loads((tmp_path / "bench.json").read_text())
+    assert record["pairs"] == 3 and record["jaxcap"]["pairs_per_s_first_call"] > 0
+    assert record["environment"]["jaxcap"]["version"] and "clipscore" not in record
+  elif script == "clip_reward_step.py":
+    import json
+    record = json.loads((tmp_path / "bench.json").read_text())
+    assert set(record["rows"]) == {"cider", "clip"} and record["clip_over_cider"] > 0
   elif script == "features.py":
     import json
     rows = json.loads((tmp_path / "bench.json").read_text())["rows"]
@@ -151,6 +163,8 @@ def test_runs_without_grain_tfds_ml_collections(script, args, tmp_path):
 # written; every benchmark script at least once (common.py is a module, not a script).
 BAD_FLAGS = [
     ("cider_throughput.py", ["--images", "0"], "--images"),
+    ("clip_score.py", ["--pairs", "0"], "--pairs"),
+    ("clip_reward_step.py", ["--config", "configs/transformer.py:flickr8k"], "--config"),
     ("features.py", ["--backbones", "resnet7"], "--backbones"),
     ("features.py", ["--sizes", "0"], "--sizes"),
     ("input_pipeline.py", ["--threads", "1,x"], "--threads"),
