@@ -137,6 +137,8 @@ PROMISES = [
     (r"--tag _clip --clip_weights", ["runs/transformer_synthetic/scores_test_clip.json"]),
     (r"--out S_clip\.json", ["S_clip.json"]),
     (r"^python -m jaxcap\.data\.render --out runs/scenes_test ", ["runs/scenes_test/images/20000000.png"]),
+    (r"^python -m jaxcap\.data\.render --out runs/scenes_train ", ["runs/scenes_train/images/0.png"]),
+    (r"--workdir runs/t1_clip ", ["runs/t1_clip/scores_test.json"]),
     (r"--workdir runs/t1_scst", ["runs/t1_scst/scores_test.json"]),
     (r"^jaxcap-train .*--workdir runs/pkg ", ["runs/pkg/scores_test.json"]),
     (r"^jaxcap-evaluate --workdir runs/pkg ", ["runs/pkg/predictions_test_beam3.json"]),
@@ -342,9 +344,11 @@ def shrink(root: Path, cmd: str) -> str:
     # run.py refuses a --set field of none of the selected models; MNMT's width is hidden_dim.
     return cmd + " " + _SCRIPT_SHRINK[prog].replace("dim=32", "hidden_dim=32")
   if prog == "-m jaxcap.data.render" and "--names image_id" in cmd:
-    # The test images of a tiny synthetic run (its predictions' ids): all of its test split.
+    # The images of a tiny synthetic run (by the ids it uses): each split the command draws at
+    # the tiny run's size.
     from jaxcap import config_common as common
-    return cmd + f" --num_test {common.TINY_DATA['num_test']} --size 32"
+    sizes = {s: words[words.index(f"--num_{s}") + 1] for s in ("train", "val", "test") if f"--num_{s}" in words}
+    return cmd + "".join(f" --num_{s} {common.TINY_DATA[f'num_{s}']}" for s, n in sizes.items() if n != "0") + " --size 32"
   if prog in _SCRIPT_SHRINK:
     return cmd + " " + _SCRIPT_SHRINK[prog]
   if prog in ("evaluate.py", "jaxcap-evaluate") and "--step" in words:
@@ -366,7 +370,7 @@ def _prerequisites(root: Path, cmd: str, env: dict):
     for i, name in enumerate(("a", "b", "c")):
       if f"runs/{name}" in cmd:
         train(f"runs/{name}", i)
-  if "--clip_weights open_clip_model.safetensors" in cmd and not (root / "open_clip_model.safetensors").exists():
+  if "open_clip_model.safetensors" in cmd and not (root / "open_clip_model.safetensors").exists():
     # Random weights of a small CLIP with CLIP's vocabulary standing in for the reader's.
     sys.path.insert(0, str(root))
     try:

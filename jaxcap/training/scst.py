@@ -287,7 +287,10 @@ def clip_reward_parts(trainer):
   and cached with the CIDEr-D document frequencies."""
   from jaxcap.clip import metrics as clip_metrics, reward as clip_reward, score as clip_score
   sc, dataset = trainer.config.scst, trainer.dataset
-  scorer = clip_score.Scorer(sc.clip_model)
+  try:
+    scorer = clip_score.Scorer(sc.clip_model)
+  except ValueError as e:
+    raise ValueError(f"config field scst.clip_model: {e}") from None
   keys = list(dataset.image_ids("train"))
   try:
     files = clip_metrics.image_files(sc.clip_images, keys)

@@ -146,12 +146,14 @@ def check_config(config, trainable: bool | None = None) -> None:
   scst_runs = any(_get(config, f"scst.{k}") not in (_MISSING, -1) for k in ("start_step", "start_epoch"))
   clip_weight = _get(config, "scst.clip_weight")
   if clip_weight not in (_MISSING, 0, 0.0):
+    # Named here; the files are read (and a missing one named) when the SCST step is built, at
+    # the start of the run, before anything is written.
     for name, what in (("clip_model", "a CLIP weights file (jaxcap/clip/weights.py)"),
                        ("clip_images", "the training images: a folder or {image_id: path} JSON")):
       value = _get(config, f"scst.{name}")
-      if not value or not os.path.exists(str(value)):
+      if not value:
         raise ValueError(f"config field scst.{name}: scst.clip_weight={clip_weight} needs {what}; "
-                         f"got {value!r}" + (" (no such file or folder)" if value else ""))
+                         f"got {value!r}")
   start = _get(config, "scst.start_step")
   if (scst_runs and trainable is not False and start not in (_MISSING, -1) and steps is not _MISSING
       and _get(config, "scst.start_epoch") in (_MISSING, -1) and start >= steps):

@@ -109,13 +109,20 @@ def test_clip_reward_config_errors(tmp_path):
   with pytest.raises(ValueError, match=r"^config field scst.clip_model: scst.clip_weight=2.0 needs a CLIP weights file"):
     validation.check_config(config)
   config.scst.clip_model = str(tmp_path / "absent.pt")
-  with pytest.raises(ValueError, match=r"config field scst.clip_model: .* \(no such file or folder\)"):
-    validation.check_config(config)
-  config.scst.clip_model = helpers.random_weights(tmp_path)
   with pytest.raises(ValueError, match=r"^config field scst.clip_images: .*needs the training images"):
     validation.check_config(config)
-  config.scst.clip_images = str(tmp_path)
+  config.scst.clip_images = str(tmp_path / "nowhere")
   validation.check_config(config)
+  # The files are read when the step is built (the start of the run): each named.
+  from jaxcap.training import scst, train_lib
+  trainer = train_lib.Trainer(config, str(tmp_path / "run"))
+  with pytest.raises(ValueError, match=r"^config field scst.clip_model: .*absent\.pt: no such file; expected CLIP weights"):
+    scst.make_scst_step(trainer)
+  trainer.config.scst.clip_model = helpers.random_weights(tmp_path)
+  with pytest.raises(ValueError, match=r"^config field scst.clip_images: --clip_images=.*nowhere: no such folder"):
+    scst.make_scst_step(trainer)
+  assert not (tmp_path / "run").exists()
+  config.scst.clip_model = trainer.config.scst.clip_model
   config.scst.clip_weight = -1.0
   with pytest.raises(ValueError, match=r"config field scst.clip_weight: expected"):
     validation.check_config(config)

@@ -48,3 +48,12 @@ SCRIPT_WRITES = {
     "jaxcap/papers/m2/table.py": (["--workdir", "{out}", "--rows", "m2", "--seeds", "0", "--steps", "2"],
                                   "m2/seed0"),
 }
+
+
+# ------------------------------------------------------------------ tests/readme_runner.py (table)
+README_HEAVY = {
+    "-m jaxcap.papers.m2.table": ("4 rows trained and tested at the dataset's full splits even at 4 steps "
+                                  "and one seed; tests/scripts/test_script_errors.py runs table.py on one row"),
+}
+README_SHRINK = {"-m jaxcap.papers.m2.table": "--steps 4 --seeds 0"}
+README_TABLE_SCRIPTS = ["-m jaxcap.papers.m2.table"]
