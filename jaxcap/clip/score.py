@@ -130,6 +130,11 @@ class Scorer:
     """Embeddings of ``files[key]`` (image paths), computed once per key."""
     todo = [k for k in dict.fromkeys(keys) if k not in self._images]
     n_px = self.sizes.image_resolution
+    bar = None
+    if self.progress is None and len(todo) > 4 * self.batch_size:  # long work: a progress bar
+      import sys
+      from tqdm import tqdm
+      bar = tqdm(total=len(todo), desc="CLIP image embeddings", unit="img", file=sys.stderr)
     for start in range(0, len(todo), self.batch_size):
       part = todo[start:start + self.batch_size]
       pixels = np.stack([preprocess_lib.load_image(files[k], n_px) for k in part])
@@ -137,6 +142,10 @@ class Scorer:
         self._images[k] = e
       if self.progress:
         self.progress(len(part))
+      if bar is not None:
+        bar.update(len(part))
+    if bar is not None:
+      bar.close()
     return np.stack([self._images[k] for k in keys]) if keys else np.zeros((0, self.sizes.embed_dim))
 
   def score(self, captions: Mapping, files: Mapping, references: Mapping | None = None,

@@ -4,6 +4,7 @@ run scored with CLIP-S / RefCLIP-S / PAC-S in the scores file, its signature and
 
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -77,6 +78,27 @@ def test_predictions_file_scored_with_clip(tmp_path):
     files.score_files(str(tmp_path / "p.json"), str(tmp_path / "r.json"), str(tmp_path / "s2.json"),
                       clip=request)
   assert not (tmp_path / "s2.json").exists()
+
+
+def test_evaluate_py_bad_clip_input_is_one_line_exit_2(tmp_path):
+  """evaluate.py: a wrong weights file, images missing, a flag without its partner: one line,
+  exit 2, nothing written."""
+  helpers.images(tmp_path / "imgs", 3, ["0", "1", "2"])
+  (tmp_path / "r.json").write_text(json.dumps(REFS))
+  (tmp_path / "p.json").write_text(json.dumps(PREDS))
+  (tmp_path / "notes.pt").write_text("not weights")
+  base = ["evaluate.py", f"--predictions={tmp_path / 'p.json'}", f"--references={tmp_path / 'r.json'}",
+          f"--out={tmp_path / 's.json'}"]
+  cases = [([f"--clip_weights={tmp_path / 'notes.pt'}", f"--clip_images={tmp_path / 'imgs'}"],
+            r"notes\.pt: not a PyTorch checkpoint .*expected CLIP weights"),
+           ([f"--pac_weights={tmp_path / 'notes.pt'}"], r"without --clip_images"),
+           ([f"--clip_images={tmp_path / 'imgs'}"], r"--clip_images without --clip_weights or --pac_weights")]
+  with Programs(one_device_env()) as programs:
+    for extra, match in cases:
+      code, _, err = programs.run([*base, *extra], tmp_path)
+      lines = [l for l in err.splitlines() if l.strip()]
+      assert code == 2 and len(lines) == 1 and re.search(match, lines[0]), err
+  assert not (tmp_path / "s.json").exists()
 
 
 @pytest.mark.slow
