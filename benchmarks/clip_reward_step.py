@@ -24,8 +24,10 @@ import time
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _REPO = os.path.dirname(_HERE)
-if _REPO not in sys.path:
-  sys.path.insert(0, _REPO)
+for _p in (_REPO, _HERE):
+  if _p not in sys.path:
+    sys.path.insert(0, _p)
+BENCHMARK = "benchmarks/clip_reward_step.py"
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
@@ -54,12 +56,14 @@ def main(argv=None) -> dict:
   p.add_argument("--batch", type=cli.positive_int, default=None, help="default: the config's")
   p.add_argument("--clip", choices=("vit_b32", "tiny"), default="vit_b32")
   p.add_argument("--steps", type=cli.positive_int, default=5)
-  p.add_argument("--out", default=None)
+  p.add_argument("--out", default=None, help="the JSON record (default: benchmarks/results/"
+                 "clip_reward_step_<device>_<date>.json)")
   a = p.parse_args(argv)
   from jaxcap.clip import model as model_lib, weights
   from jaxcap.data import pipeline, render
   from jaxcap.data.synthetic import SyntheticScenes
-  from jaxcap.evaluation import signature
+  import run as bench_run  # the same environment record as run.py
+  from jaxcap import atomic
   from jaxcap.training import parallel, scst, train_lib
   config = config_files.load(a.config.removeprefix("configs/"))
   if config.data.name != "synthetic_scenes":
@@ -76,7 +80,7 @@ def main(argv=None) -> dict:
     render.write_dataset(os.path.join(tmp, "scenes"), scenes, 128, log=lambda _: None, names="image_id")
     weights.save_random(os.path.join(tmp, "clip.safetensors"), sizes)
     config.data.cache_dir = os.path.join(tmp, "cache")
-    rows = {}
+    rows = []
     for name, clip_weight, cider_weight in (("cider", 0.0, 1.0), ("clip", 2.0, 0.0)):
       config.scst.clip_weight, config.scst.cider_weight = clip_weight, cider_weight
       config.scst.clip_model = os.path.join(tmp, "clip.safetensors")
@@ -88,17 +92,17 @@ def main(argv=None) -> dict:
       it = pipeline.make_train_iterator(trainer.dataset.split("train"), config.batch_size, seed=0)
       batch = parallel.shard_batch(next(it), trainer.mesh)
       first, ms = _time(step, trainer.initial_state(), batch, a.steps)
-      rows[name] = {"build_s": build, "compile_and_first_step_s": first, "step_ms": ms}
-  record = {"benchmark": "clip_reward_step", "config": a.config, "batch": config.batch_size,
+      rows.append({"reward": name, "build_s": build, "compile_and_first_step_s": first, "step_ms": ms})
+  env = dict(bench_run.environment(), cpu_count=os.cpu_count())
+  record = {"benchmark": BENCHMARK, "environment": env, "config": a.config, "batch": config.batch_size,
             "num_samples": config.scst.num_samples, "baseline": config.scst.baseline, "clip": a.clip,
-            "rows": rows, "clip_over_cider": rows["clip"]["step_ms"] / rows["cider"]["step_ms"],
-            "environment": {"jax": jax.__version__, "device_kind": jax.devices()[0].device_kind,
-                            "devices": jax.device_count(), "cpus": os.cpu_count(),
-                            "jaxcap": signature.jaxcap_version()}}
+            "steps": a.steps, "rows": rows, "clip_over_cider": rows[1]["step_ms"] / rows[0]["step_ms"]}
   print(json.dumps(record, indent=1))
-  if a.out:
-    with open(a.out, "w") as f:
-      json.dump(record, f, indent=1)
+  stamp = time.strftime("%Y-%m-%d", time.gmtime())
+  device = env["device_kind"].lower().replace(" ", "_")
+  out = a.out or os.path.join(_HERE, "results", f"clip_reward_step_{device}_{stamp}.json")
+  atomic.write_json(out, record)
+  print(f"wrote {out}")
   return record
 
 

@@ -30,6 +30,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+BENCHMARK = "benchmarks/clip_score.py"
 
 from jaxcap.cli import positive_int  # noqa: E402
 
@@ -84,7 +86,8 @@ def main(argv=None) -> dict:
                  help="the random weights' sizes (tiny: the tests' smoke run)")
   p.add_argument("--torch-python", default=None, help="a Python with torch and openai-clip (clipscore's side)")
   p.add_argument("--clipscore-src", default=None, help="a checkout of jmhessel/clipscore (with --torch-python)")
-  p.add_argument("--out", default=None, help="the JSON record")
+  p.add_argument("--out", default=None, help="the JSON record (default: benchmarks/results/"
+                 "clip_score_<device>_<date>.json)")
   a = p.parse_args(argv)
   if bool(a.torch_python) != bool(a.clipscore_src):
     p.error("--torch-python and --clipscore-src: expected both or neither")
@@ -93,8 +96,9 @@ def main(argv=None) -> dict:
   if a.clipscore_src and not os.path.isfile(os.path.join(a.clipscore_src, "clipscore.py")):
     p.error(f"--clipscore-src={a.clipscore_src}: no clipscore.py there; expected a clipscore checkout")
   import jax
+  import run as bench_run  # the same environment record as run.py
+  from jaxcap import atomic
   from jaxcap.clip import score
-  from jaxcap.evaluation import signature
   with tempfile.TemporaryDirectory() as tmp:
     images, captions = _pairs(a.pairs, tmp)
     weights = _weights(a.weights, tmp, a.size)
@@ -108,13 +112,13 @@ def main(argv=None) -> dict:
     scorer.score(preds, files)
     t_kept = time.perf_counter() - t0
     ours = np.array([first["per_image"][i]["CLIP-S"] for i in range(a.pairs)])
-    record = {"benchmark": "clip_score", "pairs": a.pairs, "batch": a.batch,
+    env = dict(bench_run.environment(), cpu_count=os.cpu_count())
+    record = {"benchmark": BENCHMARK, "environment": env, "pairs": a.pairs, "batch": a.batch,
               "weights": "given" if a.weights else f"random {a.size}, float16-rounded",
-              "environment": {"jax": jax.__version__, "device_kind": jax.devices()[0].device_kind,
-                              "cpus": os.cpu_count(), "jaxcap": signature.jaxcap_version()},
-              "jaxcap": {"seconds_first_call": t_first, "pairs_per_s_first_call": a.pairs / t_first,
-                         "seconds_images_kept": t_kept, "pairs_per_s_images_kept": a.pairs / t_kept,
-                         "mean_clip_s": float(ours.mean())}}
+              "rows": [{"scorer": "jaxcap", "call": "first (compilation included)", "seconds": t_first,
+                        "pairs_per_s": a.pairs / t_first, "mean_clip_s": float(ours.mean())},
+                       {"scorer": "jaxcap", "call": "again (image embeddings kept)", "seconds": t_kept,
+                        "pairs_per_s": a.pairs / t_kept, "mean_clip_s": float(ours.mean())}]}
     if a.torch_python:
       spec = {"weights": weights, "images": images, "captions": captions, "out": os.path.join(tmp, "theirs.npy"),
               "threads": os.cpu_count()}
@@ -126,14 +130,16 @@ def main(argv=None) -> dict:
         raise RuntimeError(f"clipscore's side failed: {proc.stderr.strip().splitlines()[-1]}")
       out = json.loads(proc.stdout.strip().splitlines()[-1])
       theirs = np.load(spec["out"])
-      record["clipscore"] = {"seconds": out["seconds"], "pairs_per_s": a.pairs / out["seconds"],
-                             "torch": out["torch"], "mean_clip_s": float(theirs.mean())}
+      record["rows"].append({"scorer": f"clipscore.py get_clip_score (torch {out['torch']}, CPU)",
+                             "call": "one call", "seconds": out["seconds"],
+                             "pairs_per_s": a.pairs / out["seconds"], "mean_clip_s": float(theirs.mean())})
       record["max_abs_diff_per_pair"] = float(np.abs(ours - theirs).max())
-      record["speedup_first_call"] = out["seconds"] / t_first
   print(json.dumps(record, indent=1))
-  if a.out:
-    with open(a.out, "w") as f:
-      json.dump(record, f, indent=1)
+  stamp = time.strftime("%Y-%m-%d", time.gmtime())
+  device = env["device_kind"].lower().replace(" ", "_")
+  out_path = a.out or os.path.join(str(ROOT), "benchmarks", "results", f"clip_score_{device}_{stamp}.json")
+  atomic.write_json(out_path, record)
+  print(f"wrote {out_path}")
   return record
 
 

@@ -58,8 +58,11 @@ PIPELINE = "benchmarks/input_pipeline.py"
 CHECKPOINTS = "benchmarks/checkpoint_save.py"
 DECODE_AUX = "benchmarks/decode_aux.py"
 EXPORT = "benchmarks/export.py"
+CLIP_SCORE = "benchmarks/clip_score.py"
+CLIP_REWARD = "benchmarks/clip_reward_step.py"
 OWN_RECORDS = {FEATURES: "features_", PIPELINE: "input_pipeline_",  # records kept in their own file
-               CHECKPOINTS: "checkpoint_save_", DECODE_AUX: "decode_aux_", EXPORT: "export_"}
+               CHECKPOINTS: "checkpoint_save_", DECODE_AUX: "decode_aux_", EXPORT: "export_",
+               CLIP_SCORE: "clip_score_", CLIP_REWARD: "clip_reward_step_"}
 
 
 def load_records(folder: str = RESULTS) -> list[dict]:
@@ -326,7 +329,37 @@ def export_table(rec: dict) -> str:
   return "\n".join(lines)
 
 
+def clip_score_table(rec: dict) -> str:
+  diff = rec.get("max_abs_diff_per_pair")
+  lines = [_head(rec) + f" (CLIP-S of {rec['pairs']:,} image-caption pairs from PNG files and strings, "
+           f"{rec['weights']} weights, jaxcap batch {rec['batch']}"
+           + (f"; largest per-pair difference {diff:.1e}" if diff is not None else "")
+           + f"; {rec['environment'].get('cpu_count', '?')} CPUs)", "",
+           "| scorer | call | s | pairs/s | mean CLIP-S |", "|---|---|---:|---:|---:|"]
+  for r in rec["rows"]:
+    lines.append(f"| {r['scorer']} | {r['call']} | {_fmt(r['seconds'], 1)} | {_fmt(r['pairs_per_s'], 1)} | "
+                 f"{r['mean_clip_s']:.4f} |")
+  return "\n".join(lines)
+
+
+def clip_reward_table(rec: dict) -> str:
+  lines = [_head(rec) + f" (the jitted SCST step: `{rec['config']}`, batch {rec['batch']}, "
+           f"{rec['num_samples']} samples, {rec['baseline']} baseline, CLIP {rec['clip']} of random weights; "
+           f"best of {rec['steps']} steps; {rec['environment'].get('cpu_count', '?')} CPUs)", "",
+           "| reward | compile + first step s | step ms |", "|---|---:|---:|"]
+  names = {"cider": "CIDEr-D", "clip": "2 x CLIP-S (cider_weight 0)"}
+  for r in rec["rows"]:
+    lines.append(f"| {names.get(r['reward'], r['reward'])} | {_fmt(r['compile_and_first_step_s'], 1)} | "
+                 f"{_fmt(r['step_ms'], 1)} |")
+  lines.append(f"| CLIP-S / CIDEr-D | | {rec['clip_over_cider']:.2f}x |")
+  return "\n".join(lines)
+
+
 def record_table(rec: dict) -> str:
+  if rec.get("benchmark") == CLIP_SCORE:
+    return clip_score_table(rec)
+  if rec.get("benchmark") == CLIP_REWARD:
+    return clip_reward_table(rec)
   if rec.get("benchmark") == EXPORT:
     return export_table(rec)
   if rec.get("benchmark") == DECODE_AUX:
