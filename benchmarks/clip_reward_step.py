@@ -62,8 +62,8 @@ def main(argv=None) -> dict:
   from jaxcap.clip import model as model_lib, weights
   from jaxcap.data import pipeline, render
   from jaxcap.data.synthetic import SyntheticScenes
+  import common
   import run as bench_run  # the same environment record as run.py
-  from jaxcap import atomic
   from jaxcap.training import parallel, scst, train_lib
   config = config_files.load(a.config.removeprefix("configs/"))
   if config.data.name != "synthetic_scenes":
@@ -98,11 +98,7 @@ def main(argv=None) -> dict:
             "num_samples": config.scst.num_samples, "baseline": config.scst.baseline, "clip": a.clip,
             "steps": a.steps, "rows": rows, "clip_over_cider": rows[1]["step_ms"] / rows[0]["step_ms"]}
   print(json.dumps(record, indent=1))
-  stamp = time.strftime("%Y-%m-%d", time.gmtime())
-  device = env["device_kind"].lower().replace(" ", "_")
-  out = a.out or os.path.join(_HERE, "results", f"clip_reward_step_{device}_{stamp}.json")
-  atomic.write_json(out, record)
-  print(f"wrote {out}")
+  common.write_record("clip_reward_step", record, a.out)
   return record
 
 

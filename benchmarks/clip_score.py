@@ -96,8 +96,8 @@ def main(argv=None) -> dict:
   if a.clipscore_src and not os.path.isfile(os.path.join(a.clipscore_src, "clipscore.py")):
     p.error(f"--clipscore-src={a.clipscore_src}: no clipscore.py there; expected a clipscore checkout")
   import jax
+  import common
   import run as bench_run  # the same environment record as run.py
-  from jaxcap import atomic
   from jaxcap.clip import score
   with tempfile.TemporaryDirectory() as tmp:
     images, captions = _pairs(a.pairs, tmp)
@@ -135,11 +135,7 @@ def main(argv=None) -> dict:
                              "pairs_per_s": a.pairs / out["seconds"], "mean_clip_s": float(theirs.mean())})
       record["max_abs_diff_per_pair"] = float(np.abs(ours - theirs).max())
   print(json.dumps(record, indent=1))
-  stamp = time.strftime("%Y-%m-%d", time.gmtime())
-  device = env["device_kind"].lower().replace(" ", "_")
-  out_path = a.out or os.path.join(str(ROOT), "benchmarks", "results", f"clip_score_{device}_{stamp}.json")
-  atomic.write_json(out_path, record)
-  print(f"wrote {out_path}")
+  common.write_record("clip_score", record, a.out)
   return record
 
 

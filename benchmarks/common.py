@@ -392,3 +392,15 @@ def peak_tflops(dtype: str, override: float | None):
   if override:
     return override
   return device_peak(jax.devices()[0].device_kind, dtype, jax.config.jax_default_matmul_precision)
+
+
+def write_record(prefix: str, record: dict, out: str | None = None) -> str:
+  """Writes ``record`` (atomically) to ``out``, default
+  ``benchmarks/results/<prefix>_<device>_<date>.json``; prints and returns the path."""
+  from jaxcap import atomic
+  stamp = time.strftime("%Y-%m-%d", time.gmtime())
+  device = record["environment"]["device_kind"].lower().replace(" ", "_")
+  path = out or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", f"{prefix}_{device}_{stamp}.json")
+  atomic.write_json(path, record)
+  print(f"wrote {path}")
+  return path

@@ -39,9 +39,10 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from jaxcap import atomic, cli, config_files, decoding  # noqa: E402
+from jaxcap import cli, config_files, decoding  # noqa: E402
 from jaxcap.data import get_dataset, pipeline  # noqa: E402
 from jaxcap.models import registry  # noqa: E402
+import common  # noqa: E402  (benchmarks/: write_record)
 
 BENCHMARK = "benchmarks/decode_aux.py"
 
@@ -167,11 +168,7 @@ def main(argv=None):
   record = {"benchmark": BENCHMARK, "environment": env, "config": args.config,
             "model": dict(config.model), "batch": args.batch, "max_len": max_len,
             "repeats": args.repeats, "rows": rows}
-  stamp = time.strftime("%Y-%m-%d", time.gmtime())
-  device = env["device_kind"].lower().replace(" ", "_")
-  out = args.out or os.path.join(_HERE, "results", f"decode_aux_{device}_{stamp}.json")
-  atomic.write_json(out, record)
-  print(f"wrote {out}")
+  common.write_record("decode_aux", record, args.out)
   return record
 
 
