@@ -344,7 +344,8 @@ class Run:
 
   def evaluate(self, split: str = "test", *, num_images: int = -1, metrics: Sequence[str] | None = None,
                method: str | None = None, beam_size: int | None = None, batch_size: int = 50,
-               log=print, **options) -> dict:
+               log=print, clip_images: str | None = None, clip_weights: str | None = None,
+               pac_weights: str | None = None, refclip_variant: str = "clipscore", **options) -> dict:
     """Decodes a split (:meth:`predict`) and scores it against its references.
 
     Args:
@@ -352,12 +353,23 @@ class Run:
       num_images: score only the first images (-1: all).
       metrics: as :func:`score` (default all; ``("Bleu", "CIDEr")`` is fast and needs no Java).
       method, beam_size, **options: decoding (default: the run's ``config.decode``).
+      clip_images, clip_weights, pac_weights, refclip_variant: the CLIP scores, as
+        ``evaluate.py --clip_images ...`` (:mod:`jaxcap.clip.metrics`; weights and every image
+        file checked before decoding).
 
     Returns:
       :func:`score`'s ``{"overall", "per_image", "signature"}`` (the signature completed with this
       run's decoding, vocabulary, features and step) plus ``"predictions"``; translation runs are
       scored by :mod:`jaxcap.evaluation.translation`.
     """
+    clip = None
+    if clip_weights or pac_weights or clip_images:
+      from jaxcap.clip import metrics as clip_metrics
+      if self.dataset.src_vocab is not None:
+        raise ValueError("clip_weights / pac_weights: this run translates text; expected a captioning run")
+      ids = self.dataset.image_ids(split)
+      clip = clip_metrics.Request(clip_weights, pac_weights, clip_images, refclip_variant).prepare(
+          ids if num_images is None or num_images < 0 else ids[:num_images])
     preds = self.predict(split, num_images=num_images, method=method, beam_size=beam_size,
                          batch_size=batch_size, **options)
     refs = {k: v for k, v in self.dataset.references(split).items() if k in preds}
@@ -365,6 +377,8 @@ class Run:
                score(refs, preds, metrics=metrics, log=log,
                      caption_postprocess=run_dir.caption_postprocess(getattr(self, "config", None))),
                predictions=preds)
+    if clip is not None:
+      clip.add(out, preds, refs)
     out["signature"] = signature.build(metrics=out["signature"], split=split, num_images=len(preds), **run_dir.made_by(
         self.config, self.vocab, self.info, split=split, step=self.step, workdir=self.workdir,
         decode=self.decode_config(method, beam_size, **options), dataset=self.dataset))

@@ -125,8 +125,8 @@ def test_evaluate_py_scores_a_run_with_clip_and_compare_pairs_them(tmp_path):
     os.rename(tmp_path / "hidden", tmp_path / "imgs" / "val2014")
     code, out, err = programs.run(["evaluate.py", f"--workdir={tmp_path / 'run'}", "--images=x", "--out=o.json", *clip], tmp_path)
     assert code == 2 and "--clip_weights with --images: nothing is scored there" in err
-    for beam, tag in ((1, "_g"), (2, "_b2")):
-      code, out, err = programs.run(["evaluate.py", f"--workdir={tmp_path / 'run'}", f"--beam-size={beam}",
+    for decode, tag in (([], "_g"), (["--beam-size=2"], "_b2")):  # the run's own (greedy), beam 2
+      code, out, err = programs.run(["evaluate.py", f"--workdir={tmp_path / 'run'}", *decode,
                                      f"--tag={tag}", *clip, "--refclip-variant=clip_caption_reward"], tmp_path)
       assert code == 0, err[-2000:]
       assert "CLIP-S" in out and "RefCLIP-S" in out and "|CLIP-S ViT-64/16@32,quick_gelu,#" in out
@@ -137,3 +137,13 @@ def test_evaluate_py_scores_a_run_with_clip_and_compare_pairs_them(tmp_path):
                                    str(tmp_path / "run" / "scores_test_b2.json"), "--resamples=200"], tmp_path)
     assert code == 0, err
     assert "CLIP-S" in out and "RefCLIP-S" in out
+  # Run.evaluate: the same scores from Python (greedy, the run's decoding).
+  import jaxcap
+  run = jaxcap.load(str(tmp_path / "run"))
+  got = run.evaluate(metrics=("Bleu",), clip_images=str(tmp_path / "imgs"), clip_weights=weights,
+                     refclip_variant="clip_caption_reward", log=lambda _: None)
+  for r in written["per_image"]:
+    assert got["per_image"][r["image_id"]]["CLIP-S"] == pytest.approx(r["CLIP-S"], abs=1e-5)
+  assert got["signature"]["metrics"]["clip"]["CLIP-S"]["ref"] == "clip_caption_reward"
+  with pytest.raises(ValueError, match="without --clip_weights or --pac_weights"):
+    run.evaluate(clip_images=str(tmp_path / "imgs"))
