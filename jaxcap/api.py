@@ -368,7 +368,8 @@ class Run:
       if self.dataset.src_vocab is not None:
         raise ValueError("clip_weights / pac_weights: this run translates text; expected a captioning run")
       ids = self.dataset.image_ids(split)
-      clip = clip_metrics.Request(clip_weights, pac_weights, clip_images, refclip_variant).prepare(
+      request = clip_metrics.Request(clip_weights, pac_weights, clip_images, refclip_variant)
+      clip = request.with_default_images(self.workdir).prepare(
           ids if num_images is None or num_images < 0 else ids[:num_images])
     preds = self.predict(split, num_images=num_images, method=method, beam_size=beam_size,
                          batch_size=batch_size, **options)

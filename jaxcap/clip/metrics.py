@@ -35,6 +35,17 @@ class Request:
   def __bool__(self) -> bool:
     return bool(self.clip_weights or self.pac_weights)
 
+  def with_default_images(self, workdir: str | None) -> "Request":
+    """``images`` from the run's ``features.json`` (the folder ``jaxcap-extract`` read) when none
+    was given."""
+    if self and not self.images and workdir:
+      from jaxcap import run_dir
+      if os.path.isfile(os.path.join(workdir, run_dir.FEATURES_FILE)):
+        record = run_dir.read_features_record(workdir) or {}
+        if record.get("images"):
+          return dataclasses.replace(self, images=record["images"])
+    return self
+
   def check(self) -> None:
     """The flags' combinations (no file read)."""
     if not self:
@@ -45,7 +56,8 @@ class Request:
       return
     if not self.images:
       raise ValueError("--clip_weights / --pac_weights without --clip_images; expected the folder "
-                       "(or {image_id: path} JSON) of the scored images")
+                       "(or {image_id: path} JSON) of the scored images (a run on jaxcap-extract's "
+                       "features finds them in its features.json)")
     if self.refclip_variant not in score_lib.REFCLIP_VARIANTS:
       raise ValueError(f"--refclip_variant={self.refclip_variant}: expected one of "
                        f"{', '.join(score_lib.REFCLIP_VARIANTS)}")

@@ -96,9 +96,13 @@ for _name in ("sample_n", "sample_n_method", "ensemble_weights", "batch_size", "
 
 
 def _clip_request():
+  """The CLIP scores asked for; without --clip_images, the images jaxcap-extract read for the run
+  (or the first ensemble member)."""
   from jaxcap.clip import metrics as clip_metrics
-  return clip_metrics.Request(_CLIP_WEIGHTS.value, _PAC_WEIGHTS.value, _CLIP_IMAGES.value,
-                              _REFCLIP.value, _CLIP_BATCH.value)
+  request = clip_metrics.Request(_CLIP_WEIGHTS.value, _PAC_WEIGHTS.value, _CLIP_IMAGES.value,
+                                 _REFCLIP.value, _CLIP_BATCH.value)
+  members = [w.strip() for w in (_ENSEMBLE.value or "").split(",") if w.strip()]
+  return request.with_default_images(members[0] if members else _WORKDIR.value)
 
 
 def _decode(config_decode: dict) -> dict:

@@ -116,7 +116,7 @@ def main() -> int:
   if captions is not None and not set(captions) & set(names):
     raise ValueError(f"--captions={a.captions}: names none of the {len(names)} images of {a.images}; "
                      f"expected their file names (e.g. {names[0] if names else 'x.jpg'})")
-  record = extract.make_record(a.backbone, module, fields, size, a.dtype, a.weights, a.seed)
+  record = extract.make_record(a.backbone, module, fields, size, a.dtype, a.weights, a.seed, a.images)
   # The files a resumed run would skip are this extraction's: checked before the weights are
   # read or made (a minute), and not again in extract.run.
   listed = files if files is not None else [(n, os.path.splitext(n)[0]) for n in names]

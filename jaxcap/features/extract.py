@@ -160,10 +160,16 @@ def build_backbone(name: str, fields_json: str | None = None, *, size: int | str
   return module, fields, size
 
 
+# Recorded for provenance, not settings: a resumed extraction may name them differently.
+PROVENANCE = ("images",)
+
+
 def make_record(name: str, module, fields: dict, size: int | str, dtype: str, weights: str | None,
-                seed: int) -> dict:
-  """What ``features.json`` records of an extraction (read back by :mod:`jaxcap.features.record`)."""
-  return {"backbone": name, "fields": fields, "size": size,
+                seed: int, images: str | None = None) -> dict:
+  """What ``features.json`` records of an extraction (read back by :mod:`jaxcap.features.record`);
+  ``images``: the folder the images were read from (absolute; ``evaluate.py --clip_weights``
+  finds the run's images there)."""
+  return {**({"images": os.path.abspath(images)} if images else {}), "backbone": name, "fields": fields, "size": size,
           "att_size": getattr(module, "att_size", None) or (size // module.patch
                                                              if hasattr(module, "patch") else None),
           "dtype": dtype, "feature_dim": int(module.feature_dim) if hasattr(module, "feature_dim") else None,
@@ -215,7 +221,7 @@ def check_record(out_dir: str, record: dict) -> bool:
     return False
   old = read_json(path, "the features.json of an earlier run, or an --out without one")
   for key in list(record) + sorted(set(old) - set(record)):
-    if old.get(key) != record.get(key):
+    if key not in PROVENANCE and old.get(key) != record.get(key):
       raise ValueError(f"{path}: the features there have {key}={old.get(key)!r}, this run "
                        f"{record.get(key)!r}; expected the same settings to resume, or another --out")
   return True

@@ -294,3 +294,21 @@ def test_image_counts_compile_only_their_power_of_two_bucket(tiny_run):
   finally:
     jax.monitoring.unregister_event_duration_listener(listen)
   assert not lowered
+
+
+@slow
+def test_clip_scores_find_the_extracted_images_through_features_json(trained, tmp_path):
+  """A run on jaxcap-extract's features needs no --clip_images: features.json names the folder
+  the images were read from (and an extraction resumed from another path is still the same)."""
+  from tests.clip import helpers
+  images, out, workdir = trained
+  record = json.loads((workdir / run_dir.FEATURES_FILE).read_text())
+  assert record["images"] == os.path.abspath(images)
+  weights = helpers.random_weights(tmp_path)
+  proc = _evaluate(["--workdir", workdir, "--tag", "_clip", "--clip_weights", weights], tmp_path)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  scores = json.loads((workdir / "scores_test_clip.json").read_text())
+  assert scores["per_image"] and all("CLIP-S" in r and "RefCLIP-S" in r for r in scores["per_image"])
+  from jaxcap.features import extract
+  moved = dict(record, images="/elsewhere")
+  extract.check_record(str(out), moved)  # provenance, not a setting: no error
