@@ -222,6 +222,10 @@ def base_config(dataset: str = "synthetic", model: str = "transformer") -> ml_co
   c.scst.clip_weight = 0.0
   c.scst.clip_model = ""
   c.scst.clip_images = ""
+  # + grammar_weight * P(grammatical) from CLIP-Caption-Reward's grammar head (grammar_head: a
+  # file with its grammar_score_head.{0,2}.weight) on clip_model's text tower.
+  c.scst.grammar_weight = 0.0
+  c.scst.grammar_head = ""
   # CIDEr-D reward: "jaxcap" (df on references truncated to max_len, every reference ends with
   # EOS) | "self_critical" (self-critical.pytorch's CiderD exactly: df on full captions, no EOS
   # after a reference at the length limit). See jaxcap/evaluation/cider.py.

@@ -102,7 +102,9 @@ class TextTower(nn.Module):
   sizes: ClipSizes
 
   @nn.compact
-  def __call__(self, tokens_BxT):
+  def __call__(self, tokens_BxT, project: bool = True):
+    """``[B, E]`` embeddings; ``project=False``: the pooled ``[B, Dt]`` before the projection
+    (what CLIP-Caption-Reward's grammar head reads)."""
     s = self.sizes
     if tokens_BxT.shape[-1] != s.context_length:
       raise ValueError(f"tokens: expected {s.context_length} per caption, got {tokens_BxT.shape[-1]}")
@@ -118,8 +120,8 @@ class TextTower(nn.Module):
     x_BxTxD = _layer_norm("ln_final")(x_BxTxD)
     eot_B = jnp.argmax(tokens_BxT, axis=-1)  # their pooling: the end-of-text token has the largest id
     pooled_BxD = jnp.take_along_axis(x_BxTxD, eot_B[:, None, None], axis=1)[:, 0]
-    return pooled_BxD @ self.param("text_projection", nn.initializers.normal(d ** -0.5),
-                                   (d, s.embed_dim))
+    proj_DxE = self.param("text_projection", nn.initializers.normal(d ** -0.5), (d, s.embed_dim))
+    return pooled_BxD @ proj_DxE if project else pooled_BxD
 
 
 class CLIP(nn.Module):
@@ -136,6 +138,10 @@ class CLIP(nn.Module):
 
   def encode_text(self, tokens_BxT):
     return self.text(tokens_BxT)
+
+  def encode_text_pooled(self, tokens_BxT):
+    """The text tower's pooled output before ``text_projection`` ``[B, Dt]``."""
+    return self.text(tokens_BxT, project=False)
 
   def __call__(self, images_BxSxSx3, tokens_BxT):
     return self.encode_image(images_BxSxSx3), self.encode_text(tokens_BxT), self.logit_scale

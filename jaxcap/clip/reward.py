@@ -39,6 +39,45 @@ class ClipReward(NamedTuple):
   word_len_V: jax.Array    # int32 how many of them
   prompt_P: jax.Array      # int32 CLIP ids of the prompt
   images_IxE: jax.Array    # float32 unit-length embeddings of the training images
+  grammar: Any = None      # {"w1_DxP", "w2_Px2"}: the grammar head (load_grammar_head), or None
+
+
+GRAMMAR_TENSORS = ("grammar_score_head.0.weight", "grammar_score_head.2.weight")
+
+
+def load_grammar_head(path: str, text_width: int) -> dict:
+  """CLIP-Caption-Reward's grammar head (``nn.Sequential(Linear(Dt, P, bias=False), ReLU,
+  Linear(P, 2, bias=False))`` named ``grammar_score_head``) from a ``.pth`` / ``.ckpt`` (a
+  ``state_dict``, or a dict holding one under ``state_dict``) or a ``.safetensors``: the two
+  tensors whose names end in ``grammar_score_head.0.weight`` / ``.2.weight`` (any prefix)."""
+  from jaxcap.importers import torch_files
+  expected = "a file holding grammar_score_head.0.weight [P, Dt] and grammar_score_head.2.weight [2, P]"
+  if path.endswith(".safetensors"):
+    from jaxcap.features import weights as fw
+    try:
+      state = fw.read_safetensors(path)
+    except (ValueError, FileNotFoundError) as e:
+      raise ValueError(f"{e}; expected {expected}") from None
+  else:
+    raw = torch_files.read(path, expected)
+    state = raw.get("state_dict", raw) if isinstance(raw, dict) else {}
+  found = []
+  for suffix in GRAMMAR_TENSORS:
+    names = [k for k in state if k == suffix or k.endswith("." + suffix)]
+    if len(names) != 1:
+      raise ValueError(f"{path}: {len(names)} tensors named *{suffix}; expected {expected}")
+    found.append(np.asarray(state[names[0]], np.float32))
+  w1, w2 = found
+  if w1.ndim != 2 or w1.shape[1] != text_width or w2.shape != (2, w1.shape[0]):
+    raise ValueError(f"{path}: grammar head shapes {list(w1.shape)}, {list(w2.shape)}; expected "
+                     f"[P, {text_width}] and [2, P] for this CLIP's text width {text_width}")
+  return {"w1_DxP": jnp.asarray(w1.T), "w2_Px2": jnp.asarray(w2.T)}
+
+
+def grammar_prob(pooled_NxD, head: dict):
+  """P(grammatical) = softmax(relu(x W1) W2)[:, 1] (their ``torch.softmax(logit, -1)[:, 1]``)."""
+  logits_Nx2 = jax.nn.relu(pooled_NxD.astype(jnp.float32) @ head["w1_DxP"]) @ head["w2_Px2"]
+  return jax.nn.softmax(logits_Nx2, axis=-1)[:, 1]
 
 
 def word_table(vocab, tok: tokenizer_lib.Tokenizer | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -77,15 +116,24 @@ def clip_tokens(words_NxT, word_ids_VxK, word_len_V, prompt_P, context_length: i
   return tokens_NxC.at[jnp.arange(n), end_N].set(tokenizer_lib.VOCAB_SIZE - 1)  # <|endoftext|>
 
 
-def device_clip_s(reward: ClipReward, sizes: model_lib.ClipSizes, words_NxT, image_index_N,
+def device_scores(reward: ClipReward, sizes: model_lib.ClipSizes, words_NxT, image_index_N,
                   w: float = score_lib.WEIGHT["clip"]):
-  """float32 ``[N]``: CLIP-S of the captions (word ids) against their images, on device."""
+  """``(CLIP-S [N], P(grammatical) [N] or None)`` of the captions (word ids), on device: one
+  pass of the text tower serves both."""
   model = model_lib.CLIP(sizes)
   tokens = clip_tokens(words_NxT, reward.word_ids_VxK, reward.word_len_V, reward.prompt_P,
                        sizes.context_length)
-  text_NxE = model_lib.normalized(model.apply(reward.variables, tokens, method=model.encode_text))
+  pooled_NxD = model.apply(reward.variables, tokens, method=model.encode_text_pooled)
+  text_NxE = model_lib.normalized(pooled_NxD @ reward.variables["params"]["text"]["text_projection"])
   cos_N = jnp.sum(text_NxE * reward.images_IxE[image_index_N], axis=-1)
-  return w * jnp.maximum(cos_N, 0.0)
+  grammar_N = grammar_prob(pooled_NxD, reward.grammar) if reward.grammar is not None else None
+  return w * jnp.maximum(cos_N, 0.0), grammar_N
+
+
+def device_clip_s(reward: ClipReward, sizes: model_lib.ClipSizes, words_NxT, image_index_N,
+                  w: float = score_lib.WEIGHT["clip"]):
+  """float32 ``[N]``: CLIP-S of the captions (word ids) against their images, on device."""
+  return device_scores(reward, sizes, words_NxT, image_index_N, w)[0]
 
 
 def host_clip_s(scorer: score_lib.Scorer, vocab, words_NxT, images_NxE,
@@ -93,6 +141,13 @@ def host_clip_s(scorer: score_lib.Scorer, vocab, words_NxT, images_NxE,
   """The same on the host from strings (``Vocab.decode`` + the Scorer's tokenizer): the check."""
   captions = [vocab.decode(row) for row in np.asarray(words_NxT)]
   return score_lib.image_text(images_NxE, scorer.text_embeddings(captions), w)
+
+
+def host_grammar(scorer: score_lib.Scorer, vocab, words_NxT, head: dict) -> np.ndarray:
+  """P(grammatical) on the host from strings: the check of :func:`device_scores`'s."""
+  captions = [vocab.decode(row) for row in np.asarray(words_NxT)]
+  pooled = scorer.text_embeddings(captions, pooled=True)
+  return np.asarray(grammar_prob(jnp.asarray(pooled), head))
 
 
 def image_embeddings(scorer: score_lib.Scorer, keys: list, files: dict, cache_dir: str | None,
@@ -116,8 +171,8 @@ def image_embeddings(scorer: score_lib.Scorer, keys: list, files: dict, cache_di
   return out
 
 
-def build(scorer: score_lib.Scorer, vocab, images_IxE: np.ndarray) -> ClipReward:
+def build(scorer: score_lib.Scorer, vocab, images_IxE: np.ndarray, grammar: dict | None = None) -> ClipReward:
   ids, lens = word_table(vocab)
   prompt = np.array(tokenizer_lib.default().encode(score_lib.PREFIX), np.int32)
   return ClipReward(scorer.variables, jnp.asarray(ids), jnp.asarray(lens), jnp.asarray(prompt),
-                    jnp.asarray(images_IxE, jnp.float32))
+                    jnp.asarray(images_IxE, jnp.float32), grammar)

@@ -95,6 +95,7 @@ class Scorer:
     model = model_lib.CLIP(self.sizes)
     self._image = jax.jit(lambda v, x: model.apply(v, x, method=model.encode_image))
     self._text = jax.jit(lambda v, t: model.apply(v, t, method=model.encode_text))
+    self._pooled = jax.jit(lambda v, t: model.apply(v, t, method=model.encode_text_pooled))
     self.variables = variables
     self._images: dict = {}
 
@@ -111,7 +112,7 @@ class Scorer:
             "format": self.format, "sha256": digest.hexdigest()[:8], "prompt": PREFIX,
             "w": WEIGHT[kind], "ref": refclip_variant}
 
-  def _batched(self, fn, x: np.ndarray) -> np.ndarray:
+  def _batched(self, fn, x: np.ndarray, width: int | None = None) -> np.ndarray:
     n, out = len(x), []
     for start in range(0, n, self.batch_size):
       chunk = x[start:start + self.batch_size]
@@ -119,11 +120,14 @@ class Scorer:
       if pad:
         chunk = np.concatenate([chunk, np.repeat(chunk[-1:], pad, axis=0)])
       out.append(np.asarray(fn(self.variables, jnp.asarray(chunk)))[:len(chunk) - pad])
-    return np.concatenate(out) if out else np.zeros((0, self.sizes.embed_dim), np.float32)
+    return np.concatenate(out) if out else np.zeros((0, width or self.sizes.embed_dim), np.float32)
 
-  def text_embeddings(self, captions: Sequence[str], prefix: str = PREFIX) -> np.ndarray:
+  def text_embeddings(self, captions: Sequence[str], prefix: str = PREFIX, pooled: bool = False) -> np.ndarray:
+    """``[N, E]`` (``pooled``: the text tower's ``[N, Dt]`` before its projection)."""
     tokens = tokenizer_lib.tokenize([prefix + c for c in captions], self.sizes.context_length,
                                     truncate=True)
+    if pooled:
+      return self._batched(self._pooled, tokens, self.sizes.transformer_width)
     return self._batched(self._text, tokens)
 
   def image_embeddings(self, keys: Sequence, files: Mapping) -> np.ndarray:

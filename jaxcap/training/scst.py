@@ -256,11 +256,14 @@ class Rewarder:
     r = self.cider_weight * self.scorer.score(tokens_NxT, image_index_N, self.refs)
     if self.bleu_weight > 0:
       r = r + self.bleu_weight * self._bleu4(tokens_NxT, image_index_N)
-    if self.clip_weight > 0:
+    if self.clip is not None:
       from jaxcap.clip import reward as clip_reward
-      scorer, images_IxE = self.clip
-      r = r + self.clip_weight * clip_reward.host_clip_s(scorer, self.vocab, tokens_NxT,
-                                                         images_IxE[np.asarray(image_index_N)])
+      scorer, images_IxE, grammar, grammar_weight = self.clip
+      if self.clip_weight > 0:
+        r = r + self.clip_weight * clip_reward.host_clip_s(scorer, self.vocab, tokens_NxT,
+                                                           images_IxE[np.asarray(image_index_N)])
+      if grammar is not None:
+        r = r + grammar_weight * clip_reward.host_grammar(scorer, self.vocab, tokens_NxT, grammar)
     return r
 
   def _bleu4(self, tokens_NxT, image_index_N):
@@ -276,27 +279,43 @@ def make_rewarder(trainer) -> Rewarder:
   cached in ``config.data.cache_dir`` (default ``<workdir>/cache``)."""
   sc = trainer.config.scst
   cache_dir = _cache_dir(trainer)
-  clip_weight = float(sc.get("clip_weight", 0.0))
+  clip_weight, grammar_weight = _clip_weights(sc)
+  parts = clip_reward_parts(trainer) if clip_weight > 0 or grammar_weight > 0 else None
   return Rewarder(trainer.dataset, cache_dir, sc.cider_weight, sc.bleu_weight,
-                  sc.cider_compat, clip_weight, clip_reward_parts(trainer) if clip_weight > 0 else None)
+                  sc.cider_compat, clip_weight, parts and (*parts, grammar_weight))
+
+
+def _clip_weights(sc) -> tuple[float, float]:
+  """``(scst.clip_weight, scst.grammar_weight)``; 0 for a config made before the fields."""
+  return float(sc.get("clip_weight", 0.0)), float(sc.get("grammar_weight", 0.0))
 
 
 def clip_reward_parts(trainer):
-  """``(Scorer, unit embeddings [I, E] of the training images in image_index order)`` of the
-  config's CLIP reward (``scst.clip_model``, ``scst.clip_images``), the embeddings computed once
-  and cached with the CIDEr-D document frequencies."""
+  """``(Scorer, unit embeddings [I, E] of the training images in image_index order, grammar
+  head or None)`` of the config's CLIP reward (``scst.clip_model``, ``scst.clip_images`` when
+  ``clip_weight > 0``, ``scst.grammar_head`` when ``grammar_weight > 0``), the embeddings
+  computed once and cached with the CIDEr-D document frequencies."""
   from jaxcap.clip import metrics as clip_metrics, reward as clip_reward, score as clip_score
   sc, dataset = trainer.config.scst, trainer.dataset
+  clip_weight, grammar_weight = _clip_weights(sc)
   try:
     scorer = clip_score.Scorer(sc.clip_model)
   except ValueError as e:
     raise ValueError(f"config field scst.clip_model: {e}") from None
+  grammar = None
+  if grammar_weight > 0:
+    try:
+      grammar = clip_reward.load_grammar_head(sc.grammar_head, scorer.sizes.transformer_width)
+    except ValueError as e:
+      raise ValueError(f"config field scst.grammar_head: {e}") from None
+  if clip_weight <= 0:  # the grammar head alone reads no image
+    return scorer, np.zeros((1, scorer.sizes.embed_dim), np.float32), grammar
   keys = list(dataset.image_ids("train"))
   try:
     files = clip_metrics.image_files(sc.clip_images, keys)
   except ValueError as e:
     raise ValueError(f"config field scst.clip_images: {e}") from None
-  return scorer, clip_reward.image_embeddings(scorer, keys, files, _cache_dir(trainer))
+  return scorer, clip_reward.image_embeddings(scorer, keys, files, _cache_dir(trainer)), grammar
 
 
 def _cache_dir(trainer) -> str | None:
@@ -341,19 +360,20 @@ def make_device_reward(trainer):
   # Both compat modes cut references at max_len words, so that is the array's width.
   refs_IxRxL, nref_I = cider_device.pad_references(refs, dataset.max_len)
   repl = parallel.replicated(trainer.mesh)
-  clip_weight, clip, clip_sizes = float(sc.get("clip_weight", 0.0)), None, None
-  if clip_weight > 0:
+  (clip_weight, grammar_weight), clip, clip_sizes = _clip_weights(sc), None, None
+  if clip_weight > 0 or grammar_weight > 0:
     from jaxcap.clip import reward as clip_reward
-    clip_scorer, images_IxE = clip_reward_parts(trainer)
-    clip, clip_sizes = clip_reward.build(clip_scorer, dataset.vocab, images_IxE), clip_scorer.sizes
+    clip_scorer, images_IxE, grammar = clip_reward_parts(trainer)
+    clip = clip_reward.build(clip_scorer, dataset.vocab, images_IxE, grammar)
+    clip_sizes = clip_scorer.sizes
   arrays = jax.device_put(DeviceReward(table, refs_IxRxL, nref_I, clip), repl)
   return arrays, dict(vocab_size=scorer.vocab_size, options=options, clip_weight=clip_weight,
-                      clip_sizes=clip_sizes)
+                      grammar_weight=grammar_weight, clip_sizes=clip_sizes)
 
 
 def device_advantages(batch, samples_BxnxT, greedy_BxT, reward: DeviceReward, *, baseline: str,
                       cider_weight: float, vocab_size: int, options, clip_weight: float = 0.0,
-                      clip_sizes=None):
+                      grammar_weight: float = 0.0, clip_sizes=None):
   """Step 2 on the device (pure): the CIDEr-D rewards of the samples (and greedy captions)
   against their images' references (+ ``clip_weight`` x CLIP-S against the images,
   :func:`jaxcap.clip.reward.device_clip_s`), the baselines and ``r(w^s) - b``.
@@ -371,9 +391,13 @@ def device_advantages(batch, samples_BxnxT, greedy_BxT, reward: DeviceReward, *,
 
   def score(tokens_NxT, row_N):  # row_N: the caption's image among the batch's
     r_N = cider_weight * cider(tokens_NxT, row_N) if cider_weight else jnp.zeros(row_N.shape, jnp.float32)
-    if clip_weight:
+    if clip_weight or grammar_weight:  # one pass of CLIP's text tower for both
       from jaxcap.clip import reward as clip_reward
-      r_N = r_N + clip_weight * clip_reward.device_clip_s(reward.clip, clip_sizes, tokens_NxT, image_B[row_N])
+      clip_s_N, grammar_N = clip_reward.device_scores(reward.clip, clip_sizes, tokens_NxT, image_B[row_N])
+      if clip_weight:
+        r_N = r_N + clip_weight * clip_s_N
+      if grammar_weight:
+        r_N = r_N + grammar_weight * grammar_N
     return r_N
 
   r_sample_Bxn = score(samples_BxnxT.reshape(b * n, t),
@@ -388,7 +412,7 @@ def device_advantages(batch, samples_BxnxT, greedy_BxT, reward: DeviceReward, *,
 
 def scst_device_step(state, batch, reward: DeviceReward, *, model, max_len: int, num_samples: int,
                      baseline: str, cider_weight: float, vocab_size: int, options,
-                     clip_weight: float = 0.0, clip_sizes=None,
+                     clip_weight: float = 0.0, grammar_weight: float = 0.0, clip_sizes=None,
                      dropout: bool = False, fused_decode: bool = False, candidates: str = "sample",
                      beam_mode: str = "live", loss_norm: str = "tokens"):
   """One whole SCST step on the device (pure; jitted by :func:`make_scst_step`): sample (+
@@ -401,7 +425,8 @@ def scst_device_step(state, batch, reward: DeviceReward, *, model, max_len: int,
                                                    beam_mode=beam_mode)
   adv_Bxn, r_sample_Bxn, base_Bxn, r_greedy_B = device_advantages(
       batch, samples_BxnxT, greedy_BxT, reward, baseline=baseline, cider_weight=cider_weight,
-      vocab_size=vocab_size, options=options, clip_weight=clip_weight, clip_sizes=clip_sizes)
+      vocab_size=vocab_size, options=options, clip_weight=clip_weight, grammar_weight=grammar_weight,
+      clip_sizes=clip_sizes)
   state, metrics = guard.guarded(scst_grad_step)(state, batch, samples_BxnxT, adv_Bxn, model=model,
                                                  dropout=dropout, loss_norm=loss_norm)
   metrics = dict(metrics, reward=r_sample_Bxn.mean(), baseline=base_Bxn.mean())

@@ -100,7 +100,7 @@ CHECKS = {
     "scst.cider_compat": fields.one_of(("jaxcap", "self_critical")), "scst.dropout": fields.BOOL,
     "scst.fused_decode": fields.BOOL,
     "scst.bleu_weight": fields.finite(0.0), "scst.cider_weight": fields.finite(0.0),
-    "scst.clip_weight": fields.finite(0.0),
+    "scst.clip_weight": fields.finite(0.0), "scst.grammar_weight": fields.finite(0.0),
     "scst.start_step": _STEP_OR_NEVER, "scst.start_epoch": _STEP_OR_NEVER,
 }
 
@@ -145,6 +145,13 @@ def check_config(config, trainable: bool | None = None) -> None:
                      f"scst.reward='host', or scst.bleu_weight=0")
   scst_runs = any(_get(config, f"scst.{k}") not in (_MISSING, -1) for k in ("start_step", "start_epoch"))
   clip_weight = _get(config, "scst.clip_weight")
+  grammar_weight = _get(config, "scst.grammar_weight")
+  if grammar_weight not in (_MISSING, 0, 0.0):
+    for name, what in (("grammar_head", "the grammar head's weights file"),
+                       ("clip_model", "the CLIP weights whose text tower it reads")):
+      if not _get(config, f"scst.{name}"):
+        raise ValueError(f"config field scst.{name}: scst.grammar_weight={grammar_weight} needs "
+                         f"{what}; got {_get(config, f'scst.{name}')!r}")
   if clip_weight not in (_MISSING, 0, 0.0):
     # Named here; the files are read (and a missing one named) when the SCST step is built, at
     # the start of the run, before anything is written.

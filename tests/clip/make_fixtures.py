@@ -18,6 +18,8 @@ regenerate; the tests read the files with NumPy):
 - ``hf/``: ``transformers.CLIPModel.save_pretrained`` (``model.safetensors`` + ``config.json``).
 - ``images/*.png`` (sizes and modes: RGB, L, RGBA, P) and, in ``embeddings.npz``, clip's own
   ``clip.clip._transform(n_px)`` of each (``pre_<name>_<n_px>``, channels last).
+- ``grammar_head.pth``: CLIP-Caption-Reward's grammar head (``grammar_score_head``), and in
+  ``embeddings.npz`` its P(grammatical) on random inputs (``grammar_x``, ``grammar_p``).
 - ``embeddings.npz``: for each, the producer's ``encode_image`` / ``encode_text`` (float32, CPU;
   the float16 file's weights cast to float32 as ``clip.load`` does on CPU) on the same uint8
   images and token rows.
@@ -134,11 +136,33 @@ def preprocess_fixture(arrays):
         arrays[f"pre_{name}_{n_px}"] = _transform(n_px)(im).permute(1, 2, 0).numpy()
 
 
+def grammar_fixture(arrays):
+  """CLIP-Caption-Reward's grammar head as their CLIPScore module builds it
+  (``nn.Sequential(Linear(text width, projection, bias=False), ReLU, Linear(projection, 2,
+  bias=False))`` named ``grammar_score_head``), its state_dict saved with ``torch.save``, and
+  ``torch.softmax(head(x), -1)[:, 1]`` on random pooled text features."""
+  torch.manual_seed(9)
+
+  class WithHead(torch.nn.Module):
+    def __init__(self):
+      super().__init__()
+      self.grammar_score_head = torch.nn.Sequential(torch.nn.Linear(64, 32, bias=False), torch.nn.ReLU(),
+                                                    torch.nn.Linear(32, 2, bias=False))
+
+  module = WithHead()
+  torch.save(module.state_dict(), os.path.join(OUT, "grammar_head.pth"))
+  x = torch.randn(6, 64)
+  with torch.no_grad():
+    arrays["grammar_x"] = x.numpy()
+    arrays["grammar_p"] = torch.softmax(module.grammar_score_head(x), dim=-1)[:, 1].numpy()
+
+
 def main():
   os.makedirs(OUT, exist_ok=True)
   tokens_fixture()
   arrays = {}
   preprocess_fixture(arrays)
+  grammar_fixture(arrays)
 
   # OpenAI TorchScript, float16 weights (2 heads per tower: width 128 = 2 x 64).
   from clip.model import convert_weights

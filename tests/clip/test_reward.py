@@ -3,6 +3,8 @@ the device (equal to decoding and tokenising on the host, long captions cut at 7
 CLIP-S equals the host computation within 1e-5, and the jitted SCST step with the CLIP reward
 equals the host-reward step, with no host callback."""
 
+import os
+
 import numpy as np
 import pytest
 import jax
@@ -39,10 +41,28 @@ def parts(tmp_path_factory):
   return scorer, files, images, tmp
 
 
+FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
+GRAMMAR = os.path.join(FIXTURES, "grammar_head.pth")
+
+
+def test_grammar_head_equals_theirs(tmp_path):
+  """P(grammatical) of CLIP-Caption-Reward's head (fixture: their Sequential saved by torch) on
+  the same inputs; wrong files are one line."""
+  ref = np.load(os.path.join(FIXTURES, "embeddings.npz"))
+  head = reward.load_grammar_head(GRAMMAR, 64)
+  np.testing.assert_allclose(np.asarray(reward.grammar_prob(jnp.asarray(ref["grammar_x"]), head)),
+                             ref["grammar_p"], rtol=0, atol=1e-6)
+  with pytest.raises(ValueError, match=r"grammar head shapes \[32, 64\], \[2, 32\]; expected \[P, 128\]"):
+    reward.load_grammar_head(GRAMMAR, 128)
+  with pytest.raises(ValueError, match=r"pacs\.pth: 0 tensors named \*grammar_score_head\.0\.weight"):
+    reward.load_grammar_head(os.path.join(FIXTURES, "pacs.pth"), 64)
+
+
 def test_device_clip_s_equals_the_host(parts):
   scorer, files, images, tmp = parts
   vocab = Vocab(WORDS)
-  arrays = reward.build(scorer, vocab, images)
+  head = reward.load_grammar_head(GRAMMAR, scorer.sizes.transformer_width)
+  arrays = reward.build(scorer, vocab, images, head)
   rng = np.random.default_rng(1)
   words = rng.integers(0, len(vocab), size=(12, 16))
   words[0, 0] = 2  # an empty caption (EOS first)
@@ -51,6 +71,10 @@ def test_device_clip_s_equals_the_host(parts):
   host = reward.host_clip_s(scorer, vocab, words, images[index])
   np.testing.assert_allclose(np.asarray(dev), host, rtol=0, atol=1e-5)
   assert (host > 0).any()
+  _, dev_grammar = jax.jit(reward.device_scores, static_argnums=1)(arrays, scorer.sizes, jnp.asarray(words), jnp.asarray(index))
+  host_grammar = reward.host_grammar(scorer, vocab, words, head)
+  np.testing.assert_allclose(np.asarray(dev_grammar), host_grammar, rtol=0, atol=1e-5)
+  assert host_grammar.std() > 0
   # The image embeddings were cached and are read back, not recomputed.
   again = reward.image_embeddings(scorer, list(files), files, str(tmp / "cache"),
                                   log=lambda _: pytest.fail("recomputed"))
@@ -73,6 +97,8 @@ def _clip_trainer(tmp_path, baseline="greedy"):
   config.scst.clip_weight = 2.0
   config.scst.clip_model = helpers.random_weights(tmp_path)
   config.scst.clip_images = str(tmp_path / "scenes" / "images")
+  config.scst.grammar_weight = 0.3
+  config.scst.grammar_head = GRAMMAR
   config.data.cache_dir = str(tmp_path / "cache")
   trainer = train_lib.Trainer(config, str(tmp_path / "run"))
   it = pipeline.make_train_iterator(trainer.dataset.split("train"), config.batch_size, seed=0)
@@ -92,9 +118,9 @@ def test_scst_step_with_clip_reward_equals_the_host_step(tmp_path):
   s_host, m_host = scst.make_scst_step(trainer)(trainer.initial_state(), batch, 0)
   for k in ("reward", "baseline", "scst_loss", "greedy_reward"):
     np.testing.assert_allclose(float(m_dev[k]), float(m_host[k]), rtol=1e-5, atol=1e-5)
-  # CLIP-S moved the reward: CIDEr-D alone gives another.
+  # CLIP-S and the grammar head moved the reward: CIDEr-D alone gives another.
   trainer.config.scst.reward = "device"
-  trainer.config.scst.clip_weight = 0.0
+  trainer.config.scst.clip_weight = trainer.config.scst.grammar_weight = 0.0
   _, m_cider = scst.make_scst_step(trainer)(trainer.initial_state(), batch, 0)
   assert abs(float(m_cider["reward"]) - float(m_dev["reward"])) > 1e-4
   cached = list((tmp_path / "cache").glob("clip_images_*.npy"))
@@ -125,4 +151,8 @@ def test_clip_reward_config_errors(tmp_path):
   config.scst.clip_model = trainer.config.scst.clip_model
   config.scst.clip_weight = -1.0
   with pytest.raises(ValueError, match=r"config field scst.clip_weight: expected"):
+    validation.check_config(config)
+  config.scst.clip_weight = 0.0
+  config.scst.grammar_weight = 0.5
+  with pytest.raises(ValueError, match=r"^config field scst.grammar_head: scst.grammar_weight=0.5 needs"):
     validation.check_config(config)
