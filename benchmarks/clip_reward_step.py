@@ -1,7 +1,7 @@
 """The self-critical step with the CLIP-S reward against the same step with CIDEr-D alone.
 
   python benchmarks/clip_reward_step.py [--config configs/transformer.py:synthetic] [--batch 50]
-      [--clip vit_b32|tiny] [--steps 5] [--out record.json]
+      [--clip vit_b32|tiny] [--train_images 500] [--steps 5] [--out record.json]
 
 One Trainer of the config (SCST from step 0, its own ``scst.num_samples`` and baseline) on the
 synthetic scenes; the training images drawn as PNGs (``jaxcap.data.render --names image_id``,
@@ -55,6 +55,8 @@ def main(argv=None) -> dict:
   p.add_argument("--config", default="configs/transformer.py:synthetic")
   p.add_argument("--batch", type=cli.positive_int, default=None, help="default: the config's")
   p.add_argument("--clip", choices=("vit_b32", "tiny"), default="vit_b32")
+  p.add_argument("--train_images", type=cli.positive_int, default=None,
+                 help="training images drawn and embedded (default: the config's; the step does not depend on it)")
   p.add_argument("--steps", type=cli.positive_int, default=5)
   p.add_argument("--out", default=None, help="the JSON record (default: benchmarks/results/"
                  "clip_reward_step_<device>_<date>.json)")
@@ -70,6 +72,8 @@ def main(argv=None) -> dict:
     p.error(f"--config={a.config}: expected a synthetic_scenes config (its images are drawn here)")
   if a.batch:
     config.batch_size = a.batch
+  if a.train_images:
+    config.data.num_train = a.train_images
   config.scst.start_step = 0
   sizes = model_lib.VIT_B_32 if a.clip == "vit_b32" else model_lib.ClipSizes(
       embed_dim=16, image_resolution=32, vision_layers=1, vision_width=64, vision_patch_size=16,
@@ -95,6 +99,7 @@ def main(argv=None) -> dict:
       rows.append({"reward": name, "build_s": build, "compile_and_first_step_s": first, "step_ms": ms})
   env = dict(bench_run.environment(), cpu_count=os.cpu_count())
   record = {"benchmark": BENCHMARK, "environment": env, "config": a.config, "batch": config.batch_size,
+            "train_images": config.data.num_train,
             "num_samples": config.scst.num_samples, "baseline": config.scst.baseline, "clip": a.clip,
             "steps": a.steps, "rows": rows, "clip_over_cider": rows[1]["step_ms"] / rows[0]["step_ms"]}
   print(json.dumps(record, indent=1))
