@@ -82,27 +82,19 @@ def test_device_clip_s_equals_the_host(parts):
 
 
 def _clip_trainer(tmp_path, baseline="greedy"):
-  from jaxcap.data import pipeline
-  from jaxcap.data.synthetic import SyntheticScenes
+  """The tiny SCST trainer with CIDEr-D, CLIP-S and the grammar head in its reward; its training
+  images drawn as PNGs named by image id."""
   from jaxcap.data import render
-  from jaxcap.training import parallel, train_lib
+  from jaxcap.data.synthetic import SyntheticScenes
+  from tests.training.test_scst import _device_step_setup
   from tests.training.test_train import tiny_config
-  config = tiny_config()
-  d = config.data
+  d = tiny_config().data
   scenes = SyntheticScenes(num_train=d.num_train, num_val=0, num_test=0, seed=d.seed)
   render.write_dataset(str(tmp_path / "scenes"), scenes, 32, log=lambda _: None, names="image_id")
-  config.scst.num_samples = 2
-  config.scst.baseline = baseline
-  config.scst.cider_weight = 0.5
-  config.scst.clip_weight = 2.0
-  config.scst.clip_model = helpers.random_weights(tmp_path)
-  config.scst.clip_images = str(tmp_path / "scenes" / "images")
-  config.scst.grammar_weight = 0.3
-  config.scst.grammar_head = GRAMMAR
-  config.data.cache_dir = str(tmp_path / "cache")
-  trainer = train_lib.Trainer(config, str(tmp_path / "run"))
-  it = pipeline.make_train_iterator(trainer.dataset.split("train"), config.batch_size, seed=0)
-  return trainer, parallel.shard_batch(next(it), trainer.mesh)
+  return _device_step_setup(tmp_path, baseline, cider_weight=0.5, clip_weight=2.0,
+                            clip_model=helpers.random_weights(tmp_path),
+                            clip_images=str(tmp_path / "scenes" / "images"), grammar_weight=0.3,
+                            grammar_head=GRAMMAR)
 
 
 @pytest.mark.slow

@@ -211,12 +211,14 @@ def test_scst_from_a_cross_entropy_workdir_starts_from_its_parameters(tmp_path):
   assert not (tmp_path / "scst2").exists()
 
 
-def _device_step_setup(tmp_path, baseline="greedy"):
+def _device_step_setup(tmp_path, baseline="greedy", **scst_fields):
+  """``(trainer, a sharded training batch)`` of the tiny config with ``scst_fields`` set."""
   from jaxcap.data import pipeline
   from jaxcap.training import parallel
   config = tiny_config()
   config.scst.num_samples = 2
   config.scst.baseline = baseline
+  config.scst.update(scst_fields)
   config.data.cache_dir = str(tmp_path / "cache")
   trainer = train_lib.Trainer(config, str(tmp_path / "run"))
   it = pipeline.make_train_iterator(trainer.dataset.split("train"), config.batch_size, seed=0)
