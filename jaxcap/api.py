@@ -122,27 +122,18 @@ def score(references: Mapping[Any, Sequence[str]], predictions, *, metrics: Sequ
   if not isinstance(predictions, Mapping):
     predictions = {p["image_id"]: p["caption"] for p in predictions}
   kwargs = {} if metrics is None else {"metrics": tuple(metrics)}
-  clip_files = [(kind, f) for kind, f in (("clip", clip_weights), ("pac", pac_weights)) if f]
-  if clip_files and images is None:
-    raise ValueError("images: the CLIP scores need {image_id: image file}; expected images=...")
-  scorers = []
-  if clip_files:  # weights read and checked before the slower metrics run
-    from jaxcap.clip import score as clip_score
+  clip = None
+  if clip_weights or pac_weights:  # weights read and checked before the slower metrics run
+    from jaxcap.clip import metrics as clip_metrics, score as clip_score
+    if images is None:
+      raise ValueError("images: the CLIP scores need {image_id: image file}; expected images=...")
     if refclip_variant not in clip_score.REFCLIP_VARIANTS:
       raise ValueError(f"refclip_variant {refclip_variant!r}: expected one of "
                        f"{', '.join(clip_score.REFCLIP_VARIANTS)}")
-    scorers = [(kind, clip_score.Scorer(f)) for kind, f in clip_files]
+    clip = clip_metrics.Request(clip_weights, pac_weights, images, refclip_variant).prepare(list(predictions))
   out = coco_metrics.score(references, predictions, spice=spice, tokenize=tokenize, log=log,
                            caption_postprocess=caption_postprocess, **kwargs)
-  for kind, scorer in scorers:
-    extra = scorer.score(dict(predictions), images, references, kind=kind, refclip_variant=refclip_variant)
-    out.setdefault("signature", {}).setdefault("clip", {})["CLIP-S" if kind == "clip" else "PAC-S"] = \
-        scorer.signature(kind, refclip_variant)
-    out["signature"].setdefault("computed", []).extend(extra["overall"])
-    out["overall"].update(extra["overall"])
-    for key, values in extra["per_image"].items():
-      out["per_image"].setdefault(key, {}).update(values)
-  return out
+  return clip.add(out, predictions, references) if clip is not None else out
 
 
 class Run:

@@ -19,8 +19,7 @@ import re
 from typing import Iterable, Mapping
 
 from jaxcap.clip import score as score_lib
-
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp")
+from jaxcap.features.extract import IMAGE_EXTENSIONS  # the files jaxcap-extract reads
 
 
 @dataclasses.dataclass
@@ -28,7 +27,7 @@ class Request:
   """What a command line asked for; :meth:`prepare` turns it into :class:`Prepared`."""
   clip_weights: str | None = None
   pac_weights: str | None = None
-  images: str | None = None
+  images: str | Mapping | None = None  # a folder, a JSON file, or {image_id: path} (the API's)
   refclip_variant: str = "clipscore"
   batch_size: int = 64
 
@@ -108,8 +107,14 @@ def _index(folder: str) -> dict[str, list[str]]:
   return out
 
 
-def image_files(source: str, keys: list) -> dict:
-  """``{key: image path}`` for every key (module docstring)."""
+def image_files(source, keys: list) -> dict:
+  """``{key: image path}`` for every key (module docstring); ``source`` a folder, a JSON file or
+  already a ``{key: path}`` mapping."""
+  if isinstance(source, Mapping):
+    missing = [k for k in keys if k not in source]
+    if missing:
+      raise ValueError(f"images: no image file for image_id {missing[0]!r}; expected one per scored image")
+    return {k: source[k] for k in keys}
   if os.path.isfile(source):
     try:
       with open(source, encoding="utf-8") as f:

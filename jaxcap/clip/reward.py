@@ -130,12 +130,6 @@ def device_scores(reward: ClipReward, sizes: model_lib.ClipSizes, words_NxT, ima
   return w * jnp.maximum(cos_N, 0.0), grammar_N
 
 
-def device_clip_s(reward: ClipReward, sizes: model_lib.ClipSizes, words_NxT, image_index_N,
-                  w: float = score_lib.WEIGHT["clip"]):
-  """float32 ``[N]``: CLIP-S of the captions (word ids) against their images, on device."""
-  return device_scores(reward, sizes, words_NxT, image_index_N, w)[0]
-
-
 def host_clip_s(scorer: score_lib.Scorer, vocab, words_NxT, images_NxE,
                 w: float = score_lib.WEIGHT["clip"]) -> np.ndarray:
   """The same on the host from strings (``Vocab.decode`` + the Scorer's tokenizer): the check."""
@@ -154,9 +148,8 @@ def image_embeddings(scorer: score_lib.Scorer, keys: list, files: dict, cache_di
                      log=print) -> np.ndarray:
   """float32 unit-length ``[I, E]`` of ``files[key]`` for ``keys`` in order, computed once and
   cached in ``cache_dir`` (by the weights file's and the file list's hashes)."""
-  sig = scorer.signature()
   digest = hashlib.sha256("\n".join(f"{k}\t{files[k]}" for k in keys).encode()).hexdigest()[:12]
-  path = os.path.join(cache_dir, f"clip_images_{sig['sha256']}_{digest}.npy") if cache_dir else None
+  path = os.path.join(cache_dir, f"clip_images_{scorer.weights_sha256[:8]}_{digest}.npy") if cache_dir else None
   if path and os.path.exists(path):
     out = np.load(path)
     if out.shape == (len(keys), scorer.sizes.embed_dim):
@@ -164,10 +157,9 @@ def image_embeddings(scorer: score_lib.Scorer, keys: list, files: dict, cache_di
   log(f"CLIP reward: embedding {len(keys)} training images once ({scorer.weights_file})")
   out = score_lib.normalize(scorer.image_embeddings(keys, files))
   if path:
+    from jaxcap import atomic
     os.makedirs(cache_dir, exist_ok=True)
-    tmp = f"{path}.tmp{os.getpid()}.npy"
-    np.save(tmp, out)
-    os.replace(tmp, path)
+    atomic.write_with(path, lambda f: np.save(f, out))
   return out
 
 

@@ -22,6 +22,7 @@ one program serves every batch, and each image's embedding is computed once per 
 
 from __future__ import annotations
 
+import functools
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
@@ -99,17 +100,18 @@ class Scorer:
     self.variables = variables
     self._images: dict = {}
 
+  @functools.cached_property
+  def weights_sha256(self) -> str:
+    """The weights file's sha256 (read once per scorer: ViT-B-32.pt is 350 MB)."""
+    from jaxcap.features import extract
+    return extract.sha256(self.weights_file)
+
   def signature(self, kind: str = "clip", refclip_variant: str = "clipscore") -> dict:
     """How the scores were made: the tower (read off the weights), the weights file's sha256
     (first 8 hex digits), the prompt, ``w`` and the RefCLIP-S reading."""
-    import hashlib
-    digest = hashlib.sha256()
-    with open(self.weights_file, "rb") as f:
-      for block in iter(lambda: f.read(1 << 20), b""):
-        digest.update(block)
     s = self.sizes
     return {"model": f"ViT-{s.vision_width}/{s.vision_patch_size}@{s.image_resolution},{s.activation}",
-            "format": self.format, "sha256": digest.hexdigest()[:8], "prompt": PREFIX,
+            "format": self.format, "sha256": self.weights_sha256[:8], "prompt": PREFIX,
             "w": WEIGHT[kind], "ref": refclip_variant}
 
   def _batched(self, fn, x: np.ndarray, width: int | None = None) -> np.ndarray:
@@ -150,7 +152,7 @@ class Scorer:
         bar.update(len(part))
     if bar is not None:
       bar.close()
-    return np.stack([self._images[k] for k in keys]) if keys else np.zeros((0, self.sizes.embed_dim))
+    return np.stack([self._images[k] for k in keys]) if keys else np.zeros((0, self.sizes.embed_dim), np.float32)
 
   def score(self, captions: Mapping, files: Mapping, references: Mapping | None = None,
             kind: str = "clip", refclip_variant: str = "clipscore") -> dict:

@@ -376,7 +376,7 @@ def device_advantages(batch, samples_BxnxT, greedy_BxT, reward: DeviceReward, *,
                       grammar_weight: float = 0.0, clip_sizes=None):
   """Step 2 on the device (pure): the CIDEr-D rewards of the samples (and greedy captions)
   against their images' references (+ ``clip_weight`` x CLIP-S against the images,
-  :func:`jaxcap.clip.reward.device_clip_s`), the baselines and ``r(w^s) - b``.
+  :func:`jaxcap.clip.reward.device_scores`), the baselines and ``r(w^s) - b``.
 
   Returns:
     ``(advantage float32 [B, n], sample rewards [B, n], baselines [B, n], greedy rewards [B]

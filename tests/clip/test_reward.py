@@ -67,11 +67,10 @@ def test_device_clip_s_equals_the_host(parts):
   words = rng.integers(0, len(vocab), size=(12, 16))
   words[0, 0] = 2  # an empty caption (EOS first)
   index = rng.integers(0, len(files), size=12)
-  dev = jax.jit(reward.device_clip_s, static_argnums=1)(arrays, scorer.sizes, jnp.asarray(words), jnp.asarray(index))
+  dev, dev_grammar = jax.jit(reward.device_scores, static_argnums=1)(arrays, scorer.sizes, jnp.asarray(words), jnp.asarray(index))
   host = reward.host_clip_s(scorer, vocab, words, images[index])
   np.testing.assert_allclose(np.asarray(dev), host, rtol=0, atol=1e-5)
   assert (host > 0).any()
-  _, dev_grammar = jax.jit(reward.device_scores, static_argnums=1)(arrays, scorer.sizes, jnp.asarray(words), jnp.asarray(index))
   host_grammar = reward.host_grammar(scorer, vocab, words, head)
   np.testing.assert_allclose(np.asarray(dev_grammar), host_grammar, rtol=0, atol=1e-5)
   assert host_grammar.std() > 0
