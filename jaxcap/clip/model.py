@@ -61,9 +61,7 @@ class ClipSizes:
     return self.image_resolution // self.vision_patch_size
 
 
-VIT_B_32 = ClipSizes()
-VIT_B_16 = dataclasses.replace(VIT_B_32, vision_patch_size=16)
-PRESETS = {"ViT-B/32": VIT_B_32, "ViT-B/16": VIT_B_16}
+VIT_B_32 = ClipSizes()  # ViT-B/16 and others: their sizes are read off their weights (weights.sizes_of)
 
 
 def _layer_norm(name: str) -> nn.LayerNorm:
