@@ -179,6 +179,16 @@ def base_config(dataset: str = "synthetic", model: str = "transformer") -> ml_co
   c.grad_clip_value = 0.1  # self-critical.pytorch clips each gradient entry to [-0.1, 0.1]; 0 disables
   c.label_smoothing = 0.0
   c.dtype = "float32"  # compute dtype ("bfloat16" keeps float32 parameters)
+  # The device mesh (big_vision's config.mesh): mesh.data devices split the batch (-1: every
+  # device); mesh.model must be 1 (no rule splits a parameter over a model axis yet).
+  c.mesh = ml_collections.ConfigDict()
+  c.mesh.data = -1
+  c.mesh.model = 1
+  # How the parameters and the optimiser state lie on the mesh (jaxcap/training/sharding.py):
+  # "replicated" (whole on every device) | "fsdp" (each large array and its Adam moments split
+  # over the data axis, big_vision's fsdp; the same numbers, about 1 / mesh.data of the memory).
+  # Not part of what a checkpoint is: a run saved under one mesh and rule resumes under another.
+  c.sharding = "replicated"
   # The random-bit generator of dropout masks and SCST samples: "threefry2x32" (JAX's default)
   # | "rbg" | "unsafe_rbg" (the accelerator's bit generator: cheaper masks on GPUs and TPUs, other
   # numbers). Fixed for a run at its start: the state's key has the generator's shape.

@@ -459,11 +459,13 @@ def make_scst_step(trainer, reward_fn=None):
   sample_fn = functools.partial(sample_with_baseline, model, max_len=max_len,
                                 num_samples=sc.num_samples, baseline=sc.baseline,
                                 fused_decode=_fused_decode(sc), **_candidate_options(config))
-  sample_jit = jax.jit(sample_fn, in_shardings=(repl, data, None), out_shardings=(data, data))
+  state_sh = trainer.state_shardings
+  sample_jit = jax.jit(sample_fn, in_shardings=(state_sh.params, data, None), out_shardings=(data, data))
   dropout = bool(sc.dropout)
   grad_jit = jax.jit(functools.partial(guard.guarded(scst_grad_step), model=model, dropout=dropout,
                                        loss_norm=_loss_norm(sc)),
-                     in_shardings=(repl, data, data, data), out_shardings=(repl, repl), donate_argnums=0)
+                     in_shardings=(state_sh, data, data, data), out_shardings=(state_sh, repl),
+                     donate_argnums=0)
   pi = jax.process_index()
 
   def step(state, batch, step_index):
@@ -524,7 +526,8 @@ def _make_device_step(trainer):
                          cider_weight=float(sc.cider_weight), dropout=bool(sc.dropout),
                          fused_decode=_fused_decode(sc), loss_norm=_loss_norm(sc),
                          **_candidate_options(config), **static)
-  step_jit = jax.jit(fn, in_shardings=(repl, data, repl), out_shardings=(repl, repl),
+  state_sh = trainer.state_shardings
+  step_jit = jax.jit(fn, in_shardings=(state_sh, data, repl), out_shardings=(state_sh, repl),
                      donate_argnums=0)
 
   def step(state, batch, step_index):

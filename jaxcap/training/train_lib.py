@@ -32,6 +32,7 @@ from jaxcap.training import memory, preemption
 from jaxcap.training import guard as guard_lib
 from jaxcap.training import optim, parallel, steps, validation
 from jaxcap.training import scst
+from jaxcap.training import sharding as sharding_lib
 from jaxcap.training import writers as writer_lib
 from jaxcap.training.writers import MetricWriter
 
@@ -40,23 +41,30 @@ def sample_batch(dataset, split: str, batch_size: int) -> dict:
   return next(iter(pipeline.eval_batches(dataset.split(split), batch_size, num_threads=0)))
 
 
-def init_params(model, batch: dict, seed: int, mesh):
+def init_params(model, batch: dict, seed: int, mesh, out_shardings=None):
+  """The model's variables initialised on ``batch``'s shapes, placed with ``out_shardings``
+  (default: replicated over ``mesh``)."""
   batch = jax.tree.map(jnp.asarray, batch)
   tokens = shift_right(jnp.asarray(batch["captions"]))
-  init = jax.jit(functools.partial(model.init, train=False), out_shardings=parallel.replicated(mesh))
+  init = jax.jit(functools.partial(model.init, train=False),
+                 out_shardings=parallel.replicated(mesh) if out_shardings is None else out_shardings)
   return init(jax.random.PRNGKey(seed), batch, tokens)
 
 
 class Trainer:
   """Holds the jitted functions of one run; ``fit`` runs the loop."""
 
-  def __init__(self, config, workdir: str, dataset=None):
+  def __init__(self, config, workdir: str, dataset=None, devices=None):
+    """``devices``: the mesh's devices (default: every device, as ``train.py`` runs)."""
     self.config = config
     self.workdir = workdir
     self.dataset = dataset if dataset is not None else data_lib.get_dataset(config.data)
     self.info = dict(self.dataset.info)
     self.model = registry.build(config.model, self.info)
-    self.mesh = parallel.make_mesh()
+    mesh = config.get("mesh") or {}  # absent from configs saved before it existed
+    self.mesh = sharding_lib.make_mesh(data=int(mesh.get("data", -1)), model=int(mesh.get("model", 1)),
+                                       devices=devices)
+    self.sharding_rule = str(config.get("sharding", "replicated"))
     n_dev = self.mesh.devices.size
     self.eval_batch_size = int(math.ceil(config.eval_batch_size / n_dev) * n_dev)
     self.num_train = len(self.dataset.split("train"))
@@ -67,10 +75,25 @@ class Trainer:
 
   # ---------------------------------------------------------------- state
   def initial_state(self):
+    """A fresh run's train state, placed by :attr:`state_shardings` (the parameters are
+    initialised straight into their shards: a model too large for one device never is whole)."""
     batch = sample_batch(self.dataset, "train", min(2, self.num_train))
-    params = init_params(self.model, batch, self.config.seed, self.mesh)
-    state = steps.create_state(params, self.tx, steps.rng_key(self.config.seed + 1, self.config))
-    return jax.device_put(state, parallel.replicated(self.mesh))
+    shardings = self.state_shardings
+    params = init_params(self.model, batch, self.config.seed, self.mesh, shardings.params)
+    rng = steps.rng_key(self.config.seed + 1, self.config)
+    return jax.jit(lambda p, r: steps.create_state(p, self.tx, r),
+                   out_shardings=shardings, donate_argnums=0)(params, rng)
+
+  @functools.cached_property
+  def state_shardings(self):
+    """The train state's ``NamedSharding`` tree under ``config.sharding`` on :attr:`mesh`
+    (:func:`jaxcap.training.sharding.shardings`): every jitted step takes and returns the state
+    so, checkpoints restore into it."""
+    batch = sample_batch(self.dataset, "train", min(2, self.num_train))
+    shapes = jax.eval_shape(lambda: steps.create_state(
+        init_params(self.model, batch, self.config.seed, self.mesh), self.tx,
+        steps.rng_key(self.config.seed + 1, self.config)))
+    return sharding_lib.shardings(shapes, self.mesh, self.sharding_rule)
 
   # ---------------------------------------------------------------- jitted steps
   @functools.cached_property
@@ -79,11 +102,12 @@ class Trainer:
                                              label_smoothing=self.config.label_smoothing))
     fn = dropout_lib.with_dropout_bits(fn, self.dropout_bits)
     repl, data = parallel.replicated(self.mesh), parallel.batch_sharding(self.mesh)
+    state = self.state_shardings
     if self.config.scheduled_sampling.start_epoch >= 0:
-      return jax.jit(lambda s, b, p: fn(s, b, ss_prob=p), in_shardings=(repl, data, repl),
-                     out_shardings=(repl, repl), donate_argnums=0)
-    return jax.jit(lambda s, b, p: fn(s, b), in_shardings=(repl, data, repl),
-                   out_shardings=(repl, repl), donate_argnums=0)
+      return jax.jit(lambda s, b, p: fn(s, b, ss_prob=p), in_shardings=(state, data, repl),
+                     out_shardings=(state, repl), donate_argnums=0)
+    return jax.jit(lambda s, b, p: fn(s, b), in_shardings=(state, data, repl),
+                   out_shardings=(state, repl), donate_argnums=0)
 
   @functools.cached_property
   def _scst_step(self):  # built at the first SCST step: the reward reads the training references
@@ -251,7 +275,7 @@ class Trainer:
     restored, data_state, _ = self.ckpts.resume(ckpt_lib.abstract(state))
     start = 0
     if restored is not None:
-      state = jax.device_put(restored, parallel.replicated(self.mesh))
+      state = jax.device_put(restored, self.state_shardings)  # restored into them already
       it.set_state(data_state)
       start = int(state.step)
       print(f"Resumed from {workdir}/checkpoints at step {start}.", flush=True)
@@ -281,7 +305,7 @@ class Trainer:
     if type(self.model).prepare_variables is base.CaptionModel.prepare_variables:
       return state  # the default has nothing to fill in: no round trip through the host
     params = jax.device_put(self.model.prepare_variables(jax.device_get(state.params), self.dataset),
-                            parallel.replicated(self.mesh))
+                            self.state_shardings.params)
     return state.replace(params=params)
 
   def init_from(self, state, source_workdir: str):
@@ -302,7 +326,7 @@ class Trainer:
                        "checkpoint (expected checkpoints/ or best/)")
     print(f"Initialised from {source_workdir} ({which} checkpoint, step {int(restored.step)}).",
           flush=True)
-    params = jax.device_put(restored.params, parallel.replicated(self.mesh))
+    params = jax.device_put(restored.params, self.state_shardings.params)
     return state.replace(params=params)
 
   # ---------------------------------------------------------------- test
@@ -501,22 +525,30 @@ def dry_run(config, workdir: str = "", log=print) -> dict:
   trainer.write_caches = False  # the SCST reward's table is counted, not cached
   validation.check_data(trainer.dataset, config, model=trainer.model, log=lambda *a, **k: None)
   parallel.local_batch_size(config.batch_size, trainer.mesh)  # splits over the devices
-  repl = parallel.replicated(trainer.mesh)
-  state = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=repl),
-                       jax.eval_shape(trainer.initial_state))
+  specs = trainer.state_shardings
+  state = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+                       jax.eval_shape(trainer.initial_state), specs)
   compiled = trainer.compile_steps(state, log=log)
   params = sum(x.size for x in jax.tree.leaves(state.params))
   state_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(state)
                     if hasattr(x.dtype, "itemsize"))
+  # What one device holds of them under config.sharding (the largest shard of each array).
+  held = {k: sharding_lib.per_device_bytes(getattr(state, k), getattr(specs, k))
+          for k in ("params", "opt_state")}
   limit, what = memory.device_limit()
   n_dev = trainer.mesh.devices.size
   log(f"model {config.model.name}: {params:,} parameters; train state {memory.gib(state_bytes)} "
       f"(parameters, optimiser state)")
+  log(f"sharding {trainer.sharding_rule!r} over mesh data={trainer.mesh.shape['data']}, "
+      f"model={trainer.mesh.shape['model']}: a device holds parameters "
+      f"{memory.gib(held['params'])}, optimiser state {memory.gib(held['opt_state'])}")
   log(f"batch {config.batch_size} images over {n_dev} {jax.devices()[0].platform} device(s)"
       + (f"; a device has {memory.gib(limit)} ({what})" if limit else f"; {what}"))
   report = {"parameters": int(params), "state_bytes": int(state_bytes), "devices": n_dev,
             "device": what, "device_limit_bytes": limit, "batch_size": int(config.batch_size),
-            "steps": {}}
+            "sharding": trainer.sharding_rule, "mesh": dict(trainer.mesh.shape),
+            "params_bytes_per_device": int(held["params"]),
+            "opt_state_bytes_per_device": int(held["opt_state"]), "steps": {}}
   for phase, c in compiled.items():
     m = c["memory"]
     report["steps"][phase] = {"gflop": c["flops"] / 1e9, "compile_s": c["compile_s"],

@@ -35,6 +35,7 @@ from jaxcap.data import readers as data_readers
 from jaxcap.evaluation import coco_metrics
 from jaxcap.models import fields, registry
 from jaxcap.training import scst as scst_lib
+from jaxcap.training import sharding as sharding_lib
 from jaxcap.training.dropout import DROPOUT_BITS
 from jaxcap.training.steps import PRNG_IMPLS
 
@@ -65,6 +66,11 @@ CHECKS = {
     "best_metric": fields.one_of(("CIDEr", "Bleu_4")), "test_split": fields.one_of(base.SPLITS),
     "nonfinite": fields.one_of(("stop", "skip")), "prng_impl": fields.one_of(PRNG_IMPLS),
     "dropout_bits": fields.one_of(DROPOUT_BITS),
+    "sharding": fields.one_of(sharding_lib.RULES),
+    "mesh.data": fields.Check(lambda v: fields.is_int(v) and (v == -1 or v >= 1),
+                              "-1 (every device) or an int >= 1"),
+    "mesh.model": fields.Check(lambda v: fields.is_int(v) and v == 1,
+                               "1 (no sharding rule splits over a model axis yet)"),
     "test_after_training": fields.BOOL, "spice": fields.BOOL, "init_from": fields.STRING,
     "caption_postprocess": fields.one_of(coco_metrics.CAPTION_POSTPROCESS),
     # data
