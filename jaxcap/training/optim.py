@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
 import jax
+import jax.numpy as jnp
 import optax
 
 
@@ -64,10 +67,31 @@ def _zero_collections(names):
   return optax.masked(optax.set_to_zero(), mask)
 
 
-def make_optimizer(config, steps_per_epoch: int, frozen_collections=()):
-  """The optimiser of ``config``; updates of ``frozen_collections`` (top-level keys of the
-  variables dict) are zeroed."""
-  schedule = make_schedule(config, steps_per_epoch)
+class FreezeState(NamedTuple):
+  count: Any  # int32 updates seen
+  inner: Any  # the inner transformation's state, untouched while frozen
+
+
+def freeze_for(num_updates: int, inner: optax.GradientTransformation) -> optax.GradientTransformation:
+  """``inner`` after its first ``num_updates`` updates, which are zero and leave ``inner``'s
+  state (Adam's moments, its count) as it was: ``inner`` starts when the freeze ends, as a
+  fresh optimiser of the joint phase would (ExpansionNet v2's features-then-joint phases)."""
+
+  def init(params):
+    return FreezeState(jnp.zeros([], jnp.int32), inner.init(params))
+
+  def update(updates, state, params=None):
+    new_updates, new_inner = inner.update(updates, state.inner, params)
+    frozen = state.count < num_updates
+    new_updates = jax.tree.map(lambda u: jnp.where(frozen, jnp.zeros_like(u), u), new_updates)
+    new_inner = jax.tree.map(lambda old, new: jnp.where(frozen, old, new), state.inner, new_inner)
+    return new_updates, FreezeState(optax.safe_int32_increment(state.count), new_inner)
+
+  return optax.GradientTransformation(init, update)
+
+
+def _gradient_parts(config) -> list:
+  """What is done to the gradient before the optimiser: the L2 term, clipping."""
   parts = []
   l2 = float(config.get("l2", 0.0))
   if l2 > 0:
@@ -77,11 +101,42 @@ def make_optimizer(config, steps_per_epoch: int, frozen_collections=()):
     parts.append(optax.clip(config.grad_clip_value))
   if config.grad_clip_norm > 0:
     parts.append(optax.clip_by_global_norm(config.grad_clip_norm))
+  return parts
+
+
+def _adam(config, learning_rate):
+  """Adam (AdamW with ``weight_decay``) of ``config`` at ``learning_rate`` (number or schedule)."""
   if config.weight_decay > 0:
-    parts.append(optax.adamw(schedule, b1=config.adam_b1, b2=config.adam_b2, eps=config.adam_eps,
-                             weight_decay=config.weight_decay))
+    return optax.adamw(learning_rate, b1=config.adam_b1, b2=config.adam_b2, eps=config.adam_eps,
+                       weight_decay=config.weight_decay)
+  return optax.adam(learning_rate, b1=config.adam_b1, b2=config.adam_b2, eps=config.adam_eps)
+
+
+def backbone_label(params) -> Any:
+  """``"backbone"`` for the leaves under ``params/backbone`` (:class:`jaxcap.models.pixels.FromPixels`),
+  ``"captioner"`` for every other leaf."""
+  def label(path, _):
+    keys = [getattr(k, "key", None) for k in path[:2]]
+    return "backbone" if keys == ["params", "backbone"] else "captioner"
+  return jax.tree_util.tree_map_with_path(label, params)
+
+
+def make_optimizer(config, steps_per_epoch: int, frozen_collections=()):
+  """The optimiser of ``config``; updates of ``frozen_collections`` (top-level keys of the
+  variables dict) are zeroed. A run from pixels (``config.backbone.name`` set) gives the
+  backbone's parameters their own Adam, at the constant ``backbone.learning_rate`` and held still
+  for the first ``backbone.freeze_steps`` updates (:func:`freeze_for`); the L2 term and the
+  clipping act on all gradients together, as in a features run."""
+  schedule = make_schedule(config, steps_per_epoch)
+  parts = _gradient_parts(config)
+  backbone = config.get("backbone")
+  if backbone is not None and backbone.get("name"):
+    parts.append(optax.multi_transform(
+        {"captioner": _adam(config, schedule),
+         "backbone": freeze_for(int(backbone.freeze_steps), _adam(config, float(backbone.learning_rate)))},
+        backbone_label))
   else:
-    parts.append(optax.adam(schedule, b1=config.adam_b1, b2=config.adam_b2, eps=config.adam_eps))
+    parts.append(_adam(config, schedule))
   if frozen_collections:
     parts.append(_zero_collections(frozen_collections))
   return optax.chain(*parts), schedule
