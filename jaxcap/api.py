@@ -41,7 +41,7 @@ from jaxcap.data import base as data_base
 from jaxcap.data import batch as batch_lib
 from jaxcap.data.vocab import Vocab
 from jaxcap.evaluation import coco_metrics, signature, translation
-from jaxcap.models import registry
+from jaxcap.models import pixels, registry
 from jaxcap.models.base import check_fits
 from jaxcap.training import checkpoint, parallel, train_lib
 
@@ -464,7 +464,7 @@ def load(workdir: str, step: int | None = None, *, dataset=None, mesh=None) -> R
                      "predictions are in the workdir's predictions_<split>.json")
   if dataset is not None:
     _check_dataset(dataset, vocab, workdir)
-  model = registry.build(config.model, info)
+  model, info = pixels.build_for_run(config, info)  # a run from pixels: its backbone too
   sharding = None if mesh is None else parallel.replicated(mesh)
   state = run_dir.restore(workdir, config, model, info, step, sharding=sharding)
   return Run(config, vocab, info, model, state.params, workdir=workdir, step=int(state.step),

@@ -207,6 +207,22 @@ def base_config(dataset: str = "synthetic", model: str = "transformer") -> ml_co
   c.init_from = ""
   c.data = data_config(dataset)
   c.model = model_config(model, dtype=c.get_ref("dtype"))
+  # From pixels, trained end to end (jaxcap/models/pixels.py): with data.images_dir and
+  # data.image_size, the backbone ``name`` (a jaxcap-extract backbone: vit_b16, resnet50, ...;
+  # "" reads feature files) with its field overrides ``fields`` (JSON, as jaxcap-extract
+  # --fields) and initial ``weights`` (.safetensors; "" random) turns each image into the
+  # captioner's regions (its grid cells). Its own Adam at the constant ``learning_rate``, held
+  # still for the first ``freeze_steps`` updates (ExpansionNet v2's phases: features, then
+  # joint; its backward pass skipped meanwhile); ``remat`` recomputes its activations in the
+  # backward pass; it computes in ``dtype`` (the run's by default).
+  c.backbone = ml_collections.ConfigDict()
+  c.backbone.name = ""
+  c.backbone.fields = ""
+  c.backbone.weights = ""
+  c.backbone.learning_rate = 3e-5
+  c.backbone.freeze_steps = 0
+  c.backbone.remat = False
+  c.backbone.dtype = c.get_ref("dtype")
   c.decode = decode_config()
   c.decode.max_len = c.data.max_len
   # Self-critical sequence training (Rennie et al.) after cross-entropy.

@@ -200,6 +200,13 @@ def check_workdir(workdir: str, config, vocab: Vocab, init_from: bool = False) -
                        f"{old_model.get(diff[0], '<absent>')!r} there, "
                        f"{new_model.get(diff[0], '<absent>')!r} now); "
                        + ("expected the same model config, or use another --workdir" if not init_from else fix))
+    # A run from pixels: the backbone's architecture is part of the model (its learning rate,
+    # freeze and remat are not).
+    for field in ("name", "fields"):
+      was, now = (c.get("backbone", {}).get(field, "") for c in (old, new))
+      if was != now:
+        raise ValueError(f"{cfg_path}: {what} holds checkpoints of another model (backbone.{field}: "
+                         f"{was!r} there, {now!r} now); {fix}")
     old_impl, new_impl = old.get("prng_impl", PRNG_IMPLS[0]), new.get("prng_impl", PRNG_IMPLS[0])
     if old_impl != new_impl and os.path.isdir(os.path.join(workdir, "checkpoints")) and not init_from:
       raise ValueError(f"{cfg_path}: this workdir's checkpoints were trained with prng_impl="

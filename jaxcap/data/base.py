@@ -365,7 +365,10 @@ class CaptionDataset:
       self._encoded[split] = self._encode_split(split, data, detected)
     self._sources = {}
 
-    if feature_dim is None or global_dim is None:
+    image_size = int(getattr(train.features, "image_size", 0) or 0)
+    if image_size:  # image files: the run's backbone gives the feature sizes (jaxcap.models.pixels)
+      feature_dim, global_dim, self.max_regions = 0, 0, 0
+    elif feature_dim is None or global_dim is None:
       probe = train.features.read(0)
       feats = check_features(probe["feats"], feature_dim, train.features.name(0))
       feature_dim = feats.shape[-1] if feature_dim is None else feature_dim
@@ -381,6 +384,8 @@ class CaptionDataset:
         "seq_per_img": self.seq_per_img, "max_attributes": self.max_attributes,
         "src_max_len": self.src_max_len if self.src_vocab is not None else 0,
     }
+    if image_size:
+      self.info["image_size"] = image_size
 
   # --- construction helpers -------------------------------------------------------------
 
@@ -528,12 +533,18 @@ class SplitSource:
                        f"[0, {len(self)})")
     reader = self.data.features
     raw = reader.read(i)
+    labels = np.zeros((self.info["num_attributes"],), np.float32)
+    labels[self.enc["labels"][i]] = 1.0
+    if "pixels" in raw:  # a run from pixels: its backbone makes the features
+      ex = {"image_index": np.int32(i), "pixels": raw["pixels"], "captions": self.enc["captions"][i],
+            "attributes": self.enc["attributes"][i], "attr_labels": labels}
+      if self.enc["src"] is not None:
+        ex["src"] = self.enc["src"][i]
+      return ex
     feats, boxes, glob = resolve_features(raw, reader.name(i),
                                           self.info["feature_dim"], self.info["global_dim"])
     if raw.get("boxes") is not None and not reader.grid:  # boxes from the data, not derived
       check_boxes(boxes, reader.name(i), allow_degenerate=self.allow_degenerate)
-    labels = np.zeros((self.info["num_attributes"],), np.float32)
-    labels[self.enc["labels"][i]] = 1.0
     ex = {"image_index": np.int32(i), "feats": feats, "boxes": boxes, "global_feat": glob,
           "captions": self.enc["captions"][i], "attributes": self.enc["attributes"][i],
           "attr_labels": labels}
@@ -566,11 +577,14 @@ def collate(examples: Sequence[dict], rng: np.random.Generator | None = None, *,
   for j, ex in enumerate(examples):
     batch["image_index"][j] = ex["image_index"]
     batch["valid"][j] = True
-    k = min(ex["feats"].shape[0], n)
-    batch["feats"][j, :k] = ex["feats"][:k]
-    batch["feats_mask"][j, :k] = True
-    batch["boxes"][j, :k] = ex["boxes"][:k]
-    batch["global_feat"][j] = ex["global_feat"]
+    if "pixels" in ex:
+      batch["pixels"][j] = ex["pixels"]
+    else:
+      k = min(ex["feats"].shape[0], n)
+      batch["feats"][j, :k] = ex["feats"][:k]
+      batch["feats_mask"][j, :k] = True
+      batch["boxes"][j, :k] = ex["boxes"][:k]
+      batch["global_feat"][j] = ex["global_feat"]
     caps = ex["captions"]
     r = caps.shape[0]
     if r == s or rng is None:

@@ -35,21 +35,27 @@ KEYS = {
     "attributes": (np.int32, ("B", "A"), "attribute word ids (target vocabulary), PAD-padded"),
     "attr_labels": (np.float32, ("B", "K"), "multi-hot over the attribute vocabulary"),
     "src": (np.int32, ("B", "Ls"), "translation source ids, EOS then PAD"),
+    # A run from pixels (info["image_size"] = P > 0) has these instead of the four feature keys:
+    # its backbone makes them (jaxcap/models/pixels.py).
+    "pixels": (np.uint8, ("B", "P", "P", 3), "RGB images resized to P x P (data.image_size)"),
 }
+FEATURE_KEYS = ("feats", "feats_mask", "boxes", "global_feat")
 
 
 def _sizes(info: Mapping, batch_size: int, seq_per_img: int) -> dict:
   return {"B": batch_size, "N": int(info["max_regions"]), "D": int(info["feature_dim"]),
           "Dg": int(info["global_dim"]), "S": seq_per_img, "T": int(info["max_len"]) + 1,
           "A": int(info.get("max_attributes", 1)), "K": int(info.get("num_attributes", 1)),
-          "Ls": int(info.get("src_max_len", 0)) + 1}
+          "Ls": int(info.get("src_max_len", 0)) + 1, "P": int(info.get("image_size", 0))}
 
 
 def shapes(info: Mapping, batch_size: int, seq_per_img: int = 1, has_src: bool = False) -> dict:
   """``{key: (shape, dtype)}`` of a batch of the dataset ``info`` describes."""
   sizes = _sizes(info, batch_size, seq_per_img)
+  skip = {"src"} if not has_src else set()
+  skip |= set(FEATURE_KEYS) if sizes["P"] else {"pixels"}
   return {k: (tuple(sizes.get(d, d) for d in dims), dtype) for k, (dtype, dims, _) in KEYS.items()
-          if k != "src" or has_src}
+          if k not in skip}
 
 
 def zeros(info: Mapping, batch_size: int, seq_per_img: int = 1, has_src: bool = False) -> dict:
@@ -63,7 +69,8 @@ def dummy(info: Mapping, batch_size: int = 2) -> dict:
   word per image, so every attention is defined (model init and shape checks)."""
   batch = zeros(info, batch_size, int(info.get("seq_per_img", 1)),
                 bool(info.get("src_vocab_size", 0)))
-  batch["feats_mask"][:] = True
+  if "feats_mask" in batch:  # a batch of pixels (a run from pixels) has no region mask
+    batch["feats_mask"][:] = True
   batch["valid"][:] = True
   batch["attributes"][:, 0] = 4
   if "src" in batch:

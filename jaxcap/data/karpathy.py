@@ -298,9 +298,11 @@ def kept_images(images, config, path: str):
 
 
 def add_image(rec: dict, key, refs, entry: dict) -> None:
-  """Appends one image (its key, references and optional width / height) to a split record."""
+  """Appends one image (its key, references, its file ``<filepath>/<filename>`` and optional
+  width / height) to a split record."""
   rec["keys"].append(key)
   rec["refs"].append(refs)
+  rec.setdefault("files", []).append(os.path.join(entry.get("filepath") or "", entry.get("filename") or ""))
   w, h = entry.get("width"), entry.get("height")
   rec["sizes"].append((float(w), float(h)) if w and h else None)
 
@@ -311,6 +313,9 @@ def dir_splits(by_split: dict, root: str, config) -> dict[str, base.SplitData]:
   fc_dir = _resolve(root, config.fc_dir)
   box_dir = _resolve(root, config.box_dir)
   hdf5 = _resolve(root, config.get("detections_hdf5", ""))
+  images_dir = _resolve(root, config.get("images_dir", ""))
+  if images_dir:
+    return _image_splits(by_split, images_dir, config)
   if hdf5:
     others = [f for f in ("att_dir", "fc_dir", "box_dir", "grid") if config.get(f)]
     if others:
@@ -327,6 +332,72 @@ def dir_splits(by_split: dict, root: str, config) -> dict[str, base.SplitData]:
       feats = DirFeatures([str(k) for k in rec["keys"]], att_dir, fc_dir, box_dir,
                           grid=bool(config.grid), sizes=rec["sizes"])
     out[split] = base.SplitData(image_ids=rec["keys"], refs=rec["refs"], features=feats)
+  return out
+
+
+class ImageFiles(base.FeatureReader):
+  """Image files read and resized to ``size x size`` on each access (a run from pixels:
+  ``data.images_dir``): ``read(i) -> {"pixels": uint8 [size, size, 3]}``, as
+  ``jaxcap-extract --size size`` reads them (:func:`jaxcap.images.read_image`: EXIF orientation,
+  RGB, bilinear resize to the square)."""
+
+  grid = True  # the backbone's grid cells are the regions, with grid boxes
+  has_boxes = True
+
+  def __init__(self, paths: list[str], image_size: int):
+    self.paths, self.image_size = paths, int(image_size)
+
+  def __len__(self) -> int:
+    return len(self.paths)
+
+  def name(self, i: int) -> str:
+    return self.paths[i]
+
+  def read(self, i: int) -> dict:
+    from jaxcap.images import read_image, unreadable_reason
+    path = self.paths[i]
+    try:
+      return {"pixels": read_image(path, self.image_size)}
+    except FileNotFoundError:
+      raise ValueError(f"{path}: no such image file (data.images_dir); expected the image of "
+                       "its dataset JSON entry") from None
+    except Exception as e:  # Pillow's errors of a damaged or foreign file
+      raise ValueError(f"{path}: {unreadable_reason(e)}; expected an image file") from None
+
+  def check_file(self, i: int) -> None:
+    """The file is there and Pillow reads its header (the check before training)."""
+    from PIL import Image
+    from jaxcap.images import unreadable_reason
+    path = self.paths[i]
+    if not os.path.isfile(path):
+      raise ValueError(f"{path}: no such image file (data.images_dir); expected the image of "
+                       "its dataset JSON entry")
+    try:
+      with Image.open(path):
+        pass
+    except Exception as e:
+      raise ValueError(f"{path}: {unreadable_reason(e)}; expected an image file") from None
+
+
+def _image_splits(by_split: dict, images_dir: str, config) -> dict[str, base.SplitData]:
+  """``{split: SplitData}`` whose images are files under ``images_dir`` (``data.images_dir``)."""
+  others = [f for f in ("att_dir", "fc_dir", "box_dir", "detections_hdf5") if config.get(f)]
+  if others:
+    raise ValueError(f"karpathy: fields 'images_dir' and {others[0]!r} are both set; expected "
+                     "one source of images (images_dir: a run from pixels, config.backbone)")
+  if not os.path.isdir(images_dir):
+    raise ValueError(f"{images_dir}: config field data.images_dir is not a directory; expected "
+                     "the folder of the dataset JSON's images (COCO's: the one holding train2014/, val2014/)")
+  size = config.get("image_size", 0)
+  if not (isinstance(size, int) and size >= 8):
+    raise ValueError(f"config field data.image_size: expected the side in pixels the images are "
+                     f"resized to (an int >= 8, the backbone's input) with data.images_dir, got {size!r}")
+  out = {}
+  for split, rec in by_split.items():
+    if rec["keys"]:
+      paths = [os.path.join(images_dir, f) for f in rec["files"]]
+      out[split] = base.SplitData(image_ids=rec["keys"], refs=rec["refs"],
+                                  features=ImageFiles(paths, size))
   return out
 
 

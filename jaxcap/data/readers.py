@@ -28,7 +28,7 @@ def reader(name: str):
 # the loader and the run-start checks.
 _DEFAULTS = dict(
     format="raw", tfds_dir="", root="", dataset_json="", att_dir="", fc_dir="", box_dir="",
-    detections_hdf5="",
+    detections_hdf5="", images_dir="", image_size=0,
     label_h5="", grid=False, use_restval=True,
     max_len=16, min_word_count=5, max_regions=36, seq_per_img=5, vocab_file="",
     num_attributes=1000, max_attributes=20, attributes="oracle", test_attributes="",

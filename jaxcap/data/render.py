@@ -25,7 +25,9 @@ shows as the drawn area. Captions are the scene's references (``SyntheticScenes.
 
 ``write_dataset(out, scenes, size)`` writes ``<out>/images/<split>_<i:05d>.png`` for every image
 of every split and ``<out>/captions.json``, a list ``[{"image", "caption", "split"}]`` (one item
-per reference) that ``jaxcap-extract --captions`` reads, keeping the dataset's splits:
+per reference) that ``jaxcap-extract --captions`` reads, keeping the dataset's splits, and
+``<out>/dataset_synthetic_scenes.json``, the same in Karpathy's format, which a run from pixels
+reads (``data.name=karpathy``, ``data.images_dir=<out>/images``):
 
   python -m jaxcap.data.render --out runs/pixels/scenes --num_train 1500 --num_val 200 --num_test 200 --size 128
 """
@@ -51,6 +53,7 @@ TEXTURES = (("checkerboard", (96, 96, 96), (160, 160, 160)),
             ("vertical stripes", (104, 104, 104), (152, 152, 152)))
 SUPERSAMPLE = 2
 CAPTIONS_FILE = "captions.json"
+KARPATHY_FILE = "dataset_synthetic_scenes.json"
 IMAGES_DIR = "images"
 
 assert set(COLOUR_RGB) == set(COLOURS)
@@ -196,6 +199,15 @@ def write_dataset(out: str, scenes: SyntheticScenes, size: int, log=print,
   with open(tmp, "w") as f:  # one item per line
     f.write("[\n" + ",\n".join(json.dumps(item) for item in items) + "\n]\n")
   os.replace(tmp, path)
+  # The same captions as Karpathy's dataset JSON, for a run from pixels (data.images_dir=<out>/images).
+  from jaxcap import atomic
+  from jaxcap.data import karpathy
+  captions, splits = {}, {}
+  for item in items:
+    captions.setdefault(item["image"], []).append(item["caption"])
+    splits[item["image"]] = item["split"]
+  atomic.write_json(os.path.join(out, KARPATHY_FILE),
+                    karpathy.karpathy_json(captions, list(captions), 0, 0, 0, "synthetic_scenes", splits))
   log(f"wrote {images}: {sum(counts.values())} PNGs of {size} x {size} px ({drawn} drawn now; "
       f"{', '.join(f'{k} {v}' for k, v in counts.items())}) and {path} ({len(items)} captions)")
   return counts

@@ -18,7 +18,7 @@ from jaxcap import data as data_lib
 from jaxcap.evaluation import coco_metrics, server
 from jaxcap.features import extract
 from jaxcap.features import record as record_lib
-from jaxcap.models import registry
+from jaxcap.models import pixels, registry
 from jaxcap.training import parallel, validation
 
 
@@ -79,7 +79,7 @@ def _decode_of(decode, config) -> dict:
 
 
 def _check_inputs(member_config, dataset, config, split: str, attributes: str | None) -> None:
-  model = registry.build(member_config.model, dict(dataset.info))
+  model, _ = pixels.build_for_run(member_config, dict(dataset.info))  # a run from pixels: its backbone too
   if attributes == "none" and "attributes" in model.required_inputs():
     raise ValueError(f"--attributes=none: {validation.model_label(model, member_config.model)} "
                      "attends to attribute words; expected --attributes oracle, noisy or detected")

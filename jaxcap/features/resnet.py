@@ -93,6 +93,7 @@ class ResNet(nn.Module):
   stride_on_1x1: bool = False
   maxpool_ceil: bool = False
   dtype: Any = jnp.float32
+  remat: bool = False  # recompute each block's activations in the backward pass (nn.remat)
 
   @property
   def feature_dim(self) -> int:
@@ -107,12 +108,13 @@ class ResNet(nn.Module):
     else:
       x = nn.max_pool(x, (3, 3), strides=(2, 2), padding=((1, 1), (1, 1)))  # pads with -inf
     in_features = self.width
+    bottleneck = nn.remat(Bottleneck) if self.remat else Bottleneck
     for stage, depth in enumerate(self.depths):
       width = self.width * 2 ** stage
       for block in range(depth):
         stride = 2 if stage > 0 and block == 0 else 1
         downsample = block == 0 and (stride != 1 or in_features != width * self.expansion)
-        x = Bottleneck(width, stride, self.expansion, downsample, self.stride_on_1x1, self.dtype,
+        x = bottleneck(width, stride, self.expansion, downsample, self.stride_on_1x1, self.dtype,
                        name=f"layer{stage + 1}_{block}")(x)
         in_features = width * self.expansion
     x_BxhxwxD = x.astype(jnp.float32)

@@ -22,6 +22,7 @@ still then: :func:`jaxcap.training.optim.make_optimizer`).
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import jax
@@ -39,6 +40,30 @@ class FromPixels(base.CaptionModel):
   backbone: nn.Module
   captioner: base.CaptionModel
   freeze_backbone: bool = False
+  # The backbone's initial weights: a .safetensors file as jaxcap-extract reads it (timm's /
+  # torchvision's names), loaded into a fresh run's variables; "" keeps the random ones.
+  weights: str = ""
+
+  def check_prepare(self, dataset) -> None:
+    if self.weights:
+      self._read_weights()
+
+  def _read_weights(self):
+    from jaxcap.features import weights as weights_lib
+    if not os.path.isfile(self.weights):
+      raise ValueError(f"{self.weights}: config field backbone.weights: no such file; expected "
+                       "the backbone's .safetensors (as jaxcap-extract --weights reads it)")
+    return weights_lib.load(self.weights, self.backbone)[0]
+
+  def prepare_variables(self, variables: dict, dataset) -> dict:
+    """A fresh run's variables with ``weights`` loaded into the backbone's."""
+    if not self.weights:
+      return variables
+    loaded = self._read_weights()
+    out = {col: dict(tree) for col, tree in variables.items()}
+    for col, tree in loaded.items():
+      out.setdefault(col, {})["backbone"] = tree
+    return out
 
   # The protocol's switches are the captioner's.
   @property
@@ -95,3 +120,42 @@ def backbone_info(backbone) -> dict:
   out = jax.eval_shape(backbone.apply, shapes, jax.ShapeDtypeStruct((1, size, size, 3), jnp.uint8))
   g, d = out["att"].shape[1], out["att"].shape[3]
   return {"feature_dim": int(d), "global_dim": int(out["fc"].shape[-1]), "max_regions": int(g * g)}
+
+
+def backbone_config(config):
+  """``config.backbone`` when the run reads pixels (its ``name`` set), else None."""
+  section = config.get("backbone") if hasattr(config, "get") else None
+  return section if section is not None and section.get("name") else None
+
+
+def build_for_run(config, info: dict):
+  """``(model, info)`` of a run's config: ``config.model`` built by the registry, wrapped in
+  :class:`FromPixels` with ``config.backbone``'s module when the run reads pixels, its ``info``
+  then carrying the backbone's feature sizes (what the captioner is built for, and what the
+  workdir's info records). One line naming the field when the data and the backbone disagree."""
+  from jaxcap.models import registry
+  section = backbone_config(config)
+  size = int(info.get("image_size", 0) or 0)
+  if section is None:
+    if size:
+      raise ValueError(f"config field backbone.name: the data is image files (data.images_dir, "
+                       f"{size} x {size} px) and no backbone reads them; expected a backbone "
+                       "name (e.g. vit_b16, resnet50), or feature files")
+    return registry.build(config.model, info), info
+  if not size:
+    raise ValueError(f"config field data.images_dir: backbone.name={section.name!r} reads image "
+                     "files; expected data.images_dir (with data.image_size), not feature files")
+  from jaxcap.features import extract
+  try:
+    module, _, _ = extract.build_backbone(section.name, section.get("fields") or None,
+                                          dtype=str(section.get("dtype", "float32")))
+  except ValueError as e:  # its messages name jaxcap-extract's flags
+    raise ValueError(f"config field backbone: {e}") from None
+  if getattr(module, "image_size", size) != size:
+    raise ValueError(f"config field data.image_size: {section.name} takes {module.image_size} x "
+                     f"{module.image_size} images; expected data.image_size={module.image_size}, got {size}")
+  if section.get("remat"):
+    module = module.clone(remat=True)
+  info = dict(info, **backbone_info(module))
+  return FromPixels(backbone=module, captioner=registry.build(config.model, info),
+                    weights=str(section.get("weights") or "")), info

@@ -25,6 +25,7 @@ from jaxcap.data.vocab import Vocab
 from jaxcap.evaluation import coco_metrics
 from jaxcap.models import registry
 from jaxcap.models import base
+from jaxcap.models import pixels
 from jaxcap.models.base import shift_right
 from jaxcap.training import checkpoint as ckpt_lib
 from jaxcap.training import dropout as dropout_lib
@@ -59,8 +60,9 @@ class Trainer:
     self.config = config
     self.workdir = workdir
     self.dataset = dataset if dataset is not None else data_lib.get_dataset(config.data)
-    self.info = dict(self.dataset.info)
-    self.model = registry.build(config.model, self.info)
+    # From pixels (config.backbone): the backbone wrapped around the captioner, and the info
+    # carrying the backbone's feature sizes.
+    self.model, self.info = pixels.build_for_run(config, dict(self.dataset.info))
     mesh = config.get("mesh") or {}  # absent from configs saved before it existed
     self.mesh = sharding_lib.make_mesh(data=int(mesh.get("data", -1)), model=int(mesh.get("model", 1)),
                                        devices=devices)
@@ -98,7 +100,21 @@ class Trainer:
   # ---------------------------------------------------------------- jitted steps
   @functools.cached_property
   def _xe_step(self):
-    fn = guard_lib.guarded(functools.partial(steps.train_step, model=self.model,
+    return self._make_xe_step(self.model)
+
+  @functools.cached_property
+  def _xe_step_frozen(self):
+    """The cross-entropy step of the backbone's frozen phase: the gradient stopped at its output,
+    so the program has no backward pass through it (its optimiser holds it still as well)."""
+    return self._make_xe_step(self.model.clone(freeze_backbone=True))
+
+  @property
+  def freeze_steps(self) -> int:
+    section = pixels.backbone_config(self.config)
+    return int(section.freeze_steps) if section is not None else 0
+
+  def _make_xe_step(self, model):
+    fn = guard_lib.guarded(functools.partial(steps.train_step, model=model,
                                              label_smoothing=self.config.label_smoothing))
     fn = dropout_lib.with_dropout_bits(fn, self.dropout_bits)
     repl, data = parallel.replicated(self.mesh), parallel.batch_sharding(self.mesh)
@@ -124,7 +140,8 @@ class Trainer:
     scst_start = optim.scst_start_step(self.config, self.steps_per_epoch)
     if 0 <= scst_start <= step:
       return self._scst_step(state, batch, step)
-    return self._xe_step(state, batch, jnp.float32(self.ss_prob(step)))
+    xe = self._xe_step_frozen if step < self.freeze_steps else self._xe_step
+    return xe(state, batch, jnp.float32(self.ss_prob(step)))
 
   def ss_prob(self, step: int) -> float:
     ss = self.config.scheduled_sampling
@@ -149,7 +166,10 @@ class Trainer:
     start = optim.scst_start_step(self.config, self.steps_per_epoch)
     end = int(self.config.num_train_steps)
     scst_runs = 0 <= start < end
-    return (["train"] if not (scst_runs and start == 0) else []) + (["scst"] if scst_runs else [])
+    xe = ["train"] if not (scst_runs and start == 0) else []
+    if xe and self.freeze_steps > 0:  # the backbone's frozen phase first: another program
+      xe = ["train_frozen"] + (["train"] if self.freeze_steps < min(end, start if scst_runs else end) else [])
+    return xe + (["scst"] if scst_runs else [])
 
   def compile_steps(self, state, log=None) -> dict:
     """Compiles the run's steps (:meth:`phases`) at the configured batch on this run's devices:
@@ -161,8 +181,9 @@ class Trainer:
       start = time.perf_counter()
       if log:
         log(f"compiling the {phase} step (batch {self.config.batch_size}) ...")
-      if phase == "train":
-        traced = [self._xe_step.trace(state, batch, jax.ShapeDtypeStruct((), jnp.float32))]
+      if phase in ("train", "train_frozen"):
+        xe = self._xe_step if phase == "train" else self._xe_step_frozen
+        traced = [xe.trace(state, batch, jax.ShapeDtypeStruct((), jnp.float32))]
       else:
         traced = self._scst_step.trace(state, batch)
       flops = sum(flops_lib.jaxpr_matmul_flops(t.jaxpr) for t in traced)

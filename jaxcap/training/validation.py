@@ -36,6 +36,7 @@ from jaxcap.evaluation import coco_metrics
 from jaxcap.models import fields, registry
 from jaxcap.training import scst as scst_lib
 from jaxcap.training import sharding as sharding_lib
+from jaxcap.features import registry as feature_registry
 from jaxcap.training.dropout import DROPOUT_BITS
 from jaxcap.training.steps import PRNG_IMPLS
 
@@ -73,6 +74,13 @@ CHECKS = {
                                "1 (no sharding rule splits over a model axis yet)"),
     "test_after_training": fields.BOOL, "spice": fields.BOOL, "init_from": fields.STRING,
     "caption_postprocess": fields.one_of(coco_metrics.CAPTION_POSTPROCESS),
+    # from pixels
+    "backbone.name": fields.Check(lambda v: v == "" or v in feature_registry.BACKBONES,
+                                  "'' (feature files) or a backbone: " + ", ".join(sorted(feature_registry.BACKBONES))),
+    "backbone.fields": fields.STRING, "backbone.weights": fields.STRING,
+    "backbone.learning_rate": fields.finite(0.0), "backbone.freeze_steps": fields.at_least(0),
+    "backbone.remat": fields.BOOL, "backbone.dtype": fields.one_of(("float32", "bfloat16")),
+    "data.images_dir": fields.STRING, "data.image_size": fields.at_least(0),
     # data
     "data.name": fields.one_of(data_readers.NAMES), "data.max_len": fields.POSITIVE,
     "data.seq_per_img": fields.POSITIVE, "data.max_regions": fields.POSITIVE,
@@ -270,6 +278,12 @@ def check_data(dataset, config, splits=None, log=print, model=None, workdir=None
   count = 0
   for split in splits:
     reader = dataset.split_data(split).features
+    check_file = getattr(reader, "check_file", None)
+    if check_file is not None:  # image files (a run from pixels): there, and readable
+      for i in _indices(len(reader), mode, sample):
+        check_file(int(i))
+        count += 1
+      continue
     header = getattr(reader, "header", None)
     if header is None:
       continue  # generated in memory (synthetic scenes): checked when read
