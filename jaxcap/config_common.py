@@ -66,6 +66,10 @@ TINY_RUN = {"num_train_steps": 4, "eval_every_steps": 4, "checkpoint_every_steps
             "warmup_steps": 10}
 TINY_DATA = {"num_train": 96, "num_val": 16, "num_test": 16}
 TINY_DETECTOR = {"num_steps": 4, "hidden": 16, "batch_size": 8}
+# A run from pixels (config.backbone): its backbone's tiny fields, at 32 px (data.image_size).
+TINY_BACKBONES = {"vit": {"image_size": 32, "patch": 8, "dim": 32, "depth": 1, "num_heads": 2, "mlp_dim": 64},
+                  "resnet": {"width": 4, "depths": [1, 1, 1, 1], "att_size": 2}}
+TINY_IMAGE_SIZE = 32
 
 
 def tiny(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
@@ -80,6 +84,13 @@ def tiny(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
       for k, v in values.items() if section is not None else ():
         if k in section and not (k == "num_train_steps" and not c.num_train_steps):
           section[k] = v
+    backbone = c.get("backbone")
+    if backbone is not None and backbone.get("name"):
+      import json
+      kind = "vit" if backbone.name.startswith("vit") else "resnet"
+      backbone.fields = json.dumps(TINY_BACKBONES[kind])
+      backbone.freeze_steps = min(int(backbone.freeze_steps), 2)  # both phases within the 4 steps
+      c.data.image_size = TINY_IMAGE_SIZE
   return c
 
 

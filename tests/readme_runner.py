@@ -139,6 +139,8 @@ PROMISES = [
     (r"^python -m jaxcap\.data\.render --out runs/scenes_test ", ["runs/scenes_test/images/20000000.png"]),
     (r"^python -m jaxcap\.data\.render --out runs/scenes_train ", ["runs/scenes_train/images/0.png"]),
     (r"--workdir runs/t1_clip ", ["runs/t1_clip/scores_test.json"]),
+    (r"configs/pixels\.py:synthetic --workdir runs/pixels_scenes$", ["runs/pixels_scenes/scores_test.json",
+                                                                     "runs/pixels_scenes/best"]),
     (r"--workdir runs/t1_scst", ["runs/t1_scst/scores_test.json"]),
     (r"^jaxcap-train .*--workdir runs/pkg ", ["runs/pkg/scores_test.json"]),
     (r"^jaxcap-evaluate --workdir runs/pkg ", ["runs/pkg/predictions_test_beam3.json"]),

@@ -558,7 +558,9 @@ def dry_run(config, workdir: str = "", log=print) -> dict:
           for k in ("params", "opt_state")}
   limit, what = memory.device_limit()
   n_dev = trainer.mesh.devices.size
-  log(f"model {config.model.name}: {params:,} parameters; train state {memory.gib(state_bytes)} "
+  section = pixels.backbone_config(config)
+  source = (f" from pixels ({section.name}, {trainer.info['image_size']} px)" if section is not None else "")
+  log(f"model {config.model.name}{source}: {params:,} parameters; train state {memory.gib(state_bytes)} "
       f"(parameters, optimiser state)")
   log(f"sharding {trainer.sharding_rule!r} over mesh data={trainer.mesh.shape['data']}, "
       f"model={trainer.mesh.shape['model']}: a device holds parameters "

@@ -36,7 +36,7 @@ def test_collated_dummy_and_zero_batches_have_the_contract_s_keys_shapes_and_dty
 
 def test_random_batches_have_every_key_and_valid_boxes():
   batch = batch_lib.random(jax.random.PRNGKey(0), 2, 5, 9, 4, 50, 6, src_len=3)
-  assert set(batch) == set(batch_lib.KEYS)
+  assert set(batch) == set(batch_lib.KEYS) - {"pixels"}  # a batch of features
   assert batch["feats"].shape == (2, 9, 4) and batch["captions"].shape == (2, 5, 6)
   assert batch["src"].shape == (2, 4) and int(batch["src"][0, -1]) == 2  # EOS
   boxes = batch["boxes"]
@@ -44,3 +44,11 @@ def test_random_batches_have_every_key_and_valid_boxes():
   for j in (1, 5):  # every fourth box inside the one before it: all three spatial relations
     assert (boxes[:, j, :2] >= boxes[:, j - 1, :2]).all() and (boxes[:, j, 2:] <= boxes[:, j - 1, 2:]).all()
   batch_lib.check_boxes(np.asarray(boxes), "random")
+
+
+def test_a_batch_of_pixels_has_pixels_instead_of_the_feature_keys():
+  info = {"max_regions": 0, "feature_dim": 0, "global_dim": 0, "max_len": 5, "image_size": 16}
+  batch = batch_lib.zeros(info, 3, 2)
+  assert set(batch) == set(batch_lib.KEYS) - set(batch_lib.FEATURE_KEYS) - {"src"}
+  assert batch["pixels"].shape == (3, 16, 16, 3) and batch["pixels"].dtype == np.uint8
+  assert "feats" in batch_lib.zeros(dict(info, image_size=0, max_regions=2, feature_dim=4, global_dim=4), 3, 2)
