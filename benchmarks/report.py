@@ -60,9 +60,10 @@ DECODE_AUX = "benchmarks/decode_aux.py"
 EXPORT = "benchmarks/export.py"
 CLIP_SCORE = "benchmarks/clip_score.py"
 CLIP_REWARD = "benchmarks/clip_reward_step.py"
+SHARDED = "benchmarks/sharded_memory.py"
 OWN_RECORDS = {FEATURES: "features_", PIPELINE: "input_pipeline_",  # records kept in their own file
                CHECKPOINTS: "checkpoint_save_", DECODE_AUX: "decode_aux_", EXPORT: "export_",
-               CLIP_SCORE: "clip_score_", CLIP_REWARD: "clip_reward_step_"}
+               CLIP_SCORE: "clip_score_", CLIP_REWARD: "clip_reward_step_", SHARDED: "sharded_memory_"}
 
 
 def load_records(folder: str = RESULTS) -> list[dict]:
@@ -355,7 +356,31 @@ def clip_reward_table(rec: dict) -> str:
   return "\n".join(lines)
 
 
+def sharded_table(rec: dict) -> str:
+  m = rec["model"]
+  mib = lambda b: f"{b / 2**20:,.1f}"
+  lines = [_head(rec) + f" (the cross-entropy step compiled over {rec['devices']} devices: {m['backbone']} at "
+           f"{m['size']} px + {m['captioner']}, {m['parameters']:,} parameters, {m['dtype']}; MiB per device)", "",
+           "| rule | backbone remat | batch | parameters | Adam state | arguments | temporaries | compile s |"
+           + (" images/s |" if any("images_per_s" in r for r in rec["rows"]) else ""),
+           "|---|---|---:|---:|---:|---:|---:|---:|" + ("---:|" if any("images_per_s" in r for r in rec["rows"]) else "")]
+  for r in rec["rows"]:
+    mem = r.get("memory") or {}
+    line = (f"| {r['rule']} | {'on' if r['remat'] else 'off'} | {r['batch']} | {mib(r['params_bytes_per_device'])} | "
+            f"{mib(r['opt_state_bytes_per_device'])} | {mib(mem['arguments']) if mem else '–'} | "
+            f"{mib(mem['temporaries']) if mem else '–'} | {_fmt(r['compile_s'], 1)} |")
+    if "images_per_s" in r:
+      line += f" {_fmt(r['images_per_s'], 1)} |"
+    lines.append(line)
+  ratios = ", ".join(f"{k}: {v:.4f}" for k, v in rec["fsdp_over_replicated"].items())
+  lines += ["", f"FSDP's parameters + Adam state per device over the replicated program's: {ratios} "
+            f"(target at most {rec['target_fsdp_over_replicated']:.4f}, 1/{rec['devices']} + 5 %)."]
+  return "\n".join(lines)
+
+
 def record_table(rec: dict) -> str:
+  if rec.get("benchmark") == SHARDED:
+    return sharded_table(rec)
   if rec.get("benchmark") == CLIP_SCORE:
     return clip_score_table(rec)
   if rec.get("benchmark") == CLIP_REWARD:

@@ -31,6 +31,11 @@ TINY = {
                            *_TINY_RUN],
     "features.py": ["--backbones", "resnet50,vit_b16", "--sizes", "32,48", "--dtype", "float32,bfloat16",
                     "--batch", "1", "--steps", "1", "--windows", "1", "--warmup", "0", "--out", "{tmp}/bench.json"],
+    # FSDP splits arrays of >= 256 elements here (the tiny ViT's and Transformer's kernels).
+    "sharded_memory.py": ["--fields", '{{"image_size": 32, "patch": 8, "dim": 32, "depth": 1, "num_heads": 2, "mlp_dim": 64}}',  # str.format
+                          "--size", "32", "--set", "dim=32,num_heads=2,ff_dim=64,num_layers=1,num_dec_layers=1",
+                          "--vocab", "50", "--words", "5", "--batch", "8", "--remat", "0,1", "--min_elements", "256",
+                          "--steps", "1", "--out", "{tmp}/bench.json"],
     "tpgn.py": ["--d", "3", "--batch", "4", "--vocab", "50", "--words", "5", "--steps", "1"],
     "clip_score.py": ["--pairs", "3", "--size", "tiny", "--batch", "2", "--out", "{tmp}/bench.json"],
     "clip_reward_step.py": ["--config", "configs/transformer.py:synthetic,tiny", "--clip", "tiny", "--batch", "8",
@@ -114,6 +119,15 @@ def test_benchmark_runs(case, tmp_path):
     # Not asking for the aux compiles to the program of a decoder without it (dead code).
     assert all(r["same_program_as_no_aux_code"] and r["control_program_with_aux_differs"]
                for r in rows if r["variant"] == "return_aux=False"), rows
+  elif script == "sharded_memory.py":
+    import json
+    record = json.loads((tmp_path / "bench.json").read_text())
+    rows = {(r["rule"], r["remat"]): r for r in record["rows"]}
+    assert set(rows) == {(a, b) for a in ("replicated", "fsdp") for b in (False, True)} and record["devices"] == 8
+    assert all(r["images_per_s"] > 0 and r["memory"]["arguments"] > 0 for r in rows.values())
+    # The state a device holds shrinks under FSDP, in the shard shapes and in the compiled program.
+    assert 0 < record["fsdp_over_replicated"]["remat=0,batch=8"] < 0.6
+    assert 0 < record["fsdp_over_replicated_compiled"]["remat=0,batch=8"] < 0.6
   elif script == "tpgn.py":
     assert '"dominant"' in out.stdout, out.stdout
   elif script == "checkpoint_save.py":

@@ -99,20 +99,34 @@ def _fit(config, workdir, devices, steps):
 
 
 @pytest.mark.slow
-def test_a_run_on_one_device_equals_fsdp_on_eight_and_resumes_across_meshes(tmp_path):
+@pytest.mark.parametrize("source", ["features", "pixels"])
+def test_a_run_on_one_device_equals_fsdp_on_eight_and_resumes_across_meshes(tmp_path, source):
   """train_lib.Trainer.fit with config.sharding = "fsdp" on 8 devices gives the 1-device
   replicated run's losses for 20 steps (dropout on) and its parameters; a run saved at step 10
   under FSDP on 8 devices resumes on 1 device (and one saved on 1 device resumes under FSDP on
-  8) with the straight run's next losses."""
+  8) with the straight run's next losses. ``pixels``: a ViT trained with the captioner from
+  drawn scenes, frozen for its first 5 steps."""
   from tests.training.test_train import tiny_config
   assert jax.device_count() == 8
   # At lr 1e-4 (constant) float32 rounding stays under 1e-5 in the losses for 20 steps; at the
   # tiny config's 2e-2 the runs drift apart at rounding's pace (measured at lr 1e-3: 8 devices
   # replicated 5.2e-4 from 1 device, FSDP 1.1e-4), Adam magnifying the reordered sums.
-  config = tiny_config(**{"model.dim": 128, "model.ff_dim": 512, "batch_size": 16,
-                          "learning_rate": 1e-4, "schedule": "constant",
-                          "log_every_steps": 1, "checkpoint_every_steps": 10,
-                          "async_checkpoints": False})
+  settings = {"model.dim": 128, "model.ff_dim": 512, "batch_size": 16, "learning_rate": 1e-4,
+              "schedule": "constant", "log_every_steps": 1, "checkpoint_every_steps": 10,
+              "async_checkpoints": False}
+  if source == "features":
+    config = tiny_config(**settings)
+  else:
+    from jaxcap.data import render
+    from jaxcap.data.synthetic import SyntheticScenes
+    from tests.training.test_pixels_run import pixels_config
+    scenes = str(tmp_path / "scenes")
+    render.write_dataset(scenes, SyntheticScenes(num_train=48, num_val=8, num_test=8, seed=0), 32,
+                         log=lambda *_: None)
+    vit = '{"image_size": 32, "patch": 8, "dim": 64, "depth": 1, "num_heads": 2, "mlp_dim": 256}'
+    config = pixels_config(scenes, **settings, **{"backbone.fields": vit, "backbone.freeze_steps": 5,
+                                                  "backbone.learning_rate": 1e-4,
+                                                  "eval_every_steps": 1000, "keep_checkpoints": 3})
   one, eight = jax.devices()[:1], jax.devices()
   fsdp = config.copy_and_resolve_references()
   fsdp.sharding = "fsdp"
@@ -126,8 +140,13 @@ def test_a_run_on_one_device_equals_fsdp_on_eight_and_resumes_across_meshes(tmp_
   np.testing.assert_allclose([l8[k] for k in sorted(l8)], [l1[k] for k in sorted(l1)], rtol=0, atol=1e-5)
   # Measured 1.7e-5 (decoder fc1's kernel): a ReLU unit dead on the batch gets a gradient of
   # rounding noise, which Adam scales to a step of ~lr whatever its sign. 5e-5: half a step.
-  for a, b in zip(jax.tree.leaves(p8), jax.tree.leaves(p1)):
-    np.testing.assert_allclose(a, b, rtol=0, atol=5e-5)
+  # The ViT's attention key bias (timm's architecture, kept for its weights) is left out: the
+  # softmax cancels it, so its gradient is rounding noise, which Adam turns into lr-sized steps
+  # of either sign (measured 1.9e-4 apart after 15 joint steps); it changes no output.
+  for (path, a), b in zip(jax.tree_util.tree_flatten_with_path(p8)[0], jax.tree.leaves(p1)):
+    name = jax.tree_util.keystr(path)
+    if "['attn']['key']['bias']" not in name:
+      np.testing.assert_allclose(a, b, rtol=0, atol=5e-5, err_msg=name)
   # Saved under one mesh and rule, resumed under the other: the straight run's next losses.
   for first, then, name in ((fsdp, config, "fsdp_then_one"), (config, fsdp, "one_then_fsdp")):
     workdir = tmp_path / name
