@@ -196,6 +196,12 @@ def export(run, path: str, *, method: str | None = None, beam_size: int | None =
       weights missing or not the recorded ones, features whose width is not the run's).
   """
   log = log or (lambda s: print(s, file=sys.stderr, flush=True))
+  if run.info.get("image_size"):
+    # The artefact's programs and its loader take region features (or images through a
+    # features.json backbone); a model reading pixels itself has neither input yet.
+    raise ValueError(f"{run.workdir or 'run'}: a run from pixels (config.backbone="
+                     f"{run.config.backbone.name!r}) is not exportable yet; expected a run on "
+                     "feature files (jaxcap-extract's)")
   cfg = decode_settings(run, method, beam_size, max_len)
   info = run.info
   spec = input_spec(run.model, run.params, info)
