@@ -18,7 +18,7 @@ from jaxcap import data as data_lib
 from jaxcap.evaluation import coco_metrics, server
 from jaxcap.features import extract
 from jaxcap.features import record as record_lib
-from jaxcap.models import pixels, registry
+from jaxcap.models import pixels
 from jaxcap.training import parallel, validation
 
 

@@ -13,8 +13,8 @@ import jax
 from jaxcap import config_files
 from jaxcap.data import render
 from jaxcap.data.synthetic import SyntheticScenes
-from jaxcap.training import checkpoint as ckpt_lib
 from jaxcap.training import train_lib
+from tests.training.test_train import set_fields
 
 TINY_VIT = '{"image_size": 32, "patch": 8, "dim": 32, "depth": 1, "num_heads": 2, "mlp_dim": 64}'
 
@@ -37,13 +37,7 @@ def pixels_config(scenes: str, **overrides):
   c.backbone.fields = TINY_VIT
   c.update(num_train_steps=6, batch_size=8, eval_every_steps=1000, checkpoint_every_steps=1,
            keep_checkpoints=10, async_checkpoints=False, test_after_training=False)
-  for k, v in overrides.items():
-    node = c
-    *path, last = k.split(".")
-    for p in path:
-      node = node[p]
-    node[last] = v
-  return c
+  return set_fields(c, overrides)
 
 
 def _backbone_params(workdir, step):

@@ -27,6 +27,11 @@ REPO = Path(__file__).resolve().parents[2]
 def tiny_config(**overrides) -> ml_collections.ConfigDict:
   c = config_files.load("transformer.py:synthetic,tiny")
   c.update(num_train_steps=8, eval_every_steps=1000, test_after_training=False)
+  return set_fields(c, overrides)
+
+
+def set_fields(c: ml_collections.ConfigDict, overrides: dict) -> ml_collections.ConfigDict:
+  """``c`` with ``{"section.field": value}`` set."""
   for k, v in overrides.items():
     node = c
     *path, last = k.split(".")
