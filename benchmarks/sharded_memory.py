@@ -178,4 +178,5 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-  main()
+  from jaxcap.cli import run_script
+  run_script(main)

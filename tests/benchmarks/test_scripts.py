@@ -193,6 +193,8 @@ BAD_FLAGS = [
     ("run.py", ["--captions", "0"], "--captions"),
     ("run.py", ["--set", "nope=1"], "--set"),
     ("tpgn.py", ["--steps", "0"], "--steps"),
+    ("sharded_memory.py", ["--rules", "replicated,zero3"], "--rules"),
+    ("sharded_memory.py", ["--remat", "2"], "--remat"),
     ("export.py", ["--batches", "1,0"], "--batches"),
     ("export.py", ["--repeats", "0"], "--repeats"),
     ("decode_aux.py", ["--repeats", "0"], "--repeats"),
