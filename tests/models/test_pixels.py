@@ -3,6 +3,8 @@ the backbone's features as jaxcap-extract's files and training's reader give the
 reach the backbone unless it is frozen; the backbone's optimiser holds still for
 ``backbone.freeze_steps`` updates, then starts as a fresh Adam."""
 
+import functools
+
 import numpy as np
 import pytest
 import jax
@@ -143,3 +145,26 @@ def test_a_resnet_batch_norm_statistics_are_frozen():
   assert "batch_stats" in model.frozen_collections
   assert model.required_inputs()[-1] == "pixels" and "image" not in model.required_inputs()
   assert isinstance(model, base.CaptionModel)
+
+
+@pytest.mark.parametrize("name,fields", [("vit_b16", TINY_VIT), ("resnet50", TINY_RESNET)])
+def test_backbone_remat_gives_the_same_numbers(name, fields):
+  """``remat`` (backbone.remat) recomputes the blocks' activations: the same variables, outputs
+  and gradients."""
+  module = features.build(name, **fields)
+  images = jnp.asarray(_images(2, fields.get("image_size", 32)))
+  variables = module.init(jax.random.PRNGKey(0), images)
+  remat = module.clone(remat=True)
+  assert jax.tree.structure(remat.init(jax.random.PRNGKey(0), images)) == jax.tree.structure(variables)
+
+  def loss(m, params):
+    out = m.apply(dict(variables, params=params), images)
+    return out["att"].sum() + out["fc"].sum()
+
+  # jax.checkpoint's primitive ("remat2" in JAX 0.10) is in the remat model's program only.
+  programs = [str(jax.make_jaxpr(functools.partial(loss, m))(variables["params"])) for m in (module, remat)]
+  has_remat = lambda text: "remat" in text or "checkpoint[" in text
+  assert not has_remat(programs[0]) and has_remat(programs[1])
+  for a, b in zip(jax.tree.leaves(jax.grad(functools.partial(loss, module))(variables["params"])),
+                  jax.tree.leaves(jax.grad(functools.partial(loss, remat))(variables["params"]))):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
