@@ -60,13 +60,24 @@ def _parse(argv):
   return p, p.parse_args(argv)
 
 
+def _force_devices(argv) -> None:
+  """``--devices N``: N host devices (``XLA_FLAGS``), set before JAX's backend starts."""
+  pre = argparse.ArgumentParser(add_help=False)
+  pre.add_argument("--devices", default="0")
+  known, _ = pre.parse_known_args(argv)
+  if known.devices.isdigit() and int(known.devices):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                               f" --xla_force_host_platform_device_count={int(known.devices)}").strip()
+
+
 def main(argv=None) -> dict:
   p, a = _parse(argv)
-  if a.devices:
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
-                               f" --xla_force_host_platform_device_count={a.devices}").strip()
   import numpy as np
   import jax
+  if a.devices and jax.devices()[0].platform == "cpu" and jax.device_count() != a.devices:
+    p.error(f"--devices: {a.devices} host devices asked, JAX started with {jax.device_count()} "
+            "(XLA_FLAGS is read once, when JAX's backend starts); expected the flag on the "
+            "command line of this script")
   import jax.numpy as jnp
   import ml_collections
   import common
@@ -178,5 +189,6 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
+  _force_devices(sys.argv[1:])  # before anything starts JAX's backend
   from jaxcap.cli import run_script
   run_script(main)

@@ -35,7 +35,7 @@ TINY = {
     "sharded_memory.py": ["--fields", '{{"image_size": 32, "patch": 8, "dim": 32, "depth": 1, "num_heads": 2, "mlp_dim": 64}}',  # str.format
                           "--size", "32", "--set", "dim=32,num_heads=2,ff_dim=64,num_layers=1,num_dec_layers=1",
                           "--vocab", "50", "--words", "5", "--batch", "8", "--remat", "0,1", "--min_elements", "256",
-                          "--steps", "1", "--out", "{tmp}/bench.json"],
+                          "--steps", "1", "--devices", "8", "--out", "{tmp}/bench.json"],
     "tpgn.py": ["--d", "3", "--batch", "4", "--vocab", "50", "--words", "5", "--steps", "1"],
     "clip_score.py": ["--pairs", "3", "--size", "tiny", "--batch", "2", "--out", "{tmp}/bench.json"],
     "clip_reward_step.py": ["--config", "configs/transformer.py:synthetic,tiny", "--clip", "tiny", "--batch", "8",
