@@ -354,28 +354,24 @@ class ImageFiles(base.FeatureReader):
     return self.paths[i]
 
   def read(self, i: int) -> dict:
-    from jaxcap.images import read_image, unreadable_reason
-    path = self.paths[i]
-    try:
-      return {"pixels": read_image(path, self.image_size)}
-    except FileNotFoundError:
-      raise ValueError(f"{path}: no such image file (data.images_dir); expected the image of "
-                       "its dataset JSON entry") from None
-    except Exception as e:  # Pillow's errors of a damaged or foreign file
-      raise ValueError(f"{path}: {unreadable_reason(e)}; expected an image file") from None
+    from jaxcap.images import read_image
+    return {"pixels": self._opened(i, lambda path: read_image(path, self.image_size))}
 
   def check_file(self, i: int) -> None:
     """The file is there and Pillow reads its header (the check before training)."""
     from PIL import Image
+    self._opened(i, lambda path: Image.open(path).close())
+
+  def _opened(self, i: int, fn):
+    """``fn(path)`` of image ``i``; a missing or unreadable file is one line naming it."""
     from jaxcap.images import unreadable_reason
     path = self.paths[i]
     if not os.path.isfile(path):
       raise ValueError(f"{path}: no such image file (data.images_dir); expected the image of "
                        "its dataset JSON entry")
     try:
-      with Image.open(path):
-        pass
-    except Exception as e:
+      return fn(path)
+    except Exception as e:  # Pillow's errors of a damaged or foreign file
       raise ValueError(f"{path}: {unreadable_reason(e)}; expected an image file") from None
 
 

@@ -32,9 +32,6 @@ import flax.linen as nn
 from jaxcap.data.base import grid_boxes
 from jaxcap.models import base
 
-BACKBONE = "backbone"  # the variables' key of the backbone's parameters (the optimiser's label)
-
-
 class FromPixels(base.CaptionModel):
   """``backbone`` (pixels -> ``{"fc" [B, D], "att" [B, g, g, D]}``) then ``captioner``."""
   backbone: nn.Module

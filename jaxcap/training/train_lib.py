@@ -79,9 +79,8 @@ class Trainer:
   def initial_state(self):
     """A fresh run's train state, placed by :attr:`state_shardings` (the parameters are
     initialised straight into their shards: a model too large for one device never is whole)."""
-    batch = sample_batch(self.dataset, "train", min(2, self.num_train))
     shardings = self.state_shardings
-    params = init_params(self.model, batch, self.config.seed, self.mesh, shardings.params)
+    params = init_params(self.model, self._init_batch, self.config.seed, self.mesh, shardings.params)
     rng = steps.rng_key(self.config.seed + 1, self.config)
     return jax.jit(lambda p, r: steps.create_state(p, self.tx, r),
                    out_shardings=shardings, donate_argnums=0)(params, rng)
@@ -91,11 +90,15 @@ class Trainer:
     """The train state's ``NamedSharding`` tree under ``config.sharding`` on :attr:`mesh`
     (:func:`jaxcap.training.sharding.shardings`): every jitted step takes and returns the state
     so, checkpoints restore into it."""
-    batch = sample_batch(self.dataset, "train", min(2, self.num_train))
     shapes = jax.eval_shape(lambda: steps.create_state(
-        init_params(self.model, batch, self.config.seed, self.mesh), self.tx,
+        init_params(self.model, self._init_batch, self.config.seed, self.mesh), self.tx,
         steps.rng_key(self.config.seed + 1, self.config)))
     return sharding_lib.shardings(shapes, self.mesh, self.sharding_rule)
+
+  @functools.cached_property
+  def _init_batch(self) -> dict:
+    """The batch the variables are initialised on (its shapes; read once)."""
+    return sample_batch(self.dataset, "train", min(2, self.num_train))
 
   # ---------------------------------------------------------------- jitted steps
   @functools.cached_property
