@@ -145,6 +145,10 @@ class Run:
     info: the dataset's ``info`` dict (feature sizes, vocabulary size, ...).
     model: the flax ``CaptionModel``.
     params: the variables dict given to ``model.apply`` (``{"params": ..., ...}``).
+    feature_model, feature_params, feature_info: what decodes a batch of features
+      (:meth:`caption`): the run's model, variables and info, or for a run from pixels
+      (``config.backbone``) its captioner, the captioner's variables and the info of its
+      features (images go through :meth:`backbone`, the trained one).
     workdir: where it was loaded from (None for a run built in memory).
     step: the checkpoint's training step.
     ablations: the fields changed by :meth:`ablate` so far.
@@ -155,6 +159,10 @@ class Run:
                step: int | None = None, dataset=None, ablations: dict | None = None, mesh=None):
     self.config, self.vocab, self.info = config, vocab, dict(info)
     self.model, self.params = model, params
+    self.feature_model, self.feature_params, self.feature_info = model, params, self.info
+    if isinstance(model, pixels.FromPixels):
+      self.feature_model, self.feature_params = model.captioner, pixels.split_variables(model, params)[1]
+      self.feature_info = {k: v for k, v in self.info.items() if k != "image_size"}
     self.workdir, self.step = workdir, step
     self.ablations = dict(ablations or {})
     self._dataset, self._mesh = dataset, mesh
@@ -186,7 +194,7 @@ class Run:
   def batch(self, features) -> dict:
     """The batch dict :meth:`caption` decodes for ``features``
     (:func:`jaxcap.data.batch.from_features`: the forms :meth:`caption` lists, each checked)."""
-    return batch_lib.from_features(features, self.info, self.model)
+    return batch_lib.from_features(features, self.feature_info, self.feature_model)
 
   def decode_config(self, method: str | None = None, beam_size: int | None = None, **options) -> dict:
     """The decoding options: the run's ``config.decode`` with the given ones replacing it."""
@@ -206,7 +214,7 @@ class Run:
       :class:`jaxcap.decoding.DecodeOutput` of numpy arrays: ``tokens`` int32 ``[B, T]``
       (greedy) or ``[B, K | n, T]`` (beams best first / samples), ``aux`` ``[B, (K,) T, ...]``.
     """
-    return inference.decode_features(self.model, self.params, self.vocab, self.batch(features),
+    return inference.decode_features(self.feature_model, self.feature_params, self.vocab, self.batch(features),
                                      self.decode_config(method, beam_size, **options),
                                      batch_size=batch_size, seed=seed, return_aux=return_aux)
 
@@ -247,21 +255,44 @@ class Run:
   # ---------------------------------------------------------------- image files
   def backbone(self, weights: str | None = None):
     """The extractor the run's features came from (:func:`jaxcap.run_dir.backbone`), built
-    once per ``weights``."""
+    once per ``weights``; for a run from pixels its trained backbone
+    (:class:`jaxcap.models.pixels.TrainedBackbone`, no ``weights``: they are the checkpoint's)."""
+    if self.from_pixels:
+      if weights is not None:
+        raise ValueError(f"{weights}: this run trained its backbone ({self.config.backbone.name}); "
+                         "expected no weights file (the backbone's weights are the checkpoint's)")
+      if None not in self._backbones:
+        self._backbones[None] = pixels.TrainedBackbone(
+            self.config.backbone.name, self.model.backbone, pixels.split_variables(self.model, self.params)[0],
+            self.info["image_size"], self.workdir, self.step)
+      return self._backbones[None]
     if weights not in self._backbones:
       self._backbones[weights] = run_dir.backbone(self.workdir, weights)
     return self._backbones[weights]
+
+  @property
+  def from_pixels(self) -> bool:
+    """Whether the run reads pixels and trained its backbone (``config.backbone``)."""
+    return isinstance(self.model, pixels.FromPixels)
+
+  @property
+  def image_layout(self):
+    """The data fields :func:`jaxcap.data.base.image_features_batch` lays a backbone's features
+    out by: the run's ``config.data``, or for a run from pixels the layout its model gives them
+    (:data:`jaxcap.models.pixels.FEATURE_LAYOUT`)."""
+    return pixels.FEATURE_LAYOUT if self.from_pixels else self.config.data
 
   def image_batch(self, images, weights: str | None = None, *, batch_size: int = 16) -> dict:
     """The batch :meth:`caption_images` decodes: the recorded backbone's features of ``images``
     laid out as the run's reader lays out extracted files
     (:func:`jaxcap.data.base.image_features_batch`)."""
     fc_BxD, att_BxCxD = self.backbone(weights).features(images, batch_size)
-    return data_base.image_features_batch(fc_BxD, att_BxCxD, self.config.data, self.info)
+    return data_base.image_features_batch(fc_BxD, att_BxCxD, self.image_layout, self.feature_info)
 
   def caption_images(self, images, weights: str | None = None, *, batch_size: int = 16,
                      **decode_options) -> list[str | None]:
-    """Captions image files and / or pixel arrays with the backbone the run's features came from.
+    """Captions image files and / or pixel arrays with the backbone the run's features came from
+    (a run from pixels: its trained backbone, :meth:`backbone`).
 
     A file that cannot be read (missing, truncated, not an image) is skipped with one
     ``warning:`` line on stderr naming it, as ``jaxcap-extract`` skips it, and its caption is
@@ -271,7 +302,7 @@ class Run:
       images: one or a list of image file paths and / or uint8 RGB ``[H, W, 3]`` arrays, read
         as ``jaxcap-extract`` reads files (EXIF orientation, RGB, the recorded square ``size``).
       weights: the backbone's ``.safetensors`` file, whose sha256 must be the one the run's
-        ``features.json`` records; None for a run on random-weight features.
+        ``features.json`` records; None for a run on random-weight features or from pixels.
       batch_size: images per backbone and decoder call. Fewer images are padded to the next
         power of two (1, 2, 4, ... up to ``batch_size``), more go in chunks of ``batch_size``:
         captioning 3, then 5, then 6 images compiles for 4 and 8 only.
@@ -290,7 +321,7 @@ class Run:
     pixels, kept = backbone.read(images, skip_unreadable=True)
     size = _bucket(len(kept), batch_size)
     fc_BxD, att_BxCxD = backbone.pixel_features(pixels, size)
-    batch = data_base.image_features_batch(fc_BxD, att_BxCxD, self.config.data, self.info)
+    batch = data_base.image_features_batch(fc_BxD, att_BxCxD, self.image_layout, self.feature_info)
     if len(kept) < size:  # The decoder's shapes are the bucket's too (caption pads only to B).
       batch = {k: v if v is None else np.concatenate([v, np.repeat(v[-1:], size - len(kept), axis=0)])
                for k, v in batch.items()}
@@ -386,7 +417,7 @@ class Run:
   def plot_words(self, features, out_prefix: str, *, index: int = 0, columns: int = 6) -> list[str]:
     """The per-word figures (attention over the boxes, ETA's gate, AAT's steps) of the greedy
     caption of image ``index`` of ``features`` (:func:`jaxcap.analysis.words.plot_run_words`)."""
-    return words.plot_run_words(self.model, self.params, self.vocab, self.batch(features),
+    return words.plot_run_words(self.feature_model, self.feature_params, self.vocab, self.batch(features),
                                 int(self.decode_config().get("max_len", 16)), out_prefix,
                                 index=index, columns=columns)
 
@@ -408,17 +439,24 @@ class Run:
     if isinstance(self.model, ensemble.Ensemble):
       raise ValueError("ablate: this run is an ensemble; ablate its members, then ensemble them "
                        "with jaxcap.load_ensemble")
-    names = sorted(f.name for f in dataclasses.fields(self.model) if f.name not in ("parent", "name"))
+    from_pixels = isinstance(self.model, pixels.FromPixels)
+    target = self.model.captioner if from_pixels else self.model  # a run from pixels: its captioner's
+    names = sorted(f.name for f in dataclasses.fields(target) if f.name not in ("parent", "name"))
     inputs = {k: v for k, v in fields.items()
-              if k in getattr(self.model, "ablation_inputs", ()) and v is not None}
-    fields = {k: v for k, v in fields.items() if k not in getattr(self.model, "ablation_inputs", ())}
+              if k in getattr(target, "ablation_inputs", ()) and v is not None}
+    fields = {k: v for k, v in fields.items() if k not in getattr(target, "ablation_inputs", ())}
     unknown = [k for k in fields if k not in names]
     if unknown:
       raise ValueError(f"ablate: model {self._name()!r} has no field {unknown[0]!r}; its fields are "
                        f"{', '.join(names)}")
-    model, params = self.model.clone(**fields), self.params
+    if from_pixels and inputs:
+      raise ValueError(f"ablate: {sorted(inputs)[0]} is an input of a feature run's model; this run "
+                       "reads pixels (config.backbone); expected model fields only")
+    model, params = target.clone(**fields), self.params
     for k, v in inputs.items():
       params = model.with_ablation_input(params, k, v)
+    if from_pixels:
+      model = self.model.clone(captioner=model)
     check_fits(model, params, self.info, f"ablate({', '.join(f'{k}={v!r}' for k, v in fields.items())})")
     config = copy.deepcopy(self.config)
     with config.unlocked() if hasattr(config, "unlocked") else contextlib.nullcontext():

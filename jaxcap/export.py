@@ -11,7 +11,9 @@ Dimension legend: b the symbolic batch size, N ``max_regions``, F ``feature_dim`
   record), the input spec (which batch keys the encoder reads, their shapes and dtypes) and
   what each function returns;
 - ``params.npz`` (the model's variables) and ``backbone.npz`` (the image backbone's, when the
-  run has one), each array once, in ``jax.tree.leaves`` order;
+  run has one: its ``features.json`` backbone, or for a run from pixels the trained backbone,
+  whose captioner's variables are then ``params.npz``), each array once, in ``jax.tree.leaves``
+  order;
 - ``greedy.jaxexport`` and ``beam.jaxexport``: ``jax.export`` of ``(param leaves, batch) ->
   {"tokens" [b, T], "attention" [b, T, ...]}`` (beam search's best hypothesis), encoder and
   search in one program; ``features.jaxexport``: ``(backbone leaves, images uint8 [b, S, S, 3])
@@ -118,7 +120,7 @@ def decode_settings(run, method=None, beam_size=None, max_len=None) -> dict:
 def _decoders(run, cfg: dict, treedef):
   """``{"greedy": fn, "beam": fn}``, each ``(param leaves, batch) -> {"tokens", "attention"?}``,
   and whether the model's decode step returns ``aux["attention"]``."""
-  model = run.model
+  model = run.feature_model
   bad = decoding.bad_ending_ids(run.vocab) if cfg["remove_bad_endings"] else ()
   common = dict(max_len=int(cfg["max_len"]), suppress_unk=bool(cfg["suppress_unk"]),
                 min_len=int(cfg["min_len"]), bad_endings=bad)
@@ -150,7 +152,7 @@ def _decoders(run, cfg: dict, treedef):
 def _image_layout(run, record: dict, spec: dict):
   """``(module, layout)``: the recorded backbone and ``layout(fc [b, D], att [b, C, D]) ->
   batch`` in JAX, what :func:`jaxcap.data.base.image_features_batch` computes in numpy."""
-  info, get = run.info, run.config.data.get
+  info, get = run.info, run.image_layout.get
   n, grid = int(info["max_regions"]), bool(get("grid", False))
   if get("att_dir") and get("box_dir") and not grid:
     raise ValueError(f"export: this run read region boxes from data.box_dir={get('box_dir')!r}; "
@@ -196,16 +198,12 @@ def export(run, path: str, *, method: str | None = None, beam_size: int | None =
       weights missing or not the recorded ones, features whose width is not the run's).
   """
   log = log or (lambda s: print(s, file=sys.stderr, flush=True))
-  if run.info.get("image_size"):
-    # The artefact's programs and its loader take region features (or images through a
-    # features.json backbone); a model reading pixels itself has neither input yet.
-    raise ValueError(f"{run.workdir or 'run'}: a run from pixels (config.backbone="
-                     f"{run.config.backbone.name!r}) is not exportable yet; expected a run on "
-                     "feature files (jaxcap-extract's)")
   cfg = decode_settings(run, method, beam_size, max_len)
-  info = run.info
-  spec = input_spec(run.model, run.params, info)
-  leaves, treedef = jax.tree.flatten(jax.device_get(run.params))
+  info = run.feature_info
+  # A run from pixels exports as a feature run whose backbone is its trained one: the decoders
+  # take its captioner's features, features.jaxexport computes them from images.
+  spec = input_spec(run.feature_model, run.feature_params, info)
+  leaves, treedef = jax.tree.flatten(jax.device_get(run.feature_params))
   leaves = [np.asarray(x) for x in leaves]
   scope = jax.export.SymbolicScope()
   batch_specs = _symbolic(spec, scope)
@@ -216,7 +214,12 @@ def export(run, path: str, *, method: str | None = None, beam_size: int | None =
     outputs[name] = {k: [str(d) for d in a.shape] for k, a in
                      zip(sorted(exp.out_tree.unflatten(range(len(exp.out_avals)))), _sorted_avals(exp))}
 
-  record = run_dir.read_features_record(run.workdir) if run.workdir else None
+  if run.from_pixels:
+    if weights is not None:
+      run.backbone(weights)  # its one-line refusal: the weights are the checkpoint's
+    record = run.backbone().record
+  else:
+    record = run_dir.read_features_record(run.workdir) if run.workdir else None
   bb_meta, bb_leaves = None, None
   if record is not None and backbone:
     size = extract_lib.parse_size(record["size"], "features.json: size")
@@ -224,7 +227,7 @@ def export(run, path: str, *, method: str | None = None, beam_size: int | None =
       log("note: the run's features were extracted at each image's native size; the backbone is "
           "not exported (caption features, or re-extract with a fixed --size)")
     else:
-      bb = run_dir.backbone(run.workdir, weights)
+      bb = run.backbone(weights)
       dim = int(record.get("feature_dim") or 0)
       if dim and dim != int(info["feature_dim"]):
         raise ValueError(f"export: features.json records feature_dim={dim}, the run has "

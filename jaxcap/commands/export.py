@@ -5,7 +5,8 @@
   python -m jaxcap.commands.export --workdir RUN --out FILE     # the same without the console script
 
 The file (:mod:`jaxcap.export`) holds the encoder, greedy and beam search, the image backbone when
-the run has a ``features.json`` (jaxcap-extract's features), the parameters, the vocabulary,
+the run has a ``features.json`` (jaxcap-extract's features) or was trained from pixels (its
+trained backbone), the parameters, the vocabulary,
 the decoding settings (the run's ``config.decode``, with ``--method`` / ``--beam_size`` /
 ``--max_len`` replacing it) and the run's identity (config hash, step). ``jaxcap.serving.load``
 reads it back (no flax, no jaxcap model). Exit 0; 2 on bad input (one ``error:`` line, nothing

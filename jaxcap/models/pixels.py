@@ -15,6 +15,12 @@ decoding, SCST, ensembles, export and serving carry it unchanged. The variables 
 ``batch_stats``, frozen: fine-tuning uses the running averages, as captioning work does with a
 batch of a few images per device).
 
+A trained run splits back into the two (:func:`split_variables`): its backbone as a
+:class:`TrainedBackbone` (what ``jaxcap-extract``'s record rebuilds for a feature run: read
+images, compute ``fc`` / ``att``) and its captioner decoding feature batches laid out by
+:data:`FEATURE_LAYOUT`, so ``Run.caption_images``, ``jaxcap-serve`` and ``jaxcap-export`` treat
+a run from pixels as a feature run whose backbone is the trained one.
+
 ``freeze_backbone`` stops the gradient at the backbone's output, so XLA drops the backbone's
 backward pass: the program of the "features first" phase (the backbone's optimiser is also held
 still then: :func:`jaxcap.training.optim.make_optimizer`).
@@ -30,7 +36,14 @@ import jax.numpy as jnp
 import flax.linen as nn
 
 from jaxcap.data.base import grid_boxes
+from jaxcap.features import record as record_lib
+from jaxcap.features import registry as backbones
 from jaxcap.models import base
+
+# The data fields under which jaxcap.data.base.image_features_batch lays a backbone's output out
+# as FromPixels.features does: the att grid's cells as regions with grid boxes, fc as the global
+# feature (the values only need to be set; no file is read).
+FEATURE_LAYOUT = {"att_dir": "backbone", "fc_dir": "backbone", "grid": True}
 
 class FromPixels(base.CaptionModel):
   """``backbone`` (pixels -> ``{"fc" [B, D], "att" [B, g, g, D]}``) then ``captioner``."""
@@ -107,6 +120,34 @@ class FromPixels(base.CaptionModel):
 
   def decode_train(self, enc, tokens, train: bool = False, **kwargs):
     return self.captioner.decode_train(enc, tokens, train=train, **kwargs)
+
+
+def split_variables(model: FromPixels, variables: dict) -> tuple[dict, dict]:
+  """``(backbone variables, captioner variables)`` of a :class:`FromPixels` run's variables:
+  each collection's ``backbone`` / ``captioner`` subtree (a ResNet's ``batch_stats`` go with
+  the backbone)."""
+  del model  # the layout is FromPixels' own: {collection: {"backbone": ..., "captioner": ...}}
+  parts = ({}, {})
+  for col, tree in variables.items():
+    for part, name in zip(parts, ("backbone", "captioner")):
+      if name in tree:
+        part[col] = tree[name]
+  return parts
+
+
+class TrainedBackbone(record_lib.Backbone):
+  """A run's trained backbone with the interface of the extractor a ``features.json`` record
+  rebuilds (``size``, ``module``, ``variables``, ``read``, ``features``, ``pixel_features``):
+  images read as ``jaxcap-extract`` reads them at the run's ``data.image_size``, features as
+  ``FromPixels.features`` computes them (float32)."""
+
+  def __init__(self, name: str, module, variables: dict, size: int, workdir: str | None = None,
+               step: int | None = None):  # pylint: disable=super-init-not-called
+    # Nothing to check or load: the weights are the run's own (no record, no weights file).
+    self.module, self.variables, self.size = module, variables, int(size)
+    self.record = {"backbone": name, "size": self.size,
+                   "weights": {"trained": True, "workdir": workdir, "step": step}}
+    self._extract = backbones.make_extract(module)
 
 
 def backbone_info(backbone) -> dict:

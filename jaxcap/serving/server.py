@@ -152,7 +152,9 @@ class RunBackend:
     self.max_regions = int(run.info["max_regions"])
     self.feature_dim = int(run.info["feature_dim"])
     self._backbone = None
-    self.has_backbone = bool(run.workdir) and os.path.exists(os.path.join(run.workdir, "features.json"))
+    # A run on jaxcap-extract's features (its features.json), or from pixels (its trained backbone).
+    self.has_backbone = getattr(run, "from_pixels", False) or (
+        bool(run.workdir) and os.path.exists(os.path.join(run.workdir, "features.json")))
     self._scenes = None
     self._png: dict[int, bytes] = {}
     self.examples = self._examples_split()
@@ -319,7 +321,8 @@ class RunBackend:
     size = _bucket(len(pixels), self.max_batch)
     stacked = pixels if self.backbone().size == "native" else np.stack(pixels)
     fc, att = self.backbone().pixel_features(stacked, size)
-    batch = data_base.image_features_batch(fc[:len(pixels)], att[:len(pixels)], self.run.config.data, self.info)
+    batch = data_base.image_features_batch(fc[:len(pixels)], att[:len(pixels)], self.run.image_layout,
+                                             self.run.feature_info)
     return self._pad(batch)
 
 
