@@ -50,9 +50,12 @@ if [[ "${SMALL:-0}" == 1 ]]; then  # smoke test of this script on a CPU
          --steps 1 --windows 1 --warmup 0)
   B50=2; B100=2; BIG=4,8; DEV=cpu; REFS=(--small --device cpu)
   PI=40; PSHAPE=(--set dim=16,num_heads=2,ff_dim=32,num_layers=1,num_dec_layers=1 --batches 2)
+  PXB=2,4; PXSHAPE=(--fields '{"image_size":32,"patch":8,"dim":32,"depth":1,"num_heads":2,"mlp_dim":64}'
+                    --size 32 --set dim=16,num_heads=2,ff_dim=32,num_layers=1,num_dec_layers=1 --vocab 50); PXS=2
 else
   SHAPE=(); B50=50; B100=100; BIG=200,800; DEV=cuda; REFS=()
   PI=600; PSHAPE=()
+  PXB=32,128; PXSHAPE=(); PXS=20  # ViT-B/16 at 224 px + the paper-sized Transformer (issue 58)
 fi
 # grain and ml_collections for the input pipeline's part, carried as wheels (.whl) to a bare image
 if [[ -d .whl ]]; then
@@ -88,20 +91,30 @@ PARTS=(
   "d8|--models transformer --what train --dtype bfloat16 --batch $B50 --set attention_impl=cudnn"
   "d9|--models transformer --what train --dtype bfloat16 --batch $B50 --dropout_bits 8"
   "d10|--models transformer --what train --dtype bfloat16 --batch $B50 --set vocab_pad_multiple=128"
+  # From pixels: images per second and memory per device at two batch sizes, remat off / on, in
+  # bfloat16; both rules (on one GPU FSDP places everything on the one device: the same program)
+  "d11|@sharded --batch $PXB --rules replicated,fsdp --remat 0,1 --dtype bfloat16 --steps $PXS"
 )
 # cmd_of ARGS: the command of a part's arguments ("@pipeline ..." is benchmarks/input_pipeline.py)
 cmd_of() {
   case $1 in
     @pipeline*) echo "env PYTHONPATH=$WORK/site $PY benchmarks/input_pipeline.py ${PSHAPE[*]} ${1#@pipeline }" ;;
+    @sharded*) echo "$PY benchmarks/sharded_memory.py ${PXSHAPE[*]} ${1#@sharded }" ;;
     *) echo "${RUN[*]} $1" ;;
   esac
 }
 # the arguments that make a part's run a compile-only one (argparse keeps an option's last value)
 # (the loop keeps its step count: its learning-rate schedule is part of the compiled step)
-quick_of() { if [[ $1 == @pipeline* ]]; then echo "--batches 2 --threads 0"; else echo "--steps 1 --windows 1 --warmup 0"; fi; }
+quick_of() {
+  case $1 in
+    @pipeline*) echo "--batches 2 --threads 0" ;;
+    @sharded*) echo "--steps 0" ;;  # compiles every program (their memory), runs none
+    *) echo "--steps 1 --windows 1 --warmup 0" ;;
+  esac
+}
 # Precompile groups, one process each, all at once (a paper-sized compile takes 10-130 s),
 # items "part[:model]".
-PRECOMPILE=("d1" "d2" "d3" "d4" "d5" "d6" "d7" "d8" "d9" "d10")
+PRECOMPILE=("d1" "d2" "d3" "d4" "d5" "d6" "d7" "d8" "d9" "d10" "d11")
 # ONLY=d7,d8 keeps those parts (a later call for the rows an earlier one did not reach)
 if [[ -n "${ONLY:-}" ]]; then
   keep=(); for p in "${PARTS[@]}"; do [[ ",$ONLY," == *",${p%%|*},"* ]] && keep+=("$p"); done; PARTS=("${keep[@]}")

@@ -118,6 +118,11 @@ def test_next_session_command_runs_in_small_mode_and_is_collected(tmp_path, inde
     assert {("train", None, None, None), ("train", 8, "vocab_pad_multiple=128", None),
             ("scst", None, None, None), ("scst", None, None, True), ("scst_sample", None, None, True),
             ("scst_reward", None, None, None), ("scst_grad", None, None, None)} <= variants, variants
+  if any(script_parts[p].startswith("@sharded") for p in parts):  # from pixels (issue 58)
+    rows = records["sharded_memory"]["rows"]
+    assert {(x["rule"], x["remat"], x["batch"]) for x in rows} == {
+        (r, m, b) for r in ("replicated", "fsdp") for m in (False, True) for b in (2, 4)}
+    assert all(x["images_per_s"] > 0 and x["memory"]["total"] > 0 for x in rows)
   if pipeline:
     loop = [x for x in records["input_pipeline"]["rows"] if "loop_images_per_s" in x]
     assert loop and loop[0]["loop_images_per_s"] > 0
