@@ -162,6 +162,7 @@ PROMISES = [
     # Every table script writes its markdown table ({0}: the command's workdir).
     (r"(?:experiments/\w+/|jaxcap\.papers\.\w+\.)(?:table\d?|ablations)(?:\.py)? --workdir (\S+)", ["{0}/table.md"]),
     (r"experiments/pixels/run\.py --workdir (\S+)", ["{0}/table.md", "{0}/results.json"]),
+    (r"experiments/pixels/joint\.py --workdir (\S+)", ["{0}/table.md", "{0}/table.json"]),
     (r"-m jaxcap\.data\.render --out (\S+)(?!.*--names image_id)", ["{0}/captions.json", "{0}/images/test_00000.png"]),
     (r"benchmarks/run\.py", ["benchmarks/results"]),
     *papers.listed("README_PROMISES"),  # each paper's scripts
@@ -180,6 +181,7 @@ _SCRIPT_SHRINK = {
                                   "--eval_every 4 --batch_size 8 --seeds 0 --override model.dim=32 "
                                   "--override model.ff_dim=64 --override model.num_layers=1 "
                                   "--override model.num_dec_layers=1"),
+    "experiments/pixels/joint.py": "--seeds 0 --steps 3 --tiny --num_train 16 --num_val 8 --num_test 8 --size 32",
     "-m jaxcap.data.render": "--num_train 24 --num_val 8 --num_test 8 --size 32",
     "benchmarks/run.py": "--batch 4 --eval_batch 4 --steps 1 --windows 1 --warmup 0 --train_images 16 --set dim=32",
 }

@@ -4,6 +4,7 @@ the frozen phase (ExpansionNet v2's phases) or frozen throughout (random feature
 
   python experiments/pixels/joint.py --workdir runs/pixels_joint            # 3 seeds x 2 rows
   python experiments/pixels/joint.py --workdir runs/pixels_joint --seeds 0 --steps 40
+      [--num_train 1500 --num_val 200 --num_test 200 --size 64] [--tiny]
 
 Rows, both ``configs/pixels.py:synthetic,root=<workdir>/scenes`` (64 px, batch 50, the
 Transformer at CPU sizes, its Noam schedule; ``--steps`` steps, 1,000 by default):
@@ -14,8 +15,9 @@ Transformer at CPU sizes, its Noam schedule; ``--steps`` steps, 1,000 by default
   joint   backbone.freeze_steps = 300 (scaled with --steps): held still, then trained with its
           own Adam at backbone.learning_rate 1e-4
 
-``<workdir>/scenes`` is drawn first when missing (``jaxcap.data.render``: 1,500 / 200 / 200
-scenes of seed 0 at 64 px). Each (row, seed) trains with ``config.seed = seed`` in
+``<workdir>/scenes`` is drawn first when missing (``jaxcap.data.render``: ``--num_train`` /
+``--num_val`` / ``--num_test`` scenes of seed 0, 1,500 / 200 / 200 by default, at ``--size`` px,
+64). ``--tiny``: the config's tiny sizes (tests; ``configs/pixels.py:synthetic,tiny``). Each (row, seed) trains with ``config.seed = seed`` in
 ``<workdir>/<row>/seed<k>`` (a finished run, one with ``scores_test.json``, is read back) and
 tests its best validation checkpoint on the 200 test images, greedily. Written: ``table.md``
 (mean ± std, ddof = 1, x100; joint minus frozen CIDEr-D with a paired bootstrap 95 % interval,
@@ -38,8 +40,8 @@ SPLITS = dict(num_train=1500, num_val=200, num_test=200)
 SIZE = 64
 
 
-def row_config(row: str, scenes: str, steps: int = 0):
-  config = config_files.load(f"pixels.py:synthetic,root={scenes}")
+def row_config(row: str, scenes: str, steps: int = 0, tiny: bool = False):
+  config = config_files.load(f"pixels.py:synthetic,root={scenes}" + (",tiny" if tiny else ""))
   default_steps, default_freeze = config.num_train_steps, config.backbone.freeze_steps
   if steps:
     config.num_train_steps = steps
@@ -51,25 +53,30 @@ def row_config(row: str, scenes: str, steps: int = 0):
   return config
 
 
-def draw_scenes(out: str) -> None:
+def draw_scenes(out: str, splits: dict, size: int) -> None:
   from jaxcap.data import render
   from jaxcap.data.synthetic import SyntheticScenes
   if not os.path.exists(os.path.join(out, render.KARPATHY_FILE)):
-    render.write_dataset(out, SyntheticScenes(seed=0, **SPLITS), SIZE)
+    render.write_dataset(out, SyntheticScenes(seed=0, **splits), size)
 
 
 def main(argv=None):
+  from jaxcap import cli
   ap = experiment.argument_parser(__doc__, ROWS, tuple(ROWS))
+  for name, default in (*SPLITS.items(), ("size", SIZE)):
+    ap.add_argument(f"--{name}", type=cli.positive_int, default=default)
+  ap.add_argument("--tiny", action="store_true", help="the config's tiny sizes (tests)")
   args, rows, seeds = experiment.parse_args(ap, argv, ROWS)
+  splits = {k: getattr(args, k) for k in SPLITS}
   scenes = os.path.join(args.workdir, "scenes")
-  draw_scenes(scenes)
+  draw_scenes(scenes, splits, args.size)
 
   def workdir_of(row, seed):
     return os.path.join(args.workdir, row, f"seed{seed}")
 
   def run(row, seed):
     workdir = workdir_of(row, seed)
-    config = row_config(row, scenes, args.steps)
+    config = row_config(row, scenes, args.steps, args.tiny)
     config.seed = seed
     print(f"=== {row} seed {seed} -> {workdir}", flush=True)
     start = time.time()
@@ -90,8 +97,8 @@ def main(argv=None):
     results.append({"row": row, "backbone": ROWS[row], "config": f"configs/pixels.py:synthetic,root={scenes}",
                     "runs": runs, "joint_minus_frozen": paired.get(row),
                     "mean_std": {m: list(experiment.mean_std(r[m] for r in runs) or (None, None)) for m, _ in METRICS}})
-  caption = (f"synthetic_scenes as {SIZE} px PNGs ({SPLITS['num_train']} / {SPLITS['num_val']} / "
-             f"{SPLITS['num_test']}), ResNet-50 at 1/16 width (random init) + Transformer, "
+  caption = (f"synthetic_scenes as {args.size} px PNGs ({splits['num_train']} / {splits['num_val']} / "
+             f"{splits['num_test']}), ResNet-50 at 1/16 width (random init) + Transformer, "
              f"cross-entropy; mean ± std (ddof = 1) over seeds {','.join(map(str, seeds))}, test "
              "split, x100; the paired column: joint minus frozen per test image (seeds averaged), "
              "paired bootstrap 95 % interval.")

@@ -168,3 +168,29 @@ def test_backbone_remat_gives_the_same_numbers(name, fields):
   for a, b in zip(jax.tree.leaves(jax.grad(functools.partial(loss, module))(variables["params"])),
                   jax.tree.leaves(jax.grad(functools.partial(loss, remat))(variables["params"]))):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name,fields", [("vit_b16", TINY_VIT), ("resnet50", TINY_RESNET)])
+def test_bfloat16_is_a_switch_of_the_backbone_and_the_captioner(name, fields):
+  """``config.dtype=bfloat16`` (the backbone's and the captioner's compute dtype, float32
+  parameters): the same parameters give bfloat16 features and logits close to float32's."""
+  size = fields.get("image_size", 32)
+  cap_fields = dict(dim=32, num_heads=4, ff_dim=64, num_layers=1, num_dec_layers=1, dropout=0.0)
+  f32, _, _, info = _joint(name, fields, **cap_fields)
+  b16 = pixels.FromPixels(backbone=features.build(name, **fields, dtype="bfloat16"),
+                          captioner=registry.build({"name": "transformer", **cap_fields, "dtype": "bfloat16"}, info))
+  px = jnp.asarray(_images(2, size))
+  tokens = jnp.asarray(np.random.default_rng(1).integers(4, VOCAB, (2, 2, WORDS)), jnp.int32)
+  variables = f32.init(jax.random.PRNGKey(0), {"pixels": px}, tokens)
+  assert all(x.dtype == jnp.float32 for x in jax.tree.leaves(variables["params"]))
+  feats = {m: m.apply(variables, px, method="features")["feats"] for m in (f32, b16)}
+  scale = float(jnp.abs(feats[f32]).max())
+  gap = float(jnp.abs(feats[b16].astype(jnp.float32) - feats[f32]).max())
+  assert 1e-4 * scale < gap < 0.05 * scale
+
+  def logits(m):
+    return m.apply(variables, {"pixels": px}, tokens)[0]
+
+  lf, lb = logits(f32), logits(b16)
+  gap = float(jnp.abs(lb.astype(jnp.float32) - lf).max())
+  assert 1e-4 < gap < 0.05 * float(jnp.abs(lf).max()) + 0.05

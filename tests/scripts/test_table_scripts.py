@@ -441,3 +441,26 @@ def test_mnmt_table2_validates_and_tests_the_best_step(tmp_path):
   assert res["best_step"] in (3, 6) and res["best_val_BLEU"] == max(b for _, b in res["val_curve"])
   md = (tmp_path / "table.md").read_text()
   assert "decoder `nmtpy`" in md and "| val BLEU (best) | at step | last-quarter gain |" in md
+
+
+def test_pixels_joint_rows_differ_only_in_the_frozen_phase(tmp_path):
+  joint = _load("experiments/pixels/joint.py")
+  frozen, trained = (joint.row_config(r, str(tmp_path), 900) for r in ("frozen", "joint"))
+  assert frozen.backbone.freeze_steps == 900 and trained.backbone.freeze_steps == 270  # 300 of 1,000
+  flat = lambda c: {k: v for k, v in c.to_dict().items() if k != "backbone"}
+  assert flat(frozen) == flat(trained)
+  assert {k: v for k, v in frozen.backbone.items() if k != "freeze_steps"} == \
+      {k: v for k, v in trained.backbone.items() if k != "freeze_steps"}
+
+
+@pytest.mark.slow
+def test_pixels_joint_table_trains_both_rows_and_resumes(tmp_path):
+  args = ["--workdir", str(tmp_path / "w"), "--seeds", "0", "--steps", "3", "--tiny",
+          "--num_train", "16", "--num_val", "8", "--num_test", "8", "--size", "32"]
+  _run("experiments/pixels/joint.py", *args, timeout=600)
+  rows = json.loads((tmp_path / "w" / "table.json").read_text())
+  assert [r["row"] for r in rows] == ["frozen", "joint"]
+  assert [r["runs"][0]["freeze_steps"] for r in rows] == [3, 1]
+  assert rows[1]["joint_minus_frozen"] and "|" in (tmp_path / "w" / "table.md").read_text()
+  again = _run("experiments/pixels/joint.py", *args, timeout=600)  # read back: trains nothing
+  assert "===" not in again, again[-2000:]
