@@ -26,6 +26,7 @@ per test image, each row's seeds averaged) and ``table.json`` (per seed, with se
 
 from __future__ import annotations
 
+import json
 import os
 import time
 
@@ -58,6 +59,20 @@ def draw_scenes(out: str, splits: dict, size: int) -> None:
   from jaxcap.data.synthetic import SyntheticScenes
   if not os.path.exists(os.path.join(out, render.KARPATHY_FILE)):
     render.write_dataset(out, SyntheticScenes(seed=0, **splits), size)
+
+
+def train_losses(workdir: str, cut: int) -> dict:
+  """From the run's ``metrics.jsonl``: the last logged training loss up to step ``cut`` (the
+  joint row's end of the frozen phase: both rows are the same run up to there) and its mean over
+  the last tenth of the steps."""
+  rows = [json.loads(line) for line in open(os.path.join(workdir, "metrics.jsonl"))]
+  loss = {r["step"]: r["train/loss"] for r in rows if "train/loss" in r}
+  if not loss:
+    return {"loss_end_frozen": None, "loss_last": None}
+  n = max(loss)
+  at = max((s for s in loss if s <= cut), default=None)
+  last = [v for s, v in loss.items() if s > n - max(1, n // 10)]
+  return {"loss_end_frozen": loss.get(at), "loss_last": sum(last) / len(last)}
 
 
 def main(argv=None):
@@ -93,19 +108,23 @@ def main(argv=None):
         "frozen", ["joint"], lambda row, seed: os.path.join(workdir_of(row, seed), "scores_test.json"), seeds)
   results = []
   for row in rows:
-    runs = [grid[row][s] for s in seeds]
+    cut = row_config("joint", scenes, args.steps, args.tiny).backbone.freeze_steps
+    runs = [dict(grid[row][s], **train_losses(workdir_of(row, s), cut)) for s in seeds]
     results.append({"row": row, "backbone": ROWS[row], "config": f"configs/pixels.py:synthetic,root={scenes}",
                     "runs": runs, "joint_minus_frozen": paired.get(row),
-                    "mean_std": {m: list(experiment.mean_std(r[m] for r in runs) or (None, None)) for m, _ in METRICS}})
+                    "mean_std": {m: list(experiment.mean_std(r[m] for r in runs) or (None, None))
+                                 for m in (*(m for m, _ in METRICS), "loss_end_frozen", "loss_last")}})
   caption = (f"synthetic_scenes as {args.size} px PNGs ({splits['num_train']} / {splits['num_val']} / "
              f"{splits['num_test']}), ResNet-50 at 1/16 width (random init) + Transformer, "
              f"cross-entropy; mean ± std (ddof = 1) over seeds {','.join(map(str, seeds))}, test "
              "split, x100; the paired column: joint minus frozen per test image (seeds averaged), "
              "paired bootstrap 95 % interval.")
   table = experiment.markdown_table(
-      ["backbone", "seeds", *(h for _, h in METRICS), "CIDEr-D joint - frozen (paired 95 %)"],
+      ["backbone", "seeds", *(h for _, h in METRICS), "CIDEr-D joint - frozen (paired 95 %)",
+       "train loss, end of the frozen phase", "train loss, last tenth"],
       [[r["backbone"], len(seeds), *(experiment.pm(r["mean_std"][m]) for m, _ in METRICS),
-        r["joint_minus_frozen"] or "-"] for r in results])
+        r["joint_minus_frozen"] or "-", experiment.pm(r["mean_std"]["loss_end_frozen"], 1.0, 3),
+        experiment.pm(r["mean_std"]["loss_last"], 1.0, 3)] for r in results])
   print(f"\n{caption}\n{table}")
   experiment.write_table(args.workdir, results, caption, table)
   return results

@@ -455,12 +455,16 @@ def test_pixels_joint_rows_differ_only_in_the_frozen_phase(tmp_path):
 
 @pytest.mark.slow
 def test_pixels_joint_table_trains_both_rows_and_resumes(tmp_path):
-  args = ["--workdir", str(tmp_path / "w"), "--seeds", "0", "--steps", "3", "--tiny",
+  args = ["--workdir", str(tmp_path / "w"), "--seeds", "0", "--steps", "8", "--tiny",
           "--num_train", "16", "--num_val", "8", "--num_test", "8", "--size", "32"]
   _run("experiments/pixels/joint.py", *args, timeout=600)
   rows = json.loads((tmp_path / "w" / "table.json").read_text())
   assert [r["row"] for r in rows] == ["frozen", "joint"]
-  assert [r["runs"][0]["freeze_steps"] for r in rows] == [3, 1]
+  assert [r["runs"][0]["freeze_steps"] for r in rows] == [8, 4]  # the tiny config's 2 of 4 steps
+  # The same run until the joint row's backbone starts training, then not.
+  ends = [r["runs"][0]["loss_end_frozen"] for r in rows]
+  assert ends[0] is not None and ends[0] == ends[1]
+  assert rows[0]["runs"][0]["loss_last"] != rows[1]["runs"][0]["loss_last"]
   assert rows[1]["joint_minus_frozen"] and "|" in (tmp_path / "w" / "table.md").read_text()
   again = _run("experiments/pixels/joint.py", *args, timeout=600)  # read back: trains nothing
   assert "===" not in again, again[-2000:]
