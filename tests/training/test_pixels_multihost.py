@@ -15,20 +15,11 @@ import numpy as np
 import pytest
 
 from tests.training.test_multihost import finish, free_port
+from tests.training.test_pixels_run import scenes  # noqa: F401  (the fixture: 48 / 8 / 8 scenes, 32 px)
 from tests.training.test_preemption import _assert_same, _signal_after
 
 REPO = Path(__file__).resolve().parents[2]
 _FAST = "--xla_backend_optimization_level=0"  # compile time, see tests/conftest.py
-
-
-@pytest.fixture(scope="module")
-def scenes(tmp_path_factory):
-  from jaxcap.data import render
-  from jaxcap.data.synthetic import SyntheticScenes
-  out = str(tmp_path_factory.mktemp("scenes"))
-  render.write_dataset(out, SyntheticScenes(num_train=48, num_val=8, num_test=8, seed=0), 32,
-                       log=lambda *_: None)
-  return out
 
 
 def _args(scenes: str, steps: int, **extra) -> list[str]:
@@ -61,7 +52,7 @@ def _rows(workdir: Path):
 
 
 @pytest.mark.slow
-def test_two_processes_from_pixels_equal_one_sharded(scenes, tmp_path):
+def test_two_processes_from_pixels_equal_one_sharded(scenes, tmp_path):  # noqa: F811
   args = _args(scenes, 6, sharding="fsdp", eval_every_steps=3, checkpoint_every_steps=3)
   one = subprocess.run([sys.executable, "train.py", f"--workdir={tmp_path / 'one'}", *args], cwd=REPO,
                        env=_env(4), capture_output=True, text=True, timeout=600)
@@ -83,7 +74,7 @@ def test_two_processes_from_pixels_equal_one_sharded(scenes, tmp_path):
 
 
 @pytest.mark.slow
-def test_sigterm_from_pixels_resumes_bitwise(scenes, tmp_path):
+def test_sigterm_from_pixels_resumes_bitwise(scenes, tmp_path):  # noqa: F811
   steps, at = 16, random.Random().randint(2, 10)  # the frozen phase ends at step 2: both phases
   args = _args(scenes, steps, eval_every_steps=1000, checkpoint_every_steps=1000, test_after_training=False)
   preempted, straight = tmp_path / "preempted", tmp_path / "straight"
@@ -102,7 +93,7 @@ def test_sigterm_from_pixels_resumes_bitwise(scenes, tmp_path):
   _assert_same(straight, preempted, steps)
 
 
-def test_each_process_reads_only_the_image_files_of_its_rows(scenes, monkeypatch):
+def test_each_process_reads_only_the_image_files_of_its_rows(scenes, monkeypatch):  # noqa: F811
   """The training iterator of process k reads (opens and decodes) the files of its own shard's
   rows, none of another process's."""
   from jaxcap import config_files
