@@ -174,7 +174,8 @@ class Run:
     return f"Run({self.workdir!r}, model={self._name()!r}, step={self.step}{extra})"
 
   def _name(self) -> str:
-    return getattr(self.model, "registry_name", type(self.model).__name__)
+    name = getattr(self.feature_model, "registry_name", type(self.feature_model).__name__)
+    return f"{name} from pixels ({self.config.backbone.name})" if self.from_pixels else name
 
   @property
   def dataset(self):

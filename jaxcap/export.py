@@ -250,7 +250,7 @@ def export(run, path: str, *, method: str | None = None, beam_size: int | None =
   metadata = {
       "format": artefact.FORMAT, "format_version": artefact.FORMAT_VERSION,
       "jaxcap": signature.jaxcap_version(), "jax": jax.__version__,
-      "model": getattr(run.model, "registry_name", type(run.model).__name__),
+      "model": getattr(run.feature_model, "registry_name", type(run.feature_model).__name__),
       "platforms": list(platforms),
       "run": {"workdir": os.path.abspath(run.workdir) if run.workdir else None, "step": run.step,
               "config_hash": signature.config_hash(run.config),

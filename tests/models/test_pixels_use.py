@@ -88,6 +88,7 @@ def test_the_export_carries_the_trained_backbone_and_serves_the_same_captions(ru
   from jaxcap.serving import server
   path = str(tmp_path / "px.jaxcap")
   meta = run.export(path, method="greedy", platforms=("cpu",))
+  assert meta["model"] == "transformer" and repr(run).startswith(f"Run({run.workdir!r}, model='transformer from pixels (vit_b16)'")
   assert meta["backbone"]["size"] == 32 and meta["backbone"]["backbone"] == "vit_b16"
   assert meta["backbone"]["weights"]["trained"] and meta["backbone"]["weights"]["step"] == 2
   # backbone.npz holds the trained backbone's arrays, params.npz the captioner's.
