@@ -55,6 +55,7 @@ BAD_FLAG = {
     "experiments/flickr8k/scst_sweep.py": (["--sweep", "{tmp}/s", "--xe-workdir", "{tmp}/x", "--out", "{tmp}/o",
                                             "--seed", "x"], "--seed"),
     "experiments/pixels/run.py": (["--workdir", "{tmp}/t", "--steps", "x"], "--steps"),
+    "experiments/pixels/joint.py": (["--workdir", "{tmp}/t", "--size", "0"], "--size"),
 }
 BAD_FLAG.update(papers.collected('SCRIPT_BAD_FLAG'))  # each paper's scripts
 
@@ -79,6 +80,7 @@ WRITES = {
     "experiments/flickr8k/config_sweep.py": (["--model", "transformer", "--workdir", "{out}", "--settings", "base"], None),
     "experiments/flickr8k/scst_sweep.py": (["--sweep", "{repo}/docs", "--xe-workdir", "{repo}/docs", "--out", "{out}"], None),
     "experiments/pixels/run.py": (["--workdir", "{out}", "--seeds", "0", "--steps", "1"], None),
+    "experiments/pixels/joint.py": (["--workdir", "{out}", "--seeds", "0", "--steps", "1", "--tiny"], None),
 }
 WRITES.update(papers.collected('SCRIPT_WRITES'))  # each paper's scripts
 
