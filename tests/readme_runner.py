@@ -109,6 +109,9 @@ NOT_RUN = [
 # JAXCAP_README_RUN=all, to keep .ci/run within its time (all passed that way; see the notes).
 HEAVY = {
     "experiments/flickr8k/table.py": "8 models x cross-entropy + SCST on Flickr8k, and the nearest neighbour (611 s)",
+    "experiments/pixels/joint.py": ("renders and trains both rows (67 s in .ci/run); tests/scripts/"
+                                    "test_table_scripts.py::test_pixels_joint_table_trains_both_rows runs "
+                                    "it at the shrunk sizes and checks its table"),
     "experiments/pixels/run.py": ("render, extract, nearest neighbour, train, caption_images and score "
                                   "(149 s); tests/features/test_pixels.py (slow step) renders, extracts, "
                                   "trains and captions images"),

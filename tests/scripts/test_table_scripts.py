@@ -454,7 +454,7 @@ def test_pixels_joint_rows_differ_only_in_the_frozen_phase(tmp_path):
 
 
 @pytest.mark.slow
-def test_pixels_joint_table_trains_both_rows_and_resumes(tmp_path):
+def test_pixels_joint_table_trains_both_rows(tmp_path):
   args = ["--workdir", str(tmp_path / "w"), "--seeds", "0", "--steps", "8", "--tiny",
           "--num_train", "16", "--num_val", "8", "--num_test", "8", "--size", "32"]
   _run("experiments/pixels/joint.py", *args, timeout=600)
