@@ -161,7 +161,7 @@ class Run:
     self.model, self.params = model, params
     self.feature_model, self.feature_params, self.feature_info = model, params, self.info
     if isinstance(model, pixels.FromPixels):
-      self.feature_model, self.feature_params = model.captioner, pixels.split_variables(model, params)[1]
+      self.feature_model, self.feature_params = model.captioner, pixels.split_variables(params)[1]
       self.feature_info = {k: v for k, v in self.info.items() if k != "image_size"}
     self.workdir, self.step = workdir, step
     self.ablations = dict(ablations or {})
@@ -264,7 +264,7 @@ class Run:
                          "expected no weights file (the backbone's weights are the checkpoint's)")
       if None not in self._backbones:
         self._backbones[None] = pixels.TrainedBackbone(
-            self.config.backbone.name, self.model.backbone, pixels.split_variables(self.model, self.params)[0],
+            self.config.backbone.name, self.model.backbone, pixels.split_variables(self.params)[0],
             self.info["image_size"], self.workdir, self.step)
       return self._backbones[None]
     if weights not in self._backbones:

@@ -122,11 +122,10 @@ class FromPixels(base.CaptionModel):
     return self.captioner.decode_train(enc, tokens, train=train, **kwargs)
 
 
-def split_variables(model: FromPixels, variables: dict) -> tuple[dict, dict]:
+def split_variables(variables: dict) -> tuple[dict, dict]:
   """``(backbone variables, captioner variables)`` of a :class:`FromPixels` run's variables:
   each collection's ``backbone`` / ``captioner`` subtree (a ResNet's ``batch_stats`` go with
   the backbone)."""
-  del model  # the layout is FromPixels' own: {collection: {"backbone": ..., "captioner": ...}}
   parts = ({}, {})
   for col, tree in variables.items():
     for part, name in zip(parts, ("backbone", "captioner")):

@@ -60,7 +60,7 @@ def test_the_trained_backbone_and_captioner_give_what_the_model_gives_on_pixels(
   for a, b in zip(jax.tree.leaves(enc_model), jax.tree.leaves(enc_split)):
     np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32), atol=1e-5)
   # The backbone is the checkpoint's, not a fresh one.
-  trained = pixels.split_variables(run.model, run.params)[0]
+  trained = pixels.split_variables(run.params)[0]
   for a, b in zip(jax.tree.leaves(run.backbone().variables), jax.tree.leaves(trained)):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
   # caption_images on the test PNG paths gives what the run's own evaluation gives.
