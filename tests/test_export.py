@@ -453,25 +453,56 @@ def _light_venv(path: Path) -> Path:
   return py
 
 
-@pytest.mark.slow
-def test_the_documented_light_install_runs_an_exported_captioner(transformer, tmp_path):
-  # docs/USAGE.md's route for a server: `pip install .` in a checkout (no `[train]` extra), in an
-  # environment without the training stack; the file captions as in the full environment.
+@pytest.fixture(scope="module")
+def light_install(tmp_path_factory) -> Path:
+  """docs/USAGE.md's route for a server: `pip install .` in a checkout (no `[train]` extra), in an
+  environment without the training stack; its python (the slow tests below share one install)."""
   from tests.test_package import _env, _fresh_clone
+  root = tmp_path_factory.mktemp("light_install")
+  py = _light_venv(root / "venv")
+  clone = _fresh_clone(root / "clone")
+  r = subprocess.run([str(py), "-m", "pip", "install", "."], cwd=clone, env=_env(), capture_output=True,
+                     text=True, timeout=900)
+  assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+  return py
+
+
+@pytest.mark.slow
+def test_the_documented_light_install_runs_an_exported_captioner(transformer, light_install, tmp_path):
+  # The file captions in the light install as in the full environment.
+  from tests.test_package import _env
   run, path, _ = transformer
   feats = features(INFO)
   np.savez(tmp_path / "f.npz", **feats)
   full = _light(sys.executable, path, tmp_path / "f.npz", tmp_path / "full.json", tmp_path,
                 dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(REPO)))
-  py = _light_venv(tmp_path / "venv")
-  clone = _fresh_clone(tmp_path / "clone")
-  r = subprocess.run([str(py), "-m", "pip", "install", "."], cwd=clone, env=_env(), capture_output=True,
-                     text=True, timeout=900)
-  assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+  py = light_install
   elsewhere = tmp_path / "elsewhere"
   elsewhere.mkdir()
   got = _light(py, path, tmp_path / "f.npz", tmp_path / "light.json", elsewhere, _env())
   assert got["installed"] == [], got["installed"]  # none of the training stack is there at all
-  assert got["jaxcap_file"].startswith(str(tmp_path / "venv")), got["jaxcap_file"]
+  assert got["jaxcap_file"].startswith(str(py.parent.parent)), got["jaxcap_file"]
   assert got["t"] == full["t"]
   check_same(run, feats, got["t"], "transformer, light install")
+
+
+@pytest.mark.slow
+def test_every_installed_program_of_the_light_install_runs_or_names_the_install_it_needs(light_install, tmp_path):
+  # setuptools installs every console script whatever the extras: each one of pyproject.toml
+  # either runs (--help lists its flags) or says in one line that it needs the train extra
+  # (jaxcap.entry), exit 2, no traceback, nothing written.
+  import tomllib
+  from tests.test_package import _env
+  scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+  assert "jaxcap-serve" in scripts, scripts
+  for script in scripts:
+    proc = subprocess.run([str(light_install.parent / script), "--help"], cwd=tmp_path, env=_env(),
+                          capture_output=True, text=True, timeout=300)
+    if proc.returncode == 0:
+      assert "usage:" in proc.stdout, (script, proc.stdout[-2000:])
+      continue
+    assert proc.returncode == 2, (script, proc.returncode, proc.stderr[-2000:])
+    assert proc.stdout == "" and len(proc.stderr.splitlines()) == 1, (script, proc.stdout, proc.stderr[-2000:])
+    assert proc.stderr.startswith(f"error: {script} needs the training install (no module named "), proc.stderr
+    assert 'train extra: pip install ".[train]"' in proc.stderr, proc.stderr
+  assert list(tmp_path.iterdir()) == []

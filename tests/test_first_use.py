@@ -88,8 +88,13 @@ def test_evaluate_only_check_args(programs, tmp_path):
   code, out, err = programs.run(["evaluate.py", f"--workdir={wd}", "--beam-size=3",
                                  "--only_check_args"], tmp_path)
   assert code == 0 and out.startswith("ok: ") and err == "", (out, err)
-  _refused(programs.run(["evaluate.py", f"--workdir={wd}", "--temperature=-1", "--only_check_args"],
-                        tmp_path), "config field decode.temperature")
+  # A decoding flag's value is refused by the flag as typed, not by the config field it sets.
+  for argv, needle in [(["--temperature=-1"], "--temperature: "), (["--beam-size", "0"], "--beam-size: "),
+                       (["--beam_size=0"], "--beam_size: "), (["--max-len=0"], "--max-len: "),
+                       (["--top_p=2"], "--top_p: ")]:
+    code, out, err = programs.run(["evaluate.py", f"--workdir={wd}", *argv, "--only_check_args"], tmp_path)
+    _refused((code, out, err), needle)
+    assert "config field" not in err, err
   # The other values the run checks before it reads anything.
   for argv, needle in [([f"--ensemble={wd},{wd}", "--ensemble-weights=1,nan"], "--ensemble-weights=1,nan"),
                        ([f"--workdir={wd}", "--batch_size=0"], "--batch_size=0"),
@@ -107,7 +112,7 @@ def test_evaluate_only_check_args(programs, tmp_path):
 ])
 def test_help_lists_the_programs_own_flags_and_exits_0(programs, tmp_path, program, flags):
   console = tmp_path / "jaxcap-train"  # what pip's console script runs
-  console.write_text("import sys\nfrom jaxcap.commands.train import run\nsys.exit(run())\n")
+  console.write_text("import sys\nfrom jaxcap.entry import train\nsys.exit(train())\n")  # pyproject's target
   argv = [str(console) if a == "{console}" else a for a in program]
   for help_flag in ("--help", "-h"):
     code, out, err = programs.run([*argv, help_flag], tmp_path)
