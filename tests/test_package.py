@@ -107,7 +107,7 @@ def test_fresh_editable_install_runs_the_readme_snippet_from_another_directory(t
            "assert read, 'the snippet read no dataset'\n")
   out = _run([py, "-c", guard], cwd=elsewhere)
   captions_line = [ln for ln in out.splitlines() if ln.startswith("[")][-1]
-  assert re.search(r"\] [0-9.e-]+$", captions_line), out
+  assert re.search(r"\] CIDEr-D x100: [0-9.]+$", captions_line), out  # the score labelled with its scale
   assert captions_line.count("'") >= 10  # five quoted captions
   # jaxcap-evaluate on the same run, greedy on the 16 test images.
   _run([bin_dir / "jaxcap-evaluate", "--workdir", "runs/transformer_synthetic", "--tag", "_installed"],

@@ -12,6 +12,7 @@ import pytest
 
 import jaxcap
 from jaxcap import run_dir
+from jaxcap.evaluation import coco_metrics
 from tests.data.fakes import karpathy_config, write_karpathy
 
 
@@ -94,3 +95,39 @@ def test_absolute_data_paths_resolves_what_the_dataset_resolves_against_the_work
   # The synthetic data names no file: nothing changes.
   synthetic = jaxcap.get_config("transformer.py:synthetic").data.to_dict()
   assert run_dir.absolute_data_paths(synthetic) == synthetic
+
+
+def _table(lines, first):
+  """``(header, {printed name: printed value})`` of the metric table whose first line starts so."""
+  i = next(i for i, ln in enumerate(lines) if ln.startswith(first))
+  names, values = ([c.strip() for c in ln.split("|")] for ln in lines[i + 1:i + 3])
+  return lines[i], dict(zip(names, values))
+
+
+def test_the_printed_table_names_its_scale_and_is_the_files_scores_x100(tmp_path, capsys, monkeypatch):
+  # One scale per number: the table says x100, the file keeps pycocoevalcap's own (CIDEr-D above
+  # 1 here: it is not a 0-1 score), and printed / 100 is the file's value.
+  refs = {1: ["a red square above a blue circle", "a red square over a blue circle"],
+          2: ["two green triangles left of a cross", "green triangles beside a yellow cross"],
+          3: ["a large orange star inside a box", "an orange star in a large box"]}
+  preds = {1: "a red square above a blue circle", 2: "two green triangles left of a cross",
+           3: "an orange star"}
+  # Without Java's METEOR and PTB tokenizer (25 s here): the table scales every key alike.
+  real = coco_metrics.score
+  monkeypatch.setattr(coco_metrics, "score", lambda *a, **k: real(
+      *a, **dict(k, metrics=("Bleu", "ROUGE_L", "CIDEr"), tokenize=False)))
+  run_dir.write_scores(str(tmp_path), "test", preds, refs)
+  header, printed = _table(capsys.readouterr().out.splitlines(), "test (3 images)")
+  assert header == "test (3 images), scores x100"
+  stored = json.loads((tmp_path / "scores_test.json").read_text())["overall"]
+  assert stored["CIDEr"] > 1, stored
+  names = {v: k for k, v in coco_metrics.DISPLAY_NAMES.items()}
+  assert {"CIDEr-D", "BLEU-4", "ROUGE-L"} <= set(printed)
+  for name, value in printed.items():
+    assert float(value) / 100 == pytest.approx(stored[names[name]], abs=0.005 / 100), name
+  # sacreBLEU is printed as computed (0-100), and the header says so; without a title the
+  # scale is still the table's first line.
+  header, printed = _table(run_dir.format_table({"sacreBLEU": 31.5, "CIDEr": 0.8}, "val").splitlines(), "val")
+  assert header == "val, scores x100 (sacreBLEU as computed, 0-100)"
+  assert printed == {"CIDEr-D": "80.00", "sacreBLEU": "31.50"}
+  assert [ln.strip() for ln in run_dir.format_table({"Bleu_4": 0.25}).splitlines()] == ["scores x100", "BLEU-4", "25.00"]

@@ -13,8 +13,9 @@ differ), then for each metric both files' own overall scores (their tables' numb
 means of the per-image scores, B - A of the means with the paired bootstrap 95 % interval and
 the paired permutation test's p-value over the images both scored, and what the interval is
 over (:mod:`jaxcap.evaluation.compare`; for the corpus-level BLEU and METEOR the per-image
-mean, not the corpus score), x100. Two different image sets are refused in one line unless
-``--intersection``. Exit 0; 2 on bad input.
+mean, not the corpus score), x100 (sacreBLEU as computed; ``--json`` keeps the scores files'
+own scale). Two different image sets are refused in one line unless ``--intersection``. Exit 0;
+2 on bad input.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def parser() -> argparse.ArgumentParser:
   add("--intersection", action="store_true", help="Compare the images both scored when the sets differ.")
   add("--resamples", type=cli.positive_int, default=10000, help="Bootstrap resamples and permutations.")
   add("--seed", type=cli.nonnegative_int, default=0, help="Seed of the resamples.")
-  add("--json", default=None, help="Also write the comparison to this JSON file.")
+  add("--json", default=None, help="Also write the comparison to this JSON file (the scores files' scale, not x100).")
   return p
 
 

@@ -28,6 +28,14 @@ from jaxcap.evaluation import signature
 
 # One name per metric where people read it (tables, logs, docs); the JSON files keep
 # pycocoevalcap's keys ("CIDEr" is CIDEr-D as computed).
+# Two scales, one per kind of output (docs/USAGE.md "The run directory" says it for users):
+# - what is stored or returned (scores_*.json, metrics.jsonl, jaxcap-compare --json, the Python
+#   API's score dicts) keeps each metric's own scale: pycocoevalcap's BLEU, METEOR, ROUGE-L and
+#   SPICE in 0-1, its CIDEr-D in 0-10 (not 0-1); sacreBLEU 0-100; CLIP-S and
+#   RefCLIP-S at most 2.5, PAC-S and RefPAC-S at most 2 (w * max(cos, 0), jaxcap.clip.score);
+# - what people read (printed tables, the validation lines and progress bar, TensorBoard,
+#   figures) shows them x100, as papers print them (sacreBLEU as it is); what is printed says so
+#   (scale_label, "(x100)", "_x100"), the figures on their axis.
 DISPLAY_NAMES = {"Bleu_1": "BLEU-1", "Bleu_2": "BLEU-2", "Bleu_3": "BLEU-3", "Bleu_4": "BLEU-4",
                  "METEOR": "METEOR", "ROUGE_L": "ROUGE-L", "CIDEr": "CIDEr-D", "SPICE": "SPICE",
                  "sacreBLEU": "sacreBLEU",
@@ -42,6 +50,15 @@ def display(key: str) -> tuple[str, float]:
   if key not in DISPLAY_NAMES:
     return key, 1.0
   return DISPLAY_NAMES[key], 1.0 if key == "sacreBLEU" else 100.0
+
+
+def scale_label(keys, scale: float = 100.0) -> str:
+  """How a printed table of the metrics ``keys`` is scaled, for its header: ``"scores x100"``
+  (the stored values times 100), naming sacreBLEU's exception when it is among them."""
+  label = f"scores x{scale:g}"
+  if "sacreBLEU" in keys and scale != 1:
+    label += " (sacreBLEU as computed, 0-100)"
+  return label
 
 
 METRIC_NAMES = {
@@ -238,7 +255,8 @@ def score(references: Mapping[Hashable, Sequence[str]], predictions: Mapping[Has
   Returns:
     ``{"overall": {metric: float}, "per_image": {image_id: {metric: float}}, "signature":
     {...}}`` with pycocoevalcap's names (``Bleu_1..Bleu_4``, ``METEOR``, ``ROUGE_L``, ``CIDEr``
-    -- CIDEr-D as computed --, ``SPICE``) and how they were computed
+    -- CIDEr-D as computed --, ``SPICE``), each at pycocoevalcap's scale (CIDEr-D 0-10, the
+    others 0-1; printed tables show them x100), and how they were computed
     (:func:`jaxcap.evaluation.signature.metrics_part`: versions, the tokenizer used, CIDEr-D's
     variant).
   """

@@ -199,8 +199,9 @@ def format_comparison(result: Mapping, names=("A", "B"), scale: float = 100.0) -
   else:
     lines.append("settings: the same (or not recorded)")
   rows = result["metrics"]
-  lines.append(f"{result['images']} images scored by both, x{scale:g}. 'overall': each file's "
-               "own score, as its table printed it; 'mean': the mean of the per-image scores\n"
+  lines.append(f"{result['images']} images scored by both, {coco_metrics.scale_label(rows, scale)}. "
+               "'overall': each file's own score, as its table printed it; 'mean': the mean of "
+               "the per-image scores\n"
                f"over these images; delta: {names[1][:40]} - {names[0][:40]} of the means, with "
                f"the paired bootstrap ({result['resamples']} resamples) 95% interval and the "
                "paired permutation p:")

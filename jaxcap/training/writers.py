@@ -5,7 +5,8 @@ line per call; ``tensorboard/`` gets the same scalars through tensorboardX's ``S
 (a maintained event-file writer that needs only protobuf), read by ``tensorboard --logdir``,
 the caption scores named and scaled as every printed table shows them
 (:func:`jaxcap.evaluation.coco_metrics.display`: ``val/CIDEr`` 0.75 is ``val/CIDEr-D`` 75.0);
-``metrics.jsonl`` keeps pycocoevalcap's keys and 0-1 scale, as every JSON file does.
+``metrics.jsonl`` keeps pycocoevalcap's keys and scale (``val/CIDEr`` 0.75: CIDEr-D in 0-10,
+BLEU in 0-1), as every JSON file does.
 """
 
 from __future__ import annotations

@@ -138,6 +138,7 @@ def test_compare_prints_each_runs_own_scores_and_labels_what_the_intervals_are_o
   rows = {line.split("|")[0].strip(): [c.strip() for c in line.split("|")] for line in out.splitlines()
           if line.count("|") >= 8}
   assert rows["metric"][1:3] == ["A overall", "B overall"]
+  assert "5 images scored by both, scores x100. 'overall'" in out  # the numbers below: the files' x100
   assert rows["BLEU-4"][1:6] == ["31.52", "33.01", "21.79", "22.79", "+1.00"]
   assert rows["BLEU-4"][-1] == "mean of per-image scores, not the corpus score"
   assert rows["METEOR"][1:5] == ["29.36", "29.51", "30.27", "30.27"]

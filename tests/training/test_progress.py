@@ -17,9 +17,11 @@ def test_postfix_keeps_fields_and_adds_reward_and_validation():
   p = train_lib._postfix({}, {"loss": 2.34567, "lr": 1e-3, "images_per_sec": 123.4})
   assert p == {"loss": "2.346", "lr": "1.00e-03", "img_s": "123"}
   p = train_lib._postfix(p, {"val_CIDEr": 0.51234, "val_Bleu_4": 0.2})
-  assert p["val_CIDEr-D"] == "51.23" and p["val_BLEU-4"] == "20.00" and p["loss"] == "2.346"
+  # Named and scaled as the tables print them, the scale in the name (the bar has no header).
+  assert p["val_CIDEr-D_x100"] == "51.23" and p["val_BLEU-4_x100"] == "20.00" and p["loss"] == "2.346"
   p = train_lib._postfix(p, {"loss": -0.5, "reward": 0.75, "greedy_reward": 0.7})
-  assert (p["loss"], p["reward"], p["greedy"], p["val_CIDEr-D"]) == ("-0.500", "0.750", "0.700", "51.23")
+  assert (p["loss"], p["reward"], p["greedy"], p["val_CIDEr-D_x100"]) == ("-0.500", "0.750", "0.700", "51.23")
+  assert train_lib._postfix({}, {"val_sacreBLEU": 35.2}) == {"val_sacreBLEU": "35.20"}  # 0-100 already
 
 
 class _Bar:
@@ -60,10 +62,10 @@ def test_fit_bar_shows_loss_reward_and_validation(tmp_path, monkeypatch):
   first_step, first = bar.calls[0]
   assert first_step == 0 and "loss" in first  # after the first step, before any log
   # bar.steps counts finished steps: the validation after step 2 is recorded at 2.
-  assert any("val_CIDEr-D" in f and "val_BLEU-4" in f and "reward" not in f
+  assert any("val_CIDEr-D_x100" in f and "val_BLEU-4_x100" in f and "reward" not in f
              for s, f in bar.calls if s == 2)
   scst = [f for s, f in bar.calls if s >= 3]  # after SCST steps 3 and 4
-  assert scst and all("reward" in f and "val_CIDEr-D" in f for f in scst)
+  assert scst and all("reward" in f and "val_CIDEr-D_x100" in f for f in scst)
   assert "lr" in bar.calls[-1][1]
 
 

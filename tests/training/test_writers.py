@@ -38,7 +38,7 @@ def test_events_read_back_with_tags_steps_values(tmp_path):
   assert got["val/CIDEr-D"] == [(20, 75.0)] and got["val/BLEU-4"] == [(20, 25.0)]
   assert got["val/sacreBLEU"] == [(30, 31.5)]
   lines = [json.loads(l) for l in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-  # metrics.jsonl keeps pycocoevalcap's keys and 0-1 scale, as every JSON file does.
+  # metrics.jsonl keeps pycocoevalcap's keys and scale, as every JSON file does.
   assert [(l["step"], l.get("train/loss"), l.get("val/CIDEr")) for l in lines] == [
       (10, 2.5, None), (20, 1.25, None), (20, None, 0.75), (30, None, None)]
 
