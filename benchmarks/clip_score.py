@@ -6,7 +6,7 @@ the same weights, in one run; the per-pair scores compared.
       --clipscore-src /path/to/clipscore [--weights ViT-B-32.safetensors] [--out record.json]
 
 Pairs: synthetic scenes drawn as PNGs (``jaxcap.data.render``, 128 px) with one of their
-captions each. Weights: ``--weights`` (OpenAI-named, e.g. ``jaxcap.clip.weights.save_random``'s)
+captions each. Weights: ``--weights`` (OpenAI-named, e.g. ``python -m jaxcap.clip.weights --random``'s)
 or random weights of ViT-B/32's sizes, rounded to float16 values (openai-clip's ``build_model``
 casts the weights to float16 before ``clip.load`` turns them back to float32 on the CPU, so the
 torch side computes with float16-rounded weights: rounding ours the same way compares like with

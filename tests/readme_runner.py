@@ -139,11 +139,14 @@ PROMISES = [
     (r"^python train\.py$", ["runs/transformer_synthetic/scores_test.json"]),
     (r"--tag _clip --clip_weights", ["runs/transformer_synthetic/scores_test_clip.json"]),
     (r"--out S_clip\.json", ["S_clip.json"]),
+    (r"^python -m jaxcap\.clip\.weights --random --out (\S+)/open_clip_model\.safetensors$",
+     ["{0}/open_clip_model.safetensors", "{0}/open_clip_config.json"]),
     (r"^python -m jaxcap\.data\.render --out runs/scenes_test ", ["runs/scenes_test/images/20000000.png"]),
     (r"^python -m jaxcap\.data\.render --out runs/scenes_train ", ["runs/scenes_train/images/0.png"]),
     (r"--workdir runs/t1_clip ", ["runs/t1_clip/scores_test.json"]),
     (r"configs/pixels\.py:synthetic --workdir runs/pixels_scenes$", ["runs/pixels_scenes/scores_test.json",
                                                                      "runs/pixels_scenes/best"]),
+    (r"--workdir runs/pixels_scenes --images ", ["runs/pixels_scenes/captions_png.json"]),
     (r"--workdir runs/t1_scst", ["runs/t1_scst/scores_test.json"]),
     (r"^jaxcap-train .*--workdir runs/pkg ", ["runs/pkg/scores_test.json"]),
     (r"^jaxcap-evaluate --workdir runs/pkg ", ["runs/pkg/predictions_test_beam3.json"]),
@@ -170,6 +173,18 @@ PROMISES = [
     (r"benchmarks/run\.py", ["benchmarks/results"]),
     *papers.listed("README_PROMISES"),  # each paper's scripts
 ]
+
+# What a command promises to print (regexes on its stdout lines), by regex on the command:
+# docs/USAGE.md's CLIP-S section says each scoring prints the signature line under the table,
+# a note on the cosines clipped to 0, and the files it wrote.
+PRINTS = [
+    (r"^python evaluate\.py .*--clip_weights", [r"^signature: .*\|CLIP-S ViT-", r"^note: CLIP-S: \d+ of \d+ cosines",
+                                                r"^wrote \S+"]),
+]
+
+# The documented command that writes stand-in CLIP weights ({0}: the file), for the commands
+# that score or train with them (python -m jaxcap.clip.weights; small towers by default).
+STANDIN_CLIP = re.compile(r"^python -m jaxcap\.clip\.weights --random --out (\S+\.safetensors)$")
 
 # Appended to the scripts' and benchmarks' commands (their own size flags).
 _SCRIPT_SHRINK = {
@@ -377,17 +392,12 @@ def _prerequisites(root: Path, cmd: str, env: dict):
     for i, name in enumerate(("a", "b", "c")):
       if f"runs/{name}" in cmd:
         train(f"runs/{name}", i)
-  if "open_clip_model.safetensors" in cmd and not (root / "open_clip_model.safetensors").exists():
-    # Random weights of a small CLIP with CLIP's vocabulary standing in for the reader's.
-    sys.path.insert(0, str(root))
-    try:
-      from jaxcap.clip import model as clip_model, weights as clip_weights
-      sizes = clip_model.ClipSizes(embed_dim=32, image_resolution=64, vision_layers=2, vision_width=64,
-                                   vision_patch_size=16, transformer_width=64, transformer_layers=2,
-                                   transformer_heads=2, vision_heads=2)
-      clip_weights.save_random(str(root / "open_clip_model.safetensors"), sizes)
-    finally:
-      sys.path.remove(str(root))
+  for _, documented in readme_commands():
+    # The stand-in CLIP weights a command names, made by the documented command that makes them
+    # (a command run alone, e.g. selected with -k, before the page's own run of it).
+    m = STANDIN_CLIP.match(documented)
+    if m and m.group(1) in cmd and not STANDIN_CLIP.match(cmd) and not (root / m.group(1)).exists():
+      _run(root, documented, env)
   if "--predictions P.json" in cmd:
     run = root / "runs/transformer_synthetic"
     shutil.copy(run / "predictions_test.json", root / "P.json")
@@ -448,7 +458,11 @@ def run_readme_command(checkout, where, cmd, commands):
     pytest.skip(f"{where}: needs {SHARED_DATA}, absent here")
   root, env = checkout
   _prerequisites(root, cmd, env)
-  _run(root, shrink(root, cmd), env)
+  out = _run(root, shrink(root, cmd), env).stdout
+  for pattern, lines in PRINTS:
+    if re.search(pattern, cmd):
+      for line in lines:
+        assert re.search(line, out, re.M), f"{where}: `{cmd}` printed no line matching {line!r}:\n{out[-2000:]}"
   for pattern, paths in PROMISES:
     m = re.search(pattern, cmd)
     if m:

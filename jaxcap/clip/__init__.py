@@ -5,6 +5,7 @@
 - :mod:`jaxcap.clip.tokenizer`: ``clip.tokenize``'s byte-pair tokenizer;
 - :mod:`jaxcap.clip.preprocess`: its resize, crop and RGB conversion (the normalisation is on the
   device);
-- :mod:`jaxcap.clip.weights`: the weights files users have, read without torch;
+- :mod:`jaxcap.clip.weights`: the weights files users have, read without torch, and random
+  stand-ins for trials (``python -m jaxcap.clip.weights --random --out ...``);
 - :mod:`jaxcap.clip.score`: CLIP-S, RefCLIP-S (two readings), PAC-S and RefPAC-S.
 """

@@ -2,7 +2,8 @@
 which weights, where the images are, and how they join a scores dict.
 
 Images: ``--clip_images`` is a folder (searched with its subfolders, as COCO's ``train2014/`` /
-``val2014/``) or a JSON file ``{image_id: path}``. In a folder an image id finds the file whose
+``val2014/``) or a JSON file ``{image_id: path}``. In a folder (its files with an extension of
+:data:`IMAGE_EXTENSIONS`, any case) an image id finds the file whose
 name without extension is the id (``123.jpg``, ``test_00012.png``), else the one whose name ends
 in ``_<id>`` with the id's digits zero-padded or not (``COCO_val2014_000000391895.jpg``), else
 the one whose whole stem is the id zero-padded (``000000391895.jpg``, COCO 2017); two files for
@@ -80,20 +81,35 @@ class Prepared:
   files: dict
   refclip_variant: str
 
-  def add(self, scores: dict, predictions: Mapping, references: Mapping | None) -> dict:
-    """Adds the CLIP scores of ``predictions`` to ``scores`` (``overall``, ``per_image`` and the
-    metrics signature's ``computed`` / ``clip``); returns it."""
+  def add(self, scores: dict, predictions: Mapping, references: Mapping | None, log=None) -> dict:
+    """Adds the CLIP scores of ``predictions`` to ``scores`` (``overall``, ``per_image``, the
+    metrics signature's ``computed`` / ``clip``, and ``clip_cosines``: per score how many
+    cosines ``max(cos, 0)`` clipped, :func:`jaxcap.clip.score.clipped`); returns it. ``log``
+    (when given) receives :func:`notes`' lines."""
     for kind, scorer in self.scorers:
       out = scorer.score(dict(predictions), self.files, references, kind=kind,
                          refclip_variant=self.refclip_variant)
       scores["overall"].update(out["overall"])
+      # Not in the signature: how the scores came out, not how they were made (jaxcap-compare
+      # lists the signatures' differences).
+      scores.setdefault("clip_cosines", {}).update(out["cosines"])
       for key, values in out["per_image"].items():
         scores["per_image"].setdefault(key, {}).update(values)
       sig = scores.setdefault("signature", {})
       sig.setdefault("computed", []).extend(out["overall"])
       sig.setdefault("clip", {})["CLIP-S" if kind == "clip" else "PAC-S"] = \
           scorer.signature(kind, self.refclip_variant)
+    if log is not None:
+      for line in notes(scores):
+        log(line)
     return scores
+
+
+def notes(scores: Mapping) -> list[str]:
+  """One line per CLIP score that ``max(cos, 0)`` clipped to 0 somewhere
+  (:func:`jaxcap.run_dir.clip_notes`, which printing the scores uses)."""
+  from jaxcap import run_dir  # run_dir prints them; it imports no CLIP code (no cycle)
+  return run_dir.clip_notes(scores)
 
 
 def _index(folder: str) -> dict[str, list[str]]:
@@ -148,7 +164,8 @@ def image_files(source, keys: list) -> dict:
       paths = by_suffix.get(str(int(str(k))))
     if not paths:
       raise ValueError(f"--clip_images={source}: no image file for image_id {k!r} (expected "
-                       f"{k}.jpg/.png or a COCO name ending in _{k} / zero-padded)")
+                       f"{k}<ext> or a COCO name ending in _{k} / zero-padded, <ext> one of "
+                       f"{' '.join(IMAGE_EXTENSIONS)}, any case)")
     if len(paths) > 1:
       raise ValueError(f"--clip_images={source}: {len(paths)} image files for image_id {k!r} "
                        f"({paths[0]}, {paths[1]}); expected one")

@@ -34,4 +34,6 @@ def load_image(path: str, n_px: int = 224) -> np.ndarray:
   except FileNotFoundError:
     raise ValueError(f"{path}: no such image file") from None
   except (UnidentifiedImageError, OSError, ValueError) as e:
-    raise ValueError(f"{path}: not an image PIL reads ({type(e).__name__}); expected a JPEG, PNG, ...") from None
+    from jaxcap.features.extract import IMAGE_EXTENSIONS  # the kinds a --clip_images folder finds
+    raise ValueError(f"{path}: not an image PIL reads ({type(e).__name__}); expected an image file "
+                     f"({' '.join(IMAGE_EXTENSIONS)})") from None

@@ -44,9 +44,22 @@ def normalize(x_NxE) -> np.ndarray:
   return x_NxE / np.sqrt(np.sum(x_NxE ** 2, axis=1, keepdims=True))
 
 
+def cosines(images_NxE, captions_NxE) -> np.ndarray:
+  """Per caption the raw cosine to its image (before CLIP-S's ``max(cos, 0)``)."""
+  return np.sum(normalize(images_NxE) * normalize(captions_NxE), axis=1)
+
+
 def image_text(images_NxE, captions_NxE, w: float) -> np.ndarray:
   """Per caption ``w * max(cos, 0)`` (CLIP-S with ``w = 2.5``, PAC-S with ``w = 2.0``)."""
-  return w * np.clip(np.sum(normalize(images_NxE) * normalize(captions_NxE), axis=1), 0, None)
+  return w * np.clip(cosines(images_NxE, captions_NxE), 0, None)
+
+
+def clipped(cos_N, w: float) -> dict:
+  """How many of the cosines ``w * max(cos, 0)`` clipped to 0 (a cosine <= 0), of how many, and
+  their mean before clipping: a CLIP-S of 0.00 with random weights reads as broken without it."""
+  cos_N = np.asarray(cos_N, np.float32)
+  return {"pairs": int(len(cos_N)), "clipped": int(np.sum(cos_N <= 0)),
+          "mean_cosine": float(np.mean(cos_N)) if len(cos_N) else None, "w": w}
 
 
 def best_reference(captions_NxE, refs_RxE, ref_owner_R: Sequence[int]) -> np.ndarray:
@@ -156,9 +169,11 @@ class Scorer:
 
   def score(self, captions: Mapping, files: Mapping, references: Mapping | None = None,
             kind: str = "clip", refclip_variant: str = "clipscore") -> dict:
-    """``{"overall": {name: mean}, "per_image": {key: {name: value}}}`` for ``captions``
-    (``{key: caption}``), names ``CLIP-S`` / ``RefCLIP-S`` (``kind="clip"``) or ``PAC-S`` /
-    ``RefPAC-S`` (``kind="pac"``); references (``{key: [caption, ...]}``) add the Ref- score."""
+    """``{"overall": {name: mean}, "per_image": {key: {name: value}}, "cosines": {name:
+    clipped(...)}}`` for ``captions`` (``{key: caption}``), names ``CLIP-S`` / ``RefCLIP-S``
+    (``kind="clip"``) or ``PAC-S`` / ``RefPAC-S`` (``kind="pac"``); references (``{key:
+    [caption, ...]}``) add the Ref- score; ``cosines``: :func:`clipped` of the image-caption
+    cosines."""
     keys = list(captions)
     missing = [k for k in keys if k not in files]
     if missing:
@@ -166,7 +181,8 @@ class Scorer:
     w = WEIGHT[kind]
     name = "CLIP-S" if kind == "clip" else "PAC-S"
     cand = self.text_embeddings([captions[k] for k in keys])
-    per = {name: image_text(self.image_embeddings(keys, files), cand, w)}
+    cos = cosines(self.image_embeddings(keys, files), cand)
+    per = {name: w * np.clip(cos, 0, None)}  # image_text's, the cosines kept for clipped()
     if references is not None:
       refs, owner = [], []
       for i, k in enumerate(keys):
@@ -175,4 +191,5 @@ class Scorer:
       per["Ref" + name] = with_references(per[name], cand, self.text_embeddings(refs), owner, w,
                                           refclip_variant)
     return {"overall": {n: float(np.mean(v)) if len(v) else float("nan") for n, v in per.items()},
-            "per_image": {k: {n: float(v[i]) for n, v in per.items()} for i, k in enumerate(keys)}}
+            "per_image": {k: {n: float(v[i]) for n, v in per.items()} for i, k in enumerate(keys)},
+            "cosines": {name: clipped(cos, w)}}

@@ -239,15 +239,93 @@ def to_state_dict(sizes: model_lib.ClipSizes, variables) -> dict[str, np.ndarray
   return out
 
 
+# What marks the files :func:`save_random` writes (the safetensors header's metadata, a key of
+# the config): its program overwrites its own stand-ins, never a file it did not write (a
+# reader's real CLIP weights at the same path).
+STANDIN_KEY = "jaxcap_standin"
+STANDIN_SIZES = {
+    # CPU-friendly: CLIP's vocabulary and context (its tokenizer), small towers; the README
+    # runner's commands score and train with it in seconds.
+    "small": model_lib.ClipSizes(embed_dim=32, image_resolution=64, vision_layers=2, vision_width=64,
+                                 vision_patch_size=16, transformer_width=64, transformer_layers=2,
+                                 transformer_heads=2, vision_heads=2),
+    "ViT-B-32": model_lib.VIT_B_32,  # OpenAI's sizes (~600 MB of float32): timings as a real CLIP's
+}
+
+
 def save_random(path: str, sizes: model_lib.ClipSizes, seed: int = 0) -> None:
   """Random weights of ``CLIP(sizes)`` as an OpenAI-named ``.safetensors`` (with an
   ``open_clip_config.json`` beside it naming the heads and the activation), for trials and the
-  documented commands' stand-ins; scores made with them mean nothing."""
-  from safetensors.numpy import save_file
-  save_file(to_state_dict(sizes, model_lib.init_variables(sizes, seed)), path)
+  documented commands' stand-ins; scores made with them mean nothing. Both files are written
+  atomically and marked (:data:`STANDIN_KEY`) as stand-ins."""
+  from safetensors.numpy import save
+  from jaxcap import atomic
+  data = save(to_state_dict(sizes, model_lib.init_variables(sizes, seed)),
+              metadata={STANDIN_KEY: f"random weights, seed {seed}"})
+  atomic.write_with(path, lambda f: f.write(data))
   config = {"model_cfg": {"embed_dim": sizes.embed_dim, "quick_gelu": sizes.activation == "quick_gelu",
                           "vision_cfg": {"width": sizes.vision_width,
                                          "head_width": sizes.vision_width // sizes.vision_heads},
-                          "text_cfg": {"heads": sizes.transformer_heads}}}
-  with open(os.path.join(os.path.dirname(os.path.abspath(path)), "open_clip_config.json"), "w") as f:
-    json.dump(config, f, indent=1)
+                          "text_cfg": {"heads": sizes.transformer_heads}},
+            STANDIN_KEY: "random weights (python -m jaxcap.clip.weights --random)"}
+  atomic.write_json(os.path.join(os.path.dirname(os.path.abspath(path)), "open_clip_config.json"), config)
+
+
+def is_standin(path: str) -> bool:
+  """Whether ``path`` is a file :func:`save_random` wrote (its marked safetensors header, or
+  its marked ``open_clip_config.json``); any other file, readable or not, is not."""
+  try:
+    if path.endswith(".json"):
+      with open(path, encoding="utf-8") as f:
+        return STANDIN_KEY in json.load(f)
+    with open(path, "rb") as f:
+      size = int.from_bytes(f.read(8), "little")
+      if not 0 < size < 100_000_000:
+        return False
+      header = json.loads(f.read(size))
+    return STANDIN_KEY in (header.get("__metadata__") or {})
+  except (OSError, ValueError, AttributeError, TypeError):
+    return False
+
+
+def main(argv=None) -> int:
+  """``python -m jaxcap.clip.weights --random --out DIR/open_clip_model.safetensors``: random
+  stand-in weights (and their ``open_clip_config.json``) for the documented CLIP commands."""
+  import argparse
+  from jaxcap import atomic, cli
+  p = argparse.ArgumentParser(
+      prog="python -m jaxcap.clip.weights",
+      description="Random stand-in CLIP weights, in open_clip's layout, for trying the CLIP scores "
+                  "and the CLIP reward without real weights: every score made with them means "
+                  "nothing (most or all CLIP-S are 0: random towers' cosines are mostly <= 0, which "
+                  "max(cos, 0) clips).")
+  p.add_argument("--random", action="store_true", required=True,
+                 help="Random weights (the only weights this program makes; required, so that the "
+                      "command says what it makes).")
+  p.add_argument("--out", required=True,
+                 help="The .safetensors file to write; open_clip_config.json goes beside it. A file "
+                      "there that this program did not write is not overwritten.")
+  p.add_argument("--sizes", choices=tuple(STANDIN_SIZES), default="small",
+                 help="small: CPU-friendly towers (default); ViT-B-32: OpenAI's sizes.")
+  p.add_argument("--seed", type=int, default=0, help="The random weights' seed.")
+  args = p.parse_args(argv)
+  if not args.out.endswith(".safetensors"):
+    raise ValueError(f"--out={args.out}: expected a file name ending in .safetensors (the loader "
+                     "reads open_clip's layout from that extension)")
+  atomic.check_writable(args.out, f"--out={args.out}", file=True)
+  config = os.path.join(os.path.dirname(args.out), "open_clip_config.json")
+  for path, flag in ((args.out, f"--out={args.out}"), (config, f"--out={args.out}: {config}")):
+    if os.path.exists(path) and not is_standin(path):
+      raise ValueError(f"{flag}: a file this program did not write is there (real weights or their "
+                       "config?); expected a new path or one of its own stand-ins")
+  sizes = STANDIN_SIZES[args.sizes]
+  save_random(args.out, sizes, args.seed)
+  print(f"wrote {args.out} and {config}: random {args.sizes} CLIP weights (seed {args.seed}, "
+        f"ViT-{sizes.vision_width}/{sizes.vision_patch_size}@{sizes.image_resolution}, CLIP's "
+        f"{sizes.vocab_size}-token vocabulary); stand-ins: scores made with them mean nothing", flush=True)
+  return 0
+
+
+if __name__ == "__main__":
+  from jaxcap.cli import run_script
+  run_script(main)

@@ -24,8 +24,16 @@ def test_image_files_by_id(tmp_path):
   assert found[391895].endswith("COCO_val2014_000000391895.png")
   assert found[555].endswith("000000000555.png") and found["test_00012"].endswith("test_00012.png")
   assert found[7] == found["7"]
-  with pytest.raises(ValueError, match=r"no image file for image_id 8 "):
+  with pytest.raises(ValueError, match=r"no image file for image_id 8 ") as e:
     metrics.image_files(str(tmp_path / "imgs"), [7, 8])
+  # The error names every extension the lookup finds (the one constant), not only .jpg / .png.
+  from jaxcap.features.extract import IMAGE_EXTENSIONS
+  assert " ".join(IMAGE_EXTENSIONS) in str(e.value) and ".webp" in str(e.value)
+  from PIL import Image
+  for ext in (".GIF", ".webp", ".tiff", ".bmp"):  # each kind the message names is found, any case
+    Image.new("RGB", (8, 8)).save(tmp_path / "imgs" / f"9{ext}")
+    assert metrics.image_files(str(tmp_path / "imgs"), [9])[9].endswith(f"9{ext}")
+    os.remove(tmp_path / "imgs" / f"9{ext}")
   helpers.images(tmp_path / "imgs" / "dup", 1, ["7"])  # the same name in two subfolders
   with pytest.raises(ValueError, match=r"2 image files for image_id 7 "):
     metrics.image_files(str(tmp_path / "imgs"), [7])
@@ -72,12 +80,39 @@ def test_predictions_file_scored_with_clip(tmp_path):
       ["image_id", "Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "CLIP-S", "RefCLIP-S", "PAC-S", "RefPAC-S"])
   assert written["signature"]["metrics"]["clip"]["CLIP-S"]["prompt"] == "A photo depicts "
   assert np.mean([r["CLIP-S"] for r in written["per_image"]]) == pytest.approx(out["overall"]["CLIP-S"])
+  # The cosines max(cos, 0) clipped: counted (each a CLIP-S of exactly 0) and kept in the file.
+  for name, w in (("CLIP-S", 2.5), ("PAC-S", 2.0)):
+    c = written["clip_cosines"][name]
+    assert (c["pairs"], c["clipped"], c["w"]) == (3, sum(r[name] == 0 for r in written["per_image"]), w)
+    if c["clipped"] < 3:
+      assert c["mean_cosine"] > -1 and out["overall"][name] > 0
+  assert "clip_cosines" not in json.dumps(written["signature"])  # results, not how they were made
   # An image missing: one line, before anything is scored or written.
   os.remove(tmp_path / "imgs" / "2.png")
   with pytest.raises(ValueError, match=r"no image file for image_id 2"):
     files.score_files(str(tmp_path / "p.json"), str(tmp_path / "r.json"), str(tmp_path / "s2.json"),
                       clip=request)
   assert not (tmp_path / "s2.json").exists()
+
+
+def test_notes_say_why_clip_scores_are_zero(capsys):
+  """A CLIP-S of 0.00 says why: the cosines <= 0 that w * max(cos, 0) clipped, their count and
+  mean, printed under the signature line (run_dir.print_scores: every scoring's end)."""
+  from jaxcap import run_dir
+  from jaxcap.clip import score
+  cos = np.array([-0.2, -0.1, 0.0, 0.3], np.float32)
+  scores = {"overall": {"CLIP-S": float(np.mean(2.5 * np.clip(cos, 0, None))), "RefCLIP-S": 0.1, "PAC-S": 0.2},
+            "clip_cosines": {"CLIP-S": score.clipped(cos, 2.5), "PAC-S": score.clipped(cos[3:], 2.0)},
+            "signature": {"metrics": {"implementation": "pycocoevalcap", "version": "1.2"}}}
+  assert scores["clip_cosines"]["CLIP-S"] == {"pairs": 4, "clipped": 3, "mean_cosine": pytest.approx(0.0), "w": 2.5}
+  lines = metrics.notes(scores)
+  assert lines == ["note: CLIP-S: 3 of 4 cosines <= 0 were clipped to 0 (2.5 * max(cos, 0), clipscore.py's "
+                   "reading; mean cosine 0.000) (RefCLIP-S, their harmonic mean with it, is 0 there too); real "
+                   "CLIP weights rarely give a cosine <= 0, random stand-in weights mostly do"]  # PAC-S: none clipped
+  run_dir.print_scores(scores, "test (4 images)", "S.json")
+  printed = capsys.readouterr().out.splitlines()
+  assert printed[-3].startswith("signature: jaxcap ") and printed[-2] == lines[0] and printed[-1] == "wrote S.json"
+  assert any("CLIP-S" in l for l in printed[-6:-3])  # the table right above the signature line
 
 
 def test_evaluate_py_bad_clip_input_is_one_line_exit_2(tmp_path):
@@ -98,7 +133,19 @@ def test_evaluate_py_bad_clip_input_is_one_line_exit_2(tmp_path):
       code, _, err = programs.run([*base, *extra], tmp_path)
       lines = [l for l in err.splitlines() if l.strip()]
       assert code == 2 and len(lines) == 1 and re.search(match, lines[0]), err
-  assert not (tmp_path / "s.json").exists()
+    assert not (tmp_path / "s.json").exists()
+    # The same form with good input prints what docs/USAGE.md says: the table, the signature
+    # line under it (with the CLIP-S part), the note when a cosine was clipped, the file written.
+    weights = helpers.random_weights(tmp_path)
+    code, out, err = programs.run([*base, f"--clip_weights={weights}", f"--clip_images={tmp_path / 'imgs'}"], tmp_path)
+  assert code == 0, err[-2000:]
+  printed = out.splitlines()
+  sig = next(i for i, l in enumerate(printed) if l.startswith("signature: "))
+  assert any("CLIP-S" in l for l in printed[max(sig - 3, 0):sig]), out  # the table's names, above it
+  assert "|CLIP-S ViT-64/16@32,quick_gelu,#" in printed[sig], out
+  clipped = json.loads((tmp_path / "s.json").read_text())["clip_cosines"]["CLIP-S"]["clipped"]
+  assert [l.startswith("note: CLIP-S: ") for l in printed[sig + 1:-1]] == [True] * bool(clipped), out
+  assert printed[-1] == f"wrote {tmp_path / 's.json'}", out
 
 
 @pytest.mark.slow

@@ -4,6 +4,7 @@ tensor and gives their image and text embeddings within 1e-5 (float32, CPU); a w
 line naming it."""
 
 import os
+import re
 import shutil
 
 import numpy as np
@@ -118,3 +119,56 @@ def test_round_trip_through_torch_names(tmp_path):
   for (p1, a), (p2, b) in zip(jax.tree_util.tree_leaves_with_path(want), jax.tree_util.tree_leaves_with_path(got)):
     assert p1 == p2
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def _standin_cli(argv, capsys):
+  """``python -m jaxcap.clip.weights`` in-process (``run_script`` exits): ``(code, out, err)``."""
+  import sys
+  from jaxcap import cli
+  saved = sys.argv
+  sys.argv = ["python -m jaxcap.clip.weights", *map(str, argv)]
+  try:
+    with pytest.raises(SystemExit) as e:
+      cli.run_script(weights.main)
+  finally:
+    sys.argv = saved
+  out = capsys.readouterr()
+  return e.value.code, out.out, out.err
+
+
+def test_standin_program_writes_loadable_weights_and_keeps_other_files(tmp_path, capsys, monkeypatch):
+  """The documented stand-in command: weights the loader reads (open_clip_config.json beside
+  them), rewritten over its own stand-ins, and a file it did not write (real weights, their
+  config) refused in one line, exit 2, nothing written."""
+  from safetensors.numpy import save_file
+  from tests.clip import helpers
+  monkeypatch.setitem(weights.STANDIN_SIZES, "small", helpers.SIZES)  # the test's smaller towers
+  out = tmp_path / "standin" / "open_clip_model.safetensors"
+  code, printed, err = _standin_cli(["--random", "--out", out], capsys)
+  assert code == 0, err
+  assert f"wrote {out} and {out.parent / 'open_clip_config.json'}: random small CLIP" in printed
+  sizes, _, fmt = weights.load(str(out))
+  assert fmt == "open_clip" and sizes == helpers.SIZES
+  assert weights.is_standin(str(out)) and weights.is_standin(str(out.parent / "open_clip_config.json"))
+  first = out.read_bytes()
+  code, _, err = _standin_cli(["--random", "--out", out, "--seed", "1"], capsys)  # its own: rewritten
+  assert code == 0 and out.read_bytes() != first, err
+  # Another's weights, another's config beside the path, a wrong name, no --random: refused.
+  (tmp_path / "real").mkdir()
+  real = tmp_path / "real" / "open_clip_model.safetensors"
+  save_file({"x": np.zeros(2, np.float32)}, str(real))
+  (tmp_path / "theirs").mkdir()
+  shutil.copy(os.path.join(FIXTURES, "open_clip", "open_clip_config.json"), tmp_path / "theirs")
+  cases = [(["--random", "--out", real], r"real/open_clip_model\.safetensors: a file this program did not write"),
+           (["--random", "--out", tmp_path / "theirs" / "w.safetensors"],
+            r"theirs/open_clip_config\.json: a file this program did not write"),
+           (["--random", "--out", tmp_path / "w.pt"], r"--out=.*w\.pt: expected a file name ending in \.safetensors"),
+           (["--out", tmp_path / "w.safetensors"], r"--random"),
+           (["--random", "--out", tmp_path / "w.safetensors", "--sizes", "huge"], r"--sizes: invalid choice: 'huge'")]
+  for argv, match in cases:
+    code, _, err = _standin_cli(argv, capsys)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: ") and re.search(match, lines[0]), err
+  assert not weights.is_standin(str(real)) and not (tmp_path / "real" / "open_clip_config.json").exists()
+  assert not (tmp_path / "theirs" / "w.safetensors").exists() and not (tmp_path / "w.safetensors").exists()
+  assert not weights.is_standin(str(tmp_path / "theirs" / "open_clip_config.json"))
