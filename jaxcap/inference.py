@@ -14,7 +14,7 @@ import numpy as np
 import jax
 import jax.numpy as jnp
 
-from jaxcap import decoding
+from jaxcap import decoding, progress
 from jaxcap.data import pipeline
 from jaxcap.training import parallel
 
@@ -73,8 +73,11 @@ def predict_split(model, params, dataset, split: str, decode_config, *, mesh, ba
   local_bs = global_batch_size(batch_size, mesh) // jax.process_count()
   preds = {}
   rng = jax.random.PRNGKey(seed)
-  for k, batch in enumerate(pipeline.eval_batches(source, local_bs, shard_index=jax.process_index(),
-                                                  shard_count=jax.process_count())):
+  batches = pipeline.eval_batches(source, local_bs, shard_index=jax.process_index(),
+                                  shard_count=jax.process_count())
+  # A bar once decoding has run for seconds (the first batch compiles; a CPU decodes slowly).
+  total = -(-len(source) // global_batch_size(batch_size, mesh))
+  for k, batch in enumerate(progress.bar(batches, f"decoding {split}", total=total, unit="batch")):
     gbatch = parallel.shard_batch(batch, mesh)
     tokens = parallel.to_host(fn(params, gbatch, jax.random.fold_in(rng, k)))
     index = parallel.to_host(gbatch["image_index"])

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 from jaxcap import data as data_lib
 from jaxcap import flops as flops_lib
 from jaxcap import inference
+from jaxcap import progress
 from jaxcap import run_dir
 from jaxcap.data import pipeline
 from jaxcap.data.vocab import Vocab
@@ -180,17 +181,23 @@ class Trainer:
     device, "compile_s": seconds}}``. ``state`` may be abstract (``jax.eval_shape``); the
     compiled programs are the ones the loop then runs (jit's cache: no second compile)."""
     batch, out = self.abstract_batch(), {}
-    for phase in self.phases():
+    phases = self.phases()
+    for k, phase in enumerate(phases, 1):
       start = time.perf_counter()
+      what = f"compiling the {phase} step (batch {self.config.batch_size}"
+      what += f"; {k} of {len(phases)})" if len(phases) > 1 else ")"
       if log:
-        log(f"compiling the {phase} step (batch {self.config.batch_size}) ...")
-      if phase in ("train", "train_frozen"):
-        xe = self._xe_step if phase == "train" else self._xe_step_frozen
-        traced = [xe.trace(state, batch, jax.ShapeDtypeStruct((), jnp.float32))]
-      else:
-        traced = self._scst_step.trace(state, batch)
+        log(f"{what} ...")
+      # Without a log (train.py's start), said only when it takes seconds (a backbone's step
+      # compiles for minutes on a CPU).
+      with contextlib.nullcontext() if log else progress.phase(what):
+        if phase in ("train", "train_frozen"):
+          xe = self._xe_step if phase == "train" else self._xe_step_frozen
+          traced = [xe.trace(state, batch, jax.ShapeDtypeStruct((), jnp.float32))]
+        else:
+          traced = self._scst_step.trace(state, batch)
+        parts = [memory.step_memory(t.lower().compile()) for t in traced]
       flops = sum(flops_lib.jaxpr_matmul_flops(t.jaxpr) for t in traced)
-      parts = [memory.step_memory(t.lower().compile()) for t in traced]
       mem = None if None in parts else max(parts, key=lambda m: m.total)  # the parts run in turn
       out[phase] = {"flops": flops, "memory": mem, "compile_s": time.perf_counter() - start}
     return out
@@ -286,7 +293,8 @@ class Trainer:
     # (init_workdir checks again before it writes): another run's workdir is refused at once.
     run_dir.check_workdir(workdir, config, self.dataset.vocab)
     local_bs = parallel.local_batch_size(config.batch_size, self.mesh)
-    state = self.initial_state()
+    with progress.phase(f"initialising the {config.model.name} model's parameters"):
+      state = self.initial_state()
     self.check_memory(self.compile_steps(state))  # does each step fit? (before writing)
     # Said once every check has passed: a refusal is the only thing a user reads.
     print(f"workdir: {workdir}", flush=True)
@@ -496,7 +504,8 @@ def _summarise(m: dict) -> dict:
 def _postfix(current: dict, summary: dict) -> dict:
   """The progress bar's fields: ``current`` updated from a training summary (loss, and during
   SCST the sample and greedy rewards; lr and images/s when logged) or validation scores
-  (``val_CIDEr-D``, ``val_BLEU-4``, x100). Fields not in ``summary`` keep their last value."""
+  (``val_CIDEr-D_x100``, ``val_BLEU-4_x100``: the bar says the scale its numbers are at). Fields
+  not in ``summary`` keep their last value."""
   out = dict(current)
   if "reward" in summary:  # SCST: the loss is the policy-gradient loss, the reward is the signal
     out["reward"] = f"{summary['reward']:.3f}"
@@ -510,8 +519,8 @@ def _postfix(current: dict, summary: dict) -> dict:
     out["img_s"] = f"{summary['images_per_sec']:.0f}"
   for k, v in summary.items():  # validation scores as the tables print them: named, x100
     if k.startswith("val_"):
-      name = coco_metrics.DISPLAY_NAMES.get(k[len("val_"):], k[len("val_"):])
-      out[f"val_{name}"] = f"{100 * v:.2f}"
+      name, scale = coco_metrics.display(k[len("val_"):])
+      out[f"val_{name}" + (f"_x{scale:g}" if scale != 1 else "")] = f"{scale * v:.2f}"
   return out
 
 

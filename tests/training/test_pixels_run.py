@@ -105,3 +105,15 @@ def test_features_data_with_a_backbone_is_refused(tmp_path):
   c.backbone.name = "vit_b16"
   with pytest.raises(ValueError, match="config field data.images_dir: backbone.name='vit_b16' reads image files"):
     train_lib.train_and_evaluate(c, str(tmp_path / "run"))
+
+
+def test_the_data_check_names_image_files_not_feature_headers(scenes):
+  """A run from pixels checks image files; its line says so (not "feature headers and boxes")."""
+  from jaxcap import data as data_lib
+  from jaxcap.training import validation
+  config = pixels_config(scenes)
+  logs = []
+  out = validation.check_data(data_lib.get_dataset(config.data), config, splits=["train", "val"],
+                              log=logs.append)
+  assert out["images"] == 48 + 8
+  assert len(logs) == 1 and logs[0].startswith("Checked the image files of 56 images (train, val;"), logs
