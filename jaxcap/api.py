@@ -106,7 +106,8 @@ def score(references: Mapping[Any, Sequence[str]], predictions, *, metrics: Sequ
       four; METEOR needs Java and is skipped with one line without it).
     spice: also SPICE (needs its Stanford CoreNLP jars).
     tokenize: PTB-tokenise both sides first, as ``COCOEvalCap`` does.
-    log: receives one line per skipped metric.
+    log: receives one line per skipped metric, and per CLIP score one note when cosines <= 0
+      were clipped to 0 (:func:`jaxcap.clip.metrics.notes`).
     caption_postprocess: ``"none"`` or ``"dedupe_repeats"`` (a run of one word kept once
       before scoring, the M² authors' test.py; named in the signature).
     images: ``{image_id: image file}``, for the CLIP scores.
@@ -117,7 +118,10 @@ def score(references: Mapping[Any, Sequence[str]], predictions, *, metrics: Sequ
     refclip_variant: ``"clipscore"`` (clipscore.py's RefCLIP-S) or ``"clip_caption_reward"``.
 
   Returns:
-    ``{"overall": {"Bleu_1", ..., "CIDEr"}, "per_image": {image_id: {...}}}``.
+    ``{"overall": {"Bleu_1", ..., "CIDEr"}, "per_image": {image_id: {...}}}`` (with CLIP scores
+    also ``"clip_cosines"``: per score the cosines clipped to 0, of how many, and their mean),
+    each score at its own scale as the scores files keep it (CIDEr-D 0-10, BLEU / METEOR /
+    ROUGE-L 0-1, CLIP-S at most 2.5); printed tables show them x100.
   """
   if not isinstance(predictions, Mapping):
     predictions = {p["image_id"]: p["caption"] for p in predictions}
@@ -133,7 +137,7 @@ def score(references: Mapping[Any, Sequence[str]], predictions, *, metrics: Sequ
     clip = clip_metrics.Request(clip_weights, pac_weights, images, refclip_variant).prepare(list(predictions))
   out = coco_metrics.score(references, predictions, spice=spice, tokenize=tokenize, log=log,
                            caption_postprocess=caption_postprocess, **kwargs)
-  return clip.add(out, predictions, references) if clip is not None else out
+  return clip.add(out, predictions, references, log=log) if clip is not None else out
 
 
 class Run:
@@ -202,7 +206,22 @@ class Run:
     cfg = dict(self.config.decode.to_dict()) if "decode" in self.config else {}
     cfg.update({k: v for k, v in (("method", method), ("beam_size", beam_size)) if v is not None})
     cfg.update(options)
+    self._check_decode(cfg)
     return cfg
+
+  def _check_decode(self, cfg: dict) -> None:
+    """The decoding options as a training run's are checked (values, the model's position
+    table, a beam no wider than the vocabulary: a wider one returns empty captions), named as
+    the arguments that set them (``decoding option beam_size: ...``)."""
+    import ml_collections  # pylint: disable=import-outside-toplevel
+    from jaxcap.training import validation  # pylint: disable=import-outside-toplevel
+    check = ml_collections.ConfigDict({"model": self.config.model.to_dict(),
+                                       "decode": {k: v for k, v in cfg.items() if v is not None}})
+    try:
+      validation.check_config(check, trainable=False)
+      validation.check_beam_size(check, len(self.vocab), self.workdir or "this run")
+    except ValueError as e:
+      raise ValueError(str(e).replace("config field decode.", "decoding option ")) from None
 
   def decode(self, features, method: str | None = None, beam_size: int | None = None, *,
              batch_size: int = 50, seed: int = 0, return_aux: bool = False, **options):
@@ -402,7 +421,7 @@ class Run:
                      caption_postprocess=run_dir.caption_postprocess(getattr(self, "config", None))),
                predictions=preds)
     if clip is not None:
-      clip.add(out, preds, refs)
+      clip.add(out, preds, refs, log=log)
     out["signature"] = signature.build(metrics=out["signature"], split=split, num_images=len(preds), **run_dir.made_by(
         self.config, self.vocab, self.info, split=split, step=self.step, workdir=self.workdir,
         decode=self.decode_config(method, beam_size, **options), dataset=self.dataset))

@@ -89,6 +89,29 @@ def run_main(fn, setup: bool = True):
   return 0
 
 
+def typed_flag(name: str, argv=None) -> str | None:
+  """The spelling of flag ``name`` the user typed (``--beam_size``, ``--beam-size``,
+  ``--noblock_trigrams``), else None: the name a refusal of its value gives back."""
+  argv = sys.argv if argv is None else argv
+  for a in argv[1:]:
+    for spelled in dict.fromkeys((name, name.replace("_", "-"))):
+      for word in (f"--{spelled}", f"--no{spelled}"):
+        if a == word or a.startswith(word + "="):
+          return f"--{spelled}"
+  return None
+
+
+def as_typed(error: ValueError, fields: dict[str, str]) -> ValueError:
+  """``error`` with each config path of ``fields`` (``{"decode.beam_size": "--beam-size"}``)
+  named by the flag that set it: a flag's value checked as a config field is refused in the
+  user's words (``--beam-size: expected an int >= 1, got 0``), not the config's."""
+  import re
+  msg = str(error)
+  for path, flag in fields.items():
+    msg = re.sub(rf"(config field )?(?<![\w.]){re.escape(path)}(?![\w])", flag, msg)
+  return type(error)(msg) if msg != str(error) else error
+
+
 # ---------------------------------------------------------------------------- absl programs
 def _values(argv, name: str):
   """Every value ``argv`` gives ``--name`` (``--name=v`` or ``--name v``), in order."""

@@ -20,6 +20,14 @@ import numpy as np
 
 NATIVE = "native"  # ``size`` of images read at their own resolution
 
+# What a refusal to caption image files names (evaluate.py --images, Run.caption_images,
+# jaxcap-serve and its page, an export): the runs that can. The default run (make train) learns
+# from the synthetic scenes' embedded features, which no backbone computes from pixels.
+IMAGE_RUNS = ("runs that caption image files: one trained on jaxcap-extract's features "
+              "(docs/USAGE.md, 'Your own images') or from pixels (on the drawn scenes: python -m "
+              "jaxcap.data.render --out runs/scenes_px --size 64, then python train.py --config "
+              "configs/pixels.py:synthetic --workdir runs/pixels_scenes)")
+
 
 def read_image(path: str, size: int | str) -> np.ndarray:
   """``[S, S, 3]`` uint8 RGB of the image file at ``path``, or ``[H, W, 3]`` as stored when

@@ -24,6 +24,8 @@ import numpy as np
 import jax
 
 from jaxcap import data as data_lib
+from jaxcap import images as images_lib
+from jaxcap import progress
 from jaxcap.atomic import write_json
 from jaxcap.data import batch as batch_lib
 from jaxcap.data.vocab import Vocab
@@ -259,7 +261,7 @@ def backbone(workdir: str | None, weights: str | None = None):
   if record is None:
     raise ValueError(f"{workdir}: no {FEATURES_FILE}; this run was trained on features "
                      "jaxcap-extract did not write, so it cannot caption image files (caption "
-                     "feature arrays with Run.caption)")
+                     f"feature arrays with Run.caption); {images_lib.IMAGE_RUNS}")
   return record_lib.Backbone(record, weights, os.path.join(workdir, FEATURES_FILE))
 
 
@@ -408,7 +410,10 @@ def write_scores(workdir, split, preds, refs, spice=False, tag="", translation=F
                        "as generated; expected 'none'")
     scores = translation_metrics.score(refs, preds)
   else:
-    scores = coco_metrics.score(refs, preds, spice=spice, caption_postprocess=caption_postprocess)
+    # Said when it takes seconds: METEOR and the PTB tokenizer start a Java process each.
+    with progress.phase(f"scoring {len(preds)} captions (BLEU, METEOR, ROUGE-L, CIDEr-D"
+                        f"{', SPICE' if spice else ''})"):
+      scores = coco_metrics.score(refs, preds, spice=spice, caption_postprocess=caption_postprocess)
   if clip is not None:
     clip.add(scores, preds, refs)
   made_by = dict(made_by or {})
@@ -422,10 +427,36 @@ def write_scores(workdir, split, preds, refs, spice=False, tag="", translation=F
     write_json(paths[0], [{"image_id": k, "caption": v} for k, v in preds.items()])
     # per_image as [{"image_id": id, ...}]: the ids keep the predictions' type (files.scores_json).
     write_json(paths[1], files.scores_json(scores))
-  print(format_table(scores["overall"], title=f"{split} ({len(preds)} images)"), flush=True)
-  print(f"signature: {signature.line(scores['signature'])}", flush=True)
-  print(f"wrote {paths[1]} and {os.path.basename(paths[0])}", flush=True)
+  print_scores(scores, f"{split} ({len(preds)} images)", f"{paths[1]} and {os.path.basename(paths[0])}")
   return scores
+
+
+def print_scores(scores: dict, title: str, wrote: str) -> None:
+  """What every scoring prints (train.py's test, evaluate.py's forms): the metric table, the
+  signature line under it, a note per CLIP score that ``max(cos, 0)`` clipped
+  (:func:`clip_notes`: a table of CLIP-S 0.00 otherwise reads as broken) and
+  the files written."""
+  print(format_table(scores["overall"], title=title), flush=True)
+  print(f"signature: {signature.line(scores['signature'])}", flush=True)
+  for line in clip_notes(scores):
+    print(line, flush=True)
+  print(f"wrote {wrote}", flush=True)
+
+
+def clip_notes(scores) -> list[str]:
+  """One line per CLIP score that ``max(cos, 0)`` clipped to 0 somewhere (``scores``'
+  ``clip_cosines``), saying so: random stand-in weights give cosines <= 0 for most captions,
+  and a table of 0.00 then reads as a broken scorer."""
+  out = []
+  for name, c in (scores.get("clip_cosines") or {}).items():
+    if not c.get("clipped"):
+      continue
+    source = "clipscore.py" if name == "CLIP-S" else "pacscore"
+    ref = f" (Ref{name}, their harmonic mean with it, is 0 there too)" if f"Ref{name}" in scores["overall"] else ""
+    out.append(f"note: {name}: {c['clipped']} of {c['pairs']} cosines <= 0 were clipped to 0 "
+               f"({c['w']:g} * max(cos, 0), {source}'s reading; mean cosine {c['mean_cosine']:.3f})"
+               f"{ref}; real CLIP weights rarely give a cosine <= 0, random stand-in weights mostly do")
+  return out
 
 
 def made_by(config, vocab, info, *, split: str, step=None, decode=None, workdir=None,
@@ -453,10 +484,12 @@ def caption_postprocess(config) -> str:
 
 
 def format_table(overall: dict, title: str = "") -> str:
-  """Every printed table: pycocoevalcap's scores x100 (sacreBLEU is 0-100 already), named as
-  the papers write them (:data:`jaxcap.evaluation.coco_metrics.DISPLAY_NAMES`); the files keep
-  pycocoevalcap's keys and 0-1 scale."""
+  """Every printed table: the scores x100 (sacreBLEU is 0-100 already), named as the papers
+  write them (:data:`jaxcap.evaluation.coco_metrics.DISPLAY_NAMES`), its first line saying so
+  (with a title or without); the files keep pycocoevalcap's keys and each metric's own scale
+  (CIDEr-D 0-10, BLEU / METEOR / ROUGE-L 0-1, ...: the comment above coco_metrics.DISPLAY_NAMES)."""
   names = [k for k in coco_metrics.DISPLAY_NAMES if k in overall]
   head = " | ".join(f"{coco_metrics.DISPLAY_NAMES[n]:>9}" for n in names)
-  vals = " | ".join(f"{overall[n] * (1 if n == 'sacreBLEU' else 100):9.2f}" for n in names)
-  return (f"{title}, x100\n" if title else "") + head + "\n" + vals
+  vals = " | ".join(f"{overall[n] * coco_metrics.display(n)[1]:9.2f}" for n in names)
+  scale = coco_metrics.scale_label(names)
+  return (f"{title}, {scale}" if title else scale) + "\n" + head + "\n" + vals

@@ -175,6 +175,23 @@ def test_every_entry_point_decodes_with_the_runs_config_decode(workdir, monkeypa
   assert beams.tokens.shape[:2] == (10, 2) and configs[-1] == run.decode_config("beam", 2)
 
 
+def test_decoding_options_are_checked_at_every_entry_point(workdir):
+  """A beam wider than the vocabulary (empty captions, silently) and bad option values are
+  refused in one line naming the argument, by caption / decode and the export alike."""
+  wd, dataset, _ = workdir
+  run = jaxcap.load(wd, dataset=dataset)
+  batch = _test_batch(dataset, 2)
+  words = len(run.vocab)
+  with pytest.raises(ValueError, match=rf"^decoding option beam_size: {words + 1} is wider than the "
+                                       rf"vocabulary of .* \({words} words\); expected at most {words}$"):
+    run.caption(batch, "beam", words + 1)
+  with pytest.raises(ValueError, match=r"^decoding option temperature: expected"):
+    run.decode(batch, "sample", temperature=-1.0)
+  with pytest.raises(ValueError, match=r"^decoding option beam_size: "):
+    run.decode_config("beam", words + 1)
+  assert run.decode_config("beam", words)["beam_size"] == words
+
+
 def test_score_on_known_captions():
   refs = {1: ["a red cube left of a blue ball"], 2: ["two green cones"]}
   perfect = jaxcap.score(refs, {1: "a red cube left of a blue ball", 2: "two green cones"},

@@ -97,6 +97,8 @@ def test_health_metadata_examples_and_a_caption(run):
   assert meta["model"] == "transformer" and meta["vocab_size"] == len(run.vocab)
   assert meta["run"]["step"] == 2 and meta["input"]["feature_dim"] == run.info["feature_dim"]
   assert meta["input"]["examples"] and not meta["input"]["images"] and meta["decoding"]["max_len"] == 6
+  # Why no image, with the runs that take one (what the page shows instead of its image drop).
+  assert meta["input"]["no_images"] == server.NO_IMAGES_RUN and "configs/pixels.py:synthetic" in server.NO_IMAGES_RUN
   assert status == 200 and body["method"] == "greedy" and len(body["captions"]) == 1
   want = run.decode(x[None], "greedy", return_aux=True)
   cap = body["captions"][0]
@@ -148,7 +150,7 @@ def _one_line_error(status, text):
 def test_bad_requests_are_one_line_4xx_and_the_server_keeps_serving(run):
   f = run.info["feature_dim"]
   bad = [  # (query, body, content type, status, words the error names)
-      ("", b"\x89PNG not really", "image/png", 400, "image backbone"),
+      ("", b"\x89PNG not really", "image/png", 400, "configs/pixels.py:synthetic"),
       ("", _npy(np.zeros((3, f), np.float64)), "application/x-npy", 400, "float32"),
       ("", _npy(np.zeros((3, f + 1), np.float32)), "application/x-npy", 400, str(f)),
       ("", _npy(np.zeros((2, 3, 4, f), np.float32)), "application/x-npy", 400, "[N, "),

@@ -92,6 +92,11 @@ def test_the_page_captions_an_example_and_shows_a_word_s_attention(served, tmp_p
     driver.get(url)
     wait.until(lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-ready") == "1")
     assert "transformer" in driver.find_element(By.ID, "model").text
+    # A run on embedded features takes no image: the page says so and names the runs that do,
+    # instead of hiding the image drop without a word.
+    assert not driver.find_element(By.ID, "drop").is_displayed()
+    why = driver.find_element(By.ID, "no-drop-why")
+    assert why.is_displayed() and "configs/pixels.py:synthetic" in why.text, why.text
 
     # A feature file of the reader's own: the caption is the server's for those features.
     feats = np.random.default_rng(0).standard_normal((6, 128)).astype(np.float32)

@@ -105,6 +105,15 @@ def _clip_request():
   return request.with_default_images(members[0] if members else _WORKDIR.value)
 
 
+def _typed_decode_flags() -> dict[str, str]:
+  """``{"decode.<field>": flag as typed}`` of the decoding flags given (``--sample`` sets
+  ``decode.method``)."""
+  out = {f"decode.{name}": cli.typed_flag(name) for name, holder in _D.items() if holder.value is not None}
+  if _SAMPLE.value:
+    out["decode.method"] = "--sample"
+  return {path: flag for path, flag in out.items() if flag}
+
+
 def _decode(config_decode: dict) -> dict:
   options = {k: h.value for k, h in _D.items() if k != "beam_size"}
   return runs.decode_options(config_decode, sample=_SAMPLE.value, beam_size=_D["beam_size"].value,
@@ -169,7 +178,10 @@ def check() -> None:
   there = workdir is not None and os.path.isfile(os.path.join(workdir, run_dir.CONFIG_FILE))
   config = run_dir.read_config(workdir) if there else ml_collections.ConfigDict()
   options = _decode(config.decode.to_dict() if "decode" in config else {})
-  validation.check_config(ml_collections.ConfigDict({"decode": options}))
+  try:
+    validation.check_config(ml_collections.ConfigDict({"decode": options}))
+  except ValueError as e:  # a decoding flag's value: refused by the flag the user typed
+    raise cli.as_typed(e, _typed_decode_flags()) from None
   beam = options.get("beam_size")
   if there and options.get("method") == "beam" and isinstance(beam, int):
     words = len(run_dir.read_vocab(workdir))
@@ -186,8 +198,7 @@ def main(argv):
   if _PREDICTIONS.value:
     result = files.score_files(_PREDICTIONS.value, _REFERENCES.value, _OUT.value, spice=_SPICE.value,
                                caption_postprocess=_POST.value or "none", clip=_clip_request())
-    print(run_dir.format_table(result["overall"], title=f"{_PREDICTIONS.value} "
-                                                       f"({len(result['per_image'])} images)"))
+    run_dir.print_scores(result, f"{_PREDICTIONS.value} ({len(result['per_image'])} images)", _OUT.value)
     return
   common = dict(split=_SPLIT.value, batch_size=_BATCH.value, attributes=_ATTRIBUTES.value,
                 spice=_SPICE.value, sample_n=_SAMPLE_N.value, sample_n_method=_SAMPLE_N_METHOD.value,

@@ -48,8 +48,12 @@ def main() -> int:
     raise ValueError(f"--platforms={a.platforms}: expected a comma-separated list of cpu, cuda, rocm, tpu")
   from jaxcap import api, export  # after the checks: loading jax's models takes seconds
   run = api.load(a.workdir, a.step)
-  meta = export.export(run, a.out, method=a.method, beam_size=a.beam_size, max_len=a.max_len,
-                       platforms=platforms, weights=a.weights, backbone=not a.no_backbone)
+  try:
+    meta = export.export(run, a.out, method=a.method, beam_size=a.beam_size, max_len=a.max_len,
+                         platforms=platforms, weights=a.weights, backbone=not a.no_backbone)
+  except ValueError as e:  # a decoding flag's value: refused by the flag the user typed
+    typed = {f"decoding option {n}": cli.typed_flag(n) for n in ("method", "beam_size", "max_len")}
+    raise cli.as_typed(e, {k: v for k, v in typed.items() if v}) from None
   size = os.path.getsize(a.out)
   dec = meta["decode"]
   print(f"wrote {a.out}: {meta['model']} step {meta['run']['step']}, config #{meta['run']['config_hash']}, "

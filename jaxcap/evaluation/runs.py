@@ -14,6 +14,8 @@ import jax
 import ml_collections
 
 from jaxcap import api, atomic, ensemble, run_dir
+from jaxcap import images as images_lib
+from jaxcap import progress
 from jaxcap import data as data_lib
 from jaxcap.evaluation import coco_metrics, server
 from jaxcap.features import extract
@@ -215,40 +217,52 @@ def evaluate_ensemble(workdirs, weights=None, *, out_dir: str | None = None, spl
 
 def caption_folder(workdir: str, images: str, out: str, *, weights: str | None = None,
                    step: int | None = None, decode: dict | None = None, batch_size: int = 16) -> list:
-  """Captions every image file of the folder ``images`` with the run's recorded backbone
-  (``features.json``) and its best checkpoint; writes ``[{"image", "caption"}]`` to ``out``
-  atomically. An unreadable file is reported in one line and left out."""
+  """Captions every image file of the folder ``images`` with the run's best checkpoint (or
+  ``step``) and the backbone its features came from: the one ``features.json`` records, or for
+  a run from pixels its trained backbone (:meth:`jaxcap.api.Run.caption_images`' choice); writes
+  ``[{"image", "caption"}]`` to ``out`` atomically. An unreadable file is reported in one line
+  and left out."""
   atomic.check_writable(out, f"--out={out}", file=True)
   names = extract.list_images(images)
   if not names:
     raise ValueError(f"--images={images}: no image files ({', '.join(extract.IMAGE_EXTENSIONS)}); "
                      "expected a folder of images")
-  record = run_dir.read_features_record(workdir)
-  if record is None:
-    raise ValueError(f"{workdir}: no {run_dir.FEATURES_FILE}; this run was trained on features "
-                     "jaxcap-extract did not write, so it cannot caption image files (caption "
-                     "feature arrays with Run.caption)")
-  # Refused before any image is read or any checkpoint restored.
-  record_lib.check_weights(record, weights, os.path.join(workdir, run_dir.FEATURES_FILE))
-  decode = _decode_of(decode, run_dir.read_config(workdir))
-  pixels, failed = [], []
-  for name in names:
+  config = run_dir.read_config(workdir)
+  section = pixels.backbone_config(config)
+  if section is not None:  # a run from pixels: its backbone is in the checkpoint
+    if weights is not None:
+      raise ValueError(f"--weights={weights}: {workdir} trained its backbone ({section.name}); "
+                       "expected no --weights (the backbone's weights are the checkpoint's)")
+    size = int(run_dir.load_info(workdir, config).get("image_size") or config.data.image_size)
+    source = f"its trained {section.name}"
+  else:
+    record = run_dir.read_features_record(workdir)
+    if record is None:
+      raise ValueError(f"{workdir}: no {run_dir.FEATURES_FILE} and no backbone of its own; it was "
+                       "trained on features jaxcap-extract did not write, so it cannot caption "
+                       f"image files; {images_lib.IMAGE_RUNS}")
+    # Refused before any image is read or any checkpoint restored.
+    record_lib.check_weights(record, weights, os.path.join(workdir, run_dir.FEATURES_FILE))
+    size = extract.parse_size(record["size"], "features.json: size")  # an int or "native"
+    source = f"{record['backbone']} features"
+  decode = _decode_of(decode, config)
+  read, failed = [], []
+  for name in progress.bar(names, f"reading {images}", unit="img"):
     path = os.path.join(images, name)
     try:
-      size = extract.parse_size(record["size"], "features.json: size")  # an int or "native"
-      pixels.append((name, extract.read_image(path, size)))
+      read.append((name, extract.read_image(path, size)))
     except Exception as e:  # pylint: disable=broad-except  (Pillow raises many kinds)
       failed.append(name)
       print(f"warning: {path}: unreadable image ({extract.unreadable_reason(e)}); skipped",
             file=sys.stderr, flush=True)
-  if not pixels:
+  if not read:
     raise ValueError(f"--images={images}: none of the {len(names)} images could be read; "
                      "expected image files Pillow can open")
   run = api.load(workdir, step)
-  print(f"Captioning {len(pixels)} images of {images} with step {run.step} of {workdir} "
-        f"({record['backbone']} features).", flush=True)
-  captions = run.caption_images([img for _, img in pixels], weights, batch_size=batch_size, **decode)
-  result = [{"image": name, "caption": c} for (name, _), c in zip(pixels, captions)]
+  print(f"Captioning {len(read)} images of {images} with step {run.step} of {workdir} "
+        f"({source}).", flush=True)
+  captions = run.caption_images([img for _, img in read], weights, batch_size=batch_size, **decode)
+  result = [{"image": name, "caption": c} for (name, _), c in zip(read, captions)]
   atomic.write_json(out, result)
   for item in result[:5]:
     print(f"  {item['image']}: {shown_caption(item['caption'])}")

@@ -133,7 +133,8 @@ class Captioner:
     method = self._method(method)
     if self._backbone is None:
       raise ValueError(f"{self.path}: no image backbone in this export (the run has no features.json, "
-                       "or was exported with --no_backbone / at native size); expected caption(features)")
+                       "or was exported with --no_backbone / at native size); expected "
+                       f"caption(features); {images.IMAGE_RUNS}")
     if isinstance(images, (str, os.PathLike)) or (isinstance(images, np.ndarray) and images.ndim == 3):
       images = [images]
     size = int(self.metadata["backbone"]["size"])

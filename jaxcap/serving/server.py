@@ -34,6 +34,8 @@ from typing import Any
 import numpy as np
 from aiohttp import web
 
+from jaxcap.images import IMAGE_RUNS
+
 STATIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
 METHODS = ("greedy", "beam", "sample")
 NPY_TYPES = ("application/x-npy", "application/npy", "application/octet-stream")
@@ -42,6 +44,12 @@ MAX_BODY_BYTES = 16 * 1024 * 1024  # a big photo or a few hundred images' region
 MAX_IMAGES = 64  # per request: one request may not hold the decoder for everyone else
 MAX_BEAM, MAX_SAMPLES = 16, 10
 EXAMPLE_SIDE = 256  # px of the drawn test images (the page scales them)
+# Why a served model takes no image, and which run would (GET /metadata's input.no_images, shown
+# by the page in place of its image drop; POST /caption of an image answers it as its 400).
+NO_IMAGES_RUN = ("this run has no image backbone (no features.json: it was trained on features "
+                 f"jaxcap-extract did not write, such as the synthetic scenes' embedded ones); {IMAGE_RUNS}")
+NO_IMAGES_EXPORT = ("this captioner has no image backbone (exported from a run without "
+                    f"features.json or with --no_backbone); {IMAGE_RUNS}")
 
 
 class BadRequest(ValueError):
@@ -171,6 +179,7 @@ class RunBackend:
                   "global_dim": int(run.info["global_dim"]), "dtype": "float32",
                   "features": "[N, F] or [B, N, F] .npy (application/x-npy or application/octet-stream)",
                   "images": self.has_backbone, "examples": self.examples is not None,
+                  "no_images": None if self.has_backbone else NO_IMAGES_RUN,
                   "num_examples": 0 if self.examples is None else len(self.examples)},
     }
 
@@ -218,9 +227,7 @@ class RunBackend:
   def image_pixels(self, data: bytes) -> np.ndarray:
     """The image bytes read as the backbone reads files (one line for a non-image)."""
     if not self.has_backbone:
-      raise BadRequest("this run has no image backbone (no features.json: it was trained on "
-                       "features jaxcap-extract did not write); expected a .npy feature array "
-                       "or ?example=<i>")
+      raise BadRequest(NO_IMAGES_RUN + "; expected a .npy feature array or ?example=<i>")
     pixels = decode_image(data)
     try:
       read, _ = self.backbone().read([pixels])
@@ -351,7 +358,8 @@ class ArtefactBackend:
             "input": {"feature_dim": self.feature_dim, "max_regions": self.max_regions,
                       "global_dim": int(inputs.get("global_dim", 0)), "dtype": "float32",
                       "features": "[N, F] or [B, N, F] .npy (application/x-npy or application/octet-stream)",
-                      "images": self.has_backbone, "examples": False, "num_examples": 0}}
+                      "images": self.has_backbone, "examples": False, "num_examples": 0,
+                      "no_images": None if self.has_backbone else NO_IMAGES_EXPORT}}
 
   def check(self, settings: "Settings") -> None:
     if settings.method not in self.methods:
@@ -379,8 +387,7 @@ class ArtefactBackend:
 
   def image_pixels(self, data: bytes) -> list:
     if not self.has_backbone:
-      raise BadRequest("this captioner has no image backbone (exported from a run without "
-                       "features.json); expected a .npy feature array")
+      raise BadRequest(NO_IMAGES_EXPORT + "; expected a .npy feature array")
     return [decode_image(data)]
 
   def decode(self, settings: "Settings", items) -> list[list[dict]]:

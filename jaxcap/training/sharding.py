@@ -1,5 +1,5 @@
 """Sharding rules for parameters and optimiser state over a ``("data", "model")`` mesh
-(issue 58's first piece; the trainer still replicates, :mod:`jaxcap.training.parallel`).
+(config field ``sharding``; the trainer lays its state out by them: ``Trainer.state_shardings``).
 
 Dimension legend: D data-axis size (devices the batch is split over), M model-axis size.
 

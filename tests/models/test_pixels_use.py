@@ -74,6 +74,26 @@ def test_weights_for_a_trained_backbone_are_refused_in_one_line(run, tmp_path):
     run.caption_images(_test_paths(run)[:1], weights=str(tmp_path / "x.safetensors"))
 
 
+def test_evaluate_images_captions_a_folder_with_the_trained_backbone(run, tmp_path):
+  """evaluate.py --images (runs.caption_folder) takes a run from pixels as caption_images
+  does: the same captions of the same PNG files, read at the run's image size."""
+  import os
+  import shutil
+  from jaxcap.evaluation import runs
+  folder = tmp_path / "photos"
+  folder.mkdir()
+  paths = _test_paths(run)[:5]
+  for p in paths:
+    shutil.copy(p, folder / os.path.basename(p))
+  out = tmp_path / "captions.json"
+  result = runs.caption_folder(run.workdir, str(folder), str(out), decode={"method": "greedy"})
+  want = dict(zip((os.path.basename(p) for p in paths), run.caption_images(paths, method="greedy")))
+  assert {r["image"]: r["caption"] for r in result} == want and out.exists()
+  with pytest.raises(ValueError, match=r"--weights=.*trained its backbone \(vit_b16\); expected no --weights"):
+    runs.caption_folder(run.workdir, str(folder), str(tmp_path / "c2.json"), weights=str(tmp_path / "w.safetensors"))
+  assert not (tmp_path / "c2.json").exists()
+
+
 def test_an_ablation_changes_the_captioner_and_keeps_the_backbone(run):
   ablated = run.ablate(dropout=0.5)
   assert ablated.from_pixels and ablated.model.captioner.dropout == 0.5

@@ -187,6 +187,10 @@ async function start() {
       chooseFile(e.dataTransfer.files[0], "image");
     });
     $("image-file").addEventListener("change", (e) => chooseFile(e.target.files[0], "image"));
+  } else if (meta.input.no_images) {
+    // Say why there is no image drop, and which run would take one (the server's own words).
+    $("no-drop-why").textContent = meta.input.no_images;
+    $("no-drop").hidden = false;
   }
   $("npy-file").addEventListener("change", (e) => chooseFile(e.target.files[0], "npy"));
   ["method", "beam-size", "samples"].forEach((id) => $(id).addEventListener("change", () => { showControls(); caption(); }));
