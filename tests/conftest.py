@@ -62,3 +62,41 @@ def _release_compiled_programs():
   yield
   import jax  # noqa: PLC0415
   jax.clear_caches()
+
+
+# ---------------------------------------------------------------------------- the suite's cost
+# Each test's wall time and CPU time (setup + call + teardown): the CPU of this process and of the
+# processes it started and waited for (os.times' children: a train.py a test launches), so a
+# test's cost does not depend on what the other worker runs beside it. Written per worker to
+# .cache/durations/ at the end of the session; tests/durations.py merges them into the record
+# (tests/durations.json: the ten slowest are listed in docs/DESIGN.md section 6).
+DURATIONS_DIR = REPO / ".cache" / "durations"
+_COST: dict = {}
+
+
+def _cpu_seconds() -> float:
+  t = os.times()
+  return t.user + t.system + t.children_user + t.children_system
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+  del nextitem
+  import time  # noqa: PLC0415
+  wall, cpu = time.perf_counter(), _cpu_seconds()
+  yield
+  tier = "heavy" if item.get_closest_marker("heavy") else "slow" if item.get_closest_marker("slow") else "default"
+  _COST[item.nodeid] = {"tier": tier, "wall_s": round(time.perf_counter() - wall, 2),
+                        "cpu_s": round(_cpu_seconds() - cpu, 2)}
+
+
+def pytest_sessionfinish(session, exitstatus):
+  del exitstatus
+  if not _COST:
+    return
+  import json  # noqa: PLC0415
+  worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+  DURATIONS_DIR.mkdir(parents=True, exist_ok=True)
+  path = DURATIONS_DIR / f"{worker}-{os.getpid()}.json"
+  path.write_text(json.dumps(_COST, indent=0, sort_keys=True))
+  del session

@@ -1,0 +1,32 @@
+"""tests/durations.py: the workers' files merged into the record, the slowest listed by CPU time,
+and the conftest hook that writes them measuring the test's child processes too."""
+
+import json
+import subprocess
+import sys
+
+from tests import durations
+
+
+def test_merge_record_and_slowest(tmp_path):
+  (tmp_path / "gw0-1.json").write_text(json.dumps({
+      "a::x": {"tier": "default", "wall_s": 1.0, "cpu_s": 2.0},
+      "a::y": {"tier": "slow", "wall_s": 9.0, "cpu_s": 8.0}}))
+  (tmp_path / "gw1-2.json").write_text(json.dumps({"b::z": {"tier": "default", "wall_s": 5.0, "cpu_s": 0.5}}))
+  rec = durations.record(durations.merge(str(tmp_path)))
+  assert set(rec["tests"]) == {"a::x", "a::y", "b::z"}
+  assert rec["totals"]["default"] == {"tests": 2, "wall_s": 6.0, "cpu_s": 2.5}
+  assert rec["totals"]["slow"]["tests"] == 1 and "heavy" not in rec["totals"]
+  assert [k for k, _ in durations.slowest(rec, 2)] == ["a::y", "a::x"]  # by CPU, not wall
+  assert [k for k, _ in durations.slowest(rec, 5, "default")] == ["a::x", "b::z"]
+  out = tmp_path / "rec.json"
+  assert durations.main(["--merge", str(tmp_path), "--out", str(out)]) == 0
+  assert json.loads(out.read_text())["tests"] == rec["tests"]
+
+
+def test_a_child_process_cpu_is_the_tests(tmp_path):
+  """The hook counts the CPU of a process the test waited for (os.times' children)."""
+  from tests import conftest
+  before = conftest._cpu_seconds()
+  subprocess.run([sys.executable, "-c", "s = 0\nfor i in range(3_000_000): s += i"], check=True)
+  assert conftest._cpu_seconds() - before > 0.05
