@@ -124,9 +124,11 @@ def test_a_run_without_features_json_is_refused(trained, tmp_path, run):
   (copy / "features.json").unlink()
   with pytest.raises(ValueError) as e:
     jaxcap.load(str(copy)).caption_images([images / "a0.png"])
+  from jaxcap.images import IMAGE_RUNS
   assert str(e.value) == (f"{copy}: no features.json; this run was trained on features "
                           "jaxcap-extract did not write, so it cannot caption image files "
-                          "(caption feature arrays with Run.caption)")
+                          f"(caption feature arrays with Run.caption); {IMAGE_RUNS}")
+  assert "configs/pixels.py:synthetic" in str(e.value)  # the runs that can are named
   with pytest.raises(ValueError, match=r"^images\[0\]: expected a uint8 RGB array"):
     run.caption_images([np.zeros((4, 4), np.uint8)])
   with pytest.raises(ValueError, match=r"none of the 1 image files could be read \(first, .*broken.jpg\)"):
