@@ -49,9 +49,14 @@ def cosines(images_NxE, captions_NxE) -> np.ndarray:
   return np.sum(normalize(images_NxE) * normalize(captions_NxE), axis=1)
 
 
+def from_cosines(cos_N, w: float) -> np.ndarray:
+  """``w * max(cos, 0)`` of given cosines (the one place CLIP-S / PAC-S clip)."""
+  return w * np.clip(cos_N, 0, None)
+
+
 def image_text(images_NxE, captions_NxE, w: float) -> np.ndarray:
   """Per caption ``w * max(cos, 0)`` (CLIP-S with ``w = 2.5``, PAC-S with ``w = 2.0``)."""
-  return w * np.clip(cosines(images_NxE, captions_NxE), 0, None)
+  return from_cosines(cosines(images_NxE, captions_NxE), w)
 
 
 def clipped(cos_N, w: float) -> dict:
@@ -182,7 +187,7 @@ class Scorer:
     name = "CLIP-S" if kind == "clip" else "PAC-S"
     cand = self.text_embeddings([captions[k] for k in keys])
     cos = cosines(self.image_embeddings(keys, files), cand)
-    per = {name: w * np.clip(cos, 0, None)}  # image_text's, the cosines kept for clipped()
+    per = {name: from_cosines(cos, w)}  # image_text, the cosines kept for clipped()
     if references is not None:
       refs, owner = [], []
       for i, k in enumerate(keys):
