@@ -103,7 +103,8 @@ def score(references: Mapping[Any, Sequence[str]], predictions, *, metrics: Sequ
     predictions: ``{image_id: caption}``, or a COCO results list
       ``[{"image_id": ..., "caption": ...}]``; exactly these images are scored.
     metrics: groups among ``"Bleu"``, ``"METEOR"``, ``"ROUGE_L"``, ``"CIDEr"`` (default: all
-      four; METEOR needs Java and is skipped with one line without it).
+      four, less those the environment variable ``JAXCAP_SKIP_METRICS`` names; METEOR needs
+      Java and is skipped with one line without it).
     spice: also SPICE (needs its Stanford CoreNLP jars).
     tokenize: PTB-tokenise both sides first, as ``COCOEvalCap`` does.
     log: receives one line per skipped metric, and per CLIP score one note when cosines <= 0

@@ -411,7 +411,8 @@ def write_scores(workdir, split, preds, refs, spice=False, tag="", translation=F
     scores = translation_metrics.score(refs, preds)
   else:
     # Said when it takes seconds: METEOR and the PTB tokenizer start a Java process each.
-    with progress.phase(f"scoring {len(preds)} captions (BLEU, METEOR, ROUGE-L, CIDEr-D"
+    names = [{"Bleu": "BLEU"}.get(m) or coco_metrics.DISPLAY_NAMES[m] for m in coco_metrics.default_metrics()]
+    with progress.phase(f"scoring {len(preds)} captions ({', '.join(names)}"
                         f"{', SPICE' if spice else ''})"):
       scores = coco_metrics.score(refs, preds, spice=spice, caption_postprocess=caption_postprocess)
   if clip is not None:

@@ -26,6 +26,10 @@ REPO = Path(__file__).resolve().parents[1]
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(REPO / ".cache" / "jax-tests"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "1")
 os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(4 << 30))
+# METEOR's Java start (~13 s wall, 16 s CPU; jaxcap.evaluation.coco_metrics.SKIP_ENV) left out of
+# every scoring that does not name its metrics, in this process and the programs tests start:
+# half of a tiny train.py's time. Tests of METEOR itself name it or clear this (metric_env).
+os.environ.setdefault("JAXCAP_SKIP_METRICS", "METEOR")
 SHARED_DATA = REPO.parent / "shared" / "data"
 if str(REPO) not in sys.path:
   sys.path.insert(0, str(REPO))
@@ -40,6 +44,13 @@ def pytest_collection_modifyitems(config, items):
   for item in items:
     if item.get_closest_marker("heavy") and not item.get_closest_marker("slow"):
       item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture
+def with_meteor(monkeypatch):
+  """METEOR computed again (the suite leaves it out: JAXCAP_SKIP_METRICS above), for tests that
+  read it; programs the test starts inherit it."""
+  monkeypatch.delenv("JAXCAP_SKIP_METRICS", raising=False)
 
 
 @pytest.fixture

@@ -70,6 +70,38 @@ METRIC_NAMES = {
 }
 DEFAULT_METRICS = ("Bleu", "METEOR", "ROUGE_L", "CIDEr")
 
+# Metric groups left out wherever the metrics are not named (train.py's test scores, evaluate.py,
+# jaxcap.score, the table scripts' runs): comma-separated, e.g. ``JAXCAP_SKIP_METRICS=METEOR``.
+# METEOR's Java process loads its paraphrase tables for ~13 s of wall and 16 s of CPU at every
+# start, most of a smoke run's time; the test suite sets it (tests/conftest.py) except where a
+# test reads METEOR. What is skipped is said in one line each time; the scores then lack it.
+SKIP_ENV = "JAXCAP_SKIP_METRICS"
+
+
+def skipped_metrics() -> tuple[str, ...]:
+  """The groups :data:`SKIP_ENV` names (none when unset)."""
+  raw = os.environ.get(SKIP_ENV, "")
+  names = tuple(dict.fromkeys(n.strip() for n in raw.split(",") if n.strip()))
+  unknown = [n for n in names if n not in METRIC_NAMES]
+  if unknown:
+    raise ValueError(f"{SKIP_ENV}={raw!r}: unknown metric group(s) {unknown}; expected a "
+                     f"comma-separated list of some of {list(METRIC_NAMES)}")
+  return names
+
+
+def default_metrics() -> tuple[str, ...]:
+  """:data:`DEFAULT_METRICS` without those :data:`SKIP_ENV` names."""
+  skip = skipped_metrics()
+  return tuple(m for m in DEFAULT_METRICS if m not in skip)
+
+
+def skip_note() -> str | None:
+  """The line said when :data:`SKIP_ENV` leaves a default metric out, else None."""
+  left_out = [m for m in DEFAULT_METRICS if m in skipped_metrics()]
+  if not left_out:
+    return None
+  return f"coco_metrics: {', '.join(left_out)} not computed ({SKIP_ENV}={os.environ[SKIP_ENV]})"
+
 # What may be done to the generated captions before they are scored (config field
 # ``caption_postprocess``, ``evaluate.py --caption-postprocess``): "none" (scored as generated) |
 # "dedupe_repeats" (a run of the same word kept once: "a a dog" -> "a dog"; the M² authors'
@@ -236,7 +268,7 @@ def _run_scorer(name: str, gts: dict, res: dict):
 
 
 def score(references: Mapping[Hashable, Sequence[str]], predictions: Mapping[Hashable, str], *,
-          metrics: Sequence[str] = DEFAULT_METRICS, spice: bool = False, tokenize: bool = True,
+          metrics: Sequence[str] | None = None, spice: bool = False, tokenize: bool = True,
           log: Callable[[str], None] = print, caption_postprocess: str = "none") -> dict:
   """Scores predicted captions against references with pycocoevalcap's scorers.
 
@@ -245,7 +277,8 @@ def score(references: Mapping[Hashable, Sequence[str]], predictions: Mapping[Has
       ``tokenize``); may hold more images than ``predictions``.
     predictions: ``{image_id: caption}``; exactly these images are scored (as the usual
       ``cocoEval.params['image_id'] = cocoRes.getImgIds()`` does).
-    metrics: groups among ``Bleu``, ``METEOR``, ``ROUGE_L``, ``CIDEr``, ``SPICE``.
+    metrics: groups among ``Bleu``, ``METEOR``, ``ROUGE_L``, ``CIDEr``, ``SPICE``; None:
+      :func:`default_metrics` (:data:`DEFAULT_METRICS` less :data:`SKIP_ENV`'s, said in ``log``).
     spice: also compute SPICE (needs Java and the Stanford CoreNLP 3.6.0 jars).
     tokenize: PTB-tokenise first, as ``COCOEvalCap`` does; False scores the strings as given.
     log: receives one line per skipped or failed metric.
@@ -260,6 +293,10 @@ def score(references: Mapping[Hashable, Sequence[str]], predictions: Mapping[Has
     (:func:`jaxcap.evaluation.signature.metrics_part`: versions, the tokenizer used, CIDEr-D's
     variant).
   """
+  if metrics is None:
+    metrics = default_metrics()
+    if skip_note():
+      log(skip_note())
   groups = list(dict.fromkeys(list(metrics) + (["SPICE"] if spice else [])))
   unknown = [m for m in groups if m not in METRIC_NAMES]
   if unknown:

@@ -171,7 +171,7 @@ def load_scores(path: str, image_ids=None) -> dict:
 
 
 def score_files(predictions_path: str, references_path: str, out_path: str, spice: bool = False,
-                *, metrics=coco_metrics.DEFAULT_METRICS,
+                *, metrics=None,
                 log: Callable[[str], None] = print, caption_postprocess: str = "none", clip=None) -> dict:
   """Scores a COCO results file against a COCO annotation file and writes the scores.
 
@@ -182,7 +182,7 @@ def score_files(predictions_path: str, references_path: str, out_path: str, spic
       (atomically; :func:`scores_json`; a metric that is NaN for an image, as SPICE can be, is
       written as null).
     spice: also compute SPICE when it can run.
-    metrics: metric groups, as in :func:`jaxcap.evaluation.coco_metrics.score`.
+    metrics: metric groups, as in :func:`jaxcap.evaluation.coco_metrics.score` (None: its default).
     log: one line per skipped or failed metric.
     caption_postprocess: applied to the captions before they are scored
       (:data:`jaxcap.evaluation.coco_metrics.CAPTION_POSTPROCESS`).

@@ -67,12 +67,17 @@ def meteor_de(references: Mapping[Hashable, Sequence[str]], predictions: Mapping
 
 
 def score(references: Mapping[Hashable, Sequence[str]], predictions: Mapping[Hashable, str], *,
-          log: Callable[[str], None] = print, meteor: bool = True) -> dict:
+          log: Callable[[str], None] = print, meteor: bool | None = None) -> dict:
   """``{"overall": {...}, "per_image": {...}, "sacrebleu_signature": str}`` for German output.
 
   ``overall`` has ``sacreBLEU`` (0-100), ``METEOR`` (German, 0-1), ``CIDEr`` (CIDEr-D) and
-  pycocoevalcap's ``Bleu_1..4`` and ``ROUGE_L``; ``per_image`` is pycocoevalcap's.
+  pycocoevalcap's ``Bleu_1..4`` and ``ROUGE_L``; ``per_image`` is pycocoevalcap's. ``meteor``:
+  None computes it unless ``JAXCAP_SKIP_METRICS`` names METEOR (said in ``log``).
   """
+  if meteor is None:
+    meteor = "METEOR" not in coco_metrics.skipped_metrics()
+    if not meteor:
+      log(coco_metrics.skip_note())
   refs = {i: list(references[i]) for i in predictions}
   out = coco_metrics.score(refs, predictions, metrics=("Bleu", "ROUGE_L", "CIDEr"), tokenize=False, log=log)
   out["sacrebleu_signature"] = ""

@@ -12,6 +12,9 @@ import pytest
 
 from jaxcap.evaluation import coco_metrics
 
+# These tests read METEOR: the suite leaves it out elsewhere (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("with_meteor")
+
 pytest.importorskip("pycocoevalcap")
 
 DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
@@ -134,6 +137,25 @@ def test_without_java_skips_meteor_and_tokenises_in_python(monkeypatch):
   assert result["overall"]["CIDEr"] == pytest.approx(cid, abs=1e-12)
   assert [result["per_image"][i]["CIDEr"] for i in preds] == pytest.approx(list(cid_per))
   assert [result["per_image"][i]["Bleu_1"] for i in preds] == pytest.approx(bleu_per[0])
+
+
+def test_jaxcap_skip_metrics_leaves_a_default_metric_out_and_says_so(monkeypatch):
+  refs = {1: ["a dog runs on the grass", "a brown dog"], 2: ["two cats asleep"]}
+  preds = {1: "a dog on grass", 2: "two cats"}
+  made = []
+  real = coco_metrics._make_scorer
+  monkeypatch.setattr(coco_metrics, "_make_scorer", lambda name: made.append(name) or real(name))
+  monkeypatch.setenv(coco_metrics.SKIP_ENV, "METEOR, ROUGE_L")
+  lines = []
+  result = coco_metrics.score(refs, preds, tokenize=False, log=lines.append)
+  assert lines == ["coco_metrics: METEOR, ROUGE_L not computed (JAXCAP_SKIP_METRICS=METEOR, ROUGE_L)"]
+  assert "METEOR" not in made and "ROUGE_L" not in made  # not started, not only dropped
+  assert set(result["overall"]) == {"Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "CIDEr"}
+  # Named metrics are computed whatever the variable says.
+  assert "ROUGE_L" in coco_metrics.score(refs, preds, metrics=("ROUGE_L",), tokenize=False)["overall"]
+  monkeypatch.setenv(coco_metrics.SKIP_ENV, "Meteor")
+  with pytest.raises(ValueError, match=r"JAXCAP_SKIP_METRICS='Meteor': unknown metric group\(s\) \['Meteor'\]"):
+    coco_metrics.score(refs, preds, tokenize=False)
 
 
 def test_a_failing_scorer_does_not_stop_the_others(monkeypatch):

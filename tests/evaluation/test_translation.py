@@ -11,6 +11,9 @@ from jaxcap.data.vocab import EOS, PAD, UNK, Vocab
 from jaxcap.evaluation import translation
 from jaxcap.papers.mnmt import best_source
 
+# These tests read METEOR: the suite leaves it out elsewhere (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("with_meteor")
+
 REFS = {1: ["ein roter kreis links von einem blauen quadrat", "ein roter kreis neben einem quadrat"],
         2: ["zwei gelbe sterne"]}
 
