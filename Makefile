@@ -42,7 +42,8 @@ test-slow: $(STAMP)
 	$(PYTEST) -m "slow and not heavy" tests $(ARGS)
 
 # Tests of minutes of CPU each (the notebooks, the GPU script's CPU smoke run, benchmarks/run.py
-# on every model, the ETA and AAT table scripts; pytest.ini's heavy marker): run by hand when a
+# on every model, the ETA and AAT table scripts, the from-pixels two-process run, the pixels
+# experiments; pytest.ini's heavy marker): run by hand when a
 # change touches what they cover (.ci/run cannot fit them in its time on 2 cores).
 # `JAXCAP_README_RUN=all make test-slow` adds the documentation's paper-table builds.
 test-heavy: $(STAMP)

@@ -110,11 +110,11 @@ NOT_RUN = [
 HEAVY = {
     "experiments/flickr8k/table.py": "8 models x cross-entropy + SCST on Flickr8k, and the nearest neighbour (611 s)",
     "experiments/pixels/joint.py": ("renders and trains both rows (67 s in .ci/run); tests/scripts/"
-                                    "test_table_scripts.py::test_pixels_joint_table_trains_both_rows runs "
-                                    "it at the shrunk sizes and checks its table"),
+                                    "test_table_scripts.py::test_pixels_joint_table_trains_both_rows (heavy "
+                                    "tier) runs it at the shrunk sizes and checks its table"),
     "experiments/pixels/run.py": ("render, extract, nearest neighbour, train, caption_images and score "
-                                  "(149 s); tests/features/test_pixels.py (slow step) renders, extracts, "
-                                  "trains and captions images"),
+                                  "(149 s); tests/features/test_pixels.py (heavy tier) renders, extracts, "
+                                  "trains and captions images, as USAGE's commands do in the slow step"),
     "benchmarks/run.py": ("a GPU benchmark whose bfloat16 rows XLA emulates on a CPU (still compiling "
                           "after 622 s); tests/benchmarks/test_scripts.py runs run.py on every "
                           "registered model at tiny sizes"),

@@ -35,7 +35,10 @@ def run_script(argv, timeout=600):
                         env=env, timeout=timeout, cwd=REPO)
 
 
+# Heavy (95 s in .ci/run): the same path (render, jaxcap-extract on the images, train, evaluate.py
+# --images) runs in the slow step as USAGE's documented commands (tests/test_readme_run_docs.py).
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_rendered_scenes_extract_train_and_caption_images(tmp_path, capsys):
   work = tmp_path / "pixels"
   scenes_dir = work / "scenes"

@@ -453,7 +453,10 @@ def test_pixels_joint_rows_differ_only_in_the_frozen_phase(tmp_path):
       {k: v for k, v in trained.backbone.items() if k != "freeze_steps"}
 
 
+# Heavy (135 s in .ci/run): both rows are train.py runs from pixels, which the slow step trains
+# (tests/training/test_pixels_run.py, USAGE's from-pixels commands); this checks joint.py's table.
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_pixels_joint_table_trains_both_rows(tmp_path):
   args = ["--workdir", str(tmp_path / "w"), "--seeds", "0", "--steps", "8", "--tiny",
           "--num_train", "16", "--num_val", "8", "--num_test", "8", "--size", "32"]

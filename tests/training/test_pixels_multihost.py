@@ -51,7 +51,12 @@ def _rows(workdir: Path):
   return [json.loads(l) for l in (workdir / "metrics.jsonl").read_text().splitlines()]
 
 
+# Heavy (274 s in .ci/run's slow step, which has to fit its 90 minutes): the same two-process and
+# preemption checks run from features in the slow step (tests/training/test_multihost.py,
+# test_preemption.py), FSDP from pixels one step at a time (test_sharding.py) and each process
+# reading only its rows' image files below.
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_two_processes_equal_one_and_a_preempted_run_resumes_bitwise(scenes, tmp_path):  # noqa: F811
   """One straight run (one process x 4 devices, FSDP) against two processes x 2 devices, and
   against the same run stopped by SIGTERM at a random step and started again (one straight run

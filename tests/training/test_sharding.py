@@ -106,7 +106,7 @@ def _fit(config, workdir, devices, steps):
 @pytest.mark.slow
 @pytest.mark.parametrize("source", ["features", "pixels"])
 def test_one_step_from_the_same_state_is_the_same_on_one_device_and_on_eight(tmp_path, source):
-  """train_lib.Trainer.fit: a state saved at step 6 (under FSDP on 8 devices, and on 1 device)
+  """train_lib.Trainer.fit: a state saved at step 6 (under FSDP on 8 devices, and for features on 1 device)
   resumed for one step on 1 device, replicated on 8 and under FSDP on 8 gives one loss within
   1e-6 and one set of parameters within 1e-6: the mesh and the rule change the numbers by float
   rounding only, and a checkpoint restores into any mesh. Over many steps the runs part at
@@ -136,17 +136,20 @@ def test_one_step_from_the_same_state_is_the_same_on_one_device_and_on_eight(tmp
   fsdp = config.copy_and_resolve_references()
   fsdp.sharding = "fsdp"
   settings = {"one": (config, one), "replicated8": (config, eight), "fsdp8": (fsdp, eight)}
-  for saved in ("fsdp8", "one"):
+  # From pixels (a heavier program) only the state saved under FSDP: a 1-device save resumed
+  # under FSDP is the features case's, the same code.
+  saves = ("fsdp8", "one") if source == "features" else ("fsdp8",)
+  for saved in saves:
     cfg, devices = settings[saved]
     _, specs = _fit(cfg, tmp_path / saved, devices, 6)
     if saved == "fsdp8":
       split = [s.spec for s in jax.tree.leaves(specs.params, is_leaf=lambda v: isinstance(v, jax.sharding.NamedSharding))
                if s.spec != P()]
       assert len(split) >= 4, "the fsdp rule split too few parameters for this test to mean anything"
-  # The same first step: both runs start from the same initial state.
-  first = [_losses(tmp_path / name)[1] for name in ("fsdp8", "one")]
-  np.testing.assert_allclose(first[0], first[1], rtol=RTOL, atol=0)
-  for saved in ("fsdp8", "one"):
+  if "one" in saves:  # the same first step: both runs start from the same initial state
+    first = [_losses(tmp_path / name)[1] for name in ("fsdp8", "one")]
+    np.testing.assert_allclose(first[0], first[1], rtol=RTOL, atol=0)
+  for saved in saves:
     losses, params = {}, {}
     for name, (cfg, devices) in settings.items():
       workdir = tmp_path / f"{saved}_then_{name}"
