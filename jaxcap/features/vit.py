@@ -94,9 +94,13 @@ class ViT(nn.Module):
   @nn.compact
   def __call__(self, images_BxHxWx3):
     b, h, w, _ = images_BxHxWx3.shape
-    if (h, w) != (self.image_size, self.image_size) or self.image_size % self.patch:
-      raise ValueError(f"images: expected {self.image_size} x {self.image_size} pixels (a multiple "
-                       f"of the patch {self.patch}) for this ViT, got {h} x {w}")
+    if self.image_size % self.patch:  # the size itself is wrong, whatever the images are
+      below = self.image_size // self.patch * self.patch
+      raise ValueError(f"image size {self.image_size}: expected a multiple of this ViT's patch "
+                       f"{self.patch} (e.g. {below or self.patch} or {below + self.patch})")
+    if (h, w) != (self.image_size, self.image_size):
+      raise ValueError(f"images: expected {self.image_size} x {self.image_size} pixels for this ViT, "
+                       f"got {h} x {w}")
     x = image.normalize(images_BxHxWx3, self.mean, self.std, self.dtype)
     x = nn.Conv(self.dim, (self.patch, self.patch), strides=(self.patch, self.patch), padding="VALID",
                 dtype=self.dtype, name="patch_embed")(x)

@@ -104,3 +104,8 @@ def test_bad_images_are_one_line(tiny_vit):
     extract(variables, np.zeros((1, 32, 32, 3), np.float32))
   with pytest.raises(ValueError, match=r"expected 32 x 32 pixels .* got 48 x 32"):
     extract(variables, np.zeros((1, 48, 32, 3), np.uint8))
+  # A size the patch does not divide is the size's fault, said as such (it once read "expected
+  # 36 x 36 ... got 36 x 36").
+  odd = features.build("vit_b16", **dict(TINY_VIT, image_size=36))
+  with pytest.raises(ValueError, match=r"^image size 36: expected a multiple of this ViT's patch 8 \(e\.g\. 32 or 40\)"):
+    features.random_variables(odd)
