@@ -36,6 +36,7 @@ from absl import app, flags
 
 from jaxcap import config_files
 from jaxcap import xla_logs
+from jaxcap.evaluation import coco_metrics
 from jaxcap.training import checkpoint, parallel
 from jaxcap.training.guard import NonFiniteError
 from jaxcap.training.preemption import Preempted
@@ -67,6 +68,8 @@ def run_main(fn, setup: bool = True):
       # the backend exists (a multi-host launch; no-op otherwise).
       parallel.maybe_initialize_distributed()
       xla_logs.install()  # CPU only: XLA's slow-compile alarms (bfloat16 is emulated there)
+    # The environment's metric choice is read when a run is scored, minutes in: checked first.
+    coco_metrics.skipped_metrics()
     fn()
   except NonFiniteError as e:
     fail(str(e), EXIT_NONFINITE)

@@ -28,7 +28,7 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "1")
 os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(4 << 30))
 # METEOR's Java start (~13 s wall, 16 s CPU; jaxcap.evaluation.coco_metrics.SKIP_ENV) left out of
 # every scoring that does not name its metrics, in this process and the programs tests start:
-# half of a tiny train.py's time. Tests of METEOR itself name it or clear this (metric_env).
+# half of a tiny train.py's time. Tests of METEOR itself name it or clear this (with_meteor).
 os.environ.setdefault("JAXCAP_SKIP_METRICS", "METEOR")
 SHARED_DATA = REPO.parent / "shared" / "data"
 if str(REPO) not in sys.path:

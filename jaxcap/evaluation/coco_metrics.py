@@ -97,7 +97,8 @@ def default_metrics() -> tuple[str, ...]:
 
 def skip_note() -> str | None:
   """The line said when :data:`SKIP_ENV` leaves a default metric out, else None."""
-  left_out = [m for m in DEFAULT_METRICS if m in skipped_metrics()]
+  skip = skipped_metrics()
+  left_out = [m for m in DEFAULT_METRICS if m in skip]
   if not left_out:
     return None
   return f"coco_metrics: {', '.join(left_out)} not computed ({SKIP_ENV}={os.environ[SKIP_ENV]})"
@@ -294,9 +295,9 @@ def score(references: Mapping[Hashable, Sequence[str]], predictions: Mapping[Has
     variant).
   """
   if metrics is None:
-    metrics = default_metrics()
-    if skip_note():
-      log(skip_note())
+    metrics, note = default_metrics(), skip_note()
+    if note:
+      log(note)
   groups = list(dict.fromkeys(list(metrics) + (["SPICE"] if spice else [])))
   unknown = [m for m in groups if m not in METRIC_NAMES]
   if unknown:

@@ -156,6 +156,12 @@ def test_jaxcap_skip_metrics_leaves_a_default_metric_out_and_says_so(monkeypatch
   monkeypatch.setenv(coco_metrics.SKIP_ENV, "Meteor")
   with pytest.raises(ValueError, match=r"JAXCAP_SKIP_METRICS='Meteor': unknown metric group\(s\) \['Meteor'\]"):
     coco_metrics.score(refs, preds, tokenize=False)
+  # Every program checks it first: one line, exit 2, its body (which would train) never run.
+  from jaxcap import cli
+  ran = []
+  with pytest.raises(SystemExit) as exit_info:
+    cli.run_main(lambda: ran.append(1), setup=False)
+  assert exit_info.value.code == 2 and not ran
 
 
 def test_a_failing_scorer_does_not_stop_the_others(monkeypatch):
