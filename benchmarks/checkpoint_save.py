@@ -40,7 +40,7 @@ BENCHMARK = "benchmarks/checkpoint_save.py"
 
 
 def parse_args(argv=None):
-  p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  p = cli.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--config", default="configs/transformer.py:synthetic",
                  help="a config file and argument, as train.py's --config")
   p.add_argument("--model-as-configured", action="store_true",

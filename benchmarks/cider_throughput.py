@@ -14,7 +14,6 @@ jaxcap with the references prepared once (the SCST case), and the ratios.
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import sys
@@ -75,7 +74,8 @@ def best_time(fn, repeats: int) -> float:
 
 
 def main(argv=None) -> None:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  from jaxcap.cli import ArgumentParser  # its refusals: one line (run_script)
+  parser = ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--images", type=positive_int, default=5000)
   parser.add_argument("--repeats", type=positive_int, default=3)
   args = parser.parse_args(argv)

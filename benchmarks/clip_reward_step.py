@@ -15,7 +15,6 @@ read from the table computed before. Writes one JSON (``--out``).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -51,7 +50,7 @@ def _time(step, state, batch, steps: int) -> tuple[float, float]:
 
 
 def main(argv=None) -> dict:
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p = cli.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("--config", default="configs/transformer.py:synthetic")
   p.add_argument("--batch", type=cli.positive_int, default=None, help="default: the config's")
   p.add_argument("--clip", choices=("vit_b32", "tiny"), default="vit_b32")

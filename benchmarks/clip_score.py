@@ -17,7 +17,6 @@ first call, compilation included, and a second call with the images' embeddings 
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -78,7 +77,8 @@ def _weights(path: str | None, folder: str, size: str) -> str:
 
 
 def main(argv=None) -> dict:
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  from jaxcap.cli import ArgumentParser  # its refusals: one line (run_script)
+  p = ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("--pairs", type=positive_int, default=5000)
   p.add_argument("--batch", type=positive_int, default=64, help="jaxcap's batch (clipscore: its own 64 / 256)")
   p.add_argument("--weights", default=None, help="OpenAI-named CLIP weights (.safetensors); default random ViT-B/32")

@@ -48,7 +48,7 @@ BENCHMARK = "benchmarks/decode_aux.py"
 
 
 def parse_args(argv=None):
-  p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  p = cli.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--config", default="configs/transformer.py:synthetic",
                  help="a config file and argument, as train.py's --config")
   p.add_argument("--batch", type=int, default=50, help="images per decoding call")

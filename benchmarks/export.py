@@ -34,7 +34,7 @@ BENCHMARK = "benchmarks/export.py"
 
 
 def parse_args(argv=None):
-  p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  p = cli.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--config", default="configs/transformer.py:synthetic", help="a config, as train.py's --config")
   p.add_argument("--workdir", default="", help="a trained run to export instead of the config's random one")
   p.add_argument("--batches", default="1,8", help="images per call, comma-separated")

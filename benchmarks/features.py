@@ -37,7 +37,8 @@ from jaxcap import atomic  # noqa: E402
 
 def parse_args(argv=None):
   from jaxcap import features
-  p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  from jaxcap.cli import ArgumentParser  # its refusals: one line (run_script)
+  p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--backbones", default="resnet101,vit_b16",
                  help=f"comma-separated subset of {','.join(features.names())}")
   p.add_argument("--sizes", default="224,448", help="image sides (a ViT runs at its own only)")

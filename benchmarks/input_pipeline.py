@@ -145,7 +145,8 @@ def loop_vs_step(root: str, workdir: str, args) -> dict:
 
 
 def main(argv=None):
-  ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  from jaxcap.cli import ArgumentParser  # its refusals: one line (run_script)
+  ap = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   ap.add_argument("--images", type=positive_int, default=600)
   ap.add_argument("--batch", type=positive_int, default=50, help="images per batch / training step")
   ap.add_argument("--batches", type=positive_int, default=40)

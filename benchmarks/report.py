@@ -511,7 +511,8 @@ def replace_section(text: str, body: str, path: str) -> str:
 
 
 def main(argv=None) -> int:
-  p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  from jaxcap.cli import ArgumentParser  # its refusals: one line (run_script)
+  p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--check", action="store_true")
   p.add_argument("--print", dest="print_only", action="store_true")
   p.add_argument("--results", default=RESULTS)

@@ -419,7 +419,8 @@ def default_out(env) -> str:
 
 
 def parse_args(argv=None):
-  p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  from jaxcap.cli import ArgumentParser  # its refusals: one line (run_script)
+  p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--models", default="all", help="comma-separated registered model names (all: every "
                  "trainable one)")
   p.add_argument("--what", default=",".join(WHATS), help=f"comma-separated subset of {','.join(WHATS)} "

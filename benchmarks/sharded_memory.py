@@ -22,7 +22,6 @@ compiler plans for 8 accelerators, not their speed.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -38,7 +37,7 @@ BENCHMARK = "benchmarks/sharded_memory.py"
 
 def _parse(argv):
   from jaxcap import cli
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p = cli.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("--backbone", default="vit_b16")
   p.add_argument("--fields", default="", help="the backbone's field overrides (JSON, as jaxcap-extract --fields)")
   p.add_argument("--size", type=cli.positive_int, default=224)
@@ -62,7 +61,8 @@ def _parse(argv):
 
 def _force_devices(argv) -> None:
   """``--devices N``: N host devices (``XLA_FLAGS``), set before JAX's backend starts."""
-  pre = argparse.ArgumentParser(add_help=False)
+  from jaxcap.cli import ArgumentParser  # its refusals: one line (run_script)
+  pre = ArgumentParser(add_help=False)
   pre.add_argument("--devices", default="0")
   known, _ = pre.parse_known_args(argv)
   if known.devices.isdigit() and int(known.devices):

@@ -16,7 +16,6 @@ Prints one JSON line.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -63,7 +62,8 @@ def contraction_report(d: int, vocab: int, rows: int, steps: int, dtype, iters: 
 
 
 def main(argv=None):
-  ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  from jaxcap.cli import ArgumentParser  # its refusals: one line (run_script)
+  ap = ArgumentParser(description=__doc__.split("\n")[0])
   ap.add_argument("--d", type=positive_int, default=25)
   ap.add_argument("--vocab", type=positive_int, default=9487)
   ap.add_argument("--words", type=positive_int, default=16)

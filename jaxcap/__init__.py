@@ -12,17 +12,22 @@ stays light)::
   jaxcap.get_config("eta.py:synthetic"), jaxcap.train(config, workdir)
   jaxcap.dry_run(config)                            # compiles the steps: will it fit?
   jaxcap.import_checkpoint("model.pth", "infos.pkl", "runs/sc")  # a self-critical.pytorch model
+  except jaxcap.BadInput: ...     # what you gave was wrong, said in one line (BadKey/BadIndex/BadType too)
 """
 
 from jaxcap.version import __version__  # noqa: F401  (the package's version)
 
 _API = ("load", "load_ensemble", "score", "train", "dry_run", "get_config", "Run")
+_ERRORS = ("BadInput", "BadKey", "BadIndex", "BadType")  # jaxcap.errors: what a user gave is wrong
 
 
 def __getattr__(name):
   if name in _API:
     from jaxcap import api
     return getattr(api, name)
+  if name in _ERRORS:
+    from jaxcap import errors
+    return getattr(errors, name)
   if name == "import_checkpoint":
     from jaxcap.importers import self_critical
     return self_critical.import_checkpoint
@@ -30,4 +35,4 @@ def __getattr__(name):
 
 
 def __dir__():
-  return sorted(list(globals()) + list(_API) + ["import_checkpoint"])
+  return sorted(list(globals()) + list(_API) + list(_ERRORS) + ["import_checkpoint"])

@@ -40,6 +40,7 @@ from jaxcap.analysis import figures, words
 from jaxcap.data import base as data_base
 from jaxcap.data import batch as batch_lib
 from jaxcap.data.vocab import Vocab
+from jaxcap.errors import BadInput, first_line
 from jaxcap.evaluation import coco_metrics, signature, translation
 from jaxcap.models import pixels, registry
 from jaxcap.models.base import check_fits
@@ -125,16 +126,20 @@ def score(references: Mapping[Any, Sequence[str]], predictions, *, metrics: Sequ
     ROUGE-L 0-1, CLIP-S at most 2.5); printed tables show them x100.
   """
   if not isinstance(predictions, Mapping):
-    predictions = {p["image_id"]: p["caption"] for p in predictions}
+    try:
+      predictions = {p["image_id"]: p["caption"] for p in predictions}
+    except (KeyError, TypeError) as e:
+      raise BadInput(f"predictions: {type(e).__name__} {first_line(e)}; expected "
+                     "{image_id: caption} or a COCO results list [{\"image_id\": ..., \"caption\": ...}]") from None
   kwargs = {} if metrics is None else {"metrics": tuple(metrics)}
   clip = None
   if clip_weights or pac_weights:  # weights read and checked before the slower metrics run
     from jaxcap.clip import metrics as clip_metrics, score as clip_score
     if images is None:
-      raise ValueError("images: the CLIP scores need {image_id: image file}; expected images=...")
+      raise BadInput("images: the CLIP scores need {image_id: image file}; expected images=...")
     if refclip_variant not in clip_score.REFCLIP_VARIANTS:
-      raise ValueError(f"refclip_variant {refclip_variant!r}: expected one of "
-                       f"{', '.join(clip_score.REFCLIP_VARIANTS)}")
+      raise BadInput(f"refclip_variant {refclip_variant!r}: expected one of "
+                     f"{', '.join(clip_score.REFCLIP_VARIANTS)}")
     clip = clip_metrics.Request(clip_weights, pac_weights, images, refclip_variant).prepare(list(predictions))
   out = coco_metrics.score(references, predictions, spice=spice, tokenize=tokenize, log=log,
                            caption_postprocess=caption_postprocess, **kwargs)
@@ -221,8 +226,8 @@ class Run:
     try:
       validation.check_config(check, trainable=False)
       validation.check_beam_size(check, len(self.vocab), self.workdir or "this run")
-    except ValueError as e:
-      raise ValueError(str(e).replace("config field decode.", "decoding option ")) from None
+    except BadInput as e:
+      raise BadInput(str(e).replace("config field decode.", "decoding option ")) from None
 
   def decode(self, features, method: str | None = None, beam_size: int | None = None, *,
              batch_size: int = 50, seed: int = 0, return_aux: bool = False, **options):
@@ -267,7 +272,7 @@ class Run:
       B captions (the best beam, or the first sample), words joined by spaces.
 
     Raises:
-      ValueError: one line naming the argument and what was expected, for features that do
+      BadInput: one line naming the argument and what was expected, for features that do
         not fit the run (:func:`jaxcap.data.batch.from_features`).
     """
     tokens = self.decode(features, method, beam_size, batch_size=batch_size, seed=seed, **options).tokens
@@ -280,8 +285,8 @@ class Run:
     (:class:`jaxcap.models.pixels.TrainedBackbone`, no ``weights``: they are the checkpoint's)."""
     if self.from_pixels:
       if weights is not None:
-        raise ValueError(f"{weights}: this run trained its backbone ({self.config.backbone.name}); "
-                         "expected no weights file (the backbone's weights are the checkpoint's)")
+        raise BadInput(f"{weights}: this run trained its backbone ({self.config.backbone.name}); "
+                       "expected no weights file (the backbone's weights are the checkpoint's)")
       if None not in self._backbones:
         self._backbones[None] = pixels.TrainedBackbone(
             self.config.backbone.name, self.model.backbone, pixels.split_variables(self.params)[0],
@@ -334,7 +339,7 @@ class Run:
       One entry per image, in order: its caption, or None for a skipped file.
 
     Raises:
-      ValueError: one line: a run without ``features.json``, other weights than the recorded
+      BadInput: one line: a run without ``features.json``, other weights than the recorded
         ones, a directory or a non-image array, or no readable image at all.
     """
     backbone = self.backbone(weights)
@@ -409,7 +414,7 @@ class Run:
     if clip_weights or pac_weights or clip_images:
       from jaxcap.clip import metrics as clip_metrics
       if self.dataset.src_vocab is not None:
-        raise ValueError("clip_weights / pac_weights: this run translates text; expected a captioning run")
+        raise BadInput("clip_weights / pac_weights: this run translates text; expected a captioning run")
       ids = self.dataset.image_ids(split)
       request = clip_metrics.Request(clip_weights, pac_weights, clip_images, refclip_variant)
       clip = request.with_default_images(self.workdir).prepare(
@@ -432,7 +437,7 @@ class Run:
   def plot_training_curves(self, out: str | None = None):
     """:func:`jaxcap.analysis.figures.plot_training_curves` of the run's ``metrics.jsonl``."""
     if self.workdir is None:
-      raise ValueError("plot_training_curves: this run has no workdir (no metrics.jsonl)")
+      raise BadInput("plot_training_curves: this run has no workdir (no metrics.jsonl)")
     return figures.plot_training_curves(figures.load_metrics(self.workdir), out=out)
 
   def plot_words(self, features, out_prefix: str, *, index: int = 0, columns: int = 6) -> list[str]:
@@ -454,12 +459,12 @@ class Run:
         ``zero_role_cluster``, or the path of a ``.npy`` file of them).
 
     Raises:
-      ValueError: one line, for a field the model does not have, or a change its parameters
+      BadInput: one line, for a field the model does not have, or a change its parameters
         do not fit (e.g. ``variant="eta"`` on a ``stacked_v`` run, which lacks a pathway).
     """
     if isinstance(self.model, ensemble.Ensemble):
-      raise ValueError("ablate: this run is an ensemble; ablate its members, then ensemble them "
-                       "with jaxcap.load_ensemble")
+      raise BadInput("ablate: this run is an ensemble; ablate its members, then ensemble them "
+                     "with jaxcap.load_ensemble")
     from_pixels = isinstance(self.model, pixels.FromPixels)
     target = self.model.captioner if from_pixels else self.model  # a run from pixels: its captioner's
     names = sorted(f.name for f in dataclasses.fields(target) if f.name not in ("parent", "name"))
@@ -468,11 +473,11 @@ class Run:
     fields = {k: v for k, v in fields.items() if k not in getattr(target, "ablation_inputs", ())}
     unknown = [k for k in fields if k not in names]
     if unknown:
-      raise ValueError(f"ablate: model {self._name()!r} has no field {unknown[0]!r}; its fields are "
-                       f"{', '.join(names)}")
+      raise BadInput(f"ablate: model {self._name()!r} has no field {unknown[0]!r}; its fields are "
+                     f"{', '.join(names)}")
     if from_pixels and inputs:
-      raise ValueError(f"ablate: {sorted(inputs)[0]} is an input of a feature run's model; this run "
-                       "reads pixels (config.backbone); expected model fields only")
+      raise BadInput(f"ablate: {sorted(inputs)[0]} is an input of a feature run's model; this run "
+                     "reads pixels (config.backbone); expected model fields only")
     model, params = target.clone(**fields), self.params
     for k, v in inputs.items():
       params = model.with_ablation_input(params, k, v)
@@ -497,8 +502,8 @@ def _bucket(n: int, batch_size: int) -> int:
 
 def _check_dataset(dataset, vocab: Vocab, workdir):
   if dataset.vocab != vocab:
-    raise ValueError(f"{workdir}: the dataset's vocabulary ({len(dataset.vocab)} words) is not "
-                     f"the run's ({len(vocab)} words); is config.data the run's data?")
+    raise BadInput(f"{workdir}: the dataset's vocabulary ({len(dataset.vocab)} words) is not "
+                   f"the run's ({len(vocab)} words); is config.data the run's data?")
   return dataset
 
 
@@ -519,8 +524,8 @@ def load(workdir: str, step: int | None = None, *, dataset=None, mesh=None) -> R
   vocab = run_dir.read_vocab(workdir)
   info = run_dir.load_info(workdir, config)
   if not getattr(registry.get(config.model.name), "trainable", True):
-    raise ValueError(f"{workdir}: model {config.model.name!r} has no parameters to load; its "
-                     "predictions are in the workdir's predictions_<split>.json")
+    raise BadInput(f"{workdir}: model {config.model.name!r} has no parameters to load; its "
+                   "predictions are in the workdir's predictions_<split>.json")
   if dataset is not None:
     _check_dataset(dataset, vocab, workdir)
   model, info = pixels.build_for_run(config, info)  # a run from pixels: its backbone too
@@ -539,7 +544,7 @@ def load_ensemble(runs: Sequence[Any], weights: Sequence[float] | None = None) -
   no run is given."""
   members = [r if isinstance(r, Run) else load(r) for r in runs]
   if not members:
-    raise ValueError("load_ensemble: expected at least one run, got none")
+    raise BadInput("load_ensemble: expected at least one run, got none")
   ensemble.check_same_vocab([m.vocab for m in members], [m.workdir or repr(m) for m in members])
   model, params = ensemble.make_ensemble([m.model for m in members], [m.params for m in members], weights)
   first = members[0]

@@ -51,23 +51,24 @@ def _umask() -> int:
 
 
 def check_writable(path: str, flag: str, *, file: bool = False) -> None:
-  """Raises one ``ValueError`` line naming ``flag`` unless this user can write ``path`` (a
+  """Raises one ``BadInput`` line naming ``flag`` unless this user can write ``path`` (a
   folder; ``file``: a file), or create it in its nearest existing folder. Nothing is written:
   programs check their outputs before reading, compiling or computing anything."""
+  from jaxcap.errors import BadInput  # here: this module imports nothing of jaxcap at its top
   path = os.path.abspath(path)
   if file and os.path.isdir(path):
-    raise ValueError(f"{flag}: is a directory; expected a file name")
+    raise BadInput(f"{flag}: is a directory; expected a file name")
   if file and os.path.exists(path) and not os.access(path, os.W_OK):
-    raise ValueError(f"{flag}: the file is not writable; expected one this user can write")
+    raise BadInput(f"{flag}: the file is not writable; expected one this user can write")
   if not file and os.path.exists(path) and not os.path.isdir(path):
-    raise ValueError(f"{flag}: is a file; expected a directory (or a path to create one at)")
+    raise BadInput(f"{flag}: is a file; expected a directory (or a path to create one at)")
   folder = os.path.dirname(path) if file else path
   while folder and not os.path.exists(folder):
     folder = os.path.dirname(folder)
   if not os.path.isdir(folder):
-    raise ValueError(f"{flag}: {folder} is a file; expected a directory to write in")
+    raise BadInput(f"{flag}: {folder} is a file; expected a directory to write in")
   if not os.access(folder, os.W_OK | os.X_OK):
-    raise ValueError(f"{flag}: {folder} is not writable (a read-only place); expected a folder "
+    raise BadInput(f"{flag}: {folder} is not writable (a read-only place); expected a folder "
                      "this user can write to")
 
 

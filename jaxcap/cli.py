@@ -15,10 +15,12 @@ a checkpoint at the current step (:mod:`jaxcap.training.preemption`): the same c
   ``--print_config`` prints the resolved config; ``--only_check_args`` runs the program's
   ``check`` (every check it makes before it starts) and says so in one line. The program's body
   then runs under :func:`run_main`.
-* :func:`run_main` maps the library's one-line errors (``ValueError``, missing files, ``OSError``)
-  to ``error: <line>`` and exit 2, a non-finite stop to exit 3, a preempted run to one line and
-  exit 4.
-* :func:`run_script` is the same for argparse programs (tables, benchmarks, tools).
+* :func:`run_main` maps bad input (:class:`jaxcap.errors.BadInput`, raised where jaxcap judges
+  what a user gave; missing files, ``OSError``) to ``error: <line>`` and exit 2, a non-finite
+  stop to exit 3, a preempted run to one line and exit 4. Anything else is a bug: its traceback
+  and one line saying so (:func:`jaxcap.errors.bug_line`), exit 1.
+* :func:`run_script` is the same for argparse programs (tables, benchmarks, tools) built with
+  :class:`ArgumentParser` (argparse's own refusals as one line; nothing of argparse patched).
 
 ``--config configs/<file>.py`` names the shipped configs from any directory
 (:func:`jaxcap.config_files.resolve`).
@@ -30,11 +32,14 @@ import argparse
 import difflib
 import functools
 import os
+import re
 import sys
+import traceback
 
 from absl import app, flags
 
 from jaxcap import config_files
+from jaxcap import errors
 from jaxcap import xla_logs
 from jaxcap.evaluation import coco_metrics
 from jaxcap.training import checkpoint, parallel
@@ -46,8 +51,8 @@ EXIT_NONFINITE = 3
 EXIT_PREEMPTED = 4
 
 
-class BadInput(ValueError):
-  """A one-line bad-input error of the command line itself."""
+# What a user gave is wrong (jaxcap.errors): one line, exit 2. Anything else is a bug: its traceback.
+BadInput = errors.BadInput
 
 
 def fail(msg, code: int = EXIT_BAD_INPUT):
@@ -76,11 +81,11 @@ def run_main(fn, setup: bool = True):
   except Preempted as e:
     print(f"preempted: {e}", file=sys.stderr, flush=True)
     sys.exit(EXIT_PREEMPTED)
+  except errors.BadInput as e:
+    fail(errors.first_line(e))
   except FileNotFoundError as e:
     if getattr(e, "filename", None):  # a raw OS error: name the path and what was expected
       fail(f"{e.filename}: {e.strerror or 'not found'}; expected an existing file or directory")
-    fail(str(e) or type(e).__name__)
-  except (ValueError, KeyError) as e:
     fail(str(e) or type(e).__name__)
   except SystemExit as e:
     if isinstance(e.code, str):  # raise SystemExit("<message>") in a script: one line, exit 2
@@ -89,7 +94,17 @@ def run_main(fn, setup: bool = True):
   except OSError as e:  # read-only or full disk, a workdir that is a file, ...
     where = f"{e.filename}: " if getattr(e, "filename", None) else ""
     fail(f"{where}{e.strerror or e}; expected a writable folder with free space")
+  except Exception:  # noqa: BLE001 - not the input's fault: jaxcap's (or a library's) bug
+    bug()
   return 0
+
+
+def bug():
+  """The current exception as a bug: its traceback, then one line saying whose error it is and
+  how to report it, exit 1 (a ``ValueError`` inside a model is not the user's mistake)."""
+  traceback.print_exc()
+  print(errors.bug_line(), file=sys.stderr, flush=True)
+  sys.exit(errors.EXIT_BUG)
 
 
 def typed_flag(name: str, argv=None) -> str | None:
@@ -177,8 +192,8 @@ def _check_override(config, name: str, path: str, value, spec: str) -> None:
 def check_command_line(argv, configs: dict[str, str]) -> None:
   """Validates what ``argv`` says of each config flag (``{name: default spec}``): the config
   file loads and every override names a field of it with a value of the field's type, no
-  section after one of its fields. Raises :class:`BadInput` (one line) or the config file's own
-  ``ValueError``."""
+  section after one of its fields. Raises :class:`BadInput` (one line; the config file's own
+  refusal of its argument too: :func:`jaxcap.config_files.load`)."""
   for name, default in configs.items():
     given = _values(argv, name)
     if len(given) > 1:
@@ -349,8 +364,10 @@ def parse_flags(argv, configs: dict[str, str] | None = None, check=None,
       raise BadInput(f"--{flag}={value}: expected {want} ({e})") from None
     if len(rest) > 1:
       raise BadInput(f"unexpected arguments {rest[1:]}; expected only --flags")
-  except ValueError as e:  # BadInput, and the config file's own refusal of its argument
-    fail(str(e) or type(e).__name__)
+  except errors.BadInput as e:  # the command line's, and the config file's refusal of its argument
+    fail(errors.first_line(e))
+  except Exception:  # noqa: BLE001 - a bug while reading the command line: its traceback
+    bug()
   only_check = flags.FLAGS["only_check_args"].value if "only_check_args" in flags.FLAGS else False
   if only_check and check is not None:
     run_main(check, setup=False)  # a refusal: its one line, exit 2, as the run's
@@ -378,25 +395,25 @@ def run_absl(main, configs: dict[str, str] | None = None, check=None) -> None:
 
 
 # ---------------------------------------------------------------------------- argparse programs
-def _argument_error(err: argparse.ArgumentError) -> str:
-  return f"{(err.argument_name or '').split('/')[0]}: {err.message}" if err.argument_name else err.message
+class ArgumentParser(argparse.ArgumentParser):
+  """``argparse.ArgumentParser`` whose refusals are :class:`BadInput` (``--flag: <why>``), so
+  that :func:`run_script` prints them as one line, exit 2, instead of argparse's usage text and
+  exit 2 from deep inside ``parse_args`` (subparsers are built of this class too)."""
 
-
-def _argparse_error(parser, message: str):
-  fail(message if "expected" in message else f"{message}; expected the flags and values --help lists")
+  def error(self, message: str):
+    # argparse formats "argument --beam_size/--beam-size: invalid int value: 'x'"
+    m = re.match(r"argument (\S+?)(?:/\S+)?: (.*)", message, re.S)
+    message = f"{m.group(1)}: {m.group(2)}" if m else message
+    raise BadInput(message if "expected" in message else
+                   f"{message}; expected the flags and values --help lists")
 
 
 def run_script(main):
-  """Entry point of an argparse program: ``main()`` under :func:`run_main`; argparse's usage
-  text and ``prog: error:`` become one ``error: --flag: ...`` line, exit 2. An int returned by
-  ``main`` is the exit code (e.g. a ``--check`` that found stale files)."""
+  """Entry point of an argparse program (its parser an :class:`ArgumentParser`): ``main()``
+  under :func:`run_main`. An int returned by ``main`` is the exit code (e.g. a ``--check`` that
+  found stale files)."""
   result = []
-  saved = argparse.ArgumentParser.error, argparse.ArgumentError.__str__
-  argparse.ArgumentParser.error, argparse.ArgumentError.__str__ = _argparse_error, _argument_error
-  try:
-    code = run_main(lambda: result.append(main()))
-  finally:
-    argparse.ArgumentParser.error, argparse.ArgumentError.__str__ = saved
+  code = run_main(lambda: result.append(main()))
   sys.exit(result[0] if result and isinstance(result[0], int) else code)
 
 

@@ -23,6 +23,7 @@ import os
 import ml_collections
 
 from jaxcap.config_literal import literal
+from jaxcap.errors import BadInput
 
 
 # ``coco``: Karpathy's dataset_coco.json + bottom-up features; ``cocotalk``: the same features with
@@ -52,10 +53,10 @@ def parse_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:
       continue
     key, value = item.split("=", 1)
     if key not in out:
-      raise ValueError(f"config argument {key!r}: unknown; expected one of {sorted(out)}")
+      raise BadInput(f"config argument {key!r}: unknown; expected one of {sorted(out)}")
     out[key] = literal(value)
   if out["dataset"] not in DATASETS:
-    raise ValueError(f"config argument dataset: expected one of {DATASETS}, got {out['dataset']!r}")
+    raise BadInput(f"config argument dataset: expected one of {DATASETS}, got {out['dataset']!r}")
   return ml_collections.ConfigDict(out)
 
 
@@ -120,7 +121,7 @@ def data_config(dataset: str) -> ml_collections.ConfigDict:
     d = default_data_config("multi30k")
     d.root = os.path.join(SHARED_DATA, "multi30k")
   else:
-    raise ValueError(f"config argument dataset: expected one of {DATASETS}, got {dataset!r}")
+    raise BadInput(f"config argument dataset: expected one of {DATASETS}, got {dataset!r}")
   d.attributes = "none"  # models that read attributes (ETA) set their own mode
   return d
 

@@ -16,6 +16,7 @@ import os
 import sys
 import traceback
 
+from jaxcap.errors import BadInput
 from jaxcap.config_literal import literal  # noqa: F401  (the parsers' name for it)
 from jaxcap.papers import PAPERS
 
@@ -79,22 +80,24 @@ def load(spec: str):
   word ``tiny`` in ``arg`` shrinks the result (``jaxcap.config_common.tiny``).
 
   Raises:
-    ValueError: one line, for a file that is not there (naming where it was looked for) or the
+    BadInput: one line, for a file that is not there (naming where it was looked for) or the
       config file's own refusal of its argument.
   """
   path, _, arg = spec.partition(":")
   module = config_module(path)
   resolved = module.__file__
   if not callable(getattr(module, "get_config", None)):
-    raise ValueError(f"config file {resolved}: no get_config; expected a Python file defining "
+    raise BadInput(f"config file {resolved}: no get_config; expected a Python file defining "
                      "get_config(arg)")
   words = [w for w in arg.split(",") if w.strip()]
   is_tiny = "tiny" in [w.strip() for w in words]
   given = ",".join(w for w in words if w.strip() != "tiny") or None
   try:
     config = module.get_config(given)
-  except ValueError:
-    raise  # the config file's own one-line refusal of its argument
+  except ValueError as e:  # the config file's own one-line refusal of its argument: a user's file
+    if isinstance(e, BadInput):
+      raise
+    raise BadInput(str(e)) from e
   except Exception as e:  # noqa: BLE001
     raise _failed(resolved, f"get_config({given!r})", e) from None
   if is_tiny:  # every config's argument (jaxcap/config_common.py): the smallest sizes that run
@@ -109,7 +112,7 @@ def config_module(path: str):
   another's constants (ETA's: the Transformer's CPU sizes).
 
   Raises:
-    ValueError: one line naming the file, for a file that is not there, does not parse or
+    BadInput: one line naming the file, for a file that is not there, does not parse or
       raises while it runs.
   """
   ensure_configs_importable()  # a user's own config file may still import configs.common
@@ -117,7 +120,7 @@ def config_module(path: str):
     path += ".py"
   resolved = resolve(path)
   if not os.path.isfile(resolved):
-    raise ValueError(f"config file {path!r}: not found here nor among the shipped configs "
+    raise BadInput(f"config file {path!r}: not found here nor among the shipped configs "
                      f"({', '.join(shipped_names())}); expected path/to/config.py[:arg]")
   name = "jaxcap_config_" + os.path.splitext(os.path.basename(resolved))[0]
   module_spec = importlib.util.spec_from_file_location(name, resolved)
@@ -125,21 +128,21 @@ def config_module(path: str):
   try:
     module_spec.loader.exec_module(module)
   except SyntaxError as e:  # the file's own line, not the import machinery's traceback
-    raise ValueError(f"config file {resolved}, line {e.lineno}: {e.msg}; expected a Python file "
+    raise BadInput(f"config file {resolved}, line {e.lineno}: {e.msg}; expected a Python file "
                      "defining get_config(arg)") from None
   except Exception as e:  # noqa: BLE001  (whatever it raises, one line naming the file)
     raise _failed(resolved, "importing it", e) from None
   return module
 
 
-def _failed(path: str, what: str, e: BaseException) -> ValueError:
+def _failed(path: str, what: str, e: BaseException) -> BadInput:
   """One line for an exception a config file raised: the file, the line of it that raised (the
   innermost frame in the file), what was run and the exception."""
   lines = [f.lineno for f in traceback.extract_tb(e.__traceback__)
            if os.path.abspath(f.filename) == os.path.abspath(path)]
   at = f", line {lines[-1]}" if lines else ""
   text = str(e).strip().splitlines()
-  return ValueError(f"config file {path}{at}: {what} raised {type(e).__name__}"
+  return BadInput(f"config file {path}{at}: {what} raised {type(e).__name__}"
                     f"{': ' + text[0] if text else ''}; expected a config file whose "
                     "get_config(arg) returns its config")
 
@@ -150,10 +153,10 @@ def set_field(config, dotted: str, value) -> None:
   *path, last = dotted.split(".")
   for p in path:
     if p not in node:
-      raise ValueError(f"config field {dotted}: unknown ({p!r} is not in the config)")
+      raise BadInput(f"config field {dotted}: unknown ({p!r} is not in the config)")
     node = node[p]
   if last not in node:
-    raise ValueError(f"config field {dotted}: unknown; expected one of {sorted(node.keys())}")
+    raise BadInput(f"config field {dotted}: unknown; expected one of {sorted(node.keys())}")
   node[last] = value
 
 

@@ -110,6 +110,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from jaxcap.data.vocab import BOS, EOS, PAD, UNK
+from jaxcap.errors import BadInput
 from jaxcap.models.base import repeat_batch
 
 LENGTH_PENALTIES = ("none", "gnmt", "average")
@@ -221,7 +222,7 @@ def _banned_tokens(lp_NxV, t, opts, prev_N):
   """
   v = lp_NxV.shape[-1]
   if v <= UNK + 1:
-    raise ValueError(f"decode_step logits: vocabulary of {v} has no words; expected V > {UNK + 1}")
+    raise BadInput(f"decode_step logits: vocabulary of {v} has no words; expected V > {UNK + 1}")
   ids_V = jnp.arange(v)
   banned_V = ((ids_V == PAD) | (ids_V == BOS) | ((ids_V == UNK) & opts["suppress_unk"])
               | ((ids_V == EOS) & (t < opts["min_len"])))
@@ -456,13 +457,13 @@ def sample(model, params, batch, rng, *, max_len: int, num_samples: int = 1,
   """
   _check_common(max_len, min_len)
   if num_samples < 1:
-    raise ValueError(f"decode option num_samples: expected >= 1, got {num_samples}")
+    raise BadInput(f"decode option num_samples: expected >= 1, got {num_samples}")
   if not temperature >= 0.0:
-    raise ValueError(f"decode option temperature: expected >= 0, got {temperature}")
+    raise BadInput(f"decode option temperature: expected >= 0, got {temperature}")
   if top_k < 0:
-    raise ValueError(f"decode option top_k: expected >= 0 (0 disables), got {top_k}")
+    raise BadInput(f"decode option top_k: expected >= 0 (0 disables), got {top_k}")
   if not 0.0 < top_p <= 1.0:
-    raise ValueError(f"decode option top_p: expected in (0, 1], got {top_p}")
+    raise BadInput(f"decode option top_p: expected in (0, 1], got {top_p}")
   opts = _sample_opts(temperature, top_k, top_p, min_len=min_len, suppress_unk=suppress_unk,
                       bad_endings=bad_endings)
   return _sample_jit(model, params, batch, rng, opts, max_len=int(max_len),
@@ -492,7 +493,7 @@ def sample_and_greedy(model, params, batch, keys_B, *, max_len: int, num_samples
   """
   _check_common(max_len, min_len)
   if num_samples < 1:
-    raise ValueError(f"decode option num_samples: expected >= 1, got {num_samples}")
+    raise BadInput(f"decode option num_samples: expected >= 1, got {num_samples}")
   opts = _sample_opts(1.0, 0, 1.0, min_len=min_len, suppress_unk=suppress_unk,
                       bad_endings=bad_endings)
   return _sample_and_greedy_jit(model, params, batch, keys_B, opts, max_len=int(max_len),
@@ -820,27 +821,27 @@ def beam_search(model, params, batch, *, beam_size: int, max_len: int,
   """
   _check_common(max_len, min_len)
   if beam_size < 1:
-    raise ValueError(f"decode option beam_size: expected >= 1, got {beam_size}")
+    raise BadInput(f"decode option beam_size: expected >= 1, got {beam_size}")
   if beam_mode not in BEAM_MODES:
-    raise ValueError(f"decode option beam_mode: expected one of {BEAM_MODES}, got {beam_mode!r}")
+    raise BadInput(f"decode option beam_mode: expected one of {BEAM_MODES}, got {beam_mode!r}")
   if length_penalty not in LENGTH_PENALTIES:
-    raise ValueError(f"decode option length_penalty: expected one of {LENGTH_PENALTIES}, "
-                     f"got {length_penalty!r}")
+    raise BadInput(f"decode option length_penalty: expected one of {LENGTH_PENALTIES}, "
+                   f"got {length_penalty!r}")
   if length_penalty == "gnmt" and not alpha >= 0.0:
-    raise ValueError(f"decode option alpha: expected >= 0 for the GNMT penalty, got {alpha}")
+    raise BadInput(f"decode option alpha: expected >= 0 for the GNMT penalty, got {alpha}")
   if beam_groups < 1 or beam_size % beam_groups:
-    raise ValueError(f"decode option beam_groups: expected >= 1 and dividing beam_size="
-                     f"{beam_size}, got {beam_groups}")
+    raise BadInput(f"decode option beam_groups: expected >= 1 and dividing beam_size="
+                   f"{beam_size}, got {beam_groups}")
   if not diversity_strength >= 0.0:
-    raise ValueError(f"decode option diversity_strength: expected >= 0, got {diversity_strength}")
+    raise BadInput(f"decode option diversity_strength: expected >= 0, got {diversity_strength}")
   # The M² authors' search ranks by the log-probability sum and has no groups.
   if beam_mode == "in_slots" and beam_groups > 1:
-    raise ValueError(f"decode options beam_mode='in_slots' and beam_groups={beam_groups}: "
-                     f"the in_slots search has no diverse groups; expected beam_groups=1")
+    raise BadInput(f"decode options beam_mode='in_slots' and beam_groups={beam_groups}: "
+                   f"the in_slots search has no diverse groups; expected beam_groups=1")
   if beam_mode == "in_slots" and length_penalty != "none":
-    raise ValueError(f"decode options beam_mode='in_slots' and length_penalty="
-                     f"{length_penalty!r}: the in_slots search has no length penalty; "
-                     f"expected length_penalty='none'")
+    raise BadInput(f"decode options beam_mode='in_slots' and length_penalty="
+                   f"{length_penalty!r}: the in_slots search has no length penalty; "
+                   f"expected length_penalty='none'")
   opts = dict(_common_opts(min_len, suppress_unk, bad_endings),
               penalty=_penalty_coefficients(length_penalty, float(alpha)),
               diversity=jnp.float32(diversity_strength))
@@ -852,9 +853,9 @@ def beam_search(model, params, batch, *, beam_size: int, max_len: int,
 
 def _check_common(max_len, min_len):
   if max_len < 1:
-    raise ValueError(f"decode option max_len: expected >= 1, got {max_len}")
+    raise BadInput(f"decode option max_len: expected >= 1, got {max_len}")
   if not 0 <= min_len < max_len:
-    raise ValueError(f"decode option min_len: expected in [0, max_len={max_len}), got {min_len}")
+    raise BadInput(f"decode option min_len: expected in [0, max_len={max_len}), got {min_len}")
 
 
 def decode(model, params, batch, decode_config, rng=None, *,
@@ -870,12 +871,12 @@ def decode(model, params, batch, decode_config, rng=None, *,
   given = dict(decode_config.items())
   unknown = sorted(set(given) - set(_DEFAULTS))
   if unknown:
-    raise ValueError(f"decode config: unknown fields {unknown}; expected a subset of "
-                     f"{sorted(_DEFAULTS)}")
+    raise BadInput(f"decode config: unknown fields {unknown}; expected a subset of "
+                   f"{sorted(_DEFAULTS)}")
   cfg = types.SimpleNamespace(**{**_DEFAULTS, **given})
   if cfg.remove_bad_endings and bad_endings is None:
-    raise ValueError("decode option remove_bad_endings needs the bad-ending token ids "
-                     "(decoding.bad_ending_ids(vocab))")
+    raise BadInput("decode option remove_bad_endings needs the bad-ending token ids "
+                   "(decoding.bad_ending_ids(vocab))")
   bad = tuple(bad_endings) if cfg.remove_bad_endings else ()
   if cfg.method == "greedy":
     return greedy(model, params, batch, max_len=cfg.max_len, suppress_unk=cfg.suppress_unk,
@@ -890,9 +891,9 @@ def decode(model, params, batch, decode_config, rng=None, *,
                        diversity_strength=cfg.diversity_strength, return_aux=return_aux)
   if cfg.method == "sample":
     if rng is None:
-      raise ValueError("decode option method='sample' needs an rng key")
+      raise BadInput("decode option method='sample' needs an rng key")
     return sample(model, params, batch, rng, max_len=cfg.max_len, num_samples=cfg.num_samples,
                   temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p,
                   suppress_unk=cfg.suppress_unk, min_len=cfg.min_len, bad_endings=bad,
                   return_aux=return_aux)
-  raise ValueError(f"decode option method: expected one of {METHODS}, got {cfg.method!r}")
+  raise BadInput(f"decode option method: expected one of {METHODS}, got {cfg.method!r}")

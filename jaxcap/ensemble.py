@@ -40,6 +40,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxcap import decoding
+from jaxcap.errors import BadInput
 
 _METHODS = ("encode", "init_cache", "decode_step")
 
@@ -59,7 +60,7 @@ class Ensemble:
   def __post_init__(self):
     object.__setattr__(self, "models", tuple(self.models))
     if not self.models:
-      raise ValueError("ensemble: expected at least one model, got none")
+      raise BadInput("ensemble: expected at least one model, got none")
     if self.weights is not None:
       object.__setattr__(self, "weights", check_weights(self.weights, len(self.models)))
 
@@ -87,8 +88,8 @@ class Ensemble:
       raise ValueError(f"ensemble: method {method!r} is not supported; an ensemble decodes "
                        f"through {_METHODS}")
     if len(variables) != len(self.models):
-      raise ValueError(f"ensemble: expected {len(self.models)} variables dicts (one per model), "
-                       f"got {len(variables)}")
+      raise BadInput(f"ensemble: expected {len(self.models)} variables dicts (one per model), "
+                     f"got {len(variables)}")
     members = list(zip(self.models, variables))
     if method == "encode":
       return tuple(m.apply(v, *args, method="encode", **kwargs) for m, v in members)
@@ -105,8 +106,8 @@ class Ensemble:
       aux[f"member{i}"] = a
     sizes = sorted({lp.shape[-1] for lp in lps})
     if len(sizes) > 1:
-      raise ValueError(f"ensemble: the members' vocabularies differ in size {sizes}; expected "
-                       "one shared vocabulary")
+      raise BadInput(f"ensemble: the members' vocabularies differ in size {sizes}; expected "
+                     "one shared vocabulary")
     # log sum_m c_m p_m, in float32: the log of the mixture of the members' distributions.
     lp_MxNxV = jnp.stack(lps)
     logc_M = self.log_coefficients()
@@ -115,7 +116,7 @@ class Ensemble:
 
 
 def check_weights(weights, n: int, name: str = "ensemble weights") -> tuple:
-  """``weights`` as a tuple of ``n`` floats, or a one-line ValueError naming ``name``: each a
+  """``weights`` as a tuple of ``n`` floats, or a one-line BadInput naming ``name``: each a
   finite number >= 0, their sum > 0 (a NaN weight would make every step's mixture NaN and the
   captions empty). A string is split at commas (``--ensemble-weights 1,2``)."""
   if isinstance(weights, str):
@@ -123,9 +124,9 @@ def check_weights(weights, n: int, name: str = "ensemble weights") -> tuple:
   try:
     items = list(weights)
   except TypeError:
-    raise ValueError(f"{name}: expected {n} numbers (one per member), got {weights!r}") from None
+    raise BadInput(f"{name}: expected {n} numbers (one per member), got {weights!r}") from None
   if len(items) != n:
-    raise ValueError(f"{name}: expected {n} numbers (one per member), got {len(items)}")
+    raise BadInput(f"{name}: expected {n} numbers (one per member), got {len(items)}")
   out = []
   for i, x in enumerate(items):
     try:
@@ -133,12 +134,12 @@ def check_weights(weights, n: int, name: str = "ensemble weights") -> tuple:
         raise TypeError
       w = float(x)
     except (TypeError, ValueError):
-      raise ValueError(f"{name}: weight {i + 1} is {x!r}, expected a number") from None
+      raise BadInput(f"{name}: weight {i + 1} is {x!r}, expected a number") from None
     if not math.isfinite(w) or w < 0:
-      raise ValueError(f"{name}: weight {i + 1} is {w}, expected a finite number >= 0")
+      raise BadInput(f"{name}: weight {i + 1} is {w}, expected a finite number >= 0")
     out.append(w)
   if sum(out) <= 0:
-    raise ValueError(f"{name}: every weight is 0, expected a positive sum")
+    raise BadInput(f"{name}: every weight is 0, expected a positive sum")
   return tuple(out)
 
 
@@ -146,7 +147,7 @@ def make_ensemble(models: Sequence[Any], params_list: Sequence[Any],
                   weights: Sequence[float] | None = None):
   """``(Ensemble, variables tuple)``, ready for any function of :mod:`jaxcap.decoding`."""
   if len(models) != len(params_list):
-    raise ValueError(f"ensemble: {len(models)} models but {len(params_list)} variables dicts")
+    raise BadInput(f"ensemble: {len(models)} models but {len(params_list)} variables dicts")
   ens = Ensemble(tuple(models), None if weights is None else tuple(weights))
   return ens, tuple(params_list)
 
@@ -175,9 +176,9 @@ def ensemble_decode(models: Sequence[Any], params_list: Sequence[Any], batch: di
 
 
 def check_same_vocab(vocabs: Sequence[Any], names: Sequence[str]) -> None:
-  """Raises a one-line ValueError unless every vocabulary equals the first."""
+  """Raises a one-line BadInput unless every vocabulary equals the first."""
   for vocab, name in zip(vocabs[1:], names[1:]):
     if vocab != vocabs[0]:
-      raise ValueError(f"--ensemble: {name} has another vocabulary ({len(vocab)} words) than "
-                       f"{names[0]} ({len(vocabs[0])} words); members must share one vocabulary")
+      raise BadInput(f"--ensemble: {name} has another vocabulary ({len(vocab)} words) than "
+                     f"{names[0]} ({len(vocabs[0])} words); members must share one vocabulary")
 

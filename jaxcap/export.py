@@ -44,6 +44,7 @@ import jax.numpy as jnp
 from jaxcap import atomic, decoding, run_dir
 from jaxcap.data import base as data_base
 from jaxcap.data import batch as batch_lib
+from jaxcap.errors import BadInput
 from jaxcap.evaluation import signature
 from jaxcap.features import extract as extract_lib
 from jaxcap.serving import artefact
@@ -107,13 +108,13 @@ def decode_settings(run, method=None, beam_size=None, max_len=None) -> dict:
   extra = {} if max_len is None else {"max_len": int(max_len)}
   cfg = {**decoding._DEFAULTS, **run.decode_config(method, beam_size, **extra)}  # pylint: disable=protected-access
   if cfg["method"] not in METHODS:
-    raise ValueError(f"--method={cfg['method']}: expected one of {', '.join(METHODS)} (sampling is "
-                     "not exported; the run's config.decode.method is the default)")
+    raise BadInput(f"--method={cfg['method']}: expected one of {', '.join(METHODS)} (sampling is "
+                   "not exported; the run's config.decode.method is the default)")
   if int(cfg["beam_size"]) < 1 or int(cfg["max_len"]) < 1:
-    raise ValueError(f"--beam_size={cfg['beam_size']} / --max_len={cfg['max_len']}: expected >= 1")
+    raise BadInput(f"--beam_size={cfg['beam_size']} / --max_len={cfg['max_len']}: expected >= 1")
   if int(cfg["beam_size"]) % int(cfg["beam_groups"]):
-    raise ValueError(f"--beam_size={cfg['beam_size']}: expected a multiple of the run's "
-                     f"decode.beam_groups={cfg['beam_groups']}")
+    raise BadInput(f"--beam_size={cfg['beam_size']}: expected a multiple of the run's "
+                   f"decode.beam_groups={cfg['beam_groups']}")
   return cfg
 
 
@@ -155,8 +156,8 @@ def _image_layout(run, record: dict, spec: dict):
   info, get = run.info, run.image_layout.get
   n, grid = int(info["max_regions"]), bool(get("grid", False))
   if get("att_dir") and get("box_dir") and not grid:
-    raise ValueError(f"export: this run read region boxes from data.box_dir={get('box_dir')!r}; "
-                     "expected a run on jaxcap-extract's grid features (or export with --no_backbone)")
+    raise BadInput(f"export: this run read region boxes from data.box_dir={get('box_dir')!r}; "
+                   "expected a run on jaxcap-extract's grid features (or export with --no_backbone)")
 
   def layout(fc_BxD, att_BxCxD):
     if get("att_dir"):
@@ -194,7 +195,7 @@ def export(run, path: str, *, method: str | None = None, beam_size: int | None =
     log: receives notes (default: stderr).
 
   Raises:
-    ValueError: one line, for settings the run cannot export (a sampling method, a backbone's
+    BadInput: one line, for settings the run cannot export (a sampling method, a backbone's
       weights missing or not the recorded ones, features whose width is not the run's).
   """
   log = log or (lambda s: print(s, file=sys.stderr, flush=True))
@@ -230,8 +231,8 @@ def export(run, path: str, *, method: str | None = None, beam_size: int | None =
       bb = run.backbone(weights)
       dim = int(record.get("feature_dim") or 0)
       if dim and dim != int(info["feature_dim"]):
-        raise ValueError(f"export: features.json records feature_dim={dim}, the run has "
-                         f"{info['feature_dim']}; expected the backbone the run was trained on")
+        raise BadInput(f"export: features.json records feature_dim={dim}, the run has "
+                       f"{info['feature_dim']}; expected the backbone the run was trained on")
       layout = _image_layout(run, record, spec)
       bb_leaves_tree, bb_treedef = jax.tree.flatten(jax.device_get(bb.variables))
       bb_leaves = [np.asarray(x) for x in bb_leaves_tree]

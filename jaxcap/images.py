@@ -18,6 +18,8 @@ import sys
 
 import numpy as np
 
+from jaxcap.errors import BadInput
+
 NATIVE = "native"  # ``size`` of images read at their own resolution
 
 # What a refusal to caption image files names (evaluate.py --images, Run.caption_images,
@@ -62,7 +64,7 @@ def _high_depth_to_rgb(img, path: str):
   elif img.mode == "F" and 0 <= lo and hi <= 255:
     gray = np.round(x.astype(np.float64))
   else:
-    raise ValueError(f"{path}: a {img.mode} image with values in [{lo:g}, {hi:g}]; expected 8- or "
+    raise BadInput(f"{path}: a {img.mode} image with values in [{lo:g}, {hi:g}]; expected 8- or "
                      "16-bit pixels (or 32-bit ones within [0, 65535], floats within [0, 1] or [0, 255])")
   return Image.fromarray(gray.astype(np.uint8), "L").convert("RGB")
 
@@ -88,11 +90,11 @@ def _square(img, size: int, what: str) -> np.ndarray:
 def image_array(array, size: int | str, what: str = "image") -> np.ndarray:
   """``[S, S, 3]`` uint8 of a uint8 RGB ``[H, W, 3]`` array: as it is when already ``S x S`` (or
   ``size`` is :data:`NATIVE`), else resized as :func:`read_image` resizes a file's pixels;
-  one-line ``ValueError`` for another shape or dtype."""
+  one-line ``BadInput`` for another shape or dtype."""
   from PIL import Image
   x = np.asarray(array)
   if x.ndim != 3 or x.shape[-1] != 3 or x.dtype != np.uint8 or min(x.shape[:2]) < 1:
-    raise ValueError(f"{what}: expected a uint8 RGB array [H, W, 3] (or an image file path), "
+    raise BadInput(f"{what}: expected a uint8 RGB array [H, W, 3] (or an image file path), "
                      f"got {x.dtype} {list(x.shape)}")
   if size == NATIVE or x.shape[:2] == (size, size):
     return x

@@ -15,7 +15,9 @@ import jax
 import jax.numpy as jnp
 
 from jaxcap import decoding, progress
+from jaxcap.data import batch as batch_lib
 from jaxcap.data import pipeline
+from jaxcap.errors import BadInput
 from jaxcap.training import parallel
 
 
@@ -97,8 +99,8 @@ def sample_n_config(decode_config, n: int, method: str = "sample") -> dict:
   ``sample_n``): ``"sample"`` (n samples with the options' temperature / top-k / top-p) or
   ``"beam"`` (the n best hypotheses of a beam search of size n)."""
   if n < 1 or method not in ("sample", "beam"):
-    raise ValueError(f"sample_n: expected n >= 1 and method 'sample' or 'beam', got {n}, "
-                     f"{method!r}")
+    raise BadInput(f"sample_n: expected n >= 1 and method 'sample' or 'beam', got {n}, "
+                   f"{method!r}")
   cfg = _as_dict(decode_config)
   cfg["method"] = method
   if method == "sample":
@@ -150,8 +152,11 @@ def decode_features(model, params, vocab, batch: dict, decode_config, *, batch_s
     try:
       out = decoding.decode(model, params, chunk, cfg, rng=rng, bad_endings=bad, return_aux=return_aux)
     except KeyError as e:
+      missing = e.args[0] if len(e.args) == 1 and isinstance(e.args[0], str) else None
+      if isinstance(e, BadInput) or missing not in batch_lib.KEYS or missing in chunk:
+        raise  # not a batch key the user's features lack: a bug, with its traceback
       name = getattr(model, "registry_name", type(model).__name__)
-      raise ValueError(f"caption: model {name!r} reads batch[{e.args[0]!r}]; give it in the "
-                       f"features dict (see docs/DESIGN.md, section 2)") from None
+      raise BadInput(f"caption: model {name!r} reads batch[{e.args[0]!r}]; give it in the "
+                     f"features dict (see docs/DESIGN.md, section 2)") from None
     outs.append(jax.device_get(out))
   return jax.tree.map(lambda *xs: np.concatenate(xs)[:b], *outs)

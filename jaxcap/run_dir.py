@@ -29,6 +29,7 @@ from jaxcap import progress
 from jaxcap.atomic import write_json
 from jaxcap.data import batch as batch_lib
 from jaxcap.data.vocab import Vocab
+from jaxcap.errors import BadInput
 from jaxcap.evaluation import coco_metrics, files, signature
 from jaxcap.evaluation import translation as translation_metrics
 from jaxcap.features import extract
@@ -92,16 +93,16 @@ def saved_config_dict(config) -> dict:
 
 
 def read_saved_config(workdir: str) -> dict:
-  """The ``config.json`` a run wrote, checked: one-line ``ValueError`` naming the file when it
+  """The ``config.json`` a run wrote, checked: one-line ``BadInput`` naming the file when it
   is missing, not JSON, or not a config object with ``model`` and ``data``."""
   cfg_path = os.path.join(workdir, CONFIG_FILE)
   if not os.path.exists(cfg_path):
-    raise ValueError(f"{cfg_path}: not found; expected a workdir written by train.py")
+    raise BadInput(f"{cfg_path}: not found; expected a workdir written by train.py")
   with open(cfg_path) as f:
     try:
       saved = json.load(f)
     except ValueError:
-      raise ValueError(f"{cfg_path}: not valid JSON; expected the config of the run in this workdir") from None
+      raise BadInput(f"{cfg_path}: not valid JSON; expected the config of the run in this workdir") from None
   _check_saved_config_shape(cfg_path, saved)
   return saved
 
@@ -115,11 +116,11 @@ def read_config(workdir: str):
 def _check_saved_config_shape(cfg_path: str, old) -> None:
   """A workdir's config.json must be an object with ``model`` and ``data`` objects."""
   if not isinstance(old, dict):
-    raise ValueError(f"{cfg_path}: a JSON {type(old).__name__}, expected the config object of "
+    raise BadInput(f"{cfg_path}: a JSON {type(old).__name__}, expected the config object of "
                      "the run in this workdir")
   for key in ("model", "data"):
     if not isinstance(old.get(key), dict) or not isinstance(old[key].get("name"), str):
-      raise ValueError(f"{cfg_path}: field {key!r} is {old.get(key)!r:.60}, expected an object "
+      raise BadInput(f"{cfg_path}: field {key!r} is {old.get(key)!r:.60}, expected an object "
                        f"with a 'name' (the config of the run in this workdir)")
 
 
@@ -127,7 +128,7 @@ def read_vocab(workdir: str) -> Vocab:
   """The run's ``vocab.json``; one line when it is missing."""
   path = os.path.join(workdir, VOCAB_FILE)
   if not os.path.exists(path):
-    raise ValueError(f"{path}: not found; expected a workdir written by train.py")
+    raise BadInput(f"{path}: not found; expected a workdir written by train.py")
   return Vocab.load(path)
 
 
@@ -145,17 +146,17 @@ def load_info(workdir: str, config=None) -> dict:
       try:
         info = json.load(f)
       except ValueError as e:
-        raise ValueError(f"{path}: not valid JSON ({e}); expected the dataset sizes train.py "
+        raise BadInput(f"{path}: not valid JSON ({e}); expected the dataset sizes train.py "
                          "wrote (delete it to rebuild it from the run's dataset)") from None
     if not isinstance(info, dict) or not {"vocab_size", "feature_dim", "max_len"} <= set(info):
-      raise ValueError(f"{path}: not the dataset sizes train.py writes; expected an object with "
+      raise BadInput(f"{path}: not the dataset sizes train.py writes; expected an object with "
                        "vocab_size, feature_dim, max_len, ... (delete it to rebuild it)")
     return info
   try:
     return dict(data_lib.get_dataset(config.data).info)
-  except (OSError, ValueError, KeyError) as e:
+  except (OSError, BadInput) as e:
     first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-    raise ValueError(f"{path}: not found (a run from before info.json was saved), and its dataset "
+    raise BadInput(f"{path}: not found (a run from before info.json was saved), and its dataset "
                      f"{config.data.name!r} could not be read to rebuild it: {first}") from None
 
 
@@ -198,7 +199,7 @@ def check_workdir(workdir: str, config, vocab: Vocab, init_from: bool = False) -
     new_model = {k: v for k, v in new["model"].items() if k not in _RESUMABLE_MODEL_FIELDS}
     diff = _model_config_diff(old_model, new_model)
     if diff:
-      raise ValueError(f"{cfg_path}: {what} holds checkpoints of another model (model.{diff[0]}: "
+      raise BadInput(f"{cfg_path}: {what} holds checkpoints of another model (model.{diff[0]}: "
                        f"{old_model.get(diff[0], '<absent>')!r} there, "
                        f"{new_model.get(diff[0], '<absent>')!r} now); "
                        + ("expected the same model config, or use another --workdir" if not init_from else fix))
@@ -207,21 +208,21 @@ def check_workdir(workdir: str, config, vocab: Vocab, init_from: bool = False) -
     for field in ("name", "fields"):
       was, now = (c.get("backbone", {}).get(field, "") for c in (old, new))
       if was != now:
-        raise ValueError(f"{cfg_path}: {what} holds checkpoints of another model (backbone.{field}: "
+        raise BadInput(f"{cfg_path}: {what} holds checkpoints of another model (backbone.{field}: "
                          f"{was!r} there, {now!r} now); {fix}")
     old_impl, new_impl = old.get("prng_impl", PRNG_IMPLS[0]), new.get("prng_impl", PRNG_IMPLS[0])
     if old_impl != new_impl and os.path.isdir(os.path.join(workdir, "checkpoints")) and not init_from:
-      raise ValueError(f"{cfg_path}: this workdir's checkpoints were trained with prng_impl="
+      raise BadInput(f"{cfg_path}: this workdir's checkpoints were trained with prng_impl="
                        f"{old_impl!r}, not {new_impl!r} (its key has another shape); expected the "
                        "same prng_impl, or use another --workdir")
     if old.get("data", {}).get("name") != new["data"]["name"]:
-      raise ValueError(f"{cfg_path}: {what} was trained on data.name="
+      raise BadInput(f"{cfg_path}: {what} was trained on data.name="
                        f"{old.get('data', {}).get('name')!r}, not {new['data']['name']!r}; {fix}")
   vocab_path = os.path.join(workdir, VOCAB_FILE)
   if os.path.exists(vocab_path):
     saved = Vocab.load(vocab_path)
     if saved != vocab:
-      raise ValueError(f"{vocab_path}: {'the init_from run' if init_from else 'the checkpoint'}'s "
+      raise BadInput(f"{vocab_path}: {'the init_from run' if init_from else 'the checkpoint'}'s "
                        f"vocabulary ({len(saved)} words) does not match the data's ({len(vocab)} "
                        f"words); {fix if init_from else 'use the same data and data.min_word_count'}")
 
@@ -259,7 +260,7 @@ def backbone(workdir: str | None, weights: str | None = None):
   recorded seed's random weights); one line for a run without ``features.json``."""
   record = read_features_record(workdir) if workdir else None
   if record is None:
-    raise ValueError(f"{workdir}: no {FEATURES_FILE}; this run was trained on features "
+    raise BadInput(f"{workdir}: no {FEATURES_FILE}; this run was trained on features "
                      "jaxcap-extract did not write, so it cannot caption image files (caption "
                      f"feature arrays with Run.caption); {images_lib.IMAGE_RUNS}")
   return record_lib.Backbone(record, weights, os.path.join(workdir, FEATURES_FILE))
@@ -278,7 +279,7 @@ def _check_features_record(workdir: str, config) -> None:
   new, old = _read_json_or_fail(source), _read_json_or_fail(saved)
   if new != old:
     key = sorted(k for k in set(new) | set(old) if new.get(k) != old.get(k))[0]
-    raise ValueError(f"{source}: the features have {key}={new.get(key)!r}, this workdir's run was "
+    raise BadInput(f"{source}: the features have {key}={new.get(key)!r}, this workdir's run was "
                      f"trained on {key}={old.get(key)!r} ({saved}); expected the same features, "
                      "or use another --workdir")
 
@@ -311,7 +312,7 @@ def best_metric(config) -> str:
   """The validation metric that selects ``best/`` (``CIDEr`` or ``Bleu_4``)."""
   name = config.get("best_metric", "CIDEr")
   if name not in ("CIDEr", "Bleu_4"):
-    raise ValueError(f"config field best_metric: expected 'CIDEr' or 'Bleu_4', got {name!r}")
+    raise BadInput(f"config field best_metric: expected 'CIDEr' or 'Bleu_4', got {name!r}")
   return name
 
 
@@ -349,7 +350,7 @@ def restore_or_fail(ckpts, abstract, **kwargs):
     step = kwargs.get("step") or (ckpts.latest_step() if which == "latest" else ckpts.best_step())
     path = os.path.join(ckpts.workdir, "checkpoints" if which == "latest" else "best", str(step))
     first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-    raise ValueError(f"{path}: damaged checkpoint ({type(e).__name__}: {first}); expected an "
+    raise BadInput(f"{path}: damaged checkpoint ({type(e).__name__}: {first}); expected an "
                      "intact orbax checkpoint (delete this step directory to resume from an "
                      "earlier one, or use a new --workdir)") from None
 
@@ -363,7 +364,7 @@ def restore(workdir: str, config, model, info: dict, step: int | None = None, *,
     ckpts: open managers of ``workdir`` to read (left open); default: opened and closed here.
 
   Raises:
-    ValueError: one line, when there is no checkpoint (at ``step``) or it is damaged.
+    BadInput: one line, when there is no checkpoint (at ``step``) or it is damaged.
   """
   if sharding is None:
     sharding = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
@@ -375,7 +376,7 @@ def restore(workdir: str, config, model, info: dict, step: int | None = None, *,
     if step is not None:
       which = ckpts.find_step(int(step))
       if which is None:
-        raise ValueError(f"{workdir}: no checkpoint at step {step}; expected one of latest "
+        raise BadInput(f"{workdir}: no checkpoint at step {step}; expected one of latest "
                          f"{list(ckpts.latest.all_steps())} and best {list(ckpts.best.all_steps())}")
     else:
       which = "best" if ckpts.best_step() is not None else "latest"
@@ -384,7 +385,7 @@ def restore(workdir: str, config, model, info: dict, step: int | None = None, *,
     if own:
       ckpts.close()
   if state is None:
-    raise ValueError(f"{workdir}: no checkpoint found (expected checkpoints/ or best/)")
+    raise BadInput(f"{workdir}: no checkpoint found (expected checkpoints/ or best/)")
   return state
 
 
@@ -406,7 +407,7 @@ def write_scores(workdir, split, preds, refs, spice=False, tag="", translation=F
   :class:`jaxcap.clip.metrics.Prepared` adding the CLIP scores (of the captions as generated)."""
   if translation:
     if caption_postprocess != "none":
-      raise ValueError(f"caption_postprocess={caption_postprocess!r}: translation runs are scored "
+      raise BadInput(f"caption_postprocess={caption_postprocess!r}: translation runs are scored "
                        "as generated; expected 'none'")
     scores = translation_metrics.score(refs, preds)
   else:

@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -57,7 +56,8 @@ def words(args):
 
 
 def main(argv=None):
-  ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  from jaxcap.cli import ArgumentParser  # its refusals: one line (run_script)
+  ap = ArgumentParser(description=__doc__.split("\n")[0])
   sub = ap.add_subparsers(dest="cmd", required=True)
   c = sub.add_parser("curves")
   c.add_argument("--workdir", required=True)

@@ -192,6 +192,42 @@ def test_bad_requests_are_one_line_4xx_and_the_server_keeps_serving(run):
   assert ok == 200 and health == 200 and len(body["captions"][0]["alternatives"]) == 1
 
 
+def test_a_bug_is_a_500_with_its_traceback_in_the_log_and_not_the_client_s_fault(run, monkeypatch, capsys):
+  # Before, every ValueError of the run's feature checks was answered as the client's 400: a
+  # ValueError inside jaxcap (here in Run.batch) or an IndexError in the decode call is a 500
+  # whose traceback goes to the server's log; bad input stays a 400.
+  f = run.info["feature_dim"]
+
+  def broken_batch(*a, **k):
+    raise ValueError("operands could not be broadcast together")
+
+  def broken_decode(self, settings, items):
+    return [][1]
+
+  async def test(client, app):
+    out = []
+    for fault in ("batch", "decode"):
+      with monkeypatch.context() as m:
+        if fault == "batch":
+          m.setattr(run, "batch", broken_batch)
+        else:
+          m.setattr(server.RunBackend, "decode", broken_decode)
+        r = await client.post("/caption", data=_npy(_features(run)), headers={"Content-Type": "application/x-npy"})
+        out.append((r.status, await r.json()))
+    r = await client.post("/caption", data=_npy(np.zeros((3, f + 1), np.float32)),
+                          headers={"Content-Type": "application/x-npy"})
+    out.append((r.status, await r.json()))
+    return out
+
+  (batch, batch_body), (decode, decode_body), (bad, _) = _serve(run, test)
+  log = capsys.readouterr().err
+  assert batch == 500 and decode == 500 and bad == 400, (batch, decode, bad)
+  assert batch_body["error"].startswith("ValueError: operands could not be broadcast together -- an error in jaxcap")
+  assert decode_body["error"].startswith("IndexError: list index out of range -- an error in jaxcap")
+  assert "not in the request" in decode_body["error"] and "\n" not in decode_body["error"]
+  assert log.count("Traceback (most recent call last)") == 2 and "broken_decode" in log, log[-3000:]
+
+
 def test_a_non_image_is_refused_in_one_line():
   with pytest.raises(server.BadRequest, match="not a readable image"):
     server.decode_image(b"GIF89a not an image")

@@ -19,6 +19,8 @@ _REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 if _REPO not in sys.path:
   sys.path.insert(0, _REPO)
 
+from jaxcap.errors import BadInput  # noqa: E402
+
 flags.DEFINE_string("workdir", None, "Run directory written by train.py.")
 flags.DEFINE_string("split", "test", "Split to decode.")
 flags.DEFINE_integer("beam_size", 3, "K.")
@@ -28,7 +30,7 @@ FLAGS = flags.FLAGS
 def main(argv):
   del argv
   if not FLAGS.workdir:
-    raise ValueError("--workdir: missing; expected a run directory written by train.py")
+    raise BadInput("--workdir: missing; expected a run directory written by train.py")
   import jax
   import numpy as np
   import jaxcap

@@ -16,6 +16,8 @@ _REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 if _REPO not in sys.path:
   sys.path.insert(0, _REPO)
 
+from jaxcap.errors import BadInput  # noqa: E402
+
 flags.DEFINE_integer("images", 2000, "Training images scored.")
 flags.DEFINE_string("cache_dir", "/tmp/cider_compat_cache", "Document-frequency cache.")
 
@@ -23,7 +25,7 @@ flags.DEFINE_string("cache_dir", "/tmp/cider_compat_cache", "Document-frequency 
 def main(argv):
   del argv
   if flags.FLAGS.images < 1:  # before the data set is read
-    raise ValueError(f"--images={flags.FLAGS.images}: expected a positive number of training images")
+    raise BadInput(f"--images={flags.FLAGS.images}: expected a positive number of training images")
   import numpy as np
   from jaxcap import data as data_lib
   from jaxcap.data.vocab import EOS

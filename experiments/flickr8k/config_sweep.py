@@ -22,7 +22,6 @@ finished seeds says so in its seeds column).
 
 from __future__ import annotations
 
-import argparse
 import ast
 import os
 import re
@@ -185,7 +184,8 @@ def format_table(rows: list[dict]) -> str:
 
 def main(argv=None):
   import table
-  ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  from jaxcap.cli import ArgumentParser  # its refusals: one line (run_script)
+  ap = ArgumentParser(description=__doc__.split("\n")[0])
   ap.add_argument("--model", required=True, help=f"one of {list(table.MODELS)}")
   ap.add_argument("--workdir", required=True)
   ap.add_argument("--settings", default="", help="';'-separated settings (empty: the model's defaults)")

@@ -19,7 +19,6 @@ read: the settings are chosen on validation.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -55,7 +54,8 @@ def read_setting(path: str, model: str, seed: int) -> dict | None:
 
 
 def main(argv=None):
-  ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  from jaxcap.cli import ArgumentParser  # its refusals: one line (run_script)
+  ap = ArgumentParser(description=__doc__.split("\n")[0])
   ap.add_argument("--sweep", required=True, help="folder of setting workdirs (table.py --workdir each)")
   ap.add_argument("--xe-workdir", "--xe_workdir", dest="xe_workdir", required=True)
   ap.add_argument("--model", default="aoanet")

@@ -51,7 +51,6 @@ models, for its imported checkpoints), mnmt (a translation model, multi30k text)
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -239,7 +238,8 @@ def write_tables(workdir: str, rows: list[dict], nn: dict | None, seeds: list,
 
 
 def main(argv=None):
-  ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  from jaxcap.cli import ArgumentParser  # its refusals: one line (run_script)
+  ap = ArgumentParser(description=__doc__.split("\n")[0])
   ap.add_argument("--workdir", required=True)
   ap.add_argument("--dataset", default="flickr8k", choices=DATASETS,
                   help="the configs' dataset argument (synthetic: the default scenes of train.py)")

@@ -66,7 +66,7 @@ ROWS = ("pixels", "regions")
 
 def parser() -> argparse.ArgumentParser:
   from jaxcap import cli
-  ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  ap = cli.ArgumentParser(description=__doc__.split("\n")[0])
   ap.add_argument("--workdir", required=True)
   ap.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (config.seed)")
   ap.add_argument("--steps", type=cli.positive_int, default=900, help="training steps per Transformer run")

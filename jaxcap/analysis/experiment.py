@@ -69,8 +69,8 @@ def argument_parser(doc: str, rows: Iterable[str], default_rows: Iterable[str]):
   """The flags every seeds x rows script has: ``--workdir`` (required), ``--rows`` (a subset of
   ``rows``), ``--seeds`` (default ``0,1,2``) and ``--steps`` (0: the config's); the script adds
   its own size flags."""
-  import argparse
-  ap = argparse.ArgumentParser(description=doc.split("\n")[0])
+  from jaxcap.cli import ArgumentParser  # its refusals: one line (run_script)
+  ap = ArgumentParser(description=doc.split("\n")[0])
   ap.add_argument("--workdir", required=True)
   ap.add_argument("--rows", default=",".join(default_rows), help=f"comma-separated subset of {list(rows)}")
   ap.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (config.seed)")

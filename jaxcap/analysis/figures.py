@@ -26,6 +26,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from jaxcap.errors import BadInput
 from jaxcap.evaluation import coco_metrics
 
 # The papers' colour conventions where they have one; otherwise matplotlib's tab10.
@@ -75,10 +76,10 @@ def finish(fig, out):
 
 
 def one_word_per_row(words: Sequence[str], n: int, what: str) -> list[str]:
-  """``words`` as strings, or a one-line ValueError naming ``what`` when they are not ``n``."""
+  """``words`` as strings, or a one-line BadInput naming ``what`` when they are not ``n``."""
   words = [str(w) for w in words]
   if len(words) != n:
-    raise ValueError(f"{what}: expected one word per row ({n}), got {len(words)} words")
+    raise BadInput(f"{what}: expected one word per row ({n}), got {len(words)} words")
   return words
 
 
@@ -104,7 +105,7 @@ def load_metrics(path_or_records) -> dict[str, tuple[np.ndarray, np.ndarray]]:
           try:
             records.append(json.loads(line))
           except ValueError:
-            raise ValueError(f"{path}: line {k + 1} is not JSON; expected one metrics record "
+            raise BadInput(f"{path}: line {k + 1} is not JSON; expected one metrics record "
                              "per line") from None
   else:
     records = list(path_or_records)
@@ -158,19 +159,19 @@ def plot_training_curves(metrics, out: str | None = None, axes=None,
   curves = metrics if isinstance(metrics, Mapping) else load_metrics(metrics)
   panels = list(panels) if panels is not None else _curve_panels(curves)
   if not panels:
-    raise ValueError(f"plot_training_curves: no train/loss, train/reward or val/* metrics; got "
+    raise BadInput(f"plot_training_curves: no train/loss, train/reward or val/* metrics; got "
                      f"{sorted(curves)}")
   if axes is None:
     fig = new_figure(4.0 * len(panels), 3.0)
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
   elif len(axes) < len(panels):
-    raise ValueError(f"plot_training_curves: {len(panels)} panels, but {len(axes)} axes given")
+    raise BadInput(f"plot_training_curves: {len(panels)} panels, but {len(axes)} axes given")
   for ax, (title, names) in zip(axes, panels):
     shown = [coco_metrics.display(name.split("/", 1)[-1]) for name in names]
     scales = {scale for _, scale in shown}
     for name, (label, scale) in zip(names, shown):
       if name not in curves:
-        raise ValueError(f"plot_training_curves: no metric {name!r}; have {sorted(curves)}")
+        raise BadInput(f"plot_training_curves: no metric {name!r}; have {sorted(curves)}")
       steps, values = curves[name]
       # A panel of scores alone says x100 on its axis; beside other curves, on each label.
       label += f" x{scale:g}" if scale != 1.0 and len(scales) > 1 else ""
@@ -225,7 +226,7 @@ def plot_region_attention(words: Sequence[str], attention_LxN, boxes_Nx4, *, ima
   att = np.asarray(attention_LxN, np.float64)
   boxes = np.asarray(boxes_Nx4, np.float64)
   if att.ndim != 2 or boxes.shape != (att.shape[1], 4):
-    raise ValueError(f"plot_region_attention: expected attention [L, N] and boxes [N, 4], got "
+    raise BadInput(f"plot_region_attention: expected attention [L, N] and boxes [N, 4], got "
                      f"{att.shape} and {boxes.shape}")
   words = one_word_per_row(words, att.shape[0], "plot_region_attention")
   image, (width, height) = _image_extent(image, image_size, boxes)
@@ -241,7 +242,7 @@ def plot_region_attention(words: Sequence[str], attention_LxN, boxes_Nx4, *, ima
     if title:
       fig.suptitle(title)
   elif len(axes) < len(words):
-    raise ValueError(f"plot_region_attention: {len(words)} words, but {len(axes)} axes given")
+    raise BadInput(f"plot_region_attention: {len(words)} words, but {len(axes)} axes given")
   from matplotlib.patches import Rectangle
   for t, (ax, word) in enumerate(zip(axes, words)):
     if image is not None:
@@ -284,7 +285,7 @@ def plot_box_relations(boxes_Nx4, labels: Sequence[str], out: str | None = None,
   """
   boxes = np.asarray(boxes_Nx4, np.float64)
   if boxes.ndim != 2 or boxes.shape[1] != 4 or len(labels) != len(boxes):
-    raise ValueError(f"plot_box_relations: expected boxes [N, 4] and N labels, got "
+    raise BadInput(f"plot_box_relations: expected boxes [N, 4] and N labels, got "
                      f"{boxes.shape} and {len(labels)} labels")
   from matplotlib.patches import Patch, Rectangle
   colours = dict(RELATION_COLOURS if colours is None else colours)

@@ -17,6 +17,7 @@ from jaxcap import decoding
 from jaxcap.analysis import figures
 from jaxcap.data import pipeline
 from jaxcap.data.vocab import EOS, PAD
+from jaxcap.errors import BadInput
 
 
 def row_batch(source, index: int) -> dict:
@@ -89,6 +90,6 @@ def plot_run_words(model, params, vocab, batch: dict, max_len: int, out_prefix: 
     impl = getattr(model, "attention_impl", "einsum")
     why = (f"; its attention_impl={impl!r} kernels return no weights: decode with "
            f"attention_impl='einsum' (same parameters)" if impl != "einsum" else "")
-    raise ValueError(f"plot_words: model {name!r} reports no per-word attention, gate or steps "
+    raise BadInput(f"plot_words: model {name!r} reports no per-word attention, gate or steps "
                      f"(decode aux keys: {sorted(aux)}){why}")
   return written

@@ -20,6 +20,7 @@ import re
 from typing import Iterable, Mapping
 
 from jaxcap.clip import score as score_lib
+from jaxcap.errors import BadInput
 from jaxcap.features.extract import IMAGE_EXTENSIONS  # the files jaxcap-extract reads
 
 
@@ -51,18 +52,18 @@ class Request:
     if not self:
       stray = [f"--{n}" for n, v in (("clip_images", self.images),) if v]
       if stray or self.refclip_variant != "clipscore":
-        raise ValueError(f"{(stray or ['--refclip_variant=' + self.refclip_variant])[0]} without "
+        raise BadInput(f"{(stray or ['--refclip_variant=' + self.refclip_variant])[0]} without "
                          "--clip_weights or --pac_weights; expected a CLIP weights file to score with")
       return
     if not self.images:
-      raise ValueError("--clip_weights / --pac_weights without --clip_images; expected the folder "
+      raise BadInput("--clip_weights / --pac_weights without --clip_images; expected the folder "
                        "(or {image_id: path} JSON) of the scored images (a run on jaxcap-extract's "
                        "features finds them in its features.json)")
     if self.refclip_variant not in score_lib.REFCLIP_VARIANTS:
-      raise ValueError(f"--refclip_variant={self.refclip_variant}: expected one of "
+      raise BadInput(f"--refclip_variant={self.refclip_variant}: expected one of "
                        f"{', '.join(score_lib.REFCLIP_VARIANTS)}")
     if self.batch_size < 1:
-      raise ValueError(f"--clip_batch_size={self.batch_size}: expected an int >= 1")
+      raise BadInput(f"--clip_batch_size={self.batch_size}: expected an int >= 1")
 
   def prepare(self, keys: Iterable) -> "Prepared | None":
     """Weights loaded and every key's image file found; None when no CLIP score was asked."""
@@ -129,27 +130,27 @@ def image_files(source, keys: list) -> dict:
   if isinstance(source, Mapping):
     missing = [k for k in keys if k not in source]
     if missing:
-      raise ValueError(f"images: no image file for image_id {missing[0]!r}; expected one per scored image")
+      raise BadInput(f"images: no image file for image_id {missing[0]!r}; expected one per scored image")
     return {k: source[k] for k in keys}
   if os.path.isfile(source):
     try:
       with open(source, encoding="utf-8") as f:
         table = json.load(f)
     except (OSError, ValueError) as e:
-      raise ValueError(f"--clip_images={source}: not a JSON file ({type(e).__name__}); expected a "
+      raise BadInput(f"--clip_images={source}: not a JSON file ({type(e).__name__}); expected a "
                        "folder of images or {image_id: path}") from None
     if not isinstance(table, dict):
-      raise ValueError(f"--clip_images={source}: a JSON {type(table).__name__}; expected {{image_id: path}}")
+      raise BadInput(f"--clip_images={source}: a JSON {type(table).__name__}; expected {{image_id: path}}")
     base = os.path.dirname(os.path.abspath(source))
     out = {}
     for k in keys:
       path = table.get(str(k), table.get(k))
       if path is None:
-        raise ValueError(f"--clip_images={source}: no image for image_id {k!r}; expected one per scored image")
+        raise BadInput(f"--clip_images={source}: no image for image_id {k!r}; expected one per scored image")
       out[k] = path if os.path.isabs(path) else os.path.join(base, path)
     return out
   if not os.path.isdir(source):
-    raise ValueError(f"--clip_images={source}: no such folder or file; expected a folder of images "
+    raise BadInput(f"--clip_images={source}: no such folder or file; expected a folder of images "
                      "or {image_id: path} JSON")
   index = _index(source)
   by_suffix: dict[str, list[str]] = {}
@@ -163,11 +164,11 @@ def image_files(source, keys: list) -> dict:
     if not paths and re.fullmatch(r"\d+", str(k)):
       paths = by_suffix.get(str(int(str(k))))
     if not paths:
-      raise ValueError(f"--clip_images={source}: no image file for image_id {k!r} (expected "
+      raise BadInput(f"--clip_images={source}: no image file for image_id {k!r} (expected "
                        f"{k}<ext> or a COCO name ending in _{k} / zero-padded, <ext> one of "
                        f"{' '.join(IMAGE_EXTENSIONS)}, any case)")
     if len(paths) > 1:
-      raise ValueError(f"--clip_images={source}: {len(paths)} image files for image_id {k!r} "
+      raise BadInput(f"--clip_images={source}: {len(paths)} image files for image_id {k!r} "
                        f"({paths[0]}, {paths[1]}); expected one")
     out[k] = paths[0]
   return out

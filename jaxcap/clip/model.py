@@ -32,6 +32,7 @@ import jax
 import jax.numpy as jnp
 import flax.linen as nn
 
+from jaxcap.errors import BadInput
 from jaxcap.features import image
 from jaxcap.features.vit import Block
 
@@ -76,7 +77,7 @@ class ImageTower(nn.Module):
     s = self.sizes
     b, h, w, _ = images_BxSxSx3.shape
     if (h, w) != (s.image_resolution, s.image_resolution):
-      raise ValueError(f"images: expected {s.image_resolution} x {s.image_resolution} pixels for "
+      raise BadInput(f"images: expected {s.image_resolution} x {s.image_resolution} pixels for "
                        f"this CLIP, got {h} x {w} (jaxcap.clip.preprocess resizes and crops)")
     x = image.normalize(images_BxSxSx3, CLIP_MEAN, CLIP_STD)
     p = s.vision_patch_size
@@ -105,7 +106,7 @@ class TextTower(nn.Module):
     (what CLIP-Caption-Reward's grammar head reads)."""
     s = self.sizes
     if tokens_BxT.shape[-1] != s.context_length:
-      raise ValueError(f"tokens: expected {s.context_length} per caption, got {tokens_BxT.shape[-1]}")
+      raise BadInput(f"tokens: expected {s.context_length} per caption, got {tokens_BxT.shape[-1]}")
     d = s.transformer_width
     x_BxTxD = nn.Embed(s.vocab_size, d, embedding_init=nn.initializers.normal(0.02),
                        name="token_embedding")(tokens_BxT)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from jaxcap.errors import BadInput
+
 
 def preprocess(img, n_px: int = 224) -> np.ndarray:
   """uint8 ``[n_px, n_px, 3]`` from a PIL image."""
@@ -32,8 +34,8 @@ def load_image(path: str, n_px: int = 224) -> np.ndarray:
     with Image.open(path) as img:
       return preprocess(img, n_px)
   except FileNotFoundError:
-    raise ValueError(f"{path}: no such image file") from None
+    raise BadInput(f"{path}: no such image file") from None
   except (UnidentifiedImageError, OSError, ValueError) as e:
     from jaxcap.features.extract import IMAGE_EXTENSIONS  # the kinds a --clip_images folder finds
-    raise ValueError(f"{path}: not an image PIL reads ({type(e).__name__}); expected an image file "
+    raise BadInput(f"{path}: not an image PIL reads ({type(e).__name__}); expected an image file "
                      f"({' '.join(IMAGE_EXTENSIONS)})") from None

@@ -30,6 +30,7 @@ import jax.numpy as jnp
 from jaxcap.clip import model as model_lib
 from jaxcap.clip import score as score_lib
 from jaxcap.clip import tokenizer as tokenizer_lib
+from jaxcap.errors import BadInput
 
 
 class ClipReward(NamedTuple):
@@ -56,8 +57,8 @@ def load_grammar_head(path: str, text_width: int) -> dict:
     from jaxcap.features import weights as fw
     try:
       state = fw.read_safetensors(path)
-    except (ValueError, FileNotFoundError) as e:
-      raise ValueError(f"{e}; expected {expected}") from None
+    except (BadInput, FileNotFoundError) as e:
+      raise BadInput(f"{e}; expected {expected}") from None
   else:
     raw = torch_files.read(path, expected)
     state = raw.get("state_dict", raw) if isinstance(raw, dict) else {}
@@ -65,11 +66,11 @@ def load_grammar_head(path: str, text_width: int) -> dict:
   for suffix in GRAMMAR_TENSORS:
     names = [k for k in state if k == suffix or k.endswith("." + suffix)]
     if len(names) != 1:
-      raise ValueError(f"{path}: {len(names)} tensors named *{suffix}; expected {expected}")
+      raise BadInput(f"{path}: {len(names)} tensors named *{suffix}; expected {expected}")
     found.append(np.asarray(state[names[0]], np.float32))
   w1, w2 = found
   if w1.ndim != 2 or w1.shape[1] != text_width or w2.shape != (2, w1.shape[0]):
-    raise ValueError(f"{path}: grammar head shapes {list(w1.shape)}, {list(w2.shape)}; expected "
+    raise BadInput(f"{path}: grammar head shapes {list(w1.shape)}, {list(w2.shape)}; expected "
                      f"[P, {text_width}] and [2, P] for this CLIP's text width {text_width}")
   return {"w1_DxP": jnp.asarray(w1.T), "w2_Px2": jnp.asarray(w2.T)}
 

@@ -33,6 +33,7 @@ from jaxcap.clip import model as model_lib
 from jaxcap.clip import preprocess as preprocess_lib
 from jaxcap.clip import tokenizer as tokenizer_lib
 from jaxcap.clip import weights as weights_lib
+from jaxcap.errors import BadInput
 
 PREFIX = "A photo depicts "
 WEIGHT = {"clip": 2.5, "pac": 2.0}
@@ -76,7 +77,7 @@ def best_reference(captions_NxE, refs_RxE, ref_owner_R: Sequence[int]) -> np.nda
   sims = np.sum(c[owner] * r, axis=1)
   np.maximum.at(out, owner, sims)
   if np.isinf(out).any():
-    raise ValueError(f"caption {int(np.argmax(np.isinf(out)))}: no reference; expected at least one per image")
+    raise BadInput(f"caption {int(np.argmax(np.isinf(out)))}: no reference; expected at least one per image")
   return out
 
 
@@ -91,7 +92,7 @@ def with_references(image_text_N, captions_NxE, refs_RxE, ref_owner_R, w: float,
                     variant: str = "clipscore") -> np.ndarray:
   """RefCLIP-S / RefPAC-S per caption (module docstring)."""
   if variant not in REFCLIP_VARIANTS:
-    raise ValueError(f"refclip variant {variant!r}: expected one of {', '.join(REFCLIP_VARIANTS)}")
+    raise BadInput(f"refclip variant {variant!r}: expected one of {', '.join(REFCLIP_VARIANTS)}")
   b = best_reference(captions_NxE, refs_RxE, ref_owner_R)
   if variant == "clip_caption_reward":
     b = w * np.clip(b, 0, None)
@@ -107,7 +108,7 @@ class Scorer:
     self.weights_file = weights_file  # overrides: ClipSizes fields a file does not hold
     self.sizes, variables, self.format = weights_lib.load(weights_file, **overrides)
     if self.sizes.vocab_size != tokenizer_lib.VOCAB_SIZE:
-      raise ValueError(f"{weights_file}: a vocabulary of {self.sizes.vocab_size} tokens; expected "
+      raise BadInput(f"{weights_file}: a vocabulary of {self.sizes.vocab_size} tokens; expected "
                        f"CLIP's {tokenizer_lib.VOCAB_SIZE} (its BPE tokenizer)")
     self.batch_size = batch_size
     self.progress = progress
@@ -182,7 +183,7 @@ class Scorer:
     keys = list(captions)
     missing = [k for k in keys if k not in files]
     if missing:
-      raise ValueError(f"image {missing[0]!r}: no image file for it; expected one per scored image")
+      raise BadInput(f"image {missing[0]!r}: no image file for it; expected one per scored image")
     w = WEIGHT[kind]
     name = "CLIP-S" if kind == "clip" else "PAC-S"
     cand = self.text_embeddings([captions[k] for k in keys])

@@ -22,6 +22,8 @@ from typing import Sequence
 
 import numpy as np
 
+from jaxcap.errors import BadInput
+
 VOCAB_FILE = os.path.join(os.path.dirname(__file__), "bpe_simple_vocab_16e6.txt.gz")
 NUM_MERGES = 49152 - 256 - 2  # theirs: merges[1:49152-256-2+1] after the version line
 SOT, EOT = "<|startoftext|>", "<|endoftext|>"
@@ -105,7 +107,7 @@ class Tokenizer:
       ids = [self.sot, *self.encode(text), self.eot]
       if len(ids) > context_length:
         if not truncate:
-          raise ValueError(f"caption {i} ({text[:40]!r}...): {len(ids)} tokens, longer than the "
+          raise BadInput(f"caption {i} ({text[:40]!r}...): {len(ids)} tokens, longer than the "
                            f"context length {context_length}; expected truncate=True to cut it")
         ids = ids[:context_length]
         ids[-1] = self.eot

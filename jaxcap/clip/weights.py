@@ -29,6 +29,7 @@ import re
 import numpy as np
 
 from jaxcap.clip import model as model_lib
+from jaxcap.errors import BadInput
 from jaxcap.features import weights as fw
 from jaxcap.importers import torch_files
 
@@ -75,8 +76,13 @@ def _hf_to_openai(tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
   for name, parts in fused.items():
     if set(parts) != {"q", "k", "v"}:
       missing = sorted({"q", "k", "v"} - set(parts))[0]
-      raise ValueError(f"missing tensor {fused_from[name].format(missing)}")
-    out[name] = np.concatenate([parts["q"], parts["k"], parts["v"]], axis=0)
+      raise BadInput(f"missing tensor {fused_from[name].format(missing)}")
+    try:
+      out[name] = np.concatenate([parts["q"], parts["k"], parts["v"]], axis=0)
+    except ValueError:  # numpy's: the q, k, v tensors' shapes do not stack
+      raise BadInput(f"tensors {fused_from[name].format('{q,k,v}')}: shapes "
+                     f"{[list(np.shape(parts[p])) for p in 'qkv']} do not stack; expected equal "
+                     "widths") from None
   return out
 
 
@@ -84,24 +90,24 @@ def read_tensors(path: str) -> tuple[dict[str, np.ndarray], str]:
   """``(tensors with OpenAI's names, format)``; format: openai_torchscript, state_dict,
   open_clip, hf."""
   if not os.path.isfile(path):
-    raise ValueError(f"{path}: no such file; expected {EXPECTED}")
+    raise BadInput(f"{path}: no such file; expected {EXPECTED}")
   if path.endswith(".safetensors"):
     try:
       tensors = fw.read_safetensors(path)
-    except (ValueError, FileNotFoundError) as e:
-      raise ValueError(f"{e}; expected {EXPECTED}") from None
+    except (BadInput, FileNotFoundError) as e:
+      raise BadInput(f"{e}; expected {EXPECTED}") from None
     if any(k.startswith(("vision_model.", "text_model.")) for k in tensors):
       try:
         return _hf_to_openai(tensors), "hf"
-      except ValueError as e:
-        raise ValueError(f"{path}: {e}") from None
+      except BadInput as e:
+        raise BadInput(f"{path}: {e}") from None
     return tensors, "open_clip"
   raw = torch_files.read(path, EXPECTED)
   if isinstance(raw, torch_files.ScriptObject):
     return torch_files.script_tensors(raw), "openai_torchscript"
   state = raw.get("state_dict", raw) if isinstance(raw, dict) else None
   if not isinstance(state, dict) or not state or not all(isinstance(v, np.ndarray) for v in state.values()):
-    raise ValueError(f"{path}: holds no state_dict of tensors; expected {EXPECTED}")
+    raise BadInput(f"{path}: holds no state_dict of tensors; expected {EXPECTED}")
   return {(k[len("module."):] if k.startswith("module.") else k): v for k, v in state.items()}, "state_dict"
 
 
@@ -129,7 +135,7 @@ def _side_config(path: str, fmt: str) -> dict:
             "transformer_heads": int(m["text_cfg"].get("heads", 8)),
             "activation": "quick_gelu" if m.get("quick_gelu") else "gelu"}
   except (OSError, ValueError, KeyError, TypeError) as e:
-    raise ValueError(f"{file}: not the {name} of these weights ({type(e).__name__}: {e}); expected "
+    raise BadInput(f"{file}: not the {name} of these weights ({type(e).__name__}: {e}); expected "
                      "the config its producer saves beside them") from None
 
 
@@ -141,25 +147,29 @@ def sizes_of(tensors: dict[str, np.ndarray], source: str, **overrides) -> model_
     if name not in tensors:
       kind = "ResNet image tower (RN50...): not read, only ViT towers" if "visual.layer1.0.conv1.weight" in tensors \
           else "missing tensor " + name
-      raise ValueError(f"{source}: {kind}; expected {EXPECTED} of a ViT CLIP")
-  conv = tensors["visual.conv1.weight"].shape
-  grid = round((tensors["visual.positional_embedding"].shape[0] - 1) ** 0.5)
-  width = tensors["ln_final.weight"].shape[0]
-  sizes = model_lib.ClipSizes(
-      embed_dim=tensors["text_projection"].shape[1], image_resolution=conv[-1] * grid,
-      vision_layers=_count(tensors, r"^visual\.transformer\.resblocks\.(\d+)\."),
-      vision_width=conv[0], vision_patch_size=conv[-1],
-      context_length=tensors["positional_embedding"].shape[0],
-      vocab_size=tensors["token_embedding.weight"].shape[0], transformer_width=width,
-      transformer_heads=width // 64, transformer_layers=_count(tensors, r"^transformer\.resblocks\.(\d+)\."),
-      vision_heads=conv[0] // 64)
+      raise BadInput(f"{source}: {kind}; expected {EXPECTED} of a ViT CLIP")
+  try:
+    conv = tensors["visual.conv1.weight"].shape
+    grid = round((tensors["visual.positional_embedding"].shape[0] - 1) ** 0.5)
+    width = tensors["ln_final.weight"].shape[0]
+    sizes = model_lib.ClipSizes(
+        embed_dim=tensors["text_projection"].shape[1], image_resolution=conv[-1] * grid,
+        vision_layers=_count(tensors, r"^visual\.transformer\.resblocks\.(\d+)\."),
+        vision_width=conv[0], vision_patch_size=conv[-1],
+        context_length=tensors["positional_embedding"].shape[0],
+        vocab_size=tensors["token_embedding.weight"].shape[0], transformer_width=width,
+        transformer_heads=width // 64, transformer_layers=_count(tensors, r"^transformer\.resblocks\.(\d+)\."),
+        vision_heads=conv[0] // 64)
+  except IndexError:  # a tensor with fewer dimensions than CLIP's (shape[1] of a vector)
+    shapes = {n: list(np.shape(tensors[n])) for n in need}
+    raise BadInput(f"{source}: tensor shapes {shapes}; expected {EXPECTED} of a ViT CLIP") from None
   sizes = dataclasses.replace(sizes, **overrides)
   if sizes.activation not in ("gelu", "quick_gelu"):
-    raise ValueError(f"{source}: activation {sizes.activation!r}; expected gelu or quick_gelu in both towers")
+    raise BadInput(f"{source}: activation {sizes.activation!r}; expected gelu or quick_gelu in both towers")
   for tower, w, h in (("image", sizes.vision_width, sizes.vision_heads),
                       ("text", sizes.transformer_width, sizes.transformer_heads)):
     if h < 1 or w % h:
-      raise ValueError(f"{source}: the {tower} tower's width {w} does not split into {h} heads")
+      raise BadInput(f"{source}: the {tower} tower's width {w} does not split into {h} heads")
   return sizes
 
 
@@ -291,9 +301,8 @@ def is_standin(path: str) -> bool:
 def main(argv=None) -> int:
   """``python -m jaxcap.clip.weights --random --out DIR/open_clip_model.safetensors``: random
   stand-in weights (and their ``open_clip_config.json``) for the documented CLIP commands."""
-  import argparse
   from jaxcap import atomic, cli
-  p = argparse.ArgumentParser(
+  p = cli.ArgumentParser(
       prog="python -m jaxcap.clip.weights",
       description="Random stand-in CLIP weights, in open_clip's layout, for trying the CLIP scores "
                   "and the CLIP reward without real weights: every score made with them means "
@@ -310,13 +319,13 @@ def main(argv=None) -> int:
   p.add_argument("--seed", type=int, default=0, help="The random weights' seed.")
   args = p.parse_args(argv)
   if not args.out.endswith(".safetensors"):
-    raise ValueError(f"--out={args.out}: expected a file name ending in .safetensors (the loader "
+    raise BadInput(f"--out={args.out}: expected a file name ending in .safetensors (the loader "
                      "reads open_clip's layout from that extension)")
   atomic.check_writable(args.out, f"--out={args.out}", file=True)
   config = os.path.join(os.path.dirname(args.out), "open_clip_config.json")
   for path, flag in ((args.out, f"--out={args.out}"), (config, f"--out={args.out}: {config}")):
     if os.path.exists(path) and not is_standin(path):
-      raise ValueError(f"{flag}: a file this program did not write is there (real weights or their "
+      raise BadInput(f"{flag}: a file this program did not write is there (real weights or their "
                        "config?); expected a new path or one of its own stand-ins")
   sizes = STANDIN_SIZES[args.sizes]
   save_random(args.out, sizes, args.seed)

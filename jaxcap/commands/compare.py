@@ -27,7 +27,7 @@ from jaxcap.evaluation import compare
 
 
 def parser() -> argparse.ArgumentParser:
-  p = argparse.ArgumentParser(prog="jaxcap-compare", description=__doc__.split("\n")[0])
+  p = cli.ArgumentParser(prog="jaxcap-compare", description=__doc__.split("\n")[0])
   add = p.add_argument
   add("a", help="Run directory or scores file (the baseline).")
   add("b", help="Run directory or scores file (compared with A).")

@@ -23,6 +23,7 @@ from absl import flags
 import ml_collections
 
 from jaxcap import cli, ensemble, run_dir
+from jaxcap.errors import BadInput
 from jaxcap.evaluation import files, runs, server
 from jaxcap.training import validation
 
@@ -133,23 +134,23 @@ def _check_flags() -> None:
     other = [f"--{f}" for f in given if f != form]
     lacking = [f"--{n}" for n in needs if not flags.FLAGS[n].value]
     if form in given and (other or lacking):
-      raise ValueError(f"--{form} with {(other or ['no ' + '/'.join(lacking)])[0]}: expected --{form} with "
+      raise BadInput(f"--{form} with {(other or ['no ' + '/'.join(lacking)])[0]}: expected --{form} with "
                        f"{' and '.join('--' + n for n in needs) or 'its runs'} and no other form")
     stray = [n for n in own if flags.FLAGS[n].value is not None]
     if stray and form not in given:
-      raise ValueError(f"--{stray[0]}={flags.FLAGS[stray[0]].value} without --{form}; expected --{form} "
+      raise BadInput(f"--{stray[0]}={flags.FLAGS[stray[0]].value} without --{form}; expected --{form} "
                        f"(--{stray[0]} belongs to it)")
   if not (given or _WORKDIR.value):
-    raise ValueError("no --workdir; expected --workdir (a checkpoint to evaluate), --ensemble or "
+    raise BadInput("no --workdir; expected --workdir (a checkpoint to evaluate), --ensemble or "
                      "--predictions/--references/--out")
   if _POST.value is not None and (_IMAGES.value is not None or _SERVER.value is not None):
-    raise ValueError(f"--caption-postprocess={_POST.value} with --{'images' if _IMAGES.value else 'server'}: "
+    raise BadInput(f"--caption-postprocess={_POST.value} with --{'images' if _IMAGES.value else 'server'}: "
                      "nothing is scored there; expected it with a split to score or --predictions")
   if _STEP.value is not None and _ENSEMBLE.value:
-    raise ValueError("--step does not apply to --ensemble (each member uses its best checkpoint)")
+    raise BadInput("--step does not apply to --ensemble (each member uses its best checkpoint)")
   clip = _clip_request()
   if clip and (_IMAGES.value is not None or _SERVER.value is not None):
-    raise ValueError(f"--{'clip_weights' if _CLIP_WEIGHTS.value else 'pac_weights'} with "
+    raise BadInput(f"--{'clip_weights' if _CLIP_WEIGHTS.value else 'pac_weights'} with "
                      f"--{'images' if _IMAGES.value else 'server'}: nothing is scored there; expected "
                      "it with a split to score or --predictions")
   clip.check()
@@ -165,11 +166,11 @@ def check() -> None:
     return
   members = [w.strip() for w in (_ENSEMBLE.value or "").split(",") if w.strip()]
   if _ENSEMBLE.value is not None and not members:
-    raise ValueError("--ensemble: expected comma-separated run directories, got none")
+    raise BadInput("--ensemble: expected comma-separated run directories, got none")
   if members and _WEIGHTS.value is not None:
     ensemble.check_weights(_WEIGHTS.value, len(members), f"--ensemble-weights={_WEIGHTS.value}")
   if _BATCH.value is not None and _BATCH.value < 1:
-    raise ValueError(f"--batch_size={_BATCH.value}: expected an int >= 1")
+    raise BadInput(f"--batch_size={_BATCH.value}: expected an int >= 1")
   if _SERVER.value is not None:
     server.check_alg(_ALG.value)
   workdir = members[0] if members else _WORKDIR.value
@@ -180,7 +181,7 @@ def check() -> None:
   options = _decode(config.decode.to_dict() if "decode" in config else {})
   try:
     validation.check_config(ml_collections.ConfigDict({"decode": options}))
-  except ValueError as e:  # a decoding flag's value: refused by the flag the user typed
+  except BadInput as e:  # a decoding flag's value: refused by the flag the user typed
     raise cli.as_typed(e, _typed_decode_flags()) from None
   beam = options.get("beam_size")
   if there and options.get("method") == "beam" and isinstance(beam, int):
@@ -188,7 +189,7 @@ def check() -> None:
     if beam > words:
       field = (f"--beam-size={beam}" if _D["beam_size"].value is not None else
                f"config field decode.beam_size ({beam}, {workdir}/config.json)")
-      raise ValueError(f"{field}: wider than the vocabulary of {workdir} ({words} words); "
+      raise BadInput(f"{field}: wider than the vocabulary of {workdir} ({words} words); "
                        f"expected a beam size of at most {words}")
 
 

@@ -19,10 +19,11 @@ import argparse
 import os
 
 from jaxcap import atomic, cli
+from jaxcap.errors import BadInput
 
 
 def parser() -> argparse.ArgumentParser:
-  p = argparse.ArgumentParser(prog="jaxcap-export", description=__doc__.split("\n")[0])
+  p = cli.ArgumentParser(prog="jaxcap-export", description=__doc__.split("\n")[0])
   add = p.add_argument
   add("--workdir", required=True, help="The run directory (train.py's --workdir).")
   add("--out", required=True, help="The file to write (e.g. captioner.jaxcap).")
@@ -41,17 +42,17 @@ def main() -> int:
   # Bad input is refused before the run is loaded or anything is compiled or written.
   atomic.check_writable(a.out, f"--out={a.out}", file=True)
   if not os.path.isdir(a.workdir):
-    raise ValueError(f"--workdir={a.workdir}: not a directory; expected a run directory train.py wrote")
+    raise BadInput(f"--workdir={a.workdir}: not a directory; expected a run directory train.py wrote")
   platforms = tuple(p.strip() for p in a.platforms.split(",") if p.strip())
   bad = [p for p in platforms if p not in ("cpu", "cuda", "rocm", "tpu")]
   if not platforms or bad:
-    raise ValueError(f"--platforms={a.platforms}: expected a comma-separated list of cpu, cuda, rocm, tpu")
+    raise BadInput(f"--platforms={a.platforms}: expected a comma-separated list of cpu, cuda, rocm, tpu")
   from jaxcap import api, export  # after the checks: loading jax's models takes seconds
   run = api.load(a.workdir, a.step)
   try:
     meta = export.export(run, a.out, method=a.method, beam_size=a.beam_size, max_len=a.max_len,
                          platforms=platforms, weights=a.weights, backbone=not a.no_backbone)
-  except ValueError as e:  # a decoding flag's value: refused by the flag the user typed
+  except BadInput as e:  # a decoding flag's value: refused by the flag the user typed
     typed = {f"decoding option {n}": cli.typed_flag(n) for n in ("method", "beam_size", "max_len")}
     raise cli.as_typed(e, {k: v for k, v in typed.items() if v}) from None
   size = os.path.getsize(a.out)

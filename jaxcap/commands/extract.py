@@ -30,6 +30,7 @@ import sys
 
 from jaxcap import atomic, cli
 from jaxcap.data import karpathy
+from jaxcap.errors import BadInput
 from jaxcap.features import extract, registry, weights
 
 
@@ -39,13 +40,13 @@ WEIGHTS_RECIPE = "docs/USAGE.md, 'Your own images', says how to make one from to
 def _size(text: str) -> int | str:
   try:
     return extract.parse_size(text)
-  except ValueError:
+  except BadInput:
     raise argparse.ArgumentTypeError(f"expected an integer >= 1 or {extract.NATIVE!r}, "
                                      f"got {text!r}") from None
 
 
 def parser() -> argparse.ArgumentParser:
-  p = argparse.ArgumentParser(prog="jaxcap-extract", description=__doc__.split("\n")[0])
+  p = cli.ArgumentParser(prog="jaxcap-extract", description=__doc__.split("\n")[0])
   add = p.add_argument
   add("--images", required=True, help="Folder of image files (not recursive).")
   add("--out", required=True, help="Output folder (fc/, att/, features.json, dataset_<name>.json).")
@@ -79,16 +80,16 @@ def main() -> int:
   a = parser().parse_args()
   # Bad input first, before anything is written or compiled.
   if not os.path.isdir(a.images):
-    raise ValueError(f"--images={a.images}: not a directory; expected a folder of images")
+    raise BadInput(f"--images={a.images}: not a directory; expected a folder of images")
   if os.path.exists(a.out) and not os.path.isdir(a.out):
-    raise ValueError(f"--out={a.out}: is a file; expected a directory to write the features into")
+    raise BadInput(f"--out={a.out}: is a file; expected a directory to write the features into")
   atomic.check_writable(a.out, f"--out={a.out}")  # a read-only place: before the backbone is built
   if bool(a.weights) == a.random_weights:
-    raise ValueError(f"--weights={a.weights} and --random_weights: both given; expected one" if a.weights else
+    raise BadInput(f"--weights={a.weights} and --random_weights: both given; expected one" if a.weights else
                      "--weights: missing; expected the backbone's .safetensors file "
                      f"({WEIGHTS_RECIPE}), or --random_weights for a trial run with random features")
   if a.weights and not os.path.isfile(a.weights):
-    raise ValueError(f"--weights={a.weights}: no such file; expected a .safetensors state_dict "
+    raise BadInput(f"--weights={a.weights}: no such file; expected a .safetensors state_dict "
                      f"({WEIGHTS_RECIPE})")
   module, fields, size = extract.build_backbone(a.backbone, a.fields, size=a.size,
                                                 att_size=a.att_size, dtype=a.dtype)
@@ -98,14 +99,14 @@ def main() -> int:
   captions, splits = (karpathy.read_captions_and_splits(a.captions) if a.captions and given is None
                       else (None, None))
   if (splits is not None or given is not None) and (a.val or a.test):
-    raise ValueError(f"--val={a.val} --test={a.test}: --captions={a.captions} gives every image's "
+    raise BadInput(f"--val={a.val} --test={a.test}: --captions={a.captions} gives every image's "
                      "split; expected --val and --test 0 (or a captions file without splits)")
   files = None
   if given is not None:
     files = [(rel, stem) for rel, stem in given["files"] if os.path.isfile(os.path.join(a.images, rel))]
     absent = [rel for rel, _ in given["files"] if not os.path.isfile(os.path.join(a.images, rel))]
     if not files:
-      raise ValueError(f"--captions={a.captions}: none of its {len(absent)} images is under "
+      raise BadInput(f"--captions={a.captions}: none of its {len(absent)} images is under "
                        f"--images={a.images} (e.g. {os.path.join(a.images, absent[0])}); expected "
                        "the folder holding its <filepath>/<filename> (COCO: train2014/, val2014/)")
     if absent:
@@ -114,7 +115,7 @@ def main() -> int:
   names = extract.list_images(a.images) if files is None else [rel for rel, _ in files]
   extract.check_readable(a.images, names, size)  # before any weights are made or read
   if captions is not None and not set(captions) & set(names):
-    raise ValueError(f"--captions={a.captions}: names none of the {len(names)} images of {a.images}; "
+    raise BadInput(f"--captions={a.captions}: names none of the {len(names)} images of {a.images}; "
                      f"expected their file names (e.g. {names[0] if names else 'x.jpg'})")
   record = extract.make_record(a.backbone, module, fields, size, a.dtype, a.weights, a.seed, a.images)
   # The files a resumed run would skip are this extraction's: checked before the weights are
@@ -144,7 +145,7 @@ def main() -> int:
     _err(f"{len(failed)} unreadable image(s), skipped:",
          *(f"  {os.path.join(a.images, n)}: {why}" for n, why in failed))
   if done + result["extracted"] == 0:
-    raise ValueError(f"--images={a.images}: none of the {result['total']} images could be read; "
+    raise BadInput(f"--images={a.images}: none of the {result['total']} images could be read; "
                      "expected image files Pillow can open")
   if given is not None:
     skipped = {n for n, _ in failed}

@@ -16,7 +16,7 @@ format a paper declares (``IMPORTERS = {"<format>": "<module>"}`` in
 ``jaxcap/papers/<paper>/__init__.py``, collected over :data:`jaxcap.papers.PAPERS`). Such a
 module provides ``FORMAT_HELP`` (one line), ``add_arguments(parser)`` (its options beside
 ``--checkpoint`` / ``--workdir``) and ``run_from_args(args)`` (writes the run, returns it
-loaded; one-line ``ValueError`` on bad input). ``jaxcap-import --format FORMAT --help`` lists
+loaded; one-line ``BadInput`` on bad input). ``jaxcap-import --format FORMAT --help`` lists
 that format's options.
 """
 
@@ -57,7 +57,7 @@ def _format_arg(p: argparse.ArgumentParser, formats) -> None:
 
 
 def paper_parser(fmt: str, module) -> argparse.ArgumentParser:
-  p = argparse.ArgumentParser(prog=f"jaxcap-import --format {fmt}", description=module.FORMAT_HELP)
+  p = cli.ArgumentParser(prog=f"jaxcap-import --format {fmt}", description=module.FORMAT_HELP)
   _format_arg(p, [fmt])
   p.add_argument("--checkpoint", required=True, help="The checkpoint file.")
   p.add_argument("--workdir", required=True, help="The run directory to write (new or empty).")
@@ -66,7 +66,7 @@ def paper_parser(fmt: str, module) -> argparse.ArgumentParser:
 
 
 def parser(formats=()) -> argparse.ArgumentParser:
-  p = argparse.ArgumentParser(prog="jaxcap-import", description=__doc__.split("\n")[0])
+  p = cli.ArgumentParser(prog="jaxcap-import", description=__doc__.split("\n")[0])
   add = p.add_argument
   _format_arg(p, formats)
   add("--checkpoint", required=True, help="self-critical.pytorch's model.pth, or model.safetensors.")
@@ -82,7 +82,7 @@ def parser(formats=()) -> argparse.ArgumentParser:
 
 def main() -> int:
   formats = paper_importers()
-  pre = argparse.ArgumentParser(add_help=False)
+  pre = cli.ArgumentParser(add_help=False)
   _format_arg(pre, formats)
   fmt = pre.parse_known_args()[0].format
   if fmt != DEFAULT_FORMAT:

@@ -20,10 +20,11 @@ import os
 import signal
 
 from jaxcap import cli
+from jaxcap.errors import BadInput
 
 
 def parser() -> argparse.ArgumentParser:
-  p = argparse.ArgumentParser(prog="jaxcap-serve", description=__doc__.split("\n")[0])
+  p = cli.ArgumentParser(prog="jaxcap-serve", description=__doc__.split("\n")[0])
   add = p.add_argument
   source = p.add_mutually_exclusive_group()
   source.add_argument("--workdir", default=None, help="A run directory written by train.py (its best checkpoint).")
@@ -39,18 +40,18 @@ def parser() -> argparse.ArgumentParser:
 
 def _check(a) -> None:
   if not a.workdir and not a.artefact:
-    raise ValueError("--workdir or --artefact: neither given; expected a run directory "
+    raise BadInput("--workdir or --artefact: neither given; expected a run directory "
                      "(--workdir runs/transformer_synthetic) or an artefact file (--artefact FILE)")
   if a.port > 65535:
-    raise ValueError(f"--port={a.port}: expected a TCP port in [0, 65535]")
+    raise BadInput(f"--port={a.port}: expected a TCP port in [0, 65535]")
   if not 0 <= a.max_wait_ms <= 10_000:
-    raise ValueError(f"--max_wait_ms={a.max_wait_ms}: expected milliseconds in [0, 10000]")
+    raise BadInput(f"--max_wait_ms={a.max_wait_ms}: expected milliseconds in [0, 10000]")
   if not 0 < a.max_body_mb <= 1024:
-    raise ValueError(f"--max_body_mb={a.max_body_mb}: expected MiB in (0, 1024]")
+    raise BadInput(f"--max_body_mb={a.max_body_mb}: expected MiB in (0, 1024]")
   if a.workdir and not os.path.isdir(a.workdir):
-    raise ValueError(f"--workdir={a.workdir}: not a directory; expected a run written by train.py")
+    raise BadInput(f"--workdir={a.workdir}: not a directory; expected a run written by train.py")
   if a.artefact and not os.path.isfile(a.artefact):
-    raise ValueError(f"--artefact={a.artefact}: no such file; expected an artefact file")
+    raise BadInput(f"--artefact={a.artefact}: no such file; expected an artefact file")
 
 
 def backend_of(a):
@@ -77,7 +78,7 @@ async def serve(app, host: str, port: int, name: str) -> None:
     try:
       await site.start()
     except OSError as e:
-      raise ValueError(f"--host={host} --port={port}: cannot listen ({e.strerror or e}); expected a "
+      raise BadInput(f"--host={host} --port={port}: cannot listen ({e.strerror or e}); expected a "
                        "free port on a local address (--port 0 picks one)") from None
     bound = runner.addresses[0][1] if runner.addresses else port  # --port 0: the one given
     shown = f"[{host}]" if ":" in host else host

@@ -15,6 +15,7 @@ from absl import flags
 from ml_collections import config_flags
 
 from jaxcap import cli, config_files
+from jaxcap.errors import BadInput
 from jaxcap.models import registry
 from jaxcap.training import train_lib, validation
 
@@ -37,7 +38,7 @@ def check() -> None:
   validation.check_config(config)
   if _DRY_RUN.value:
     if not getattr(registry.get(config.model.name), "trainable", True):
-      raise ValueError(f"config field model.name: {config.model.name!r} has no training step to "
+      raise BadInput(f"config field model.name: {config.model.name!r} has no training step to "
                        "compile; expected a trainable model")
   else:
     validation.check_workdir_writable(_workdir())

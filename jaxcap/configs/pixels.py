@@ -22,6 +22,7 @@ import os
 
 from jaxcap import config_common as common
 from jaxcap.data import default_data_config
+from jaxcap.errors import BadInput
 
 CPU_SIZES = dict(dim=128, num_layers=2, num_dec_layers=2, num_heads=4, ff_dim=512)
 
@@ -29,7 +30,7 @@ CPU_SIZES = dict(dim=128, num_layers=2, num_dec_layers=2, num_heads=4, ff_dim=51
 def get_config(arg: str | None = None):
   a = common.parse_arg(arg, root="")
   if a.dataset not in ("synthetic", "coco"):
-    raise ValueError(f"config argument dataset: configs/pixels.py reads images of 'synthetic' "
+    raise BadInput(f"config argument dataset: configs/pixels.py reads images of 'synthetic' "
                      f"(drawn by jaxcap.data.render) or 'coco'; got {a.dataset!r}")
   c = common.base_config(a.dataset, "transformer")
   c.learning_rate = 1.0  # the Noam schedule's scale (configs/transformer.py)

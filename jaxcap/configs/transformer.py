@@ -14,6 +14,7 @@ batch 16, 2,000 steps, Noam warm-up 300; the cocotalk vocabulary stays cocotalk'
 """
 
 from jaxcap import config_common as common
+from jaxcap.errors import BadInput
 
 # The model sizes of the CPU-sized runs (synthetic, flickr8k; ETA's as well) and of size=small.
 CPU_SIZES = dict(dim=128, num_layers=2, num_dec_layers=2, num_heads=4, ff_dim=512)
@@ -23,7 +24,7 @@ SMALL_SIZES = dict(dim=256, num_layers=3, num_dec_layers=3, num_heads=8, ff_dim=
 def get_config(arg: str | None = None):
   a = common.parse_arg(arg, size="paper")
   if a.size not in ("paper", "small"):
-    raise ValueError(f"config argument size: expected 'paper' or 'small', got {a.size!r}")
+    raise BadInput(f"config argument size: expected 'paper' or 'small', got {a.size!r}")
   c = common.base_config(a.dataset, "transformer")
   # Batch 50 and the Noam schedule's 20,000 warm-up steps: base_config's defaults.
   c.learning_rate = 1.0  # the Noam schedule's scale factor: lr = scale * d^-0.5 * min(...)

@@ -17,6 +17,8 @@ import json
 import os
 from typing import Iterable, Sequence
 
+from jaxcap.errors import BadInput
+
 
 STOP_WORDS = frozenset("""
 a an the this that these those there here it its it's they them their theirs he him his
@@ -71,7 +73,7 @@ def write_file(path: str, table: dict) -> None:
 
 
 def read_file(path: str) -> dict:
-  """``{str(image_id): [words]}`` from an attributes file; a one-line ValueError names the file
+  """``{str(image_id): [words]}`` from an attributes file; a one-line BadInput names the file
   (and the config field that points at it) when it is missing or malformed."""
   try:
     with open(path) as f:
@@ -80,7 +82,7 @@ def read_file(path: str) -> dict:
       raise TypeError("not an object of word lists")
   except (OSError, ValueError, TypeError) as e:
     why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-    raise ValueError(f"{path or '<attributes_file unset>'}: field 'attributes_file' is not "
+    raise BadInput(f"{path or '<attributes_file unset>'}: field 'attributes_file' is not "
                      f"usable ({why}); expected a JSON object {{image_id: [words]}} (written "
                      "by jaxcap/papers/eta/train_attributes.py)") from None
   return {str(k): v for k, v in table.items()}

@@ -25,13 +25,14 @@ from jaxcap.data import attributes as attributes_lib
 from jaxcap.data import batch as batch_lib
 from jaxcap.data.batch import check_boxes
 from jaxcap.data.vocab import EOS, PAD, SPECIALS, UNK, Vocab
+from jaxcap.errors import BadIndex, BadInput
 
 SPLITS = ("train", "val", "test")
 
 
 def check_split(split: str, available: Sequence[str] = SPLITS) -> str:
   if split not in available:
-    raise ValueError(f"split {split!r}: unknown, expected one of {', '.join(available)}")
+    raise BadInput(f"split {split!r}: unknown, expected one of {', '.join(available)}")
   return split
 
 
@@ -46,36 +47,36 @@ def grid_to_regions(x: np.ndarray, name: str) -> np.ndarray:
   """``[g, g, C]`` or ``[g*g, C]`` grid features -> ``[g*g, C]`` regions (row-major)."""
   if x.ndim == 3:
     if x.shape[0] != x.shape[1]:
-      raise ValueError(f"{name}: grid features must be [g, g, C], got shape {list(x.shape)}")
+      raise BadInput(f"{name}: grid features must be [g, g, C], got shape {list(x.shape)}")
     return x.reshape(x.shape[0] * x.shape[1], x.shape[2])
   if x.ndim == 2:
     g = int(round(np.sqrt(x.shape[0])))
     if g * g != x.shape[0]:
-      raise ValueError(f"{name}: grid features [cells, C] need a square number of cells, "
+      raise BadInput(f"{name}: grid features [cells, C] need a square number of cells, "
                        f"got {x.shape[0]}")
     return x
-  raise ValueError(f"{name}: grid features must be [g, g, C] or [g*g, C], got shape {list(x.shape)}")
+  raise BadInput(f"{name}: grid features must be [g, g, C] or [g*g, C], got shape {list(x.shape)}")
 
 
 def check_features(feats: np.ndarray, dim: int | None, name: str, field: str = "feat",
                    ndim: int = 2) -> np.ndarray:
-  """Returns float32 features or raises a one-line ValueError naming ``name``."""
+  """Returns float32 features or raises a one-line BadInput naming ``name``."""
   feats = np.asarray(feats)
   if feats.ndim != ndim:
     want = "[regions, D]" if ndim == 2 else "[D]"
-    raise ValueError(f"{name}: field {field!r} must be {want}, got shape {list(feats.shape)}")
+    raise BadInput(f"{name}: field {field!r} must be {want}, got shape {list(feats.shape)}")
   if ndim == 2 and feats.shape[0] == 0:
-    raise ValueError(f"{name}: field {field!r} has zero regions, expected at least one")
+    raise BadInput(f"{name}: field {field!r} has zero regions, expected at least one")
   if dim is not None and feats.shape[-1] != dim:
-    raise ValueError(f"{name}: field {field!r} has feature dimension {feats.shape[-1]}, "
+    raise BadInput(f"{name}: field {field!r} has feature dimension {feats.shape[-1]}, "
                      f"expected {dim}")
   if not (np.issubdtype(feats.dtype, np.floating) or feats.dtype == np.float32):
-    raise ValueError(f"{name}: field {field!r} has dtype {feats.dtype}, expected floating-point "
+    raise BadInput(f"{name}: field {field!r} has dtype {feats.dtype}, expected floating-point "
                      "features (float16 / float32 / float64)")
   feats = np.asarray(feats, dtype=np.float32)
   # The sum is finite iff every element is (inf - inf and nan propagate); one pass, no mask.
   if not np.isfinite(feats.sum(dtype=np.float64)):
-    raise ValueError(f"{name}: field {field!r} contains NaN or Inf values, expected finite numbers")
+    raise BadInput(f"{name}: field {field!r} contains NaN or Inf values, expected finite numbers")
   return feats
 
 
@@ -84,25 +85,25 @@ _UNIT_BOX = np.array([[0.0, 0.0, 1.0, 1.0]], np.float32)
 
 @contextlib.contextmanager
 def feature_file_errors(path: str):
-  """Turns any failure reading the feature file ``path`` into a one-line ValueError naming it
+  """Turns any failure reading the feature file ``path`` into a one-line BadInput naming it
   (missing, not a numpy file, corrupt); a ValueError that already names it passes as it is."""
   try:
     yield
   except FileNotFoundError:
-    raise ValueError(f"{path}: feature file is missing, expected one per image") from None
+    raise BadInput(f"{path}: feature file is missing, expected one per image") from None
   except ValueError as e:
     if str(e).startswith(path):
       raise
-    raise ValueError(f"{path}: unreadable feature file ({e}); expected a numpy .npy / .npz "
+    raise BadInput(f"{path}: unreadable feature file ({e}); expected a numpy .npy / .npz "
                      "file") from None
   except Exception as e:  # zipfile.BadZipFile, EOFError, OSError ... all mean "corrupt".
-    raise ValueError(f"{path}: unreadable feature file ({type(e).__name__}: {e}); expected a "
+    raise BadInput(f"{path}: unreadable feature file ({type(e).__name__}: {e}); expected a "
                      "numpy .npy / .npz file") from None
 
 
 def npy_header(path: str, key: str | None = None) -> tuple[tuple, np.dtype]:
   """``(shape, dtype)`` of a ``.npy`` file (or array ``key`` of an ``.npz``) from its header,
-  without reading the array. Raises a one-line ValueError naming the file when it is missing,
+  without reading the array. Raises a one-line BadInput naming the file when it is missing,
   not a numpy file, or shorter than its header says (truncated)."""
   import zipfile
   with feature_file_errors(path):
@@ -112,13 +113,13 @@ def npy_header(path: str, key: str | None = None) -> tuple[tuple, np.dtype]:
       want = offset + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
       size = os.path.getsize(path)
       if size < want:
-        raise ValueError(f"{path}: truncated feature file ({size} bytes, its header says "
+        raise BadInput(f"{path}: truncated feature file ({size} bytes, its header says "
                          f"{want}), expected a complete .npy")
       return shape, dtype
     with zipfile.ZipFile(path) as z:
       member = f"{key}.npy"
       if member not in z.namelist():
-        raise ValueError(f"{path}: no key {key!r} (has {[n[:-4] for n in z.namelist()]}), "
+        raise BadInput(f"{path}: no key {key!r} (has {[n[:-4] for n in z.namelist()]}), "
                          f"expected the features under {key!r}")
       with z.open(member) as f:
         shape, dtype, _ = _read_npy_header(f)
@@ -146,7 +147,7 @@ def resolve_features(raw: dict, name: str, feature_dim: int | None, global_dim: 
   else:
     boxes = np.asarray(boxes, np.float32)
     if boxes.shape != (feats.shape[0], 4):
-      raise ValueError(f"{name}: field 'boxes' has shape {list(boxes.shape)}, expected "
+      raise BadInput(f"{name}: field 'boxes' has shape {list(boxes.shape)}, expected "
                        f"[{feats.shape[0]}, 4] to match the features")
   glob = raw.get("global_feat")
   if glob is None:
@@ -321,7 +322,7 @@ class CaptionDataset:
                feature_dim: int | None = None, global_dim: int | None = None,
                max_regions: int | None = None):
     if "train" not in splits:
-      raise ValueError(f"{name}: no 'train' split, expected one to build the vocabulary from")
+      raise BadInput(f"{name}: no 'train' split, expected one to build the vocabulary from")
     self.name, self.config, self._splits = name, config, dict(splits)
     self.max_len = int(_cfg(config, "max_len"))
     self.seq_per_img = int(_cfg(config, "seq_per_img"))
@@ -333,7 +334,7 @@ class CaptionDataset:
     self.test_attr_mode = str(_cfg(config, "test_attributes")) or self.attr_mode
     for field, mode in (("attributes", self.attr_mode), ("test_attributes", self.test_attr_mode)):
       if mode not in ATTRIBUTE_MODES:
-        raise ValueError(f"{name}: field '{field}' is {mode!r}, expected one of "
+        raise BadInput(f"{name}: field '{field}' is {mode!r}, expected one of "
                          "oracle, noisy, detected, none")
     for split, data in self._splits.items():
       self._check_text(split, data)
@@ -392,25 +393,25 @@ class CaptionDataset:
   def _check_text(self, split: str, data: SplitData) -> None:
     n = len(data.image_ids)
     if len(data.refs) != n or len(data.features) != n:
-      raise ValueError(f"{self.name} split {split!r}: {n} image ids, {len(data.refs)} reference "
+      raise BadInput(f"{self.name} split {split!r}: {n} image ids, {len(data.refs)} reference "
                        f"lists and {len(data.features)} feature entries, expected equal counts")
     if len(set(data.image_ids)) != n:
-      raise ValueError(f"{self.name} split {split!r}: image ids are not unique")
+      raise BadInput(f"{self.name} split {split!r}: image ids are not unique")
     for j, refs in enumerate(data.refs):
       if not refs:
-        raise ValueError(f"{self.name} split {split!r} image {data.image_ids[j]}: field "
+        raise BadInput(f"{self.name} split {split!r} image {data.image_ids[j]}: field "
                          "'captions' is empty, expected at least one reference")
       for r, toks in enumerate(refs):
         if not toks:
           where = f"{data.refs_file}: line {j + 1} (split {split!r}, " if data.refs_file else \
               f"{self.name} split {split!r} ("
-          raise ValueError(f"{where}image {data.image_ids[j]}): caption {r} is empty, expected at "
+          raise BadInput(f"{where}image {data.image_ids[j]}): caption {r} is empty, expected at "
                            "least one word")
     if data.src is not None:
       for j, toks in enumerate(data.src):
         if not toks:
           where = f"{data.src_file}: line {j + 1}" if data.src_file else f"{self.name} split {split!r}"
-          raise ValueError(f"{where} (split {split!r}, image {data.image_ids[j]}): the source "
+          raise BadInput(f"{where} (split {split!r}, image {data.image_ids[j]}): the source "
                            "sentence is empty, expected at least one word")
 
   def _load_detected(self) -> dict:
@@ -435,13 +436,13 @@ class CaptionDataset:
                  attributes_lib.oracle_attributes(refs, self.attribute_index, self.max_attributes))
       elif mode == "noisy":
         if data.attributes is None:
-          raise ValueError(f"{self.name}: field 'attributes' is 'noisy', which only "
+          raise BadInput(f"{self.name}: field 'attributes' is 'noisy', which only "
                            "synthetic_scenes provides; expected oracle, detected or none")
         words = data.attributes[j]
       else:
         key = str(data.image_ids[j])
         if key not in detected:
-          raise ValueError(f"{_cfg(self.config, 'attributes_file')}: no attributes for image "
+          raise BadInput(f"{_cfg(self.config, 'attributes_file')}: no attributes for image "
                            f"{key!r} (split {split!r}), expected an entry for every image")
         words = detected[key]
       # Words outside the vocabulary carry no usable id: dropped rather than UNK.
@@ -529,7 +530,7 @@ class SplitSource:
   def __getitem__(self, i: int) -> dict:
     i = int(i)
     if not 0 <= i < len(self):
-      raise IndexError(f"{self.dataset.name} split {self.split!r}: index {i} out of range "
+      raise BadIndex(f"{self.dataset.name} split {self.split!r}: index {i} out of range "
                        f"[0, {len(self)})")
     reader = self.data.features
     raw = reader.read(i)
@@ -614,7 +615,7 @@ def image_features_batch(fc_BxD, att_BxCxD, data_config, info: dict) -> dict:
   grid = bool(get("grid", False))
   if get("att_dir"):
     if get("box_dir") and not grid:
-      raise ValueError(f"caption_images: this run read region boxes from data.box_dir="
+      raise BadInput(f"caption_images: this run read region boxes from data.box_dir="
                        f"{get('box_dir')!r}; expected a run on jaxcap-extract's grid features "
                        "(data.grid=True or no box_dir), which have no box files")
     reader = ArrayFeatures(att_BxCxD, global_feats=fc_BxD if get("fc_dir") else None,

@@ -8,7 +8,7 @@ everything that makes or checks a batch goes through this module:
   examples), :func:`dummy` (an all-padding batch with one real region per image: model init and
   shape checks) and :func:`random` (random inputs on the device: the benchmarks);
 - :func:`from_features` (a user's features for :meth:`jaxcap.api.Run.caption`: every array
-  checked, one ``ValueError`` line naming the argument and what was expected) and
+  checked, one ``BadInput`` line naming the argument and what was expected) and
   :func:`check_boxes` (the box rule the readers and the Image Transformer rely on).
 
 Dimension legend (from a dataset's ``info``): B images, N ``max_regions``, D ``feature_dim``,
@@ -22,6 +22,8 @@ from __future__ import annotations
 from typing import Mapping
 
 import numpy as np
+
+from jaxcap.errors import BadInput
 
 # key -> (dtype, dims, meaning). ``src`` is present for translation data only.
 KEYS = {
@@ -112,7 +114,7 @@ def check_boxes(boxes, name: str, field: str = "boxes", mask=None,
                 allow_degenerate: bool = True) -> np.ndarray:
   """Validates ``[..., n, 4]`` boxes (x1, y1, x2, y2, normalised): finite, ``x1 <= x2``,
   ``y1 <= y2``, inside ``[0, 1]`` (up to ``BOX_TOLERANCE``); returns them as float32 or raises
-  a one-line ValueError naming ``name`` and ``field``.
+  a one-line BadInput naming ``name`` and ``field``.
 
   Degenerate boxes (``x1 == x2`` or ``y1 == y2``: zero area) are valid here when
   ``allow_degenerate``. The rule for them, used by the Image Transformer's spatial graph: a
@@ -124,23 +126,23 @@ def check_boxes(boxes, name: str, field: str = "boxes", mask=None,
   """
   b = np.asarray(boxes, np.float32)
   if b.ndim < 2 or b.shape[-1] != 4:
-    raise ValueError(f"{name}: field {field!r} must be [..., regions, 4], got shape {list(b.shape)}")
+    raise BadInput(f"{name}: field {field!r} must be [..., regions, 4], got shape {list(b.shape)}")
   real = np.ones(b.shape[:-1], bool) if mask is None else np.asarray(mask, bool)
   r = b[real]
   if not np.all(np.isfinite(r)):
-    raise ValueError(f"{name}: field {field!r} contains NaN or Inf values, expected finite numbers")
+    raise BadInput(f"{name}: field {field!r} contains NaN or Inf values, expected finite numbers")
   bad = (r[:, 0] > r[:, 2]) | (r[:, 1] > r[:, 3])
   if bad.any():
-    raise ValueError(f"{name}: field {field!r} has {int(bad.sum())} box(es) with x1 > x2 or "
+    raise BadInput(f"{name}: field {field!r} has {int(bad.sum())} box(es) with x1 > x2 or "
                      f"y1 > y2 (first {r[bad][0].tolist()}), expected x1 <= x2 and y1 <= y2")
   out = (r < -BOX_TOLERANCE) | (r > 1.0 + BOX_TOLERANCE)
   if out.any():
-    raise ValueError(f"{name}: field {field!r} has coordinates outside [0, 1] (first box "
+    raise BadInput(f"{name}: field {field!r} has coordinates outside [0, 1] (first box "
                      f"{r[out.any(-1)][0].tolist()}), expected boxes normalised to the image")
   if not allow_degenerate:
     flat = (r[:, 0] == r[:, 2]) | (r[:, 1] == r[:, 3])
     if flat.any():
-      raise ValueError(f"{name}: field {field!r} has {int(flat.sum())} zero-area box(es) (first "
+      raise BadInput(f"{name}: field {field!r} has {int(flat.sum())} zero-area box(es) (first "
                        f"{r[flat][0].tolist()}), expected x1 < x2 and y1 < y2 (or set "
                        "data.degenerate_boxes='allow')")
   return b
@@ -161,14 +163,14 @@ def _array(x, what: str, dtype=None) -> np.ndarray:
     return np.asarray(x) if dtype is None else np.asarray(x, dtype)
   except (TypeError, ValueError) as e:
     first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-    raise ValueError(f"caption: {what} is not a numeric array ({first}); expected "
+    raise BadInput(f"caption: {what} is not a numeric array ({first}); expected "
                      f"{'numbers' if dtype is None else np.dtype(dtype).name}") from None
 
 
 def from_features(features, info: dict, model=None) -> dict:
   """The decoder's batch dict from features (the forms :meth:`jaxcap.api.Run.caption` accepts).
 
-  Every array is checked first, so bad input is one ``ValueError`` naming the argument and what
+  Every array is checked first, so bad input is one ``BadInput`` naming the argument and what
   was expected, not a failure inside NumPy or JAX or empty captions: at least one image; region
   features ``[B, N, F]`` / global ``[B, Dg]`` of the dataset's sizes, finite; ``feats_mask``
   ``[B, N]`` with a real region per image; ``boxes`` ``[B, N, 4]`` normalised to [0, 1];
@@ -176,17 +178,17 @@ def from_features(features, info: dict, model=None) -> dict:
   the inputs it reads (:func:`required_inputs`: boxes, attributes, a source) must be there.
   """
   if features is None:
-    raise ValueError("caption: features is None; expected region features [B, N, F], global "
+    raise BadInput("caption: features is None; expected region features [B, N, F], global "
                      "features [B, Dg], a list of per-image arrays or a dict of batch arrays")
   if isinstance(features, Mapping):
     unknown = [k for k in features if k not in KEYS]
     if unknown:
-      raise ValueError(f"caption: unknown features key {unknown[0]!r}; expected keys among "
+      raise BadInput(f"caption: unknown features key {unknown[0]!r}; expected keys among "
                        f"{', '.join(KEYS)}")
     batch = {k: _array(v, f"features[{k!r}]") for k, v in features.items()}
   elif isinstance(features, (list, tuple)):
     if not len(features):
-      raise ValueError(f"caption: features is an empty {type(features).__name__}; expected at "
+      raise BadInput(f"caption: features is an empty {type(features).__name__}; expected at "
                        "least one image ([N_i, F] region or [Dg] global arrays)")
     items = [_array(f, f"features[{i}]", np.float32) for i, f in enumerate(features)]
     batch = _stack_ragged(items, info)
@@ -197,47 +199,47 @@ def from_features(features, info: dict, model=None) -> dict:
     elif x.ndim == 3:
       batch = {"feats": x}
     else:
-      raise ValueError(f"caption: expected features [B, Dg] (global) or [B, N, F] (regions), got "
+      raise BadInput(f"caption: expected features [B, Dg] (global) or [B, N, F] (regions), got "
                        f"shape {x.shape}")
   if "feats" not in batch and "global_feat" not in batch:
-    raise ValueError(f"caption: the features dict needs 'feats' [B, N, F] or 'global_feat' [B, Dg]; "
+    raise BadInput(f"caption: the features dict needs 'feats' [B, N, F] or 'global_feat' [B, Dg]; "
                      f"got keys {sorted(batch)}")
   if "feats" not in batch and not getattr(model, "reads_regions", True) and "global_feat" in batch:
     g = _array(batch["global_feat"], "features['global_feat']", np.float32)
     if g.ndim != 2 or g.shape[1] != int(info["global_dim"]):
-      raise ValueError(f"caption: expected global features [B, {info['global_dim']}], got shape {g.shape}")
+      raise BadInput(f"caption: expected global features [B, {info['global_dim']}], got shape {g.shape}")
     batch["feats"] = np.zeros((len(g), 1, int(info["feature_dim"])), np.float32)  # never read
   if "feats" not in batch:
     if int(info["max_regions"]) != 1:
-      raise ValueError(f"caption: this model reads region features 'feats' [B, N, {info['feature_dim']}] "
+      raise BadInput(f"caption: this model reads region features 'feats' [B, N, {info['feature_dim']}] "
                        f"(its dataset has up to {info['max_regions']} regions per image); "
                        "give them, not only the global feature")
     g = _array(batch["global_feat"], "features['global_feat']", np.float32)
     if g.ndim != 2 or g.shape[1] != int(info["global_dim"]):
-      raise ValueError(f"caption: expected global features [B, {info['global_dim']}], got shape "
+      raise BadInput(f"caption: expected global features [B, {info['global_dim']}], got shape "
                        f"{g.shape}")
     batch["feats"] = g[:, None, :]  # global-only datasets: one region
   feats = batch["feats"] = _array(batch["feats"], "features['feats']", np.float32)
   if feats.ndim != 3 or feats.shape[-1] != int(info["feature_dim"]):
-    raise ValueError(f"caption: expected region features [B, N, {info['feature_dim']}], got shape "
+    raise BadInput(f"caption: expected region features [B, N, {info['feature_dim']}], got shape "
                      f"{feats.shape}")
   b, n = feats.shape[:2]
   if b == 0 or n == 0:
-    raise ValueError(f"caption: region features of shape {feats.shape} hold no "
+    raise BadInput(f"caption: region features of shape {feats.shape} hold no "
                      f"{'image' if b == 0 else 'region'}; expected at least one image with at "
                      "least one region")
   valid = batch["valid"] = _array(batch.get("valid", np.ones((b,), bool)), "features['valid']",
                                   bool)
   if valid.shape != (b,):
-    raise ValueError(f"caption: features['valid'] has shape {valid.shape}, expected [{b}]")
+    raise BadInput(f"caption: features['valid'] has shape {valid.shape}, expected [{b}]")
   mask = batch["feats_mask"] = _array(batch.get("feats_mask", np.ones((b, n), bool)),
                                       "features['feats_mask']", bool)
   if mask.shape != (b, n):
-    raise ValueError(f"caption: features['feats_mask'] has shape {mask.shape}, expected [B, N] = "
+    raise BadInput(f"caption: features['feats_mask'] has shape {mask.shape}, expected [B, N] = "
                      f"[{b}, {n}] like the region features")
   empty = valid & ~mask.any(1)
   if empty.any():
-    raise ValueError(f"caption: features['feats_mask'] marks no region of image "
+    raise BadInput(f"caption: features['feats_mask'] marks no region of image "
                      f"{int(np.argmax(empty))} as real; expected at least one True per image")
   _check_finite(feats[valid], "features['feats']" if isinstance(features, Mapping) else "features")
   if "global_feat" not in batch:
@@ -248,7 +250,7 @@ def from_features(features, info: dict, model=None) -> dict:
       batch["global_feat"] = np.zeros((b, int(info["global_dim"])), np.float32)
   g = batch["global_feat"] = _array(batch["global_feat"], "features['global_feat']", np.float32)
   if g.shape != (b, int(info["global_dim"])):
-    raise ValueError(f"caption: expected global features [{b}, {info['global_dim']}], got shape {g.shape}")
+    raise BadInput(f"caption: expected global features [{b}, {info['global_dim']}], got shape {g.shape}")
   _check_finite(g[valid], "features['global_feat']")
   batch.setdefault("image_index", np.arange(b, dtype=np.int32))
   needs = required_inputs(model) if model is not None else ()
@@ -256,12 +258,12 @@ def from_features(features, info: dict, model=None) -> dict:
   if "boxes" in batch:
     boxes = batch["boxes"] = _array(batch["boxes"], "features['boxes']", np.float32)
     if boxes.shape != (b, n, 4):
-      raise ValueError(f"caption: features['boxes'] has shape {boxes.shape}; expected [B, N, 4] = "
+      raise BadInput(f"caption: features['boxes'] has shape {boxes.shape}; expected [B, N, 4] = "
                        f"[{b}, {n}, 4] (x1, y1, x2, y2 normalised to [0, 1])")
     check_boxes(boxes, "caption", field="boxes", mask=mask & valid[:, None])
   elif "boxes" in needs:
     if n > 1:
-      raise ValueError(f"caption: model {name!r} builds its spatial graph from region boxes; "
+      raise BadInput(f"caption: model {name!r} builds its spatial graph from region boxes; "
                        f"expected features['boxes'] [B, N, 4] (x1, y1, x2, y2 normalised to "
                        "[0, 1]) with the region features (or ablate(graph='all_neighbour'))")
     # One region per image: its box relates it to nothing, so the whole image's will do.
@@ -270,7 +272,7 @@ def from_features(features, info: dict, model=None) -> dict:
                           ("src", int(info.get("src_vocab_size", 0) or 0), "source word ids")):
     if key not in batch:
       if key in needs:
-        raise ValueError(f"caption: model {name!r} reads {what}; expected features[{key!r}] "
+        raise BadInput(f"caption: model {name!r} reads {what}; expected features[{key!r}] "
                          f"int32 [B, L] (ids of the run's {'source ' if key == 'src' else ''}"
                          "vocabulary, 0-padded)")
       continue
@@ -278,17 +280,17 @@ def from_features(features, info: dict, model=None) -> dict:
       continue  # a source given to a run without one (or no vocabulary size known): never read
     ids = batch[key]
     if ids.ndim != 2 or len(ids) != b:
-      raise ValueError(f"caption: features[{key!r}] has shape {ids.shape}; expected [B, L] = "
+      raise BadInput(f"caption: features[{key!r}] has shape {ids.shape}; expected [B, L] = "
                        f"[{b}, L] {what}")
     if not (np.issubdtype(ids.dtype, np.integer) or ids.size == 0):
-      raise ValueError(f"caption: features[{key!r}] has dtype {ids.dtype}; expected integer {what}")
+      raise BadInput(f"caption: features[{key!r}] has dtype {ids.dtype}; expected integer {what}")
     rows = ids[valid]
     bad = (rows < 0) | (rows >= size)
     if bad.any():
-      raise ValueError(f"caption: features[{key!r}] holds id {int(rows[bad][0])}; expected {what} "
+      raise BadInput(f"caption: features[{key!r}] holds id {int(rows[bad][0])}; expected {what} "
                        f"in [0, {size}) (the run's {'source ' if key == 'src' else ''}vocabulary)")
     if key == "src" and key in needs and not (rows != 0).any(1).all():
-      raise ValueError("caption: features['src'] has a row of padding only; expected at least "
+      raise BadInput("caption: features['src'] has a row of padding only; expected at least "
                        "one source word id per image")
     batch[key] = ids.astype(np.int32)
   return batch
@@ -297,7 +299,7 @@ def from_features(features, info: dict, model=None) -> dict:
 def _check_finite(x: np.ndarray, what: str) -> None:
   if x.size and not np.isfinite(x.sum(dtype=np.float64)):
     bad = ~np.isfinite(x).reshape(len(x), -1).all(1)
-    raise ValueError(f"caption: {what} contains NaN or Inf values (image {int(np.argmax(bad))}"
+    raise BadInput(f"caption: {what} contains NaN or Inf values (image {int(np.argmax(bad))}"
                      "); expected finite numbers")
 
 
@@ -305,15 +307,15 @@ def _stack_ragged(items, info) -> dict:
   if all(x.ndim == 1 for x in items):
     sizes = {x.shape[0] for x in items}
     if len(sizes) > 1:
-      raise ValueError(f"caption: the global features of a list have sizes {sorted(sizes)}; "
+      raise BadInput(f"caption: the global features of a list have sizes {sorted(sizes)}; "
                        f"expected [{info['global_dim']}] each")
     return {"global_feat": np.stack(items)}
   if not all(x.ndim == 2 for x in items):
-    raise ValueError("caption: a list of features holds arrays of shapes "
+    raise BadInput("caption: a list of features holds arrays of shapes "
                      f"{[x.shape for x in items]}; expected [Dg] global or [N_i, F] region arrays")
   widths = {x.shape[-1] for x in items}
   if len(widths) > 1 or min(x.shape[0] for x in items) == 0:
-    raise ValueError(f"caption: a list of region features holds arrays of shapes "
+    raise BadInput(f"caption: a list of region features holds arrays of shapes "
                      f"{[x.shape for x in items]}; expected [N_i, {info['feature_dim']}] arrays "
                      "with N_i >= 1")
   n = max(x.shape[0] for x in items)

@@ -20,6 +20,7 @@ import json
 import numpy as np
 
 from jaxcap.data import base, karpathy
+from jaxcap.errors import BadInput
 
 
 def read_labels(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -27,20 +28,20 @@ def read_labels(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   try:
     import h5py
   except ImportError:
-    raise ValueError(f"{path}: reading cocotalk label files needs h5py (pip install h5py)") from None
+    raise BadInput(f"{path}: reading cocotalk label files needs h5py (pip install h5py)") from None
   try:
     with h5py.File(path, "r") as f:
       missing = [k for k in ("labels", "label_start_ix", "label_end_ix") if k not in f]
       if missing:
-        raise ValueError(f"{path}: no dataset {missing[0]!r}, expected labels, label_start_ix, "
+        raise BadInput(f"{path}: no dataset {missing[0]!r}, expected labels, label_start_ix, "
                          "label_end_ix")
       labels = np.asarray(f["labels"][()], np.int64)
       start = np.asarray(f["label_start_ix"][()], np.int64) - 1
       end = np.asarray(f["label_end_ix"][()], np.int64)
-  except ValueError:
+  except BadInput:
     raise
   except Exception as e:
-    raise ValueError(f"{path}: unreadable cocotalk label file ({type(e).__name__}: {e})") from None
+    raise BadInput(f"{path}: unreadable cocotalk label file ({type(e).__name__}: {e})") from None
   return labels, start, end
 
 
@@ -52,20 +53,20 @@ def read_splits(config) -> dict[str, base.SplitData]:
     with open(json_path) as f:
       info = json.load(f)
   except (OSError, ValueError) as e:
-    raise ValueError(f"{json_path}: not a cocotalk JSON with 'ix_to_word' and 'images' ({e})") from None
+    raise BadInput(f"{json_path}: not a cocotalk JSON with 'ix_to_word' and 'images' ({e})") from None
   if isinstance(info, dict) and "ix_to_word" not in info and "images" in info:
     # data.name=cocotalk over a config made for Karpathy's JSON (e.g. configs/<model>.py:coco).
-    raise ValueError(f"{json_path}: a Karpathy dataset JSON, not cocotalk.json (no 'ix_to_word'); "
+    raise BadInput(f"{json_path}: a Karpathy dataset JSON, not cocotalk.json (no 'ix_to_word'); "
                      "use --config configs/<model>.py:cocotalk, which reads cocotalk.json + "
                      "cocotalk_label.h5 with cocotalk's vocabulary (data.min_word_count=1)")
   try:
     ix_to_word, images = info["ix_to_word"], info["images"]
   except (KeyError, TypeError) as e:
-    raise ValueError(f"{json_path}: not a cocotalk JSON with 'ix_to_word' and 'images' ({e})") from None
+    raise BadInput(f"{json_path}: not a cocotalk JSON with 'ix_to_word' and 'images' ({e})") from None
   words = {int(k): ("<unk>" if w == "UNK" else w) for k, w in ix_to_word.items()}
   labels, start, end = read_labels(h5_path)
   if len(start) != len(images):
-    raise ValueError(f"{h5_path}: {len(start)} images in label_start_ix, expected {len(images)} "
+    raise BadInput(f"{h5_path}: {len(start)} images in label_start_ix, expected {len(images)} "
                      f"as in {json_path}")
   by_split = {s: {"keys": [], "refs": [], "sizes": []} for s in base.SPLITS}
   for j, img, split in karpathy.kept_images(images, config, json_path):
@@ -76,7 +77,7 @@ def read_splits(config) -> dict[str, base.SplitData]:
         if i == 0:
           break
         if int(i) not in words:
-          raise ValueError(f"{h5_path}: label id {int(i)} of image {img.get('id')} is not in "
+          raise BadInput(f"{h5_path}: label id {int(i)} of image {img.get('id')} is not in "
                            f"{json_path} ix_to_word")
         toks.append(words[int(i)])
       refs.append(toks)

@@ -35,6 +35,7 @@ from jaxcap import atomic
 from jaxcap.data import base
 from jaxcap.data import batch as batch_lib
 from jaxcap.data.vocab import tokenize
+from jaxcap.errors import BadInput
 
 
 def _resolve(root: str, path: str) -> str:
@@ -50,14 +51,14 @@ _LOAD_LOCK = threading.Lock() if sys.version_info < (3, 12) else contextlib.null
 
 
 def load_array(path: str, key: str | None = None) -> np.ndarray:
-  """``np.load`` of one feature file with a one-line ValueError when missing or unreadable."""
+  """``np.load`` of one feature file with a one-line BadInput when missing or unreadable."""
   with base.feature_file_errors(path), _LOAD_LOCK:
     with open(path, "rb") as f:
       if key is None:
         return np.load(f, allow_pickle=False)
       with np.load(f, allow_pickle=False) as z:
         if key not in z.files:
-          raise ValueError(f"{path}: no key {key!r} (has {z.files}), expected the features "
+          raise BadInput(f"{path}: no key {key!r} (has {z.files}), expected the features "
                            f"under {key!r}")
         return z[key]
 
@@ -68,18 +69,18 @@ class DirFeatures(base.FeatureReader):
   def __init__(self, keys: list[str], att_dir: str = "", fc_dir: str = "", box_dir: str = "",
                grid: bool = False, sizes: list | None = None):
     if not att_dir and not fc_dir:
-      raise ValueError("karpathy: fields 'att_dir' and 'fc_dir' are both empty, expected at "
+      raise BadInput("karpathy: fields 'att_dir' and 'fc_dir' are both empty, expected at "
                        "least one feature directory")
     for field, d in (("att_dir", att_dir), ("fc_dir", fc_dir), ("box_dir", box_dir)):
       if d and not os.path.isdir(d):
-        raise ValueError(f"{d}: field {field!r} is not a directory, expected the feature files' "
+        raise BadInput(f"{d}: field {field!r} is not a directory, expected the feature files' "
                          "directory")
     self.keys, self.att_dir, self.fc_dir, self.box_dir = keys, att_dir, fc_dir, box_dir
     self.grid, self.sizes = grid, sizes
     self.has_boxes = bool(grid or box_dir)
     self._att_ext = None
     if grid and not att_dir:
-      raise ValueError("karpathy: field 'grid' is set but 'att_dir' is empty, expected grid "
+      raise BadInput("karpathy: field 'grid' is set but 'att_dir' is empty, expected grid "
                        "feature files in att_dir")
 
   def __len__(self) -> int:
@@ -127,11 +128,11 @@ class DirFeatures(base.FeatureReader):
     path = os.path.join(self.box_dir, f"{self.keys[i]}.npy")
     boxes = load_array(path)
     if boxes.ndim != 2 or boxes.shape[-1] != 4:
-      raise ValueError(f"{path}: boxes must be [regions, 4], got shape {list(boxes.shape)} "
+      raise BadInput(f"{path}: boxes must be [regions, 4], got shape {list(boxes.shape)} "
                        "(expected x1, y1, x2, y2 per region)")
     boxes = boxes.astype(np.float32)
     if not np.all(np.isfinite(boxes)):
-      raise ValueError(f"{path}: field 'boxes' contains NaN or Inf values, expected finite "
+      raise BadInput(f"{path}: field 'boxes' contains NaN or Inf values, expected finite "
                        "pixel coordinates")
     size = self.sizes[i] if self.sizes else None
     if size:
@@ -163,7 +164,7 @@ class DirFeatures(base.FeatureReader):
     shape, dtype = base.npy_header(path, "feat" if self._att_ext == ".npz" else None)
     if self.grid:
       if len(shape) not in (2, 3) or (len(shape) == 3 and shape[0] != shape[1]):
-        raise ValueError(f"{path}: grid features must be [g, g, C] or [g*g, C], got shape "
+        raise BadInput(f"{path}: grid features must be [g, g, C] or [g*g, C], got shape "
                          f"{list(shape)}")
       shape = (int(np.prod(shape[:-1])), shape[-1])
     elif len(shape) == 3:  # as read() reshapes it
@@ -187,7 +188,7 @@ class HDF5Detections(base.FeatureReader):
 
   def __init__(self, keys: list[str], path: str):
     if not os.path.isfile(path):
-      raise ValueError(f"{path}: field 'detections_hdf5' is not a file, expected an HDF5 file "
+      raise BadInput(f"{path}: field 'detections_hdf5' is not a file, expected an HDF5 file "
                        "with a dataset <image_id>_features per image")
     self.keys, self.path = keys, path
     self._file = None
@@ -212,15 +213,15 @@ class HDF5Detections(base.FeatureReader):
         try:
           self._file = h5py.File(self.path, "r")
         except OSError as e:
-          raise ValueError(f"{self.path}: unreadable HDF5 file ({e}); expected the detections "
+          raise BadInput(f"{self.path}: unreadable HDF5 file ({e}); expected the detections "
                            "file (datasets <image_id>_features)") from None
     key = f"{self.keys[i]}_features"
     if key not in self._file:
-      raise ValueError(f"{self.path}: no dataset {key!r} for image {self.keys[i]}; expected one "
+      raise BadInput(f"{self.path}: no dataset {key!r} for image {self.keys[i]}; expected one "
                        "<image_id>_features [regions, D] per image")
     ds = self._file[key]
     if not hasattr(ds, "shape"):
-      raise ValueError(f"{self.name(i)}: is an HDF5 group, expected a [regions, D] dataset")
+      raise BadInput(f"{self.name(i)}: is an HDF5 group, expected a [regions, D] dataset")
     return ds
 
   def read(self, i: int) -> dict:
@@ -239,38 +240,38 @@ def image_key(entry: dict) -> int | str:
     return int(entry["cocoid"])
   if "filename" in entry:
     return os.path.splitext(os.path.basename(entry["filename"]))[0]
-  raise ValueError("karpathy: image entry has neither 'cocoid' nor 'filename'")
+  raise BadInput("karpathy: image entry has neither 'cocoid' nor 'filename'")
 
 
 def read_splits(config) -> dict[str, base.SplitData]:
   """Parses the Karpathy JSON and returns ``{split: SplitData}``."""
   root = config.root
   if root and not os.path.isdir(root):
-    raise ValueError(f"{root}: field 'root' of the karpathy data config is not a directory, "
+    raise BadInput(f"{root}: field 'root' of the karpathy data config is not a directory, "
                      "expected the dataset directory")
   if not config.dataset_json:
-    raise ValueError("karpathy: field 'dataset_json' is empty, expected the Karpathy JSON "
+    raise BadInput("karpathy: field 'dataset_json' is empty, expected the Karpathy JSON "
                      "(e.g. dataset_coco.json)")
   path = _resolve(root, config.dataset_json)
   try:
     with open(path) as f:
       images = json.load(f)["images"]
   except (OSError, ValueError, KeyError, TypeError) as e:
-    raise ValueError(f"{path}: not a Karpathy dataset JSON with an 'images' list ({e}); "
+    raise BadInput(f"{path}: not a Karpathy dataset JSON with an 'images' list ({e}); "
                      "expected e.g. dataset_coco.json") from None
   by_split = {s: {"keys": [], "refs": [], "sizes": []} for s in base.SPLITS}
   for n, entry, split in kept_images(images, config, path):
     if not isinstance(entry.get("sentences"), list):
-      raise ValueError(f"{path}: images[{n}] has no list 'sentences', expected a list")
+      raise BadInput(f"{path}: images[{n}] has no list 'sentences', expected a list")
     refs = []
     for k, s in enumerate(entry["sentences"]):
       if not isinstance(s, dict):
-        raise ValueError(f"{path}: images[{n}].sentences[{k}] is a {type(s).__name__}, expected "
+        raise BadInput(f"{path}: images[{n}].sentences[{k}] is a {type(s).__name__}, expected "
                          "an object with 'tokens' or 'raw'")
       if "tokens" in s:
         toks = s["tokens"]
         if not isinstance(toks, list) or not all(isinstance(t, str) for t in toks):
-          raise ValueError(f"{path}: images[{n}].sentences[{k}].tokens is a "
+          raise BadInput(f"{path}: images[{n}].sentences[{k}].tokens is a "
                            f"{type(toks).__name__}, expected a list of words (strings)")
         refs.append(list(toks))
       else:
@@ -292,7 +293,7 @@ def kept_images(images, config, path: str):
         continue
       split = "train"
     if split not in base.SPLITS:
-      raise ValueError(f"{path}: images[{n}] has split {split!r}, expected one of train, val, "
+      raise BadInput(f"{path}: images[{n}] has split {split!r}, expected one of train, val, "
                        "test, restval")
     yield n, entry, split
 
@@ -319,7 +320,7 @@ def dir_splits(by_split: dict, root: str, config) -> dict[str, base.SplitData]:
   if hdf5:
     others = [f for f in ("att_dir", "fc_dir", "box_dir", "grid") if config.get(f)]
     if others:
-      raise ValueError(f"karpathy: fields 'detections_hdf5' and {others[0]!r} are both set; "
+      raise BadInput(f"karpathy: fields 'detections_hdf5' and {others[0]!r} are both set; "
                        "expected one source of region features (detections_hdf5 alone: the "
                        "global feature is the regions' mean)")
   out = {}
@@ -367,26 +368,26 @@ class ImageFiles(base.FeatureReader):
     from jaxcap.images import unreadable_reason
     path = self.paths[i]
     if not os.path.isfile(path):
-      raise ValueError(f"{path}: no such image file (data.images_dir); expected the image of "
+      raise BadInput(f"{path}: no such image file (data.images_dir); expected the image of "
                        "its dataset JSON entry")
     try:
       return fn(path)
     except Exception as e:  # Pillow's errors of a damaged or foreign file
-      raise ValueError(f"{path}: {unreadable_reason(e)}; expected an image file") from None
+      raise BadInput(f"{path}: {unreadable_reason(e)}; expected an image file") from None
 
 
 def _image_splits(by_split: dict, images_dir: str, config) -> dict[str, base.SplitData]:
   """``{split: SplitData}`` whose images are files under ``images_dir`` (``data.images_dir``)."""
   others = [f for f in ("att_dir", "fc_dir", "box_dir", "detections_hdf5") if config.get(f)]
   if others:
-    raise ValueError(f"karpathy: fields 'images_dir' and {others[0]!r} are both set; expected "
+    raise BadInput(f"karpathy: fields 'images_dir' and {others[0]!r} are both set; expected "
                      "one source of images (images_dir: a run from pixels, config.backbone)")
   if not os.path.isdir(images_dir):
-    raise ValueError(f"{images_dir}: config field data.images_dir is not a directory; expected "
+    raise BadInput(f"{images_dir}: config field data.images_dir is not a directory; expected "
                      "the folder of the dataset JSON's images (COCO's: the one holding train2014/, val2014/)")
   size = config.get("image_size", 0)
   if not (isinstance(size, int) and size >= 8):
-    raise ValueError(f"config field data.image_size: expected the side in pixels the images are "
+    raise BadInput(f"config field data.image_size: expected the side in pixels the images are "
                      f"resized to (an int >= 8, the backbone's input) with data.images_dir, got {size!r}")
   out = {}
   for split, rec in by_split.items():
@@ -423,7 +424,7 @@ def read_captions_and_splits(path: str) -> tuple[dict[str, list[str]], dict[str,
     with open(path, encoding="utf-8") as f:
       text = f.read()
   except UnicodeDecodeError as e:
-    raise ValueError(f"{path}: not UTF-8 text ({e}); expected JSON or Flickr8k's "
+    raise BadInput(f"{path}: not UTF-8 text ({e}); expected JSON or Flickr8k's "
                      "<file>#<n><TAB><caption> lines") from None
   out: dict[str, list[str]] = {}
   splits: dict[str, str] | None = None
@@ -431,37 +432,37 @@ def read_captions_and_splits(path: str) -> tuple[dict[str, list[str]], dict[str,
     try:
       data = json.loads(text)
     except ValueError as e:
-      raise ValueError(f"{path}: invalid JSON ({e}); expected "
+      raise BadInput(f"{path}: invalid JSON ({e}); expected "
                        '{"<file>": ["caption", ...]} or [{"image": ..., "caption": ...}]') from None
     if isinstance(data, dict):
       for name, caps in data.items():
         if isinstance(caps, str):
           caps = [caps]
         if not isinstance(caps, list) or not all(isinstance(c, str) for c in caps):
-          raise ValueError(f"{path}: entry {name!r} is a {type(caps).__name__}; "
+          raise BadInput(f"{path}: entry {name!r} is a {type(caps).__name__}; "
                            "expected a list of caption strings")
         out.setdefault(name, []).extend(caps)
     else:
       for n, item in enumerate(data):
         if not (isinstance(item, dict) and isinstance(item.get("image"), str)
                 and isinstance(item.get("caption"), str)):
-          raise ValueError(f"{path}: item [{n}] is not an object with string "
+          raise BadInput(f"{path}: item [{n}] is not an object with string "
                            "'image' and 'caption'; expected [{\"image\": ..., \"caption\": ...}]")
         out.setdefault(item["image"], []).append(item["caption"])
         has_split = "split" in item
         if n == 0:
           splits = {} if has_split else None
         elif has_split != (splits is not None):
-          raise ValueError(f"{path}: item [{n}] has {'a' if has_split else 'no'} 'split', "
+          raise BadInput(f"{path}: item [{n}] has {'a' if has_split else 'no'} 'split', "
                            f"item [0] {'none' if has_split else 'one'}; expected a split on every "
                            "item or on none")
         if splits is not None:
           split = item["split"]
           if split not in base.SPLITS:
-            raise ValueError(f"{path}: item [{n}] has split {split!r}; expected one "
+            raise BadInput(f"{path}: item [{n}] has split {split!r}; expected one "
                              f"of {', '.join(base.SPLITS)}")
           if splits.setdefault(item["image"], split) != split:
-            raise ValueError(f"{path}: item [{n}] puts {item['image']!r} in {split!r}, "
+            raise BadInput(f"{path}: item [{n}] puts {item['image']!r} in {split!r}, "
                              f"an earlier item in {splits[item['image']]!r}; expected one split "
                              "per image")
   else:
@@ -470,11 +471,11 @@ def read_captions_and_splits(path: str) -> tuple[dict[str, list[str]], dict[str,
         continue
       key, tab, caption = line.partition("\t")
       if not tab:
-        raise ValueError(f"{path}: line {n} has no tab; expected "
+        raise BadInput(f"{path}: line {n} has no tab; expected "
                          "<file>#<n><TAB><caption> (Flickr8k's token format) or a JSON file")
       out.setdefault(key.strip().split("#")[0], []).append(caption.strip())
   if not out:
-    raise ValueError(f"{path}: no captions; expected at least one image's captions")
+    raise BadInput(f"{path}: no captions; expected at least one image's captions")
   return out, splits
 
 
@@ -487,7 +488,7 @@ def karpathy_json(captions: dict[str, list[str]], names: list[str], val: int, te
     split = {n: splits[n] for n in names}
   else:
     if val + test > len(names):
-      raise ValueError(f"--val={val} --test={test}: {len(names)} captioned images; expected "
+      raise BadInput(f"--val={val} --test={test}: {len(names)} captioned images; expected "
                        "val + test <= the captioned images")
     order = np.random.default_rng(seed).permutation(len(names))
     split = {}
@@ -530,7 +531,7 @@ def read_karpathy_captions(path: str) -> dict | None:
   (COCO's ``train2014/`` / ``val2014/``; Flickr has no ``filepath``) and ``str(cocoid)``, else
   the file-name stem (:func:`image_key`, what self-critical's ``prepro_feats.py`` names them
   and this module reads). None for a file in another format (:func:`read_captions_and_splits`);
-  one-line ``ValueError`` for a Karpathy JSON with a bad entry."""
+  one-line ``BadInput`` for a Karpathy JSON with a bad entry."""
   try:
     with open(path, encoding="utf-8") as f:
       if f.read(1) != "{":
@@ -545,14 +546,14 @@ def read_karpathy_captions(path: str) -> dict | None:
   for n, entry in enumerate(data["images"]):
     if not (isinstance(entry, dict) and isinstance(entry.get("filename"), str)
             and isinstance(entry.get("sentences"), list)):
-      raise ValueError(f"{path}: images[{n}] is not an object with a string 'filename' and a list "
+      raise BadInput(f"{path}: images[{n}] is not an object with a string 'filename' and a list "
                        "'sentences'; expected Karpathy's dataset JSON (e.g. dataset_coco.json)")
     if entry.get("split") not in base.SPLITS + ("restval",):
-      raise ValueError(f"{path}: images[{n}] has split {entry.get('split')!r}, expected one of "
+      raise BadInput(f"{path}: images[{n}] has split {entry.get('split')!r}, expected one of "
                        "train, val, test, restval")
     stem = str(image_key(entry))
     if stem in seen:
-      raise ValueError(f"{path}: images[{n}] has the id {stem} of images[{seen[stem]}]; expected "
+      raise BadInput(f"{path}: images[{n}] has the id {stem} of images[{seen[stem]}]; expected "
                        "one entry per image (its features are named <id>.npy / <id>.npz)")
     seen[stem] = n
     files.append((os.path.join(entry.get("filepath") or "", entry["filename"]), stem))

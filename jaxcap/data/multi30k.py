@@ -27,6 +27,7 @@ import numpy as np
 
 from jaxcap.data import base
 from jaxcap.data.vocab import tokenize
+from jaxcap.errors import BadInput
 
 
 def _find(root: str, stem: str) -> str:
@@ -35,7 +36,7 @@ def _find(root: str, stem: str) -> str:
       path = os.path.join(d, stem + ext)
       if os.path.exists(path):
         return path
-  raise ValueError(f"{os.path.join(root, 'raw', stem)}[.gz]: text file is missing")
+  raise BadInput(f"{os.path.join(root, 'raw', stem)}[.gz]: text file is missing")
 
 
 def read_lines(path: str) -> list[str]:
@@ -45,7 +46,7 @@ def read_lines(path: str) -> list[str]:
     with opener(path, "rt", encoding="utf-8", newline="") as f:
       lines = f.read().split("\n")
   except (OSError, UnicodeDecodeError, EOFError) as e:
-    raise ValueError(f"{path}: unreadable text file ({e})") from None
+    raise BadInput(f"{path}: unreadable text file ({e})") from None
   # Only "\n" separates lines (str.splitlines would also split on U+2028 and misalign files);
   # a final newline does not start another sentence.
   if lines and lines[-1] == "":
@@ -67,14 +68,14 @@ def read_splits(config) -> dict[str, base.SplitData]:
   text_only = bool(config.text_only)
   pattern = config.features_npy
   if not text_only and not pattern:
-    raise ValueError("multi30k: field 'features_npy' is empty, expected a '{split}' path to "
+    raise BadInput("multi30k: field 'features_npy' is empty, expected a '{split}' path to "
                      "[lines, 196, C] features (or set text_only=True)")
   out = {}
   for split, stem in files.items():
     src_path, tgt_path = _find(root, f"{stem}.{src_lang}"), _find(root, f"{stem}.{tgt_lang}")
     src_lines, tgt_lines = read_lines(src_path), read_lines(tgt_path)
     if len(src_lines) != len(tgt_lines):
-      raise ValueError(f"{tgt_path}: {len(tgt_lines)} lines, expected {len(src_lines)} to align "
+      raise BadInput(f"{tgt_path}: {len(tgt_lines)} lines, expected {len(src_lines)} to align "
                        f"with {src_path}")
     n = len(src_lines)
     ids = list(range(n))
@@ -82,7 +83,7 @@ def read_splits(config) -> dict[str, base.SplitData]:
     if os.path.exists(img_path):
       names = [l.strip() for l in read_lines(img_path) if l.strip()]
       if len(names) != n:
-        raise ValueError(f"{img_path}: {len(names)} image names, expected {n} (one per line)")
+        raise BadInput(f"{img_path}: {len(names)} image names, expected {n} (one per line)")
       stems = [os.path.splitext(s)[0] for s in names]
       if len(set(stems)) == n:
         ids = stems
@@ -94,11 +95,11 @@ def read_splits(config) -> dict[str, base.SplitData]:
       try:
         arr = np.load(path, mmap_mode="r", allow_pickle=False)
       except FileNotFoundError:
-        raise ValueError(f"{path}: feature file is missing, expected [{n}, 196, C] .npy") from None
+        raise BadInput(f"{path}: feature file is missing, expected [{n}, 196, C] .npy") from None
       except Exception as e:
-        raise ValueError(f"{path}: unreadable feature file ({type(e).__name__}: {e})") from None
+        raise BadInput(f"{path}: unreadable feature file ({type(e).__name__}: {e})") from None
       if arr.ndim not in (3, 4) or arr.shape[0] != n:
-        raise ValueError(f"{path}: features have shape {list(arr.shape)}, expected [{n}, 196, C] "
+        raise BadInput(f"{path}: features have shape {list(arr.shape)}, expected [{n}, 196, C] "
                          f"or [{n}, 14, 14, C] (one row per line)")
       feats = base.ArrayFeatures(arr, grid=bool(config.grid) or arr.ndim == 4,
                                  label=path)

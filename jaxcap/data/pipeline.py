@@ -23,6 +23,8 @@ from typing import Iterator
 import numpy as np
 import grain
 
+from jaxcap.errors import BadInput
+
 _HUGE = 2 ** 62  # "forever": grain needs a length; no run reaches this many steps.
 
 
@@ -130,7 +132,7 @@ class TrainIterator:
     else:
       self.steps_per_epoch = -(-self.per_shard // self.batch_size)
     if self.steps_per_epoch == 0:
-      raise ValueError(f"{source!r}: {n} images over {self.shard_count} processes is fewer than "
+      raise BadInput(f"{source!r}: {n} images over {self.shard_count} processes is fewer than "
                        f"batch_size {self.batch_size}, expected at least one full batch")
     self._opts = (num_threads, prefetch, num_workers)
     self._build(int(seed), 0)
@@ -169,7 +171,7 @@ class TrainIterator:
     for key in ("batch_size", "shard_count", "num_images"):
       mine = self.get_state()[key]
       if key in state and int(state[key]) != mine:
-        raise ValueError(f"iterator state: field {key!r} is {state[key]}, expected {mine} "
+        raise BadInput(f"iterator state: field {key!r} is {state[key]}, expected {mine} "
                          "(the data or batch settings changed since the checkpoint)")
     step = int(state["epoch"]) * self.steps_per_epoch + int(state["position"])
     self._build(int(state.get("seed", self.seed)), step)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import importlib
 
+from jaxcap.errors import BadInput
+
 # Each data.name's reader module, imported when first used (the real-data readers pull in
 # h5py); each has ``read_splits(config) -> {split: SplitData}`` and ``load(config) ->
 # CaptionDataset`` (the TFDS builder writes what read_splits returns).
@@ -19,7 +21,7 @@ NAMES = tuple(_READERS)
 def reader(name: str):
   """The reader module of ``data.name`` = ``name``."""
   if name not in _READERS:
-    raise ValueError(f"data.name {name!r}: unknown, expected one of {', '.join(NAMES)}")
+    raise BadInput(f"data.name {name!r}: unknown, expected one of {', '.join(NAMES)}")
   return importlib.import_module(f"jaxcap.data.{_READERS[name]}")
 
 
@@ -53,7 +55,7 @@ def default_data_config(name: str = "synthetic_scenes"):
   :func:`jaxcap.data.get_dataset` reads."""
   import ml_collections
   if name not in NAMES:
-    raise ValueError(f"data.name {name!r}: unknown, expected one of {', '.join(NAMES)}")
+    raise BadInput(f"data.name {name!r}: unknown, expected one of {', '.join(NAMES)}")
   return ml_collections.ConfigDict({"name": name, **_DEFAULTS, **_DATASET_DEFAULTS.get(name, {})})
 
 

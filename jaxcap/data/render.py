@@ -34,13 +34,13 @@ reads (``data.name=karpathy``, ``data.images_dir=<out>/images``):
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 
 import numpy as np
 
 from jaxcap.data.synthetic import COLOURS, MATERIALS, SHAPES, SPLITS, SyntheticScenes
+from jaxcap.errors import BadInput
 
 CANVAS_RGB = (128, 128, 128)
 COLOUR_RGB = {
@@ -73,7 +73,7 @@ def shape_mask(shape: str, box, side: int) -> np.ndarray:
   """``[side, side]`` bool: ``shape`` inscribed in ``box`` (x1, y1, x2, y2 in the unit square)."""
   from PIL import Image, ImageDraw
   if shape not in SHAPES:
-    raise ValueError(f"shape {shape!r}: expected one of {', '.join(SHAPES)}")
+    raise BadInput(f"shape {shape!r}: expected one of {', '.join(SHAPES)}")
   x1, y1, x2, y2 = (float(v) * side for v in box)
   cx, cy, hw, hh = (x1 + x2) / 2, (y1 + y2) / 2, (x2 - x1) / 2, (y2 - y1) / 2
   img = Image.new("L", (side, side), 0)
@@ -131,7 +131,7 @@ def render_scene(scene: dict, size: int, supersample: int = SUPERSAMPLE) -> np.n
   """``[size, size, 3]`` uint8 RGB of a :meth:`SyntheticScenes.scene` (module docstring)."""
   from PIL import Image
   if not isinstance(size, (int, np.integer)) or size < 8:
-    raise ValueError(f"size={size!r}: expected an int >= 8 (pixels)")
+    raise BadInput(f"size={size!r}: expected an int >= 8 (pixels)")
   side = int(size) * int(supersample)
   period = _period(int(size)) * int(supersample)
   canvas = np.empty((side, side, 3), np.float32)
@@ -155,7 +155,7 @@ def render_scene(scene: dict, size: int, supersample: int = SUPERSAMPLE) -> np.n
   area = lambda r: (r["box"][2] - r["box"][0]) * (r["box"][3] - r["box"][1])
   for r in sorted(objects, key=area, reverse=True):  # stable: ties keep the scene's order
     if r["material"] not in MATERIALS:
-      raise ValueError(f"material {r['material']!r}: expected one of {', '.join(MATERIALS)}")
+      raise BadInput(f"material {r['material']!r}: expected one of {', '.join(MATERIALS)}")
     mask = shape_mask(r["shape"], r["box"], side)
     rgb = COLOUR_RGB[r["colour"]]
     alt = pattern(r["material"])
@@ -215,7 +215,7 @@ def write_dataset(out: str, scenes: SyntheticScenes, size: int, log=print,
 
 def main(argv=None) -> int:
   from jaxcap import cli  # the program's arguments only: the data layer imports no command line
-  p = argparse.ArgumentParser(prog="python -m jaxcap.data.render",
+  p = cli.ArgumentParser(prog="python -m jaxcap.data.render",
                               description="synthetic_scenes as PNG files + captions.json for jaxcap-extract.")
   p.add_argument("--out", required=True, help="Output folder (images/, captions.json).")
   p.add_argument("--size", type=cli.positive_int, default=128, help="Image side in pixels.")
@@ -228,9 +228,9 @@ def main(argv=None) -> int:
                       "image ids (its runs' predictions: evaluate.py --clip_images).")
   args = p.parse_args(argv)
   if args.size < 8:
-    raise ValueError(f"--size={args.size}: expected at least 8 pixels")
+    raise BadInput(f"--size={args.size}: expected at least 8 pixels")
   if os.path.exists(args.out) and not os.path.isdir(args.out):
-    raise ValueError(f"--out={args.out}: is a file; expected a directory")
+    raise BadInput(f"--out={args.out}: is a file; expected a directory")
   scenes = SyntheticScenes(num_train=args.num_train, num_val=args.num_val,
                            num_test=args.num_test, seed=args.seed)
   write_dataset(args.out, scenes, args.size, names=args.names)

@@ -81,6 +81,7 @@ import numpy as np
 from jaxcap.data import base
 from jaxcap.data.base import CaptionDataset
 from jaxcap.data.base import SplitData
+from jaxcap.errors import BadIndex, BadInput
 
 SPLITS = ("train", "val", "test")
 _SPLIT_ID_OFFSET = 10_000_000  # image_id = split index * offset + i: unique across splits.
@@ -233,17 +234,17 @@ class SyntheticScenes:
                p_omit_colour: float = 0.3):
     for name, v in (("num_train", num_train), ("num_val", num_val), ("num_test", num_test)):
       if not isinstance(v, (int, np.integer)) or not 0 <= v < _SPLIT_ID_OFFSET:
-        raise ValueError(f"synthetic_scenes: {name} must be an int in [0, {_SPLIT_ID_OFFSET}),"
+        raise BadInput(f"synthetic_scenes: {name} must be an int in [0, {_SPLIT_ID_OFFSET}),"
                          f" got {v!r}")
     for name, v in (("feature_dim", feature_dim), ("grid_size", grid_size),
                     ("global_dim", global_dim), ("num_refs", num_refs)):
       if not isinstance(v, (int, np.integer)) or v < 1:
-        raise ValueError(f"synthetic_scenes: {name} must be a positive int, got {v!r}")
+        raise BadInput(f"synthetic_scenes: {name} must be a positive int, got {v!r}")
     for name, v in (("attr_noise", attr_noise), ("p_omit_colour", p_omit_colour)):
       if not 0.0 <= v <= 1.0:
-        raise ValueError(f"synthetic_scenes: {name} must be in [0, 1], got {v!r}")
+        raise BadInput(f"synthetic_scenes: {name} must be in [0, 1], got {v!r}")
     if noise < 0 or material_signal < 0:
-      raise ValueError("synthetic_scenes: noise and material_signal must be >= 0, "
+      raise BadInput("synthetic_scenes: noise and material_signal must be >= 0, "
                        f"got {noise!r}, {material_signal!r}")
     self.seed = int(seed)
     self.feature_dim = int(feature_dim)
@@ -378,13 +379,13 @@ class SyntheticScenes:
 
   def _check_split(self, split: str) -> str:
     if split not in self._sizes:
-      raise ValueError(f"synthetic_scenes: unknown split {split!r}, expected one of {SPLITS}")
+      raise BadInput(f"synthetic_scenes: unknown split {split!r}, expected one of {SPLITS}")
     return split
 
   def _check(self, split: str, i: int) -> str:
     self._check_split(split)
     if not 0 <= i < self._sizes[split]:
-      raise IndexError(f"synthetic_scenes: image {i} out of range for split {split!r} "
+      raise BadIndex(f"synthetic_scenes: image {i} out of range for split {split!r} "
                        f"of {self._sizes[split]} images")
     return split
 

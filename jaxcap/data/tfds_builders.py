@@ -29,6 +29,7 @@ import tensorflow_datasets as tfds
 
 from jaxcap.data import base
 from jaxcap.data.readers import complete_data_config, reader
+from jaxcap.errors import BadInput
 
 VERSION = "1.0.0"
 
@@ -178,7 +179,7 @@ def _find_build(data_config) -> str:
   for cand in (path, os.path.join(path, f"jaxcap_{data_config.name}", VERSION)):
     if cand and os.path.exists(os.path.join(cand, "dataset_info.json")):
       return cand
-  raise ValueError(f"{path or '<tfds_dir unset>'}: field 'tfds_dir' holds no built jaxcap TFDS "
+  raise BadInput(f"{path or '<tfds_dir unset>'}: field 'tfds_dir' holds no built jaxcap TFDS "
                    f"dataset, expected dataset_info.json there or in jaxcap_{data_config.name}/"
                    f"{VERSION} (run jaxcap.data.tfds_builders.build)")
 

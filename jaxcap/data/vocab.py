@@ -19,6 +19,8 @@ import os
 import re
 from typing import Iterable, Sequence
 
+from jaxcap.errors import BadInput
+
 PAD, BOS, EOS, UNK = 0, 1, 2, 3
 SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")
 
@@ -37,7 +39,7 @@ class Vocab:
     self.itos = list(SPECIALS) + [w for w in words if w not in SPECIALS]
     self.stoi = {w: i for i, w in enumerate(self.itos)}
     if len(self.stoi) != len(self.itos):
-      raise ValueError("vocabulary words must be unique")
+      raise BadInput("vocabulary words must be unique")
 
   def __len__(self) -> int:
     return len(self.itos)
@@ -104,8 +106,10 @@ class Vocab:
       with open(path) as f:
         data = json.load(f)
       itos = data["itos"]
+      if not (isinstance(itos, list) and all(isinstance(w, str) for w in itos)):
+        raise TypeError("'itos' is not a list of words")
     except (OSError, ValueError, KeyError, TypeError) as e:
-      raise ValueError(f"{path}: not a jaxcap vocabulary JSON with an 'itos' list ({e})") from None
+      raise BadInput(f"{path}: not a jaxcap vocabulary JSON with an 'itos' list ({e})") from None
     if list(itos[: len(SPECIALS)]) != list(SPECIALS):
-      raise ValueError(f"{path}: field 'itos' must start with {list(SPECIALS)}")
+      raise BadInput(f"{path}: field 'itos' must start with {list(SPECIALS)}")
     return cls(itos[len(SPECIALS):])

@@ -59,6 +59,7 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 
 from jaxcap.data.vocab import EOS, PAD
+from jaxcap.errors import BadInput
 
 _FORMAT_VERSION = 1
 COMPAT_MODES = ("jaxcap", "self_critical")
@@ -71,10 +72,10 @@ COMPAT_MODES = ("jaxcap", "self_critical")
 def _check_vocab_size(vocab_size: int, n: int) -> int:
   vocab_size = int(vocab_size)
   if vocab_size < 3:
-    raise ValueError(f"cider: vocab_size must be at least 3 (PAD, BOS, EOS), got {vocab_size}")
+    raise BadInput(f"cider: vocab_size must be at least 3 (PAD, BOS, EOS), got {vocab_size}")
   if float(vocab_size + 1) ** n >= 2.0 ** 63:
-    raise ValueError(f"cider: vocab_size {vocab_size} too large for exact int64 {n}-gram keys "
-                     f"(need (vocab_size + 1)^{n} < 2^63)")
+    raise BadInput(f"cider: vocab_size {vocab_size} too large for exact int64 {n}-gram keys "
+                   f"(need (vocab_size + 1)^{n} < 2^63)")
   return vocab_size
 
 
@@ -443,7 +444,7 @@ class CiderD:
     self.sigma = float(sigma)
     self.count_eos = bool(count_eos)
     if ref_max_len is not None and int(ref_max_len) < 1:
-      raise ValueError(f"cider: ref_max_len must be >= 1 or None, got {ref_max_len}")
+      raise BadInput(f"cider: ref_max_len must be >= 1 or None, got {ref_max_len}")
     self.ref_max_len = None if ref_max_len is None else int(ref_max_len)
     if doc_freq is not None and (doc_freq.vocab_size, doc_freq.n, doc_freq.count_eos) != (
         self.vocab_size, self.n, self.count_eos):
@@ -468,12 +469,12 @@ class CiderD:
       Others as in :meth:`__init__` and :func:`load_or_build_doc_freq`.
     """
     if compat not in COMPAT_MODES:
-      raise ValueError(f"cider: compat must be one of {COMPAT_MODES}, got {compat!r}")
+      raise BadInput(f"cider: compat must be one of {COMPAT_MODES}, got {compat!r}")
     ref_max_len = None
     if compat == "self_critical":
       if not count_eos or max_len is None:
-        raise ValueError("cider: compat='self_critical' needs count_eos=True and max_len "
-                         f"(got count_eos={count_eos}, max_len={max_len})")
+        raise BadInput("cider: compat='self_critical' needs count_eos=True and max_len "
+                       f"(got count_eos={count_eos}, max_len={max_len})")
       ref_max_len = int(max_len)
     table = load_or_build_doc_freq(train_refs_ids, cache_dir, vocab, n=n, count_eos=count_eos,
                                    log=log)

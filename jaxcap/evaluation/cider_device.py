@@ -39,6 +39,7 @@ import numpy as np
 import jax
 import jax.numpy as jnp
 
+from jaxcap.errors import BadInput
 from jaxcap.evaluation import cider as host_cider
 
 PAD, EOS = host_cider.PAD, host_cider.EOS
@@ -81,8 +82,8 @@ class Options:
 def check_vocab_size(vocab_size: int) -> int:
   vocab_size = int(vocab_size)
   if vocab_size > MAX_VOCAB:
-    raise ValueError(f"cider_device: vocab_size {vocab_size} too large for exact 2 x uint32 "
-                     f"n-gram keys (need vocab_size <= {MAX_VOCAB}); use scst.reward='host'")
+    raise BadInput(f"cider_device: vocab_size {vocab_size} too large for exact 2 x uint32 "
+                   f"n-gram keys (need vocab_size <= {MAX_VOCAB}); use scst.reward='host'")
   return vocab_size
 
 

@@ -24,6 +24,7 @@ import re
 import shutil
 from typing import Callable, Hashable, Mapping, Sequence
 
+from jaxcap.errors import BadInput
 from jaxcap.evaluation import signature
 
 # One name per metric where people read it (tables, logs, docs); the JSON files keep
@@ -84,8 +85,8 @@ def skipped_metrics() -> tuple[str, ...]:
   names = tuple(dict.fromkeys(n.strip() for n in raw.split(",") if n.strip()))
   unknown = [n for n in names if n not in METRIC_NAMES]
   if unknown:
-    raise ValueError(f"{SKIP_ENV}={raw!r}: unknown metric group(s) {unknown}; expected a "
-                     f"comma-separated list of some of {list(METRIC_NAMES)}")
+    raise BadInput(f"{SKIP_ENV}={raw!r}: unknown metric group(s) {unknown}; expected a "
+                   f"comma-separated list of some of {list(METRIC_NAMES)}")
   return names
 
 
@@ -114,8 +115,8 @@ def postprocess_captions(predictions: Mapping[Hashable, str], kind: str = "none"
   """``predictions`` with :data:`CAPTION_POSTPROCESS` ``kind`` applied to every caption (words
   are the space-separated tokens jaxcap's captions are made of)."""
   if kind not in CAPTION_POSTPROCESS:
-    raise ValueError(f"caption_postprocess: expected one of {', '.join(CAPTION_POSTPROCESS)}, "
-                     f"got {kind!r}")
+    raise BadInput(f"caption_postprocess: expected one of {', '.join(CAPTION_POSTPROCESS)}, "
+                   f"got {kind!r}")
   if kind == "none":
     return dict(predictions)
   # A non-string caption is left as it is: score() refuses it in one line.
@@ -301,20 +302,20 @@ def score(references: Mapping[Hashable, Sequence[str]], predictions: Mapping[Has
   groups = list(dict.fromkeys(list(metrics) + (["SPICE"] if spice else [])))
   unknown = [m for m in groups if m not in METRIC_NAMES]
   if unknown:
-    raise ValueError(f"coco_metrics: unknown metric(s) {unknown}, expected some of "
-                     f"{list(METRIC_NAMES)}")
+    raise BadInput(f"coco_metrics: unknown metric(s) {unknown}, expected some of "
+                   f"{list(METRIC_NAMES)}")
   if not predictions:
-    raise ValueError("coco_metrics: predictions are empty, expected at least one image")
+    raise BadInput("coco_metrics: predictions are empty, expected at least one image")
   ids = list(predictions)
   for i in ids:
     if i not in references:
-      raise ValueError(f"coco_metrics: predicted image_id {i!r} has no references")
+      raise BadInput(f"coco_metrics: predicted image_id {i!r} has no references")
     refs = references[i]
     if isinstance(refs, str) or not len(refs):
-      raise ValueError(f"coco_metrics: references[{i!r}] must be a non-empty list of captions")
+      raise BadInput(f"coco_metrics: references[{i!r}] must be a non-empty list of captions")
     if not isinstance(predictions[i], str):
-      raise ValueError(f"coco_metrics: predictions[{i!r}] must be a string, got "
-                       f"{type(predictions[i]).__name__}")
+      raise BadInput(f"coco_metrics: predictions[{i!r}] must be a string, got "
+                     f"{type(predictions[i]).__name__}")
   gts = {i: [str(c) for c in references[i]] for i in ids}
   scored = postprocess_captions(predictions, caption_postprocess)
   res = {i: [scored[i]] for i in ids}

@@ -33,6 +33,7 @@ from typing import Mapping
 
 import numpy as np
 
+from jaxcap.errors import BadInput
 from jaxcap.evaluation import coco_metrics, files, signature
 
 METRIC_ORDER = tuple(coco_metrics.DISPLAY_NAMES)
@@ -85,9 +86,9 @@ def load(path: str, split: str = "test", tag: str = "") -> tuple[dict, str]:
     file = os.path.join(path, f"scores_{split}{tag}.json")
     if not os.path.exists(file):
       found = sorted(n for n in os.listdir(path) if n.startswith("scores_") and n.endswith(".json"))
-      raise ValueError(f"{path}: no scores_{split}{tag}.json; expected a run directory that was "
-                       f"tested (found {', '.join(found) if found else 'no scores files'}; "
-                       "--split / --tag choose another)")
+      raise BadInput(f"{path}: no scores_{split}{tag}.json; expected a run directory that was "
+                     f"tested (found {', '.join(found) if found else 'no scores files'}; "
+                     "--split / --tag choose another)")
     path = file
   return files.load_scores(path), path
 
@@ -112,18 +113,18 @@ def compare(a: Mapping, b: Mapping, *, intersection: bool = False, names=("A", "
   "b", "delta", "ci", "p", "overall_a", "overall_b", "over"}}}``: ``settings`` lists the
   signatures' differences and, when the config hashes differ and both configs are given, the
   config fields that differ (``config.<field>``; ``config_found`` False when they are not);
-  raises a one-line ``ValueError`` when the image sets differ (unless ``intersection``) or no
+  raises a one-line ``BadInput`` when the image sets differ (unless ``intersection``) or no
   image or metric is shared."""
   pa, pb = a.get("per_image") or {}, b.get("per_image") or {}
   keys_a, keys_b = set(map(str, pa)), set(map(str, pb))
   shared = sorted(keys_a & keys_b)
   if not shared:
-    raise ValueError(f"{names[0]} and {names[1]} score no image in common; expected scores of the "
-                     "same images")
+    raise BadInput(f"{names[0]} and {names[1]} score no image in common; expected scores of the "
+                   "same images")
   if keys_a != keys_b and not intersection:
-    raise ValueError(f"{names[0]} scores {len(keys_a)} images, {names[1]} {len(keys_b)}, "
-                     f"{len(shared)} in both; expected the same images (--intersection compares "
-                     "the shared ones)")
+    raise BadInput(f"{names[0]} scores {len(keys_a)} images, {names[1]} {len(keys_b)}, "
+                   f"{len(shared)} in both; expected the same images (--intersection compares "
+                   "the shared ones)")
   by_a, by_b = {str(k): v for k, v in pa.items()}, {str(k): v for k, v in pb.items()}
   metrics = [m for m in METRIC_ORDER if all(m in by_a[k] and m in by_b[k] for k in shared)]
   metrics += sorted({m for k in shared for m in by_a[k]} & {m for k in shared for m in by_b[k]}
@@ -149,8 +150,8 @@ def compare(a: Mapping, b: Mapping, *, intersection: bool = False, names=("A", "
          "resamples": resamples, "seed": seed, "metrics": {}}
   overall_a, overall_b = a.get("overall") or {}, b.get("overall") or {}
   for m in metrics:
-    va = np.array([_num(by_a[k].get(m)) for k in shared])
-    vb = np.array([_num(by_b[k].get(m)) for k in shared])
+    va = np.array([_num(by_a[k].get(m), (names[0], k, m)) for k in shared])
+    vb = np.array([_num(by_b[k].get(m), (names[1], k, m)) for k in shared])
     ok = np.isfinite(va) & np.isfinite(vb)  # SPICE can be NaN for an image
     if not ok.any():
       continue
@@ -163,13 +164,23 @@ def compare(a: Mapping, b: Mapping, *, intersection: bool = False, names=("A", "
                          "overall_b": _num_or_none(overall_b.get(m)),
                          "over": NOT_CORPUS if m in CORPUS_METRICS else PER_IMAGE_MEAN}
   if not out["metrics"]:
-    raise ValueError(f"{names[0]} and {names[1]} share no per-image metric; expected scores "
-                     "files with 'per_image'")
+    raise BadInput(f"{names[0]} and {names[1]} share no per-image metric; expected scores "
+                   "files with 'per_image'")
   return out
 
 
-def _num(v) -> float:
-  return float("nan") if v is None else float(v)
+def _num(v, where=None) -> float:
+  """``v`` as a float (NaN for None); ``where``: ``(file, image_id, metric)`` of a scores
+  file's value, named in the one line a non-number gets."""
+  if v is None:
+    return float("nan")
+  try:
+    return float(v)
+  except (TypeError, ValueError):
+    if where is None:
+      raise
+    raise BadInput(f"{where[0]}: per_image {where[1]!r} has {where[2]}={v!r}; expected a number "
+                   "or null") from None
 
 
 def _num_or_none(v):

@@ -8,7 +8,7 @@ Scores files (``scores_<split><tag>.json`` of a workdir, ``--out`` of ``evaluate
 per-image scores are a list in prediction order whose ``image_id`` has the type it has in
 ``predictions_<split>.json`` (an int for COCO and the synthetic scenes, a string for Flickr file
 stems), so the two files join on ``image_id`` as they are. Files written before this layout
-(``per_image`` an object keyed by the id as a string) are read by :func:`load_scores` too. Every malformed input raises a one-line ``ValueError`` naming the file and,
+(``per_image`` an object keyed by the id as a string) are read by :func:`load_scores` too. Every malformed input raises a one-line ``BadInput`` naming the file and,
 where there is one, the entry at fault.
 """
 
@@ -21,6 +21,7 @@ from typing import Callable, Hashable, Mapping
 
 from jaxcap import atomic
 from jaxcap.atomic import write_json
+from jaxcap.errors import BadInput
 from jaxcap.evaluation import coco_metrics, signature
 
 
@@ -29,18 +30,21 @@ def read_json(path: str, what: str):
     with open(path) as f:
       return json.load(f)
   except OSError as e:
-    raise ValueError(f"{path}: cannot read {what} ({e.strerror or e}); expected an existing, "
-                     "readable file") from None
+    raise BadInput(f"{path}: cannot read {what} ({e.strerror or e}); expected an existing, "
+                   "readable file") from None
   except json.JSONDecodeError as e:
-    raise ValueError(
+    raise BadInput(
         f"{path}: not valid JSON ({e.msg} at line {e.lineno}); expected {what}") from None
+  except UnicodeDecodeError as e:  # a binary file (an .npz, an image) given as JSON
+    raise BadInput(f"{path}: not a text file ({e.reason} at byte {e.start}); "
+                   f"expected {what}") from None
 
 
 def _image_id(value, path: str, where: str):
   # COCO ids are ints; Flickr/Karpathy-style ids may be strings. Anything else is a mistake.
   if isinstance(value, bool) or not isinstance(value, (int, str)):
-    raise ValueError(f"{path}: {where} 'image_id' must be an int or a string, got "
-                     f"{type(value).__name__}")
+    raise BadInput(f"{path}: {where} 'image_id' must be an int or a string, got "
+                   f"{type(value).__name__}")
   return value
 
 
@@ -48,11 +52,11 @@ def _caption_entry(item, path: str, where: str, expected: str) -> tuple[Hashable
   """``(image_id, caption)`` of one ``{"image_id", "caption"}`` object of a COCO file (an
   annotation or a result); ``where`` names it and ``expected`` the file kind in errors."""
   if not isinstance(item, dict) or "image_id" not in item or "caption" not in item:
-    raise ValueError(f"{path}: {where} must be an object with 'image_id' and 'caption' "
-                     f"(expected {expected})")
+    raise BadInput(f"{path}: {where} must be an object with 'image_id' and 'caption' "
+                   f"(expected {expected})")
   if not isinstance(item["caption"], str):
-    raise ValueError(f"{path}: {where} 'caption' must be a string, got "
-                     f"{type(item['caption']).__name__}")
+    raise BadInput(f"{path}: {where} 'caption' must be a string, got "
+                   f"{type(item['caption']).__name__}")
   return _image_id(item["image_id"], path, where), item["caption"]
 
 
@@ -66,18 +70,18 @@ def load_coco_references(path: str) -> dict[Hashable, list[str]]:
     ``{image_id: [caption, ...]}`` in file order; every image has at least one caption.
 
   Raises:
-    ValueError: naming the file (and annotation index) when the layout is not COCO's.
+    BadInput: naming the file (and annotation index) when the layout is not COCO's.
   """
   data = read_json(path, "a COCO annotation file with an 'annotations' list")
   if not isinstance(data, dict) or not isinstance(data.get("annotations"), list):
-    raise ValueError(f"{path}: expected a COCO annotation file: a JSON object with an "
-                     "'annotations' list of {'image_id', 'caption'}")
+    raise BadInput(f"{path}: expected a COCO annotation file: a JSON object with an "
+                   "'annotations' list of {'image_id', 'caption'}")
   refs: dict[Hashable, list[str]] = {}
   for k, ann in enumerate(data["annotations"]):
     image_id, caption = _caption_entry(ann, path, f"annotations[{k}]", "COCO annotations")
     refs.setdefault(image_id, []).append(caption)
   if not refs:
-    raise ValueError(f"{path}: 'annotations' is empty, expected reference captions")
+    raise BadInput(f"{path}: 'annotations' is empty, expected reference captions")
   return refs
 
 
@@ -92,25 +96,25 @@ def load_predictions(path: str, references: Mapping | None = None) -> dict[Hasha
     ``{image_id: caption}`` in file order.
 
   Raises:
-    ValueError: naming the file and entry index for a malformed entry, a repeated image id, or
+    BadInput: naming the file and entry index for a malformed entry, a repeated image id, or
       an image id absent from ``references``.
   """
   data = read_json(path, "a COCO results list of {'image_id', 'caption'}")
   if not isinstance(data, list):
-    raise ValueError(f"{path}: expected a COCO results file: a JSON list of "
-                     f"{{'image_id', 'caption'}}, got a {type(data).__name__}")
+    raise BadInput(f"{path}: expected a COCO results file: a JSON list of "
+                   f"{{'image_id', 'caption'}}, got a {type(data).__name__}")
   preds: dict[Hashable, str] = {}
   for k, entry in enumerate(data):
     image_id, caption = _caption_entry(entry, path, f"entry {k}", "a COCO results list")
     if image_id in preds:
-      raise ValueError(f"{path}: entry {k} repeats image_id {image_id!r}; expected one caption "
-                       "per image")
+      raise BadInput(f"{path}: entry {k} repeats image_id {image_id!r}; expected one caption "
+                     "per image")
     if references is not None and image_id not in references:
-      raise ValueError(f"{path}: entry {k} has image_id {image_id!r}, which is not among the "
-                       "references; expected only the references' image ids")
+      raise BadInput(f"{path}: entry {k} has image_id {image_id!r}, which is not among the "
+                     "references; expected only the references' image ids")
     preds[image_id] = caption
   if not preds:
-    raise ValueError(f"{path}: no predictions, expected at least one {{'image_id', 'caption'}}")
+    raise BadInput(f"{path}: no predictions, expected at least one {{'image_id', 'caption'}}")
   return preds
 
 
@@ -141,21 +145,25 @@ def load_scores(path: str, image_ids=None) -> dict:
   """
   data = read_json(path, "a scores file with 'overall' and 'per_image'")
   if not isinstance(data, dict) or not isinstance(data.get("overall"), dict):
-    raise ValueError(f"{path}: expected a scores file: a JSON object with 'overall' and 'per_image'")
+    raise BadInput(f"{path}: expected a scores file: a JSON object with 'overall' and 'per_image'")
   per = data.get("per_image", [])
   out = dict(data)
   if isinstance(per, list):
     result = {}
     for k, entry in enumerate(per):
       if not isinstance(entry, dict) or "image_id" not in entry:
-        raise ValueError(f"{path}: per_image[{k}] must be an object with 'image_id'")
+        raise BadInput(f"{path}: per_image[{k}] must be an object with 'image_id'")
       entry = dict(entry)
       result[_image_id(entry.pop("image_id"), path, f"per_image[{k}]")] = entry
     out["per_image"] = result
     return out
   if not isinstance(per, dict):
-    raise ValueError(f"{path}: 'per_image' must be a list of {{'image_id', ...}}, got "
-                     f"{type(per).__name__}")
+    raise BadInput(f"{path}: 'per_image' must be a list of {{'image_id', ...}}, got "
+                   f"{type(per).__name__}")
+  bad = next((k for k, v in per.items() if not isinstance(v, dict)), None)
+  if bad is not None:  # the old layout: {image_id: {metric: value}}
+    raise BadInput(f"{path}: per_image[{bad!r}] must be an object of metric values, got "
+                   f"{type(per[bad]).__name__}")
   if image_ids is None:  # the old layout: recover the ids' type from the predictions beside it
     base = os.path.basename(path)
     sibling = os.path.join(os.path.dirname(path), "predictions_" + base[len("scores_"):])
@@ -197,9 +205,9 @@ def score_files(predictions_path: str, references_path: str, out_path: str, spic
   predictions = load_predictions(predictions_path, references)
   missing = [i for i in references if i not in predictions]
   if missing:  # A score over a subset of the images is not the split's score.
-    raise ValueError(f"{predictions_path}: captions for {len(predictions)} of the "
-                     f"{len(references)} images in {references_path} (first missing image_id "
-                     f"{missing[0]!r}); expected one caption for every reference image")
+    raise BadInput(f"{predictions_path}: captions for {len(predictions)} of the "
+                   f"{len(references)} images in {references_path} (first missing image_id "
+                   f"{missing[0]!r}); expected one caption for every reference image")
   prepared = clip.prepare(list(predictions)) if clip else None
   result = coco_metrics.score(references, predictions, metrics=metrics, spice=spice, log=log,
                               caption_postprocess=caption_postprocess)

@@ -2,7 +2,7 @@
 
 The library behind ``evaluate.py`` (:mod:`jaxcap.commands.evaluate` maps its flags onto these
 functions). Every input is checked before a checkpoint is restored or anything is decoded or
-written: bad input is one ``ValueError`` line.
+written: bad input is one ``BadInput`` line.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from jaxcap import api, atomic, ensemble, run_dir
 from jaxcap import images as images_lib
 from jaxcap import progress
 from jaxcap import data as data_lib
+from jaxcap.errors import BadInput
 from jaxcap.evaluation import coco_metrics, server
 from jaxcap.features import extract
 from jaxcap.features import record as record_lib
@@ -59,8 +60,8 @@ def _caption_postprocess(given: str | None, config) -> str:
   post = run_dir.caption_postprocess(config) if given is None else given
   if post not in coco_metrics.CAPTION_POSTPROCESS:
     where = "--caption-postprocess" if given is not None else "config field caption_postprocess"
-    raise ValueError(f"{where}: expected one of {', '.join(coco_metrics.CAPTION_POSTPROCESS)}, "
-                     f"got {post!r}")
+    raise BadInput(f"{where}: expected one of {', '.join(coco_metrics.CAPTION_POSTPROCESS)}, "
+                   f"got {post!r}")
   return post
 
 
@@ -83,8 +84,8 @@ def _decode_of(decode, config) -> dict:
 def _check_inputs(member_config, dataset, config, split: str, attributes: str | None) -> None:
   model, _ = pixels.build_for_run(member_config, dict(dataset.info))  # a run from pixels: its backbone too
   if attributes == "none" and "attributes" in model.required_inputs():
-    raise ValueError(f"--attributes=none: {validation.model_label(model, member_config.model)} "
-                     "attends to attribute words; expected --attributes oracle, noisy or detected")
+    raise BadInput(f"--attributes=none: {validation.model_label(model, member_config.model)} "
+                   "attends to attribute words; expected --attributes oracle, noisy or detected")
   validation.check_model_inputs(model, dataset, config, [split], model_config=member_config.model)
 
 
@@ -143,13 +144,13 @@ def evaluate_run(workdir: str, *, split: str = "test", step: int | None = None,
   atomic.check_writable(workdir, f"--workdir={workdir}")  # where the predictions and scores go
   decode = _decode_of(decode, config)
   if batch_size is not None and batch_size < 1:
-    raise ValueError(f"--batch_size={batch_size}: expected an int >= 1")
+    raise BadInput(f"--batch_size={batch_size}: expected an int >= 1")
   config.eval_batch_size = batch_size or config.eval_batch_size
   dataset = data_lib.get_dataset(_with_attributes(config, split, attributes).data)
   run_dir.check_workdir(workdir, config, dataset.vocab)
   if split not in dataset.splits:  # before loading (and compiling) anything
-    raise ValueError(f"--split={split}: not a split of {dataset.name}; expected one of "
-                     f"{', '.join(dataset.splits)}")
+    raise BadInput(f"--split={split}: not a split of {dataset.name}; expected one of "
+                   f"{', '.join(dataset.splits)}")
   _check_inputs(config, dataset, config, split, attributes)
   prepared = _prepare_clip(clip, dataset, split)
   if tag is None:
@@ -165,7 +166,7 @@ def _prepare_clip(clip, dataset, split: str):
   if not clip:
     return None
   if dataset.src_vocab is not None:
-    raise ValueError("--clip_weights / --pac_weights: this run translates text; expected a captioning run")
+    raise BadInput("--clip_weights / --pac_weights: this run translates text; expected a captioning run")
   return clip.prepare(list(dataset.references(split)))
 
 
@@ -179,7 +180,7 @@ def evaluate_ensemble(workdirs, weights=None, *, out_dir: str | None = None, spl
   (default: the first run's); ``decode`` as :func:`evaluate_run`'s. Everything is checked
   before any run is restored."""
   if not workdirs:
-    raise ValueError("--ensemble: expected comma-separated run directories, got none")
+    raise BadInput("--ensemble: expected comma-separated run directories, got none")
   if weights is not None:
     weights = ensemble.check_weights(weights, len(workdirs), f"--ensemble-weights={weights}")
   runs = [(run_dir.read_config(w), run_dir.read_vocab(w)) for w in workdirs]
@@ -195,8 +196,8 @@ def evaluate_ensemble(workdirs, weights=None, *, out_dir: str | None = None, spl
       same = (run_dir.absolute_data_paths(cfg.data.to_dict()).get(field)
               == run_dir.absolute_data_paths(config.data.to_dict()).get(field))
       if not same:
-        raise ValueError(f"--ensemble: {w} was trained on data.{field}={cfg.data.get(field)!r}, "
-                         f"{workdirs[0]} on {config.data.get(field)!r}; members must share the data")
+        raise BadInput(f"--ensemble: {w} was trained on data.{field}={cfg.data.get(field)!r}, "
+                       f"{workdirs[0]} on {config.data.get(field)!r}; members must share the data")
   config.eval_batch_size = batch_size or config.eval_batch_size
   dataset = data_lib.get_dataset(_with_attributes(config, split, attributes).data)
   for w, (cfg, _) in zip(workdirs, runs):
@@ -225,22 +226,22 @@ def caption_folder(workdir: str, images: str, out: str, *, weights: str | None =
   atomic.check_writable(out, f"--out={out}", file=True)
   names = extract.list_images(images)
   if not names:
-    raise ValueError(f"--images={images}: no image files ({', '.join(extract.IMAGE_EXTENSIONS)}); "
-                     "expected a folder of images")
+    raise BadInput(f"--images={images}: no image files ({', '.join(extract.IMAGE_EXTENSIONS)}); "
+                   "expected a folder of images")
   config = run_dir.read_config(workdir)
   section = pixels.backbone_config(config)
   if section is not None:  # a run from pixels: its backbone is in the checkpoint
     if weights is not None:
-      raise ValueError(f"--weights={weights}: {workdir} trained its backbone ({section.name}); "
-                       "expected no --weights (the backbone's weights are the checkpoint's)")
+      raise BadInput(f"--weights={weights}: {workdir} trained its backbone ({section.name}); "
+                     "expected no --weights (the backbone's weights are the checkpoint's)")
     size = int(run_dir.load_info(workdir, config).get("image_size") or config.data.image_size)
     source = f"its trained {section.name}"
   else:
     record = run_dir.read_features_record(workdir)
     if record is None:
-      raise ValueError(f"{workdir}: no {run_dir.FEATURES_FILE} and no backbone of its own; it was "
-                       "trained on features jaxcap-extract did not write, so it cannot caption "
-                       f"image files; {images_lib.IMAGE_RUNS}")
+      raise BadInput(f"{workdir}: no {run_dir.FEATURES_FILE} and no backbone of its own; it was "
+                     "trained on features jaxcap-extract did not write, so it cannot caption "
+                     f"image files; {images_lib.IMAGE_RUNS}")
     # Refused before any image is read or any checkpoint restored.
     record_lib.check_weights(record, weights, os.path.join(workdir, run_dir.FEATURES_FILE))
     size = extract.parse_size(record["size"], "features.json: size")  # an int or "native"
@@ -256,8 +257,8 @@ def caption_folder(workdir: str, images: str, out: str, *, weights: str | None =
       print(f"warning: {path}: unreadable image ({extract.unreadable_reason(e)}); skipped",
             file=sys.stderr, flush=True)
   if not read:
-    raise ValueError(f"--images={images}: none of the {len(names)} images could be read; "
-                     "expected image files Pillow can open")
+    raise BadInput(f"--images={images}: none of the {len(names)} images could be read; "
+                   "expected image files Pillow can open")
   run = api.load(workdir, step)
   print(f"Captioning {len(read)} images of {images} with step {run.step} of {workdir} "
         f"({source}).", flush=True)
@@ -280,25 +281,25 @@ def server_results(workdir: str, which: str, *, att_dir: str | None = None, fc_d
   checkpoint (or ``step``), and writes ``captions_<which>_<alg>_results.json`` to ``out_dir``
   (default the workdir), checked against the server's format. Returns its path."""
   if which not in server.SETS:
-    raise ValueError(f"--server={which}: expected one of {', '.join(server.SETS)}")
+    raise BadInput(f"--server={which}: expected one of {', '.join(server.SETS)}")
   server.check_alg(alg)
   config = run_dir.read_config(workdir)
   out_dir = out_dir or workdir
   path = os.path.join(out_dir, server.results_name(which, alg))
   atomic.check_writable(path, f"--workdir={out_dir}", file=True)  # where the results file goes
   if batch_size < 1:
-    raise ValueError(f"--batch_size={batch_size}: expected an int >= 1")
+    raise BadInput(f"--batch_size={batch_size}: expected an int >= 1")
   data = config.data
   needs = [(flag, d) for flag, d, field in (("--att_dir", att_dir, "att_dir"), ("--fc_dir", fc_dir, "fc_dir"),
                                             ("--box_dir", box_dir, "box_dir")) if data.get(field)]
   if not needs:
-    raise ValueError(f"{workdir}: trained on data.name={data.name!r}, not on per-image feature "
-                     "folders; expected a run trained on features in the community's layout "
-                     "(data.att_dir / fc_dir)")
+    raise BadInput(f"{workdir}: trained on data.name={data.name!r}, not on per-image feature "
+                   "folders; expected a run trained on features in the community's layout "
+                   "(data.att_dir / fc_dir)")
   missing = [flag for flag, d in needs if not d]
   if missing:
-    raise ValueError(f"{missing[0]}: missing; this run was trained with "
-                     f"{', '.join(flag[2:] for flag, _ in needs)} features, expected the set's folder of them")
+    raise BadInput(f"{missing[0]}: missing; this run was trained with "
+                   f"{', '.join(flag[2:] for flag, _ in needs)} features, expected the set's folder of them")
   decode = _decode_of(decode, config)
   first = next(d for _, d in needs)
   ids = server.read_image_info(image_info) if image_info else server.folder_ids(first, needs[0][0])

@@ -19,6 +19,7 @@ import numpy as np
 
 from jaxcap import atomic
 from jaxcap.data import karpathy
+from jaxcap.errors import BadInput
 from jaxcap.evaluation import files
 
 SETS = {"test2014": 40775, "val2014": 40504}
@@ -31,8 +32,8 @@ def results_name(which: str, alg: str) -> str:
 
 def check_alg(alg: str) -> str:
   if not _ALG.match(alg or ""):
-    raise ValueError(f"--alg={alg}: expected letters, digits and '-' (the server reads the "
-                     "algorithm's name between underscores)")
+    raise BadInput(f"--alg={alg}: expected letters, digits and '-' (the server reads the "
+                   "algorithm's name between underscores)")
   return alg
 
 
@@ -41,12 +42,12 @@ def read_image_info(path: str) -> list[int]:
   data = files.read_json(path, "COCO's image_info_test2014.json or captions_val2014.json")
   images = data.get("images") if isinstance(data, dict) else None
   if not isinstance(images, list) or not images:
-    raise ValueError(f"--image_info={path}: no 'images' list; expected COCO's image_info_test2014.json "
-                     "or captions_val2014.json")
+    raise BadInput(f"--image_info={path}: no 'images' list; expected COCO's image_info_test2014.json "
+                   "or captions_val2014.json")
   ids = []
   for k, im in enumerate(images):
     if not isinstance(im, dict) or not isinstance(im.get("id"), int) or isinstance(im.get("id"), bool):
-      raise ValueError(f"--image_info={path}: images[{k}] has no integer 'id'")
+      raise BadInput(f"--image_info={path}: images[{k}] has no integer 'id'")
     ids.append(im["id"])
   return sorted(set(ids))
 
@@ -63,10 +64,10 @@ def folder_ids(folder: str, flag: str) -> list[int]:
     else:
       bad.append(name)
   if bad:
-    raise ValueError(f"{flag}={folder}: {os.path.join(folder, sorted(bad)[0])} is not named by an "
-                     "integer COCO image id; expected <image_id>.npz / .npy files")
+    raise BadInput(f"{flag}={folder}: {os.path.join(folder, sorted(bad)[0])} is not named by an "
+                   "integer COCO image id; expected <image_id>.npz / .npy files")
   if not ids:
-    raise ValueError(f"{flag}={folder}: no <image_id>.npz / .npy feature files")
+    raise BadInput(f"{flag}={folder}: no <image_id>.npz / .npy feature files")
   return sorted(ids)
 
 
@@ -79,12 +80,12 @@ def features_reader(ids: list[int], att_dir: str | None, fc_dir: str | None,
     if not d:
       continue
     if not os.path.isdir(d):
-      raise ValueError(f"{flag}={d}: not a directory; expected a folder of <image_id> feature files")
+      raise BadInput(f"{flag}={d}: not a directory; expected a folder of <image_id> feature files")
     present = set(os.listdir(d))
     missing = [i for i in ids if not any(f"{i}{e}" in present for e in exts)]
     if missing:
-      raise ValueError(f"{flag}={d}: no features for {len(missing)} of the {len(ids)} images, e.g. "
-                       f"{os.path.join(d, str(missing[0]) + exts[0])}; expected one file per image")
+      raise BadInput(f"{flag}={d}: no features for {len(missing)} of the {len(ids)} images, e.g. "
+                     f"{os.path.join(d, str(missing[0]) + exts[0])}; expected one file per image")
   return karpathy.DirFeatures([str(i) for i in ids], att_dir or "", fc_dir or "", box_dir or "",
                               grid=grid)
 
@@ -104,10 +105,13 @@ def chunk_features(reader, indices, info: dict, truncate: bool = False) -> dict:
     if truncate:
       x = x[:n_max]
     if x.shape[0] > n_max or x.shape[1] != f_dim:
-      raise ValueError(f"{reader.name(i)}: features of shape {list(x.shape)}; expected at most "
-                       f"{n_max} regions of {f_dim} values (the run's training features)")
+      raise BadInput(f"{reader.name(i)}: features of shape {list(x.shape)}; expected at most "
+                     f"{n_max} regions of {f_dim} values (the run's training features)")
     feats[j, :len(x)], mask[j, :len(x)] = x, True
     if boxes is not None:
+      if len(r["boxes"]) < len(x):  # a box file of another image, or of fewer regions
+        raise BadInput(f"{reader.name(i)}: {len(x)} regions but {len(r['boxes'])} boxes in its box "
+                       "file; expected one box per region")
       boxes[j, :len(x)] = r["boxes"][:len(x)]
   out = {"feats": feats, "feats_mask": mask}
   if all(r["global_feat"] is not None for r in reads):
@@ -120,29 +124,29 @@ def chunk_features(reader, indices, info: dict, truncate: bool = False) -> dict:
 def check_results(path: str, which: str | None = None, expected_ids=None) -> list[dict]:
   """Reads a results file and checks the server's format: a JSON array of objects with exactly
   an integer ``image_id`` and a string ``caption``, every image once; with
-  ``expected_ids``, exactly those images. One-line ``ValueError`` naming the file otherwise."""
+  ``expected_ids``, exactly those images. One-line ``BadInput`` naming the file otherwise."""
   base = os.path.basename(path)
   m = re.match(r"^captions_(test2014|val2014)_([A-Za-z0-9-]+)_results\.json$", base)
   if not m or (which and m.group(1) != which):
-    raise ValueError(f"{path}: expected the name captions_{which or '<test2014|val2014>'}_<alg>_results.json")
+    raise BadInput(f"{path}: expected the name captions_{which or '<test2014|val2014>'}_<alg>_results.json")
   data = files.read_json(path, "an array of {image_id, caption}")
   if not isinstance(data, list) or not data:
-    raise ValueError(f"{path}: expected a non-empty JSON array of {{image_id, caption}}")
+    raise BadInput(f"{path}: expected a non-empty JSON array of {{image_id, caption}}")
   seen = set()
   for k, r in enumerate(data):
     if not isinstance(r, dict) or set(r) != {"image_id", "caption"}:
-      raise ValueError(f"{path}: entry {k} must have exactly 'image_id' and 'caption'")
+      raise BadInput(f"{path}: entry {k} must have exactly 'image_id' and 'caption'")
     if not isinstance(r["image_id"], int) or isinstance(r["image_id"], bool):
-      raise ValueError(f"{path}: entry {k}: image_id {r['image_id']!r} is not an integer")
+      raise BadInput(f"{path}: entry {k}: image_id {r['image_id']!r} is not an integer")
     if not isinstance(r["caption"], str):
-      raise ValueError(f"{path}: entry {k} (image {r['image_id']}): caption must be a string")
+      raise BadInput(f"{path}: entry {k} (image {r['image_id']}): caption must be a string")
     if r["image_id"] in seen:
-      raise ValueError(f"{path}: image {r['image_id']} appears twice; expected every image once")
+      raise BadInput(f"{path}: image {r['image_id']} appears twice; expected every image once")
     seen.add(r["image_id"])
   if expected_ids is not None and seen != set(expected_ids):
     extra, missing = sorted(seen - set(expected_ids)), sorted(set(expected_ids) - seen)
-    raise ValueError(f"{path}: {len(missing)} image(s) missing (e.g. {missing[:1]}) and "
-                     f"{len(extra)} not in the set (e.g. {extra[:1]}); expected every image once")
+    raise BadInput(f"{path}: {len(missing)} image(s) missing (e.g. {missing[:1]}) and "
+                   f"{len(extra)} not in the set (e.g. {extra[:1]}); expected every image once")
   return data
 
 

@@ -34,7 +34,7 @@ at most twice: a full batch and the rest). An alpha channel, on which ``prepro_f
 is dropped. A file Pillow cannot read is reported (a warning line naming it) and skipped; the
 others continue.
 
-This module imports no other part of jaxcap but :mod:`jaxcap.atomic` and :mod:`jaxcap.images` (``jaxcap.features`` is
+This module imports no other part of jaxcap but :mod:`jaxcap.atomic`, :mod:`jaxcap.errors` and :mod:`jaxcap.images` (``jaxcap.features`` is
 the bottom import layer).
 """
 
@@ -51,6 +51,7 @@ from typing import Callable
 import numpy as np
 
 from jaxcap import atomic
+from jaxcap.errors import BadInput
 # The pixels: one definition, shared with readers that must not import flax.
 from jaxcap.images import NATIVE, image_array, read_image, unreadable_reason  # noqa: F401
 from jaxcap.features import registry
@@ -61,16 +62,16 @@ RECORD_FILE = "features.json"
 
 def list_images(images_dir: str) -> list[str]:
   """The image file names of ``images_dir`` (by extension, case-insensitive), sorted; one-line
-  ``ValueError`` when two share a stem (their features would share a file)."""
+  ``BadInput`` when two share a stem (their features would share a file)."""
   if not os.path.isdir(images_dir):
-    raise ValueError(f"--images={images_dir}: not a directory; expected a folder of images")
+    raise BadInput(f"--images={images_dir}: not a directory; expected a folder of images")
   names = sorted(n for n in os.listdir(images_dir)
                  if n.lower().endswith(IMAGE_EXTENSIONS) and os.path.isfile(os.path.join(images_dir, n)))
   seen: dict[str, str] = {}
   for n in names:
     stem = os.path.splitext(n)[0]
     if stem in seen:
-      raise ValueError(f"{os.path.join(images_dir, n)}: same name as {seen[stem]} without the "
+      raise BadInput(f"{os.path.join(images_dir, n)}: same name as {seen[stem]} without the "
                        "extension; expected one image per file-name stem (the features are "
                        "named <stem>.npy / <stem>.npz)")
     seen[stem] = n
@@ -78,7 +79,7 @@ def list_images(images_dir: str) -> list[str]:
 
 
 def parse_size(value, what: str = "--size") -> int | str:
-  """``size`` as an int >= 1 or :data:`NATIVE`; one-line ``ValueError`` naming ``what``."""
+  """``size`` as an int >= 1 or :data:`NATIVE`; one-line ``BadInput`` naming ``what``."""
   if value == NATIVE:
     return NATIVE
   try:
@@ -86,7 +87,7 @@ def parse_size(value, what: str = "--size") -> int | str:
   except (TypeError, ValueError):
     size = 0
   if size < 1 or isinstance(value, bool) or (isinstance(value, float) and value != size):
-    raise ValueError(f"{what}={value}: expected an int >= 1 (the square input side) or {NATIVE!r}")
+    raise BadInput(f"{what}={value}: expected an int >= 1 (the square input side) or {NATIVE!r}")
   return size
 
 
@@ -105,7 +106,7 @@ def check_readable(images_dir: str, names: list[str], size: int) -> None:
   """One line when ``images_dir`` holds no image file, or none that can be read (tried in order
   until one reads: the others are reported as they are extracted)."""
   if not names:
-    raise ValueError(f"--images={images_dir}: no image files ({', '.join(IMAGE_EXTENSIONS)}); "
+    raise BadInput(f"--images={images_dir}: no image files ({', '.join(IMAGE_EXTENSIONS)}); "
                      "expected a folder of images")
   reasons = []
   for name in names:
@@ -114,7 +115,7 @@ def check_readable(images_dir: str, names: list[str], size: int) -> None:
       return
     except Exception as e:  # pylint: disable=broad-except  (Pillow raises many kinds)
       reasons.append(f"{name}: {unreadable_reason(e)}")
-  raise ValueError(f"--images={images_dir}: none of the {len(names)} images could be read (first, "
+  raise BadInput(f"--images={images_dir}: none of the {len(names)} images could be read (first, "
                    f"{reasons[0]}); expected image files Pillow can open")
 
 
@@ -127,35 +128,35 @@ def check_readable(images_dir: str, names: list[str], size: int) -> None:
 def build_backbone(name: str, fields_json: str | None = None, *, size: int | str | None = None,
                    att_size: int | None = None, dtype: str = "float32"):
   """The backbone ``name`` with its field overrides (a JSON object), checked: ``(module,
-  fields, size)``; one ``ValueError`` line naming the flag (``--backbone``, ``--fields``,
+  fields, size)``; one ``BadInput`` line naming the flag (``--backbone``, ``--fields``,
   ``--size``, ``--att_size``) and what was expected. ``size`` None is the backbone's default:
   :data:`NATIVE` for ``registry.NATIVE_BY_DEFAULT``, a ViT's own side, else 448."""
   if name not in registry.BACKBONES:
-    raise ValueError(f"--backbone={name}: unknown; expected one of {', '.join(registry.names())}")
+    raise BadInput(f"--backbone={name}: unknown; expected one of {', '.join(registry.names())}")
   fields = {}
   if fields_json:
     try:
       fields = json.loads(fields_json)
     except ValueError as e:
-      raise ValueError(f"--fields={fields_json}: invalid JSON ({e}); expected an object such as "
+      raise BadInput(f"--fields={fields_json}: invalid JSON ({e}); expected an object such as "
                        '{"width": 4}') from None
     if not isinstance(fields, dict):
-      raise ValueError(f"--fields={fields_json}: a {type(fields).__name__}; expected a JSON object")
+      raise BadInput(f"--fields={fields_json}: a {type(fields).__name__}; expected a JSON object")
   build = {k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()}
   if "att_size" in registry.BACKBONES[name][0].__dataclass_fields__:
     build["att_size"] = att_size or build.get("att_size", 14)
   try:
     module = registry.build(name, **dict(build, dtype=dtype))
-  except ValueError as e:
-    raise ValueError(f"--fields: {e}") from None
+  except BadInput as e:
+    raise BadInput(f"--fields: {e}") from None
   image_size = getattr(module, "image_size", None)
   size = size or image_size or (NATIVE if name in registry.NATIVE_BY_DEFAULT else 448)
   if image_size and size != image_size:
-    raise ValueError(f"--size={size}: {name} takes {image_size} x {image_size} images only; "
+    raise BadInput(f"--size={size}: {name} takes {image_size} x {image_size} images only; "
                      f"expected --size {image_size}")
   grid = image_size // module.patch if image_size else None
   if grid and att_size and att_size != grid:
-    raise ValueError(f"--att_size={att_size}: {name}'s grid is its {grid} x {grid} patches; "
+    raise BadInput(f"--att_size={att_size}: {name}'s grid is its {grid} x {grid} patches; "
                      f"expected --att_size {grid} or none")
   return module, fields, size
 
@@ -203,17 +204,17 @@ def sha256(path: str) -> str:
 
 
 def read_json(path: str, expected: str):
-  """The JSON file at ``path``; one-line ``ValueError`` naming it and ``expected`` otherwise."""
+  """The JSON file at ``path``; one-line ``BadInput`` naming it and ``expected`` otherwise."""
   try:
     with open(path) as f:
       return json.load(f)
   except (OSError, ValueError) as e:
     first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-    raise ValueError(f"{path}: unreadable ({first}); expected {expected}") from None
+    raise BadInput(f"{path}: unreadable ({first}); expected {expected}") from None
 
 
 def check_record(out_dir: str, record: dict) -> bool:
-  """Whether ``out_dir`` has a ``features.json``; one-line ``ValueError`` when it records
+  """Whether ``out_dir`` has a ``features.json``; one-line ``BadInput`` when it records
   features of another backbone, size, grid, dtype or weights (a mixed folder would train
   silently)."""
   path = os.path.join(out_dir, RECORD_FILE)
@@ -222,7 +223,7 @@ def check_record(out_dir: str, record: dict) -> bool:
   old = read_json(path, "the features.json of an earlier run, or an --out without one")
   for key in list(record) + sorted(set(old) - set(record)):
     if key not in PROVENANCE and old.get(key) != record.get(key):
-      raise ValueError(f"{path}: the features there have {key}={old.get(key)!r}, this run "
+      raise BadInput(f"{path}: the features there have {key}={old.get(key)!r}, this run "
                        f"{record.get(key)!r}; expected the same settings to resume, or another --out")
   return True
 
@@ -246,7 +247,7 @@ def _array_header(f) -> tuple[tuple, np.dtype]:
 
 def file_header(path: str, key: str | None = None) -> tuple[tuple, np.dtype]:
   """``(shape, dtype)`` of a ``.npy`` file, or of the array ``key`` of a ``.npz`` file, read from
-  the header; one-line ``ValueError`` naming the file when it is not one."""
+  the header; one-line ``BadInput`` naming the file when it is not one."""
   try:
     if key is None:
       with open(path, "rb") as f:
@@ -256,7 +257,7 @@ def file_header(path: str, key: str | None = None) -> tuple[tuple, np.dtype]:
   except (OSError, ValueError, KeyError, zipfile.BadZipFile) as e:
     first = (str(e).strip().splitlines() or [type(e).__name__])[0]
     what = f"a .npz file with the array {key!r}" if key else "a .npy file"
-    raise ValueError(f"{path}: unreadable ({first}); expected {what}") from None
+    raise BadInput(f"{path}: unreadable ({first}); expected {what}") from None
 
 
 def done_stems(out_dir: str, files: list[tuple[str, str]]) -> list[str]:
@@ -270,7 +271,7 @@ def done_stems(out_dir: str, files: list[tuple[str, str]]) -> list[str]:
 def check_existing(out_dir: str, stems: list[str], record: dict) -> None:
   """The ``fc`` / ``att`` files of ``stems`` already in ``out_dir`` are what this extraction
   writes (``record``'s width ``feature_dim``, ``att_size`` squared cells, float32): a resumed run
-  skips them, so a foreign file would be trained on. One-line ``ValueError`` naming the first
+  skips them, so a foreign file would be trained on. One-line ``BadInput`` naming the first
   that is not."""
   width, g = record.get("feature_dim"), record.get("att_size")
   fc_want = None if width is None else (int(width),)
@@ -283,7 +284,7 @@ def check_existing(out_dir: str, stems: list[str], record: dict) -> None:
       if (want is not None and shape != want) or len(shape) != len(form.split(",")) \
           or dtype != np.float32:
         expected = f"[{', '.join(map(str, want))}]" if want is not None else form
-        raise ValueError(f"{path}: features of shape {list(shape)} {dtype}, this extraction "
+        raise BadInput(f"{path}: features of shape {list(shape)} {dtype}, this extraction "
                          f"({record.get('backbone')}) writes {expected} float32; expected the "
                          "same extraction's files to resume (remove the others), or another --out")
 
@@ -311,7 +312,7 @@ def run(images_dir: str, out_dir: str, module, variables, record: dict, size: in
     files = [(n, os.path.splitext(n)[0]) for n in list_images(images_dir)]
   names, stems = [n for n, _ in files], dict(files)
   if not names:
-    raise ValueError(f"--images={images_dir}: no image files ({', '.join(IMAGE_EXTENSIONS)}); "
+    raise BadInput(f"--images={images_dir}: no image files ({', '.join(IMAGE_EXTENSIONS)}); "
                      "expected a folder of images")
   fc_dir, att_dir = os.path.join(out_dir, "fc"), os.path.join(out_dir, "att")
   done = set(done_stems(out_dir, files))

@@ -21,6 +21,8 @@ from typing import Any
 import numpy as np
 import jax.numpy as jnp
 
+from jaxcap.errors import BadInput
+
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 INCEPTION_MEAN = (0.5, 0.5, 0.5)
@@ -28,13 +30,13 @@ INCEPTION_STD = (0.5, 0.5, 0.5)
 
 
 def check_images(images_BxHxWx3, min_size: int = 1) -> None:
-  """One-line ``ValueError`` unless ``images`` is a uint8 ``[B, H, W, 3]`` batch."""
+  """One-line ``BadInput`` unless ``images`` is a uint8 ``[B, H, W, 3]`` batch."""
   shape = tuple(getattr(images_BxHxWx3, "shape", ()))
   dtype = getattr(images_BxHxWx3, "dtype", None)
   if len(shape) != 4 or shape[-1] != 3 or dtype != np.uint8:
-    raise ValueError(f"images: expected a uint8 RGB batch [B, H, W, 3], got {dtype} {list(shape)}")
+    raise BadInput(f"images: expected a uint8 RGB batch [B, H, W, 3], got {dtype} {list(shape)}")
   if min(shape[1:3]) < min_size:
-    raise ValueError(f"images: expected height and width >= {min_size}, got {list(shape[1:3])}")
+    raise BadInput(f"images: expected height and width >= {min_size}, got {list(shape[1:3])}")
 
 
 def normalize(images_BxHxWx3, mean=IMAGENET_MEAN, std=IMAGENET_STD, dtype: Any = jnp.float32):

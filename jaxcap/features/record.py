@@ -10,7 +10,7 @@ input ``size`` and weights. The weights are the ``.safetensors`` file whose sha2
 holds (another file is refused: features of other weights would be captioned as if they were
 the training's), or, for a record of random weights, the recorded seed's (no file).
 
-This module imports no other part of jaxcap than :mod:`jaxcap.features`.
+This module imports no other part of jaxcap than :mod:`jaxcap.features` and :mod:`jaxcap.errors`.
 """
 
 from __future__ import annotations
@@ -20,17 +20,18 @@ import sys
 
 import numpy as np
 
+from jaxcap.errors import BadInput
 from jaxcap.features import extract, registry
 from jaxcap.features import weights as weights_lib
 
 
 def read(path: str) -> dict:
-  """The record at ``path``; one-line ``ValueError`` when unreadable or missing a field."""
+  """The record at ``path``; one-line ``BadInput`` when unreadable or missing a field."""
   record = extract.read_json(path, "the features.json jaxcap-extract wrote")
   missing = [k for k in ("backbone", "size", "att_size", "dtype", "weights")
              if not isinstance(record, dict) or k not in record]
   if missing:
-    raise ValueError(f"{path}: no field {missing[0]!r}; expected the features.json "
+    raise BadInput(f"{path}: no field {missing[0]!r}; expected the features.json "
                      "jaxcap-extract wrote")
   return record
 
@@ -50,22 +51,22 @@ def is_random(record: dict) -> bool:
 
 
 def check_weights(record: dict, weights: str | None, where: str = "features.json") -> None:
-  """One-line ``ValueError`` unless ``weights`` is what the record needs: None for random
+  """One-line ``BadInput`` unless ``weights`` is what the record needs: None for random
   weights, else a file with the recorded sha256."""
   w = record["weights"]
   if is_random(record):
     if weights is not None:
-      raise ValueError(f"{weights}: this run was trained on RANDOM backbone weights (seed "
+      raise BadInput(f"{weights}: this run was trained on RANDOM backbone weights (seed "
                        f"{w.get('seed', 0)}, {where}); expected no weights file")
     return
   if weights is None:
-    raise ValueError(f"weights: missing; this run was trained on the features of {w['file']} "
+    raise BadInput(f"weights: missing; this run was trained on the features of {w['file']} "
                      f"(sha256 {w['sha256'][:12]}..., {where}); expected that .safetensors file")
   if not os.path.isfile(weights):
-    raise ValueError(f"{weights}: no such file; expected the backbone weights {w['file']}")
+    raise BadInput(f"{weights}: no such file; expected the backbone weights {w['file']}")
   digest = extract.sha256(weights)
   if digest != w["sha256"]:
-    raise ValueError(f"{weights}: sha256 {digest[:12]}... differs from the backbone weights this "
+    raise BadInput(f"{weights}: sha256 {digest[:12]}... differs from the backbone weights this "
                      f"run was trained on ({w['file']}, sha256 {w['sha256'][:12]}...); expected "
                      "the same file")
 
@@ -87,14 +88,14 @@ class Backbone:
 
   def pixels(self, images) -> np.ndarray:
     """``[B, S, S, 3]`` uint8 of image file paths and / or uint8 ``[H, W, 3]`` arrays, read as
-    ``jaxcap-extract`` reads files; one-line ``ValueError`` naming an unreadable one."""
+    ``jaxcap-extract`` reads files; one-line ``BadInput`` naming an unreadable one."""
     return self.read(images)[0]
 
   def read(self, images, *, skip_unreadable: bool = False):
     """``(pixels [B', S, S, 3] uint8, kept)`` (pixels a list of ``[H, W, 3]`` at ``size``
     native): ``kept`` the indices into ``images`` (one path /
     array or a list) that ``pixels`` holds. An unreadable or missing file is a one-line
-    ``ValueError``, or with ``skip_unreadable`` one ``warning:`` line on stderr (as
+    ``BadInput``, or with ``skip_unreadable`` one ``warning:`` line on stderr (as
     ``jaxcap-extract`` reports it) and left out; a directory, a non-image array or no readable
     image at all is always an error (``pixels`` is then never empty)."""
     if isinstance(images, (str, os.PathLike)) or (isinstance(images, np.ndarray) and images.ndim == 3):
@@ -104,17 +105,17 @@ class Backbone:
       if isinstance(item, (str, os.PathLike)):
         path = os.fspath(item)
         if os.path.isdir(path):
-          raise ValueError(f"{path}: a directory; expected an image file (a folder's images: "
+          raise BadInput(f"{path}: a directory; expected an image file (a folder's images: "
                            "evaluate.py --images DIR, or a list of their paths)")
         try:
           if not os.path.isfile(path):
-            raise ValueError(f"{path}: no such file; expected an image file")
+            raise BadInput(f"{path}: no such file; expected an image file")
           try:
             out.append(extract.read_image(path, self.size))
           except Exception as e:  # pylint: disable=broad-except  (Pillow raises many kinds)
-            raise ValueError(f"{path}: unreadable image ({extract.unreadable_reason(e)}); expected "
+            raise BadInput(f"{path}: unreadable image ({extract.unreadable_reason(e)}); expected "
                              "an image file Pillow can open") from None
-        except ValueError as e:
+        except BadInput as e:
           if not skip_unreadable:
             raise
           skipped.append(path)
@@ -126,9 +127,9 @@ class Backbone:
       kept.append(i)
     if not out:
       if skipped:
-        raise ValueError(f"images: none of the {len(skipped)} image files could be read (first, "
+        raise BadInput(f"images: none of the {len(skipped)} image files could be read (first, "
                          f"{skipped[0]}); expected image files Pillow can open")
-      raise ValueError("images: empty; expected at least one image path or array")
+      raise BadInput("images: empty; expected at least one image path or array")
     # At the native resolution the images keep their sizes: a list, not a batch.
     return (out if self.size == extract.NATIVE else np.stack(out)), kept
 

@@ -23,6 +23,7 @@ import numpy as np
 import jax
 import jax.numpy as jnp
 
+from jaxcap.errors import BadInput
 from jaxcap.features import image
 from jaxcap.features.resnet import ResNet
 from jaxcap.features.vit import ViT
@@ -53,17 +54,17 @@ def names() -> list[str]:
 def build(name: str, **fields):
   """The module registered as ``name`` with ``fields`` overriding its defaults."""
   if name not in BACKBONES:
-    raise ValueError(f"backbone {name!r}: expected one of {', '.join(names())}")
+    raise BadInput(f"backbone {name!r}: expected one of {', '.join(names())}")
   cls, defaults = BACKBONES[name]
   known = set(cls.__dataclass_fields__) - {"parent", "name"}
   unknown = sorted(set(fields) - known)
   if unknown:
-    raise ValueError(f"backbone {name!r}: unknown field {unknown[0]!r}, expected one of "
+    raise BadInput(f"backbone {name!r}: unknown field {unknown[0]!r}, expected one of "
                      f"{', '.join(sorted(known))}")
   values = dict(defaults, **fields)
   if isinstance(values.get("dtype"), str):
     if values["dtype"] not in DTYPES:
-      raise ValueError(f"backbone {name!r}: dtype expected one of {', '.join(DTYPES)}, "
+      raise BadInput(f"backbone {name!r}: dtype expected one of {', '.join(DTYPES)}, "
                        f"got {values['dtype']!r}")
     values["dtype"] = DTYPES[values["dtype"]]
   return cls(**values)

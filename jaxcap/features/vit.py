@@ -24,6 +24,7 @@ from typing import Any, Sequence
 import jax.numpy as jnp
 import flax.linen as nn
 
+from jaxcap.errors import BadInput
 from jaxcap.features import image
 
 
@@ -96,10 +97,10 @@ class ViT(nn.Module):
     b, h, w, _ = images_BxHxWx3.shape
     if self.image_size % self.patch:  # the size itself is wrong, whatever the images are
       below = self.image_size // self.patch * self.patch
-      raise ValueError(f"image size {self.image_size}: expected a multiple of this ViT's patch "
+      raise BadInput(f"image size {self.image_size}: expected a multiple of this ViT's patch "
                        f"{self.patch} (e.g. {below or self.patch} or {below + self.patch})")
     if (h, w) != (self.image_size, self.image_size):
-      raise ValueError(f"images: expected {self.image_size} x {self.image_size} pixels for this ViT, "
+      raise BadInput(f"images: expected {self.image_size} x {self.image_size} pixels for this ViT, "
                        f"got {h} x {w}")
     x = image.normalize(images_BxHxWx3, self.mean, self.std, self.dtype)
     x = nn.Conv(self.dim, (self.patch, self.patch), strides=(self.patch, self.patch), padding="VALID",

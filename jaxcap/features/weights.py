@@ -19,7 +19,7 @@ shapes):
 
 Tensors of the classifier head (``fc.*``, ``head.*``) and BatchNorm's ``num_batches_tracked``
 counters are skipped and counted. A missing tensor, a tensor no target takes, or a wrong shape
-is one ``ValueError`` line naming the file, the first offending tensor (in the map's order)
+is one ``BadInput`` line naming the file, the first offending tensor (in the map's order)
 and the expected and found shapes.
 """
 
@@ -32,6 +32,7 @@ from typing import Callable
 import numpy as np
 import jax
 
+from jaxcap.errors import BadInput
 from jaxcap.features import registry
 from jaxcap.features.resnet import ResNet
 from jaxcap.features.vit import ViT
@@ -156,15 +157,15 @@ def from_state_dict(module, tensors: dict[str, np.ndarray], source: str = "state
   is_ignored = _default_ignored if ignored is None else ignored
   for name, target in targets.items():
     if name not in tensors:
-      raise ValueError(f"{source}: missing tensor {name} (expected shape {list(target.torch_shape)})")
+      raise BadInput(f"{source}: missing tensor {name} (expected shape {list(target.torch_shape)})")
     found = tuple(np.shape(tensors[name]))
     if found != target.torch_shape:
-      raise ValueError(f"{source}: tensor {name}: expected shape {list(target.torch_shape)}, "
+      raise BadInput(f"{source}: tensor {name}: expected shape {list(target.torch_shape)}, "
                        f"found {list(found)}")
   skipped = [n for n in tensors if n not in targets and is_ignored(n)]
   extra = [n for n in tensors if n not in targets and not is_ignored(n)]
   if extra:
-    raise ValueError(f"{source}: unexpected tensor {extra[0]} {list(np.shape(tensors[extra[0]]))}: "
+    raise BadInput(f"{source}: unexpected tensor {extra[0]} {list(np.shape(tensors[extra[0]]))}: "
                      f"no parameter of this {type(module).__name__} takes it")
   variables: dict = {}
   for name, target in targets.items():
@@ -186,7 +187,7 @@ def read_safetensors(path: str) -> dict[str, np.ndarray]:
     return load_file(path)
   except Exception as e:  # safetensors raises its own SafetensorError (and others) on bad bytes
     reason = str(e).splitlines()[0] if str(e) else type(e).__name__
-    raise ValueError(f"{path}: not a readable safetensors file ({reason})") from None
+    raise BadInput(f"{path}: not a readable safetensors file ({reason})") from None
 
 
 def load(path: str, module):

@@ -65,6 +65,7 @@ from safetensors import numpy as safetensors_numpy
 from jaxcap import api, config_files, run_dir
 from jaxcap.atomic import write_json
 from jaxcap.data.vocab import BOS, EOS, PAD, SPECIALS, UNK, Vocab
+from jaxcap.errors import BadInput
 from jaxcap.features import record as record_lib
 from jaxcap.importers import fit
 from jaxcap.models import aoa as aoa_model
@@ -108,18 +109,18 @@ def read_infos(path: str) -> dict:
     except UnicodeDecodeError as e:
       last = e
     except OSError as e:
-      raise ValueError(f"{path}: cannot read ({e.strerror or e})") from None
+      raise BadInput(f"{path}: cannot read ({e.strerror or e})") from None
     except (pickle.UnpicklingError, EOFError, AttributeError, ValueError, TypeError) as e:
-      raise ValueError(f"{path}: not a self-critical.pytorch infos pickle ({e}); expected the "
+      raise BadInput(f"{path}: not a self-critical.pytorch infos pickle ({e}); expected the "
                        "infos_<id>.pkl its train.py wrote (plain data, argparse.Namespace)") from None
   else:
-    raise ValueError(f"{path}: not a self-critical.pytorch infos pickle ({last})")
+    raise BadInput(f"{path}: not a self-critical.pytorch infos pickle ({last})")
   if not isinstance(infos, dict) or not isinstance(infos.get("opt"), argparse.Namespace):
-    raise ValueError(f"{path}: not a self-critical.pytorch infos pickle; expected a dict with "
+    raise BadInput(f"{path}: not a self-critical.pytorch infos pickle; expected a dict with "
                      "'opt' (an argparse.Namespace) and 'vocab'")
   vocab = infos.get("vocab", getattr(infos["opt"], "vocab", None))
   if not isinstance(vocab, dict) or not vocab:
-    raise ValueError(f"{path}: no 'vocab' (ix_to_word); expected the dict self-critical's "
+    raise BadInput(f"{path}: no 'vocab' (ix_to_word); expected the dict self-critical's "
                      "train.py saves beside 'opt'")
   return infos
 
@@ -133,26 +134,26 @@ def read_state_dict(path: str) -> dict[str, np.ndarray]:
   """``{name: float32 array}`` of a ``.pth`` (torch needed) or ``.safetensors`` state_dict;
   the ``module.`` prefix of a DataParallel save is removed."""
   if not os.path.isfile(path):
-    raise ValueError(f"{path}: no such file; expected self-critical.pytorch's model.pth "
+    raise BadInput(f"{path}: no such file; expected self-critical.pytorch's model.pth "
                      "or a model.safetensors converted from it")
   if path.endswith(".safetensors"):
     try:
       state = safetensors_numpy.load_file(path)
     except Exception as e:  # safetensors' own error types for a damaged header
-      raise ValueError(f"{path}: not a safetensors file ({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
+      raise BadInput(f"{path}: not a safetensors file ({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
   else:
     try:
       import torch
     except ImportError:
-      raise ValueError(f"{path}: reading a .pth needs torch, which is not installed; convert it "
+      raise BadInput(f"{path}: reading a .pth needs torch, which is not installed; convert it "
                        f"once where torch is (docs/USAGE.md): {SAFETENSORS_COMMAND}") from None
     try:
       raw = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # torch's unpickling errors
       first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-      raise ValueError(f"{path}: not a torch state_dict ({first})") from None
+      raise BadInput(f"{path}: not a torch state_dict ({first})") from None
     if not isinstance(raw, dict):
-      raise ValueError(f"{path}: holds a {type(raw).__name__}, expected a state_dict (dict of tensors)")
+      raise BadInput(f"{path}: holds a {type(raw).__name__}, expected a state_dict (dict of tensors)")
     state = {k: v.detach().cpu().float().numpy() for k, v in raw.items() if hasattr(v, "detach")}
   return {(k[len("module."):] if k.startswith("module.") else k): np.asarray(v, np.float32)
           for k, v in state.items()}
@@ -168,9 +169,9 @@ def vocabulary(ix_to_word: dict) -> tuple[Vocab, np.ndarray]:
   try:
     words = {int(k): str(w) for k, w in ix_to_word.items()}
   except (TypeError, ValueError):
-    raise ValueError("infos vocab: expected ix_to_word, a dict of '1', '2', ... -> word") from None
+    raise BadInput("infos vocab: expected ix_to_word, a dict of '1', '2', ... -> word") from None
   if sorted(words) != list(range(1, len(words) + 1)):
-    raise ValueError(f"infos vocab: ids {min(words)}..{max(words)} of {len(words)} words; expected 1..{len(words)}")
+    raise BadInput(f"infos vocab: ids {min(words)}..{max(words)} of {len(words)} words; expected 1..{len(words)}")
   sc_of = {PAD: 0, BOS: 0, EOS: 0, UNK: -1}
   kept = []
   for i in range(1, len(words) + 1):
@@ -178,7 +179,7 @@ def vocabulary(ix_to_word: dict) -> tuple[Vocab, np.ndarray]:
     if w == "UNK":
       sc_of[UNK] = i
     elif w in SPECIALS or w in kept:
-      raise ValueError(f"infos vocab: word {w!r} (id {i}) is a jaxcap special token or repeated")
+      raise BadInput(f"infos vocab: word {w!r} (id {i}) is a jaxcap special token or repeated")
     else:
       sc_of[len(SPECIALS) + len(kept)] = i
       kept.append(w)
@@ -215,7 +216,7 @@ class _Tensors:
 
   def __call__(self, name: str) -> np.ndarray:
     if name not in self.state:
-      raise ValueError(f"{self.path}: no tensor {name!r}; expected a self-critical.pytorch "
+      raise BadInput(f"{self.path}: no tensor {name!r}; expected a self-critical.pytorch "
                        "state_dict of the model its infos describe")
     self.used.add(name)
     return self.state[name]
@@ -226,7 +227,7 @@ class _Tensors:
   def check_all_used(self) -> None:
     left = sorted(set(self.state) - self.used)
     if left:
-      raise ValueError(f"{self.path}: {len(left)} tensors this importer does not map, e.g. "
+      raise BadInput(f"{self.path}: {len(left)} tensors this importer does not map, e.g. "
                        f"{left[0]!r}; expected exactly the model the infos describe")
 
 
@@ -265,7 +266,7 @@ def _opt(opt, name: str, default=None):
 
 
 def _refuse(option: str, value, expected: str):
-  raise ValueError(f"infos opt.{option}={value!r}: jaxcap cannot honour it; expected {expected}")
+  raise BadInput(f"infos opt.{option}={value!r}: jaxcap cannot honour it; expected {expected}")
 
 
 def _common_checks(opt) -> None:
@@ -419,7 +420,7 @@ def importer(opt) -> Importer:
   name = _opt(opt, "caption_model", None)
   if name not in IMPORTERS:
     why = f" ({NOT_IMPORTED[name]})" if name in NOT_IMPORTED else ""
-    raise ValueError(f"infos opt.caption_model={name!r}: no jaxcap model computes it yet{why}; "
+    raise BadInput(f"infos opt.caption_model={name!r}: no jaxcap model computes it yet{why}; "
                      f"expected one of {sorted(IMPORTERS)}")
   return IMPORTERS[name]
 
@@ -491,9 +492,9 @@ def import_checkpoint(checkpoint: str, infos: str, workdir: str, *, dataset: str
       ``evaluate.py --images`` caption image files with that extractor.
   """
   if dataset not in ("coco", "cocotalk"):
-    raise ValueError(f"--dataset={dataset!r}: expected 'coco' or 'cocotalk'")
+    raise BadInput(f"--dataset={dataset!r}: expected 'coco' or 'cocotalk'")
   if os.path.exists(workdir) and os.listdir(workdir):
-    raise ValueError(f"--workdir={workdir}: exists and is not empty; expected a new run directory")
+    raise BadInput(f"--workdir={workdir}: exists and is not empty; expected a new run directory")
   record = None
   if features is not None:
     record = record_lib.read(features)
@@ -518,7 +519,7 @@ def import_checkpoint(checkpoint: str, infos: str, workdir: str, *, dataset: str
   train_state = train_state.replace(step=jnp.asarray(step, jnp.int32))
   width = None if record is None else getattr(record_lib.build(record), "feature_dim", None)
   if width is not None and int(width) != info["global_dim"]:
-    raise ValueError(f"--features={features}: features of width {width}, but the model reads "
+    raise BadInput(f"--features={features}: features of width {width}, but the model reads "
                      f"{info['global_dim']} (opt.fc_feat_size); expected the record of its extractor")
   run_dir.init_workdir(workdir, config, vocab, info)
   if record is not None:

@@ -18,6 +18,8 @@ import zipfile
 
 import numpy as np
 
+from jaxcap.errors import BadInput
+
 # torch's storage classes -> the NumPy dtype of their bytes (little-endian, as torch saves).
 _STORAGES = {"FloatStorage": "<f4", "DoubleStorage": "<f8", "HalfStorage": "<f2",
              "BFloat16Storage": "<u2", "LongStorage": "<i8", "IntStorage": "<i4",
@@ -41,7 +43,7 @@ class _Lazy:
       return flat[self.offset:self.offset + 1].reshape(()).copy()
     span = self.offset + sum((n - 1) * s for n, s in zip(self.size, self.stride)) + 1
     if min(self.size) > 0 and span > flat.size:
-      raise ValueError(f"storage {key}: {flat.size} elements, a tensor reads up to {span}")
+      raise BadInput(f"storage {key}: {flat.size} elements, a tensor reads up to {span}")
     item = flat.itemsize
     return np.lib.stride_tricks.as_strided(flat[self.offset:], self.size,
                                            [s * item for s in self.stride]).copy()
@@ -115,7 +117,7 @@ def _read_legacy(path: str):
   with open(path, "rb") as f:
     magic = _PthUnpickler(f, path).load()
     if magic != _LEGACY_MAGIC:
-      raise ValueError("neither a zip nor PyTorch's older format")
+      raise BadInput("neither a zip nor PyTorch's older format")
     _PthUnpickler(f, path).load(), _PthUnpickler(f, path).load()  # protocol version, sys_info
     u = _PthUnpickler(f, path)
     obj = u.load()
@@ -123,12 +125,12 @@ def _read_legacy(path: str):
     data = {}
     for key in map(str, keys):  # each: its element count (int64), then its bytes
       if key not in u.storages:
-        raise ValueError(f"storage {key}: not named by the pickle")
+        raise BadInput(f"storage {key}: not named by the pickle")
       numel = struct.unpack("<q", f.read(8))[0]
       size = numel * np.dtype(u.storages[key]).itemsize
       data[key] = f.read(size)
       if len(data[key]) != size:
-        raise ValueError(f"storage {key}: the file ends inside it")
+        raise BadInput(f"storage {key}: the file ends inside it")
     return _resolve(obj, lambda key: data[key])
 
 
@@ -172,7 +174,7 @@ def _read_zip_any(path: str):
   with zipfile.ZipFile(path) as z:
     names = [n for n in z.namelist() if n.endswith("/data.pkl") and n.count("/") == 1]
     if not names:
-      raise ValueError("no <archive>/data.pkl")
+      raise BadInput("no <archive>/data.pkl")
     prefix = names[0][:-len("data.pkl")]
     obj = _Unpickler(io.BytesIO(z.read(names[0])), path).load()
     return _resolve(obj, lambda key: z.read(f"{prefix}data/{key}"))
@@ -182,20 +184,20 @@ def read(path: str, expected: str):
   """What ``torch.load(path)`` returns (or, for a TorchScript archive, its top
   :class:`ScriptObject`), tensors as NumPy arrays; ``expected`` names the file wanted in errors."""
   if not os.path.isfile(path):
-    raise ValueError(f"{path}: no such file; expected {expected}")
+    raise BadInput(f"{path}: no such file; expected {expected}")
   try:
     if zipfile.is_zipfile(path):
       return _read_zip_any(path)
     with open(path, "rb") as f:
       if f.read(4) == b"PK\x03\x04":  # a zip's first entry, without its central directory
-        raise ValueError("a zip archive without its end (truncated?)")
+        raise BadInput("a zip archive without its end (truncated?)")
     return _read_legacy(path)
   except OSError as e:
-    raise ValueError(f"{path}: cannot read ({e.strerror or e})") from None
+    raise BadInput(f"{path}: cannot read ({e.strerror or e})") from None
   except (pickle.UnpicklingError, EOFError, ValueError, KeyError, struct.error, zipfile.BadZipFile,
           AttributeError, TypeError, IndexError) as e:
     first = " ".join(str(e).split())[:200] or type(e).__name__
-    raise ValueError(f"{path}: not a PyTorch checkpoint this importer reads ({first}); expected "
+    raise BadInput(f"{path}: not a PyTorch checkpoint this importer reads ({first}); expected "
                      f"{expected}") from None
 
 

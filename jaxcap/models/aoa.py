@@ -34,6 +34,7 @@ from __future__ import annotations
 import flax.linen as nn
 import jax.numpy as jnp
 
+from jaxcap.errors import BadInput
 from jaxcap.models import fields, layers
 from jaxcap.models.base import CaptionModel
 from jaxcap.models.layers import masked_mean
@@ -112,7 +113,7 @@ class AoA(CaptionModel):
   @staticmethod
   def check_fields(values):
     if values["dim"] * values["scale"] % values["num_heads"]:
-      raise ValueError(f"config field model.num_heads: expected a divisor of dim x scale = "
+      raise BadInput(f"config field model.num_heads: expected a divisor of dim x scale = "
                        f"{values['dim'] * values['scale']}, got {values['num_heads']}")
 
   def setup(self):

@@ -53,6 +53,7 @@ import flax.linen as nn
 
 from jaxcap.data import batch as batch_lib
 from jaxcap.data.vocab import BOS
+from jaxcap.errors import BadInput
 
 
 def repeat_batch(tree, n: int):
@@ -75,8 +76,10 @@ def check_fits(model, params, info: dict, what: str) -> None:
   try:
     jax.eval_shape(probe, params, jax.tree.map(jnp.asarray, batch_lib.dummy(info, 2)))
   except Exception as e:  # flax scope errors, shape mismatches, the models' own ValueErrors
+    # Which of these is the changed field's doing cannot be told apart here: one line, its
+    # cause chained (a notebook's traceback shows it).
     first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-    raise ValueError(f"{what}: the parameters do not fit the changed model: {first}") from None
+    raise BadInput(f"{what}: the parameters do not fit the changed model: {first}") from e
 
 
 def shift_right(captions):
@@ -141,12 +144,12 @@ class CaptionModel(nn.Module):
   @staticmethod
   def check_fields(values: dict) -> None:
     """Relations between the checked field values (a head count dividing a width): a
-    one-line ``ValueError`` naming the field."""
+    one-line ``BadInput`` naming the field."""
 
   @staticmethod
   def check_data(values: dict) -> None:
     """The field values against the data's (``data_values``: a source vocabulary MNMT
-    needs): a one-line ``ValueError`` naming the field."""
+    needs): a one-line ``BadInput`` naming the field."""
 
   @staticmethod
   def longest_sequence(values: dict) -> int | None:
@@ -162,7 +165,7 @@ class CaptionModel(nn.Module):
 
   def with_ablation_input(self, variables: dict, name: str, value) -> dict:
     """``variables`` with the ablation input ``name`` (one of ``ablation_inputs``) added."""
-    raise ValueError(f"ablate: {name!r} is not an input of this model's ablations")
+    raise BadInput(f"ablate: {name!r} is not an input of this model's ablations")
 
   @staticmethod
   def word_figures(words, aux: dict, out_prefix: str, title: str = "") -> list[str]:
@@ -175,7 +178,7 @@ class CaptionModel(nn.Module):
 
   def check_prepare(self, dataset) -> None:
     """What :meth:`prepare_variables` will read besides ``dataset`` (TPGN's GloVe file),
-    checked before a fresh run writes anything: a one-line ``ValueError`` naming the file."""
+    checked before a fresh run writes anything: a one-line ``BadInput`` naming the file."""
     del dataset
 
   def prepare_variables(self, variables: dict, dataset) -> dict:

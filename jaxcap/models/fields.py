@@ -10,7 +10,7 @@
 - the dataset fills the fields it alone knows (:data:`DATA_FIELDS`);
 - each value is checked against its annotation and the model's ``field_checks`` (a field name
   -> :class:`Check`), then the model's ``check_fields(values)`` (relations between fields), and
-  the first violation is one ``ValueError``: ``config field model.<f>: expected ..., got ...``.
+  the first violation is one ``BadInput``: ``config field model.<f>: expected ..., got ...``.
 
 ``dtype`` fields hold a compute dtype; configs name it (``"float32"`` | ``"bfloat16"`` |
 ``"float16"``) and :func:`build` passes the ``jnp`` dtype.
@@ -24,6 +24,8 @@ from typing import Any, Callable, Mapping
 
 import jax.numpy as jnp
 import numpy as np
+
+from jaxcap.errors import BadInput
 
 # Fields the dataset fills: the vocabularies, the caption length, the global feature width.
 DATA_FIELDS = ("vocab_size", "max_len", "src_vocab_size", "feature_dim")
@@ -43,7 +45,7 @@ def compute_dtype(name):
   try:
     return DTYPES[name]
   except (KeyError, TypeError):
-    raise ValueError(f"config field dtype: expected 'float32' or 'bfloat16', got {name!r}") from None
+    raise BadInput(f"config field dtype: expected 'float32' or 'bfloat16', got {name!r}") from None
 
 
 def dtype_name(dtype) -> str:
@@ -160,8 +162,8 @@ def data_values(cls, info: Mapping) -> dict:
   return out
 
 
-def _fail(field: str, expected: str, value) -> ValueError:
-  return ValueError(f"config field model.{field}: expected {expected}, got {value!r}")
+def _fail(field: str, expected: str, value) -> BadInput:
+  return BadInput(f"config field model.{field}: expected {expected}, got {value!r}")
 
 
 def validate(cls, model_config: Mapping) -> dict:
@@ -174,18 +176,18 @@ def validate(cls, model_config: Mapping) -> dict:
   unknown = sorted(set(given) - set(fields))
   if unknown:
     model = getattr(cls, "registry_name", cls.__name__)
-    raise ValueError(f"config field model.{unknown[0]}: unknown for model {model!r}; expected "
+    raise BadInput(f"config field model.{unknown[0]}: unknown for model {model!r}; expected "
                      f"one of {sorted(fields)}")
   values = {}
   checks = getattr(cls, "field_checks", {})
   for name, f in fields.items():
     value = given[name] if name in given else _default(f)
     if value is dataclasses.MISSING:
-      raise ValueError(f"config field model.{name}: missing; the model has no default for it")
+      raise BadInput(f"config field model.{name}: missing; the model has no default for it")
     if name == "dtype":
       try:
         value = compute_dtype(value)
-      except ValueError:
+      except BadInput:
         raise _fail(name, "'float32' or 'bfloat16'", value) from None
     else:
       for check in (_annotation_check(f), checks.get(name)):
@@ -214,5 +216,5 @@ def build(cls, model_config: Mapping, info: Mapping):
 
 def heads_divide_dim(values: Mapping, dim: str = "dim", heads: str = "num_heads") -> None:
   if values[dim] % values[heads]:
-    raise ValueError(f"config field model.{heads}: {values[heads]} does not divide "
+    raise BadInput(f"config field model.{heads}: {values[heads]} does not divide "
                      f"{dim}={values[dim]}; expected a divisor of model.{dim}")

@@ -31,6 +31,8 @@ import jax
 import jax.numpy as jnp
 import flax.linen as nn
 
+from jaxcap.errors import BadInput
+
 Dtype = Any
 
 NEG_INF = -1e9
@@ -149,9 +151,9 @@ class MultiHeadAttention(nn.Module):
 
   def setup(self):
     if self.attention_impl not in ATTENTION_IMPLEMENTATIONS:
-      raise ValueError(f"attention_impl={self.attention_impl!r}: expected one of {ATTENTION_IMPLEMENTATIONS}")
+      raise BadInput(f"attention_impl={self.attention_impl!r}: expected one of {ATTENTION_IMPLEMENTATIONS}")
     if self.dim % self.num_heads:
-      raise ValueError(f"model width {self.dim} is not divisible by heads={self.num_heads}")
+      raise BadInput(f"model width {self.dim} is not divisible by heads={self.num_heads}")
     head_dim = self.dim // self.num_heads
     dense = lambda name, bias=True: nn.DenseGeneral((self.num_heads, head_dim), use_bias=bias,
                                                     dtype=self.dtype, name=name)
@@ -248,7 +250,7 @@ def make_layer_norm(kind: str, dtype: Dtype, name: str | None = None) -> nn.Modu
   if kind == "annotated":
     return AnnotatedLayerNorm(dtype=dtype, name=name)
   if kind != "flax":
-    raise ValueError(f"layer_norm={kind!r}: expected one of {LAYER_NORMS}")
+    raise BadInput(f"layer_norm={kind!r}: expected one of {LAYER_NORMS}")
   return nn.LayerNorm(dtype=dtype, name=name)
 
 

@@ -36,6 +36,7 @@ import jax.numpy as jnp
 import flax.linen as nn
 
 from jaxcap.data.base import grid_boxes
+from jaxcap.errors import BadInput
 from jaxcap.features import record as record_lib
 from jaxcap.features import registry as backbones
 from jaxcap.models import base
@@ -61,7 +62,7 @@ class FromPixels(base.CaptionModel):
   def _read_weights(self):
     from jaxcap.features import weights as weights_lib
     if not os.path.isfile(self.weights):
-      raise ValueError(f"{self.weights}: config field backbone.weights: no such file; expected "
+      raise BadInput(f"{self.weights}: config field backbone.weights: no such file; expected "
                        "the backbone's .safetensors (as jaxcap-extract --weights reads it)")
     return weights_lib.load(self.weights, self.backbone)[0]
 
@@ -175,21 +176,21 @@ def build_for_run(config, info: dict):
   size = int(info.get("image_size", 0) or 0)
   if section is None:
     if size:
-      raise ValueError(f"config field backbone.name: the data is image files (data.images_dir, "
+      raise BadInput(f"config field backbone.name: the data is image files (data.images_dir, "
                        f"{size} x {size} px) and no backbone reads them; expected a backbone "
                        "name (e.g. vit_b16, resnet50), or feature files")
     return registry.build(config.model, info), info
   if not size:
-    raise ValueError(f"config field data.images_dir: backbone.name={section.name!r} reads image "
+    raise BadInput(f"config field data.images_dir: backbone.name={section.name!r} reads image "
                      "files; expected data.images_dir (with data.image_size), not feature files")
   from jaxcap.features import extract
   try:
     module, _, _ = extract.build_backbone(section.name, section.get("fields") or None,
                                           dtype=str(section.get("dtype", "float32")))
-  except ValueError as e:  # its messages name jaxcap-extract's flags
-    raise ValueError(f"config field backbone: {e}") from None
+  except BadInput as e:  # its messages name jaxcap-extract's flags
+    raise BadInput(f"config field backbone: {e}") from None
   if getattr(module, "image_size", size) != size:
-    raise ValueError(f"config field data.image_size: {section.name} takes {module.image_size} x "
+    raise BadInput(f"config field data.image_size: {section.name} takes {module.image_size} x "
                      f"{module.image_size} images; expected data.image_size={module.image_size}, got {size}")
   if section.get("remat"):
     module = module.clone(remat=True)

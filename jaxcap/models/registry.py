@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from jaxcap.errors import BadInput
+
 _MODELS: dict[str, Callable[..., Any]] = {}
 
 
@@ -33,7 +35,7 @@ def names() -> list[str]:
 def get(name: str):
   _import_all()
   if name not in _MODELS:
-    raise ValueError(f"config field model.name: unknown model {name!r}; expected one of {sorted(_MODELS)}")
+    raise BadInput(f"config field model.name: unknown model {name!r}; expected one of {sorted(_MODELS)}")
   return _MODELS[name]
 
 

@@ -34,6 +34,7 @@ from typing import Any
 import jax.numpy as jnp
 import flax.linen as nn
 
+from jaxcap.errors import BadInput
 from jaxcap.models import fields, layers
 from jaxcap.models.base import CaptionModel
 from jaxcap.models.registry import register
@@ -159,7 +160,7 @@ class TransformerCaptioner(TransformerSizes):
   def check_fields(values):
     fields.heads_divide_dim(values)
     if values["attention_impl"] == "cudnn" and values["dtype"] == jnp.float32:
-      raise ValueError("config field model.attention_impl: 'cudnn' runs in bfloat16 or float16 only; expected "
+      raise BadInput("config field model.attention_impl: 'cudnn' runs in bfloat16 or float16 only; expected "
                        "model.dtype='bfloat16' with it, or attention_impl 'einsum' / 'xla'")
 
   def setup(self):

@@ -21,13 +21,13 @@ The file (:data:`FORMAT`, written by :mod:`jaxcap.export`) is a zip of ``metadat
 ``params.npz`` / ``backbone.npz`` (the variables, as arguments of the programs) and
 ``greedy`` / ``beam`` / ``features`` ``.jaxexport`` (``jax.export``'s serialized StableHLO,
 batch size symbolic). Features are checked as :func:`jaxcap.data.batch.from_features` checks
-them, one ``ValueError`` line naming the argument and what was expected, padded to the exported
+them, one ``BadInput`` line naming the argument and what was expected, padded to the exported
 ``max_regions`` (mask False), and the batch is padded to the next power of two (copies of its
 first image), so a server compiles a few batch sizes only.
 
 This module imports the standard library, numpy and jax, and of jaxcap only the numpy-only
-:mod:`jaxcap.images` (Pillow when reading images) and :mod:`jaxcap.data.batch` (the feature
-checks every reader shares): no flax, no model code (tests/test_export.py runs it in a process
+:mod:`jaxcap.images` (Pillow when reading images), :mod:`jaxcap.data.batch` (the feature
+checks every reader shares) and :mod:`jaxcap.errors` (standard library only): no flax, no model code (tests/test_export.py runs it in a process
 without flax).
 """
 
@@ -46,6 +46,7 @@ import jax.numpy as jnp
 # Both import numpy only (no flax, no model code): the checks and pixels every reader shares.
 from jaxcap import images
 from jaxcap.data import batch as batch_lib
+from jaxcap.errors import BadInput, first_line
 
 FORMAT = "jaxcap-captioner"
 FORMAT_VERSION = 1
@@ -58,7 +59,7 @@ _BATCH_KEYS = ("image_index", "valid", "feats", "feats_mask", "boxes", "global_f
 
 
 def load(path: str) -> "Captioner":
-  """The captioner in ``path``; one-line ``ValueError`` for a file that is not one."""
+  """The captioner in ``path``; one-line ``BadInput`` for a file that is not one."""
   return Captioner(path)
 
 
@@ -77,27 +78,31 @@ class Captioner:
         members = {name: z.read(name) for name in z.namelist()}
     except (OSError, zipfile.BadZipFile) as e:
       first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-      raise ValueError(f"{self.path}: unreadable ({first}); expected a file jaxcap-export wrote") from None
+      raise BadInput(f"{self.path}: unreadable ({first}); expected a file jaxcap-export wrote") from None
     try:
       self.metadata = json.loads(members["metadata.json"])
     except (KeyError, ValueError):
-      raise ValueError(f"{self.path}: no readable metadata.json; expected a file jaxcap-export wrote") from None
+      raise BadInput(f"{self.path}: no readable metadata.json; expected a file jaxcap-export wrote") from None
     if self.metadata.get("format") != FORMAT or self.metadata.get("format_version") != FORMAT_VERSION:
-      raise ValueError(f"{self.path}: format {self.metadata.get('format')!r} version "
-                       f"{self.metadata.get('format_version')!r}; expected {FORMAT!r} version {FORMAT_VERSION}")
-    self._exported = {}
-    for name in METHODS + ("features",):
-      if f"{name}.jaxexport" in members:
-        self._exported[name] = jax.export.deserialize(bytearray(members[f"{name}.jaxexport"]))
-    self._call = {name: jax.jit(exp.call) for name, exp in self._exported.items()}
-    self._params = _leaves(members["params.npz"], self._exported["greedy"].in_avals)
-    self._backbone = (_leaves(members["backbone.npz"], self._exported["features"].in_avals)
-                      if "features" in self._exported else None)
-    self.vocab = list(self.metadata["vocab"])
-    inputs = self.metadata["inputs"]
-    self.reads = tuple(inputs["reads"])
-    self.max_regions, self.feature_dim = int(inputs["max_regions"]), int(inputs["feature_dim"])
-    self.global_dim = int(inputs["global_dim"])
+      raise BadInput(f"{self.path}: format {self.metadata.get('format')!r} version "
+                     f"{self.metadata.get('format_version')!r}; expected {FORMAT!r} version {FORMAT_VERSION}")
+    try:  # a member or a metadata field missing or damaged: the file's, not jaxcap's
+      self._exported = {}
+      for name in METHODS + ("features",):
+        if f"{name}.jaxexport" in members:
+          self._exported[name] = jax.export.deserialize(bytearray(members[f"{name}.jaxexport"]))
+      self._call = {name: jax.jit(exp.call) for name, exp in self._exported.items()}
+      self._params = _leaves(members["params.npz"], self._exported["greedy"].in_avals)
+      self._backbone = (_leaves(members["backbone.npz"], self._exported["features"].in_avals)
+                        if "features" in self._exported else None)
+      self.vocab = list(self.metadata["vocab"])
+      inputs = self.metadata["inputs"]
+      self.reads = tuple(inputs["reads"])
+      self.max_regions, self.feature_dim = int(inputs["max_regions"]), int(inputs["feature_dim"])
+      self.global_dim = int(inputs["global_dim"])
+    except (KeyError, TypeError, ValueError, zipfile.BadZipFile) as e:
+      raise BadInput(f"{self.path}: damaged or incomplete ({type(e).__name__}: {first_line(e)}); "
+                     "expected a file jaxcap-export wrote") from None
 
   def __repr__(self):
     return (f"Captioner({self.path!r}, model={self.metadata.get('model')!r}, "
@@ -128,20 +133,20 @@ class Captioner:
   def caption_images(self, images, method: str | None = None) -> list[dict]:
     """Captions image files and / or uint8 RGB ``[H, W, 3]`` arrays with the exported backbone
     (read as ``jaxcap-extract`` reads files: EXIF orientation, RGB, bilinear resize to the
-    recorded square side). One-line ``ValueError`` for an export without a backbone, an
+    recorded square side). One-line ``BadInput`` for an export without a backbone, an
     unreadable file or a non-image array."""
     method = self._method(method)
     if self._backbone is None:
-      raise ValueError(f"{self.path}: no image backbone in this export (the run has no features.json, "
-                       "or was exported with --no_backbone / at native size); expected "
-                       f"caption(features); {images.IMAGE_RUNS}")
+      raise BadInput(f"{self.path}: no image backbone in this export (the run has no features.json, "
+                     "or was exported with --no_backbone / at native size); expected "
+                     f"caption(features); {images.IMAGE_RUNS}")
     if isinstance(images, (str, os.PathLike)) or (isinstance(images, np.ndarray) and images.ndim == 3):
       images = [images]
     size = int(self.metadata["backbone"]["size"])
     pixels = [read_image(os.fspath(x), size) if isinstance(x, (str, os.PathLike))
               else image_array(x, size, f"images[{i}]") for i, x in enumerate(images)]
     if not pixels:
-      raise ValueError("images: empty; expected at least one image path or array")
+      raise BadInput("images: empty; expected at least one image path or array")
     b = len(pixels)
     batch = self._call["features"](self._backbone, jnp.asarray(_pad_rows(np.stack(pixels), _bucket(b))))
     n_regions = int(np.asarray(batch["feats_mask"][0]).sum()) if "feats_mask" in batch else None
@@ -151,7 +156,7 @@ class Captioner:
   def _method(self, method):
     method = method or self.metadata["decode"]["method"]
     if method not in METHODS:
-      raise ValueError(f"method={method!r}: expected one of {', '.join(METHODS)}")
+      raise BadInput(f"method={method!r}: expected one of {', '.join(METHODS)}")
     return method
 
   def _decode(self, batch, method, n_regions, rows=None) -> list[dict]:
@@ -189,10 +194,10 @@ def _array(x, what: str, kinds: str = "biuf") -> np.ndarray:
     a = np.asarray(x)
   except (TypeError, ValueError) as e:
     first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-    raise ValueError(f"caption: {what} is not a numeric array ({first}); expected numbers") from None
+    raise BadInput(f"caption: {what} is not a numeric array ({first}); expected numbers") from None
   if a.dtype.kind not in kinds:
     expected = {"biuf": "real numbers", "biu": "integer ids", "bfiu": "booleans (or 0 / 1)"}.get(kinds, kinds)
-    raise ValueError(f"caption: {what} has dtype {a.dtype}; expected {expected}")
+    raise BadInput(f"caption: {what} has dtype {a.dtype}; expected {expected}")
   return a
 
 
@@ -200,21 +205,21 @@ def _prepare(features, inputs: Mapping, required=()) -> tuple[dict, int]:
   arrays, reads = inputs["arrays"], set(inputs["reads"])
   n_max, f, dg = int(inputs["max_regions"]), int(inputs["feature_dim"]), int(inputs["global_dim"])
   if features is None:
-    raise ValueError("caption: features is None; expected region features [B, N, F], global "
-                     "features [B, Dg], a list of per-image arrays or a dict of batch arrays")
+    raise BadInput("caption: features is None; expected region features [B, N, F], global "
+                   "features [B, Dg], a list of per-image arrays or a dict of batch arrays")
   if isinstance(features, Mapping):
     unknown = [k for k in features if k not in _BATCH_KEYS]
     if unknown:
-      raise ValueError(f"caption: unknown features key {unknown[0]!r}; expected keys among "
-                       f"{', '.join(_BATCH_KEYS)}")
+      raise BadInput(f"caption: unknown features key {unknown[0]!r}; expected keys among "
+                     f"{', '.join(_BATCH_KEYS)}")
     batch = {k: _array(v, f"features[{k!r}]", "biu" if k in ("attributes", "src") else
                        "bfiu" if k in ("feats_mask", "valid") else "biuf")
              for k, v in features.items() if k in ("feats", "feats_mask", "boxes", "global_feat",
                                                    "attributes", "src")}
   elif isinstance(features, (list, tuple)):
     if not len(features):
-      raise ValueError(f"caption: features is an empty {type(features).__name__}; expected at "
-                       "least one image ([N_i, F] region or [Dg] global arrays)")
+      raise BadInput(f"caption: features is an empty {type(features).__name__}; expected at "
+                     "least one image ([N_i, F] region or [Dg] global arrays)")
     batch = batch_lib._stack_ragged([_array(x, f"features[{i}]") for i, x in enumerate(features)],
                                     {"feature_dim": f, "global_dim": dg})
   else:
@@ -224,73 +229,73 @@ def _prepare(features, inputs: Mapping, required=()) -> tuple[dict, int]:
     elif x.ndim == 3:
       batch = {"feats": x}
     else:
-      raise ValueError(f"caption: expected features [B, Dg] (global) or [B, N, F] (regions), got shape {x.shape}")
+      raise BadInput(f"caption: expected features [B, Dg] (global) or [B, N, F] (regions), got shape {x.shape}")
   if "feats" not in batch and "global_feat" not in batch:
-    raise ValueError(f"caption: the features dict needs 'feats' [B, N, F] or 'global_feat' [B, Dg]; "
-                     f"got keys {sorted(batch)}")
+    raise BadInput(f"caption: the features dict needs 'feats' [B, N, F] or 'global_feat' [B, Dg]; "
+                   f"got keys {sorted(batch)}")
   if "global_feat" in batch:
     g = batch["global_feat"] = batch["global_feat"].astype(np.float32)
     if g.ndim != 2 or g.shape[1] != dg:
-      raise ValueError(f"caption: expected global features [B, {dg}], got shape {g.shape}")
+      raise BadInput(f"caption: expected global features [B, {dg}], got shape {g.shape}")
   if "feats" not in batch:
     if "feats" in reads and n_max != 1:
-      raise ValueError(f"caption: this model reads region features 'feats' [B, N, {f}] (its dataset "
-                       f"has up to {n_max} regions per image); give them, not only the global feature")
+      raise BadInput(f"caption: this model reads region features 'feats' [B, N, {f}] (its dataset "
+                     f"has up to {n_max} regions per image); give them, not only the global feature")
     g = batch["global_feat"]
     batch["feats"] = g[:, None, :] if "feats" in reads else np.zeros((len(g), 1, f), np.float32)
   feats = batch["feats"] = batch["feats"].astype(np.float32)
   if feats.ndim != 3 or feats.shape[-1] != f:
-    raise ValueError(f"caption: expected region features [B, N, {f}], got shape {feats.shape}")
+    raise BadInput(f"caption: expected region features [B, N, {f}], got shape {feats.shape}")
   b, n = feats.shape[:2]
   if b == 0 or n == 0:
-    raise ValueError(f"caption: region features of shape {feats.shape} hold no "
-                     f"{'image' if b == 0 else 'region'}; expected at least one image with at least one region")
+    raise BadInput(f"caption: region features of shape {feats.shape} hold no "
+                   f"{'image' if b == 0 else 'region'}; expected at least one image with at least one region")
   if n > n_max:
-    raise ValueError(f"caption: region features have {n} regions per image; expected at most "
-                     f"{n_max} (the exported max_regions)")
+    raise BadInput(f"caption: region features have {n} regions per image; expected at most "
+                   f"{n_max} (the exported max_regions)")
   mask = batch["feats_mask"] = batch.get("feats_mask", np.ones((b, n), bool)).astype(bool)
   if mask.shape != (b, n):
-    raise ValueError(f"caption: features['feats_mask'] has shape {mask.shape}, expected [B, N] = "
-                     f"[{b}, {n}] like the region features")
+    raise BadInput(f"caption: features['feats_mask'] has shape {mask.shape}, expected [B, N] = "
+                   f"[{b}, {n}] like the region features")
   if not mask.any(1).all():
-    raise ValueError(f"caption: features['feats_mask'] marks no region of image "
-                     f"{int(np.argmax(~mask.any(1)))} as real; expected at least one True per image")
+    raise BadInput(f"caption: features['feats_mask'] marks no region of image "
+                   f"{int(np.argmax(~mask.any(1)))} as real; expected at least one True per image")
   batch_lib._check_finite(feats, "features['feats']" if isinstance(features, Mapping) else "features")
   if "global_feat" not in batch:
     w = mask[..., None].astype(np.float32)
     batch["global_feat"] = (feats * w).sum(1) / np.maximum(w.sum(1), 1.0)  # mean of the real regions
   if batch["global_feat"].shape != (b, dg):
-    raise ValueError(f"caption: expected global features [{b}, {dg}], got shape {batch['global_feat'].shape}")
+    raise BadInput(f"caption: expected global features [{b}, {dg}], got shape {batch['global_feat'].shape}")
   batch_lib._check_finite(batch["global_feat"], "features['global_feat']")
   if "boxes" in batch:
     boxes = batch["boxes"] = batch["boxes"].astype(np.float32)
     if boxes.shape != (b, n, 4):
-      raise ValueError(f"caption: features['boxes'] has shape {boxes.shape}; expected [B, N, 4] = "
-                       f"[{b}, {n}, 4] (x1, y1, x2, y2 normalised to [0, 1])")
+      raise BadInput(f"caption: features['boxes'] has shape {boxes.shape}; expected [B, N, 4] = "
+                     f"[{b}, {n}, 4] (x1, y1, x2, y2 normalised to [0, 1])")
     batch_lib.check_boxes(boxes, "caption", mask=mask)
   elif "boxes" in reads:
     if n > 1 and "boxes" in required:
-      raise ValueError("caption: this model builds its spatial graph from region boxes; expected "
-                       "features['boxes'] [B, N, 4] (x1, y1, x2, y2 normalised to [0, 1]) with the region features")
+      raise BadInput("caption: this model builds its spatial graph from region boxes; expected "
+                     "features['boxes'] [B, N, 4] (x1, y1, x2, y2 normalised to [0, 1]) with the region features")
     batch["boxes"] = np.tile(np.float32([0.0, 0.0, 1.0, 1.0]), (b, n, 1))  # one region: the whole image
   out = {}
   for key in sorted(reads):
     shape = arrays[key]["shape"]
     if key in ("attributes", "src"):
       if key not in batch:
-        raise ValueError(f"caption: this model reads {key!r}; expected features[{key!r}] int [B, L] "
-                         f"(ids of the run's {'source ' if key == 'src' else ''}vocabulary, 0-padded)")
+        raise BadInput(f"caption: this model reads {key!r}; expected features[{key!r}] int [B, L] "
+                       f"(ids of the run's {'source ' if key == 'src' else ''}vocabulary, 0-padded)")
       ids = batch[key]
       size = int(inputs["src_vocab_size" if key == "src" else "vocab_size"])
       if ids.ndim != 2 or len(ids) != b or ids.shape[1] > int(shape[1]):
-        raise ValueError(f"caption: features[{key!r}] has shape {ids.shape}; expected [B, L] = [{b}, L] "
-                         f"with L <= {shape[1]}")
+        raise BadInput(f"caption: features[{key!r}] has shape {ids.shape}; expected [B, L] = [{b}, L] "
+                       f"with L <= {shape[1]}")
       if ((ids < 0) | (ids >= size)).any():
-        raise ValueError(f"caption: features[{key!r}] holds id {int(ids[(ids < 0) | (ids >= size)][0])}; "
-                         f"expected ids in [0, {size})")
+        raise BadInput(f"caption: features[{key!r}] holds id {int(ids[(ids < 0) | (ids >= size)][0])}; "
+                       f"expected ids in [0, {size})")
       if key == "src" and not (ids != 0).any(1).all():
-        raise ValueError("caption: features['src'] has a row of padding only; expected at least one "
-                         "source word id per image")
+        raise BadInput("caption: features['src'] has a row of padding only; expected at least one "
+                       "source word id per image")
       out[key] = np.pad(ids.astype(np.int32), ((0, 0), (0, int(shape[1]) - ids.shape[1])))  # PAD = 0
     elif key in ("feats", "feats_mask", "boxes"):
       x = batch[key]
@@ -324,21 +329,21 @@ def _leaves(blob: bytes, in_avals) -> list:
 
 def read_image(path: str, size: int) -> np.ndarray:
   """``[S, S, 3]`` uint8 RGB of an image file (:func:`jaxcap.images.read_image`); one-line
-  ``ValueError`` naming a missing, directory or unreadable file."""
+  ``BadInput`` naming a missing, directory or unreadable file."""
   if os.path.isdir(path):
-    raise ValueError(f"{path}: a directory; expected an image file")
+    raise BadInput(f"{path}: a directory; expected an image file")
   if not os.path.isfile(path):
-    raise ValueError(f"{path}: no such file; expected an image file")
+    raise BadInput(f"{path}: no such file; expected an image file")
   try:
     return images.read_image(path, size)
   except ValueError as e:
     if str(e).startswith(path):
       raise
-    raise ValueError(f"{path}: unreadable image ({images.unreadable_reason(e)}); expected an image file "
-                     "Pillow can open") from None
+    raise BadInput(f"{path}: unreadable image ({images.unreadable_reason(e)}); expected an image file "
+                   "Pillow can open") from None
   except Exception as e:  # pylint: disable=broad-except  (Pillow raises many kinds)
-    raise ValueError(f"{path}: unreadable image ({images.unreadable_reason(e)}); expected an image file "
-                     "Pillow can open") from None
+    raise BadInput(f"{path}: unreadable image ({images.unreadable_reason(e)}); expected an image file "
+                   "Pillow can open") from None
 
 
 image_array = images.image_array

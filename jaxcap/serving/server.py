@@ -16,7 +16,8 @@ Concurrent requests are batched (:class:`Batcher`): the first request waits up t
 ``max_wait_ms`` for others with the same decoding settings until ``max_batch`` images are
 queued, then one decode call answers them all. Every decode runs on one worker thread (JAX
 calls stay serial; the event loop keeps accepting requests meanwhile). A bad request is a 4xx
-with a one-line ``{"error": "..."}`` and changes nothing for the others.
+with a one-line ``{"error": "..."}`` and changes nothing for the others; any other failure is an
+error in jaxcap: a 500 saying so, its traceback on the server's stderr.
 
 Dimension legend: B images, N regions, F region-feature width, T caption words, K beams.
 """
@@ -29,12 +30,15 @@ import dataclasses
 import io
 import os
 import time
+import traceback
 from typing import Any
 
 import numpy as np
 from aiohttp import web
 
+from jaxcap.errors import BadInput, first_line
 from jaxcap.images import IMAGE_RUNS
+from jaxcap.version import __version__
 
 STATIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
 METHODS = ("greedy", "beam", "sample")
@@ -52,7 +56,7 @@ NO_IMAGES_EXPORT = ("this captioner has no image backbone (exported from a run w
                     f"features.json or with --no_backbone); {IMAGE_RUNS}")
 
 
-class BadRequest(ValueError):
+class BadRequest(BadInput):
   """A client error: its one line goes back as ``{"error": ...}`` with ``status``."""
 
   def __init__(self, msg: str, status: int = 400):
@@ -213,7 +217,7 @@ class RunBackend:
     x = _feature_images(x, self.feature_dim)
     try:
       batch = self.run.batch(x)
-    except ValueError as e:
+    except BadInput as e:
       raise BadRequest(str(e).splitlines()[0]) from None
     return self._pad(batch)
 
@@ -231,7 +235,7 @@ class RunBackend:
     pixels = decode_image(data)
     try:
       read, _ = self.backbone().read([pixels])
-    except ValueError as e:
+    except BadInput as e:
       raise BadRequest(str(e).splitlines()[0]) from None
     return list(read)
 
@@ -381,7 +385,7 @@ class ArtefactBackend:
     x = _feature_images(x, self.feature_dim)
     try:
       self.captioner.batch(x)  # the artefact's own checks (width, regions, finite), one line
-    except ValueError as e:
+    except BadInput as e:
       raise BadRequest(str(e).splitlines()[0]) from None
     return {"feats": list(x)}
 
@@ -535,6 +539,12 @@ METADATA = web.AppKey("metadata", dict)
 MAX_BODY = web.AppKey("max_body", int)
 DECODING = web.AppKey("decoding", dict)
 
+# A 500's line after the exception's (jaxcap.errors.bug_line's wording, for a request).
+_BUG = ("an error in jaxcap (or in a library it calls), not in the request; please report it to "
+        "jaxcap's issue tracker with the traceback in the server's log and the version (jaxcap "
+        f"{__version__})")
+
+
 def _error(status: int, msg: str) -> web.Response:
   line = " ".join(str(msg).split()) or "error"
   return web.json_response({"error": line}, status=status)
@@ -542,11 +552,14 @@ def _error(status: int, msg: str) -> web.Response:
 
 @web.middleware
 async def _errors(request, handler):
-  """Every failure is one JSON line: 4xx for the client's, 500 for ours (the server goes on)."""
+  """Every failure is one JSON line: 4xx for the client's, 500 for ours (the server goes on;
+  its traceback goes to stderr)."""
   try:
     return await handler(request)
   except BadRequest as e:
     return _error(e.status, str(e))
+  except BadInput as e:  # jaxcap's checks of what the request holds
+    return _error(400, first_line(e))
   except web.HTTPRequestEntityTooLarge:
     return _error(413, f"the body is larger than the limit of {request.app[MAX_BODY]} bytes; "
                        "expected a smaller image or feature array")
@@ -557,7 +570,9 @@ async def _errors(request, handler):
   except asyncio.CancelledError:
     raise
   except Exception as e:  # noqa: BLE001
-    return _error(500, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'internal error'}")
+    traceback.print_exc()
+    return _error(500, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'internal error'} "
+                       f"-- {_BUG}")
 
 
 def _int_param(query, name: str, default: int, low: int, high: int) -> int:

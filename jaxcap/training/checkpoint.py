@@ -46,6 +46,8 @@ import orbax.checkpoint as ocp
 from absl import logging as absl_logging
 from jax.experimental import multihost_utils
 
+from jaxcap.errors import BadInput
+
 
 def _not_orbax_thread_error(record: logging.LogRecord) -> bool:
   """Orbax logs the traceback of a failed background save, which the waiting save raises again
@@ -162,7 +164,7 @@ def _settled_reads():
     absl_logger.setLevel(level)
 
 
-class TreeMismatchError(ValueError):
+class TreeMismatchError(BadInput):
   """A readable checkpoint whose parameter tree is not the one the model builds."""
 
 
@@ -351,7 +353,7 @@ class Checkpoints:
     leaves one more).
 
     Raises:
-      ValueError: every step is damaged (one line naming the newest and the reason).
+      BadInput: every step is damaged (one line naming the newest and the reason).
     """
     self._remove_unfinished()
     damaged = []
@@ -359,7 +361,7 @@ class Checkpoints:
       try:
         state, data_state = self.restore(abstract_state, step)
         if not isinstance(data_state, dict):
-          raise ValueError(f"data item is {type(data_state).__name__}, expected a JSON object")
+          raise BadInput(f"data item is {type(data_state).__name__}, expected a JSON object")
       except TreeMismatchError:
         raise  # Not damage: nothing is moved (see the module docstring).
       except Exception as e:  # pylint: disable=broad-except  # any failure to read = damaged
@@ -374,7 +376,7 @@ class Checkpoints:
       return state, data_state, step
     if damaged:
       step, why = damaged[0]
-      raise ValueError(f"{self.step_dir(step)}: damaged checkpoint ({why}) and no intact step "
+      raise BadInput(f"{self.step_dir(step)}: damaged checkpoint ({why}) and no intact step "
                        f"before it in {self.workdir}/checkpoints; expected an intact step (move "
                        "the directory away to start afresh)")
     self.trim()

@@ -26,6 +26,8 @@ import jax
 import jax.numpy as jnp
 import flax.linen as nn
 
+from jaxcap.errors import BadInput
+
 DROPOUT_BITS = (32, 16, 8)
 
 
@@ -78,7 +80,7 @@ def with_dropout_bits(fn, bits: int):
   """``fn`` whose models' dropout masks use ``bits``-bit draws while it runs or is traced
   (jit the result: the masks are fixed in the traced program); ``fn`` itself for 32."""
   if bits not in DROPOUT_BITS:
-    raise ValueError(f"config field dropout_bits: expected one of {DROPOUT_BITS}, got {bits!r}")
+    raise BadInput(f"config field dropout_bits: expected one of {DROPOUT_BITS}, got {bits!r}")
   if bits == 32:
     return fn
 

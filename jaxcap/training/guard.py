@@ -25,6 +25,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxcap.errors import BadInput
+
 OK = "_guard_ok"
 LOSS = "_guard_loss"
 GRAD_NORM = "_guard_grad_norm"
@@ -67,7 +69,7 @@ class Monitor:
 
   def __init__(self, mode: str, image_ids, writer=None):
     if mode not in MODES:
-      raise ValueError(f"config field nonfinite: expected 'stop' or 'skip', got {mode!r}")
+      raise BadInput(f"config field nonfinite: expected 'stop' or 'skip', got {mode!r}")
     self.mode, self.image_ids, self.writer = mode, image_ids, writer
     self.pending: list = []
     self.skipped_total = 0

@@ -19,6 +19,8 @@ from typing import NamedTuple
 
 import jax
 
+from jaxcap.errors import BadInput
+
 
 class StepMemory(NamedTuple):
   """Bytes one device needs for one compiled step."""
@@ -72,12 +74,12 @@ def gib(n: int | float) -> str:
 
 
 def check_fits(name: str, memory: StepMemory | None, fields: str, values: str) -> None:
-  """Raises one ``ValueError`` naming the config ``fields`` when the step ``name`` needs more
+  """Raises one ``BadInput`` naming the config ``fields`` when the step ``name`` needs more
   than a device has (nothing is raised where either figure is unknown)."""
   limit, what = device_limit()
   if memory is None or limit is None or memory.total <= limit:
     return
-  raise ValueError(
+  raise BadInput(
       f"config field {fields}: the {name} step needs {gib(memory.total)} per device "
       f"(arguments {gib(memory.arguments)}, temporaries {gib(memory.temporaries)}) but a device "
       f"has {gib(limit)} ({what}); expected a smaller {fields} (now {values}) or more devices")

@@ -8,6 +8,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from jaxcap.errors import BadInput
+
 
 def noam_schedule(scale: float, dim: int, warmup: int):
   """Vaswani et al.: ``scale * d^-0.5 * min(step^-0.5, step * warmup^-1.5)`` (step from 1)."""
@@ -47,7 +49,7 @@ def make_schedule(config, steps_per_epoch: int):
   elif config.schedule == "constant":
     xe = optax.constant_schedule(config.learning_rate)
   else:
-    raise ValueError(f"config field schedule: expected 'noam', 'step' or 'constant', got {config.schedule!r}")
+    raise BadInput(f"config field schedule: expected 'noam', 'step' or 'constant', got {config.schedule!r}")
   start = scst_start_step(config, steps_per_epoch)
   if start == 0:
     return optax.constant_schedule(config.scst.learning_rate)

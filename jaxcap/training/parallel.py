@@ -17,6 +17,8 @@ import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from jax.experimental import multihost_utils
 
+from jaxcap.errors import BadInput
+
 def distributed_init_args(environ=None) -> dict | None:
   """The ``jax.distributed.initialize`` keyword arguments for this launch; None: one process.
 
@@ -33,7 +35,7 @@ def distributed_init_args(environ=None) -> dict | None:
   * ``JAXCAP_DISTRIBUTED=0`` turns all of this off.
 
   Raises:
-    ValueError: a coordinator address without a valid process count or id (one line).
+    BadInput: a coordinator address without a valid process count or id (one line).
   """
   env = os.environ if environ is None else environ
   flag = env.get("JAXCAP_DISTRIBUTED", "")
@@ -44,7 +46,7 @@ def distributed_init_args(environ=None) -> dict | None:
     num = _env_int(env, "JAX_NUM_PROCESSES", coordinator, minimum=1)
     pid = _env_int(env, "JAX_PROCESS_ID", coordinator, minimum=0)
     if pid >= num:
-      raise ValueError(f"environment variable JAX_PROCESS_ID: expected 0 <= id < JAX_NUM_PROCESSES "
+      raise BadInput(f"environment variable JAX_PROCESS_ID: expected 0 <= id < JAX_NUM_PROCESSES "
                        f"({num}), got {pid}")
     return {"coordinator_address": coordinator, "num_processes": num, "process_id": pid}
   if flag == "1":
@@ -65,7 +67,7 @@ def _env_int(env, name: str, coordinator: str, minimum: int) -> int:
   except ValueError:
     out = None
   if out is None or out < minimum:
-    raise ValueError(f"environment variable {name}: expected an integer >= {minimum} with "
+    raise BadInput(f"environment variable {name}: expected an integer >= {minimum} with "
                      f"JAX_COORDINATOR_ADDRESS={coordinator}, got {value!r}")
   return out
 
@@ -95,7 +97,7 @@ def local_batch_size(global_batch: int, mesh: Mesh) -> int:
   """This process's share of a global batch; the global batch must split evenly over devices."""
   n = mesh.devices.size
   if global_batch % n:
-    raise ValueError(f"config field batch_size: {global_batch} is not divisible by the {n} devices; expected a multiple of {n}")
+    raise BadInput(f"config field batch_size: {global_batch} is not divisible by the {n} devices; expected a multiple of {n}")
   return global_batch // jax.process_count()
 
 

@@ -64,6 +64,7 @@ import jax.numpy as jnp
 
 from jaxcap import decoding
 from jaxcap.data.vocab import PAD
+from jaxcap.errors import BadInput
 from jaxcap.evaluation import cider
 from jaxcap.evaluation import cider_device
 from jaxcap.models.base import shift_right
@@ -85,7 +86,7 @@ def scst_loss(logits_NxTxV, tokens_NxT, advantage_N, extra_NxT=None, norm: str =
     ``(loss, denominator)``.
   """
   if norm not in LOSS_NORMS:
-    raise ValueError(f"config field scst.loss_norm: expected one of {LOSS_NORMS}, got {norm!r}")
+    raise BadInput(f"config field scst.loss_norm: expected one of {LOSS_NORMS}, got {norm!r}")
   logp_NxTxV = jax.nn.log_softmax(logits_NxTxV.astype(jnp.float32), axis=-1)
   logp_NxT = jnp.take_along_axis(logp_NxTxV, tokens_NxT[..., None], axis=-1)[..., 0]
   mask = (tokens_NxT != PAD).astype(jnp.float32)
@@ -148,11 +149,11 @@ def baseline_rewards(sample_r_Bxn, greedy_r_B, kind: str, xp=np):
   if kind in ("mean", "mean_all"):
     n = sample_r_Bxn.shape[1]
     if n < 2:
-      raise ValueError(f"config field scst.num_samples: the {kind!r} baseline needs at least 2 samples")
+      raise BadInput(f"config field scst.num_samples: the {kind!r} baseline needs at least 2 samples")
     if kind == "mean_all":
       return xp.broadcast_to(sample_r_Bxn.mean(axis=1, keepdims=True), sample_r_Bxn.shape)
     return (sample_r_Bxn.sum(axis=1, keepdims=True) - sample_r_Bxn) / (n - 1)
-  raise ValueError(f"config field scst.baseline: expected one of {BASELINES}, got {kind!r}")
+  raise BadInput(f"config field scst.baseline: expected one of {BASELINES}, got {kind!r}")
 
 
 def sample_with_baseline(model, params, batch, rng, *, max_len: int, num_samples: int, baseline: str,
@@ -179,7 +180,7 @@ def sample_with_baseline(model, params, batch, rng, *, max_len: int, num_samples
                                  beam_mode=beam_mode)
     return jax.lax.stop_gradient(beams.tokens), None
   if candidates != "sample":
-    raise ValueError(f"config field scst.candidates: expected one of {CANDIDATES}, got {candidates!r}")
+    raise BadInput(f"config field scst.candidates: expected one of {CANDIDATES}, got {candidates!r}")
   if fused_decode:
     samples, greedy = decoding.sample_and_greedy(
         model, params, batch, steps.per_example_keys(rng, batch), max_len=max_len,
@@ -197,10 +198,10 @@ def sample_with_baseline(model, params, batch, rng, *, max_len: int, num_samples
 def check_candidates(candidates: str, baseline: str, fused_decode: bool = False) -> None:
   """The combinations :func:`sample_with_baseline` refuses (also said by the config check)."""
   if candidates == "beam" and baseline == "greedy":
-    raise ValueError("config field scst.baseline: scst.candidates='beam' compares each beam with "
+    raise BadInput("config field scst.baseline: scst.candidates='beam' compares each beam with "
                      "the image's other beams; expected 'mean' or 'mean_all', got 'greedy'")
   if candidates == "beam" and fused_decode:
-    raise ValueError("config field scst.fused_decode: it fuses samples with the greedy caption; "
+    raise BadInput("config field scst.fused_decode: it fuses samples with the greedy caption; "
                      "scst.candidates='beam' decodes one beam search, expected False")
 
 
@@ -228,7 +229,7 @@ def training_scorer(dataset, cache_dir: str, cider_compat: str):
   (its document frequencies cached in ``cache_dir``): what the host and the device rewards
   share."""
   if cider_compat not in cider.COMPAT_MODES:
-    raise ValueError(f"config field scst.cider_compat: expected one of {cider.COMPAT_MODES}, "
+    raise BadInput(f"config field scst.cider_compat: expected one of {cider.COMPAT_MODES}, "
                      f"got {cider_compat!r}")
   # self-critical.pytorch: df on full captions, references cut to max_len by the scorer.
   refs = dataset.train_references_ids(full=cider_compat == "self_critical")
@@ -300,21 +301,21 @@ def clip_reward_parts(trainer):
   clip_weight, grammar_weight = _clip_weights(sc)
   try:
     scorer = clip_score.Scorer(sc.clip_model)
-  except ValueError as e:
-    raise ValueError(f"config field scst.clip_model: {e}") from None
+  except BadInput as e:
+    raise BadInput(f"config field scst.clip_model: {e}") from None
   grammar = None
   if grammar_weight > 0:
     try:
       grammar = clip_reward.load_grammar_head(sc.grammar_head, scorer.sizes.transformer_width)
-    except ValueError as e:
-      raise ValueError(f"config field scst.grammar_head: {e}") from None
+    except BadInput as e:
+      raise BadInput(f"config field scst.grammar_head: {e}") from None
   if clip_weight <= 0:  # the grammar head alone reads no image
     return scorer, np.zeros((1, scorer.sizes.embed_dim), np.float32), grammar
   keys = list(dataset.image_ids("train"))
   try:
     files = clip_metrics.image_files(sc.clip_images, keys)
-  except ValueError as e:
-    raise ValueError(f"config field scst.clip_images: {e}") from None
+  except BadInput as e:
+    raise BadInput(f"config field scst.clip_images: {e}") from None
   return scorer, clip_reward.image_embeddings(scorer, keys, files, _cache_dir(trainer)), grammar
 
 
@@ -352,7 +353,7 @@ def make_device_reward(trainer):
   training references as one padded array, both built once on the host."""
   sc, dataset = trainer.config.scst, trainer.dataset
   if sc.bleu_weight > 0:
-    raise ValueError("config field scst.reward: 'device' computes CIDEr-D only; "
+    raise BadInput("config field scst.reward: 'device' computes CIDEr-D only; "
                      "scst.bleu_weight > 0 needs scst.reward='host'")
   cider_device.check_vocab_size(len(dataset.vocab))
   refs, scorer = training_scorer(dataset, _cache_dir(trainer), sc.cider_compat)
@@ -449,7 +450,7 @@ def make_scst_step(trainer, reward_fn=None):
   sc = config.scst
   kind = sc.reward
   if kind not in ("device", "host"):
-    raise ValueError(f"config field scst.reward: expected 'device' or 'host', got {kind!r}")
+    raise BadInput(f"config field scst.reward: expected 'device' or 'host', got {kind!r}")
   if reward_fn is None and kind == "device":
     return _make_device_step(trainer)
   reward_fn = reward_fn if reward_fn is not None else make_rewarder(trainer)

@@ -24,6 +24,8 @@ import numpy as np
 import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from jaxcap.errors import BadInput
+
 RULES = ("replicated", "fsdp")
 MIN_ELEMENTS = 2 ** 14  # below this an array's all-gather costs more than keeping it whole
 
@@ -32,10 +34,10 @@ def make_mesh(data: int = -1, model: int = 1, devices=None) -> Mesh:
   """A ``("data", "model")`` mesh; ``data=-1``: every device not on the model axis."""
   devices = list(jax.devices() if devices is None else devices)
   if model < 1 or len(devices) % model:
-    raise ValueError(f"config field mesh.model: expected a divisor of the {len(devices)} devices, got {model}")
+    raise BadInput(f"config field mesh.model: expected a divisor of the {len(devices)} devices, got {model}")
   data = len(devices) // model if data == -1 else data
   if data < 1 or data * model != len(devices):
-    raise ValueError(f"config field mesh.data: expected data x model = {len(devices)} devices "
+    raise BadInput(f"config field mesh.data: expected data x model = {len(devices)} devices "
                      f"(data={data}, model={model}); -1 takes the rest")
   return Mesh(np.asarray(devices).reshape(data, model), ("data", "model"))
 
@@ -54,7 +56,7 @@ def fsdp_spec(shape, data_size: int, min_elements: int = MIN_ELEMENTS) -> P:
 def shardings(tree, mesh: Mesh, rule: str = "replicated", min_elements: int = MIN_ELEMENTS):
   """A tree of ``NamedSharding`` for ``tree``'s arrays (or shape structs) under ``rule``."""
   if rule not in RULES:
-    raise ValueError(f"config field sharding: expected one of {', '.join(RULES)}, got {rule!r}")
+    raise BadInput(f"config field sharding: expected one of {', '.join(RULES)}, got {rule!r}")
   data_size = mesh.shape["data"]
 
   def one(x):

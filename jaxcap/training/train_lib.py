@@ -23,6 +23,7 @@ from jaxcap import progress
 from jaxcap import run_dir
 from jaxcap.data import pipeline
 from jaxcap.data.vocab import Vocab
+from jaxcap.errors import BadInput
 from jaxcap.evaluation import coco_metrics
 from jaxcap.models import registry
 from jaxcap.models import base
@@ -354,7 +355,7 @@ class Trainer:
     finally:
       src.close()
     if restored is None:
-      raise ValueError(f"{source_workdir}: config field init_from names a workdir with no "
+      raise BadInput(f"{source_workdir}: config field init_from names a workdir with no "
                        "checkpoint (expected checkpoints/ or best/)")
     print(f"Initialised from {source_workdir} ({which} checkpoint, step {int(restored.step)}).",
           flush=True)
@@ -391,10 +392,10 @@ class Trainer:
 
 def _check_init_from(source_workdir: str, config, vocab: Vocab) -> None:
   if not os.path.isdir(source_workdir):
-    raise ValueError(f"{source_workdir}: config field init_from is not a directory; expected "
+    raise BadInput(f"{source_workdir}: config field init_from is not a directory; expected "
                      "the workdir of a finished run")
   if not os.path.exists(os.path.join(source_workdir, "config.json")):
-    raise ValueError(f"{source_workdir}/config.json: not found; config field init_from expects "
+    raise BadInput(f"{source_workdir}/config.json: not found; config field init_from expects "
                      "a workdir written by train.py")
   run_dir.check_workdir(source_workdir, config, vocab, init_from=True)
 
@@ -547,12 +548,12 @@ def dry_run(config, workdir: str = "", log=print) -> dict:
     {"gflop", "memory": {...} per device in bytes, "compile_s"}}}``.
 
   Raises:
-    ValueError: a bad config or data (one line), or a step that needs more memory than a device
+    BadInput: a bad config or data (one line), or a step that needs more memory than a device
       has (naming ``batch_size`` / ``scst.num_samples``).
   """
   validation.check_config(config)
   if not getattr(registry.get(config.model.name), "trainable", True):
-    raise ValueError(f"config field model.name: {config.model.name!r} has no training step to "
+    raise BadInput(f"config field model.name: {config.model.name!r} has no training step to "
                      "compile; expected a trainable model")
   trainer = Trainer(config, workdir)
   trainer.write_caches = False  # the SCST reward's table is counted, not cached

@@ -1,6 +1,6 @@
 """Checks before the first training step: config values, workdir, splits, feature headers, boxes.
 
-Everything a run will need is checked up front, so bad input is a one-line ``ValueError``
+Everything a run will need is checked up front, so bad input is a one-line ``BadInput``
 (``train.py``: ``error: ...`` and exit code 2) before anything is written or compiled, instead
 of a traceback or a late failure at the batch that reads a bad file or after training:
 
@@ -32,6 +32,7 @@ from jaxcap import atomic, decoding, progress
 from jaxcap.data import base, complete_data_config
 from jaxcap.data import batch as batch_lib
 from jaxcap.data import readers as data_readers
+from jaxcap.errors import BadInput
 from jaxcap.evaluation import coco_metrics
 from jaxcap.models import fields, registry
 from jaxcap.training import scst as scst_lib
@@ -135,7 +136,7 @@ def check_config(config, trainable: bool | None = None) -> None:
   """The one validation pass over a built config, before anything is written or compiled:
   every field of :data:`CHECKS` the config has, the relations between fields, and the model's
   section against the model's dataclass (:func:`jaxcap.models.fields.validate`). The first
-  violation is one ``ValueError``: ``config field <path>: expected ..., got ...``.
+  violation is one ``BadInput``: ``config field <path>: expected ..., got ...``.
   ``trainable``: the model trains (``num_train_steps >= 1``); default: asked of the model."""
   model_name = _get(config, "model.name")
   if model_name is not _MISSING:
@@ -148,13 +149,13 @@ def check_config(config, trainable: bool | None = None) -> None:
   for path, check in CHECKS.items():
     v = _get(config, path)
     if v is not _MISSING and not check.test(v):
-      raise ValueError(f"config field {path}: expected {check.expected}, got {v!r}")
+      raise BadInput(f"config field {path}: expected {check.expected}, got {v!r}")
   steps = _get(config, "num_train_steps")
   if trainable is not False and steps is not _MISSING and steps < 1:
-    raise ValueError(f"config field num_train_steps: expected an int >= 1, got {steps}")
+    raise BadInput(f"config field num_train_steps: expected an int >= 1, got {steps}")
   bleu = _get(config, "scst.bleu_weight")
   if _get(config, "scst.reward") == "device" and bleu is not _MISSING and bleu > 0:
-    raise ValueError(f"config field scst.reward: 'device' computes CIDEr-D only; "
+    raise BadInput(f"config field scst.reward: 'device' computes CIDEr-D only; "
                      f"scst.bleu_weight={bleu} needs scst.reward='host'; expected "
                      f"scst.reward='host', or scst.bleu_weight=0")
   scst_runs = any(_get(config, f"scst.{k}") not in (_MISSING, -1) for k in ("start_step", "start_epoch"))
@@ -164,7 +165,7 @@ def check_config(config, trainable: bool | None = None) -> None:
     for name, what in (("grammar_head", "the grammar head's weights file"),
                        ("clip_model", "the CLIP weights whose text tower it reads")):
       if not _get(config, f"scst.{name}"):
-        raise ValueError(f"config field scst.{name}: scst.grammar_weight={grammar_weight} needs "
+        raise BadInput(f"config field scst.{name}: scst.grammar_weight={grammar_weight} needs "
                          f"{what}; got {_get(config, f'scst.{name}')!r}")
   if clip_weight not in (_MISSING, 0, 0.0):
     # Named here; the files are read (and a missing one named) when the SCST step is built, at
@@ -173,13 +174,13 @@ def check_config(config, trainable: bool | None = None) -> None:
                        ("clip_images", "the training images: a folder or {image_id: path} JSON")):
       value = _get(config, f"scst.{name}")
       if not value:
-        raise ValueError(f"config field scst.{name}: scst.clip_weight={clip_weight} needs {what}; "
+        raise BadInput(f"config field scst.{name}: scst.clip_weight={clip_weight} needs {what}; "
                          f"got {value!r}")
   start = _get(config, "scst.start_step")
   if (scst_runs and trainable is not False and start not in (_MISSING, -1) and steps is not _MISSING
       and _get(config, "scst.start_epoch") in (_MISSING, -1) and start >= steps):
     # SCST would never start: the run trains with cross-entropy only, and says nothing.
-    raise ValueError(f"config field scst.start_step: {start} is not before config field "
+    raise BadInput(f"config field scst.start_step: {start} is not before config field "
                      f"num_train_steps ({steps}), so no step would be self-critical; expected "
                      f"scst.start_step < num_train_steps, or -1 (no SCST)")
   samples = _get(config, "scst.num_samples")
@@ -188,22 +189,22 @@ def check_config(config, trainable: bool | None = None) -> None:
     scst_lib.check_candidates("beam", _get(config, "scst.baseline"),
                               _get(config, "scst.fused_decode") is True)
   if scst_runs and _get(config, "scst.baseline") in ("mean", "mean_all") and samples is not _MISSING and samples < 2:
-    raise ValueError(f"config field scst.num_samples: scst.baseline={_get(config, 'scst.baseline')!r} "
+    raise BadInput(f"config field scst.num_samples: scst.baseline={_get(config, 'scst.baseline')!r} "
                      f"compares each candidate with the mean of the image's candidates; expected "
                      f"at least 2, got {samples}")
   if _get(config, "decode.beam_mode") == "in_slots":
     # Refused by decoding.beam_search too; said here before a run trains for hours.
     groups, penalty = _get(config, "decode.beam_groups"), _get(config, "decode.length_penalty")
     if groups not in (_MISSING, 1):
-      raise ValueError(f"config field decode.beam_groups: decode.beam_mode='in_slots' has no "
+      raise BadInput(f"config field decode.beam_groups: decode.beam_mode='in_slots' has no "
                        f"diverse groups; expected 1, got {groups}")
     if penalty not in (_MISSING, "none"):
-      raise ValueError(f"config field decode.length_penalty: decode.beam_mode='in_slots' has "
+      raise BadInput(f"config field decode.length_penalty: decode.beam_mode='in_slots' has "
                        f"no length penalty; expected 'none', got {penalty!r}")
   if _get(config, "model.attention_impl") == "cudnn":
     platforms = sorted({d.platform for d in jax.devices()})
     if platforms != ["gpu"]:
-      raise ValueError(f"config field model.attention_impl: 'cudnn' runs on an NVIDIA GPU with "
+      raise BadInput(f"config field model.attention_impl: 'cudnn' runs on an NVIDIA GPU with "
                        f"cuDNN, and this host's devices are {', '.join(platforms)}; expected "
                        "'xla' or 'einsum' here")
 
@@ -217,7 +218,7 @@ def _check_lengths(config, longest: int | None) -> None:
     v = _get(config, path)
     if v is not _MISSING and isinstance(v, int) and v + extra > longest:
       more = " (+ 1 for the BOS input)" if extra else ""
-      raise ValueError(f"config field {path}: the model's position table covers {longest} "
+      raise BadInput(f"config field {path}: the model's position table covers {longest} "
                        f"positions; expected at most {longest - extra}{more}, got {v}")
 
 
@@ -258,7 +259,7 @@ def check_data(dataset, config, splits=None, log=print, model=None, workdir=None
   for split in splits:
     if split not in have:
       field = "test_split" if split == _get(config, "test_split") and split != "val" else "data"
-      raise ValueError(f"{dataset.name}: no split {split!r} (config field {field}; the data has "
+      raise BadInput(f"{dataset.name}: no split {split!r} (config field {field}; the data has "
                        f"{', '.join(have)}), expected train, val and the test split "
                        "(or set test_after_training=False)")
   check_beam_size(config, len(dataset.vocab), dataset.name)
@@ -310,7 +311,7 @@ def check_beam_size(config, vocab_size: int, where: str) -> None:
   for minutes and scores zeros (``where``: whose vocabulary, for the message)."""
   beam = _get(config, "decode.beam_size")
   if _get(config, "decode.method") == "beam" and fields.is_int(beam) and beam > vocab_size:
-    raise ValueError(f"config field decode.beam_size: {beam} is wider than the vocabulary of "
+    raise BadInput(f"config field decode.beam_size: {beam} is wider than the vocabulary of "
                      f"{where} ({vocab_size} words); expected at most {vocab_size}")
 
 
@@ -318,38 +319,38 @@ def _check_header(head: dict, info: dict, max_regions: int, truncate: bool,
                   allow_degenerate: bool) -> None:
   shape, dtype, name = head["feats"]
   if len(shape) != 2:
-    raise ValueError(f"{name}: features have shape {list(shape)}, expected [regions, "
+    raise BadInput(f"{name}: features have shape {list(shape)}, expected [regions, "
                      f"{info['feature_dim']}]")
   _check_dtype(dtype, name)
   n, d = shape
   if n < 1:
-    raise ValueError(f"{name}: features have zero regions, expected at least one")
+    raise BadInput(f"{name}: features have zero regions, expected at least one")
   if d != info["feature_dim"]:
-    raise ValueError(f"{name}: features have dimension {d}, expected {info['feature_dim']} "
+    raise BadInput(f"{name}: features have dimension {d}, expected {info['feature_dim']} "
                      "(the first training image's, or data.feature_dim)")
   if n > max_regions and not truncate:
-    raise ValueError(f"{name}: {n} regions but config field data.max_regions is {max_regions}; "
+    raise BadInput(f"{name}: {n} regions but config field data.max_regions is {max_regions}; "
                      f"expected max_regions >= every image's regions (or set "
                      "data.truncate_regions=True to keep the first max_regions)")
   glob = head.get("global_feat")
   if glob is not None:
     gshape, gdtype, gname = glob
     if len(gshape) != 1 or gshape[0] != info["global_dim"]:
-      raise ValueError(f"{gname}: global feature has shape {list(gshape)}, expected "
+      raise BadInput(f"{gname}: global feature has shape {list(gshape)}, expected "
                        f"[{info['global_dim']}]")
     _check_dtype(gdtype, gname)
   boxes = head.get("boxes")
   if boxes is not None:
     b, bname = boxes
     if b.shape != (n, 4):
-      raise ValueError(f"{bname}: boxes have shape {list(b.shape)}, expected [{n}, 4] to match "
+      raise BadInput(f"{bname}: boxes have shape {list(b.shape)}, expected [{n}, 4] to match "
                        f"{name}")
     batch_lib.check_boxes(b, bname, allow_degenerate=allow_degenerate)
 
 
 def _check_dtype(dtype, name: str) -> None:
   if not np.issubdtype(dtype, np.floating):
-    raise ValueError(f"{name}: features have dtype {dtype}, expected floating-point "
+    raise BadInput(f"{name}: features have dtype {dtype}, expected floating-point "
                      "(float16 / float32 / float64)")
 
 
@@ -393,7 +394,7 @@ def check_model_inputs(model, dataset, config, splits=None, log=print, model_con
   who = model_label(model, model_config)
   splits = list(splits or splits_in_use(config))
   if "src" in needs and dataset.src_vocab is None:
-    raise ValueError(f"config field data.task: {who} translates a source sentence, but "
+    raise BadInput(f"config field data.task: {who} translates a source sentence, but "
                      f"{dataset.name} has none; expected task='translate' (a dataset with "
                      "source sentences)")
   for split in splits:
@@ -401,14 +402,14 @@ def check_model_inputs(model, dataset, config, splits=None, log=print, model_con
     if "image" in needs and getattr(reader, "has_image", True) is False:
       instead = getattr(model, "text_only_setting", "")  # the nearest neighbour: no hooks
       alt = f" or {instead}" if instead else ""
-      raise ValueError(f"config field data.text_only: {who} reads image features, but "
+      raise BadInput(f"config field data.text_only: {who} reads image features, but "
                        f"{dataset.name} is text-only (one all-zero region per sentence); "
                        f"expected image features (data.features_npy with "
                        f"data.text_only=False){alt}")
     if "attributes" in needs and dataset.attribute_mode(split) == "none":
       field = ("data.test_attributes" if split == "test" and str(data.test_attributes)
                else "data.attributes")
-      raise ValueError(f"config field {field}: {who} attends to attribute words, but the "
+      raise BadInput(f"config field {field}: {who} attends to attribute words, but the "
                        f"{split} split reads none ({field.split('.')[1]}='none'); expected "
                        "'oracle', 'noisy' (synthetic_scenes) or 'detected' (with "
                        "data.attributes_file), or a model that reads no attributes")
@@ -426,7 +427,7 @@ def check_model_inputs(model, dataset, config, splits=None, log=print, model_con
     return
   field = ("data.box_dir is empty" if data.name in ("karpathy", "cocotalk")
            and data.format != "tfds" else "data (no boxes)")
-  raise ValueError(f"config field {field}: {who} builds its spatial graph from region boxes, "
+  raise BadInput(f"config field {field}: {who} builds its spatial graph from region boxes, "
                    f"but {dataset.name} has none for split {missing[0]!r} (every region would "
                    "get the whole-image box: all neighbours, a graph that carries nothing); "
                    "expected data.box_dir with a [regions, 4] box file per image (or "

@@ -15,6 +15,7 @@ from typing import Sequence
 import numpy as np
 
 from jaxcap.analysis import figures
+from jaxcap.errors import BadInput
 
 _NON_VISUAL, _VISUAL = "#f58c1e", "#286edc"  # orange h1 slot, blue attention steps
 
@@ -39,7 +40,7 @@ def plot_attention_steps(words: Sequence[str], steps, confidences, beta, out: st
   conf = np.asarray(confidences, np.float64)
   beta = np.asarray(beta, np.float64)
   if beta.ndim != 2 or conf.shape != beta.shape or steps.shape != (beta.shape[0],):
-    raise ValueError(f"plot_attention_steps: expected steps [L], confidences and beta [L, S]; "
+    raise BadInput(f"plot_attention_steps: expected steps [L], confidences and beta [L, S]; "
                      f"got {steps.shape}, {conf.shape}, {beta.shape}")
   words = figures.one_word_per_row(words, beta.shape[0], "plot_attention_steps")
   n_words, n_slots = beta.shape

@@ -44,6 +44,7 @@ import jax
 import jax.numpy as jnp
 import flax.linen as nn
 
+from jaxcap.errors import BadInput
 from jaxcap.models import fields, layers
 from jaxcap.models.layers import masked_mean
 from jaxcap.models.base import CaptionModel
@@ -103,7 +104,7 @@ class AATAttention(AttentionTimeFields):
 
   def setup(self):
     if self.attention not in ATTENTION_KINDS:
-      raise ValueError(f"config field model.attention: expected one of {ATTENTION_KINDS}, "
+      raise BadInput(f"config field model.attention: expected one of {ATTENTION_KINDS}, "
                        f"got {self.attention!r}")
     self.mha = layers.MultiHeadAttention(self.num_heads, self.dim, 0.0, self.dtype)
     self.lstm = nn.OptimizedLSTMCell(self.dim, dtype=self.dtype)
@@ -320,7 +321,7 @@ class AATCaptioner(CaptionModel, AttentionTimeFields, kw_only=True):
   def check_fields(values):
     fields.heads_divide_dim(values)
     if values["min_steps"] > values["max_steps"]:
-      raise ValueError(f"config fields model.min_steps / max_steps: expected min_steps <= "
+      raise BadInput(f"config fields model.min_steps / max_steps: expected min_steps <= "
                        f"max_steps, got {values['min_steps']} > {values['max_steps']}")
 
   def setup(self):

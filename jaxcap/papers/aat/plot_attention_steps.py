@@ -13,7 +13,6 @@ stay empty.
 
 from __future__ import annotations
 
-import argparse
 import os
 
 
@@ -42,7 +41,8 @@ def untrained_run():
 
 
 def main(argv=None):
-  ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  from jaxcap.cli import ArgumentParser  # its refusals: one line (run_script)
+  ap = ArgumentParser(description=__doc__.split("\n")[0])
   ap.add_argument("--workdir", help="a training workdir (config.json, vocab.json, checkpoints)")
   ap.add_argument("--random_init", action="store_true",
                   help="no workdir: an untrained configs/aat.py:synthetic model (a demo)")

@@ -33,6 +33,7 @@ import flax.linen as nn
 import optax
 
 from jaxcap.data import attributes
+from jaxcap.errors import BadInput
 
 # log(1 - P) is clipped below 0 by this much so that log P stays finite when every region's
 # probability underflows to 0 in float32.
@@ -175,7 +176,7 @@ def train_detector(train_arrays: dict, num_attributes: int, *, hidden: int = 512
   """
   n = train_arrays["feats"].shape[0]
   if n == 0:
-    raise ValueError("train_detector: the training split is empty, expected images")
+    raise BadInput("train_detector: the training split is empty, expected images")
   model = NoisyOrDetector(num_attributes, hidden, dropout)
   rng = jax.random.PRNGKey(seed)
   bs = min(batch_size, n)
@@ -250,7 +251,7 @@ def run(dataset, cfg, out_dir: str, log: Callable[[str], Any] = print,
   get = lambda k: cfg.get(k, defaults[k]) if hasattr(cfg, "get") else defaults[k]
   words = list(dataset.attribute_words)
   if not words:
-    raise ValueError(f"{dataset.name}: no attribute words (data.num_attributes = 0 or no "
+    raise BadInput(f"{dataset.name}: no attribute words (data.num_attributes = 0 or no "
                      "content words), expected at least one")
   ks = tuple(get("ks"))
   t0 = time.time()
@@ -276,7 +277,7 @@ def run(dataset, cfg, out_dir: str, log: Callable[[str], Any] = print,
     probs = predict(model, params, arrays, fn=apply_fn)
     for iid, ws in zip(dataset.image_ids(split), top_attributes(probs, words, top_k, min_prob)):
       if str(iid) in table:
-        raise ValueError(f"{dataset.name}: image id {iid!r} occurs in two splits, expected "
+        raise BadInput(f"{dataset.name}: image id {iid!r} occurs in two splits, expected "
                          "unique ids (the attributes file is keyed by image id)")
       table[str(iid)] = ws
   os.makedirs(out_dir, exist_ok=True)

@@ -13,6 +13,7 @@ from typing import Sequence
 import numpy as np
 
 from jaxcap.analysis import figures
+from jaxcap.errors import BadInput
 
 _BAR = "#286edc"
 
@@ -29,7 +30,7 @@ def plot_gate(words: Sequence[str], gate, out: str | None = None, ax=None, title
   """
   g = np.asarray(gate, np.float64)
   if g.ndim not in (1, 2):
-    raise ValueError(f"plot_gate: expected gate [L] or [L, G], got shape {g.shape}")
+    raise BadInput(f"plot_gate: expected gate [L] or [L, G], got shape {g.shape}")
   words = figures.one_word_per_row(words, g.shape[0], "plot_gate")
   fig, ax = figures.axes_or_new(ax, max(3.0, 0.45 * len(words) + 1.2), 2.8 if g.ndim == 1 else 1.6 + 0.3 * g.shape[1])
   x = np.arange(len(words))

@@ -72,6 +72,7 @@ import jax.numpy as jnp
 import flax.linen as nn
 
 from jaxcap.data.vocab import PAD
+from jaxcap.errors import BadInput
 from jaxcap.models import fields, layers
 from jaxcap.models.registry import register
 from jaxcap.models.transformer import TransformerCaptioner, TransformerSizes, cross_attention_aux
@@ -115,9 +116,9 @@ ACTIVATIONS = {
 
 def check_variant(variant: str, activation: str = "identity") -> None:
   if variant not in VARIANTS:
-    raise ValueError(f"config field model.variant: expected one of {VARIANTS}, got {variant!r}")
+    raise BadInput(f"config field model.variant: expected one of {VARIANTS}, got {variant!r}")
   if activation not in ACTIVATIONS:
-    raise ValueError(f"config field model.gbc_activation: expected one of {tuple(ACTIVATIONS)}, "
+    raise BadInput(f"config field model.gbc_activation: expected one of {tuple(ACTIVATIONS)}, "
                      f"got {activation!r}")
 
 

@@ -16,6 +16,7 @@ import os
 
 from absl import flags
 from jaxcap import data as data_lib
+from jaxcap.errors import BadInput
 from jaxcap.papers.eta import attributes as attribute_detector
 
 
@@ -28,7 +29,7 @@ def main(argv):
 
   out = flags.FLAGS.out
   if os.path.exists(out) and not os.path.isdir(out):  # before the detector trains, not after
-    raise ValueError(f"--out={out}: is a file; expected a directory to write the attributes into")
+    raise BadInput(f"--out={out}: is a file; expected a directory to write the attributes into")
   config = flags.FLAGS.config
   data_config = copy.deepcopy(config.data)
   # The detector learns from the references' labels; it must not need its own output file.

@@ -18,7 +18,6 @@ the decoded caption). The paper reports 30.40 (M = 1) vs 454.57 (M = 3) on COCO 
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 
@@ -29,6 +28,7 @@ from jaxcap.analysis import figures
 from jaxcap.data import pipeline
 from jaxcap.data import synthetic
 from jaxcap.data.vocab import PAD
+from jaxcap.errors import BadInput
 from jaxcap.models.base import shift_right
 from jaxcap.papers.image_transformer.model import spatial_graph
 
@@ -77,7 +77,7 @@ def spread(args):
   run = jaxcap.load(args.workdir)
   config, params, model = run.config, run.params, run.model
   if not hasattr(model, "decoder_outputs"):
-    raise ValueError(f"--workdir={args.workdir}: a run of model {config.model.name!r}; expected a run "
+    raise BadInput(f"--workdir={args.workdir}: a run of model {config.model.name!r}; expected a run "
                      "of the Image Transformer or AoANet (spread reads their decoder outputs c_t)")
   rows = []
   for batch in pipeline.eval_batches(run.dataset.split(args.split), int(config.eval_batch_size), num_threads=0):
@@ -98,7 +98,8 @@ def spread(args):
 
 
 def main(argv=None):
-  ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  from jaxcap.cli import ArgumentParser  # its refusals: one line (run_script)
+  ap = ArgumentParser(description=__doc__.split("\n")[0])
   sub = ap.add_subparsers(dest="cmd", required=True)
   f = sub.add_parser("figure3")
   f.add_argument("--out", required=True)

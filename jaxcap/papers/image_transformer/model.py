@@ -65,6 +65,7 @@ import jax
 import jax.numpy as jnp
 import flax.linen as nn
 
+from jaxcap.errors import BadInput, BadKey
 from jaxcap.models import fields, layers
 from jaxcap.models.layers import masked_mean
 from jaxcap.models.base import CaptionModel
@@ -207,17 +208,21 @@ def parse_spatial_layers(value, num_layers: int) -> tuple[int, ...]:
     try:
       items = [int(x) for x in v.replace("+", ",").split(",") if x.strip()]
     except ValueError:
-      raise ValueError(f"config field model.spatial_layers: expected 'all', 'none' or layer "
+      raise BadInput(f"config field model.spatial_layers: expected 'all', 'none' or layer "
                        f"numbers like '1,3', got {value!r}") from None
   elif isinstance(value, (int, np.integer)) and not isinstance(value, bool):
     items = [int(value)]
   elif isinstance(value, Sequence):
-    items = [int(x) for x in value]
+    try:
+      items = [int(x) for x in value]
+    except (TypeError, ValueError):
+      raise BadInput(f"config field model.spatial_layers: expected 'all', 'none' or layer "
+                     f"numbers, got {value!r}") from None
   else:
-    raise ValueError(f"config field model.spatial_layers: expected 'all', 'none' or layer "
+    raise BadInput(f"config field model.spatial_layers: expected 'all', 'none' or layer "
                      f"numbers, got {value!r}")
   if any(not 1 <= i <= num_layers for i in items):
-    raise ValueError(f"config field model.spatial_layers: expected layers among 1..{num_layers} "
+    raise BadInput(f"config field model.spatial_layers: expected layers among 1..{num_layers} "
                      f"(model.num_layers), got {value!r}")
   return tuple(sorted(set(items)))
 
@@ -289,9 +294,9 @@ class ImageTransformer(CaptionModel):
 
   def setup(self):
     if self.graph_mask not in GRAPH_MASKS:
-      raise ValueError(f"config field model.graph_mask: expected one of {GRAPH_MASKS}, got {self.graph_mask!r}")
+      raise BadInput(f"config field model.graph_mask: expected one of {GRAPH_MASKS}, got {self.graph_mask!r}")
     if self.graph not in GRAPHS:
-      raise ValueError(f"config field model.graph: expected one of {GRAPHS}, got {self.graph!r}")
+      raise BadInput(f"config field model.graph: expected one of {GRAPHS}, got {self.graph!r}")
     self.feat_proj = nn.Dense(self.dim, dtype=self.dtype)
     enc = []
     for i in range(1, self.num_layers + 1):
@@ -327,7 +332,7 @@ class ImageTransformer(CaptionModel):
       none = jnp.zeros_like(valid)
       return jnp.stack([none, valid, none])
     if "boxes" not in batch:
-      raise KeyError("image_transformer: the batch has no 'boxes' (needed by the spatial graph; "
+      raise BadKey("image_transformer: the batch has no 'boxes' (needed by the spatial graph; "
                      "set model.graph='all_neighbour' or spatial_layers='none' to run without)")
     return jnp.stack(spatial_graph(batch["boxes"], mask_BxN, self.epsilon))
 

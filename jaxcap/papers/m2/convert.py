@@ -20,6 +20,8 @@ from typing import Mapping
 
 import numpy as np
 
+from jaxcap.errors import BadInput
+
 
 def _linear(state, name, use_bias=True):
   out = {"kernel": np.asarray(state.pop(f"{name}.weight")).T}
@@ -35,6 +37,9 @@ def _layer_norm(state, name):
 def _attention(state, name, h, memory: bool):
   """Their ScaledDotProductAttention(Memory) ``name`` -> the flax ``Attention``."""
   def heads(lin):  # [in, H*Dh] -> [in, H, Dh]
+    if lin["kernel"].shape[1] % h:  # their file's width, not jaxcap's: the tensor named
+      raise BadInput(f"{name}: a width of {lin['kernel'].shape[1]} does not split into {h} heads; "
+                     "expected --heads to divide the attention width (their default: 8)")
     out = {"kernel": lin["kernel"].reshape(lin["kernel"].shape[0], h, -1)}
     if "bias" in lin:
       out["bias"] = lin["bias"].reshape(h, -1)
@@ -67,7 +72,7 @@ def _ffn(state, name):
 def to_variables(state_dict: Mapping[str, np.ndarray], model) -> dict:
   """``{"params", "constants"}`` of ``model`` from their state_dict (module docstring)."""
   if model.positions != "authors" or model.meshed != "meshed" or model.num_layers != 3:
-    raise ValueError("m2 import: their model reads positions='authors', meshed='meshed' and "
+    raise BadInput("m2 import: their model reads positions='authors', meshed='meshed' and "
                      f"3 encoder layers; got positions={model.positions!r}, "
                      f"meshed={model.meshed!r}, num_layers={model.num_layers}")
   state = {k: np.asarray(v) for k, v in state_dict.items() if ".running_" not in k}
@@ -75,7 +80,7 @@ def to_variables(state_dict: Mapping[str, np.ndarray], model) -> dict:
   n_enc = 1 + max(int(k.split(".")[2]) for k in state if k.startswith("encoder.layers."))
   n_dec = 1 + max(int(k.split(".")[2]) for k in state if k.startswith("decoder.layers."))
   if (n_enc, n_dec) != (model.num_layers, model.num_dec_layers):
-    raise ValueError(f"m2 import: the checkpoint has {n_enc} encoder and {n_dec} decoder layers, "
+    raise BadInput(f"m2 import: the checkpoint has {n_enc} encoder and {n_dec} decoder layers, "
                      f"the model {model.num_layers} and {model.num_dec_layers}")
   p = {"feat_proj": _linear(state, "encoder.fc"), "feat_norm": _layer_norm(state, "encoder.layer_norm")}
   for i in range(n_enc):
@@ -93,8 +98,8 @@ def to_variables(state_dict: Mapping[str, np.ndarray], model) -> dict:
   p["logits_proj"] = _linear(state, "decoder.fc", use_bias=False)
   positions = state.pop("decoder.pos_emb.weight")
   if positions.shape[0] != model.max_positions + 1:
-    raise ValueError(f"m2 import: the checkpoint's position table has {positions.shape[0]} rows; "
+    raise BadInput(f"m2 import: the checkpoint's position table has {positions.shape[0]} rows; "
                      f"expected model.max_positions + 1 = {model.max_positions + 1}")
   if state:
-    raise ValueError(f"m2 import: parameters the model does not read: {sorted(state)[:5]}")
+    raise BadInput(f"m2 import: parameters the model does not read: {sorted(state)[:5]}")
   return {"params": p, "constants": {"positions": positions}}

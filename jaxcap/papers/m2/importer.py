@@ -30,7 +30,7 @@ Their test.py loads ``vocab.pkl`` (a pickled ``data.vocab.Vocab``: ``itos``, ``s
   ``memory_init`` changes no imported weight), decoding as their test.py: beam search, beam 5,
   20 steps; scoring as their test.py: ``caption_postprocess = "dedupe_repeats"``.
 
-Bad input is one line naming the file and what was expected (``ValueError``; exit 2 from the
+Bad input is one line naming the file and what was expected (``BadInput``; exit 2 from the
 command), and nothing is written.
 """
 
@@ -43,6 +43,7 @@ import pickle
 
 import numpy as np
 
+from jaxcap.errors import BadInput
 from jaxcap.importers import torch_files
 
 FORMAT_HELP = ("the authors' Meshed-Memory Transformer (aimagelab/meshed-memory-transformer): "
@@ -64,16 +65,16 @@ def read_state_dict(path: str) -> dict[str, np.ndarray]:
   if path.endswith(".safetensors"):
     from safetensors import numpy as safetensors_numpy
     if not os.path.isfile(path):
-      raise ValueError(f"{path}: no such file; expected a .safetensors of their state_dict")
+      raise BadInput(f"{path}: no such file; expected a .safetensors of their state_dict")
     try:
       state = safetensors_numpy.load_file(path)
     except Exception as e:  # safetensors' own error types for a damaged header
-      raise ValueError(f"{path}: not a safetensors file ({(str(e).splitlines() or [type(e).__name__])[0]})") from None
+      raise BadInput(f"{path}: not a safetensors file ({(str(e).splitlines() or [type(e).__name__])[0]})") from None
   else:
     raw = read_pth(path)
     state = raw.get("state_dict", raw) if isinstance(raw, dict) else None
     if not isinstance(state, dict) or not state or not all(isinstance(v, np.ndarray) for v in state.values()):
-      raise ValueError(f"{path}: holds no state_dict; expected their train.py's dict with "
+      raise BadInput(f"{path}: holds no state_dict; expected their train.py's dict with "
                        "'state_dict' (a dict of tensors)")
   return {(k[len("module."):] if k.startswith("module.") else k): np.asarray(v)
           for k, v in state.items()}
@@ -116,17 +117,17 @@ def read_vocab(path: str) -> list[str]:
     with open(path, "rb") as f:
       vocab = _VocabUnpickler(f, encoding="latin1").load()
   except OSError as e:
-    raise ValueError(f"{path}: cannot read ({e.strerror or e}); expected their vocab.pkl") from None
+    raise BadInput(f"{path}: cannot read ({e.strerror or e}); expected their vocab.pkl") from None
   except (pickle.UnpicklingError, EOFError, AttributeError, ValueError, TypeError, IndexError) as e:
-    raise ValueError(f"{path}: not their vocab.pkl ({' '.join(str(e).split())[:200] or type(e).__name__}); expected a pickled data.vocab.Vocab "
+    raise BadInput(f"{path}: not their vocab.pkl ({' '.join(str(e).split())[:200] or type(e).__name__}); expected a pickled data.vocab.Vocab "
                      "(itos, stoi, freqs)") from None
   itos = getattr(vocab, "itos", None)
   if not isinstance(vocab, TheirVocab) or not isinstance(itos, list) or not all(isinstance(w, str) for w in itos):
-    raise ValueError(f"{path}: holds a {type(vocab).__name__}; expected a pickled data.vocab.Vocab "
+    raise BadInput(f"{path}: holds a {type(vocab).__name__}; expected a pickled data.vocab.Vocab "
                      "with itos (a list of words)")
   missing = [s for s in SPECIALS if s not in itos]
   if missing or len(set(itos)) != len(itos):
-    raise ValueError(f"{path}: itos {'lacks ' + ', '.join(missing) if missing else 'repeats a word'}; "
+    raise BadInput(f"{path}: itos {'lacks ' + ', '.join(missing) if missing else 'repeats a word'}; "
                      f"expected the specials {', '.join(SPECIALS)} once each and unique words")
   return itos
 
@@ -137,7 +138,7 @@ def vocabulary(itos: list[str]):
   words = [w for w in itos if w not in SPECIALS]
   clash = [w for w in words if w in vocab_lib.SPECIALS]
   if clash:
-    raise ValueError(f"vocab: word {clash[0]!r} is a jaxcap special token")
+    raise BadInput(f"vocab: word {clash[0]!r} is a jaxcap special token")
   vocab = vocab_lib.Vocab(words)
   stoi = {w: i for i, w in enumerate(itos)}
   specials = {vocab_lib.PAD: "<pad>", vocab_lib.BOS: "<bos>", vocab_lib.EOS: "<eos>", vocab_lib.UNK: "<unk>"}
@@ -151,7 +152,7 @@ def vocabulary(itos: list[str]):
 
 def _shape(state, name, path):
   if name not in state:
-    raise ValueError(f"{path}: no tensor {name!r}; expected the state_dict of their Transformer "
+    raise BadInput(f"{path}: no tensor {name!r}; expected the state_dict of their Transformer "
                      "(MemoryAugmentedEncoder + MeshedDecoder)")
   return state[name].shape
 
@@ -161,11 +162,11 @@ def model_fields(state: dict, path: str, heads: int, vocab_size: int) -> dict:
   emb = _shape(state, "decoder.word_emb.weight", path)
   dim = emb[1]
   if emb[0] != vocab_size:
-    raise ValueError(f"{path}: the word embedding has {emb[0]} rows, the vocabulary {vocab_size} "
+    raise BadInput(f"{path}: the word embedding has {emb[0]} rows, the vocabulary {vocab_size} "
                      "words; expected the vocab.pkl of this checkpoint")
   q = _shape(state, "encoder.layers.0.mhatt.attention.fc_q.weight", path)
   if q[0] != dim or dim % heads:
-    raise ValueError(f"{path}: attention width {q[0]} with d_model {dim} and --heads {heads}; "
+    raise BadInput(f"{path}: attention width {q[0]} with d_model {dim} and --heads {heads}; "
                      "expected h * d_k = d_model, divisible by the heads")
   mk = state.get("encoder.layers.0.mhatt.attention.m_k")
   n_enc = len({k.split(".")[2] for k in state if k.startswith("encoder.layers.")})
@@ -235,9 +236,9 @@ def import_checkpoint(checkpoint: str, vocab_file: str, workdir: str, *, heads: 
   from jaxcap.training import optim, steps
 
   if os.path.exists(workdir) and os.listdir(workdir):
-    raise ValueError(f"--workdir={workdir}: exists and is not empty; expected a new run directory")
+    raise BadInput(f"--workdir={workdir}: exists and is not empty; expected a new run directory")
   if heads < 1:
-    raise ValueError(f"--heads={heads}: expected a positive number of attention heads")
+    raise BadInput(f"--heads={heads}: expected a positive number of attention heads")
   itos = read_vocab(vocab_file)
   state = read_state_dict(checkpoint)
   vocab, theirs_of = vocabulary(itos)
@@ -248,17 +249,17 @@ def import_checkpoint(checkpoint: str, vocab_file: str, workdir: str, *, heads: 
     config.data.root = os.path.abspath(data_root)
   if detections_hdf5 is not None:
     if not os.path.isfile(detections_hdf5):
-      raise ValueError(f"--detections_hdf5={detections_hdf5}: not a file; expected their "
+      raise BadInput(f"--detections_hdf5={detections_hdf5}: not a file; expected their "
                        "coco_detections.hdf5")
     their_detections(config.data, os.path.abspath(detections_hdf5))
   info = run_info(feature_dim, vocab, config)
   model = registry.build(config.model, info)
   try:
     variables = convert.to_variables(state, model)
-  except ValueError as e:
-    raise ValueError(f"{checkpoint}: {e}") from None
+  except BadInput as e:
+    raise BadInput(f"{checkpoint}: {e}") from None
   except KeyError as e:
-    raise ValueError(f"{checkpoint}: no tensor {e}; expected the state_dict of their Transformer") from None
+    raise BadInput(f"{checkpoint}: no tensor {e}; expected the state_dict of their Transformer") from None
   # Their ids -> jaxcap's: embedding rows, output columns (the output layer has no bias).
   p = variables["params"]
   p["embed"]["embedding"] = p["embed"]["embedding"][theirs_of]

@@ -50,6 +50,7 @@ import jax.numpy as jnp
 import flax.linen as nn
 
 from jaxcap.data.vocab import PAD
+from jaxcap.errors import BadInput
 from jaxcap.models import fields, layers
 from jaxcap.models.base import CaptionModel
 from jaxcap.models.registry import register
@@ -325,11 +326,11 @@ class MeshedMemoryTransformer(CaptionModel):
   def check_fields(values):
     fields.heads_divide_dim(values)
     if values["mask_memory"] and values["memory_slots"] == 0:
-      raise ValueError("config field model.mask_memory: masks the memory slots; expected False "
+      raise BadInput("config field model.mask_memory: masks the memory slots; expected False "
                        "with memory_slots=0, got True")
     k = values["only_layer"]
     if k >= 0 and (values["meshed"] != "meshed" or k >= values["num_layers"]):
-      raise ValueError(f"config field model.only_layer: keeps one encoder layer of the meshed "
+      raise BadInput(f"config field model.only_layer: keeps one encoder layer of the meshed "
                        f"sum; expected -1 or 0 .. {values['num_layers'] - 1} with meshed='meshed', "
                        f"got {k} (meshed={values['meshed']!r})")
 
@@ -386,7 +387,7 @@ class MeshedMemoryTransformer(CaptionModel):
     if self.positions == "authors":
       table = self.position_table.value
       if num_positions + 1 > table.shape[0]:
-        raise ValueError(f"m2 positions='authors': {num_positions} positions asked, but the frozen "
+        raise BadInput(f"m2 positions='authors': {num_positions} positions asked, but the frozen "
                          f"table covers {table.shape[0] - 1} (model.max_positions)")
     else:
       table = layers.sinusoidal_positions(num_positions + 1, self.dim)

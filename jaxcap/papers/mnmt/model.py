@@ -68,6 +68,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxcap.data.vocab import PAD
+from jaxcap.errors import BadInput
 from jaxcap.models import fields, layers
 from jaxcap.models.base import CaptionModel
 from jaxcap.models.layers import masked_mean
@@ -192,7 +193,7 @@ class MultimodalNMT(CaptionModel):
     variant = values.pop("variant", "")
     both = [f for f in VARIANT_FIELDS if f in values]
     if variant and both:
-      raise ValueError(f"config field model.{both[0]}: set by model.variant={variant!r}; expected "
+      raise BadInput(f"config field model.{both[0]}: set by model.variant={variant!r}; expected "
                        f"model.variant='' to set it directly")
     if variant == "nmt":
       values["modalities"] = "text"
@@ -202,14 +203,14 @@ class MultimodalNMT(CaptionModel):
       values["modalities"] = "both"
       values["fusion"], values["encoder_dependent"], values["decoder_dependent"] = VARIANTS[variant]
     elif variant:
-      raise ValueError(f"config field model.variant: expected one of "
+      raise BadInput(f"config field model.variant: expected one of "
                        f"{sorted(VARIANTS) + ['nmt', 'imgtxt']}, got {variant!r}")
     return values
 
   @staticmethod
   def check_data(values) -> None:
     if values["modalities"] != "image" and values["src_vocab_size"] <= 0:
-      raise ValueError("config field data.task: the mnmt model reads a translation source, but "
+      raise BadInput("config field data.task: the mnmt model reads a translation source, but "
                        "the data has none (source vocabulary of 0 words); expected "
                        "task='translate'")
 
@@ -224,7 +225,7 @@ class MultimodalNMT(CaptionModel):
   @property
   def _nmtpy(self) -> bool:
     if self.decoder not in DECODERS:  # registry.build checks it first; this is for direct use
-      raise ValueError(f"config field model.decoder: expected one of {DECODERS}, "
+      raise BadInput(f"config field model.decoder: expected one of {DECODERS}, "
                        f"got {self.decoder!r}")
     return self.decoder == "nmtpy"
 

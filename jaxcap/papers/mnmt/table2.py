@@ -28,7 +28,6 @@ and ``<workdir>/table.md`` (mean ± sample std, ddof = 1, over the seeds).
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import os
@@ -52,7 +51,8 @@ from jaxcap.training import optim, steps
 
 
 def main(argv=None):
-  p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  from jaxcap.cli import ArgumentParser  # its refusals: one line (run_script)
+  p = ArgumentParser(description=__doc__.split("\n")[0])
   p.add_argument("--workdir", required=True)
   p.add_argument("--rows", default="nmt,imgtxt,mnmt1,mnmt2,mnmt3,mnmt4,mnmt5,mnmt6,mnmt7,mnmt8")
   p.add_argument("--seeds", default="0,1,2")

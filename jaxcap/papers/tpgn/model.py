@@ -50,6 +50,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxcap.errors import BadInput
 from jaxcap.models import fields
 from jaxcap.models.base import CaptionModel
 from jaxcap.models.registry import register
@@ -107,7 +108,7 @@ def with_role_centroids(variables: dict, centroids_KxD2, what: str = "role_centr
     try:
       centroids_KxD2 = np.load(centroids_KxD2, allow_pickle=False)
     except (OSError, ValueError) as e:
-      raise ValueError(f"{what}: unreadable ({str(e).splitlines()[0]}); expected a .npy file "
+      raise BadInput(f"{what}: unreadable ({str(e).splitlines()[0]}); expected a .npy file "
                        "of [K, d*d] centroids (roles.py writes roles_k<K>.npy)") from None
   try:
     mu = np.asarray(centroids_KxD2, np.float32)
@@ -116,7 +117,7 @@ def with_role_centroids(variables: dict, centroids_KxD2, what: str = "role_centr
   d2 = int(variables["params"]["W_u"].shape[0])  # u_t's width d^2 (W_u: [d^2, d])
   if mu is None or mu.ndim != 2 or mu.shape[0] < 1 or mu.shape[1] != d2 or not np.isfinite(mu).all():
     got = "not numbers" if mu is None else f"{mu.dtype} {list(mu.shape)}"
-    raise ValueError(f"{what}: expected finite [K, {d2}] centroids of the unbinding "
+    raise BadInput(f"{what}: expected finite [K, {d2}] centroids of the unbinding "
                      f"vectors u_t (d^2 = {d2} for this run), got {got}")
   out = dict(variables)
   out["ablation"] = {"centroids": jnp.asarray(mu)}
@@ -134,7 +135,7 @@ def load_glove(path: str, words, dim: int, seed: int = 0) -> np.ndarray:
   Words not in the file (and the special tokens) get ``N(0, s^2)`` with ``s`` the standard
   deviation of the file's vectors that are used; the mean is removed over the whole vocabulary.
 
-  Raises a one-line ValueError (``config field model.glove_path: <path> ...``) for a file that
+  Raises a one-line BadInput (``config field model.glove_path: <path> ...``) for a file that
   is missing or unreadable, holds no vectors, has a line of another width or with values that
   are not finite numbers, or has a vector for none of ``words`` (then every embedding would
   stay random).
@@ -145,9 +146,9 @@ def load_glove(path: str, words, dim: int, seed: int = 0) -> np.ndarray:
   try:
     st = os.stat(path)
   except OSError as e:
-    raise ValueError(f"{field}: {e.strerror or 'not found'}; {want}") from None
+    raise BadInput(f"{field}: {e.strerror or 'not found'}; {want}") from None
   if not os.path.isfile(path):
-    raise ValueError(f"{field}: not a file; {want}")
+    raise BadInput(f"{field}: not a file; {want}")
   key = (os.path.realpath(path), st.st_size, st.st_mtime_ns, tuple(words), int(dim), int(seed))
   if key in _GLOVE_CACHE:
     return _GLOVE_CACHE[key].copy()
@@ -162,7 +163,7 @@ def load_glove(path: str, words, dim: int, seed: int = 0) -> np.ndarray:
         if len(parts) < 2:
           continue
         if len(parts) - 1 != dim:
-          raise ValueError(f"{field} line {n + 1} has {len(parts) - 1} values; expected {dim} "
+          raise BadInput(f"{field} line {n + 1} has {len(parts) - 1} values; expected {dim} "
                            "(the embedding width)")
         vectors += 1
         k = index.get(parts[0])
@@ -170,21 +171,21 @@ def load_glove(path: str, words, dim: int, seed: int = 0) -> np.ndarray:
           try:
             vec = np.asarray(parts[1:], np.float64)
           except ValueError:
-            raise ValueError(f"{field} line {n + 1} holds values that are not numbers; "
+            raise BadInput(f"{field} line {n + 1} holds values that are not numbers; "
                              f"{want}") from None
           if not np.all(np.isfinite(vec)):
-            raise ValueError(f"{field} line {n + 1} ({parts[0]!r}) holds NaN or Inf values; "
+            raise BadInput(f"{field} line {n + 1} ({parts[0]!r}) holds NaN or Inf values; "
                              "expected finite numbers")
           out[k] = vec
           found[k] = True
   except UnicodeDecodeError:
-    raise ValueError(f"{field}: not UTF-8 text; {want}") from None
+    raise BadInput(f"{field}: not UTF-8 text; {want}") from None
   except OSError as e:
-    raise ValueError(f"{field}: unreadable ({e.strerror or e}); {want}") from None
+    raise BadInput(f"{field}: unreadable ({e.strerror or e}); {want}") from None
   if not vectors:
-    raise ValueError(f"{field}: holds no vectors (empty file); {want}")
+    raise BadInput(f"{field}: holds no vectors (empty file); {want}")
   if not found.any():
-    raise ValueError(f"{field}: none of its {vectors} vectors is for a word of the {len(words)}-"
+    raise BadInput(f"{field}: none of its {vectors} vectors is for a word of the {len(words)}-"
                      f"word vocabulary (e.g. {', '.join(map(repr, words[4:7]))}), so every "
                      "embedding would stay random; expected vectors for the captions' "
                      "(lowercase) words")
@@ -315,11 +316,11 @@ class TPGN(CaptionModel):
     if self.zero_role_cluster < 0:
       return u_BxD2
     if not self.has_variable("ablation", "centroids"):
-      raise ValueError("model.zero_role_cluster is set but the variables have no 'ablation' "
+      raise BadInput("model.zero_role_cluster is set but the variables have no 'ablation' "
                        "collection; add the role centroids with tpgn.with_role_centroids")
     mu_KxD2 = self.get_variable("ablation", "centroids")
     if not 0 <= self.zero_role_cluster < mu_KxD2.shape[0]:
-      raise ValueError(f"config field model.zero_role_cluster: {self.zero_role_cluster} is not a "
+      raise BadInput(f"config field model.zero_role_cluster: {self.zero_role_cluster} is not a "
                        f"cluster of the {mu_KxD2.shape[0]} centroids given")
     dist_BxK = jnp.sum((u_BxD2[:, None, :] - mu_KxD2[None]) ** 2, -1)
     hit_B = jnp.argmin(dist_BxK, -1) == self.zero_role_cluster
@@ -369,7 +370,7 @@ class TPGN(CaptionModel):
 
   def check_prepare(self, dataset) -> None:
     """What :meth:`prepare_variables` reads besides the data (the GloVe file), checked before
-    the trainer writes anything: a one-line ValueError naming the file (:func:`load_glove`)."""
+    the trainer writes anything: a one-line BadInput naming the file (:func:`load_glove`)."""
     if self.glove_path:
       load_glove(self.glove_path, self._glove_words(dataset), self.embed_dim)
 

@@ -45,7 +45,6 @@ centroids to ``<workdir>/roles_k<N_u>.npy``.
 
 from __future__ import annotations
 
-import argparse
 import collections
 import os
 from typing import Callable, Sequence
@@ -58,6 +57,7 @@ from jaxcap.data import pipeline
 from jaxcap.data.synthetic import POS_NOMINAL
 from jaxcap.data.synthetic import english_pos
 from jaxcap.data.vocab import EOS, PAD
+from jaxcap.errors import BadInput
 from jaxcap.evaluation import coco_metrics
 from jaxcap.papers.tpgn.model import with_role_centroids
 
@@ -106,7 +106,7 @@ def kmeans(x_NxD, k: int, *, seed: int = 0, iters: int = 50, restarts: int = 3) 
   k-means++ starts, each refined by Lloyd iterations until the assignment stops changing)."""
   x = np.asarray(x_NxD, np.float64)
   if not 1 <= k <= len(x):
-    raise ValueError(f"kmeans: need 1 <= k <= {len(x)} points, got k={k}")
+    raise BadInput(f"kmeans: need 1 <= k <= {len(x)} points, got k={k}")
   rng = np.random.default_rng(seed)
   best, best_cost = None, np.inf
   for _ in range(restarts):
@@ -292,7 +292,7 @@ def analyse(model, variables, dataset, *, clusters=(2, 10), fit_split="train", f
   centroids = {}
   for k in clusters:
     if not 1 <= k <= len(fit["u"]):
-      raise ValueError(f"--clusters: {k} clusters of the {len(fit['u'])} words generated for "
+      raise BadInput(f"--clusters: {k} clusters of the {len(fit['u'])} words generated for "
                        f"{fit_split}; expected between 1 and {len(fit['u'])} (or more --fit-images)")
     mu = kmeans(fit["u"], k, seed=seed)
     centroids[k] = mu
@@ -329,7 +329,8 @@ def analyse(model, variables, dataset, *, clusters=(2, 10), fit_split="train", f
 
 
 def main(argv=None):
-  ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  from jaxcap.cli import ArgumentParser  # its refusals: one line (run_script)
+  ap = ArgumentParser(description=__doc__.split("\n")[0])
   ap.add_argument("--workdir", required=True)
   ap.add_argument("--step", type=int, default=None)
   ap.add_argument("--clusters", default="2,10")
@@ -345,7 +346,7 @@ def main(argv=None):
   except ValueError:
     clusters = (0,)
   if min(clusters) < 1:
-    raise ValueError(f"--clusters={args.clusters}: expected comma-separated positive numbers of "
+    raise BadInput(f"--clusters={args.clusters}: expected comma-separated positive numbers of "
                      "clusters (the paper's N_u, e.g. 2,10)")
   run = jaxcap.load(args.workdir, args.step)
   if run.config.model.name != "tpgn":

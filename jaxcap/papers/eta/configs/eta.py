@@ -34,6 +34,7 @@ Karpathy COCO; the paper does not give it).
 
 from jaxcap import config_common as common
 from jaxcap import config_files
+from jaxcap.errors import BadInput
 from jaxcap.papers.eta import attributes as attribute_detector
 from jaxcap.papers.eta.model import ACTIVATIONS, VARIANTS
 
@@ -45,13 +46,13 @@ def get_config(arg: str | None = None):
   a = common.parse_arg(arg, variant="eta", gbc="identity", attributes="",
                        visual_encoder=True, semantic_encoder=True, xe_only=False)
   if a.variant not in VARIANTS:
-    raise ValueError(f"config argument variant: expected one of {VARIANTS}, got {a.variant!r}")
+    raise BadInput(f"config argument variant: expected one of {VARIANTS}, got {a.variant!r}")
   if a.gbc not in GBC:
-    raise ValueError(f"config argument gbc: expected one of {GBC}, got {a.gbc!r}")
+    raise BadInput(f"config argument gbc: expected one of {GBC}, got {a.gbc!r}")
   trained_on = "noisy" if a.dataset == "synthetic" else "detected"
   attributes = a.attributes or trained_on
   if attributes not in ATTRIBUTES:
-    raise ValueError(f"config argument attributes: expected one of {ATTRIBUTES}, "
+    raise BadInput(f"config argument attributes: expected one of {ATTRIBUTES}, "
                      f"got {attributes!r}")
   if a.variant == "transformer_v":
     attributes = "none"  # Transformer_v never reads them; a missing file must not stop it.

@@ -32,13 +32,14 @@ of the other papers (``common.flickr8k_step_decay``).
 
 from jaxcap import config_common as common
 from jaxcap import config_files
+from jaxcap.errors import BadInput
 from jaxcap.papers.m2.model import MESHED
 
 
 def get_config(arg: str | None = None):
   a = common.parse_arg(arg, memory_slots=-1, meshed="meshed", xe_only=False)
   if a.meshed not in MESHED:
-    raise ValueError(f"config argument meshed: expected one of {MESHED}, got {a.meshed!r}")
+    raise BadInput(f"config argument meshed: expected one of {MESHED}, got {a.meshed!r}")
   c = common.base_config(a.dataset, "m2")
   m = c.model
   m.meshed = a.meshed

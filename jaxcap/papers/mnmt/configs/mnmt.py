@@ -29,6 +29,7 @@ default); ``fusion_tanh=true|false`` overrides either decoder's CONCAT activatio
 import ml_collections
 
 from jaxcap import config_common as common
+from jaxcap.errors import BadInput
 from jaxcap.papers.mnmt import model as mnmt
 
 # Table 2's rows, in order.
@@ -41,12 +42,12 @@ _M30K_STEPS_PER_EPOCH = 29000 // 32
 def get_config(arg: str | None = None):
   a = common.parse_arg(arg, variant="mnmt7", fusion_tanh=None, decoder="paper", size="")
   if a.variant not in TABLE2:
-    raise ValueError(f"config argument variant: expected one of {TABLE2}, got {a.variant!r}")
+    raise BadInput(f"config argument variant: expected one of {TABLE2}, got {a.variant!r}")
   if a.decoder not in mnmt.DECODERS:
-    raise ValueError(f"config argument decoder: expected one of {mnmt.DECODERS}, got {a.decoder!r}")
+    raise BadInput(f"config argument decoder: expected one of {mnmt.DECODERS}, got {a.decoder!r}")
   size = a.size or ("paper" if a.dataset == "multi30k" else "cpu")
   if size not in ("paper", "cpu"):
-    raise ValueError(f"config argument size: expected 'paper' or 'cpu', got {a.size!r}")
+    raise BadInput(f"config argument size: expected 'paper' or 'cpu', got {a.size!r}")
   c = common.base_config(a.dataset, "mnmt")
   # The Table 2 row sets the model's modalities, fusion and attention sharing.
   for field in mnmt.VARIANT_FIELDS:
