@@ -9,6 +9,7 @@ hand) are exercised in a few seconds. The ``slow`` tests train a few steps for r
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import json
 import os
@@ -16,6 +17,8 @@ import subprocess
 import sys
 
 import pytest
+
+from jaxcap.errors import BadInput
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PY = sys.executable
@@ -141,7 +144,7 @@ def test_flickr8k_table_xe_continued_control_and_its_paired_row(tmp_path):
   # The control's config: the xe run's schedule plus the SCST steps, validated as SCST is; its
   # folder starts as a copy of the xe run without the test results.
   mod = _load("experiments/flickr8k/table.py")
-  args = mod.argparse.Namespace(workdir=str(tmp_path), steps=0, batch_size=0, scst_steps=400, scst_lr=0.0,
+  args = argparse.Namespace(workdir=str(tmp_path), steps=0, batch_size=0, scst_steps=400, scst_lr=0.0,
                                 scst_eval_every=100, dataset="synthetic")
   more = mod.stage_config("transformer", "xe_more", 1, args)
   assert more.num_train_steps == 1400 and more.eval_every_steps == more.checkpoint_every_steps == 100
@@ -177,7 +180,7 @@ def test_flickr8k_table_report_reads_finished_runs_and_trains_nothing(tmp_path):
 def test_flickr8k_table_configs_and_stage_settings(tmp_path):
   mod = _load("experiments/flickr8k/table.py")
   from jaxcap.models import registry
-  args = mod.argparse.Namespace(workdir=str(tmp_path), steps=0, batch_size=0, scst_steps=40, scst_lr=3e-5)
+  args = argparse.Namespace(workdir=str(tmp_path), steps=0, batch_size=0, scst_steps=40, scst_lr=3e-5)
   for model in mod.MODELS:  # Every listed model has a flickr8k config for a registered model.
     c = mod.base_config(model, str(tmp_path))
     assert c.data.dataset_json == "dataset_flickr8k.json" and c.data.max_regions == 1
@@ -200,7 +203,7 @@ def test_flickr8k_table_scst_settings_flags(tmp_path):
   # --scst-samples / --scst-baseline / --scst-eval-every set the SCST stage's config, and
   # --xe-workdir starts it from cross-entropy runs kept elsewhere (one sweep workdir a setting).
   mod = _load("experiments/flickr8k/table.py")
-  args = mod.argparse.Namespace(workdir=str(tmp_path / "sweep"), steps=0, batch_size=0, scst_steps=600,
+  args = argparse.Namespace(workdir=str(tmp_path / "sweep"), steps=0, batch_size=0, scst_steps=600,
                                 scst_lr=1e-4, scst_samples=3, scst_baseline="mean", scst_eval_every=50,
                                 xe_workdir=str(tmp_path / "xe_runs"))
   c = mod.stage_config("aoanet", "scst", 1, args)
@@ -215,7 +218,7 @@ def test_flickr8k_table_scst_settings_flags(tmp_path):
   syn = mod.stage_config("transformer", "scst", 2, args)
   assert syn.data.name == "synthetic_scenes" and syn.num_train_steps == 600 and syn.scst.start_step == 0
   assert mod.stage_config("transformer", "xe", 2, args).num_train_steps == 1000  # cpu_sized's schedule
-  with pytest.raises(SystemExit):
+  with pytest.raises(BadInput, match="--dataset: invalid choice: 'coco'"):  # argparse's, one line
     mod.main(["--workdir", str(tmp_path), "--dataset", "coco"])
 
 
