@@ -26,12 +26,16 @@ from __future__ import annotations
 EXIT_BUG = 1
 
 
-def bug_line() -> str:
-  """The line that ends a bug's traceback: whose error it is and how to report it."""
+def bug_words(what: str = "your input", where: str = "the traceback, the command") -> str:
+  """Whose error a bug is and how to report it (the program's last line, the server's 500)."""
   from jaxcap.version import __version__
-  return ("error: the traceback above is an error in jaxcap (or in a library it calls), not in "
-          f"your input; please report it to jaxcap's issue tracker with the traceback, the "
-          f"command and the version (jaxcap {__version__})")
+  return (f"an error in jaxcap (or in a library it calls), not in {what}; please report it to "
+          f"jaxcap's issue tracker with {where} and the version (jaxcap {__version__})")
+
+
+def bug_line() -> str:
+  """The line that ends a bug's traceback."""
+  return "error: the traceback above is " + bug_words()
 
 
 class BadInput(ValueError):

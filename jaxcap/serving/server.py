@@ -36,9 +36,8 @@ from typing import Any
 import numpy as np
 from aiohttp import web
 
-from jaxcap.errors import BadInput, first_line
+from jaxcap.errors import BadInput, bug_words, first_line
 from jaxcap.images import IMAGE_RUNS
-from jaxcap.version import __version__
 
 STATIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
 METHODS = ("greedy", "beam", "sample")
@@ -539,10 +538,8 @@ METADATA = web.AppKey("metadata", dict)
 MAX_BODY = web.AppKey("max_body", int)
 DECODING = web.AppKey("decoding", dict)
 
-# A 500's line after the exception's (jaxcap.errors.bug_line's wording, for a request).
-_BUG = ("an error in jaxcap (or in a library it calls), not in the request; please report it to "
-        "jaxcap's issue tracker with the traceback in the server's log and the version (jaxcap "
-        f"{__version__})")
+# A 500's line after the exception's: whose error it is (jaxcap.errors.bug_words).
+_BUG = bug_words("the request", "the traceback in the server's log")
 
 
 def _error(status: int, msg: str) -> web.Response:
