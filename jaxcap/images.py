@@ -35,7 +35,7 @@ def read_image(path: str, size: int | str) -> np.ndarray:
   """``[S, S, 3]`` uint8 RGB of the image file at ``path``, or ``[H, W, 3]`` as stored when
   ``size`` is :data:`NATIVE` (see the module docstring)."""
   from PIL import Image, ImageOps
-  with Image.open(path) as img:
+  with opened(path, path) as img:
     img.load()
     if size != NATIVE:  # prepro_feats' skimage.io.imread ignores the orientation tag
       img = ImageOps.exif_transpose(img)
@@ -47,6 +47,25 @@ def read_image(path: str, size: int | str) -> np.ndarray:
     if size == NATIVE:
       return np.asarray(img, dtype=np.uint8)
     return _square(img, size, path)
+
+
+def opened(file, what: str):
+  """``PIL.Image.open(file)``, refused in one ``BadInput`` line naming ``what`` when its header
+  declares more pixels than ``PIL.Image.MAX_IMAGE_PIXELS`` (about 89 million), before any pixel
+  is decoded: Pillow itself only warns up to twice its limit, then decodes them all."""
+  from PIL import Image
+  limit = Image.MAX_IMAGE_PIXELS
+  try:
+    img = Image.open(file)
+  except Image.DecompressionBombError as e:  # over twice the limit: Pillow's refusal, from the header
+    raise BadInput(f"{what}: {unreadable_reason(e)}; expected an image of at most {limit:,} "
+                   "pixels") from None
+  if limit and img.size[0] * img.size[1] > limit:
+    w, h = img.size
+    img.close()
+    raise BadInput(f"{what}: {w}x{h} pixels ({w * h:,}); expected an image of at most {limit:,} "
+                   "pixels (PIL.Image.MAX_IMAGE_PIXELS)")
+  return img
 
 
 def _high_depth_to_rgb(img, path: str):

@@ -101,7 +101,7 @@ def read_saved_config(workdir: str) -> dict:
   with open(cfg_path) as f:
     try:
       saved = json.load(f)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: arrays nested past the stack
       raise BadInput(f"{cfg_path}: not valid JSON; expected the config of the run in this workdir") from None
   _check_saved_config_shape(cfg_path, saved)
   return saved
@@ -145,7 +145,7 @@ def load_info(workdir: str, config=None) -> dict:
     with open(path) as f:
       try:
         info = json.load(f)
-      except ValueError as e:
+      except (ValueError, RecursionError) as e:  # RecursionError: arrays nested past the stack
         raise BadInput(f"{path}: not valid JSON ({e}); expected the dataset sizes train.py "
                          "wrote (delete it to rebuild it from the run's dataset)") from None
     if not isinstance(info, dict) or not {"vocab_size", "feature_dim", "max_len"} <= set(info):

@@ -126,8 +126,30 @@ def npy_header(path: str, key: str | None = None) -> tuple[tuple, np.dtype]:
       return shape, dtype
 
 
+def check_npy_size(f, size: int, path: str) -> None:
+  """Refuses, naming ``path``, a ``.npy`` (at ``f``'s position, ``size`` bytes with its header)
+  whose header declares more bytes than it holds, before ``np.load`` allocates what the header
+  says (a flipped digit of its shape: gigabytes); ``f`` is left where it was."""
+  start = f.tell()
+  shape, dtype, offset = _read_npy_header(f)
+  want = offset - start + int(np.prod(shape, dtype=object)) * dtype.itemsize
+  if size < want:
+    raise BadInput(f"{path}: truncated feature file ({size} bytes, its header says "
+                     f"{want}), expected a complete .npy")
+  f.seek(start)
+
+
 def _read_npy_header(f):
   version = np.lib.format.read_magic(f)
+  if version not in ((1, 0), (2, 0), (3, 0)):
+    raise ValueError(f"format version {version[0]}.{version[1]}; expected np.save's 1.0, 2.0 or 3.0")
+  # The header's length, checked before numpy reads that many bytes (a flipped one: gigabytes
+  # allocated first): numpy refuses a header longer than 10,000 characters only once it has it.
+  width = 2 if version == (1, 0) else 4
+  length = int.from_bytes(f.read(width), "little")
+  if length > 10_000:
+    raise ValueError(f"a header of {length:,} bytes; expected at most 10,000 (numpy's limit)")
+  f.seek(-width, os.SEEK_CUR)
   if version == (1, 0):
     shape, _, dtype = np.lib.format.read_array_header_1_0(f)
   else:

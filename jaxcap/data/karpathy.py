@@ -55,12 +55,19 @@ def load_array(path: str, key: str | None = None) -> np.ndarray:
   with base.feature_file_errors(path), _LOAD_LOCK:
     with open(path, "rb") as f:
       if key is None:
+        base.check_npy_size(f, os.fstat(f.fileno()).st_size, path)
         return np.load(f, allow_pickle=False)
       with np.load(f, allow_pickle=False) as z:
         if key not in z.files:
           raise BadInput(f"{path}: no key {key!r} (has {z.files}), expected the features "
                            f"under {key!r}")
-        return z[key]
+        member = z.zip.getinfo(f"{key}.npy" if f"{key}.npy" in z.zip.namelist() else key)
+        with z.zip.open(member) as m:
+          base.check_npy_size(m, member.file_size, path)
+        x = z[key]
+        if not isinstance(x, np.ndarray):  # numpy hands back the bytes of a member that is no .npy
+          raise BadInput(f"{path}: key {key!r} is not a .npy array; expected the features under {key!r}")
+        return x
 
 
 class DirFeatures(base.FeatureReader):
@@ -130,10 +137,11 @@ class DirFeatures(base.FeatureReader):
     if boxes.ndim != 2 or boxes.shape[-1] != 4:
       raise BadInput(f"{path}: boxes must be [regions, 4], got shape {list(boxes.shape)} "
                        "(expected x1, y1, x2, y2 per region)")
-    boxes = boxes.astype(np.float32)
+    with np.errstate(over="ignore"):  # a value beyond float32's range becomes Inf: refused below
+      boxes = boxes.astype(np.float32)
     if not np.all(np.isfinite(boxes)):
-      raise BadInput(f"{path}: field 'boxes' contains NaN or Inf values, expected finite "
-                       "pixel coordinates")
+      raise BadInput(f"{path}: field 'boxes' contains NaN, Inf or values beyond float32's range, "
+                       "expected finite pixel coordinates")
     size = self.sizes[i] if self.sizes else None
     if size:
       w, h = size
@@ -234,11 +242,18 @@ class HDF5Detections(base.FeatureReader):
             "boxes": None}
 
 
-def image_key(entry: dict) -> int | str:
-  """COCO ``cocoid``, else the file-name stem (Flickr)."""
+def image_key(entry: dict, path: str = "karpathy") -> int | str:
+  """COCO ``cocoid``, else the file-name stem (Flickr); ``path`` names the JSON in errors."""
   if "cocoid" in entry:
-    return int(entry["cocoid"])
+    try:
+      return int(entry["cocoid"])
+    except (TypeError, ValueError, OverflowError):
+      raise BadInput(f"{path}: an image entry has 'cocoid' {entry['cocoid']!r:.40}; expected an "
+                     "integer id") from None
   if "filename" in entry:
+    if not isinstance(entry["filename"], str):
+      raise BadInput(f"{path}: an image entry has 'filename' {entry['filename']!r:.40}; expected "
+                     "the image's file name")
     return os.path.splitext(os.path.basename(entry["filename"]))[0]
   raise BadInput("karpathy: image entry has neither 'cocoid' nor 'filename'")
 
@@ -256,7 +271,9 @@ def read_splits(config) -> dict[str, base.SplitData]:
   try:
     with open(path) as f:
       images = json.load(f)["images"]
-  except (OSError, ValueError, KeyError, TypeError) as e:
+    if not isinstance(images, list):
+      raise TypeError(f"'images' is a {type(images).__name__}")
+  except (OSError, ValueError, KeyError, TypeError, RecursionError) as e:  # RecursionError: arrays nested past the stack
     raise BadInput(f"{path}: not a Karpathy dataset JSON with an 'images' list ({e}); "
                      "expected e.g. dataset_coco.json") from None
   by_split = {s: {"keys": [], "refs": [], "sizes": []} for s in base.SPLITS}
@@ -276,7 +293,7 @@ def read_splits(config) -> dict[str, base.SplitData]:
         refs.append(list(toks))
       else:
         refs.append(tokenize(s.get("raw", "")))
-    add_image(by_split[split], image_key(entry), refs, entry)
+    add_image(by_split[split], image_key(entry, path), refs, entry, path)
   return dir_splits(by_split, root, config)
 
 
@@ -287,6 +304,9 @@ def kept_images(images, config, path: str):
   other than train, val, test, restval is an error naming ``path``."""
   use_restval = bool(config.use_restval)
   for n, entry in enumerate(images):
+    if not isinstance(entry, dict):
+      raise BadInput(f"{path}: images[{n}] is a {type(entry).__name__}, expected an object (an "
+                     "image entry)")
     split = entry.get("split")
     if split == "restval":
       if not use_restval:
@@ -298,14 +318,21 @@ def kept_images(images, config, path: str):
     yield n, entry, split
 
 
-def add_image(rec: dict, key, refs, entry: dict) -> None:
+def add_image(rec: dict, key, refs, entry: dict, path: str = "karpathy") -> None:
   """Appends one image (its key, references, its file ``<filepath>/<filename>`` and optional
-  width / height) to a split record."""
+  width / height) to a split record; ``path`` names the JSON in errors."""
+  w, h = entry.get("width"), entry.get("height")
+  try:
+    size = (float(w), float(h)) if w and h else None
+    file = os.path.join(entry.get("filepath") or "", entry.get("filename") or "")
+  except (TypeError, ValueError):
+    raise BadInput(f"{path}: image {key!r:.40} has 'width' {w!r:.20}, 'height' {h!r:.20}, 'filepath' "
+                   f"{entry.get('filepath')!r:.40}, 'filename' {entry.get('filename')!r:.40}; expected "
+                   "numbers and strings") from None
   rec["keys"].append(key)
   rec["refs"].append(refs)
-  rec.setdefault("files", []).append(os.path.join(entry.get("filepath") or "", entry.get("filename") or ""))
-  w, h = entry.get("width"), entry.get("height")
-  rec["sizes"].append((float(w), float(h)) if w and h else None)
+  rec.setdefault("files", []).append(file)
+  rec["sizes"].append(size)
 
 
 def dir_splits(by_split: dict, root: str, config) -> dict[str, base.SplitData]:
@@ -431,7 +458,7 @@ def read_captions_and_splits(path: str) -> tuple[dict[str, list[str]], dict[str,
   if text.lstrip()[:1] in ("{", "["):
     try:
       data = json.loads(text)
-    except ValueError as e:
+    except (ValueError, RecursionError) as e:  # RecursionError: arrays nested past the stack
       raise BadInput(f"{path}: invalid JSON ({e}); expected "
                        '{"<file>": ["caption", ...]} or [{"image": ..., "caption": ...}]') from None
     if isinstance(data, dict):
@@ -538,7 +565,7 @@ def read_karpathy_captions(path: str) -> dict | None:
         return None
       f.seek(0)
       data = json.load(f)
-  except (UnicodeDecodeError, ValueError):
+  except (UnicodeDecodeError, ValueError, RecursionError):
     return None  # read_captions_and_splits says what is wrong with it
   if not (isinstance(data, dict) and isinstance(data.get("images"), list)):
     return None
@@ -551,7 +578,7 @@ def read_karpathy_captions(path: str) -> dict | None:
     if entry.get("split") not in base.SPLITS + ("restval",):
       raise BadInput(f"{path}: images[{n}] has split {entry.get('split')!r}, expected one of "
                        "train, val, test, restval")
-    stem = str(image_key(entry))
+    stem = str(image_key(entry, path))
     if stem in seen:
       raise BadInput(f"{path}: images[{n}] has the id {stem} of images[{seen[stem]}]; expected "
                        "one entry per image (its features are named <id>.npy / <id>.npz)")

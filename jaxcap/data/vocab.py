@@ -108,7 +108,7 @@ class Vocab:
       itos = data["itos"]
       if not (isinstance(itos, list) and all(isinstance(w, str) for w in itos)):
         raise TypeError("'itos' is not a list of words")
-    except (OSError, ValueError, KeyError, TypeError) as e:
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as e:  # RecursionError: nested past the stack
       raise BadInput(f"{path}: not a jaxcap vocabulary JSON with an 'itos' list ({e})") from None
     if list(itos[: len(SPECIALS)]) != list(SPECIALS):
       raise BadInput(f"{path}: field 'itos' must start with {list(SPECIALS)}")

@@ -100,7 +100,7 @@ def run_config(scores_path: str) -> dict | None:
   try:
     with open(path) as f:
       config = json.load(f)
-  except (OSError, ValueError):
+  except (OSError, ValueError, RecursionError):
     return None
   return config if isinstance(config, dict) else None
 
@@ -160,8 +160,8 @@ def compare(a: Mapping, b: Mapping, *, intersection: bool = False, names=("A", "
                          "delta": float((vb - va).mean()), "images": int(ok.sum()),
                          "ci": paired_bootstrap(va, vb, resamples=resamples, seed=seed),
                          "p": paired_permutation_p(va, vb, permutations=resamples, seed=seed),
-                         "overall_a": _num_or_none(overall_a.get(m)),
-                         "overall_b": _num_or_none(overall_b.get(m)),
+                         "overall_a": _num_or_none(overall_a.get(m), (names[0], m)),
+                         "overall_b": _num_or_none(overall_b.get(m), (names[1], m)),
                          "over": NOT_CORPUS if m in CORPUS_METRICS else PER_IMAGE_MEAN}
   if not out["metrics"]:
     raise BadInput(f"{names[0]} and {names[1]} share no per-image metric; expected scores "
@@ -183,8 +183,17 @@ def _num(v, where=None) -> float:
                    "or null") from None
 
 
-def _num_or_none(v):
-  return None if v is None else float(v)
+def _num_or_none(v, where=None):
+  """``v`` as a float (None for None); ``where``: ``(file, metric)`` of a scores file's overall
+  value, named in the one line a non-number gets."""
+  if v is None:
+    return None
+  try:
+    return float(v)
+  except (TypeError, ValueError):
+    if where is None:
+      raise
+    raise BadInput(f"{where[0]}: overall {where[1]}={v!r:.60}; expected a number or null") from None
 
 
 def format_comparison(result: Mapping, names=("A", "B"), scale: float = 100.0) -> str:

@@ -21,7 +21,7 @@ from typing import Callable, Hashable, Mapping
 
 from jaxcap import atomic
 from jaxcap.atomic import write_json
-from jaxcap.errors import BadInput
+from jaxcap.errors import BadInput, first_line
 from jaxcap.evaluation import coco_metrics, signature
 
 
@@ -38,6 +38,8 @@ def read_json(path: str, what: str):
   except UnicodeDecodeError as e:  # a binary file (an .npz, an image) given as JSON
     raise BadInput(f"{path}: not a text file ({e.reason} at byte {e.start}); "
                    f"expected {what}") from None
+  except (ValueError, RecursionError) as e:  # an int of over 4300 digits; arrays nested past the stack
+    raise BadInput(f"{path}: not valid JSON ({type(e).__name__}: {first_line(e)}); expected {what}") from None
 
 
 def _image_id(value, path: str, where: str):
@@ -146,6 +148,13 @@ def load_scores(path: str, image_ids=None) -> dict:
   data = read_json(path, "a scores file with 'overall' and 'per_image'")
   if not isinstance(data, dict) or not isinstance(data.get("overall"), dict):
     raise BadInput(f"{path}: expected a scores file: a JSON object with 'overall' and 'per_image'")
+  sig = data.get("signature")
+  if sig is not None and not isinstance(sig, dict):  # jaxcap-compare reads its fields
+    raise BadInput(f"{path}: 'signature' must be an object (the one scoring wrote) or null, got "
+                   f"{type(sig).__name__}")
+  if sig is not None and not isinstance(sig.get("decode"), (dict, type(None))):
+    raise BadInput(f"{path}: 'signature.decode' must be an object (the decoding settings) or null, "
+                   f"got {type(sig['decode']).__name__}")
   per = data.get("per_image", [])
   out = dict(data)
   if isinstance(per, list):

@@ -175,11 +175,18 @@ def build(*, metrics: Mapping, config=None, vocab=None, info: Mapping | None = N
   return sig
 
 
+def _groups(d: Mapping) -> int | float:
+  """A decode section's beam groups (1 when unset, or not a number: a damaged file's)."""
+  g = d.get("beam_groups")
+  return g if isinstance(g, (int, float)) and not isinstance(g, bool) else 1
+
+
 def _decode_short(d: Mapping) -> str:
+  d = d if isinstance(d, Mapping) else {}  # a damaged file's decode section: nothing known
   method = d.get("method", "?")
   if method == "beam":
     s = f"beam{d.get('beam_size', '?')} {d.get('beam_mode', 'live')}"
-    if (d.get("beam_groups") or 1) > 1:
+    if _groups(d) > 1:
       s += f",groups={d['beam_groups']},div={d.get('diversity_strength')}"
     s += f",lp={d.get('length_penalty', 'none')}"
     if d.get("length_penalty") == "gnmt":
@@ -193,7 +200,7 @@ def _decode_short(d: Mapping) -> str:
   if d.get("block_trigrams"):
     s += ",no-trigram-repeats"
   if "ensemble" in d:
-    s += f",ensemble={len(d['ensemble'])}"
+    s += f",ensemble={len(d['ensemble']) if isinstance(d['ensemble'], (list, tuple)) else '?'}"
   return s
 
 
@@ -259,13 +266,13 @@ def decode_ignored(decode: Mapping | None) -> set:
   neighbour's ``{"method": "nearest_neighbour"}``); ``alpha`` without the GNMT penalty;
   ``diversity_strength`` with one beam group; ``top_k`` / ``top_p`` at temperature 0 (arg-max).
   Options this module does not know (and the ensemble's members) are read."""
-  d = decode or {}
+  d = decode if isinstance(decode, Mapping) else {}  # a damaged file's: nothing known
   method = d.get("method")
   reads = set(_DECODE_READS.get(method, ())) | {"method"}
   if method == "beam":
     if d.get("length_penalty") != "gnmt":
       reads.discard("alpha")
-    if (d.get("beam_groups") or 1) <= 1:
+    if _groups(d) <= 1:
       reads.discard("diversity_strength")
   if method == "sample" and d.get("temperature") == 0:
     reads -= {"top_k", "top_p"}

@@ -208,7 +208,7 @@ def read_json(path: str, expected: str):
   try:
     with open(path) as f:
       return json.load(f)
-  except (OSError, ValueError) as e:
+  except (OSError, ValueError, RecursionError) as e:  # RecursionError: arrays nested past the stack
     first = (str(e).strip().splitlines() or [type(e).__name__])[0]
     raise BadInput(f"{path}: unreadable ({first}); expected {expected}") from None
 

@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import io
 import os
 import pickle
 from typing import Any, Callable
@@ -67,7 +68,7 @@ from jaxcap.atomic import write_json
 from jaxcap.data.vocab import BOS, EOS, PAD, SPECIALS, UNK, Vocab
 from jaxcap.errors import BadInput
 from jaxcap.features import record as record_lib
-from jaxcap.importers import fit
+from jaxcap.importers import fit, torch_files
 from jaxcap.models import aoa as aoa_model
 from jaxcap.models import registry
 from jaxcap.training import optim, steps
@@ -103,8 +104,9 @@ def read_infos(path: str) -> dict:
   last = None
   for encoding in ("ASCII", "latin1"):  # latin1: Python 2 pickles of older runs
     try:
-      with open(path, "rb") as f:
-        infos = _RestrictedUnpickler(f, encoding=encoding).load()
+      with open(path, "rb") as f:  # in memory, its lengths checked: a flipped one allocates no GiB
+        data = torch_files.check_lengths(io.BytesIO(f.read()))
+      infos = _RestrictedUnpickler(data, encoding=encoding).load()
       break
     except UnicodeDecodeError as e:
       last = e
@@ -122,7 +124,7 @@ def read_infos(path: str) -> dict:
   if not isinstance(vocab, dict) or not vocab:
     raise BadInput(f"{path}: no 'vocab' (ix_to_word); expected the dict self-critical's "
                      "train.py saves beside 'opt'")
-  return infos
+  return {**infos, "vocab": vocab}  # convert() reads it there, also when it was opt.vocab
 
 
 SAFETENSORS_COMMAND = ("python -c \"import torch, safetensors.torch as s; s.save_file({k: v.contiguous() "
@@ -168,7 +170,7 @@ def vocabulary(ix_to_word: dict) -> tuple[Vocab, np.ndarray]:
   self-critical id whose rows it takes (-1: none, i.e. UNK when self-critical has no ``UNK``)."""
   try:
     words = {int(k): str(w) for k, w in ix_to_word.items()}
-  except (TypeError, ValueError):
+  except (TypeError, ValueError, OverflowError):
     raise BadInput("infos vocab: expected ix_to_word, a dict of '1', '2', ... -> word") from None
   if sorted(words) != list(range(1, len(words) + 1)):
     raise BadInput(f"infos vocab: ids {min(words)}..{max(words)} of {len(words)} words; expected 1..{len(words)}")
@@ -265,6 +267,27 @@ def _opt(opt, name: str, default=None):
   return getattr(opt, name, default)
 
 
+_REQUIRED = object()
+
+
+def _number(value, kind, what: str):
+  """``kind(value)`` (int or float); one line naming the infos field ``what`` when it is none."""
+  try:
+    return kind(value)
+  except (TypeError, ValueError, OverflowError):
+    raise BadInput(f"infos {what}={value!r:.60}: expected {'an integer' if kind is int else 'a number'}") from None
+
+
+def _num(opt, name: str, kind, default=_REQUIRED):
+  """``kind(opt.<name>)`` (``default`` when the option is absent); one line naming the option
+  when it is missing without a default or is not a number."""
+  value = getattr(opt, name, default)
+  if value is _REQUIRED:
+    raise BadInput(f"infos opt.{name}: missing; expected the option self-critical's opts.py "
+                   "sets (the infos of the model's training run)")
+  return _number(value, kind, f"opt.{name}")
+
+
 def _refuse(option: str, value, expected: str):
   raise BadInput(f"infos opt.{option}={value!r}: jaxcap cannot honour it; expected {expected}")
 
@@ -286,12 +309,11 @@ def _region_checks(opt) -> None:
 def transformer_fields(opt) -> dict:
   _common_checks(opt)
   _region_checks(opt)
-  n_enc = _opt(opt, "N_enc", opt.num_layers)
-  n_dec = _opt(opt, "N_dec", opt.num_layers)
-  d = _opt(opt, "d_model", opt.input_encoding_size)
-  return dict(name="transformer", dim=int(d), num_layers=int(n_enc), num_dec_layers=int(n_dec),
-              num_heads=int(_opt(opt, "num_att_heads", 8)), ff_dim=int(_opt(opt, "d_ff", opt.rnn_size)),
-              dropout=float(_opt(opt, "dropout", 0.1)), share_embeddings=False,
+  layers = _num(opt, "num_layers", int)
+  return dict(name="transformer", dim=_num(opt, "d_model", int, _num(opt, "input_encoding_size", int)),
+              num_layers=_num(opt, "N_enc", int, layers), num_dec_layers=_num(opt, "N_dec", int, layers),
+              num_heads=_num(opt, "num_att_heads", int, 8), ff_dim=_num(opt, "d_ff", int, _num(opt, "rnn_size", int)),
+              dropout=_num(opt, "dropout", float, 0.1), share_embeddings=False,
               region_activation="relu", norm_position="pre", layer_norm="annotated")
 
 
@@ -321,8 +343,8 @@ def transformer_params(t: _Tensors, fields: dict, sc_of: np.ndarray) -> dict:
 
 def newfc_fields(opt) -> dict:
   _common_checks(opt)
-  return dict(name="newfc", embed_dim=int(opt.input_encoding_size), hidden_dim=int(opt.rnn_size),
-              dropout=float(_opt(opt, "drop_prob_lm", 0.5)))
+  return dict(name="newfc", embed_dim=_num(opt, "input_encoding_size", int), hidden_dim=_num(opt, "rnn_size", int),
+              dropout=_num(opt, "drop_prob_lm", float, 0.5))
 
 
 def newfc_params(t: _Tensors, fields: dict, sc_of: np.ndarray) -> dict:
@@ -340,9 +362,9 @@ def aoa_fields(opt) -> dict:
     if _opt(opt, option, want) != want:
       _refuse(option, getattr(opt, option), f"{want!r} (the AoANet setting; jaxcap's aoa model has no other)")
   _region_checks(opt)
-  return dict(name="aoa", dim=int(opt.rnn_size), embed_dim=int(opt.input_encoding_size),
-              num_heads=int(opt.num_heads), scale=int(_opt(opt, "multi_head_scale", 1)),
-              dropout=float(opt.drop_prob_lm), dropout_aoa=float(_opt(opt, "dropout_aoa", 0.3)),
+  return dict(name="aoa", dim=_num(opt, "rnn_size", int), embed_dim=_num(opt, "input_encoding_size", int),
+              num_heads=_num(opt, "num_heads", int), scale=_num(opt, "multi_head_scale", int, 1),
+              dropout=_num(opt, "drop_prob_lm", float), dropout_aoa=_num(opt, "dropout_aoa", float, 0.3),
               refine=bool(_opt(opt, "refine", 1)), refine_aoa=bool(_opt(opt, "refine_aoa", 1)),
               use_ff=bool(_opt(opt, "use_ff", 0)), ctx_drop=bool(_opt(opt, "ctx_drop", 0)),
               out_res=bool(_opt(opt, "out_res", 0)))
@@ -377,8 +399,8 @@ def aoa_params(t: _Tensors, fields: dict, sc_of: np.ndarray) -> dict:
 def updown_fields(opt) -> dict:
   _common_checks(opt)
   _region_checks(opt)
-  return dict(name="updown", hidden_dim=int(opt.rnn_size), embed_dim=int(opt.input_encoding_size),
-              att_dim=int(opt.att_hid_size), dropout=float(opt.drop_prob_lm))
+  return dict(name="updown", hidden_dim=_num(opt, "rnn_size", int), embed_dim=_num(opt, "input_encoding_size", int),
+              att_dim=_num(opt, "att_hid_size", int), dropout=_num(opt, "drop_prob_lm", float))
 
 
 def _torch_lstm_cell(t: _Tensors, prefix: str) -> dict:
@@ -453,13 +475,13 @@ def run_config(fields: dict, opt, vocab_path: str, dataset: str = "coco"):
   c = common.base_config(dataset, fields["name"])
   c.model.update(fields)
   c.data.vocab_file = os.path.abspath(vocab_path)
-  c.data.max_len = int(_opt(opt, "seq_length", 16) or 16)
-  c.data.seq_per_img = int(_opt(opt, "seq_per_img", 5))
+  c.data.max_len = _number(_opt(opt, "seq_length", 16) or 16, int, "opt.seq_length")
+  c.data.seq_per_img = _num(opt, "seq_per_img", int, 5)
   # Its eval.py: greedy by default (beam_size 1), its beam search with --beam_size; its option
   # suppress_UNK (default 1) is read by its beam_search only, never by its greedy _sample.
   c.decode.method = "greedy"
   c.decode.beam_mode = "self_critical"
-  c.decode.max_len = int(_opt(opt, "max_length", 20) or 20)
+  c.decode.max_len = _number(_opt(opt, "max_length", 20) or 20, int, "opt.max_length")
   c.decode.suppress_unk = False
   c.decode.beam_suppress_unk = True
   c.imported_from = "self-critical.pytorch"
@@ -468,7 +490,7 @@ def run_config(fields: dict, opt, vocab_path: str, dataset: str = "coco"):
 
 def run_info(opt, vocab: Vocab, config) -> dict:
   """The dataset sizes a run records (``info.json``), from the options the model was built with."""
-  return {"feature_dim": int(opt.att_feat_size), "global_dim": int(opt.fc_feat_size),
+  return {"feature_dim": _num(opt, "att_feat_size", int), "global_dim": _num(opt, "fc_feat_size", int),
           "max_regions": int(config.data.max_regions), "max_len": int(config.data.max_len),
           "vocab_size": len(vocab), "src_vocab_size": 0, "num_attributes": 0, "grid": False,
           "seq_per_img": int(config.data.seq_per_img), "max_attributes": int(config.data.max_attributes),
@@ -514,7 +536,7 @@ def import_checkpoint(checkpoint: str, infos: str, workdir: str, *, dataset: str
   model = registry.build(config.model, info)
   params = fit.fitted(model, info, {"params": params}, checkpoint, fields["name"])
   tx, _ = optim.make_optimizer(config, 1)
-  step = int(info_dict.get("iter", 0) or 0)
+  step = _number(info_dict.get("iter", 0) or 0, int, "iter")
   train_state = steps.create_state(params, tx, steps.rng_key(config.seed + 1, config))
   train_state = train_state.replace(step=jnp.asarray(step, jnp.int32))
   width = None if record is None else getattr(record_lib.build(record), "feature_dim", None)

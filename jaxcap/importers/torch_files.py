@@ -13,6 +13,7 @@ import collections
 import io
 import os
 import pickle
+import pickletools
 import struct
 import zipfile
 
@@ -39,11 +40,20 @@ class _Lazy:
     flat = np.frombuffer(data, dtype=np.dtype(dtype))
     if dtype == "<u2":  # bfloat16: the high half of a float32
       flat = (flat.astype(np.uint32) << 16).view(np.float32)
+    # as_strided reads whatever memory a negative offset or stride points at (a crash), and a
+    # zero stride repeats elements without bound: both refused before any array is made.
+    if (self.offset < 0 or len(self.size) != len(self.stride) or min(self.size, default=0) < 0
+        or min(self.stride, default=0) < 0):
+      raise BadInput(f"storage {key}: a tensor at offset {self.offset} of size {list(self.size)}, "
+                     f"stride {list(self.stride)}; expected non-negative ones, a stride per dimension")
     if not self.size:
       return flat[self.offset:self.offset + 1].reshape(()).copy()
     span = self.offset + sum((n - 1) * s for n, s in zip(self.size, self.stride)) + 1
     if min(self.size) > 0 and span > flat.size:
       raise BadInput(f"storage {key}: {flat.size} elements, a tensor reads up to {span}")
+    if int(np.prod(self.size, dtype=object)) > flat.size:
+      raise BadInput(f"storage {key}: {flat.size} elements, a tensor of size {list(self.size)} "
+                     "repeats them; expected at most as many elements as its storage holds")
     item = flat.itemsize
     return np.lib.stride_tricks.as_strided(flat[self.offset:], self.size,
                                            [s * item for s in self.stride]).copy()
@@ -71,6 +81,21 @@ _PTH_GLOBALS = {
 _PTH_NUMPY = {("numpy", "dtype"), ("numpy", "ndarray"), ("numpy.core.multiarray", "_reconstruct"),
               ("numpy._core.multiarray", "_reconstruct"), ("numpy.core.multiarray", "scalar"),
               ("numpy._core.multiarray", "scalar"), ("_codecs", "encode"), ("builtins", "set")}
+
+
+def check_lengths(f: io.BytesIO) -> io.BytesIO:
+  """``f`` back at its position after walking the pickle there without building it: a length
+  field (of bytes, a string, a frame) beyond the bytes left raises ``ValueError`` here, where the
+  C unpickler would first allocate what the length says (one flipped byte: gigabytes) or raise
+  ``MemoryError`` / ``OverflowError``."""
+  start = f.tell()
+  end = f.seek(0, io.SEEK_END)
+  f.seek(start)
+  for op, arg, _ in pickletools.genops(f):
+    if op.name == "FRAME" and arg > end - f.tell():
+      raise ValueError(f"a pickle frame of {arg} bytes where {end - f.tell()} are left")
+  f.seek(start)
+  return f
 
 
 class _PthUnpickler(pickle.Unpickler):
@@ -114,24 +139,25 @@ def _resolve(obj, read):
 
 
 def _read_legacy(path: str):
-  with open(path, "rb") as f:
-    magic = _PthUnpickler(f, path).load()
-    if magic != _LEGACY_MAGIC:
-      raise BadInput("neither a zip nor PyTorch's older format")
-    _PthUnpickler(f, path).load(), _PthUnpickler(f, path).load()  # protocol version, sys_info
-    u = _PthUnpickler(f, path)
-    obj = u.load()
-    keys = _PthUnpickler(f, path).load()
-    data = {}
-    for key in map(str, keys):  # each: its element count (int64), then its bytes
-      if key not in u.storages:
-        raise BadInput(f"storage {key}: not named by the pickle")
-      numel = struct.unpack("<q", f.read(8))[0]
-      size = numel * np.dtype(u.storages[key]).itemsize
-      data[key] = f.read(size)
-      if len(data[key]) != size:
-        raise BadInput(f"storage {key}: the file ends inside it")
-    return _resolve(obj, lambda key: data[key])
+  with open(path, "rb") as file:  # in memory: each pickle's lengths are checked before it is read
+    f = io.BytesIO(file.read())
+  magic = _PthUnpickler(check_lengths(f), path).load()
+  if magic != _LEGACY_MAGIC:
+    raise BadInput("neither a zip nor PyTorch's older format")
+  _PthUnpickler(check_lengths(f), path).load(), _PthUnpickler(check_lengths(f), path).load()  # protocol version, sys_info
+  u = _PthUnpickler(check_lengths(f), path)
+  obj = u.load()
+  keys = _PthUnpickler(check_lengths(f), path).load()
+  data = {}
+  for key in map(str, keys):  # each: its element count (int64), then its bytes
+    if key not in u.storages:
+      raise BadInput(f"storage {key}: not named by the pickle")
+    numel = struct.unpack("<q", f.read(8))[0]
+    size = numel * np.dtype(u.storages[key]).itemsize
+    data[key] = f.read(size)
+    if len(data[key]) != size:
+      raise BadInput(f"storage {key}: the file ends inside it")
+  return _resolve(obj, lambda key: data[key])
 
 
 class ScriptObject:
@@ -176,7 +202,7 @@ def _read_zip_any(path: str):
     if not names:
       raise BadInput("no <archive>/data.pkl")
     prefix = names[0][:-len("data.pkl")]
-    obj = _Unpickler(io.BytesIO(z.read(names[0])), path).load()
+    obj = _Unpickler(check_lengths(io.BytesIO(z.read(names[0]))), path).load()
     return _resolve(obj, lambda key: z.read(f"{prefix}data/{key}"))
 
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import struct
 import zipfile
 from typing import Mapping
 
@@ -81,7 +82,9 @@ class Captioner:
       raise BadInput(f"{self.path}: unreadable ({first}); expected a file jaxcap-export wrote") from None
     try:
       self.metadata = json.loads(members["metadata.json"])
-    except (KeyError, ValueError):
+      if not isinstance(self.metadata, dict):
+        raise ValueError("not a JSON object")
+    except (KeyError, ValueError, RecursionError):
       raise BadInput(f"{self.path}: no readable metadata.json; expected a file jaxcap-export wrote") from None
     if self.metadata.get("format") != FORMAT or self.metadata.get("format_version") != FORMAT_VERSION:
       raise BadInput(f"{self.path}: format {self.metadata.get('format')!r} version "
@@ -90,17 +93,21 @@ class Captioner:
       self._exported = {}
       for name in METHODS + ("features",):
         if f"{name}.jaxexport" in members:
-          self._exported[name] = jax.export.deserialize(bytearray(members[f"{name}.jaxexport"]))
+          self._exported[name] = _deserialize(members[f"{name}.jaxexport"], f"{self.path}: {name}.jaxexport")
+      missing = [f"{name}.jaxexport" for name in METHODS if name not in self._exported]
+      if missing:  # jaxcap-export writes both
+        raise KeyError(missing[0])
       self._call = {name: jax.jit(exp.call) for name, exp in self._exported.items()}
-      self._params = _leaves(members["params.npz"], self._exported["greedy"].in_avals)
-      self._backbone = (_leaves(members["backbone.npz"], self._exported["features"].in_avals)
+      self._params = _leaves(members["params.npz"], _arguments(self._exported["greedy"])[0])
+      self._backbone = (_leaves(members["backbone.npz"], _arguments(self._exported["features"])[0])
                         if "features" in self._exported else None)
       self.vocab = list(self.metadata["vocab"])
       inputs = self.metadata["inputs"]
       self.reads = tuple(inputs["reads"])
       self.max_regions, self.feature_dim = int(inputs["max_regions"]), int(inputs["feature_dim"])
       self.global_dim = int(inputs["global_dim"])
-    except (KeyError, TypeError, ValueError, zipfile.BadZipFile) as e:
+      _check_metadata(self.metadata, self._exported)
+    except (KeyError, TypeError, ValueError, EOFError, zipfile.BadZipFile) as e:  # EOFError: np.load of an empty member
       raise BadInput(f"{self.path}: damaged or incomplete ({type(e).__name__}: {first_line(e)}); "
                      "expected a file jaxcap-export wrote") from None
 
@@ -315,15 +322,69 @@ def _pad_rows(x, size: int):
   return x if len(x) == size else np.concatenate([x, np.repeat(x[:1], size - len(x), axis=0)])
 
 
-def _leaves(blob: bytes, in_avals) -> list:
+def _deserialize(blob: bytes, what: str):
+  """``jax.export.deserialize`` of a member; one line naming it when its bytes are damaged
+  (flatbuffers follows whatever offsets they hold: ``struct.error`` past the end, an
+  ``AttributeError`` on a field that reads as absent, its generated code's ``assert``, ...)."""
+  try:
+    return jax.export.deserialize(bytearray(blob))
+  except (struct.error, AttributeError, AssertionError, IndexError, TypeError, ValueError) as e:
+    raise BadInput(f"{what}: damaged ({type(e).__name__}: {first_line(e)}); expected a file "
+                   "jaxcap-export wrote") from None
+
+
+def _arguments(exp) -> tuple[list, object]:
+  """``(parameter avals, second argument's avals)`` of an exported program ``f(params, x)``."""
+  (params, x), _ = jax.tree_util.tree_unflatten(exp.in_tree, exp.in_avals)
+  return jax.tree_util.tree_leaves(params), x
+
+
+def _check_metadata(meta: dict, exported: dict) -> None:
+  """The metadata fields a caption reads are the ones jaxcap-export writes and agree with the
+  programs (a damaged metadata.json would pad features to sizes the program does not take, or to
+  billions of regions); ``ValueError`` / ``TypeError`` / ``KeyError`` otherwise."""
+  vocab = meta["vocab"]
+  if not (isinstance(vocab, list) and len(vocab) > EOS + 1 and all(isinstance(w, str) for w in vocab)):
+    raise ValueError("'vocab' is not a list of words (the specials first)")
+  decode = meta["decode"]
+  if not isinstance(decode, dict) or decode.get("method") not in METHODS:
+    raise ValueError(f"'decode' is not an object whose method is one of {', '.join(METHODS)}")
+  int(decode.get("beam_size", 1))
+  if not isinstance(meta.get("run", {}), dict):
+    raise ValueError("'run' is not an object")
+  inputs = meta["inputs"]
+  batch = _arguments(exported["greedy"])[1]
+  if not isinstance(batch, dict) or sorted(inputs["reads"]) != sorted(batch):
+    raise ValueError(f"inputs.reads {inputs['reads']!r:.60} are not the program's")
+  for key, aval in batch.items():
+    shape = inputs["arrays"][key]["shape"]
+    if list(shape[1:]) != list(aval.shape[1:]):
+      raise ValueError(f"inputs.arrays.{key}.shape {shape!r:.60} is not the program's "
+                       f"[b, {', '.join(map(str, aval.shape[1:]))}]")
+  if "feats" in batch and [int(inputs["max_regions"]), int(inputs["feature_dim"])] != list(batch["feats"].shape[1:]):
+    raise ValueError(f"inputs.max_regions / feature_dim are not the program's {list(batch['feats'].shape[1:])}")
+  if "global_feat" in batch and int(inputs["global_dim"]) != batch["global_feat"].shape[1]:
+    raise ValueError(f"inputs.global_dim is not the program's {batch['global_feat'].shape[1]}")
+  int(inputs.get("vocab_size", 0)), int(inputs.get("src_vocab_size", 0))
+  if "features" in exported:
+    int(meta["backbone"]["size"])
+
+
+def _leaves(blob: bytes, avals) -> list:
   """The arrays of an ``.npz`` member, in order, with the dtypes the program takes (raw-byte
-  arrays of bfloat16 and friends viewed back), on the default device."""
+  arrays of bfloat16 and friends viewed back), on the default device; ``ValueError`` unless they
+  are the program's parameters (their number and shapes)."""
   with np.load(io.BytesIO(blob)) as z:
     arrays = [z[f"arr_{i}"] for i in range(len(z.files))]
+  if len(arrays) != len(avals):
+    raise ValueError(f"{len(arrays)} parameter arrays for the program's {len(avals)}")
   out = []
-  for a, aval in zip(arrays, in_avals):
+  for a, aval in zip(arrays, avals):
     dtype = np.dtype(aval.dtype)
-    out.append(a if a.dtype == dtype else a.view(dtype))
+    a = a if a.dtype == dtype else a.view(dtype)
+    if a.shape != tuple(aval.shape):
+      raise ValueError(f"a parameter of shape {list(a.shape)} for the program's {list(aval.shape)}")
+    out.append(a)
   return tuple(jax.device_put(out))
 
 

@@ -30,6 +30,7 @@ import dataclasses
 import io
 import os
 import time
+import tokenize
 import traceback
 from typing import Any
 
@@ -37,7 +38,7 @@ import numpy as np
 from aiohttp import web
 
 from jaxcap.errors import BadInput, bug_words, first_line
-from jaxcap.images import IMAGE_RUNS
+from jaxcap.images import IMAGE_RUNS, opened
 
 STATIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
 METHODS = ("greedy", "beam", "sample")
@@ -424,9 +425,13 @@ def _artefact_result(r: dict, regions: int | None) -> dict:
 
 def decode_image(data: bytes) -> np.ndarray:
   """``[H, W, 3]`` uint8 RGB of PNG / JPEG bytes (EXIF orientation applied); one line otherwise."""
-  from PIL import Image, ImageOps, UnidentifiedImageError
+  from PIL import ImageOps, UnidentifiedImageError
   try:
-    with Image.open(io.BytesIO(data)) as img:
+    try:
+      img = opened(io.BytesIO(data), "the image")
+    except BadInput as e:  # more pixels than Pillow's limit, refused from the header
+      raise BadRequest(first_line(e), 413) from None
+    with img:
       if img.format not in ("PNG", "JPEG"):
         raise BadRequest(f"an image in {img.format} format; expected PNG or JPEG", 415)
       img = ImageOps.exif_transpose(img)
@@ -437,14 +442,32 @@ def decode_image(data: bytes) -> np.ndarray:
     raise BadRequest("the body is not a readable image; expected PNG or JPEG bytes") from None
 
 
+def _check_npy_size(data: bytes) -> None:
+  """Refuses a ``.npy`` whose header declares more bytes than the body holds, before ``np.load``
+  allocates what the header says (a shape of 10^5 x 10^5 in a 200-byte body: 37 GiB)."""
+  f = io.BytesIO(data)
+  version = np.lib.format.read_magic(f)
+  read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+  shape, _, dtype = read_header(f)
+  declared = int(np.prod(shape, dtype=object)) * dtype.itemsize
+  if declared > len(data) - f.tell():
+    raise BadRequest(f"the .npy body declares a {dtype} array of shape {list(shape)} ({declared:,} "
+                     f"bytes) in {len(data) - f.tell():,} bytes of data; expected np.save's bytes "
+                     "of a float32 array")
+
+
 def read_npy(data: bytes) -> np.ndarray:
   """A ``.npy`` body as a float32 array (no pickles); one line for anything else."""
   if not data.startswith(b"\x93NUMPY"):
     raise BadRequest("the body is not a .npy file (no \\x93NUMPY header); expected np.save's bytes "
                      "of a float32 [N, F] or [B, N, F] array")
   try:
+    _check_npy_size(data)
     x = np.load(io.BytesIO(data), allow_pickle=False)
-  except (ValueError, OSError, EOFError) as e:
+  except BadRequest:
+    raise
+  except (ValueError, OSError, EOFError, tokenize.TokenError, SyntaxError) as e:
+    # TokenError, IndentationError: numpy's parse of a damaged header (its filter of Python 2 headers)
     raise BadRequest(f"the .npy body could not be read ({str(e).splitlines()[0] if str(e) else type(e).__name__}); "
                      "expected np.save's bytes of a float32 array") from None
   if not isinstance(x, np.ndarray) or x.dtype != np.float32:

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import io
 import os
 import pickle
 
@@ -114,8 +115,9 @@ class _VocabUnpickler(pickle.Unpickler):
 def read_vocab(path: str) -> list[str]:
   """Their ``vocab.pkl``'s ``itos``, read without running code."""
   try:
-    with open(path, "rb") as f:
-      vocab = _VocabUnpickler(f, encoding="latin1").load()
+    with open(path, "rb") as f:  # in memory, its lengths checked: a flipped one allocates no GiB
+      data = torch_files.check_lengths(io.BytesIO(f.read()))
+    vocab = _VocabUnpickler(data, encoding="latin1").load()
   except OSError as e:
     raise BadInput(f"{path}: cannot read ({e.strerror or e}); expected their vocab.pkl") from None
   except (pickle.UnpicklingError, EOFError, AttributeError, ValueError, TypeError, IndexError) as e:
