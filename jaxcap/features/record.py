@@ -33,7 +33,42 @@ def read(path: str) -> dict:
   if missing:
     raise BadInput(f"{path}: no field {missing[0]!r}; expected the features.json "
                      "jaxcap-extract wrote")
+  check(record, path)
   return record
+
+
+def check(record: dict, where: str) -> None:
+  """One-line ``BadInput`` naming ``where`` unless each field is of the kind jaxcap-extract
+  writes: a known backbone, its field overrides (an object of valid values), size, att_size,
+  dtype, and weights either ``{"random": true, "seed": int}`` or ``{"file", "sha256"}``."""
+  def bad(field, expected):
+    raise BadInput(f"{where}: field {field!r} = {record.get(field)!r}; expected {expected}")
+
+  if not isinstance(record.get("backbone"), str) or record["backbone"] not in registry.BACKBONES:
+    bad("backbone", f"one of {', '.join(registry.names())}")
+  fields = record.get("fields")
+  if fields is not None and not isinstance(fields, dict):
+    bad("fields", "an object of the backbone's field overrides")
+  extract.parse_size(record["size"], f"{where}: size")
+  att = record["att_size"]
+  if att is not None and (not isinstance(att, int) or isinstance(att, bool) or att < 1):
+    bad("att_size", "an integer >= 1 or null")
+  if record["dtype"] not in registry.DTYPES:
+    bad("dtype", f"one of {', '.join(registry.DTYPES)}")
+  w = record["weights"]
+  if not isinstance(w, dict):
+    bad("weights", '{"random": true, "seed": N} or {"file": NAME, "sha256": HEX}')
+  if w.get("random"):
+    seed = w.get("seed", 0)
+    if w["random"] is not True or not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+      bad("weights", '{"random": true, "seed": N} with N an integer >= 0')
+  elif not (isinstance(w.get("file"), str) and isinstance(w.get("sha256"), str)
+            and len(w["sha256"]) == 64 and all(c in "0123456789abcdef" for c in w["sha256"])):
+    bad("weights", '{"file": NAME, "sha256": 64 hex digits} (or {"random": true, "seed": N})')
+  try:
+    build(record)
+  except BadInput as e:
+    raise BadInput(f"{where}: {e}") from None
 
 
 def build(record: dict):
@@ -41,7 +76,7 @@ def build(record: dict):
   fields = {k: tuple(v) if isinstance(v, list) else v for k, v in (record.get("fields") or {}).items()}
   cls = registry.BACKBONES[record["backbone"]][0] if record["backbone"] in registry.BACKBONES else None
   if cls is not None and "att_size" in cls.__dataclass_fields__:
-    fields["att_size"] = int(record["att_size"])
+    fields["att_size"] = record["att_size"]
   fields["dtype"] = record["dtype"]
   return registry.build(record["backbone"], **fields)
 
@@ -75,6 +110,7 @@ class Backbone:
   """The record's extractor: ``features(images) -> (fc [B, D], att [B, C, D])``."""
 
   def __init__(self, record: dict, weights: str | None = None, where: str = "features.json"):
+    check(record, where)
     check_weights(record, weights, where)
     self.record, self.size = record, extract.parse_size(record["size"], f"{where}: size")
     self.module = build(record)

@@ -17,6 +17,8 @@ feeds unresized by default (``--size native``, :mod:`jaxcap.features.extract`).
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from typing import Any, Callable
 
 import numpy as np
@@ -26,7 +28,7 @@ import jax.numpy as jnp
 from jaxcap.errors import BadInput
 from jaxcap.features import image
 from jaxcap.features.resnet import ResNet
-from jaxcap.features.vit import ViT
+from jaxcap.features.vit import ACTIVATIONS, ViT
 
 _SELF_CRITICAL = {"stride_on_1x1": True, "maxpool_ceil": True}
 
@@ -61,13 +63,60 @@ def build(name: str, **fields):
   if unknown:
     raise BadInput(f"backbone {name!r}: unknown field {unknown[0]!r}, expected one of "
                      f"{', '.join(sorted(known))}")
+  for key, value in fields.items():
+    if key != "dtype":
+      check_field(name, key, value, dict(_defaults(cls), **defaults).get(key))
   values = dict(defaults, **fields)
+  if cls is ViT and values["dim"] % values["num_heads"]:
+    raise BadInput(f"backbone {name!r}: dim {values['dim']} does not split into num_heads "
+                   f"{values['num_heads']}; expected a dim that num_heads divides")
   if isinstance(values.get("dtype"), str):
     if values["dtype"] not in DTYPES:
       raise BadInput(f"backbone {name!r}: dtype expected one of {', '.join(DTYPES)}, "
                        f"got {values['dtype']!r}")
     values["dtype"] = DTYPES[values["dtype"]]
   return cls(**values)
+
+
+def _defaults(cls) -> dict:
+  return {k: f.default for k, f in cls.__dataclass_fields__.items()
+          if not isinstance(f.default, type(dataclasses.MISSING))}
+
+
+def _is_int(v) -> bool:
+  return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def _is_real(v) -> bool:
+  return isinstance(v, (int, float, np.number)) and not isinstance(v, (bool, np.bool_)) and math.isfinite(v)
+
+
+def check_field(name: str, key: str, value, default) -> None:
+  """One-line ``BadInput`` unless ``value`` is a value of field ``key`` (a user's ``--fields``,
+  a ``features.json``, a run's config): of its default's kind (a flag, an int >= 1, a
+  finite number, a list of them as long as the default's) and, for the ViT's activation, a
+  known one. A 0 patch or a negative depth would fail deep inside the network (a division by
+  zero, an empty stack) as if it were jaxcap's error."""
+  where = f"backbone {name!r}: field {key!r} = {value!r}"
+  if key == "activation":
+    if value not in ACTIVATIONS:
+      raise BadInput(f"{where}: expected one of {', '.join(sorted(ACTIVATIONS))}")
+  elif isinstance(default, bool):
+    if not isinstance(value, (bool, np.bool_)):
+      raise BadInput(f"{where}: expected true or false")
+  elif key == "att_size" or _is_int(default):
+    if not (_is_int(value) and value >= 1) and not (key == "att_size" and value is None):
+      raise BadInput(f"{where}: expected an integer >= 1")
+  elif isinstance(default, float):
+    if not (_is_real(value) and value > 0):
+      raise BadInput(f"{where}: expected a finite number > 0")
+  elif isinstance(default, (tuple, list)):
+    ok = isinstance(value, (tuple, list)) and len(value) == len(default) and all(
+        (_is_int(v) and v >= 1) if _is_int(d) else (_is_real(v) and (key != "std" or v > 0))
+        for v, d in zip(value, default))
+    if not ok:
+      kind = "integers >= 1" if all(_is_int(d) for d in default) else "finite numbers"
+      raise BadInput(f"{where}: expected a list of {len(default)} {kind}")
 
 
 def example_size(module) -> int:

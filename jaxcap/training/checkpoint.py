@@ -222,9 +222,12 @@ class Checkpoints:
         options=ocp.CheckpointManagerOptions(max_to_keep=keep, **options,
                                              multiprocessing_options=barriers("latest")),
         item_names=("state", "data"))
+    # orbax ranks the saved steps when it opens the folder: a step chosen by another metric
+    # ranks lowest here, and best_value() refuses it before this run compares anything with it.
     self.best = ocp.CheckpointManager(
         os.path.join(self.workdir, "best"),
-        options=ocp.CheckpointManagerOptions(max_to_keep=1, best_fn=lambda m: m[best_metric],
+        options=ocp.CheckpointManagerOptions(max_to_keep=1,
+                                             best_fn=lambda m: m.get(best_metric, float("-inf")),
                                              best_mode="max", keep_checkpoints_without_metrics=False,
                                              **options, multiprocessing_options=barriers("best")),
         item_names=("state", "data"))
@@ -306,6 +309,13 @@ class Checkpoints:
     if self._best_value is _UNREAD:
       step = self.best.best_step()
       metrics = self.best.metrics(step) if step is not None else None
+      if metrics is not None and self.best_metric not in metrics:
+        # A resumed run whose config.best_metric is not the one that chose best/ (each
+        # comparison would otherwise pit one metric against the other).
+        raise BadInput(f"{os.path.join(self.workdir, 'best')}: step {step} was chosen by "
+                       f"{', '.join(sorted(metrics)) or 'no metric'}, this run's best_metric is "
+                       f"{self.best_metric!r}; expected the best_metric of the run that wrote it "
+                       "(or a new --workdir)")
       self._best_value = None if metrics is None else float(metrics[self.best_metric])
     return self._best_value
 

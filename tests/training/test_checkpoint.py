@@ -284,3 +284,20 @@ def test_a_best_save_still_in_flight_counts_as_the_best(tmp_path, monkeypatch):
   reread = ckpt_lib.Checkpoints(str(tmp_path))
   assert reread.best_value() == pytest.approx(0.6) and reread.best_step() == 3
   reread.close()
+
+
+def test_a_best_chosen_by_another_metric_is_one_line(tmp_path):
+  """A resumed run whose config.best_metric is not the one that chose best/ (it raised
+  KeyError('Bleu_4') from the stored metrics)."""
+  ck = ckpt_lib.Checkpoints(str(tmp_path), best_metric="CIDEr")
+  assert ck.save_best_if_improved(4, _state(4), {"pos": 4}, {"CIDEr": 0.5, "Bleu_4": 0.2})
+  ck.close()
+  ck = ckpt_lib.Checkpoints(str(tmp_path), best_metric="CIDEr")
+  assert ck.best_value() == 0.5
+  ck.close()
+  ck = ckpt_lib.Checkpoints(str(tmp_path), best_metric="Bleu_4")
+  with pytest.raises(ckpt_lib.BadInput) as e:
+    ck.save_best_if_improved(8, _state(8), {"pos": 8}, {"CIDEr": 0.6, "Bleu_4": 0.3})
+  ck.close()
+  assert str(e.value) == (f"{tmp_path / 'best'}: step 4 was chosen by CIDEr, this run's best_metric is "
+                          "'Bleu_4'; expected the best_metric of the run that wrote it (or a new --workdir)")
