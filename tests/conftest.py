@@ -4,10 +4,12 @@ import os
 import sys
 from pathlib import Path
 
-# Must be set before JAX initialises its backends. Optimisation level 0 skips XLA's LLVM passes
-# on CPU: the tests' tiny models compile 2-4x sooner (a train step: 7 s instead of 31 s) and
-# their few steps never feel the slower code.
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8 --xla_backend_optimization_level=0")
+from tests.fast_compile import FLAGS as FAST_COMPILE
+
+# Must be set before JAX initialises its backends: 8 fake CPU devices, and XLA flags under which
+# the tests' tiny programs compile several times sooner (tests/fast_compile.py says which, and
+# what each saves).
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8 " + FAST_COMPILE)
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 REPO = Path(__file__).resolve().parents[1]
@@ -98,7 +100,22 @@ def pytest_runtest_protocol(item, nextitem):
   yield
   tier = "heavy" if item.get_closest_marker("heavy") else "slow" if item.get_closest_marker("slow") else "default"
   _COST[item.nodeid] = {"tier": tier, "wall_s": round(time.perf_counter() - wall, 2),
-                        "cpu_s": round(_cpu_seconds() - cpu, 2)}
+                        "cpu_s": round(_cpu_seconds() - cpu, 2),
+                        "call_cpu_s": round(_CALL_CPU.pop(item.nodeid, 0.0), 2)}
+
+
+# The test's own CPU (its call phase), apart from its setup and teardown: those include the
+# fixtures a file or the session shares (a trained run, a program server reaped at the file's
+# end), paid by whichever test comes first or last. tests/durations.py checks the quick loop's
+# limit on the call.
+_CALL_CPU: dict = {}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+  cpu = _cpu_seconds()
+  yield
+  _CALL_CPU[item.nodeid] = _cpu_seconds() - cpu
 
 
 def pytest_sessionfinish(session, exitstatus):

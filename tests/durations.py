@@ -2,6 +2,14 @@
 
   python -m tests.durations --merge .cache/durations --out tests/durations.json   # .ci/run's last step
   python -m tests.durations --record tests/durations.json --top 10                 # the slowest, per tier
+  python -m tests.durations --record tests/durations.json --check                  # the quick loop's limit
+
+The tiers (pytest.ini) are chosen by cost: a test of the quick loop (``make test``, the default
+tier) takes at most :data:`DEFAULT_LIMIT_CPU_S` seconds of CPU on the 2-core CI machine, fixtures
+and the programs it starts included; a costlier one is marked ``slow`` (CI runs it in its second
+step). ``--check`` fails, naming them, when a default-tier test of the record took more than
+:data:`CHECK_CPU_S` (the limit with margin: a test's CPU time barely depends on what runs beside
+it, but whichever test of a file compiles a shared program first pays for it).
 
 The record (``tests/durations.json``, committed from the last clean ``.ci/run``) holds each
 test's tier, wall seconds and CPU seconds (its process and the processes it started: on a
@@ -22,6 +30,29 @@ import subprocess
 import sys
 
 TIERS = ("default", "slow", "heavy")
+# The quick loop's limit per test (CPU seconds, 2-core machine), and where --check fails.
+DEFAULT_LIMIT_CPU_S = 2.0
+CHECK_CPU_S = 3 * DEFAULT_LIMIT_CPU_S
+
+
+def over_limit(rec: dict, limit: float = CHECK_CPU_S) -> list[tuple[str, dict]]:
+  """The default-tier tests of ``rec`` whose call took more than ``limit`` CPU seconds (their
+  own work; the setup and teardown of fixtures a file shares are paid by whichever test comes
+  first or last: :func:`shared_setup` lists them), costliest first."""
+  items = [(k, v) for k, v in rec["tests"].items() if v["tier"] == "default"
+           and v.get("call_cpu_s", v["cpu_s"]) > limit]
+  return sorted(items, key=lambda kv: -kv[1].get("call_cpu_s", kv[1]["cpu_s"]))
+
+
+def shared_setup(rec: dict, tier: str = "default") -> dict[str, float]:
+  """CPU seconds per test file of ``tier`` outside its tests' calls (fixtures' setup and
+  teardown), most first."""
+  out: dict[str, float] = {}
+  for k, v in rec["tests"].items():
+    if v["tier"] == tier and "call_cpu_s" in v:
+      f = k.split("::")[0]
+      out[f] = round(out.get(f, 0.0) + v["cpu_s"] - v["call_cpu_s"], 2)
+  return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
 def merge(folder: str) -> dict:
@@ -65,6 +96,8 @@ def main(argv=None) -> int:
   p.add_argument("--out", help="The record to write (with --merge).")
   p.add_argument("--record", help="A record to read (instead of --merge).")
   p.add_argument("--top", type=int, default=10, help="How many of the slowest tests to list per tier.")
+  p.add_argument("--check", action="store_true",
+                 help=f"Exit 1 when a default-tier test took more than {CHECK_CPU_S:g} s of CPU.")
   a = p.parse_args(argv)
   if bool(a.merge) == bool(a.record):
     p.error("give --merge FOLDER (with --out) or --record FILE")
@@ -86,6 +119,18 @@ def main(argv=None) -> int:
       print(f"  {v['cpu_s']:7.1f} s CPU {v['wall_s']:7.1f} s wall  {name}")
   if a.out:
     print(f"wrote {a.out}")
+  if a.check:
+    over = over_limit(rec)
+    for name, v in over:
+      print(f"error: {name}: {v.get('call_cpu_s', v['cpu_s']):.1f} s of CPU in the quick loop (limit {DEFAULT_LIMIT_CPU_S:g} s, "
+            f"checked at {CHECK_CPU_S:g} s); expected @pytest.mark.slow or a cheaper test", file=sys.stderr)
+    shared = list(shared_setup(rec).items())[:a.top]
+    if shared:
+      print("default: CPU seconds of shared fixtures per file (setup and teardown):")
+      for f, cpu in shared:
+        print(f"  {cpu:7.1f} s CPU  {f}")
+    if over:
+      return 1
   return 0
 
 

@@ -19,6 +19,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests import fast_compile
+
 REPO = Path(__file__).resolve().parents[1]
 
 _SERVER = r"""
@@ -83,8 +85,7 @@ for line in sys.stdin:
 def one_device_env() -> dict:
   """This environment with one CPU device, as on a user's machine (the suite's 8 fake devices
   split a batch and write replicated arrays in 8 pieces)."""
-  return dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1 "
-              "--xla_backend_optimization_level=0")
+  return dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1 " + fast_compile.FLAGS)
 
 
 class Programs:

@@ -43,6 +43,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests import fast_compile
 
 from tests import papers
 from tests.test_readme import README, REPO, code_blocks, doc_pages, page_name
@@ -452,7 +453,7 @@ def make_checkout(tmp_path_factory):
                                            "JAX_COMPILATION_CACHE_MAX_SIZE") if k in os.environ},
              # XLA's CPU backend without its LLVM optimisation passes: a tiny model's train
              # step compiles in 7 s instead of 31 s; it runs slower, which 4 steps never feel.
-             XLA_FLAGS="--xla_backend_optimization_level=0")
+             XLA_FLAGS=fast_compile.FLAGS)
   return root, env
 
 

@@ -95,6 +95,7 @@ def test_eta_forced_gate_equals_the_single_pathway_variants():
                              _logits(parallel.ablate(variant="transformer_v"), batch), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_ablate_reports_unknown_fields_and_parameters_that_do_not_fit():
   run = _run(dict(ETA, variant="stacked_v"))
   with pytest.raises(ValueError, match=r"no field 'force_gates'") as e:
@@ -147,6 +148,7 @@ def test_image_transformer_all_neighbour_graph():
 TPGN = {"name": "tpgn", "d": 4, "dropout": 0.0}
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_tpgn_zeroed_role_cluster():
   run, batch = _run(TPGN), _batch()
   full = _logits(run, batch)
@@ -163,6 +165,7 @@ def test_tpgn_zeroed_role_cluster():
     run.ablate(zero_role_cluster=0)  # no centroids given
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_tpgn_role_centroids_of_the_wrong_shape_or_file_are_one_line(tmp_path):
   """Centroids must be [K, d*d] (d = 4 here: 16); a file is named in the message."""
   run = _run(TPGN)

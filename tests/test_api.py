@@ -86,6 +86,7 @@ def test_load_needs_no_dataset_and_captions_every_feature_form(workdir, monkeypa
   assert len(caps) == 5 and all(isinstance(c, str) for c in caps)
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_load_step_and_old_workdirs(workdir, tmp_path, monkeypatch):
   wd, dataset, params = workdir
   run = jaxcap.load(wd, step=3)
@@ -132,6 +133,7 @@ def test_batch_from_features_defaults_and_errors():
     batch_lib.from_features(np.zeros((2,), np.float32), info)
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_evaluate_scores_the_split(workdir):
   wd, dataset, _ = workdir
   run = jaxcap.load(wd)
@@ -147,6 +149,7 @@ def test_evaluate_scores_the_split(workdir):
   assert list(preds.values()) == run.caption(batch, "greedy")
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_every_entry_point_decodes_with_the_runs_config_decode(workdir, monkeypatch):
   """Run.caption / Run.decode / Run.caption_images (through caption) decode as Run.predict,
   evaluate.py, jaxcap-serve and an exported captioner do: the run's config.decode (greedy
@@ -175,6 +178,7 @@ def test_every_entry_point_decodes_with_the_runs_config_decode(workdir, monkeypa
   assert beams.tokens.shape[:2] == (10, 2) and configs[-1] == run.decode_config("beam", 2)
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_decoding_options_are_checked_at_every_entry_point(workdir):
   """A beam wider than the vocabulary (empty captions, silently) and bad option values are
   refused in one line naming the argument, by caption / decode and the export alike."""
@@ -192,6 +196,7 @@ def test_decoding_options_are_checked_at_every_entry_point(workdir):
   assert run.decode_config("beam", words)["beam_size"] == words
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_score_on_known_captions():
   refs = {1: ["a red cube left of a blue ball"], 2: ["two green cones"]}
   perfect = jaxcap.score(refs, {1: "a red cube left of a blue ball", 2: "two green cones"},
@@ -224,6 +229,7 @@ def test_get_config_works_from_any_directory(tmp_path, monkeypatch):
   assert config_files.resolve("configs/eta.py:synthetic") == "configs/eta.py:synthetic"  # a local file wins
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_load_ensemble_of_a_run_with_itself_captions_as_the_run(workdir):
   """The API's ensemble (jaxcap.ensemble behind it): two copies of one run average to the run."""
   wd, dataset, _ = workdir

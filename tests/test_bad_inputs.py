@@ -563,6 +563,7 @@ def test_corpus_size():
   assert set(registry.names()) <= covered, set(registry.names()) - covered
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_read_only_workdir(programs, tmp_path):
   """Root ignores file modes, so as root the run is a real process as user nobody."""
   base = Path(tempfile.mkdtemp(prefix="jaxcap_ro_"))
@@ -775,6 +776,7 @@ def test_api_good_features_pass_the_checks(model, features):
     ((float("nan"), 1.0), "weight 1 is nan"), ((1.0, -1.0), "weight 2 is -1.0"),
     ((0, 0), "every weight is 0"), ((1.0,), "expected 2 numbers"), (("x", 1), "weight 1 is 'x'"),
 ])
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_api_ensemble_weights(weights, needle):
   from jaxcap import ensemble
   with pytest.raises(ValueError, match="ensemble weights") as e:

@@ -23,6 +23,7 @@ def test_default_workdir_names():
   assert default_workdir("configs/aat.py") == "runs/aat"
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_train_py_default_workdir(tmp_path):
   """The default workdir is runs/<config name>, named by the refusal of a place that cannot be
   one (``runs`` is a file here); a refused data root is the only output: the ``workdir:`` line
@@ -87,6 +88,7 @@ def test_evaluate_decode_options():
   assert opts(sample=True, beam_size=4)["method"] == "sample"
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_evaluate_py_maps_its_flags(tmp_path):
   """The program's flags reach the library: the decode flags (with their dash spellings) and
   --attributes (the evaluated split's attribute mode), seen in the refusal of a workdir whose
@@ -104,6 +106,7 @@ def test_evaluate_py_maps_its_flags(tmp_path):
   assert code == 2 and "--attributes=none" in err and "attends to attribute words" in err, err
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_evaluate_ensemble_refuses_different_vocabularies(tmp_path):
   """One line on stderr, exit code 2, before any data or checkpoint is read."""
   from configs import transformer
@@ -120,6 +123,7 @@ def test_evaluate_ensemble_refuses_different_vocabularies(tmp_path):
   assert len(r.stderr.strip().splitlines()) == 1 and "another vocabulary" in r.stderr, r.stderr
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_only_check_args_parses_a_command_without_running_it(tmp_path):
   """absl's --only_check_args: the command line is validated and parsed, nothing runs."""
   with Programs() as programs:

@@ -306,6 +306,7 @@ def test_beam_size_one_equals_greedy_toy():
   check_conventions(g, T, V)
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_beam_size_one_equals_greedy_lstm(lstm):
   model, params, batch = lstm
   g = decoding.greedy(model, params, batch, max_len=LSTM_T)
@@ -401,6 +402,7 @@ def _top1_cases(k, mode, kind="none", alpha=0.6, seeds=36):
 
 
 @pytest.mark.parametrize("k", [1, 3, 5])
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_live_never_worse_than_self_critical(k):
   """Top-1 log-probability of the default search >= the old (self-critical.pytorch) search."""
   better = 0
@@ -436,6 +438,7 @@ def test_trigram_blocking():
     assert len(trigrams) == len(set(trigrams)), seq
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_score_is_sum_of_token_logprobs_lstm(lstm):
   """Scores and per-token log-probs agree with teacher-forced rescoring of the returned beams."""
   model, params, batch = lstm
@@ -494,6 +497,7 @@ def test_encode_once_and_enc_expanded_before_the_loop():
   assert steps and all(rows == 2 * 5 for rows in steps)
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_eos_handling_all_methods(lstm):
   model, params, batch = lstm
   toy_b = toy_batch(8, B, T, V, eos_bias=0.5)
@@ -509,6 +513,7 @@ def test_eos_handling_all_methods(lstm):
     assert (lengths < t).any() and (lengths > 1).any()
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_sampling_at_low_temperature_is_greedy(lstm):
   model, params, batch = lstm
   g = decoding.greedy(model, params, batch, max_len=LSTM_T)
@@ -526,6 +531,7 @@ def test_sampling_at_low_temperature_is_greedy(lstm):
 
 @pytest.mark.parametrize("temperature,top_k,top_p", [
     (1.0, 0, 1.0), (0.6, 0, 1.0), (1.0, 3, 1.0), (1.3, 0, 0.7), (0.9, 4, 0.8), (0.8, 0, 0.4)])
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_sampling_frequencies_and_exclusions(temperature, top_k, top_p):
   batch = toy_batch(10, B, T, V, scale=1.0, eos_bias=-1.0)
   out = decoding.sample(TOY, {}, batch, jax.random.key(11), max_len=T, num_samples=NS,
@@ -638,6 +644,7 @@ def test_transformer_through_the_same_search():
   np.testing.assert_allclose(out.scores, out.token_logprobs.sum(-1), rtol=1e-5)
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_bad_endings_greedy_and_sampling():
   """No caption ends with a bad-ending word (EOS banned right after it); others unchanged."""
   batch = toy_batch(12, B, T, V, eos_bias=1.0)
@@ -733,6 +740,7 @@ def test_diversity_penalty_hand_example():
   np.testing.assert_allclose(np.asarray(pen), expect)
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_diverse_groups_with_zero_strength_are_independent_searches():
   """lambda = 0: every group is the ordinary beam search of size K / G (both beam modes)."""
   batch = toy_batch(20, B, T, V, scale=1.5, eos_bias=-0.5)
@@ -750,6 +758,7 @@ def test_diverse_groups_with_zero_strength_are_independent_searches():
 @pytest.mark.parametrize("mode,kind,k,groups", [("live", "none", 4, 2),
                                                 ("self_critical", "none", 4, 2),
                                                 ("live", "gnmt", 6, 3)])
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_diverse_matches_reference(mode, kind, k, groups):
   """Sequences, augmented scores and true log-probs of every group equal the reference."""
   batch = toy_batch(21, B, T, V, scale=1.0, eos_bias=-0.5)
@@ -770,6 +779,7 @@ def test_diverse_matches_reference(mode, kind, k, groups):
   assert differs > 0  # the penalty changes the result on these tables
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_diversity_makes_groups_differ(lstm):
   """On a random tiny LSTM, lambda > 0 gives more distinct group-best captions than lambda = 0;
   group 0 is never penalised, so it stays the ordinary beam search of size K / G."""
@@ -931,6 +941,7 @@ def _check_in_slots(model, params, batch, k, max_len, v):
   return kept, pushed
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_in_slots_equals_their_beam_search_toy():
   """MarkovToy tables (B = 4 images each), K = 1, 3, 5: equal to their search, finished
   captions kept and pushed out; K = 1 is greedy decoding."""

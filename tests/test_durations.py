@@ -30,3 +30,27 @@ def test_a_child_process_cpu_is_the_tests(tmp_path):
   before = conftest._cpu_seconds()
   subprocess.run([sys.executable, "-c", "s = 0\nfor i in range(3_000_000): s += i"], check=True)
   assert conftest._cpu_seconds() - before > 0.05
+
+
+def test_check_names_a_default_test_over_the_quick_loop_s_limit(tmp_path, capsys):
+  limit = durations.CHECK_CPU_S
+  rec = {"totals": {"default": {"tests": 2, "wall_s": 1.0, "cpu_s": 1.0}},
+         "tests": {"a::cheap": {"tier": "default", "wall_s": 0.5, "cpu_s": limit},
+                   "a::costly_slow": {"tier": "slow", "wall_s": 90.0, "cpu_s": 90.0}}}
+  path = tmp_path / "rec.json"
+  path.write_text(json.dumps(rec))
+  assert durations.main(["--record", str(path), "--check"]) == 0  # at the limit, and a slow one
+  # A file's shared fixture paid by its first test is the file's, not that test's call:
+  rec["tests"]["a::first"] = {"tier": "default", "wall_s": 30.0, "cpu_s": 30.0, "call_cpu_s": 0.2}
+  path.write_text(json.dumps(rec))
+  capsys.readouterr()
+  assert durations.main(["--record", str(path), "--check"]) == 0
+  assert "29.8 s CPU  a\n" in capsys.readouterr().out
+  rec["tests"]["a::costly"] = {"tier": "default", "wall_s": 9.0, "cpu_s": limit + 0.5,
+                               "call_cpu_s": limit + 0.1}
+  path.write_text(json.dumps(rec))
+  assert durations.main(["--record", str(path), "--check"]) == 1
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and err[0].startswith(f"error: a::costly: {limit + 0.1:.1f} s of CPU")
+  assert "@pytest.mark.slow" in err[0]
+

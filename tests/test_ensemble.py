@@ -69,6 +69,7 @@ def reference_token_logprobs(members, tokens_BxSxT, weights=(1.0, 1.0)):
   return out
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_ensemble_of_one_equals_the_model(members):
   lstm, variables, batch = members
   for cfg in ({"method": "greedy", "max_len": T},
@@ -79,6 +80,7 @@ def test_ensemble_of_one_equals_the_model(members):
     np.testing.assert_allclose(ens.token_logprobs, single.token_logprobs, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_ensemble_of_a_model_with_itself_equals_the_model(members):
   lstm, variables, batch = members
   cfg = {"method": "beam", "beam_size": K, "max_len": T}
@@ -114,6 +116,7 @@ def test_step_logprobs_are_the_mean_of_member_probabilities(members, method, mod
         assert w == int(np.argmax(p)), (b, t)
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_weights(members):
   lstm, variables, batch = members
   out = ensemble.ensemble_decode([TOY, lstm], [{}, variables], batch,

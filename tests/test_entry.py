@@ -119,6 +119,7 @@ BLOCKED = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_every_program_without_the_train_extra_is_one_line_naming_the_extra(tmp_path):
   blocked = sorted(_top_level_names(_train_distributions()))
   assert {"absl", "flax", "aiohttp", "pycocoevalcap"} <= set(blocked)

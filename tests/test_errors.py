@@ -46,6 +46,7 @@ FAULTY_TRAIN = textwrap.dedent("""
 @pytest.mark.parametrize("fault,raised", [("model", "ValueError: The truth value of an array"),
                                           ("reader", "KeyError: 'decoder'"),
                                           ("index", "IndexError: list index out of range")])
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_a_bug_in_a_model_or_a_reader_keeps_its_traceback_and_exits_1(tmp_path, fault, raised):
   from tests.programs import REPO
   script = tmp_path / "faulty_train.py"

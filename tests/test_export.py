@@ -165,6 +165,7 @@ def test_transformer_reloads_without_flax_and_decodes_as_the_run(transformer, tm
   assert len({tuple(r["tokens"]) for r in got["greedy"]}) > 1  # the images' captions differ
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_metadata_says_what_the_file_holds(transformer):
   run, path, meta = transformer
   c = serving.load(str(path))
@@ -181,6 +182,7 @@ def test_metadata_says_what_the_file_holds(transformer):
     assert sorted(z.namelist()) == ["beam.jaxexport", "greedy.jaxexport", "metadata.json", "params.npz"]
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_the_programs_are_lowered_for_cpu_and_cuda(transformer):
   _, path, meta = transformer
   assert meta["platforms"] == ["cpu", "cuda"]
@@ -192,6 +194,7 @@ def test_the_programs_are_lowered_for_cpu_and_cuda(transformer):
       assert any(not isinstance(d, int) for a in exp.in_avals for d in a.shape)
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_ragged_and_fewer_regions_and_overrides(transformer, tmp_path):
   """A list of [N_i, F] arrays (padded to max_regions in the artefact) gives Run.caption's
   tokens; method / beam_size / max_len overrides reach the programs."""
@@ -254,6 +257,7 @@ def _one_line(proc, match):
   assert len(lines) == 1 and lines[0].startswith("error:") and match in lines[0], proc.stderr
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_bad_program_input_is_one_line_and_writes_nothing(tmp_path):
   (tmp_path / "afile").write_text("x")
   (tmp_path / "adir").mkdir()
@@ -391,6 +395,7 @@ def _light(python, path, feats_file, out_file, cwd, env):
   return json.loads(Path(out_file).read_text())
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_importing_jaxcap_serving_loads_what_it_says_and_no_training_stack(transformer, tmp_path):
   # Before, jaxcap/data/__init__.py imported the datasets, readers and vocabulary modules too.
   run, path, _ = transformer

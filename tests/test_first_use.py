@@ -206,12 +206,14 @@ def test_evaluate_refuses_a_beam_wider_than_the_vocabulary(programs, tmp_path):
   assert _files(tmp_path) == before
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_evaluate_refuses_the_runs_own_beam_wider_than_the_vocabulary(programs, tmp_path):
   wd = _eval_workdir(tmp_path, method="beam", beam_size=5000)
   _refused(programs.run(["evaluate.py", f"--workdir={wd}"], tmp_path),
            "config field decode.beam_size (5000")
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_train_refuses_a_beam_wider_than_the_vocabulary(tmp_path):
   from jaxcap import config_files
   from jaxcap import data as data_lib

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests import fast_compile
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted([*(REPO / "notebooks").glob("*.ipynb"), *(REPO / "jaxcap" / "papers").glob("*/*.ipynb")])
@@ -95,7 +96,7 @@ def test_notebook_executes(path, tmp_path, monkeypatch):
   # The kernel inherits this environment: import jaxcap from the checkout, and run on the real
   # CPU device, not the 8 fake devices of tests/conftest.py (only its compile-time flag).
   monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
-  monkeypatch.setenv("XLA_FLAGS", "--xla_backend_optimization_level=0")  # see tests/conftest.py
+  monkeypatch.setenv("XLA_FLAGS", fast_compile.FLAGS)  # see tests/conftest.py
   monkeypatch.setenv("JAX_PLATFORMS", "cpu")
   out = tmp_path / path.name  # the executed copy, outputs included
   for attempt in range(2):  # a second attempt only after a hang, never after a failure

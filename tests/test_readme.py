@@ -221,6 +221,7 @@ def test_the_pages_are_found():
 
 
 @pytest.mark.paper_gate
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_every_readme_command_is_covered():
   parsed, failures = [], []
   for where, words in documented_commands():
@@ -272,6 +273,7 @@ def test_relative_links_name_files_of_the_checkout():
   assert not missing, "links to nothing:\n" + "\n".join(missing)
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_the_parser_catches_a_bad_command(tmp_path):
   """The checks are not vacuous: a typo in a config field, a flag or a script name fails."""
   bad = [("train", ["--config", "configs/eta.py:synthetic", "--config.model.dimm=3"]),

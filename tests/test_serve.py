@@ -147,6 +147,7 @@ def _one_line_error(status, text):
   return body["error"]
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_bad_requests_are_one_line_4xx_and_the_server_keeps_serving(run):
   f = run.info["feature_dim"]
   bad = [  # (query, body, content type, status, words the error names)
@@ -192,6 +193,7 @@ def test_bad_requests_are_one_line_4xx_and_the_server_keeps_serving(run):
   assert ok == 200 and health == 200 and len(body["captions"][0]["alternatives"]) == 1
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_a_bug_is_a_500_with_its_traceback_in_the_log_and_not_the_client_s_fault(run, monkeypatch, capsys):
   # Before, every ValueError of the run's feature checks was answered as the client's 400: a
   # ValueError inside jaxcap (here in Run.batch) or an IndexError in the decode call is a 500
@@ -266,6 +268,7 @@ def _start(args, **kw):
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_the_program_serves_until_sigterm_then_exits_0(workdir):
   import urllib.request
   wd, _ = workdir
@@ -304,6 +307,7 @@ def test_bad_flags_are_one_line_and_exit_2(args, words):
   assert len(r.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_an_exported_captioner_is_served_the_same_way(run, tmp_path):
   from jaxcap import export
   from jaxcap import serving
@@ -349,6 +353,7 @@ def test_an_exported_captioner_is_served_the_same_way(run, tmp_path):
   assert bad[4][0] == 404 and bad[4][1]["error"].startswith("/examples: an exported captioner has no dataset")
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_a_model_without_attention_is_answered_without_boxes(tmp_path):
   """Show and Tell (the global feature only, no attention): an example's caption comes without
   attention and without the region boxes, which would only place attention it has not got."""

@@ -1,6 +1,6 @@
 """The test tiers (pytest.ini; docs/DESIGN.md §6) for parametrised tests.
 
-``make test`` is the quick loop (at most 10 minutes on 2 cores): a parametrised test whose
+``make test`` is the quick loop (a test's call at most 2 s of CPU: tests/durations.py): a parametrised test whose
 every case compiles its own programs keeps one case there and runs the others in the slow step
 (``make test-slow``, .ci/run's second step), so that each equation is still checked on every
 commit by the quick loop and in full by CI.

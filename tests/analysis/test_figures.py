@@ -50,6 +50,7 @@ def test_load_metrics_resumed_run_and_nulls(tmp_path):
     figures.load_metrics(tmp_path / "bad.jsonl")
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_training_curves_png(tmp_path):
   path = _metrics_file(tmp_path)
   fig = figures.plot_training_curves(path, out=str(tmp_path / "curves.png"))
@@ -114,6 +115,7 @@ def _script(path):
   return mod
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_figures_script_curves(tmp_path):
   _metrics_file(tmp_path)
   out = tmp_path / "c.png"
@@ -121,12 +123,14 @@ def test_figures_script_curves(tmp_path):
   _check_png(out)
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_image_transformer_figure3_script(tmp_path):
   out = tmp_path / "fig3.png"
   _script("jaxcap/papers/image_transformer/analysis.py").main(["figure3", "--out", str(out)])
   _check_png(out)
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_caption_aux_of_an_lstm_feeds_the_region_attention_figure(tmp_path):
   """jaxcap.analysis.words.caption_aux -> plot_region_attention, on an untrained tiny LSTM."""
   import jax
@@ -153,6 +157,7 @@ def test_caption_aux_of_an_lstm_feeds_the_region_attention_figure(tmp_path):
   _check_png(tmp_path / "a.png")
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_run_plot_words_and_training_curves(tmp_path):
   """The API's figure methods (jaxcap.api.Run.plot_words / plot_training_curves) write PNGs."""
   import jax

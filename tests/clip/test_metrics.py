@@ -66,6 +66,7 @@ REFS = {"images": [{"id": i} for i in range(3)],
 PREDS = [{"image_id": 0, "caption": "a dog"}, {"image_id": 1, "caption": "a cat"}, {"image_id": 2, "caption": "a car"}]
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_predictions_file_scored_with_clip(tmp_path):
   weights = helpers.random_weights(tmp_path)
   helpers.images(tmp_path / "imgs", 3, ["0", "1", "2"])
@@ -115,6 +116,7 @@ def test_notes_say_why_clip_scores_are_zero(capsys):
   assert any("CLIP-S" in l for l in printed[-6:-3])  # the table right above the signature line
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_evaluate_py_bad_clip_input_is_one_line_exit_2(tmp_path):
   """evaluate.py: a wrong weights file, images missing, a flag without its partner: one line,
   exit 2, nothing written."""

@@ -58,6 +58,7 @@ def test_grammar_head_equals_theirs(tmp_path):
     reward.load_grammar_head(os.path.join(FIXTURES, "pacs.pth"), 64)
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_device_clip_s_equals_the_host(parts):
   scorer, files, images, tmp = parts
   vocab = Vocab(WORDS)
@@ -118,6 +119,7 @@ def test_scst_step_with_clip_reward_equals_the_host_step(tmp_path):
   assert len(cached) == 1 and np.load(cached[0]).shape == (trainer.config.data.num_train, helpers.SIZES.embed_dim)
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_clip_reward_config_errors(tmp_path):
   from jaxcap.training import validation
   from tests.training.test_train import tiny_config

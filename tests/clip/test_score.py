@@ -54,6 +54,7 @@ def scorer_and_images(tmp_path_factory):
   return score.Scorer(path, batch_size=3), helpers.images(tmp, 4)
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_scorer_end_to_end(scorer_and_images):
   scorer, files = scorer_and_images
   captions = {0: "a dog", 1: "two cats on a mat", 2: "a very " + "long " * 90 + "caption", 3: "a bus"}
@@ -90,6 +91,7 @@ def test_scorer_refuses_another_vocabulary():
     score.Scorer(os.path.join(FIXTURES, "pacs.pth"))
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_jaxcap_score_adds_the_clip_scores(scorer_and_images):
   import jaxcap
   from jaxcap.evaluation import signature

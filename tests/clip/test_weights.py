@@ -27,6 +27,7 @@ def reference():
 
 
 @pytest.mark.parametrize("name", sorted(FILES))
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_embeddings_equal_the_producers(name, reference):
   file, fmt, activation, heads = FILES[name]
   sizes, variables, got_fmt = weights.load(os.path.join(FIXTURES, file))
@@ -44,6 +45,7 @@ def test_embeddings_equal_the_producers(name, reference):
   assert np.abs(np.asarray(moved) - reference[f"{name}_text"]).max() > 1e-3
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_text_pooling_reads_the_end_of_text_position(reference):
   """The pooled token is the one with the largest id: changing a token after it changes nothing,
   changing one before it changes the embedding (the causal mask)."""
@@ -105,6 +107,7 @@ def test_sizes_read_off_the_tensors():
     weights.sizes_of(tensors, "x", vision_heads=3)
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_round_trip_through_torch_names(tmp_path):
   """save_random's file loads back to the same variables (the name map both ways), with the
   heads and activation its open_clip_config.json names."""
@@ -136,6 +139,7 @@ def _standin_cli(argv, capsys):
   return e.value.code, out.out, out.err
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_standin_program_writes_loadable_weights_and_keeps_other_files(tmp_path, capsys, monkeypatch):
   """The documented stand-in command: weights the loader reads (open_clip_config.json beside
   them), rewritten over its own stand-ins, and a file it did not write (real weights, their

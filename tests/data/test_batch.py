@@ -2,6 +2,7 @@
 
 import jax
 import numpy as np
+import pytest
 
 from jaxcap import config_common as common
 from jaxcap import data as data_lib
@@ -34,6 +35,7 @@ def test_collated_dummy_and_zero_batches_have_the_contract_s_keys_shapes_and_dty
     assert _layout(dummy) == want and dummy["feats_mask"][:, 0].all() and dummy["valid"].all()
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_random_batches_have_every_key_and_valid_boxes():
   batch = batch_lib.random(jax.random.PRNGKey(0), 2, 5, 9, 4, 50, 6, src_len=3)
   assert set(batch) == set(batch_lib.KEYS) - {"pixels"}  # a batch of features

@@ -11,6 +11,7 @@ from jaxcap.data import multi30k, pipeline
 from jaxcap.data.vocab import EOS, UNK, tokenize
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_real_text_counts_and_alignment(shared_data):
   c = data.default_data_config("multi30k")
   c.root, c.text_only = str(shared_data / "multi30k"), True

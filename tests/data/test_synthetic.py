@@ -319,6 +319,7 @@ def test_vocabulary_is_small_and_threshold_keeps_it(ds):
     assert lengths.min() >= 5
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_default_size_is_fast_to_build():
   t0 = time.perf_counter()
   ds = SyntheticScenes()

@@ -125,6 +125,7 @@ def _coco_human_split():
   return [by_image[i][0] for i in ids], [by_image[i][1:] for i in ids]
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_corpus_mode_matches_pycocoevalcap_on_coco_karpathy_test():
   cands, refs = _coco_human_split()
   mean, scores = cider.corpus_cider_strings(cands, refs)

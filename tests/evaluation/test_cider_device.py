@@ -97,6 +97,7 @@ def _device(cands, image, refs, table, options, vocab_size, width):
 
 @pytest.mark.parametrize("name", ["coco", "flickr8k"])
 @pytest.mark.parametrize("mode", ["corpus", "jaxcap", "self_critical"])
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_device_matches_host_on_real_references(name, mode, tmp_path):
   cands, image, refs, v = _case(name)
   if mode == "corpus":

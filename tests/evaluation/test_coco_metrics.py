@@ -64,6 +64,7 @@ def _assert_same(result, overall, per_image, names):
 
 
 @needs_java
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_bleu_rouge_cider_match_pycocoevalcap_on_coco():
   from pycocoevalcap.bleu.bleu import Bleu
   from pycocoevalcap.cider.cider import Cider
@@ -206,6 +207,7 @@ def test_bad_arguments_raise_clear_errors():
 
 
 @needs_java
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_python_tokenizer_agrees_with_ptbtokenizer_on_coco():
   if not COCO.exists():
     pytest.skip(f"real data absent: {COCO}")
@@ -240,6 +242,7 @@ def test_importing_evaluation_does_not_import_pycocoevalcap():
 
 
 @needs_java
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_the_tokenizer_equals_pycocoevalcaps_and_prints_nothing(capfd):
   from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
   caps = {1: ["A man's dog, running -- fast!", "Two (big) cats; \"quoted\" text..."],

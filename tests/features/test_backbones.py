@@ -21,6 +21,7 @@ def assert_close(got, want, rtol=RTOL):
   assert err <= rtol, f"relative error {err:.2e} > {rtol:.0e}"
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_resnet_matches_numpy_reference(tiny_resnet):
   sd = random_state_dict(tiny_resnet, seed=1)
   variables, ignored = features.from_state_dict(tiny_resnet, sd)
@@ -38,6 +39,7 @@ def test_resnet_matches_numpy_reference(tiny_resnet):
     assert np.abs(np.asarray(out["fc"]) - wrong_fc).max() / np.abs(fc).max() > 1e-2
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_resnet_grid_sizes_and_odd_image():
   """A 2-block stage (identity shortcut), a non-square odd image, native and upsampled grids."""
   module = features.build("resnet50", width=4, depths=(2, 1, 1, 1), att_size=None)
@@ -66,6 +68,7 @@ def test_vit_matches_numpy_reference(tiny_vit):
   assert_close(out["att"], att)
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_bfloat16_compute_stays_close(tiny_resnet, tiny_vit):
   for module, size in ((tiny_resnet, 64), (tiny_vit, 32)):
     sd = random_state_dict(module, seed=7)
@@ -77,6 +80,7 @@ def test_bfloat16_compute_stays_close(tiny_resnet, tiny_vit):
     assert_close(low["fc"], ref["fc"], rtol=5e-2)
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_registry_names_fields_and_random_variables():
   assert features.names() == ["resnet101", "resnet101_self_critical", "resnet152",
                               "resnet152_self_critical", "resnet50", "resnet50_self_critical",

@@ -103,6 +103,7 @@ def extracted(tmp_path_factory):
   return extract_folder(tmp_path_factory.mktemp("extract"))
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_the_layout_and_shapes(extracted):
   _, out, stdout, _ = extracted
   stems = sorted(os.path.splitext(n)[0] for n in GOOD)
@@ -121,6 +122,7 @@ def test_the_layout_and_shapes(extracted):
   assert "extracted 7 images" in stdout and "images/s" in stdout
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_the_corrupt_file_is_reported_and_the_rest_extracted(extracted):
   images, _, _, stderr = extracted
   warnings = [l for l in stderr.splitlines() if l.startswith("warning:")]
@@ -224,6 +226,7 @@ def test_exif_orientation_and_grayscale_are_read_as_rgb(extracted):
     ("unknown backbone", ["--images", "{tmp}", "--out", "{tmp}/o", "--backbone", "resnet7",
                           "--random_weights"], "--backbone=resnet7"),
 ])
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_bad_input_is_one_line(tmp_path, case, argv, needle):
   proc = run_script([a.replace("{tmp}", str(tmp_path)) for a in argv], tmp_path)
   lines = [l for l in proc.stderr.splitlines() if l.strip()]
@@ -380,6 +383,7 @@ def _karpathy_entry(k, filename, split, filepath=None, cocoid=None):
   return entry
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_karpathy_coco_and_flickr8k_jsons_as_captions(tmp_path, capsys):
   """--captions dataset_coco.json: the images under <images>/train2014 and val2014, the features
   named by cocoid (as prepro_feats.py names them), the splits (restval too) and sentences kept,

@@ -100,6 +100,7 @@ def test_rendered_scenes_extract_train_and_caption_images(tmp_path, capsys):
   assert "$ python train.py" not in again.stdout and "$ python scripts" not in again.stdout
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_the_table_of_finished_runs(tmp_path):
   """Faked finished runs: --report reads them back and writes mean ± std (ddof = 1) x100."""
   def write(path, obj):
@@ -130,6 +131,7 @@ def test_the_table_of_finished_runs(tmp_path):
   assert results["rows"]["pixels"]["std"]["CIDEr"] == pytest.approx(0.13 ** 0.5)
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_bad_flags_are_one_line(tmp_path):
   for argv, needle in ((["--override", "model.dim"], "--override=model.dim: expected KEY=VALUE"),
                        (["--fields", "{width"], "--fields={width: invalid JSON"),

@@ -94,6 +94,7 @@ def test_the_fixture_is_what_its_script_says(prepro):
   assert (meta["images"][0]["exif_orientation"], meta["self_critical_commit"]) == (6, "4c48a33")
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_jaxcap_extract_writes_prepro_feats_features(prepro, tmp_path, capsys):
   """The fixture's images, two copies of one (three images of one size: a batch of 2, then 1)
   and a broken file (skipped), through the program with the default ``--size`` (native)."""

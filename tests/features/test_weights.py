@@ -10,6 +10,7 @@ from tests.features.conftest import TINY_RESNET, TINY_VIT, random_images, random
 from tests.features.test_backbones import assert_close
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_name_maps_cover_every_variable_once(tiny_resnet, tiny_vit):
   import jax
   for module in (tiny_resnet, tiny_vit, features.build("resnet101"), features.build("vit_b16")):
@@ -20,6 +21,7 @@ def test_name_maps_cover_every_variable_once(tiny_resnet, tiny_vit):
     assert len(filled) == len(set(filled)) and set(filled) == leaves
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_full_size_maps_have_the_published_shapes():
   resnet = features.name_map(features.build("resnet101"))
   assert len(resnet) == 5 + (3 + 4 + 23 + 3) * 15 + 4 * 5  # 520 tensors (+ 104 counters, fc.*)
@@ -32,6 +34,7 @@ def test_full_size_maps_have_the_published_shapes():
 
 
 @pytest.mark.parametrize("kind", ["resnet", "vit"])
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_safetensors_round_trip_matches_reference(kind, tiny_resnet, tiny_vit, tmp_path):
   module, size = (tiny_resnet, 64) if kind == "resnet" else (tiny_vit, 32)
   sd = random_state_dict(module, seed=11)

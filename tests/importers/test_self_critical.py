@@ -78,6 +78,7 @@ def _columns(sc_of):
 
 
 @pytest.mark.parametrize("b", one_in_default(BATCHES))
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_teacher_forced_logprobs_equal(imported, b):
   name, run, e, sc_of, _ = imported
   labels = e[f"labels_{b}"]  # [B*S, 18]: 0, w1..wn, 0 ...; captions of up to seq_length = 16 words
@@ -380,6 +381,7 @@ def test_infos_as_its_pickle_dump_writes_them():
     assert infos["opt"].seq_length == 16 and infos["opt"].max_length == 20
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_printed_next_steps_run_as_printed(tmp_path):
   """Without the run's data, no evaluate.py command that would fail (it says what is missing);
   a random-weights features record asks for no --weights."""

@@ -208,6 +208,7 @@ def test_models_without_attention_report_none(name):
 # Beam search in the quick loop: it reorders caches and aux histories, the easiest to get wrong.
 @pytest.mark.parametrize("method", one_in_default(["greedy", "beam", "sample"], keep="beam"))
 @pytest.mark.parametrize("case", one_in_default(sorted(CASES)))
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_decoder_aux_equals_stepping(case, method):
   tokens_RxT, lengths_R, aux, stepped, _ = _decoded(case, method)
   keys = [k for k in aux if _is_attention(k)]
@@ -242,6 +243,7 @@ def _real_rows_check(case, key, a_RxTx_M, repeat, stepped):
 
 
 @pytest.mark.parametrize("case", one_in_default(sorted(CASES)))
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_rows_are_distributions_over_real_elements(case):
   _, _, _, stepped, repeat = _decoded(case, "beam")
   keys = [k for k in stepped if _is_attention(k)]
@@ -253,6 +255,7 @@ def test_rows_are_distributions_over_real_elements(case):
 
 
 @pytest.mark.parametrize("case", one_in_default(sorted(CASES)))
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_summaries_are_documented_means(case):
   """``attention`` as each model's docstring defines it: the Transformer's here, a paper's by
   its ``aux_summaries`` (which says whether the model is its)."""
@@ -266,6 +269,7 @@ def test_summaries_are_documented_means(case):
       assert sum(checked) == 1, (case, "a paper model needs its aux_summaries")
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_transformer_weights_match_numpy_reference():
   """Each ``cross_attention[:, t, l, h]`` is layer l's head h at position t, computed from the
   papers' equations in float64 on one image at a time over its real regions."""
@@ -295,6 +299,7 @@ def test_transformer_weights_match_numpy_reference():
                                atol=1e-6)
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_fused_attention_reports_none():
   """With ``attention_impl="xla"`` (a fused kernel) the weights do not exist: no attention
   keys, and decoding with ``return_aux`` still works."""

@@ -103,6 +103,7 @@ def _stepwise(model, params, batch, tokens):
 
 
 @pytest.mark.parametrize("model", [SplitToy(), StepToy()], ids=["split_step", "decode_step_only"])
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_derived_decode_train_equals_decode_step_loop(model):
   params = _params()  # both toys have the same parameter tree
   batch, tokens = _inputs()
@@ -120,6 +121,7 @@ def test_derived_decode_train_equals_decode_step_loop(model):
   np.testing.assert_allclose(call_logits[:, 0], want_logits, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_hoisted_output_layer_keeps_the_per_step_dropout_stream():
   """With dropout on, the split step (output layer outside the scan) draws the same masks as
   the whole step scanned: the dropout of ``step_features`` stays inside the loop."""

@@ -53,6 +53,7 @@ def _model(case):
 
 
 @pytest.mark.parametrize("case", one_in_default(sorted(CASES)))
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_steps_past_the_training_length_equal_teacher_forcing(case):
   model, params = _model(case)
   batch = jax.tree.map(jnp.asarray, aux_cases.BATCH)

@@ -115,6 +115,7 @@ def test_from_config():
     registry.build(ml_collections.ConfigDict({"name": "lstm", "dropout": 1.0}), info)
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_steps_match_numpy(small):
   model, params, batch, caps, apply = small
   p = jax.tree.map(np.asarray, params["params"])
@@ -134,6 +135,7 @@ def test_steps_match_numpy(small):
   assert np.all(np.asarray(aux["attention"])[0, 2:] == 0.0)
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_greedy_decode_steps_match_numpy(small):
   """``decode_step`` along 4 greedy steps from BOS (each step fed the previous argmax) equals
   the reference run on the same tokens."""
@@ -179,6 +181,7 @@ def test_padding_regions_are_ignored(small):
   assert not np.allclose(a[0], c[0])
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_dropout_only_in_training():
   model, params, batch, caps = make(seed=1, dropout=0.5)
   inputs = shift_right(caps)

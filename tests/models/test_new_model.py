@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests import fast_compile
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -66,7 +67,7 @@ def test_a_toy_model_in_one_file_trains_and_decodes_with_beam_search(tmp_path):
     shutil.copy(REPO / name, tmp_path / name)
   (tmp_path / "jaxcap" / "models" / "toy.py").write_text(TOY)
   env = dict(os.environ, PYTHONPATH=str(tmp_path),
-             XLA_FLAGS="--xla_backend_optimization_level=0")  # see tests/conftest.py
+             XLA_FLAGS=fast_compile.FLAGS)  # see tests/conftest.py
   workdir = tmp_path / "runs" / "toy"
 
   def run(script, *args):

@@ -54,6 +54,7 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_the_joint_model_is_its_captioner_on_the_extracted_features(case):
   name, fields, cap_name, cap_fields = CASES[case]
   model, backbone, cap, info = _joint(name, fields, cap_name, **cap_fields)
@@ -92,6 +93,7 @@ def test_the_joint_model_is_its_captioner_on_the_extracted_features(case):
   np.testing.assert_allclose(step, step_c, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_gradients_reach_the_backbone_unless_it_is_frozen():
   name, fields, cap_name, cap_fields = CASES["vit+transformer"]
   model, *_ = _joint(name, fields, cap_name, **cap_fields)
@@ -148,6 +150,7 @@ def test_a_resnet_batch_norm_statistics_are_frozen():
 
 
 @pytest.mark.parametrize("name,fields", [("vit_b16", TINY_VIT), ("resnet50", TINY_RESNET)])
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_backbone_remat_gives_the_same_numbers(name, fields):
   """``remat`` (backbone.remat) recomputes the blocks' activations: the same variables, outputs
   and gradients."""
@@ -171,6 +174,7 @@ def test_backbone_remat_gives_the_same_numbers(name, fields):
 
 
 @pytest.mark.parametrize("name,fields", [("vit_b16", TINY_VIT), ("resnet50", TINY_RESNET)])
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_bfloat16_is_a_switch_of_the_backbone_and_the_captioner(name, fields):
   """``config.dtype=bfloat16`` (the backbone's and the captioner's compute dtype, float32
   parameters): the same parameters give bfloat16 features and logits close to float32's."""

@@ -42,6 +42,7 @@ def _test_paths(run):
   return list(run.dataset.split_data("test").features.paths)
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_the_trained_backbone_and_captioner_give_what_the_model_gives_on_pixels(run):
   assert run.from_pixels and isinstance(run.backbone(), pixels.TrainedBackbone)
   paths = _test_paths(run)[:4]
@@ -69,11 +70,13 @@ def test_the_trained_backbone_and_captioner_give_what_the_model_gives_on_pixels(
   assert run.caption_images(_test_paths(run)) == [predicted[i] for i in ids]
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_weights_for_a_trained_backbone_are_refused_in_one_line(run, tmp_path):
   with pytest.raises(ValueError, match=r"x.safetensors: this run trained its backbone \(vit_b16\); expected no weights file"):
     run.caption_images(_test_paths(run)[:1], weights=str(tmp_path / "x.safetensors"))
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_evaluate_images_captions_a_folder_with_the_trained_backbone(run, tmp_path):
   """evaluate.py --images (runs.caption_folder) takes a run from pixels as caption_images
   does: the same captions of the same PNG files, read at the run's image size."""

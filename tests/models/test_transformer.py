@@ -67,6 +67,7 @@ def test_sinusoidal_positions_match_the_formula():
       assert abs(table[pos, 2 * i + 1] - np.cos(pos / 10000 ** (2 * i / 8))) < 1e-6
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_decoder_is_causal(model_and_params):
   model, params = model_and_params
   batch = make_batch()
@@ -78,6 +79,7 @@ def test_decoder_is_causal(model_and_params):
   assert np.abs(np.asarray(logits[:, :, 4:] - logits2[:, :, 4:])).max() > 1e-3
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_cached_decode_step_reproduces_teacher_forced_logits(model_and_params):
   model, params = model_and_params
   batch = make_batch()
@@ -117,6 +119,7 @@ def test_grouped_cross_attention_equals_repeating_the_image(model_and_params):
     np.testing.assert_allclose(a, c, rtol=1e-4, atol=1e-5, err_msg=jax.tree_util.keystr(path))
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_padding_regions_do_not_change_the_output(model_and_params):
   model, params = model_and_params
   batch = make_batch()
@@ -127,6 +130,7 @@ def test_padding_regions_do_not_change_the_output(model_and_params):
   np.testing.assert_allclose(base, other, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_bfloat16_compute_keeps_float32_params_and_logits():
   model, batch = build(dtype="bfloat16"), make_batch()
   tokens = shift_right(batch["captions"])
@@ -141,6 +145,7 @@ def test_bad_dtype_is_a_one_line_error():
     build(dtype="float8")
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_fused_attention_mha_matches_numpy():
   """attention_impl="xla" (jax.nn.dot_product_attention) computes the same MultiHead(Q, K, V)
   with a per-key mask (as lengths), a full mask and the causal mask, at odd lengths (padded
@@ -170,6 +175,7 @@ def test_fused_attention_mha_matches_numpy():
   assert np.isfinite(np.asarray(mha.apply(params, q, kv, no_keys))).all()
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_cudnn_attention_traces_through_the_training_step_and_decoding(monkeypatch):
   """attention_impl="cudnn" cannot run without a GPU, but jax's cuDNN wrapper checks shapes and
   batches the kernel while tracing: the per-image vmapped training step (forward and backward),
@@ -225,6 +231,7 @@ def test_fused_attention_transformer_equals_einsum(model_and_params):
   np.testing.assert_allclose(outs[1], outs[0], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_fused_attention_keeps_every_other_dropout():
   """With dropout, attention_impl="xla" still drops out (the residual, FFN and embedding dropouts):
   its training logits differ from its deterministic ones."""

@@ -100,6 +100,7 @@ CASES = [("relu", False), ("linear", True)]
 
 
 @pytest.mark.parametrize("region_activation,share", CASES, ids=["relu", "linear"])
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_teacher_forced_logits_match_numpy(region_activation, share):
   p, batch, tokens, (train_logits, _, _) = outputs(region_activation, share)
   assert ("logits_proj" in p) != share
@@ -112,6 +113,7 @@ def test_teacher_forced_logits_match_numpy(region_activation, share):
 
 
 @pytest.mark.parametrize("region_activation,share", CASES, ids=["relu", "linear"])
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_greedy_decode_steps_match_numpy(region_activation, share):
   p, batch, _, (_, step_logits, fed) = outputs(region_activation, share)
   assert (fed[:, 0] == BOS).all()

@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests import fast_compile
 
 REPO = Path(__file__).resolve().parents[2]
 DESIGN = REPO / "docs" / "DESIGN.md"
@@ -82,7 +83,7 @@ def test_a_sixth_paper_is_its_folder_its_tests_and_one_registry_line(tmp_path):
     else:
       target.parent.mkdir(parents=True, exist_ok=True)
       target.write_text(text)
-  env = dict(os.environ, PYTHONPATH=str(root), XLA_FLAGS="--xla_backend_optimization_level=0")
+  env = dict(os.environ, PYTHONPATH=str(root), XLA_FLAGS=fast_compile.FLAGS)
   env.pop("PYTEST_XDIST_WORKER", None)
   workdir = root / "runs" / "toy"
 

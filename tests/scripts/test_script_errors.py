@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests import fast_compile
 
 from tests import papers
 
@@ -87,7 +88,7 @@ WRITES.update(papers.collected('SCRIPT_WRITES'))  # each paper's scripts
 
 def _run_script(script, args, cwd):
   # One CPU device: the table configs' batch sizes need not split over the suite's 8.
-  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=1 --xla_backend_optimization_level=0")
+  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=1 " + fast_compile.FLAGS)
   env["PYTHONPATH"] = str(REPO)
   # A paper's script is a module of the package (python -m jaxcap.papers.<paper>.<script>).
   prog = ["-m", script[:-3].replace("/", ".")] if script.startswith("jaxcap/") else [str(REPO / script)]
@@ -192,6 +193,7 @@ def test_a_damaged_checkpoint_in_a_table_run_is_one_line(tmp_path, script):
 
 
 @pytest.mark.parametrize("clusters", ["0", "2,-1", "two"])
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_tpgn_roles_clusters_must_be_positive_numbers(tmp_path, clusters):
   line = _one_error_line(_run_script("jaxcap/papers/tpgn/roles.py",
                                      ["--workdir", str(tmp_path / "nowhere"), "--clusters", clusters],
@@ -199,6 +201,7 @@ def test_tpgn_roles_clusters_must_be_positive_numbers(tmp_path, clusters):
   assert "positive numbers of clusters" in line and sorted(os.listdir(tmp_path)) == []
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_image_transformer_spread_of_another_model_is_one_line(tmp_path):
   """``analysis.py spread`` reads the decoder outputs c_t of the Image Transformer / AoANet: a
   TPGN run is refused naming --workdir, not an AttributeError."""

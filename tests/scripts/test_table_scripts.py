@@ -17,6 +17,7 @@ import subprocess
 import sys
 
 import pytest
+from tests import fast_compile
 
 from jaxcap.errors import BadInput
 
@@ -51,6 +52,7 @@ CIDER = {0: 1.0, 1: 1.2, 2: 1.7}
 MEAN, STD = 1.3, 0.13 ** 0.5
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_eta_ablations_resumes_per_seed_runs_and_reports_mean_std(tmp_path):
   for row in ("eta", "stacked_v"):
     for seed, c in CIDER.items():
@@ -77,6 +79,7 @@ def test_eta_ablations_resumes_per_seed_runs_and_reports_mean_std(tmp_path):
   assert table["stacked_v"]["mean"]["CIDEr"] == pytest.approx(1.7) and table["stacked_v"]["std"]["CIDEr"] == 0.0
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_aat_table1_resumes_per_seed_runs_and_reports_mean_std(tmp_path):
   for seed, c in CIDER.items():
     _write(str(tmp_path / "adaptive" / f"seed{seed}" / "result.json"),
@@ -102,6 +105,7 @@ def test_aat_table1_rejects_unknown_rows_and_bad_seeds(tmp_path):
   assert experiment.parse_seeds("2, 0,2") == [2, 0]
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_flickr8k_table_resumes_and_reports_against_nearest_neighbour(tmp_path):
   for seed, c in CIDER.items():
     for stage, bonus in (("xe", 0.0), ("scst", 0.1)):
@@ -130,6 +134,7 @@ def test_flickr8k_table_resumes_and_reports_against_nearest_neighbour(tmp_path):
   assert [r["stage"] for r in json.loads((tmp_path / "table.json").read_text())["rows"]] == ["xe"]
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_flickr8k_table_xe_continued_control_and_its_paired_row(tmp_path):
   for seed, c in CIDER.items():
     for stage, bonus in (("xe", 0.0), ("scst", 0.1), ("xe_more", 0.04)):
@@ -156,6 +161,7 @@ def test_flickr8k_table_xe_continued_control_and_its_paired_row(tmp_path):
   assert sorted(p.name for p in (tmp_path / "copy").iterdir()) == ["checkpoints", "metrics.jsonl"]
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_flickr8k_table_report_reads_finished_runs_and_trains_nothing(tmp_path):
   # transformer: seeds 0-2 finished (xe and scst); aoanet: seed 0 xe only; nothing else.
   for seed, c in CIDER.items():
@@ -271,6 +277,7 @@ def test_flickr8k_config_sweep_settings_change_one_field_each(tmp_path):
       mod.run_config(model, setting, 0, str(tmp_path))
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_flickr8k_config_sweep_reads_back_runs_and_chooses_on_validation(tmp_path):
   # Faked finished runs (sweep.json): two settings x two seeds and a third on one seed, higher
   # but not a finalist; nothing trains.
@@ -312,6 +319,7 @@ def test_flickr8k_config_sweep_trains_and_reads_validation(tmp_path, shared_data
   assert result["val_steps"] == [2, 4] and not (run / "scores_test.json").exists()  # never tested
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_flickr8k_scst_sweep_reads_validation_curves(tmp_path):
   # Faked metrics.jsonl: the cross-entropy run (best validation 0.30 at step 400) and two settings.
   def metrics(path, records):
@@ -339,7 +347,7 @@ def test_flickr8k_scst_sweep_reads_validation_curves(tmp_path):
 def _one_device_env():
   env = dict(os.environ)
   # One CPU device: the flickr8k configs' batch of 25 need not split by 8.
-  env["XLA_FLAGS"] = "--xla_backend_optimization_level=0"
+  env["XLA_FLAGS"] = fast_compile.FLAGS
   return env
 
 
@@ -380,6 +388,7 @@ def test_eta_and_aat_tables_train_tiny_runs(tmp_path):
     assert sigs[0]["config"] != sigs[1]["config"]  # the seeds
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_flickr8k_config_sweep_report_trains_nothing(tmp_path):
   mod = _load("experiments/flickr8k/config_sweep.py")
   for setting, seed, v in (("base", 0, 0.30), ("model.dropout=0.5", 0, 0.31), ("model.dropout=0.5", 1, 0.35)):
@@ -407,6 +416,7 @@ def test_flickr8k_config_sweep_report_trains_nothing(tmp_path):
   assert out.returncode == 2 and "no finished run" in out.stderr, out.stderr[-2000:]
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_mnmt_table2_keeps_one_decoder_per_workdir(tmp_path):
   _write(str(tmp_path / "table2.json"), {"nmt/seed0": {"decoder": "nmtpy", "loss": 1.0}})
   out = subprocess.run([PY, "-m", "jaxcap.papers.mnmt.table2", "--workdir", str(tmp_path),
@@ -417,6 +427,7 @@ def test_mnmt_table2_keeps_one_decoder_per_workdir(tmp_path):
   assert out.returncode == 2 and "--decoder" in out.stderr and not (tmp_path / "x").exists(), out.stderr[-2000:]
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_mnmt_table2_pairs_each_row_with_the_same_seeds_nmt(tmp_path):
   # Finished runs (faked) are read back; the "- NMT" columns are per-seed differences.
   def run(bleu, omit):

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tests import fast_compile
 import jax
 
 from jaxcap import data as data_lib
@@ -26,7 +27,7 @@ from jaxcap.training import parallel
 from tests.training import multihost_worker as worker
 
 REPO = Path(__file__).resolve().parents[2]
-_FAST = "--xla_backend_optimization_level=0"  # compile time, see tests/conftest.py
+_FAST = fast_compile.FLAGS  # compile time, see tests/conftest.py
 
 
 @pytest.fixture(scope="module")

@@ -13,13 +13,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tests import fast_compile
 
 from tests.training.test_multihost import finish, free_port
 from tests.training.test_pixels_run import scenes  # noqa: F401  (the fixture: 48 / 8 / 8 scenes, 32 px)
 from tests.training.test_preemption import _assert_same, _signal_after
 
 REPO = Path(__file__).resolve().parents[2]
-_FAST = "--xla_backend_optimization_level=0"  # compile time, see tests/conftest.py
+_FAST = fast_compile.FLAGS  # compile time, see tests/conftest.py
 
 
 def _args(scenes: str, steps: int, **extra) -> list[str]:

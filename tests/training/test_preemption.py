@@ -21,12 +21,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tests import fast_compile
 
 from jaxcap.training import preemption
 from tests.training.test_multihost import finish, free_port
 
 REPO = Path(__file__).resolve().parents[2]
-_FAST = "--xla_backend_optimization_level=0"  # compile time, see tests/conftest.py
+_FAST = fast_compile.FLAGS  # compile time, see tests/conftest.py
 _ARGS = ["--config=configs/transformer.py:synthetic,tiny", "--config.eval_every_steps=1000",
          "--config.test_after_training=False", "--config.log_every_steps=1",
          "--config.checkpoint_every_steps=1000"]

@@ -44,6 +44,7 @@ def _their_loss(log_probs_BxKxT, reward_BxK):
   return np.mean(-log_probs_BxKxT.mean(-1) * (reward_BxK - baseline))
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_the_beam_loss_is_their_loss_from_the_same_beams_and_rewards():
   model, params, batch = _tiny_model()
   beams = decoding.beam_search(model, params, batch, beam_size=K, max_len=T, beam_mode="in_slots")

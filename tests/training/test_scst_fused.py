@@ -98,6 +98,7 @@ def _feature_matmuls(jaxpr) -> int:
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_fused_decode_encodes_once_in_one_scan(name):
   model, params, batch = _model_and_batch(name)
   unfused, fused = (jax.make_jaxpr(_decode_fn(model, "greedy", f))(params, batch, jax.random.PRNGKey(3)).jaxpr

@@ -156,6 +156,7 @@ def _snapshot(d: Path) -> dict:
     (["--config.batch_size=abc"], "batch_size"),
     (["--config.data.name=karpathy", "--config.data.root=/nonexistent/jaxcap"], "/nonexistent/jaxcap"),
 ])
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_bad_command_line_gives_one_line_and_nonzero_exit(tmp_path, args, needle):
   r = _run(_train_cmd(tmp_path / "w", 2, args))
   assert r.returncode != 0

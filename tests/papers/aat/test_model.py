@@ -273,6 +273,7 @@ def _tiny_batch(seed=0, b=2, s=2, t=6, v=23):
 
 
 @pytest.mark.parametrize("min_steps", [0, 2])
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_adaptive_matches_numpy_loop_with_mixed_halting(min_steps):
   epsilon = 0.05
   mod, params, full = _init_attention("adaptive", min_steps=min_steps, max_steps=4, epsilon=epsilon)
@@ -303,6 +304,7 @@ def test_adaptive_matches_numpy_loop_with_mixed_halting(min_steps):
   assert min(steps) >= min_steps
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_adaptive_paper_epsilon_runs_to_max_steps_with_untrained_weights():
   # With epsilon = 1e-4 and p near 0.5, prod(1 - p) never drops below epsilon in 4 steps.
   mod, params, full = _init_attention("adaptive", max_steps=4, epsilon=1e-4)
@@ -318,6 +320,7 @@ def test_adaptive_paper_epsilon_runs_to_max_steps_with_untrained_weights():
 
 
 @pytest.mark.parametrize("kind,steps", [("base", 1), ("recurrent", 3)])
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_fixed_modes_match_numpy(kind, steps):
   mod, params, full = _init_attention(kind, **({"steps": steps} if kind == "recurrent" else {}))
   inputs = _inputs(seed=3)
@@ -335,6 +338,7 @@ def test_fixed_modes_match_numpy(kind, steps):
 # Special cases (section 3.2.4).
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_min_max_one_equals_base_with_the_same_weights():
   base, p_base, full = _init_attention("base", seed=4)
   ada, p_ada, _ = _init_attention("adaptive", seed=5, min_steps=1, max_steps=1)
@@ -353,6 +357,7 @@ def test_min_max_one_equals_base_with_the_same_weights():
 
 
 @pytest.mark.parametrize("m_r", [3])
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_min_eq_max_equals_recurrent_with_the_same_weights(m_r):
   rec, p_rec, full = _init_attention("recurrent", seed=7, steps=m_r)
   ada, p_ada, _ = _init_attention("adaptive", seed=8, min_steps=m_r, max_steps=m_r)
@@ -369,6 +374,7 @@ def test_min_eq_max_equals_recurrent_with_the_same_weights(m_r):
 @pytest.mark.parametrize("bias,min_steps,epsilon", [
     (0.0, 0, 1e-4), (0.0, 0, 0.05), (30.0, 0, 0.05), (-30.0, 0, 0.05), (30.0, 2, 0.05),
     (-30.0, 2, 0.05), (3.0, 2, 0.05)])
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_beta_sums_to_one_steps_bounded_and_cost_is_eq14(bias, min_steps, epsilon):
   max_steps = 4  # the modules of the tests above: their compiled code is reused
   mod, params, full = _init_attention("adaptive", min_steps=min_steps, max_steps=max_steps,
@@ -470,6 +476,7 @@ def _reference(model, params, batch, tokens_BxSxT):
 
 
 @pytest.mark.parametrize("key", one_in_default(list(_MODELS)))
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_whole_model_matches_numpy_reference(key):
   """decode_train logits and the decode_step loop against np_captioner (section 3, eqs. 1-15),
   for base, recurrent with 2 and 4 steps, adaptive with M_min = 0 and 1, and the released
@@ -506,6 +513,7 @@ def test_whole_model_matches_numpy_reference(key):
     np.testing.assert_array_equal(aux["confidences"][..., 0], 0.0)
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_input_output_modules_and_mean_one_step_from_a_random_state():
   """Eq. 1 (LSTM_1 on [W_e Pi_t, a_bar + c_{t-1}]), a_bar over the real regions only, and
   eq. 2 (W_p c_t + b_p) for one decode_step from a random (non-zero) state."""
@@ -548,6 +556,7 @@ def _train_losses(model, params, batch, samples, advantage):
   return xe, metrics, rl
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_time_cost_enters_both_losses_as_eqs_16_and_17():
   """The cross-entropy step's loss is eq. 16 summed over the captions, and the SCST loss eq. 17
   (with eq. 18's gradient term), each divided by the token count: lambda weighs the time cost
@@ -583,6 +592,7 @@ def test_time_cost_enters_both_losses_as_eqs_16_and_17():
   np.testing.assert_allclose(rl, eq17.sum() / mask.sum(), rtol=1e-4)
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_causality():
   model, params = _model_and_params("adaptive")
   batch, tokens = _tiny_batch()
@@ -594,6 +604,7 @@ def test_causality():
   assert float(jnp.abs(logits2[..., cut:, :] - logits[..., cut:, :]).max()) > 1e-4
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_padding_regions_are_ignored():
   model, params = _model_and_params("adaptive")
   batch, tokens = _tiny_batch()
@@ -603,6 +614,7 @@ def test_padding_regions_are_ignored():
   np.testing.assert_allclose(logits2, logits, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_dropout_uses_the_dropout_stream():
   model = _model("base", dropout=0.5)
   batch, tokens = _tiny_batch()
@@ -613,6 +625,7 @@ def test_dropout_uses_the_dropout_stream():
   np.testing.assert_array_equal(run(jax.random.key(1)), a)
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_greedy_decoding_returns_attention_steps():
   decoding = pytest.importorskip("jaxcap.decoding")
   model, params = _model_and_params("adaptive")

@@ -132,6 +132,7 @@ def _synthetic_config(tmp_path, attributes="none", path=""):
   return c
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_detector_beats_the_frequency_prior_and_feeds_the_pipeline(tmp_path):
   """Trains on synthetic_scenes (a few seconds); precision@10 must clear the prior by 0.1."""
   from jaxcap import data as data_lib

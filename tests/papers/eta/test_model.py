@@ -166,6 +166,7 @@ def assert_block_matches(block, params, inputs, variant, f="identity", force=Non
 
 
 @pytest.mark.parametrize("f", one_in_default(["identity", "sigmoid", "tanh", "relu"]))
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_eta_block_matches_numpy_eqs_7_to_12(f):
   block, params, inputs = init_block("eta", f)
   out = assert_block_matches(block, params, inputs, "eta", f)
@@ -174,11 +175,13 @@ def test_eta_block_matches_numpy_eqs_7_to_12(f):
 
 @pytest.mark.parametrize("variant", ["parallel", "stacked_v", "stacked_s", "transformer_s",
                                      "transformer_v"])
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_variant_blocks_match_their_definitions(variant):
   block, params, inputs = init_block(variant)
   assert_block_matches(block, params, inputs, variant)
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_parallel_has_no_injection_and_stacked_has_no_gate():
   names = lambda v: set(init_block(v)[1]["params"])
   assert {"attn_gs_v", "attn_gv_s"}.isdisjoint(names("parallel")) and "gate" in names("parallel")
@@ -187,6 +190,7 @@ def test_parallel_has_no_injection_and_stacked_has_no_gate():
 
 
 @pytest.mark.parametrize("force,pathway", [(1.0, "stacked_v"), (0.0, "stacked_s")])
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_forced_gate_keeps_one_pathway(force, pathway):
   """c = 1 leaves the visual pathway alone (e = v), c = 0 the semantic one (e = s): the ETA
   block then equals the stacked block built from the same weights."""
@@ -201,6 +205,7 @@ def test_forced_gate_keeps_one_pathway(force, pathway):
   assert not np.allclose(free_out, out, atol=1e-3)  # the gate really mixes both pathways
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_block_ignores_padded_memory_values():
   block, params, inputs = init_block("eta")
   x, v_mem, v_mask, s_mem, s_mask = inputs
@@ -248,6 +253,7 @@ def teacher_forced(model, params, batch, tokens_BxT):
 
 
 @pytest.mark.parametrize("variant", one_in_default(["eta", "stacked_v", "transformer_s", "late_fusion"]))
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_cached_decode_step_equals_decode_train(variant):
   model, params, batch = make_model(variant)
   tokens = shift_right(jnp.asarray(batch["captions"][:, 0]))
@@ -265,6 +271,7 @@ def test_cached_decode_step_equals_decode_train(variant):
 
 
 @pytest.mark.parametrize("variant", ["eta", "late_fusion"])
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_decoder_is_causal(variant):
   model, params, batch = make_model(variant)
   tokens = np.asarray(shift_right(jnp.asarray(batch["captions"][:, 0])))
@@ -278,6 +285,7 @@ def test_decoder_is_causal(variant):
 
 
 @pytest.mark.parametrize("variant", ["eta", "parallel", "stacked_s"])
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_attribute_padding_and_order_do_not_change_the_output(variant):
   model, params, batch = make_model(variant)
   tokens = shift_right(jnp.asarray(batch["captions"][:, 0]))
@@ -291,6 +299,7 @@ def test_attribute_padding_and_order_do_not_change_the_output(variant):
   assert not np.allclose(teacher_forced(model, params, other, tokens)[0], base, atol=1e-4)
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_region_padding_values_do_not_change_the_output():
   model, params, batch = make_model("eta")
   tokens = shift_right(jnp.asarray(batch["captions"][:, 0]))
@@ -301,6 +310,7 @@ def test_region_padding_values_do_not_change_the_output():
 
 
 @pytest.mark.parametrize("variant", ["eta", "transformer_s"])
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_all_padding_attributes_give_finite_logits(variant):
   model, params, batch = make_model(variant)
   empty = dict(batch, attributes=np.zeros_like(batch["attributes"]))
@@ -309,6 +319,7 @@ def test_all_padding_attributes_give_finite_logits(variant):
   assert np.isfinite(np.asarray(out)).all()
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_semantic_encoder_shares_the_decoder_word_embedding():
   model, params, batch = make_model("transformer_s")
   assert "embed" in params["params"] and not any("attr" in k for k in params["params"])
@@ -323,6 +334,7 @@ def test_semantic_encoder_shares_the_decoder_word_embedding():
   assert not np.allclose(np.asarray(out)[0], np.asarray(base)[0], atol=1e-4)
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_encoder_removed_variants_have_no_encoder_blocks():
   model, params, _ = make_model("eta", visual_encoder=False, semantic_encoder=True)
   assert "v_encoder" not in params["params"] and "s_encoder" in params["params"]
@@ -330,6 +342,7 @@ def test_encoder_removed_variants_have_no_encoder_blocks():
   assert "v_encoder" in params["params"] and "s_encoder" not in params["params"]
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_late_fusion_averages_member_log_probabilities():
   model, params, batch = make_model("late_fusion")
   tokens = shift_right(jnp.asarray(batch["captions"][:, 0]))
@@ -351,6 +364,7 @@ def test_late_fusion_averages_member_log_probabilities():
   np.testing.assert_allclose(jax.nn.log_softmax(fused), fused, atol=1e-5)
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_call_gives_logits_for_every_caption():
   model, params, batch = make_model("eta")
   tokens = shift_right(jnp.asarray(batch["captions"]))
@@ -452,6 +466,7 @@ def test_config_transformer_v_has_eta_s_linear_region_projection_and_xe_only_swi
 
 
 @pytest.mark.parametrize("activation", ["relu", "linear"])
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_transformer_region_activation(activation):
   """The encoder input is Dense(feats), through a ReLU only for ``region_activation="relu"``."""
   cfg = ml_collections.ConfigDict({"name": "transformer", "dim": 8, "num_layers": 0,

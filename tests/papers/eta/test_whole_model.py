@@ -141,6 +141,7 @@ def reference(case, p, batch, i, tokens_T):
 
 
 @pytest.mark.parametrize("case", one_in_default(sorted(CASES)))
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_teacher_forced_logits_match_numpy(case):
   p, batch, tokens, (train_logits, _, _) = outputs(case)
   for i in range(B):
@@ -150,6 +151,7 @@ def test_teacher_forced_logits_match_numpy(case):
 
 
 @pytest.mark.parametrize("case", ["eta", "late_fusion", "stacked_s-no_semantic_encoder"])
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_greedy_decode_steps_match_numpy(case):
   p, batch, _, (_, step_logits, fed) = outputs(case)
   assert (fed[:, 0] == BOS).all()

@@ -24,6 +24,7 @@ from tests.papers.image_transformer.test_model import (D, H, V, _jit, _np_params
                                                  _train_logits, np_forward)
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_aoanet_whole_model_with_six_refiner_layers_matches_numpy():
   model = AoANet(vocab_size=V, dim=D, num_heads=H, dropout=0.0)
   assert (model.num_layers, model.spatial_layers, model.num_sub, model.refine_aoa, model.ffn) == (6, (), 1, True, False)

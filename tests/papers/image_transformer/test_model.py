@@ -330,6 +330,7 @@ def _attn_apply(mod, params, a, mask, om):
 @pytest.mark.parametrize("relations,graph,mode,aoa", [
     (3, True, "multiply", False), (3, True, "softmax", False), (3, False, "multiply", False),
     (1, False, "multiply", True)])
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_encoding_attention_matches_numpy(relations, graph, mode, aoa):
   rng = np.random.default_rng(5)
   b = 2
@@ -364,6 +365,7 @@ def test_modes_differ_where_the_graph_bites():
   assert diff.max() > 1e-3
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_without_containment_spatial_layer_is_the_sum_of_three_ordinary_mhas():
   """Grid-cell boxes (touching, never containing each other): every pair is a neighbour, so
   the spatial layer is exactly an ordinary multi-head attention (layers.MultiHeadAttention with
@@ -404,6 +406,7 @@ def test_without_containment_spatial_layer_is_the_sum_of_three_ordinary_mhas():
 
 
 @pytest.mark.parametrize("key", one_in_default(sorted(_MODELS)))
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_whole_model_matches_numpy(key):
   model, params = _model_and_params(key)
   batch, tokens = _tiny_batch(seed=1)
@@ -418,6 +421,7 @@ def test_whole_model_matches_numpy(key):
       np.testing.assert_allclose(logits[i, j], ref, rtol=2e-4, atol=2e-4, err_msg=f"{key} {i} {j}")
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_all_neighbour_switch_matches_its_definition():
   """``graph="all_neighbour"`` over the same parameters = the reference with Ω_n = valid."""
   model, params = _model_and_params("it")
@@ -434,6 +438,7 @@ def test_all_neighbour_switch_matches_its_definition():
   assert np.abs(full - abl).max() > 1e-4  # the test batch has containment: the graph matters
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_decode_step_equals_teacher_forcing_and_padding_changes_nothing():
   for key in ("it", "aoanet"):
     model, params = _model_and_params(key)
@@ -455,6 +460,7 @@ def test_decode_step_equals_teacher_forcing_and_padding_changes_nothing():
                                logits, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_degenerate_boxes_keep_the_model_finite():
   model, params = _model_and_params("it")
   batch, tokens = _tiny_batch()
@@ -466,6 +472,7 @@ def test_degenerate_boxes_keep_the_model_finite():
   np.testing.assert_allclose(logits, abl, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_causality_and_dropout_stream():
   model, params = _model_and_params("it")
   batch, tokens = _tiny_batch()
@@ -479,6 +486,7 @@ def test_causality_and_dropout_stream():
   np.testing.assert_array_equal(run(1), run(1))
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_beam_search_runs_through_the_protocol():
   from jaxcap import decoding
   model, params = _model_and_params("it")
@@ -490,6 +498,7 @@ def test_beam_search_runs_through_the_protocol():
   assert greedy.tokens.shape == (2, 5)
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_greedy_decoding_runs():
   from jaxcap import decoding
   model, params = _model_and_params("aoanet")

@@ -76,6 +76,7 @@ def test_their_released_vocab_reads():
   assert sorted(theirs_of.tolist()) == list(range(len(itos)))
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_the_config_is_the_authors_reading(imported):
   _, meta = _expected()
   m, d = imported.config.model, imported.config.decode
@@ -89,6 +90,7 @@ def test_the_config_is_the_authors_reading(imported):
   assert imported.vocab.itos[4:] == meta["itos"][4:]
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_their_detections_file_sets_their_loaders_region_layout(tmp_path):
   import h5py
   path = tmp_path / "coco_detections.hdf5"
@@ -107,6 +109,7 @@ def test_their_detections_file_sets_their_loaders_region_layout(tmp_path):
   assert not os.path.exists(tmp_path / "run2")
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_teacher_forced_logprobs_are_theirs(imported):
   arrays, meta = _expected()
   itos = meta["itos"]
@@ -120,6 +123,7 @@ def test_teacher_forced_logprobs_are_theirs(imported):
   assert np.abs(ours - arrays["tf_logprobs"]).max() < 1e-5, np.abs(ours - arrays["tf_logprobs"]).max()
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_beam_captions_are_their_test_py_captions(imported):
   arrays, meta = _expected()
   assert imported.caption(arrays["feats"]) == [" ".join(c) for c in meta["beam"]]

@@ -98,6 +98,7 @@ def test_a_checkpoint_of_another_shape_is_refused():
     convert.to_variables(state, registry.build(_fields(meta), _info(meta)))
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_teacher_forced_logprobs_equal_theirs_at_every_position():
   arrays, _ = _fixture()
   model, variables = _theirs_in_jaxcap()
@@ -107,6 +108,7 @@ def test_teacher_forced_logprobs_equal_theirs_at_every_position():
   assert np.abs(ours - theirs).max() < 1e-5, np.abs(ours - theirs).max()
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_the_authors_pad_mask_attends_padded_regions_and_input_does_not():
   arrays, _ = _fixture()
   model, variables = _theirs_in_jaxcap()
@@ -150,6 +152,7 @@ def _stepped(model, variables, tokens_BxT):
     {}, {"meshed": "last", "positions": "sinusoid", "pad_mask": "input"},
     {"memory_slots": 0, "pad_mask": "input", "mesh_scale": "paper"}]),
                          ids=["authors", "last", "no_memory"])
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_incremental_decoding_equals_teacher_forcing(over):
   """PAD inputs included (the fixture's sequences end with PAD): their keys are masked from
   later steps and their outputs zeroed, in the cache as in teacher forcing."""
@@ -164,6 +167,7 @@ def test_incremental_decoding_equals_teacher_forcing(over):
                              _teacher_forced(model, variables, tokens), atol=2e-5)
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_greedy_tokens_equal_theirs():
   """Their ``model.test`` feeds the argmax back for 20 steps and keeps going after EOS;
   jaxcap stops at EOS (PAD after it): equal up to and including the first EOS."""
@@ -301,6 +305,7 @@ def test_memory_augmented_encoder_layer_equals_the_papers_equations():
   np.testing.assert_allclose(np.asarray(ours), np.stack(outs), atol=2e-5)
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_sinusoid_positions_equal_their_table():
   arrays, meta = _fixture()
   model = registry.build(_fields(meta, positions="sinusoid"), _info(meta))
@@ -314,6 +319,7 @@ def test_sinusoid_positions_equal_their_table():
 
 
 @pytest.mark.parametrize("memory_init", m2.MEMORY_INITS)
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_memory_initialisers(memory_init):
   """``paper``: normal(0, 1/d_k) keys, normal(0, 1/m) values; ``authors``: torch's
   xavier_uniform_ of a [1, m, D] tensor, bound sqrt(6 / ((m + 1) D))."""
@@ -359,6 +365,7 @@ def _without_memory(variables):
   return dict(variables, params=enc)
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_mask_memory_is_the_model_without_memory():
   """The ablation masks the slots: the same as the encoder built without them (the key bias,
   which only the memory logits feel, dropped with them), at every position."""
@@ -375,6 +382,7 @@ def test_mask_memory_is_the_model_without_memory():
 
 
 @pytest.mark.parametrize("k", [0, 2])
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_only_layer_is_every_other_gate_closed(k):
   """The ablation keeps encoder layer k's term of the meshed sum: the full model whose other
   gates are closed (bias -1e4: sigmoid 0) decodes the same log-probabilities."""

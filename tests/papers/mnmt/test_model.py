@@ -208,6 +208,7 @@ def np_forward(p, kw, src, feats, fmask, tokens):
 # MNMT7 (attention over regions, multiplicative fusion) in the default suite; the other variants
 # in the slow one (each compiles its own model: ~7 s).
 @pytest.mark.parametrize("name", one_in_default(sorted(_KW), keep="mnmt7"))
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_whole_model_matches_numpy(name):
   """Embeddings, bi-GRU, W_im, CGRU with attention and fusion, classifier: every variant."""
   model, params = _model_and_params(name)
@@ -244,6 +245,7 @@ def test_attention_schemes_with_padded_sources(name):
 
 
 @pytest.mark.parametrize("name", ["mnmt1", "mnmt5", "mnmt7_linear", "nmt", "imgtxt"])
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_fusion(name):
   """SUM (eq. 5), CONCAT (eq. 6, with and without its tanh), and the monomodal pass-through."""
   model, params = _model_and_params(name)
@@ -260,6 +262,7 @@ def test_fusion(name):
     np.testing.assert_allclose(got[b], ref, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_one_cgru_step():
   """decode_step at t = 0 (g2 starts from h_1^(1), eq. 4) and at t = 3 (g2 from the cached
   h^(2), eq. 7), logits by eq. 8, from arbitrary cached states."""
@@ -288,6 +291,7 @@ def test_one_cgru_step():
     np.testing.assert_allclose(enc["h0"][b], ref, rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_bidirectional_encoder_respects_padding():
   """A source padded to more positions gives the same annotations (both directions) as the
   unpadded one, and they equal eq. 3 over the real tokens."""
@@ -309,6 +313,7 @@ def _att_leaves(params):
   return sorted(k for k in params["params"] if k.startswith(("W_C", "U_A", "W_D")))
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_parameter_tree_shares_arrays():
   """MNMT1: one W_C, U_A, W_D (one array each, used for both modalities); MNMT8: two of each;
   the mixed schemes in between; CONCAT adds W_fus, SUM does not."""
@@ -347,6 +352,7 @@ def test_decode_step_equals_teacher_forcing(name, decoder):
       np.testing.assert_allclose(a[k], aux[k][:, t], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_beam_search_through_the_protocol():
   from jaxcap import decoding
   model, params = _model_and_params("mnmt7")
@@ -388,6 +394,7 @@ def _nmtpy_logprobs(name, mutant=""):
 
 # MNMT2 (the image's own keys) in the default suite; every other row in the slow one (~7 s each).
 @pytest.mark.parametrize("name", one_in_default(np_nmtpy.ROWS, keep="mnmt2"))
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_nmtpy_every_row_matches_nmtpys_code(name):
   """decoder="nmtpy", every Table 2 row: teacher-forced log-probabilities equal nmtpy's
   computation on the same parameters (biases non-zero), and the mapping uses every array."""
@@ -421,6 +428,7 @@ def test_nmtpy_rows_refuse_the_papers_key_sharing(monkeypatch):
     np_nmtpy.from_jaxcap(jax.tree.map(lambda s: np.zeros(s.shape), params["params"]), "mnmt2")
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_nmtpy_mapping_finds_a_leftover_or_missing_array():
   """A paper-decoder tree (flax's b_hn in every GRU, no b_att) does not map onto nmtpy's."""
   _, params = _model_and_params("mnmt6")
@@ -428,6 +436,7 @@ def test_nmtpy_mapping_finds_a_leftover_or_missing_array():
     np_nmtpy.from_jaxcap(params["params"], "mnmt6")
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_decoders_differ_on_the_same_parameters():
   """The paper's and nmtpy's decoders on the same numbers (the biases only one of them has are
   zero, GRU2's gate biases moved to the state side where dl4mt has them, BOS's embedding zero):
@@ -462,6 +471,7 @@ def test_decoders_differ_on_the_same_parameters():
   assert gap.min() > 1e-4, gap.min()
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_nmtpy_one_cgru_step_and_cache():
   """init_cache holds the one state h_0; decode_step at t = 0 (zero word vector) gives nmtpy's
   first log-probabilities, and caches GRU2's output h_1, from which step 1 gives the second."""
@@ -523,6 +533,7 @@ def test_nmtpy_greedy_beam_search_and_scst_sampling():
   assert np.all(np.isfinite(g1)) and np.abs(g1).max() > 0
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_nmtpy_parameter_tree():
   """dl4mt's bias placement (GRU1 and the encoders word side, GRU2 state side), b_att on W_C,
   affine W_im / L_s / L_c, L_y for text only, the image's own W_C in every row but MNMT1 / 5;
@@ -680,6 +691,7 @@ def test_trains_and_tests_a_translation_run(tmp_path):
   assert max(l["step"] for l in lines) < 6  # stopped early
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_multimodal_variant_runs_on_real_multi30k_text_with_generated_features(shared_data, tmp_path):
   """Multi30k's ResNet features are not available: the first 24 lines of the real En/De text
   of each split with generated [lines, 196, 32] features (the paper's 14 x 14 grid) go through

@@ -170,6 +170,7 @@ def _random_state(rng, b=4, d=D, e=D):
           rng.normal(size=(b, d)), rng.normal(size=(b, e)))
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_s_step_matches_numpy_with_biases():
   model, variables = _model_and_vars()
   S, c1, p, _, e = (np.asarray(x, np.float32) for x in _random_state(np.random.default_rng(2)))
@@ -181,6 +182,7 @@ def test_s_step_matches_numpy_with_biases():
     np.testing.assert_allclose(got_c[i], rc, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_u_step_matches_numpy_with_biases():
   model, variables = _model_and_vars()
   S, _, p, c2, e = (np.asarray(x, np.float32) for x in _random_state(np.random.default_rng(3)))
@@ -221,6 +223,7 @@ def test_reshaped_unbinding_equals_the_block_diagonal_product(d):
 
 
 @pytest.mark.parametrize("lexical,train_embedding", [("learned", True), ("tied", False)])
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_whole_teacher_forced_forward_matches_numpy(lexical, train_embedding):
   model, variables = _model_and_vars(lexical, train_embedding)
   assert ("embedding" in variables["params"]) == train_embedding
@@ -268,6 +271,7 @@ def test_gradients_finite_and_constants_get_none():
     np.testing.assert_array_equal(x, 0.0)
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_optimizer_never_moves_the_constants_even_with_weight_decay():
   import ml_collections
   from jaxcap import config_common as common
@@ -316,6 +320,7 @@ def test_role_cluster_ablation_zeroes_u_for_that_cluster():
     ablated.apply(variables, batch, tokens)
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_greedy_and_beam_search_through_the_shared_decoder():
   from jaxcap import decoding
   model, variables = _model_and_vars()

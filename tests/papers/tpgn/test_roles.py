@@ -71,6 +71,7 @@ def test_real_text_without_a_tagger_gives_none_or_tags():
   assert roles.tag_words(["a", "red", "is"], [0, 0, 0], [1, 2, 3], "synthetic_scenes") == ["DET", "ADJ", "VERB"]
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_analysis_end_to_end_on_an_untrained_model(tmp_path):
   from jaxcap import config_common as common
   from jaxcap import data as data_lib

@@ -63,6 +63,7 @@ def _model_and_params():
   return model, params
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_whole_forward_matches_numpy_and_decode_step_matches_teacher_forcing():
   model, params = _model_and_params()
   batch, tokens = _tiny_batch(seed=1)
@@ -80,6 +81,7 @@ def test_whole_forward_matches_numpy_and_decode_step_matches_teacher_forcing():
     np.testing.assert_allclose(lg, logits.reshape(b * s, t, -1)[:, k], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_beam_search_runs_and_gradients_are_finite():
   from jaxcap import decoding
   model, params = _model_and_params()
