@@ -47,6 +47,9 @@ INFO_FILE = "info.json"
 # the run's copy of it.
 FEATURES_FILE = "features.json"
 
+# The config's sections (objects; config_common.base_config's ConfigDicts: a test keeps them equal).
+CONFIG_SECTIONS = ("backbone", "data", "decode", "mesh", "model", "scheduled_sampling", "scst")
+
 # Fields that may differ between the config a checkpoint was trained with and a resumed run.
 _RESUMABLE_MODEL_FIELDS = ("dropout", "dtype")
 
@@ -122,6 +125,10 @@ def _check_saved_config_shape(cfg_path: str, old) -> None:
     if not isinstance(old.get(key), dict) or not isinstance(old[key].get("name"), str):
       raise BadInput(f"{cfg_path}: field {key!r} is {old.get(key)!r:.60}, expected an object "
                        f"with a 'name' (the config of the run in this workdir)")
+  for key in CONFIG_SECTIONS:  # read as objects by every program that loads the run
+    if key in old and not isinstance(old[key], dict):
+      raise BadInput(f"{cfg_path}: field {key!r} is {old[key]!r:.60}, expected an object "
+                       "(the config of the run in this workdir)")
 
 
 def read_vocab(workdir: str) -> Vocab:

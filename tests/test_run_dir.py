@@ -131,3 +131,25 @@ def test_the_printed_table_names_its_scale_and_is_the_files_scores_x100(tmp_path
   assert header == "val, scores x100 (sacreBLEU as computed, 0-100)"
   assert printed == {"CIDEr-D": "80.00", "sacreBLEU": "31.50"}
   assert [ln.strip() for ln in run_dir.format_table({"Bleu_4": 0.25}).splitlines()] == ["scores x100", "BLEU-4", "25.00"]
+
+
+def test_config_sections_are_the_base_config_s_objects():
+  import ml_collections
+  from jaxcap import config_common
+  cfg = config_common.base_config()
+  assert run_dir.CONFIG_SECTIONS == tuple(sorted(k for k, v in cfg.items()
+                                                 if isinstance(v, ml_collections.ConfigDict)))
+
+
+@pytest.mark.parametrize("section", ["backbone", "decode", "scst", "mesh"])
+def test_a_saved_config_section_that_is_no_object_is_one_line(tmp_path, section):
+  """It raised AttributeError ('str' object has no attribute 'get') in the program that read it."""
+  cfg = {"model": {"name": "transformer"}, "data": {"name": "synthetic"}, section: "resnet50"}
+  (tmp_path / run_dir.CONFIG_FILE).write_text(json.dumps(cfg))
+  with pytest.raises(run_dir.BadInput) as e:
+    run_dir.read_saved_config(str(tmp_path))
+  assert str(e.value) == (f"{tmp_path / 'config.json'}: field {section!r} is 'resnet50', expected an "
+                          "object (the config of the run in this workdir)")
+  cfg[section] = {}
+  (tmp_path / run_dir.CONFIG_FILE).write_text(json.dumps(cfg))
+  assert run_dir.read_saved_config(str(tmp_path))[section] == {}

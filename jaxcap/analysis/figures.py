@@ -98,28 +98,37 @@ def load_metrics(path_or_records) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     path = os.fspath(path_or_records)
     if os.path.isdir(path):
       path = os.path.join(path, "metrics.jsonl")
-    records = []
-    with open(path) as f:
+    records, where = [], []
+    with open(path, "rb") as f:
       for k, line in enumerate(f):
         if line.strip():
           try:
-            records.append(json.loads(line))
-          except ValueError:
+            records.append(json.loads(line.decode("utf-8")))
+          except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
             raise BadInput(f"{path}: line {k + 1} is not JSON; expected one metrics record "
                              "per line") from None
+          where.append(f"{path}: line {k + 1}")
   else:
     records = list(path_or_records)
+    where = [f"records[{i}]" for i in range(len(records))]
   by_name: dict[str, dict[int, float]] = {}
-  for rec in records:
+  for rec, at in zip(records, where):
+    if not isinstance(rec, dict):
+      raise BadInput(f"{at}: a JSON {type(rec).__name__}; expected a metrics record (an object "
+                     'such as {"step": 100, "train/loss": 2.3})')
     step = rec.get("step")
     if step is None:
       continue
+    if not isinstance(step, int) or isinstance(step, bool):
+      raise BadInput(f"{at}: step {step!r:.40}; expected an integer")
     for name, value in rec.items():
       if name in ("step", "time") or value is None or isinstance(value, (bool, str)):
         continue
+      if not isinstance(value, (int, float)):
+        raise BadInput(f"{at}: {name} is {value!r:.40}; expected a number or null")
       value = float(value)
       if math.isfinite(value):
-        by_name.setdefault(name, {})[int(step)] = value
+        by_name.setdefault(name, {})[step] = value
   out = {}
   for name, points in sorted(by_name.items()):
     steps = np.array(sorted(points), np.int64)

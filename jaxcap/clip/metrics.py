@@ -131,12 +131,16 @@ def image_files(source, keys: list) -> dict:
     missing = [k for k in keys if k not in source]
     if missing:
       raise BadInput(f"images: no image file for image_id {missing[0]!r}; expected one per scored image")
+    bad = [k for k in keys if not isinstance(source[k], (str, os.PathLike))]
+    if bad:
+      raise BadInput(f"images: image_id {bad[0]!r} maps to {source[bad[0]]!r:.60}; expected an "
+                     "image file's path")
     return {k: source[k] for k in keys}
   if os.path.isfile(source):
     try:
       with open(source, encoding="utf-8") as f:
         table = json.load(f)
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, RecursionError) as e:
       raise BadInput(f"--clip_images={source}: not a JSON file ({type(e).__name__}); expected a "
                        "folder of images or {image_id: path}") from None
     if not isinstance(table, dict):
@@ -147,6 +151,9 @@ def image_files(source, keys: list) -> dict:
       path = table.get(str(k), table.get(k))
       if path is None:
         raise BadInput(f"--clip_images={source}: no image for image_id {k!r}; expected one per scored image")
+      if not isinstance(path, str) or not path:
+        raise BadInput(f"--clip_images={source}: image_id {k!r} maps to {path!r:.60}; expected an "
+                       "image file's path (a string)")
       out[k] = path if os.path.isabs(path) else os.path.join(base, path)
     return out
   if not os.path.isdir(source):

@@ -42,6 +42,9 @@ def read_labels(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     raise
   except Exception as e:
     raise BadInput(f"{path}: unreadable cocotalk label file ({type(e).__name__}: {e})") from None
+  if labels.ndim != 2 or start.ndim != 1 or end.ndim != 1:
+    raise BadInput(f"{path}: labels {list(labels.shape)}, label_start_ix {list(start.shape)}, "
+                   f"label_end_ix {list(end.shape)}; expected [captions, length], [images], [images]")
   return labels, start, end
 
 
@@ -52,8 +55,9 @@ def read_splits(config) -> dict[str, base.SplitData]:
   try:
     with open(json_path) as f:
       info = json.load(f)
-  except (OSError, ValueError) as e:
-    raise BadInput(f"{json_path}: not a cocotalk JSON with 'ix_to_word' and 'images' ({e})") from None
+  except (OSError, ValueError, RecursionError) as e:
+    raise BadInput(f"{json_path}: not a cocotalk JSON with 'ix_to_word' and 'images' "
+                   f"({type(e).__name__})") from None
   if isinstance(info, dict) and "ix_to_word" not in info and "images" in info:
     # data.name=cocotalk over a config made for Karpathy's JSON (e.g. configs/<model>.py:coco).
     raise BadInput(f"{json_path}: a Karpathy dataset JSON, not cocotalk.json (no 'ix_to_word'); "
@@ -63,11 +67,24 @@ def read_splits(config) -> dict[str, base.SplitData]:
     ix_to_word, images = info["ix_to_word"], info["images"]
   except (KeyError, TypeError) as e:
     raise BadInput(f"{json_path}: not a cocotalk JSON with 'ix_to_word' and 'images' ({e})") from None
-  words = {int(k): ("<unk>" if w == "UNK" else w) for k, w in ix_to_word.items()}
+  if not isinstance(ix_to_word, dict) or not isinstance(images, list):
+    raise BadInput(f"{json_path}: 'ix_to_word' a {type(ix_to_word).__name__} and 'images' a "
+                   f"{type(images).__name__}; expected an object {{id: word}} and a list")
+  words = {}
+  for k, w in ix_to_word.items():
+    if not (k.isdigit() and k.isascii() and int(k) >= 1) or not isinstance(w, str) or not w:
+      raise BadInput(f"{json_path}: ix_to_word entry {k!r:.30}: {w!r:.30}; expected a word id "
+                     "(an integer >= 1 as a string) mapped to a word")
+    words[int(k)] = "<unk>" if w == "UNK" else w
   labels, start, end = read_labels(h5_path)
-  if len(start) != len(images):
-    raise BadInput(f"{h5_path}: {len(start)} images in label_start_ix, expected {len(images)} "
-                     f"as in {json_path}")
+  if len(start) != len(images) or len(end) != len(images):
+    raise BadInput(f"{h5_path}: {len(start)} images in label_start_ix and {len(end)} in "
+                   f"label_end_ix, expected {len(images)} as in {json_path}")
+  bad = np.flatnonzero((start < 0) | (end < start) | (end > len(labels)))
+  if bad.size:  # a slice past the labels would silently give an image fewer captions
+    j = int(bad[0])
+    raise BadInput(f"{h5_path}: image {j}'s label_start_ix / label_end_ix {start[j] + 1} / "
+                   f"{end[j]} are not a range of its {len(labels)} labels (1-based, inclusive)")
   by_split = {s: {"keys": [], "refs": [], "sizes": []} for s in base.SPLITS}
   for j, img, split in karpathy.kept_images(images, config, json_path):
     refs = []
@@ -81,7 +98,11 @@ def read_splits(config) -> dict[str, base.SplitData]:
                            f"{json_path} ix_to_word")
         toks.append(words[int(i)])
       refs.append(toks)
-    karpathy.add_image(by_split[split], int(img["id"]), refs, img)
+    image_id = img.get("id")
+    if not isinstance(image_id, int) or isinstance(image_id, bool):
+      raise BadInput(f"{json_path}: images[{j}] has id {image_id!r:.40}; expected an integer "
+                     "(the image's COCO id)")
+    karpathy.add_image(by_split[split], image_id, refs, img)
   return karpathy.dir_splits(by_split, root, config)
 
 

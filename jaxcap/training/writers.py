@@ -37,15 +37,15 @@ def drop_lines_after(workdir: str, step: int) -> int:
   path = os.path.join(workdir, "metrics.jsonl")
   if jax.process_index() != 0 or not os.path.exists(path):
     return 0
-  with open(path) as f:
+  with open(path, "rb") as f:  # bytes: a line of damaged (non-UTF-8) bytes is dropped, not fatal
     lines = f.read().splitlines()
   kept = []
   for line in lines:
     try:
-      rec = json.loads(line)
+      rec = json.loads(line.decode("utf-8"))
       if isinstance(rec, dict) and int(rec["step"]) <= step:
-        kept.append(line)
-    except (ValueError, KeyError, TypeError):
+        kept.append(line.decode("utf-8"))
+    except (ValueError, KeyError, TypeError, OverflowError, RecursionError):
       pass
   if len(kept) == len(lines):
     return 0

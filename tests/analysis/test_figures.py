@@ -216,3 +216,21 @@ def test_run_plot_words_of_a_transformer(tmp_path, attention_impl):
   written = run.plot_words(feats, str(tmp_path / "w"), index=1)
   assert written == [str(tmp_path / "w_attention.png")]
   _check_png(tmp_path / "w_attention.png")
+
+
+@pytest.mark.parametrize("line, expected", [
+    (b"[1, 2]", "line 2: a JSON list; expected a metrics record"),
+    (b'{"step": "ten", "train/loss": 1.0}', "line 2: step 'ten'; expected an integer"),
+    (b'{"step": 10, "train/loss": [1.0]}', "line 2: train/loss is [1.0]; expected a number or null"),
+    (b'{"step": 10, "x": "\xff"}', "line 2 is not JSON"),
+    (b"[" * 100_000, "line 2 is not JSON"),
+])
+def test_load_metrics_refuses_a_damaged_line_naming_it(tmp_path, line, expected):
+  """They raised AttributeError, ValueError, TypeError, UnicodeDecodeError and RecursionError."""
+  path = tmp_path / "metrics.jsonl"
+  path.write_bytes(b'{"step": 5, "train/loss": 2.0}\n' + line + b"\n")
+  with pytest.raises(figures.BadInput) as e:
+    figures.load_metrics(tmp_path)
+  assert str(e.value).startswith(f"{path}: ") and expected in str(e.value), str(e.value)
+  with pytest.raises(figures.BadInput, match=r"^records\[0\]: a JSON list"):
+    figures.load_metrics([[1, 2]])

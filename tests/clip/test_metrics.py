@@ -9,6 +9,8 @@ import re
 import numpy as np
 import pytest
 
+from jaxcap.errors import BadInput
+
 from jaxcap.clip import metrics
 from jaxcap.evaluation import files
 from tests.clip import helpers
@@ -45,6 +47,12 @@ def test_image_files_by_id(tmp_path):
     metrics.image_files(str(table), [3])
   with pytest.raises(ValueError, match=r"--clip_images=.*nowhere: no such folder or file"):
     metrics.image_files(str(tmp_path / "nowhere"), [1])
+  # A path that is no string (it raised TypeError in os.path.isabs, or later in the image read):
+  table.write_text(json.dumps({"1": 7, "2": ["imgs/7.png"]}))
+  with pytest.raises(BadInput, match=r"map\.json: image_id 1 maps to 7; expected an image file's path"):
+    metrics.image_files(str(table), [1, 2])
+  with pytest.raises(BadInput, match=r"^images: image_id 2 maps to \['a.png'\]; expected"):
+    metrics.image_files({1: "a.png", 2: ["a.png"]}, [1, 2])
 
 
 @pytest.mark.parametrize("request_args,match", [

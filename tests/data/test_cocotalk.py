@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from jaxcap import data
+from jaxcap.errors import BadInput
 
 from tests.data import fakes
 
@@ -74,3 +75,47 @@ def test_cocotalk_name_over_the_coco_config_says_what_to_use(tmp_path):
   c.data.root, c.data.name = str(tmp_path), "cocotalk"  # --config.data.name=cocotalk
   with pytest.raises(ValueError, match=r"dataset_coco\.json: a Karpathy dataset JSON.*:cocotalk"):
     data.get_dataset(c.data)
+
+
+def _json_damage(key, value=None, image=None):
+  def damage(root):
+    path = root / "cocotalk.json"
+    info = json.loads(path.read_text())
+    if image is not None:
+      info["images"][0][image] = value
+    else:
+      info[key] = value
+    path.write_text(json.dumps(info))
+  return damage
+
+
+def _h5_damage(name, fn):
+  def damage(root):
+    with h5py.File(root / "cocotalk_label.h5", "a") as f:
+      new = fn(f[name][()])
+      del f[name]
+      f[name] = new
+  return damage
+
+
+@pytest.mark.parametrize("damage, expected", [
+    (_json_damage("ix_to_word", ["a", "b"]), r"cocotalk\.json: 'ix_to_word' a list and 'images' a list; expected"),
+    (_json_damage("ix_to_word", {"one": "a"}), r"cocotalk\.json: ix_to_word entry 'one': 'a'; expected a word id"),
+    (_json_damage("ix_to_word", {"1": 5}), r"cocotalk\.json: ix_to_word entry '1': 5; expected"),
+    (_json_damage("images", {"0": {}}), r"cocotalk\.json: 'ix_to_word' a dict and 'images' a dict; expected"),
+    (_json_damage(None, "101", image="id"), r"cocotalk\.json: images\[0\] has id '101'; expected an integer"),
+    (_json_damage(None, None, image="id"), r"cocotalk\.json: images\[0\] has id None; expected an integer"),
+    (_h5_damage("label_end_ix", lambda a: a + 1000), r"cocotalk_label\.h5: image 0's label_start_ix / label_end_ix"),
+    (_h5_damage("label_start_ix", lambda a: a[::-1].copy()), r"cocotalk_label\.h5: image \d+'s label_start_ix"),
+    (_h5_damage("label_end_ix", lambda a: a[:-1]), r"cocotalk_label\.h5: 10 images in label_start_ix and 9 in label_end_ix"),
+    (_h5_damage("labels", lambda a: a.reshape(-1)), r"cocotalk_label\.h5: labels \[\d+\], label_start_ix \[10\]"),
+])
+def test_a_damaged_cocotalk_is_one_line_naming_the_file(tmp_path, damage, expected):
+  """Each raised AttributeError, ValueError, KeyError or TypeError, or (the ranges) gave an image
+  fewer captions without a word."""
+  _write(tmp_path)
+  damage(tmp_path)
+  c = data.default_data_config("cocotalk")
+  c.root, c.fc_dir = str(tmp_path), "fc"
+  with pytest.raises(BadInput, match=expected):
+    data.get_dataset(c)

@@ -177,6 +177,12 @@ def test_metrics_lines_past_the_resumed_step_are_dropped(tmp_path):
   assert writers.drop_lines_after(str(tmp_path), 6) == 0
   assert [p.name for p in tmp_path.iterdir()] == ["metrics.jsonl"]  # no temporary file left
   assert writers.drop_lines_after(str(tmp_path / "absent"), 0) == 0
+  # Damaged lines (non-UTF-8 bytes, nesting past the stack, a step of 1e999) are dropped too;
+  # they raised UnicodeDecodeError / RecursionError / OverflowError.
+  path.write_bytes(path.read_bytes() + b'{"step": 3, "x": "\xff\xfe"}\n' + b"[" * 100_000 + b"\n"
+                   + b'{"step": 1e999}\n')
+  assert writers.drop_lines_after(str(tmp_path), 6) == 3
+  assert path.read_text() == "\n".join(lines[:3]) + "\n"
 
 
 # ------------------------------------------------------------------ training runs (slow)
