@@ -10,7 +10,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import tempfile
+import time
 from typing import Callable
 
 
@@ -30,6 +32,30 @@ def write_with(path: str, write: Callable, mode: str = "wb") -> None:
       os.remove(tmp)
     with naming(path):
       raise
+
+
+# What write_with's temporary files are named: <file name>.<mkstemp's 8 characters>.tmp.
+_LEFTOVER = re.compile(r"^.+\.[a-z0-9_]{8}\.tmp$")
+
+
+def remove_leftovers(folder: str, older_than_s: float = 0.0) -> list[str]:
+  """Removes the temporary files of :func:`write_with` in ``folder`` (not below it) that a killed
+  process left (a kill skips the ``except`` that removes them); returns their paths.
+  ``older_than_s``: only those not modified for that long, where another process may be
+  writing into the folder right now (an evaluation beside a resumed training run)."""
+  if not os.path.isdir(folder):
+    return []
+  now, removed = time.time(), []
+  with os.scandir(folder) as entries:
+    for e in entries:
+      if _LEFTOVER.match(e.name) and e.is_file(follow_symlinks=False):
+        try:
+          if now - e.stat(follow_symlinks=False).st_mtime >= older_than_s:
+            os.remove(e.path)
+            removed.append(e.path)
+        except FileNotFoundError:  # its writer renamed or removed it meanwhile
+          pass
+  return sorted(removed)
 
 
 @contextlib.contextmanager

@@ -65,3 +65,28 @@ def test_check_writable_names_the_flag_and_writes_nothing(tmp_path):
   with pytest.raises(ValueError, match=r"^--out=o: .*/f is a file; expected a directory to write in"):
     atomic.check_writable(str(tmp_path / "f" / "x"), "--out=o")
   assert sorted(os.listdir(tmp_path)) == ["f"]
+
+
+def test_a_killed_write_s_temporary_file_is_removed_by_remove_leftovers(tmp_path):
+  """A SIGKILL skips write_with's cleanup: the temporary file stays until a resumed command
+  removes it (only write_with's names; another process's fresh one is kept with older_than_s)."""
+  import signal
+  import subprocess
+  import sys
+  import time
+  code = ("import sys, time\nfrom jaxcap import atomic\n"
+          "atomic.write_with(sys.argv[1], lambda f: (f.write(b'half'), f.flush(), print('writing', flush=True), time.sleep(60)))")
+  proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "a.npz")], stdout=subprocess.PIPE, text=True)
+  assert proc.stdout.readline() == "writing\n"
+  proc.send_signal(signal.SIGKILL)
+  proc.wait()
+  (tmp_path / "keep.tmp").write_text("not ours")  # no mkstemp part: a user's file
+  (tmp_path / "b.json").write_text("{}")
+  left = [p.name for p in tmp_path.iterdir() if p.name.startswith("a.npz.")]
+  assert len(left) == 1 and left[0].endswith(".tmp")
+  assert atomic.remove_leftovers(str(tmp_path), older_than_s=60) == []  # fresh: maybe being written
+  old = time.time() - 120
+  os.utime(tmp_path / left[0], (old, old))
+  assert atomic.remove_leftovers(str(tmp_path), older_than_s=60) == [str(tmp_path / left[0])]
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["b.json", "keep.tmp"]
+  assert atomic.remove_leftovers(str(tmp_path / "absent")) == []

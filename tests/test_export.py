@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import ml_collections
 
 from jaxcap import api, serving
+from jaxcap.errors import BadInput
 from jaxcap.data import batch as batch_lib
 from jaxcap.data.vocab import Vocab
 from jaxcap.models import registry
@@ -234,6 +235,23 @@ def test_bad_features_are_one_line(transformer, bad, match):
   assert "\n" not in str(e.value)
   with pytest.raises(ValueError, match=r"method='sample': expected one of greedy, beam"):
     c.caption(np.zeros((1, 5, 12), np.float32), method="sample")
+
+
+def test_a_vocabulary_that_is_not_the_program_s_is_one_line(transformer, tmp_path):
+  """A metadata.json whose vocabulary lost (or gained) a word: each id past the list read as
+  UNK, silently (issue 70 item 3: the metadata checked against its programs when loaded)."""
+  _, path, meta = transformer
+  for vocab in (meta["vocab"][:-1], meta["vocab"] + ["extra"]):
+    bad = tmp_path / "v.jaxcap"
+    with zipfile.ZipFile(path) as src, zipfile.ZipFile(bad, "w") as dst:
+      for name in src.namelist():
+        data = src.read(name)
+        if name == "metadata.json":
+          data = json.dumps(dict(json.loads(data), vocab=vocab)).encode()
+        dst.writestr(name, data)
+    with pytest.raises(BadInput, match=rf"v\.jaxcap: damaged or incomplete \(ValueError: 'vocab' holds "
+                                       rf"{len(vocab)} words for the program's {len(meta['vocab'])} output ids"):
+      serving.load(str(bad))
 
 
 def test_a_file_that_is_not_an_export_is_one_line(tmp_path):

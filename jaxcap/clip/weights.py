@@ -104,10 +104,11 @@ def read_tensors(path: str) -> tuple[dict[str, np.ndarray], str]:
     return tensors, "open_clip"
   raw = torch_files.read(path, EXPECTED)
   if isinstance(raw, torch_files.ScriptObject):
-    return torch_files.script_tensors(raw), "openai_torchscript"
+    return fw.check_finite(torch_files.script_tensors(raw), path), "openai_torchscript"
   state = raw.get("state_dict", raw) if isinstance(raw, dict) else None
   if not isinstance(state, dict) or not state or not all(isinstance(v, np.ndarray) for v in state.values()):
     raise BadInput(f"{path}: holds no state_dict of tensors; expected {EXPECTED}")
+  fw.check_finite(state, path)
   return {(k[len("module."):] if k.startswith("module.") else k): v for k, v in state.items()}, "state_dict"
 
 

@@ -71,8 +71,9 @@ def get_dataset(data_config) -> CaptionDataset:
       -1: chosen from this host's cores, :func:`jaxcap.data.pipeline.auto_workers`).
     validate_features: checked before the first step (jaxcap/training/validation.py): every
       feature file's header (shape, dtype; the arrays are not read) and boxes of the splits in
-      use: ``all`` | ``sample`` (``validate_sample`` images per split, evenly spread: datasets
-      too large to scan) | ``off``.
+      use, or (a run from image files) every image decoded whole, on threads: ``all`` |
+      ``sample`` (``validate_sample`` images per split, evenly spread: datasets too large to
+      scan) | ``off``.
     truncate_regions: an image with more regions than ``max_regions`` is an error before
       training; True keeps its first ``max_regions`` (bottom-up features come sorted by
       detector confidence).

@@ -386,9 +386,15 @@ class ImageFiles(base.FeatureReader):
     return {"pixels": self._opened(i, lambda path: read_image(path, self.image_size))}
 
   def check_file(self, i: int) -> None:
-    """The file is there and Pillow reads its header (the check before training)."""
-    from PIL import Image
-    self._opened(i, lambda path: Image.open(path).close())
+    """The file is there and decodes whole (the check before training: a truncated PNG whose
+    header reads would otherwise stop the run at the step that first draws it, after its
+    folder was written). Thread-safe: the check runs on a pool of threads."""
+    from jaxcap.images import opened
+
+    def decode(path):
+      with opened(path, path) as img:
+        img.load()
+    self._opened(i, decode)
 
   def _opened(self, i: int, fn):
     """``fn(path)`` of image ``i``; a missing or unreadable file is one line naming it."""

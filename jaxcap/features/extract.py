@@ -322,6 +322,11 @@ def run(images_dir: str, out_dir: str, module, variables, record: dict, size: in
     # anything is written): another width or grid in the folder would be trained on silently.
     check_record(out_dir, record)
     check_existing(out_dir, sorted(done), record)
+  # A killed extraction leaves the file it was writing as <stem>.npz.<random>.tmp; this
+  # extraction owns the folder, so they go now (said: nothing is removed unannounced).
+  left = [p for d in (out_dir, fc_dir, att_dir) for p in atomic.remove_leftovers(d)]
+  if left:
+    log(f"removed {len(left)} temporary file(s) a stopped extraction left (e.g. {left[0]})")
   os.makedirs(fc_dir, exist_ok=True)
   os.makedirs(att_dir, exist_ok=True)
   write_record(out_dir, record)

@@ -178,16 +178,33 @@ def from_state_dict(module, tensors: dict[str, np.ndarray], source: str = "state
   return jax.tree_util.tree_map(jax.numpy.asarray, variables), len(skipped)
 
 
+def check_finite(tensors: dict, path: str) -> dict:
+  """``tensors`` (``{name: array}`` as the user's file names them) unless a floating-point one
+  holds NaN or Inf: one line naming the file and the tensor (a diverged or damaged checkpoint
+  would otherwise caption, or train, on NaNs without a word)."""
+  for name, value in tensors.items():
+    a = np.asarray(value)
+    if np.issubdtype(a.dtype, np.floating) and a.size:
+      bad = ~np.isfinite(a)
+      if bad.any():
+        first = np.unravel_index(int(np.argmax(bad)), a.shape)
+        raise BadInput(f"{path}: tensor {name!r} {list(a.shape)} holds {int(bad.sum())} NaN / Inf "
+                       f"value(s) (first at {list(map(int, first))}); expected finite weights")
+  return tensors
+
+
 def read_safetensors(path: str) -> dict[str, np.ndarray]:
-  """The file's tensors as numpy arrays; one line when it is not a safetensors file."""
+  """The file's tensors as numpy arrays, checked finite (:func:`check_finite`); one line when it
+  is not a safetensors file."""
   from safetensors.numpy import load_file
   if not os.path.isfile(path):
     raise FileNotFoundError(f"{path}: no such checkpoint file")
   try:
-    return load_file(path)
+    tensors = load_file(path)
   except Exception as e:  # safetensors raises its own SafetensorError (and others) on bad bytes
     reason = str(e).splitlines()[0] if str(e) else type(e).__name__
     raise BadInput(f"{path}: not a readable safetensors file ({reason})") from None
+  return check_finite(tensors, path)
 
 
 def load(path: str, module):

@@ -68,6 +68,7 @@ from jaxcap.atomic import write_json
 from jaxcap.data.vocab import BOS, EOS, PAD, SPECIALS, UNK, Vocab
 from jaxcap.errors import BadInput
 from jaxcap.features import record as record_lib
+from jaxcap.features import weights as feature_weights
 from jaxcap.importers import fit, torch_files
 from jaxcap.models import aoa as aoa_model
 from jaxcap.models import registry
@@ -157,6 +158,7 @@ def read_state_dict(path: str) -> dict[str, np.ndarray]:
     if not isinstance(raw, dict):
       raise BadInput(f"{path}: holds a {type(raw).__name__}, expected a state_dict (dict of tensors)")
     state = {k: v.detach().cpu().float().numpy() for k, v in raw.items() if hasattr(v, "detach")}
+  feature_weights.check_finite(state, path)
   return {(k[len("module."):] if k.startswith("module.") else k): np.asarray(v, np.float32)
           for k, v in state.items()}
 

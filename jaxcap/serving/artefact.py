@@ -365,7 +365,11 @@ def _check_metadata(meta: dict, exported: dict) -> None:
     raise ValueError(f"inputs.max_regions / feature_dim are not the program's {list(batch['feats'].shape[1:])}")
   if "global_feat" in batch and int(inputs["global_dim"]) != batch["global_feat"].shape[1]:
     raise ValueError(f"inputs.global_dim is not the program's {batch['global_feat'].shape[1]}")
-  int(inputs.get("vocab_size", 0)), int(inputs.get("src_vocab_size", 0))
+  size = int(inputs.get("vocab_size", 0))
+  int(inputs.get("src_vocab_size", 0))
+  if size and len(vocab) != size:  # a word id past the list would read as UNK, silently
+    raise ValueError(f"'vocab' holds {len(vocab)} words for the program's {size} output ids "
+                     "(inputs.vocab_size)")
   if "features" in exported:
     int(meta["backbone"]["size"])
 

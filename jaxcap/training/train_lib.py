@@ -16,6 +16,7 @@ import time
 import jax
 import jax.numpy as jnp
 
+from jaxcap import atomic
 from jaxcap import data as data_lib
 from jaxcap import flops as flops_lib
 from jaxcap import inference
@@ -313,6 +314,12 @@ class Trainer:
       start = int(state.step)
       print(f"Resumed from {workdir}/checkpoints at step {start}.", flush=True)
     writer_lib.drop_lines_after(workdir, start)
+    if jax.process_index() == 0:
+      # The temporary files of a killed run's last writes (metrics, scores); an evaluation may
+      # be writing beside this run, so only those a minute old.
+      left = atomic.remove_leftovers(workdir, older_than_s=60)
+      if left:
+        print(f"Removed {len(left)} temporary file(s) a stopped run left (e.g. {left[0]}).", flush=True)
     if restored is None and config.init_from:
       state = self.init_from(state, config.init_from)
     elif restored is None:

@@ -138,6 +138,20 @@ def test_a_second_run_extracts_nothing(extracted, capsys):
   assert {p: p.stat().st_mtime_ns for p in (out / "fc").iterdir()} == before
 
 
+def test_a_resumed_run_removes_the_temporary_files_a_killed_one_left(extracted, capsys):
+  """A kill mid-write left att/<id>.npz.<random>.tmp behind for good (write_with's cleanup
+  never ran); the next run of the same extraction removes them, and says so."""
+  images, out, _, _ = extracted
+  left = [out / "att" / "img_000.npz.k3j_x9q2.tmp", out / "fc" / "img_000.npy.a0b1c2d3.tmp"]
+  for p in left:
+    p.write_bytes(b"half a file")
+  (out / "att" / "notes.tmp").write_text("a user's file")  # not write_with's name: kept
+  code, _, stderr = run_cli(["--images", images, "--out", out, *TINY], capsys)
+  assert code == 0 and "removed 2 temporary file(s) a stopped extraction left (e.g. " in stderr
+  assert not any(p.exists() for p in left) and (out / "att" / "notes.tmp").exists()
+  (out / "att" / "notes.tmp").unlink()
+
+
 def test_another_backbone_setting_is_refused_in_the_same_out(extracted, capsys):
   images, out, _, _ = extracted
   argv = [a if a != "32" else "64" for a in TINY]

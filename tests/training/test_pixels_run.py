@@ -11,6 +11,7 @@ import pytest
 import jax
 
 from jaxcap import config_files
+from jaxcap.errors import BadInput
 from jaxcap.data import render
 from jaxcap.data.synthetic import SyntheticScenes
 from jaxcap.training import train_lib
@@ -97,6 +98,29 @@ def test_a_missing_image_file_is_named(scenes, tmp_path):
   workdir = tmp_path / "run"
   with pytest.raises(ValueError, match=r"images/missing.png: no such image file \(data.images_dir\)"):
     train_lib.train_and_evaluate(pixels_config(scenes, **{"data.dataset_json": str(path)}), str(workdir))
+  assert not workdir.exists() or not any(workdir.iterdir())
+
+
+@pytest.mark.parametrize("split", ["train", "test"])
+def test_a_truncated_image_is_refused_before_the_first_step(scenes, tmp_path, split):
+  """A PNG whose header reads but whose pixels stop short (a copy interrupted): the check
+  before training read headers only, so the run wrote its folder and stopped at the step that
+  first drew the image. Now every image of the splits in use is decoded first (on threads)."""
+  import shutil
+  images = tmp_path / "images"
+  shutil.copytree(os.path.join(scenes, render.IMAGES_DIR), images)
+  data = json.load(open(os.path.join(scenes, render.KARPATHY_FILE)))
+  entry = [e for e in data["images"] if e["split"] == split][-1]
+  png = images / entry.get("filepath", "") / entry["filename"]
+  png.write_bytes(png.read_bytes()[: png.stat().st_size * 2 // 3])
+  from PIL import Image
+  with Image.open(png) as img:
+    assert img.size == (32, 32)  # the header still reads
+  workdir = tmp_path / "run"
+  with pytest.raises(BadInput, match=rf"{png}: .*; expected an image file"):
+    train_lib.train_and_evaluate(pixels_config(scenes, **{"data.images_dir": str(images),
+                                                          "test_after_training": split == "test"}),
+                                 str(workdir))
   assert not workdir.exists() or not any(workdir.iterdir())
 
 

@@ -1,5 +1,7 @@
 """The training spine: data parallelism, exact resume after SIGKILL, bad input, end to end."""
 
+import contextlib
+import io
 import json
 import os
 import signal
@@ -130,8 +132,17 @@ def test_resume_after_sigkill_continues_identically(tmp_path, tiny_dataset):
   config = tiny_config(num_train_steps=total)
   first = ckpt_lib.Checkpoints(str(killed)).latest_step()
   assert first is not None and first < total
+  # A kill mid-write leaves write_with's temporary file (made here: the kill above lands
+  # wherever it lands); the resumed run removes it once it is a minute old, and says so.
+  leftover = killed / "metrics.jsonl.q1w2e3r4.tmp"
+  leftover.write_text('{"step": 1')
+  os.utime(leftover, (time.time() - 120,) * 2)
   # Resume to `total`, and compare with a straight run of `total` steps.
-  train_lib.Trainer(config, str(killed), dataset=tiny_dataset).fit()
+  out = io.StringIO()
+  with contextlib.redirect_stdout(out):
+    train_lib.Trainer(config, str(killed), dataset=tiny_dataset).fit()
+  assert not leftover.exists()
+  assert f"Removed 1 temporary file(s) a stopped run left (e.g. {leftover})." in out.getvalue()
   train_lib.Trainer(config, str(straight), dataset=tiny_dataset).fit()
   s1, p1, d1 = _params_of(straight, config, tiny_dataset)
   s2, p2, d2 = _params_of(killed, config, tiny_dataset)

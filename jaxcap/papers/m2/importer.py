@@ -45,6 +45,7 @@ import pickle
 import numpy as np
 
 from jaxcap.errors import BadInput
+from jaxcap.features import weights as feature_weights
 from jaxcap.importers import torch_files
 
 FORMAT_HELP = ("the authors' Meshed-Memory Transformer (aimagelab/meshed-memory-transformer): "
@@ -77,6 +78,7 @@ def read_state_dict(path: str) -> dict[str, np.ndarray]:
     if not isinstance(state, dict) or not state or not all(isinstance(v, np.ndarray) for v in state.values()):
       raise BadInput(f"{path}: holds no state_dict; expected their train.py's dict with "
                        "'state_dict' (a dict of tensors)")
+  feature_weights.check_finite(state, path)
   return {(k[len("module."):] if k.startswith("module.") else k): np.asarray(v)
           for k, v in state.items()}
 
