@@ -376,3 +376,72 @@ def canvas(images, pad_value: float = 0.0):
   for k, im in enumerate(images):
     out[k, :im.shape[0], :im.shape[1]] = np.asarray(im)
   return out, np.asarray([[i.shape[0], i.shape[1]] for i in images], np.int32)
+
+
+def iou_plus_one(a_Nx4, b_Mx4):
+  """``[N, M]`` IoU with Caffe's "+1" widths (py-faster-rcnn's ``nms``: a box ``[x1, x2]`` is
+  ``x2 - x1 + 1`` pixels wide)."""
+  area_a = (a_Nx4[:, 2] - a_Nx4[:, 0] + 1) * (a_Nx4[:, 3] - a_Nx4[:, 1] + 1)
+  area_b = (b_Mx4[:, 2] - b_Mx4[:, 0] + 1) * (b_Mx4[:, 3] - b_Mx4[:, 1] + 1)
+  lt = jnp.maximum(a_Nx4[:, None, :2], b_Mx4[None, :, :2])
+  rb = jnp.minimum(a_Nx4[:, None, 2:], b_Mx4[None, :, 2:])
+  wh = jnp.maximum(rb - lt + 1, 0.0)
+  inter = wh[..., 0] * wh[..., 1]
+  return inter / (area_a[:, None] + area_b[None, :] - inter)
+
+
+def select_caffe(cfg: DetectorConfig, out, scale_yx=(1.0, 1.0), conf_thresh: float = 0.2,
+                 min_boxes: int = 10, max_boxes: int = 100, nms_thresh: float = 0.3):
+  """One image's regions as the Caffe original picks them (peteanderson80/bottom-up-attention's
+  ``tools/generate_tsv.py``, whose features the captioning models were trained on): for every
+  foreground class, NMS at ``nms_thresh`` over the UNREGRESSED proposals (in the original image's
+  pixels, "+1" widths, suppressed when IoU > the threshold) ranked by that class's probability;
+  each proposal's ``max_conf`` is its largest probability among the classes that kept it; the
+  proposals with ``max_conf >= conf_thresh`` in proposal order, or, when fewer than
+  ``min_boxes`` / more than ``max_boxes``, the top ``min_boxes`` / ``max_boxes`` by ``max_conf``.
+  The boxes are the proposals (not regressed). Ties in a class's ranking go to the lower index
+  (NumPy's quicksort leaves them unspecified).
+
+  Returns a dict of ``[max_boxes]``-padded arrays and ``count``; ``obj_ids`` / ``obj_probs`` are
+  each region's argmax foreground class and its probability, the attributes as :func:`select_hf`."""
+  sy, sx = scale_yx[0], scale_yx[1]
+  bx = out["proposals"] * jnp.stack([sx, sy, sx, sy]).astype(jnp.float32)
+  valid = out["valid"]
+  p = bx.shape[0]
+  probs = jax.nn.softmax(out["cls_logits"], -1)[:, :-1]  # [P, K], background (last) dropped
+  over = iou_plus_one(bx, bx) > nms_thresh  # [P, P], shared by every class (same boxes)
+
+  def kept(score_P):
+    order = jnp.argsort(-jnp.where(valid, score_P, -jnp.inf), stable=True)
+    rank = jnp.zeros((p,), jnp.int32).at[order].set(jnp.arange(p, dtype=jnp.int32))
+
+    def step(i, alive):
+      b = order[i]
+      return jnp.where(alive[b], alive & ~(over[b] & (rank > i)), alive)
+
+    return jax.lax.fori_loop(0, p, step, valid)
+
+  alive_KxP = jax.vmap(kept, in_axes=1)(probs)
+  max_conf = jnp.max(jnp.where(alive_KxP, probs.T, 0.0), axis=0)
+  max_conf = jnp.where(valid, max_conf, -1.0)  # padding is never chosen
+  above = max_conf >= conf_thresh
+  n_above = above.sum()
+  n_valid = valid.sum()
+  by_conf = jnp.argsort(-max_conf, stable=True)
+  in_order = jnp.argsort(~above, stable=True)  # the proposals above the threshold, in index order
+  use_top = (n_above < min_boxes) | (n_above > max_boxes)
+  count = jnp.where(n_above < min_boxes, jnp.minimum(min_boxes, n_valid),
+                    jnp.where(n_above > max_boxes, max_boxes, n_above))
+  idx = jnp.where(use_top, by_conf, in_order)
+  idx = jnp.concatenate([idx, jnp.zeros((max(0, max_boxes - p),), idx.dtype)])[:max_boxes]
+  ok = jnp.arange(max_boxes) < count
+  safe = jnp.where(ok, idx, 0)
+  attr_p = jax.nn.softmax(out["attr_logits"][:, :-1], -1)
+
+  def take(x, fill=0):
+    v = x[safe]
+    return jnp.where(ok.reshape(-1, *([1] * (v.ndim - 1))), v, fill)
+
+  return {"boxes": take(bx), "obj_ids": take(jnp.argmax(probs, -1)), "obj_probs": take(probs.max(-1)),
+          "max_conf": take(max_conf), "attr_ids": take(jnp.argmax(attr_p, -1)),
+          "attr_probs": take(attr_p.max(-1)), "features": take(out["features"]), "count": count}

@@ -11,6 +11,7 @@ Conv ``weight [O, I, Kh, Kw]`` -> ``kernel [Kh, Kw, I, O]``; linear ``weight [O,
 
 from __future__ import annotations
 
+import os
 import re
 
 import jax
@@ -114,3 +115,59 @@ def from_state_dict(tensors: dict, cfg: DetectorConfig, source: str = "state_dic
   variables, _ = fw.from_state_dict(Detector(cfg), tensors, source, name_map(cfg),
                                     ignored=lambda n: n.endswith(".num_batches_tracked"))
   return variables
+
+
+EXPECTED = ("the bottom-up-attention detector's weights: LXMERT's pytorch_model.bin "
+            "(unc-nlp/frcnn-vg-finetuned) or airsplay's faster_rcnn_from_caffe_attr.pkl")
+
+
+def _read_pickle(path: str) -> dict:
+  """airsplay's detectron2 pickle, read without running code: ``{"model": {name: ndarray}, ...}``."""
+  import io  # noqa: PLC0415
+  import pickle  # noqa: PLC0415
+  from jaxcap.importers import self_critical, torch_files  # noqa: PLC0415
+  try:
+    with open(path, "rb") as f:
+      data = torch_files.check_lengths(io.BytesIO(f.read()))
+    obj = self_critical._RestrictedUnpickler(data, encoding="latin1").load()
+  except OSError as e:
+    raise BadInput(f"{path}: cannot read ({e.strerror or e})") from None
+  except (pickle.UnpicklingError, EOFError, AttributeError, ValueError, TypeError, IndexError) as e:
+    first = " ".join(str(e).split())[:200] or type(e).__name__
+    raise BadInput(f"{path}: not a readable pickle ({first}); expected {EXPECTED}") from None
+  if not isinstance(obj, dict) or not isinstance(obj.get("model"), dict):
+    raise BadInput(f"{path}: no 'model' dict of arrays; expected {EXPECTED}")
+  return obj["model"]
+
+
+def read(path: str) -> dict:
+  """``{name: float32 array}`` of a detector checkpoint (a torch ``state_dict`` file, zip or legacy,
+  read without torch; or a detectron2 pickle), every value checked to be a finite array."""
+  from jaxcap.importers import torch_files  # noqa: PLC0415
+  path = str(path)
+  if not os.path.isfile(path):
+    raise BadInput(f"{path}: no such file; expected {EXPECTED}")
+  with open(path, "rb") as f:
+    head = f.read(2)
+  # A torch file is a zip (PK) or a legacy pickle starting with its magic number; a detectron2
+  # pickle starts with the pickle protocol opcode and holds the dict itself.
+  if path.endswith(".pkl") and head[:1] == b"\x80":
+    tensors = _read_pickle(path)
+  else:
+    tensors = torch_files.read(path, EXPECTED)
+  if not isinstance(tensors, dict):
+    raise BadInput(f"{path}: holds a {type(tensors).__name__}, not a state_dict; expected {EXPECTED}")
+  out = {}
+  for k, v in tensors.items():
+    if not isinstance(k, str) or not isinstance(v, np.ndarray):
+      raise BadInput(f"{path}: entry {k!r} is a {type(v).__name__}, not an array; expected {EXPECTED}")
+    out[k] = v
+  return fw.check_finite(out, path)
+
+
+def load(path: str, **settings):
+  """``(DetectorConfig, variables)`` of the checkpoint at ``path``; ``settings``: the inference
+  fields a checkpoint does not hold (DetectorConfig)."""
+  tensors = read(path)
+  cfg = config_from_state_dict(tensors, str(path), **settings)
+  return cfg, from_state_dict(tensors, cfg, str(path))

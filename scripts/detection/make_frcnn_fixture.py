@@ -20,8 +20,11 @@ mean-subtracted, padded bottom / right to the batch's largest); then its ``backb
 ``proposal_generator``, ``roi_heads`` and ``roi_outputs`` as its ``inference`` calls them, and the
 whole ``model(...)`` with ``padding="max_detections"``.
 
-Written to ``--out`` (``tests/detection/fixtures/frcnn_tiny.npz``): ``sd/<name>`` every tensor of
-its ``state_dict()`` (its names: what an importer reads), ``raw_<i>`` the uint8 BGR images,
+Written beside ``--out``: ``pytorch_model.bin`` (``torch.save`` of its ``state_dict()``, the file
+``from_pretrained`` loads) and ``faster_rcnn_from_caffe_attr.pkl`` (airsplay's detectron2 pickle
+layout: ``{"model": {name: ndarray}, "__author__": ...}``, no ``num_batches_tracked``, no
+anchors). Written to ``--out`` (``tests/detection/fixtures/frcnn_tiny.npz``): ``raw_<i>`` the
+uint8 BGR images,
 ``images`` / ``sizes`` / ``scales_yx`` its preprocessing, ``res4`` the backbone map (NCHW),
 ``proposals_<i>`` / ``proposal_logits_<i>``, ``pooled`` (its RoI pool + res5 mean), ``obj_logits``,
 ``attr_logits``, ``box_deltas``, and its final outputs ``out_<key>``.
@@ -117,8 +120,18 @@ def main(argv=None):
     obj_logits, attr_logits, box_deltas, pooled = model.roi_heads(features, proposal_boxes, None)
     final = model(images, sizes, scales_yx=scales_yx, padding="max_detections",
                   max_detections=cfg.MAX_DETECTIONS, return_tensors="np")
-  for k, v in model.state_dict().items():
-    out[f"sd/{k}"] = v.numpy()
+  folder = os.path.dirname(os.path.abspath(args.out))
+  os.makedirs(folder, exist_ok=True)
+  # The files users have: the hub's pytorch_model.bin (torch.save of the state_dict, which
+  # from_pretrained torch.loads), and airsplay's detectron2 pickle: {"model": {name: ndarray},
+  # "__author__": ...} as detectron2's conversion scripts pickle.dump it, without the
+  # num_batches_tracked counters (frozen batch norm has none) or the anchors (a buffer there).
+  torch.save(model.state_dict(), os.path.join(folder, "pytorch_model.bin"))
+  import pickle  # noqa: PLC0415
+  with open(os.path.join(folder, "faster_rcnn_from_caffe_attr.pkl"), "wb") as fh:
+    pickle.dump({"model": {k: v.numpy() for k, v in model.state_dict().items()
+                           if not k.endswith("num_batches_tracked") and "cell_anchors" not in k},
+                 "__author__": "fixture of scripts/detection/make_frcnn_fixture.py"}, fh)
   for i, r in enumerate(raws):
     out[f"raw_{i}"] = r
     out[f"proposals_{i}"] = proposal_boxes[i].numpy()
@@ -128,7 +141,6 @@ def main(argv=None):
              attr_logits=attr_logits.numpy(), box_deltas=box_deltas.numpy())
   for k, v in final.items():
     out[f"out_{k}"] = np.asarray(v)
-  os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
   np.savez_compressed(args.out, **out)
   print(f"wrote {args.out}: {len(out)} arrays, {os.path.getsize(args.out)} bytes; "
         f"proposals {[len(b) for b in proposal_boxes]}, regions {list(np.asarray(final['preds_per_image']))}")
