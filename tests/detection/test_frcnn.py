@@ -212,3 +212,32 @@ def test_a_damaged_file_is_one_line_naming_it(tmp_path, damage):
     path.write_bytes(pickle.dumps({"model": [1, 2]}))
   with pytest.raises(BadInput, match=str(path)):
     weights.load(path)
+
+
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
+def test_photos_to_regions_end_to_end_are_the_reference_s():
+  """RGB photos (as PIL reads them) through RegionDetector: the reference's regions, from the
+  BGR images its Preprocess was given."""
+  from jaxcap.detection import regions  # noqa: PLC0415
+  f = _fixture()
+  cfg, variables = weights.load(FIXTURES / "pytorch_model.bin", **SETTINGS)
+  rgb = [f[f"raw_{i}"][..., ::-1] for i in range(2)]
+  detect = regions.RegionDetector(cfg, variables, short=96, long=160, selection="reference",
+                                  nms_thresholds=NMS, min_boxes=MIN_D, max_boxes=MAX_D)
+  got = detect(rgb)
+  for i, one in enumerate(got):
+    n = int(f["out_preds_per_image"][i])
+    assert one["enough"] and len(one["boxes"]) == n and one["image_hw"] == rgb[i].shape[:2]
+    np.testing.assert_allclose(one["boxes"], f["out_boxes"][i][:n], atol=1e-3)
+    np.testing.assert_allclose(one["features"], f["out_roi_features"][i][:n], rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(one["obj_ids"], f["out_obj_ids"][i][:n])
+    np.testing.assert_array_equal(one["attr_ids"], f["out_attr_ids"][i][:n])
+  # The original's selection on the same photos: between min_boxes and max_boxes regions, each
+  # a proposal (boxes inside the photo) with its pooled feature.
+  caffe = regions.RegionDetector(cfg, variables, short=96, long=160, min_boxes=3, max_boxes=12)(rgb)
+  for i, one in enumerate(caffe):
+    assert 3 <= len(one["boxes"]) <= 12
+    h, w = rgb[i].shape[:2]
+    assert (one["boxes"] >= 0).all() and (one["boxes"][:, 2] <= w + 1e-3).all() and (one["boxes"][:, 3] <= h + 1e-3).all()
+  with pytest.raises(BadInput, match=r"image 0: expected a uint8 RGB array"):
+    detect([rgb[0].astype(np.float32)])
