@@ -230,6 +230,7 @@ def test_figures_words_pngs_checked_before_the_run_loads(tmp_path, capsys):
   assert out.read_bytes() == FOREIGN
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_image_transformer_figure3_png(tmp_path, capsys):
   from jaxcap.papers.image_transformer import analysis
   out = _foreign(tmp_path / "fig3.png")
@@ -321,3 +322,79 @@ def test_eta_train_attributes_out_folder(programs, tmp_path):
   code, err = _run(programs, argv, tmp_path)
   assert code == 0 and theirs.read_bytes() == FOREIGN, err
   assert sorted(os.listdir(tmp_path / "attrs")) == ["attributes.json", "metrics.json", "notes.txt"]
+
+
+def test_train_workdir_that_is_no_run_directory(programs, tmp_path):
+  """train.py's --workdir: a run directory resumes (its config.json checked against the run)
+  and a folder of other files is written into as before, but a folder without config.json that
+  holds a file of the names training writes (metrics.jsonl here) is another's."""
+  wd = tmp_path / "wd"
+  theirs = _foreign(wd / "metrics.jsonl")
+  argv = ["train.py", "--workdir", wd, "--only_check_args"]
+  code, err = _run(programs, argv, tmp_path)
+  _refused(code, err, wd)
+  assert "metrics.jsonl" in err and theirs.read_bytes() == FOREIGN
+  code, err = _run(programs, argv + ["--overwrite"], tmp_path)
+  assert code == 0, err
+  os.rename(theirs, wd / "notes.txt")  # no name of training's: as before
+  code, err = _run(programs, argv, tmp_path)
+  assert code == 0, err
+
+
+# ---------------------------------------------------------------------------- table scripts
+def test_experiment_folders_are_known_by_their_runs_and_tables(tmp_path):
+  from jaxcap.analysis import experiment
+  run = tmp_path / "runs" / "row" / "seed0"
+  run.mkdir(parents=True)
+  assert experiment.is_experiment_folder(str(tmp_path / "runs"))  # folders only: a killed start
+  (run / "config.json").write_text(json.dumps({"model": {"name": "x"}, "data": {}}))
+  assert experiment.is_experiment_folder(str(tmp_path / "runs"))
+  hf = _foreign(tmp_path / "hf" / "model" / "notes.txt").parent
+  (hf / "config.json").write_text(json.dumps({"model_type": "bert"}))  # another library's
+  assert not experiment.is_experiment_folder(str(tmp_path / "hf"))
+  _foreign(tmp_path / "photos" / "images" / "a.jpg")  # not searched: unknown, not empty
+  assert not experiment.is_experiment_folder(str(tmp_path / "photos"))
+  (tmp_path / "t").mkdir()
+  (tmp_path / "t" / "table3.json").write_text("{}")
+  experiment.check_workdir(str(tmp_path / "t"))
+  with pytest.raises(ValueError, match=r"^--workdir=.*hf: a folder that holds files jaxcap did not write"):
+    experiment.check_workdir(str(tmp_path / "hf"))
+  experiment.check_workdir(str(tmp_path / "hf"), overwrite=True)
+
+
+@pytest.mark.parametrize("script", ["jaxcap/papers/aat/table1.py", "jaxcap/papers/mnmt/table2.py",
+                                    "experiments/flickr8k/table.py", "experiments/pixels/run.py"])
+def test_table_scripts_refuse_a_folder_of_another_program(tmp_path, capsys, script):
+  main = _script(script).main
+  theirs = _foreign(tmp_path / "w" / "notes.txt")
+  code, _, err = _main(main, script, ["--workdir", tmp_path / "w", "--seeds", "0"], capsys)
+  _refused(code, err, tmp_path / "w")
+  assert os.listdir(tmp_path / "w") == ["notes.txt"] and theirs.read_bytes() == FOREIGN
+
+
+def test_sweep_tables_refuse_files_they_did_not_write(tmp_path, capsys):
+  sweep = _script("experiments/flickr8k/scst_sweep.py")
+  out = tmp_path / "results"
+  theirs = _foreign(out / "scst_sweep.md")
+  argv = ["--sweep", tmp_path / "none", "--xe-workdir", tmp_path / "none", "--out", out]
+  code, _, err = _main(sweep.main, "scst_sweep.py", argv, capsys)
+  _refused(code, err, out / "scst_sweep.md")
+  code, _, err = _main(sweep.main, "scst_sweep.py", argv + ["--overwrite"], capsys)  # next: --sweep
+  assert code == 2 and "--sweep" in err and "did not write" not in err, err
+  (out / "scst_sweep.json").write_text(json.dumps({"model": "m", "seed": 0, "settings": {}}))  # its own
+  code, _, err = _main(sweep.main, "scst_sweep.py", argv, capsys)  # the .md beside it: its own too
+  assert code == 2 and "--sweep" in err and "did not write" not in err, err
+  assert theirs.read_bytes() == FOREIGN
+  config_sweep = _script("experiments/flickr8k/config_sweep.py")
+  theirs = _foreign(tmp_path / "cs" / "config_sweep_transformer.json")
+  code, _, err = _main(config_sweep.main, "config_sweep.py", ["--model", "transformer", "--workdir",
+                                                               tmp_path / "cs", "--report"], capsys)
+  _refused(code, err, tmp_path / "cs")
+  assert theirs.read_bytes() == FOREIGN
+
+
+def test_eta_ablations_workdir(programs, tmp_path):
+  theirs = _foreign(tmp_path / "abl" / "notes.txt")
+  code, err = _run(programs, ["-m", "jaxcap.papers.eta.ablations", "--workdir", tmp_path / "abl"], tmp_path)
+  _refused(code, err, tmp_path / "abl")
+  assert theirs.read_bytes() == FOREIGN and os.listdir(tmp_path / "abl") == ["notes.txt"]
