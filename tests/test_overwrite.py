@@ -337,6 +337,7 @@ def test_train_workdir_that_is_no_run_directory(programs, tmp_path):
   code, err = _run(programs, argv + ["--overwrite"], tmp_path)
   assert code == 0, err
   os.rename(theirs, wd / "notes.txt")  # no name of training's: as before
+  (wd / "checkpoints" / "4").mkdir(parents=True)  # steps to resume from: as before
   code, err = _run(programs, argv, tmp_path)
   assert code == 0, err
 
@@ -354,6 +355,9 @@ def test_experiment_folders_are_known_by_their_runs_and_tables(tmp_path):
   assert not experiment.is_experiment_folder(str(tmp_path / "hf"))
   _foreign(tmp_path / "photos" / "images" / "a.jpg")  # not searched: unknown, not empty
   assert not experiment.is_experiment_folder(str(tmp_path / "photos"))
+  (tmp_path / "killed" / "row" / "seed0" / "checkpoints" / "4").mkdir(parents=True)  # a run's steps
+  _foreign(tmp_path / "killed" / "row" / "seed0" / "checkpoints" / "4" / "state")
+  assert experiment.is_experiment_folder(str(tmp_path / "killed"))
   (tmp_path / "t").mkdir()
   (tmp_path / "t" / "table3.json").write_text("{}")
   experiment.check_workdir(str(tmp_path / "t"))

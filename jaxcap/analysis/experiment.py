@@ -86,8 +86,11 @@ def add_overwrite(ap) -> None:
 
 
 # The files a table script's folder holds first: a run's config.json (training writes it before
-# anything else), a row's result, the table. Checkpoints and event files are not searched.
-_OWN_FILES = ("config.json", "result.json", "table.md", atomic.FOLDER_MARKER)
+# anything else), a row's result (result.json, scores.json, sweep.json, run_seconds.json,
+# scores_<split>.json: the names the scripts read back), the table. Checkpoints and event files
+# are not searched.
+_OWN_FILES = ("config.json", "result.json", "scores.json", "sweep.json", "run_seconds.json", "table.md",
+              atomic.FOLDER_MARKER)
 _NOT_SEARCHED = ("checkpoints", "best", "tensorboard", "images", "fc", "att")
 
 
@@ -100,18 +103,21 @@ def is_run_dir_config(path: str) -> bool:
 
 def is_experiment_folder(path: str, depth: int = 3) -> bool:
   """``path`` is a folder of a table script's runs and tables (its known structure: a run
-  directory, a row's ``result.json`` or a ``table*.json`` / ``table.md`` within ``depth``
-  levels), or holds folders and no file at all (a run killed before its first write)."""
+  directory, a row's result file (:data:`_OWN_FILES`, ``scores_<split>.json``) or a
+  ``table*.json`` / ``table.md`` within ``depth`` levels), or holds folders and no file at all
+  (a run killed before its first write)."""
   files = 0
   for root, dirs, names in os.walk(path):
     level = os.path.relpath(root, path).count(os.sep) + (root != path)
+    if "checkpoints" in dirs and any(d.isdigit() for d in os.listdir(os.path.join(root, "checkpoints"))):
+      return True  # a run's checkpoints/<step>/ (a run resumes from them)
     kept = [d for d in dirs if d not in _NOT_SEARCHED] if level < depth else []
     files += len(dirs) - len(kept)  # a folder not searched: its files are unknown, not none
     dirs[:] = kept
     for n in names:
       files += 1
       full = os.path.join(root, n)
-      if n in _OWN_FILES[1:] or (n.startswith("table") and n.endswith(".json")):
+      if n in _OWN_FILES[1:] or (n.startswith(("table", "scores_")) and n.endswith(".json")):
         return True
       if n == "config.json" and atomic.says(is_run_dir_config, full):
         return True

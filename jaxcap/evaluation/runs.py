@@ -229,8 +229,9 @@ def is_output_folder(path: str) -> bool:
   ensemble's --workdir of an earlier jaxcap, before ``atomic.FOLDER_MARKER``)."""
   if os.path.isfile(os.path.join(path, run_dir.CONFIG_FILE)):
     return True
-  return os.path.isdir(path) and any(n.startswith("scores_") and n.endswith(".json")
-             and atomic.says(files.is_scores_file, os.path.join(path, n)) for n in os.listdir(path))
+  return os.path.isdir(path) and any(
+      n.startswith("scores_") and n.endswith(".json") and atomic.says(files.is_scores_file, os.path.join(path, n))
+      for n in os.listdir(path))
 
 
 def caption_folder(workdir: str, images: str, out: str, *, weights: str | None = None,

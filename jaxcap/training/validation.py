@@ -224,15 +224,17 @@ def _check_lengths(config, longest: int | None) -> None:
                        f"positions; expected at most {longest - extra}{more}, got {v}")
 
 
-# What a training run writes in its workdir besides config.json (written first, so a run
+# The files a training run rewrites in its workdir (written after config.json, so a run
 # directory has it before any of these): their names in a folder without one are another's.
-_RUN_OUTPUTS = re.compile(r"^(metrics\.jsonl|checkpoints|best|tensorboard|(predictions|scores)_.+\.json)$")
+# checkpoints/ and best/ are not among them: a run resumes from them (or sets a damaged step
+# aside), it does not write over them.
+_RUN_OUTPUTS = re.compile(r"^(metrics\.jsonl|tensorboard|(predictions|scores)_.+\.json)$")
 
 
 def check_workdir_writable(workdir: str, overwrite: bool = False) -> None:
   """The workdir is a writable directory, or one can be created there (nothing is written);
   a folder without ``config.json`` (no run directory) that holds a file of the names training
-  writes (``metrics.jsonl``, ``checkpoints/``, ``scores_<split>.json``, ...) is another
+  rewrites (``metrics.jsonl``, ``tensorboard/``, ``scores_<split>.json``, ...) is another
   program's: refused unless ``overwrite`` (``train.py --overwrite``)."""
   atomic.check_writable(workdir, f"--workdir={workdir}")
   if overwrite or not os.path.isdir(workdir) or any(
