@@ -32,7 +32,6 @@ import time
 
 from jaxcap import atomic, config_files
 from jaxcap.analysis import experiment
-from jaxcap.evaluation import files
 from jaxcap.training import train_lib
 
 ROWS = {"frozen": "frozen throughout (random features)", "joint": "trained after the frozen phase"}

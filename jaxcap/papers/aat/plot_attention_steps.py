@@ -13,7 +13,6 @@ stay empty.
 
 from __future__ import annotations
 
-import os
 
 
 from jaxcap import api

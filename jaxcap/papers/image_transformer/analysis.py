@@ -19,7 +19,6 @@ the decoded caption). The paper reports 30.40 (M = 1) vs 454.57 (M = 3) on COCO 
 from __future__ import annotations
 
 import json
-import os
 
 import numpy as np
 from jaxcap import decoding
