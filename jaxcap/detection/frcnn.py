@@ -1,0 +1,447 @@
+"""The bottom-up-attention Faster R-CNN (Anderson et al., CVPR 2018) as its PyTorch port computes it:
+LXMERT's ``modeling_frcnn.py`` (huggingface/transformers-research-projects ``lxmert/``; the model
+users load as ``unc-nlp/frcnn-vg-finetuned``), itself detectron2's reading of the Caffe model.
+notes/frcnn_reference_spec.md gives every rule below with the reference's line numbers.
+
+Dimension legend:
+  B images, H x W the (padded) canvas, h x w the res4 map (stride 16), C channels, A anchors per
+  cell, P proposals kept per image (``post_nms_topk``), S the RoI pool side (14), K classes
+  (foreground), T attributes, D the region feature (2048 at full width).
+
+Layers (NHWC; the reference is NCHW, its weights are transposed on import):
+  * ResNet C4 backbone: stem Conv 7x7/2 -> BN -> ReLU -> MaxPool 3x3/2 (Caffe's: no padding,
+    ceil mode), then res2-res4 of Bottleneck blocks with the stride on the first 1x1 (the MSRA /
+    Caffe layout). BatchNorm in inference mode, eps 1e-5.
+  * RPN: Conv 3x3 (``rpn_hidden``) -> ReLU, a 1x1 objectness logit per anchor (sigmoid form) and
+    a 1x1 of 4 deltas per anchor.
+  * RoI head: RoIPool S x S at 1/16 (torchvision's kernel, not RoIAlign), res5 (3 blocks) at
+    stride 1 with dilation 2 in every 3x3 (the VG model's "RES5HALVE = False"), mean over S x S.
+  * Box predictor: class logits (K + 1, background LAST), class-specific deltas (4K), and the
+    attribute head: Embedding(K + 1, D / 8) of the argmax class (background included),
+    concatenated after the feature -> Linear(D / 4) -> ReLU -> Linear(T + 1).
+
+Parameter names follow the reference's modules (``backbone/res4_22/conv1``,
+``proposal_generator/rpn_head/conv``, ``roi_heads/box_predictor/cls_score``) so that an importer
+maps its state_dict one to one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Sequence, Tuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxcap.detection import boxes as box_ops
+
+# BGR pixel means of the Caffe model (its PIXEL_MEAN; std 1): pixels are 0..255 minus the mean.
+PIXEL_MEAN_BGR = (102.9801, 115.9465, 122.7717)
+BLOCKS = {50: (3, 4, 6, 3), 101: (3, 4, 23, 3), 152: (3, 8, 36, 3)}
+
+
+@dataclasses.dataclass(frozen=True)
+class DetectorConfig:
+  """The detector's shape and inference settings. Defaults: the VG model (1,600 objects, 400
+  attributes, ResNet-101) with the values notes/frcnn_reference_spec.md section 7 derives."""
+  depth: int = 101
+  stem_out: int = 64
+  res2_out: int = 256
+  width_per_group: int = 64
+  stride_in_1x1: bool = True
+  caffe_maxpool: bool = True
+  res5_dilation: int = 2  # 2: res5 at stride 1, dilated ("RES5HALVE = False"); 1: stride 2
+  rpn_hidden: int = 512
+  anchor_sizes: Tuple[float, ...] = (64.0, 128.0, 256.0, 512.0)
+  aspect_ratios: Tuple[float, ...] = (0.5, 1.0, 2.0)
+  anchor_offset: float = 0.0
+  stride: int = 16
+  pre_nms_topk: int = 6000
+  post_nms_topk: int = 300
+  rpn_nms: float = 0.7
+  min_box_size: float = 0.0
+  pooler_resolution: int = 14
+  num_classes: int = 1600
+  num_attrs: int = 400
+  bbox_reg_weights: Tuple[float, float, float, float] = (10.0, 10.0, 5.0, 5.0)
+
+  @property
+  def num_anchors(self) -> int:
+    return len(self.anchor_sizes) * len(self.aspect_ratios)
+
+  @property
+  def feature_dim(self) -> int:
+    return self.res2_out * 8
+
+
+def _conv(features, kernel, stride=1, dilation=1, name=None, dtype=jnp.float32, bias=False):
+  pad = dilation * (kernel // 2)
+  return nn.Conv(features, (kernel, kernel), strides=(stride, stride), padding=((pad, pad), (pad, pad)),
+                 kernel_dilation=(dilation, dilation), use_bias=bias, dtype=dtype, name=name)
+
+
+class ConvBN(nn.Module):
+  """The reference's ``Conv2d(..., norm=BatchNorm2d)``: conv without bias, then inference BN."""
+  features: int
+  kernel: int
+  stride: int = 1
+  dilation: int = 1
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x):
+    x = _conv(self.features, self.kernel, self.stride, self.dilation, "conv", self.dtype)(x)
+    return nn.BatchNorm(use_running_average=True, epsilon=1e-5, dtype=self.dtype, name="norm")(x)
+
+
+class Block(nn.Module):
+  """detectron2's ``BottleneckBlock``: 1x1 -> 3x3 (dilated) -> 1x1, shortcut conv when the
+  channels change, ReLU after the sum."""
+  out: int
+  bottleneck: int
+  stride: int = 1
+  dilation: int = 1
+  stride_in_1x1: bool = True
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x):
+    s1, s3 = (self.stride, 1) if self.stride_in_1x1 else (1, self.stride)
+    y = nn.relu(ConvBN(self.bottleneck, 1, s1, dtype=self.dtype, name="conv1")(x))
+    y = nn.relu(ConvBN(self.bottleneck, 3, s3, self.dilation, dtype=self.dtype, name="conv2")(y))
+    y = ConvBN(self.out, 1, dtype=self.dtype, name="conv3")(y)
+    if x.shape[-1] != self.out:
+      x = ConvBN(self.out, 1, self.stride, dtype=self.dtype, name="shortcut")(x)
+    return nn.relu(y + x)
+
+
+def caffe_max_pool(x_BxHxWxC):
+  """``max_pool2d(k=3, s=2, pad=0, ceil_mode=True)``: the last window cut by the bottom / right
+  edge (-inf there), ``ceil((n - 3) / 2) + 1`` outputs per side."""
+  pads = []
+  for n in x_BxHxWxC.shape[1:3]:
+    out = -(-(n - 3) // 2) + 1
+    pads.append((0, max(0, 2 * (out - 1) + 3 - n)))
+  return nn.max_pool(x_BxHxWxC, (3, 3), strides=(2, 2), padding=pads)
+
+
+class Backbone(nn.Module):
+  """Mean-subtracted BGR ``[B, H, W, 3]`` -> res4 ``[B, h, w, 4 * res2_out]``."""
+  cfg: DetectorConfig
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x):
+    c = self.cfg
+    x = nn.relu(ConvBN(c.stem_out, 7, 2, dtype=self.dtype, name="stem_conv1")(x.astype(self.dtype)))
+    if c.caffe_maxpool:
+      x = caffe_max_pool(x)
+    else:
+      x = nn.max_pool(x, (3, 3), strides=(2, 2), padding=((1, 1), (1, 1)))
+    out, bottleneck = c.res2_out, c.width_per_group
+    for stage, n in enumerate(BLOCKS[c.depth][:3]):
+      for i in range(n):
+        stride = 2 if stage > 0 and i == 0 else 1
+        x = Block(out, bottleneck, stride, 1, c.stride_in_1x1, self.dtype, name=f"res{stage + 2}_{i}")(x)
+      out, bottleneck = out * 2, bottleneck * 2
+    return x
+
+
+class RPNHead(nn.Module):
+  """res4 -> objectness logits ``[B, h, w, A]`` and deltas ``[B, h, w, A, 4]``."""
+  cfg: DetectorConfig
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x):
+    a = self.cfg.num_anchors
+    t = nn.relu(_conv(self.cfg.rpn_hidden, 3, name="conv", dtype=self.dtype, bias=True)(x))
+    logits = _conv(a, 1, name="objectness_logits", dtype=self.dtype, bias=True)(t)
+    deltas = _conv(4 * a, 1, name="anchor_deltas", dtype=self.dtype, bias=True)(t)
+    # Channel a * 4 + k is anchor a's delta k (the reference's view(N, A, 4, H, W)).
+    return logits.astype(jnp.float32), deltas.astype(jnp.float32).reshape(*deltas.shape[:3], a, 4)
+
+
+class Res5(nn.Module):
+  """Pooled RoIs ``[R, S, S, 4 * res2_out]`` -> ``[R, S', S', 8 * res2_out]``."""
+  cfg: DetectorConfig
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x):
+    c = self.cfg
+    dilated = c.res5_dilation == 2
+    for i in range(3):
+      stride = 2 if i == 0 and not dilated else 1
+      x = Block(c.res2_out * 8, c.width_per_group * 8, stride, c.res5_dilation, c.stride_in_1x1,
+                self.dtype, name=f"res5_{i}")(x)
+    return x
+
+
+class BoxPredictor(nn.Module):
+  """Pooled features ``[R, D]`` -> class logits ``[R, K + 1]``, deltas ``[R, K, 4]``, attribute
+  logits ``[R, T + 1]`` (float32)."""
+  cfg: DetectorConfig
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, f_RxD):
+    c = self.cfg
+    d = f_RxD.shape[-1]
+    scores = nn.Dense(c.num_classes + 1, dtype=self.dtype, name="cls_score")(f_RxD).astype(jnp.float32)
+    deltas = nn.Dense(4 * c.num_classes, dtype=self.dtype, name="bbox_pred")(f_RxD).astype(jnp.float32)
+    # The attribute head sees the argmax over all K + 1 classes, background included.
+    emb = nn.Embed(c.num_classes + 1, d // 8, dtype=self.dtype, name="cls_embedding")(jnp.argmax(scores, -1))
+    h = nn.relu(nn.Dense(d // 4, dtype=self.dtype, name="fc_attr")(jnp.concatenate([f_RxD, emb.astype(f_RxD.dtype)], -1)))
+    attrs = nn.Dense(c.num_attrs + 1, dtype=self.dtype, name="attr_score")(h).astype(jnp.float32)
+    return scores, deltas.reshape(-1, c.num_classes, 4), attrs
+
+
+def _bin_table(n_max: int, size: int):
+  """``(lo, hi)`` int32 ``[n_max, size]``: RoIPool's bin ``p`` of an ``n``-cell side covers cells
+  ``[lo[n, p], hi[n, p])`` (torchvision's float32 formula)."""
+  n = np.arange(n_max, dtype=np.float32)[:, None]
+  b = n / np.float32(size)
+  p = np.arange(size, dtype=np.float32)[None]
+  return np.floor(p * b).astype(np.int32), np.ceil((p + np.float32(1)) * b).astype(np.int32)
+
+
+def roi_pool(feat_hxwxC, boxes_Rx4, size: int, scale: float, chunk: int = 64):
+  """torchvision's ``roi_pool`` (= Caffe's ROIPooling) of one image: ``[R, size, size, C]``.
+
+  Each box is rounded to map cells (``round`` half away from zero of ``x * scale``), at least
+  one cell wide; bin ``p`` covers ``[floor(p * n / size), ceil((p + 1) * n / size))`` cells of
+  its ``n`` (in the kernel's float32: ``n / size`` first), offset by the box's start and clipped
+  to the map; an empty bin is 0. Static shapes:
+  a bin spans at most ``ceil(h / size) + 1`` cells, so each bin is a max over a fixed window
+  with the cells past its end masked (separably: rows, then columns)."""
+  h, w, _ = feat_hxwxC.shape
+  r = jnp.sign(boxes_Rx4 * scale) * jnp.floor(jnp.abs(boxes_Rx4 * scale) + 0.5)
+  r = r.astype(jnp.int32)
+  x0, y0, x1, y1 = r[:, 0], r[:, 1], r[:, 2], r[:, 3]
+  rw = jnp.maximum(x1 - x0 + 1, 1)
+  rh = jnp.maximum(y1 - y0 + 1, 1)
+
+  def bins(start, n, limit):
+    # The bin edges of an n-cell side, as the kernel's float32 arithmetic gives them
+    # (ceil((p + 1) * (n / size)) with n / size rounded to float32 first): a table computed by
+    # NumPy's IEEE float32, not by XLA, which may divide by a reciprocal and move an edge a cell.
+    lo_t, hi_t = _bin_table(max(h, w) + 2, size)
+    n = jnp.clip(n, 1, lo_t.shape[0] - 1)
+    lo = jnp.clip(jnp.asarray(lo_t)[n] + start[:, None], 0, limit)
+    hi = jnp.clip(jnp.asarray(hi_t)[n] + start[:, None], 0, limit)
+    return lo, hi  # [R, size] each
+
+  hs, he = bins(y0, rh, h)
+  ws, we = bins(x0, rw, w)
+  kh = -(-h // size) + 1
+  kw = -(-w // size) + 1
+  neg = jnp.asarray(-jnp.inf, feat_hxwxC.dtype)
+
+  def one(args):
+    hs, he, ws, we = args  # [size] each
+    rows = hs[:, None] + jnp.arange(kh)[None]  # [size, kh]
+    row_ok = rows < he[:, None]
+    g = feat_hxwxC[jnp.clip(rows, 0, h - 1)]  # [size, kh, w, C]
+    g = jnp.where(row_ok[:, :, None, None], g, neg).max(1)  # [size, w, C]
+    cols = ws[:, None] + jnp.arange(kw)[None]
+    col_ok = cols < we[:, None]
+    g = g[:, jnp.clip(cols, 0, w - 1)]  # [size, size, kw, C]
+    g = jnp.where(col_ok[None, :, :, None], g, neg).max(2)
+    empty = (he <= hs)[:, None] | (we <= ws)[None, :]
+    return jnp.where(empty[:, :, None], jnp.zeros((), g.dtype), g)
+
+  return jax.lax.map(one, (hs, he, ws, we), batch_size=chunk)
+
+
+def propose(cfg: DetectorConfig, logits_hxwxA, deltas_hxwxAx4, cell_Ax4, image_hw):
+  """One image's proposals: the top ``pre_nms_topk`` anchors by objectness, decoded, clipped to
+  the image, the empty ones dropped, NMS at ``rpn_nms``, the first ``post_nms_topk`` kept.
+  Returns ``boxes [P, 4]`` (image pixels of the resized image), ``logits [P]`` (descending) and
+  ``valid [P]`` (False on the padding past the kept count)."""
+  h, w, a = logits_hxwxA.shape
+  anchors = box_ops.grid_anchors(cell_Ax4, h, w, cfg.stride, cfg.anchor_offset)
+  logits = logits_hxwxA.reshape(-1)
+  k = min(cfg.pre_nms_topk, logits.shape[0])
+  top, idx = jax.lax.top_k(logits, k)
+  props = box_ops.apply_deltas(deltas_hxwxAx4.reshape(-1, 4)[idx], anchors[idx])
+  props = box_ops.clip(props, image_hw[0], image_hw[1])
+  ok = ((props[:, 2] - props[:, 0]) > cfg.min_box_size) & ((props[:, 3] - props[:, 1]) > cfg.min_box_size)
+  keep, count = box_ops.nms(props, top, cfg.rpn_nms, cfg.post_nms_topk, ok)
+  valid = jnp.arange(cfg.post_nms_topk) < count
+  safe = jnp.where(valid, keep, 0)
+  return props[safe], jnp.where(valid, top[safe], -jnp.inf), valid
+
+
+class Detector(nn.Module):
+  """Mean-subtracted BGR canvases ``[B, H, W, 3]`` and each image's resized size ``[B, 2]`` (h, w)
+  -> per-proposal outputs: ``proposals [B, P, 4]``, ``valid [B, P]``, ``features [B, P, D]``
+  (the mean-pooled res5), ``cls_logits [B, P, K + 1]``, ``deltas [B, P, K, 4]``,
+  ``attr_logits [B, P, T + 1]``. Selection of the regions is :func:`select_hf` /
+  :func:`select_caffe` (pure functions of these)."""
+  cfg: DetectorConfig = DetectorConfig()
+  dtype: Any = jnp.float32
+
+  def setup(self):
+    self.backbone = Backbone(self.cfg, self.dtype)
+    self.rpn_head = RPNHead(self.cfg, self.dtype)
+    self.res5 = Res5(self.cfg, self.dtype)
+    self.box_predictor = BoxPredictor(self.cfg, self.dtype)
+    c = self.cfg
+    self.cell_anchors = self.variable(
+        "consts", "cell_anchors", lambda: jnp.asarray(box_ops.cell_anchors(c.anchor_sizes, c.aspect_ratios)))
+
+  def __call__(self, images_BxHxWx3, image_hw_Bx2):
+    c = self.cfg
+    feat = self.backbone(images_BxHxWx3)
+    logits, deltas = self.rpn_head(feat)
+    cell = self.cell_anchors.value
+    props, _, valid = jax.vmap(lambda l, d, hw: propose(c, l, d, cell, hw))(logits, deltas, image_hw_Bx2)
+    pooled = jax.vmap(lambda f, b: roi_pool(f, b, c.pooler_resolution, 1.0 / c.stride))(feat, props)
+    b, p = props.shape[:2]
+    x = self.res5(pooled.reshape(b * p, *pooled.shape[2:]))
+    f = x.astype(jnp.float32).mean(axis=(1, 2))
+    scores, box_deltas, attrs = self.box_predictor(f.astype(self.dtype))
+    return {"proposals": props, "valid": valid, "features": f.reshape(b, p, -1),
+            "cls_logits": scores.reshape(b, p, -1), "deltas": box_deltas.reshape(b, p, c.num_classes, 4),
+            "attr_logits": attrs.reshape(b, p, -1)}
+
+
+def select_hf(cfg: DetectorConfig, out, image_hw, nms_thresholds: Sequence[float] = (0.6,),
+              min_detections: int = 36, max_detections: int = 36, scale_yx=(1.0, 1.0)):
+  """One image's regions as the reference's ``ROIOutputs.inference`` picks them: the argmax
+  foreground class of each proposal (softmax over K + 1, background dropped, not renormalised),
+  that class's regressed box clipped to the image, ONE class-agnostic NMS; the thresholds are
+  tried in order until one keeps ``min_detections``; the first ``max_detections`` kept. No score
+  threshold (the reference passes one and ignores it). Where no threshold keeps enough, the
+  reference reuses the previous image's result; here the last threshold's is returned and
+  ``enough`` is False.
+
+  ``out``: :class:`Detector`'s outputs of ONE image; ``scale_yx``: original / resized size per
+  axis (boxes are returned in the original image's pixels). Returns a dict of ``[M]``-padded
+  arrays (``M = max_detections``) and ``count``."""
+  probs = jax.nn.softmax(out["cls_logits"], -1)[:, :-1]
+  cls = jnp.argmax(probs, -1)
+  score = jnp.take_along_axis(probs, cls[:, None], -1)[:, 0]
+  d = jnp.take_along_axis(out["deltas"], cls[:, None, None], 1)[:, 0]
+  bx = box_ops.clip(box_ops.apply_deltas(d, out["proposals"], cfg.bbox_reg_weights), image_hw[0], image_hw[1])
+  chosen = None
+  for t in reversed(nms_thresholds):  # the first threshold with enough wins: fold from the last
+    keep, count = box_ops.nms(bx, score, t, max_detections, out["valid"])
+    enough = count >= min_detections
+    if chosen is None:
+      chosen = (keep, count, enough)
+    else:
+      chosen = jax.tree.map(lambda a, b: jnp.where(enough, a, b), (keep, count, enough), chosen)
+  keep, count, enough = chosen
+  valid = jnp.arange(max_detections) < count
+  safe = jnp.where(valid, keep, 0)
+  attr_p = jax.nn.softmax(out["attr_logits"][:, :-1], -1)
+
+  def take(x, fill=0):
+    v = x[safe]
+    return jnp.where(valid.reshape(-1, *([1] * (v.ndim - 1))), v, fill)
+
+  sy, sx = scale_yx[0], scale_yx[1]
+  bx = bx * jnp.stack([sx, sy, sx, sy]).astype(jnp.float32)
+  return {"boxes": take(bx), "obj_ids": take(cls), "obj_probs": take(score),
+          "attr_ids": take(jnp.argmax(attr_p, -1)), "attr_probs": take(attr_p.max(-1)),
+          "features": take(out["features"]), "count": count, "enough": enough}
+
+
+def preprocess_size(h: int, w: int, short: int = 600, long: int = 1000) -> Tuple[int, int]:
+  """The reference's ``ResizeShortestEdge`` output size (round half up of the scaled sides)."""
+  scale = short / min(h, w)
+  nh, nw = (short, scale * w) if h < w else (scale * h, short)
+  if max(nh, nw) > long:
+    s = long / max(nh, nw)
+    nh, nw = nh * s, nw * s
+  return int(nh + 0.5), int(nw + 0.5)
+
+
+def resize_bilinear(image_HxWx3, out_hw):
+  """``F.interpolate(mode="bilinear", align_corners=False)`` without antialiasing, float32."""
+  x = jnp.asarray(image_HxWx3, jnp.float32)
+  return jax.image.resize(x, (*out_hw, x.shape[-1]), "bilinear", antialias=False)
+
+
+def canvas(images, pad_value: float = 0.0):
+  """Mean-subtracted float images (each ``[h, w, 3]``) padded bottom / right to the largest:
+  ``([B, H, W, 3], sizes [B, 2])``."""
+  hmax = max(int(i.shape[0]) for i in images)
+  wmax = max(int(i.shape[1]) for i in images)
+  out = np.full((len(images), hmax, wmax, 3), pad_value, np.float32)
+  for k, im in enumerate(images):
+    out[k, :im.shape[0], :im.shape[1]] = np.asarray(im)
+  return out, np.asarray([[i.shape[0], i.shape[1]] for i in images], np.int32)
+
+
+def iou_plus_one(a_Nx4, b_Mx4):
+  """``[N, M]`` IoU with Caffe's "+1" widths (py-faster-rcnn's ``nms``: a box ``[x1, x2]`` is
+  ``x2 - x1 + 1`` pixels wide)."""
+  area_a = (a_Nx4[:, 2] - a_Nx4[:, 0] + 1) * (a_Nx4[:, 3] - a_Nx4[:, 1] + 1)
+  area_b = (b_Mx4[:, 2] - b_Mx4[:, 0] + 1) * (b_Mx4[:, 3] - b_Mx4[:, 1] + 1)
+  lt = jnp.maximum(a_Nx4[:, None, :2], b_Mx4[None, :, :2])
+  rb = jnp.minimum(a_Nx4[:, None, 2:], b_Mx4[None, :, 2:])
+  wh = jnp.maximum(rb - lt + 1, 0.0)
+  inter = wh[..., 0] * wh[..., 1]
+  return inter / (area_a[:, None] + area_b[None, :] - inter)
+
+
+def select_caffe(cfg: DetectorConfig, out, scale_yx=(1.0, 1.0), conf_thresh: float = 0.2,
+                 min_boxes: int = 10, max_boxes: int = 100, nms_thresh: float = 0.3):
+  """One image's regions as the Caffe original picks them (peteanderson80/bottom-up-attention's
+  ``tools/generate_tsv.py``, whose features the captioning models were trained on): for every
+  foreground class, NMS at ``nms_thresh`` over the UNREGRESSED proposals (in the original image's
+  pixels, "+1" widths, suppressed when IoU > the threshold) ranked by that class's probability;
+  each proposal's ``max_conf`` is its largest probability among the classes that kept it; the
+  proposals with ``max_conf >= conf_thresh`` in proposal order, or, when fewer than
+  ``min_boxes`` / more than ``max_boxes``, the top ``min_boxes`` / ``max_boxes`` by ``max_conf``.
+  The boxes are the proposals (not regressed). Ties in a class's ranking go to the lower index
+  (NumPy's quicksort leaves them unspecified).
+
+  Returns a dict of ``[max_boxes]``-padded arrays and ``count``; ``obj_ids`` / ``obj_probs`` are
+  each region's argmax foreground class and its probability, the attributes as :func:`select_hf`."""
+  sy, sx = scale_yx[0], scale_yx[1]
+  bx = out["proposals"] * jnp.stack([sx, sy, sx, sy]).astype(jnp.float32)
+  valid = out["valid"]
+  p = bx.shape[0]
+  probs = jax.nn.softmax(out["cls_logits"], -1)[:, :-1]  # [P, K], background (last) dropped
+  over = iou_plus_one(bx, bx) > nms_thresh  # [P, P], shared by every class (same boxes)
+
+  def kept(score_P):
+    order = jnp.argsort(-jnp.where(valid, score_P, -jnp.inf), stable=True)
+    rank = jnp.zeros((p,), jnp.int32).at[order].set(jnp.arange(p, dtype=jnp.int32))
+
+    def step(i, alive):
+      b = order[i]
+      return jnp.where(alive[b], alive & ~(over[b] & (rank > i)), alive)
+
+    return jax.lax.fori_loop(0, p, step, valid)
+
+  alive_KxP = jax.vmap(kept, in_axes=1)(probs)
+  max_conf = jnp.max(jnp.where(alive_KxP, probs.T, 0.0), axis=0)
+  max_conf = jnp.where(valid, max_conf, -1.0)  # padding is never chosen
+  above = max_conf >= conf_thresh
+  n_above = above.sum()
+  n_valid = valid.sum()
+  by_conf = jnp.argsort(-max_conf, stable=True)
+  in_order = jnp.argsort(~above, stable=True)  # the proposals above the threshold, in index order
+  use_top = (n_above < min_boxes) | (n_above > max_boxes)
+  count = jnp.where(n_above < min_boxes, jnp.minimum(min_boxes, n_valid),
+                    jnp.where(n_above > max_boxes, max_boxes, n_above))
+  idx = jnp.where(use_top, by_conf, in_order)
+  idx = jnp.concatenate([idx, jnp.zeros((max(0, max_boxes - p),), idx.dtype)])[:max_boxes]
+  ok = jnp.arange(max_boxes) < count
+  safe = jnp.where(ok, idx, 0)
+  attr_p = jax.nn.softmax(out["attr_logits"][:, :-1], -1)
+
+  def take(x, fill=0):
+    v = x[safe]
+    return jnp.where(ok.reshape(-1, *([1] * (v.ndim - 1))), v, fill)
+
+  return {"boxes": take(bx), "obj_ids": take(jnp.argmax(probs, -1)), "obj_probs": take(probs.max(-1)),
+          "max_conf": take(max_conf), "attr_ids": take(jnp.argmax(attr_p, -1)),
+          "attr_probs": take(attr_p.max(-1)), "features": take(out["features"]), "count": count}
