@@ -72,7 +72,8 @@ def _np_nms(b, s, thr):
   return kept
 
 
-@pytest.mark.parametrize("thr, max_out", [(0.7, 300), (0.3, 10), (0.5, 1000)])
+@pytest.mark.parametrize("thr, max_out", [
+    pytest.param(0.7, 300, marks=pytest.mark.slow), (0.3, 10), pytest.param(0.5, 1000, marks=pytest.mark.slow)])
 def test_nms_keeps_what_torchvision_s_rule_keeps(thr, max_out):
   rng = np.random.default_rng(1)
   xy = rng.uniform(0, 200, (400, 2))

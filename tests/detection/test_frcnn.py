@@ -106,6 +106,7 @@ def test_selected_regions_are_the_reference_s():
   np.testing.assert_allclose(sel["features"], f["out_roi_features"], rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_a_wrong_tensor_is_named_as_the_file_names_it():
   sd = dict(_state_dict(_fixture()))
   cfg = weights.config_from_state_dict(sd, **SETTINGS)
@@ -187,6 +188,7 @@ def test_caffe_selection_is_generate_tsv_s():
   assert branches == {"threshold", "min", "max"}  # each of the three rules was exercised
 
 
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_airsplay_s_pickle_gives_the_same_weights():
   """The detectron2 pickle (no batch-norm counters, no anchors: they come from the settings)."""
   cfg, variables = weights.load(FIXTURES / "pytorch_model.bin", **SETTINGS)
