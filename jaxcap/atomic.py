@@ -106,3 +106,97 @@ def write_text(path: str, text: str) -> None:
 def write_json(path: str, obj) -> None:
   """Writes ``obj`` as indented JSON to ``path`` atomically."""
   write_text(path, json.dumps(obj, indent=1) + "\n")
+
+
+# ---------------------------------------------------------------------------------------------
+# Outputs a user names: a path that holds something jaxcap did not write is never replaced
+# without the program's --overwrite flag (docs/DESIGN.md section 6).
+
+OVERWRITE_FLAG = "--overwrite"
+# The key jaxcap's own JSON objects carry at their top: {"program": <program>, "version": ...}.
+JSON_MARKER = "jaxcap"
+# The PNG text chunk (tEXt keyword) jaxcap's figures carry (jaxcap.analysis.figures.save_png).
+PNG_MARKER = "jaxcap"
+# The file a folder jaxcap writes into holds from its first write on (mark_folder).
+FOLDER_MARKER = ".jaxcap-output"
+
+
+def check_output(path: str, flag: str, *, overwrite: bool = False, mine: Callable | None = None,
+                 folder: bool = False, what: str = "one this program wrote",
+                 overwrite_flag: str = OVERWRITE_FLAG) -> None:
+  """Checks an output path a user named, before anything is computed or written: it is new, or
+  (a file) ``mine(path)`` says jaxcap wrote it, or (a folder, ``folder``) it is empty, holds
+  :data:`FOLDER_MARKER` or ``mine(path)`` says it is a jaxcap output folder; else one
+  ``BadInput`` line naming ``flag`` and ``overwrite_flag`` (``overwrite``: no refusal).
+  ``what``: what the refusal says was expected besides a new path. Also :func:`check_writable`."""
+  from jaxcap.errors import BadInput  # here: this module imports nothing of jaxcap at its top
+  check_writable(path, flag, file=not folder)
+  if overwrite or not os.path.lexists(path):
+    return
+  if folder:
+    if not os.listdir(path) or os.path.isfile(os.path.join(path, FOLDER_MARKER)) or says(mine, path):
+      return
+    raise BadInput(f"{flag}: a folder that holds files jaxcap did not write; expected a new or "
+                   f"empty folder or {what} ({overwrite_flag} writes into it anyway)")
+  if not says(mine, path):
+    raise BadInput(f"{flag}: a file jaxcap did not write is there; expected a new path or {what} "
+                   f"({overwrite_flag} replaces it)")
+
+
+def says(mine: Callable | None, path: str) -> bool:
+  """``mine(path)``, False when it cannot tell (an unreadable or damaged file is not jaxcap's)."""
+  if mine is None:
+    return False
+  try:
+    return bool(mine(path))
+  except Exception:  # pylint: disable=broad-except  (any reader's error: not recognised)
+    return False
+
+
+def mark_folder(path: str, program: str) -> None:
+  """Makes ``path`` and writes its :data:`FOLDER_MARKER` (before anything else goes in)."""
+  marker = os.path.join(path, FOLDER_MARKER)
+  if not os.path.isfile(marker):
+    write_json(marker, marker_value(program))
+
+
+def marker_value(program: str) -> dict:
+  """What :data:`JSON_MARKER` holds: the program and jaxcap's version."""
+  from jaxcap.version import __version__
+  return {"program": program, "version": __version__}
+
+
+def read_json(path: str, limit: int = 1 << 30):
+  """The JSON value of ``path`` (raises on a damaged, too large or unreadable file)."""
+  if os.path.getsize(path) > limit:
+    raise ValueError(f"{path}: larger than {limit} bytes")
+  with open(path, "rb") as f:
+    return json.loads(f.read())
+
+
+def json_marked(path: str) -> bool:
+  """``path`` is a JSON object carrying :data:`JSON_MARKER` (jaxcap wrote it)."""
+  obj = read_json(path)
+  return isinstance(obj, dict) and isinstance(obj.get(JSON_MARKER), dict)
+
+
+def png_marked(path: str) -> bool:
+  """``path`` is a PNG holding a text chunk keyed :data:`PNG_MARKER` (jaxcap drew it)."""
+  import struct
+  with open(path, "rb") as f:
+    if f.read(8) != b"\x89PNG\r\n\x1a\n":
+      return False
+    while True:
+      head = f.read(8)
+      if len(head) < 8:
+        return False
+      size, kind = struct.unpack(">I4s", head)
+      if kind in (b"tEXt", b"zTXt", b"iTXt") and size < 1 << 20:
+        keyword = f.read(size).split(b"\0", 1)[0]
+        if keyword == PNG_MARKER.encode():
+          return True
+        f.seek(4, 1)
+      elif kind == b"IEND":
+        return False
+      else:
+        f.seek(size + 4, 1)

@@ -19,8 +19,6 @@ import json
 import os
 import sys
 
-import numpy as np
-
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(_HERE))
 sys.path.insert(0, _HERE)
@@ -28,12 +26,17 @@ sys.path.insert(0, _HERE)
 
 def curves(args):
   from jaxcap.analysis import figures
+  figures.check_png_out(args.out, f"--out={args.out}", args.overwrite)
   figures.plot_training_curves(figures.load_metrics(args.workdir), out=args.out)
   print(args.out)
   return [args.out]
 
 
 def words(args):
+  from jaxcap.analysis import figures
+  from jaxcap.analysis.words import FIGURE_SUFFIXES
+  for suffix in FIGURE_SUFFIXES:  # before the run is loaded: any of them may be drawn
+    figures.check_png_out(args.out + suffix, f"--out={args.out}: {args.out + suffix}", args.overwrite)
   import jaxcap
   from jaxcap.analysis.words import caption_aux, plot_word_figures, row_batch
 
@@ -62,12 +65,14 @@ def main(argv=None):
   c = sub.add_parser("curves")
   c.add_argument("--workdir", required=True)
   c.add_argument("--out", required=True)
+  c.add_argument("--overwrite", action="store_true", help="Replace a PNG at --out jaxcap did not draw.")
   w = sub.add_parser("words")
   w.add_argument("--workdir", required=True)
   w.add_argument("--split", default="test")
   w.add_argument("--index", type=int, default=0, help="row of the image in the split")
   w.add_argument("--out", required=True, help="path prefix of the PNGs")
   w.add_argument("--columns", type=int, default=5, help="panels per row of the attention figure")
+  w.add_argument("--overwrite", action="store_true", help="Replace PNGs at --out_* jaxcap did not draw.")
   args = ap.parse_args(argv)
   return curves(args) if args.cmd == "curves" else words(args)
 

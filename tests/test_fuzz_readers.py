@@ -408,10 +408,23 @@ def _torch_read(data: bytes):
 test_torch_zip_bytes, test_torch_zip_bytes_slow = both_tiers(mutated("PTH_ZIP"))(_torch_read)
 test_torch_zip_members, test_torch_zip_members_slow = both_tiers(
     st.one_of(zip_members_mutated("PTH_ZIP"), zip_pickle_classes_swapped("PTH_ZIP")))(_torch_read)
+def _legacy_first_count() -> int:
+  """Where the legacy file's first storage element count (int64) is: after its five pickles."""
+  f = io.BytesIO(BASES["PTH_LEGACY"])
+  for _ in range(5):
+    torch_files._PthUnpickler(torch_files.check_lengths(f), "model.pth").load()
+  return f.tell()
+
+
+_COUNT_AT = _legacy_first_count()
 test_torch_legacy, test_torch_legacy_slow = both_tiers(
     st.one_of(mutated("PTH_LEGACY"), pickle_classes_swapped("PTH_LEGACY")), regressions=[
         # A BINUNICODE length of 0x7e000010: the unpickler allocated 2 GiB before reading.
         splice("PTH_LEGACY", 31, 385428, b"~"),
+        # A storage of 2**62 (or -1) elements: its byte count overflowed f.read (OverflowError),
+        # found by the slow tier's 200 examples.
+        splice("PTH_LEGACY", _COUNT_AT, _COUNT_AT + 8, struct.pack("<q", 2 ** 62)),
+        splice("PTH_LEGACY", _COUNT_AT, _COUNT_AT + 8, struct.pack("<q", -1)),
     ])(_torch_read)
 
 

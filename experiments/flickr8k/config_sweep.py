@@ -193,6 +193,7 @@ def main(argv=None):
   ap.add_argument("--out", default="", help="folder for config_sweep_<model>.{md,json} (empty: --workdir)")
   ap.add_argument("--report", action="store_true",
                   help="train nothing: the table of the finished runs among --settings x --seeds")
+  experiment.add_overwrite(ap)
   args = ap.parse_args(argv)
   if args.model not in table.MODELS:
     raise SystemExit(f"--model: unknown model {args.model!r}; expected one of {list(table.MODELS)}")
@@ -201,6 +202,13 @@ def main(argv=None):
   for flag, path in (("--workdir", args.workdir), ("--out", out)):
     if os.path.exists(path) and not os.path.isdir(path):
       raise SystemExit(f"{flag}: {path} is a file, expected a folder")
+  # Before anything trains: another program's folder, or table files this script did not write.
+  experiment.check_workdir(args.workdir, args.overwrite)
+  table_json = os.path.join(out, f"config_sweep_{args.model}.json")
+  own = experiment.json_with_keys("model", "rows", "seeds")
+  experiment.check_files(out, {os.path.basename(table_json): own,
+                               f"config_sweep_{args.model}.md": experiment.beside(table_json, own)},
+                         args.overwrite, "--out" if args.out else "--workdir")
   settings = ([s.strip() for s in args.settings.split(";") if s.strip()] if args.settings
               else list(GENERIC) + list(EXTRA.get(args.model, ())))
   base = run_config(args.model, "base", 0, args.workdir).to_dict()

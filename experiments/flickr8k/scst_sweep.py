@@ -26,6 +26,7 @@ _REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 if _REPO not in sys.path:
   sys.path.insert(0, _REPO)
 
+from jaxcap import atomic  # noqa: E402
 from jaxcap.analysis import experiment, figures  # noqa: E402
 from jaxcap.evaluation import coco_metrics  # noqa: E402
 
@@ -61,9 +62,14 @@ def main(argv=None):
   ap.add_argument("--model", default="aoanet")
   ap.add_argument("--seed", type=int, default=0)
   ap.add_argument("--out", required=True, help="folder for scst_sweep.{md,json,png}")
+  experiment.add_overwrite(ap)
   args = ap.parse_args(argv)
   if os.path.exists(args.out) and not os.path.isdir(args.out):
     raise SystemExit(f"--out: {args.out} is a file; expected a folder for scst_sweep.{{md,json,png}}")
+  table_json = os.path.join(args.out, "scst_sweep.json")
+  own = experiment.json_with_keys("model", "seed", "settings")
+  experiment.check_files(args.out, {"scst_sweep.json": own, "scst_sweep.md": experiment.beside(table_json, own),
+                                    "scst_sweep.png": atomic.png_marked}, args.overwrite)
   if not os.path.isdir(args.sweep):
     raise SystemExit(f"--sweep: {args.sweep} is not a directory; expected the folder of the sweep's "
                      "table.py workdirs")

@@ -241,6 +241,7 @@ def main(argv=None):
   from jaxcap.cli import ArgumentParser  # its refusals: one line (run_script)
   ap = ArgumentParser(description=__doc__.split("\n")[0])
   ap.add_argument("--workdir", required=True)
+  experiment.add_overwrite(ap)
   ap.add_argument("--dataset", default="flickr8k", choices=DATASETS,
                   help="the configs' dataset argument (synthetic: the default scenes of train.py)")
   ap.add_argument("--models", default=",".join(MODELS), help=f"comma-separated subset of {list(MODELS)}")
@@ -287,6 +288,7 @@ def main(argv=None):
       raise SystemExit(f"--stages: unknown stage {s!r}; expected a subset of {list(STAGES)}")
   if args.scst_steps <= 0:
     stages = [s for s in stages if s not in ("scst", "xe_more")]
+  experiment.check_workdir(args.workdir, args.overwrite)  # before anything trains
 
   nn_done = os.path.exists(scores_file(os.path.join(args.workdir, "nearest_neighbour")))
   nn = nearest_neighbour(args) if args.nn and (nn_done or not args.report) else None

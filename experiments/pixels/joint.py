@@ -30,9 +30,8 @@ import json
 import os
 import time
 
-from jaxcap import config_files
+from jaxcap import atomic, config_files
 from jaxcap.analysis import experiment
-from jaxcap.evaluation import files
 from jaxcap.training import train_lib
 
 ROWS = {"frozen": "frozen throughout (random features)", "joint": "trained after the frozen phase"}
@@ -82,6 +81,7 @@ def main(argv=None):
     ap.add_argument(f"--{name}", type=cli.positive_int, default=default)
   ap.add_argument("--tiny", action="store_true", help="the config's tiny sizes (tests)")
   args, rows, seeds = experiment.parse_args(ap, argv, ROWS)
+  atomic.mark_folder(args.workdir, "experiments/pixels/joint.py")  # checked: its first write
   splits = {k: getattr(args, k) for k in SPLITS}
   scenes = os.path.join(args.workdir, "scenes")
   draw_scenes(scenes, splits, args.size)

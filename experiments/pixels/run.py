@@ -58,7 +58,8 @@ _REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 if _REPO not in sys.path:  # the checkout's jaxcap and configs/, two folders up
   sys.path.insert(0, _REPO)
 
-from jaxcap.analysis import experiment  # noqa: E402  (after the path above)
+from jaxcap import atomic  # noqa: E402  (after the path above)
+from jaxcap.analysis import experiment  # noqa: E402
 
 METRICS = (("CIDEr-D", "CIDEr"), ("BLEU-4", "Bleu_4"))
 ROWS = ("pixels", "regions")
@@ -68,6 +69,7 @@ def parser() -> argparse.ArgumentParser:
   from jaxcap import cli
   ap = cli.ArgumentParser(description=__doc__.split("\n")[0])
   ap.add_argument("--workdir", required=True)
+  experiment.add_overwrite(ap)
   ap.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (config.seed)")
   ap.add_argument("--steps", type=cli.positive_int, default=900, help="training steps per Transformer run")
   ap.add_argument("--eval_every", "--eval-every", dest="eval_every", type=cli.positive_int, default=150,
@@ -374,6 +376,9 @@ def main(argv=None):
     except ValueError:
       raise SystemExit(f"--fields={args.fields}: invalid JSON; expected an object such as "
                        '{"width": 4}') from None
+  experiment.check_workdir(args.workdir, args.overwrite)  # before anything renders or trains
+  if not args.report:
+    atomic.mark_folder(args.workdir, "experiments/pixels/run.py")  # its scenes come first
   if not os.path.isabs(args.workdir):  # the commands run from the repository's root
     args.workdir = os.path.relpath(os.path.abspath(args.workdir), _REPO)
   os.chdir(_REPO)

@@ -26,6 +26,7 @@ import math
 import os
 from typing import Any, Callable, Iterable, Sequence
 
+from jaxcap import atomic
 from jaxcap.atomic import write_json, write_text  # noqa: F401  (the table scripts' writers)
 
 DDOF = 1  # sample standard deviation: the seeds are a sample of the runs a config can give
@@ -75,7 +76,85 @@ def argument_parser(doc: str, rows: Iterable[str], default_rows: Iterable[str]):
   ap.add_argument("--rows", default=",".join(default_rows), help=f"comma-separated subset of {list(rows)}")
   ap.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (config.seed)")
   ap.add_argument("--steps", type=int, default=0, help="training steps per run (0: the config's)")
+  add_overwrite(ap)
   return ap
+
+
+def add_overwrite(ap) -> None:
+  ap.add_argument("--overwrite", action="store_true",
+                  help="Write into a --workdir / --out that holds files jaxcap did not write.")
+
+
+# The files a table script's folder holds first: a run's config.json (training writes it before
+# anything else), a row's result (result.json, scores.json, sweep.json, run_seconds.json,
+# scores_<split>.json: the names the scripts read back), the table. Checkpoints and event files
+# are not searched.
+_OWN_FILES = ("config.json", "result.json", "scores.json", "sweep.json", "run_seconds.json", "table.md",
+              atomic.FOLDER_MARKER)
+_NOT_SEARCHED = ("checkpoints", "best", "tensorboard", "images", "fc", "att")
+
+
+def is_run_dir_config(path: str) -> bool:
+  """``path`` is a run's ``config.json`` (jaxcap's sections ``model`` and ``data``; another
+  library's config.json has neither)."""
+  config = atomic.read_json(path)
+  return isinstance(config, dict) and isinstance(config.get("model"), dict) and isinstance(config.get("data"), dict)
+
+
+def is_experiment_folder(path: str, depth: int = 3) -> bool:
+  """``path`` is a folder of a table script's runs and tables (its known structure: a run
+  directory, a row's result file (:data:`_OWN_FILES`, ``scores_<split>.json``) or a
+  ``table*.json`` / ``table.md`` within ``depth`` levels), or holds folders and no file at all
+  (a run killed before its first write)."""
+  files = 0
+  for root, dirs, names in os.walk(path):
+    level = os.path.relpath(root, path).count(os.sep) + (root != path)
+    if "checkpoints" in dirs and any(d.isdigit() for d in os.listdir(os.path.join(root, "checkpoints"))):
+      return True  # a run's checkpoints/<step>/ (a run resumes from them)
+    kept = [d for d in dirs if d not in _NOT_SEARCHED] if level < depth else []
+    files += len(dirs) - len(kept)  # a folder not searched: its files are unknown, not none
+    dirs[:] = kept
+    for n in names:
+      files += 1
+      full = os.path.join(root, n)
+      if n in _OWN_FILES[1:] or (n.startswith(("table", "scores_")) and n.endswith(".json")):
+        return True
+      if n == "config.json" and atomic.says(is_run_dir_config, full):
+        return True
+  return files == 0
+
+
+def check_workdir(path: str, overwrite: bool = False, flag: str = "--workdir") -> None:
+  """A table script's folder of runs: new, empty, or one of its own (to resume), else one line
+  naming ``--overwrite`` (:func:`jaxcap.atomic.check_output`); nothing is written."""
+  atomic.check_output(path, f"{flag}={path}", folder=True, overwrite=overwrite, mine=is_experiment_folder,
+                      what="a folder of this script's runs and tables (to resume)")
+
+
+def check_files(out: str, names: dict, overwrite: bool = False, flag: str = "--out") -> None:
+  """The files a script writes under fixed ``names`` in the folder ``out`` (``{name: mine}``,
+  ``mine(path)`` recognising the script's own): each new or its own, else one line naming it and
+  ``--overwrite``. Other files in ``out`` are left alone."""
+  atomic.check_writable(out, f"{flag}={out}")
+  for name, mine in names.items():
+    path = os.path.join(out, name)
+    atomic.check_output(path, f"{flag}={out}: {path}", overwrite=overwrite, mine=mine,
+                        what="one this script wrote")
+
+
+def json_with_keys(*keys: str) -> Callable[[str], bool]:
+  """A ``mine`` for :func:`check_files`: a JSON object with these keys (the script's own
+  layout), or jaxcap's marker."""
+  def mine(path: str) -> bool:
+    obj = atomic.read_json(path)
+    return isinstance(obj, dict) and (set(keys) <= set(obj) or isinstance(obj.get(atomic.JSON_MARKER), dict))
+  return mine
+
+
+def beside(json_path: str, mine: Callable[[str], bool]) -> Callable[[str], bool]:
+  """A ``mine`` for a file written with ``json_path`` (a table's ``.md`` beside its ``.json``):
+  the script's own when that JSON is."""
+  return lambda path: os.path.isfile(json_path) and mine(json_path)
 
 
 def add_split_sizes(ap, eval_images: int = 0) -> None:
@@ -90,7 +169,9 @@ def parse_args(ap, argv, rows: Iterable[str]):
   """``(args, rows, seeds)``: ``ap``'s flags (:func:`argument_parser`), the ``--rows`` among
   ``rows`` and the ``--seeds``, each bad one a one-line error."""
   args = ap.parse_args(argv)
-  return args, parse_rows(args.rows, rows), parse_seeds(args.seeds)
+  rows, seeds = parse_rows(args.rows, rows), parse_seeds(args.seeds)
+  check_workdir(args.workdir, args.overwrite)  # before any run: another program's folder
+  return args, rows, seeds
 
 
 def _number(v) -> bool:

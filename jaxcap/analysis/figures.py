@@ -44,15 +44,33 @@ def new_figure(width: float, height: float, dpi: int = 100):
   return fig
 
 
+def png_metadata() -> dict:
+  """The text chunk that marks a PNG as jaxcap's (``atomic.png_marked``: a later run may
+  replace it without ``--overwrite``)."""
+  from jaxcap import atomic
+  from jaxcap.version import __version__
+  return {atomic.PNG_MARKER: __version__}
+
+
+def check_png_out(path: str, flag: str, overwrite: bool = False) -> None:
+  """A PNG a program will write at ``path``: new, or one jaxcap drew (its text chunk), unless
+  ``overwrite`` (``atomic.check_output``: one line naming ``flag`` and ``--overwrite``)."""
+  from jaxcap import atomic
+  atomic.check_output(path, flag, overwrite=overwrite, mine=atomic.png_marked,
+                      what="a figure jaxcap drew")
+
+
 def save_png(fig, path: str, dpi: int | None = None) -> str:
-  """Writes ``fig`` as a PNG atomically (temporary file, then rename); returns ``path``."""
+  """Writes ``fig`` as a PNG atomically (temporary file, then rename), marked as jaxcap's
+  (:func:`png_metadata`); returns ``path``."""
   from matplotlib.backends.backend_agg import FigureCanvasAgg
   if not isinstance(fig.canvas, FigureCanvasAgg):  # a pyplot figure of another backend
     FigureCanvasAgg(fig)
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
   tmp = f"{path}.tmp{os.getpid()}.png"
   try:
-    fig.savefig(tmp, format="png", dpi=dpi, bbox_inches="tight", pad_inches=0.05)
+    fig.savefig(tmp, format="png", dpi=dpi, bbox_inches="tight", pad_inches=0.05,
+                metadata=png_metadata())
     os.replace(tmp, path)
   finally:
     if os.path.exists(tmp):

@@ -20,6 +20,11 @@ from jaxcap.data.vocab import EOS, PAD
 from jaxcap.errors import BadInput
 
 
+# The PNGs plot_word_figures may write after its prefix: the attention, ETA's gate, AAT's steps
+# (a model's word_figures adds its own name; a new one is added here).
+FIGURE_SUFFIXES = ("_attention.png", "_gate.png", "_steps.png")
+
+
 def row_batch(source, index: int) -> dict:
   """The evaluation batch of one image: row ``index`` of a split ``source``."""
 

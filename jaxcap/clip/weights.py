@@ -314,20 +314,21 @@ def main(argv=None) -> int:
                       "command says what it makes).")
   p.add_argument("--out", required=True,
                  help="The .safetensors file to write; open_clip_config.json goes beside it. A file "
-                      "there that this program did not write is not overwritten.")
+                      "there that this program did not write is not overwritten without --overwrite.")
   p.add_argument("--sizes", choices=tuple(STANDIN_SIZES), default="small",
                  help="small: CPU-friendly towers (default); ViT-B-32: OpenAI's sizes.")
   p.add_argument("--seed", type=int, default=0, help="The random weights' seed.")
+  p.add_argument("--overwrite", action="store_true",
+                 help="Replace files at --out (and its open_clip_config.json) this program did not write.")
   args = p.parse_args(argv)
   if not args.out.endswith(".safetensors"):
     raise BadInput(f"--out={args.out}: expected a file name ending in .safetensors (the loader "
                      "reads open_clip's layout from that extension)")
-  atomic.check_writable(args.out, f"--out={args.out}", file=True)
   config = os.path.join(os.path.dirname(args.out), "open_clip_config.json")
   for path, flag in ((args.out, f"--out={args.out}"), (config, f"--out={args.out}: {config}")):
-    if os.path.exists(path) and not is_standin(path):
-      raise BadInput(f"{flag}: a file this program did not write is there (real weights or their "
-                       "config?); expected a new path or one of its own stand-ins")
+    # Real weights or their config are never replaced without --overwrite.
+    atomic.check_output(path, flag, overwrite=args.overwrite, mine=is_standin,
+                        what="one of this program's stand-ins")
   sizes = STANDIN_SIZES[args.sizes]
   save_random(args.out, sizes, args.seed)
   print(f"wrote {args.out} and {config}: random {args.sizes} CLIP weights (seed {args.seed}, "

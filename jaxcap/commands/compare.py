@@ -36,14 +36,27 @@ def parser() -> argparse.ArgumentParser:
   add("--intersection", action="store_true", help="Compare the images both scored when the sets differ.")
   add("--resamples", type=cli.positive_int, default=10000, help="Bootstrap resamples and permutations.")
   add("--seed", type=cli.nonnegative_int, default=0, help="Seed of the resamples.")
-  add("--json", default=None, help="Also write the comparison to this JSON file (the scores files' scale, not x100).")
+  add("--json", default=None, help="Also write the comparison to this JSON file (the scores files' scale, not x100); "
+      "a file there that jaxcap-compare did not write is refused unless --overwrite.")
+  add("--overwrite", action="store_true", help="Replace a file at --json that jaxcap did not write.")
   return p
 
 
-def main() -> int:
-  a = parser().parse_args()
+# The keys of every comparison --json holds (a file of an earlier jaxcap, before the marker).
+_KEYS = {"a", "b", "images", "images_a", "images_b"}
+
+
+def is_comparison(path: str) -> bool:
+  """``path`` is a comparison this program wrote: its marker, or an earlier version's keys."""
+  obj = atomic.read_json(path)
+  return isinstance(obj, dict) and (atomic.json_marked(path) or _KEYS <= set(obj))
+
+
+def main(argv=None) -> int:
+  a = parser().parse_args(argv)
   if a.json:
-    atomic.check_writable(a.json, f"--json={a.json}", file=True)
+    atomic.check_output(a.json, f"--json={a.json}", overwrite=a.overwrite, mine=is_comparison,
+                        what="a comparison jaxcap-compare wrote")
   sa, path_a = compare.load(a.a, a.split, a.tag)
   sb, path_b = compare.load(a.b, a.split, a.tag)
   result = compare.compare(sa, sb, intersection=a.intersection, names=(path_a, path_b),
@@ -55,7 +68,8 @@ def main() -> int:
           f"{result['images']} both scored")
   print(compare.format_comparison(result, names=("A", "B")))
   if a.json:
-    atomic.write_json(a.json, dict(result, a=path_a, b=path_b))
+    atomic.write_json(a.json, dict(result, a=path_a, b=path_b,
+                                   **{atomic.JSON_MARKER: atomic.marker_value("jaxcap-compare")}))
     print(f"wrote {a.json}")
   return 0
 

@@ -22,7 +22,7 @@ import os
 from absl import flags
 import ml_collections
 
-from jaxcap import cli, ensemble, run_dir
+from jaxcap import atomic, cli, ensemble, run_dir
 from jaxcap.errors import BadInput
 from jaxcap.evaluation import files, runs, server
 from jaxcap.training import validation
@@ -90,6 +90,8 @@ _CLIP_IMAGES = flags.DEFINE_string("clip_images", None, "The scored images for -
 _REFCLIP = flags.DEFINE_enum("refclip_variant", "clipscore", ["clipscore", "clip_caption_reward"],
                              "RefCLIP-S's reference term: clipscore.py's raw cosine, or "
                              "CLIP-Caption-Reward's 2.5 max(cos, 0).")
+_OVERWRITE = flags.DEFINE_bool("overwrite", False, "Replace a file at --out (or write into an --ensemble's "
+                                "--workdir) that jaxcap did not write.")
 _CLIP_BATCH = flags.DEFINE_integer("clip_batch_size", 64, "Images / captions per CLIP batch.")
 for _name in ("sample_n", "sample_n_method", "ensemble_weights", "batch_size", "caption_postprocess",
               "clip_weights", "pac_weights", "clip_images", "refclip_variant", "clip_batch_size"):
@@ -148,12 +150,27 @@ def _check_flags() -> None:
                      "nothing is scored there; expected it with a split to score or --predictions")
   if _STEP.value is not None and _ENSEMBLE.value:
     raise BadInput("--step does not apply to --ensemble (each member uses its best checkpoint)")
+  _check_outputs()
   clip = _clip_request()
   if clip and (_IMAGES.value is not None or _SERVER.value is not None):
     raise BadInput(f"--{'clip_weights' if _CLIP_WEIGHTS.value else 'pac_weights'} with "
                      f"--{'images' if _IMAGES.value else 'server'}: nothing is scored there; expected "
                      "it with a split to score or --predictions")
   clip.check()
+
+
+def _check_outputs() -> None:
+  """The paths the user named for the outputs hold nothing jaxcap did not write (or
+  --overwrite): the scores JSON (--predictions), the captions JSON (--images), an ensemble's
+  --workdir folder. A run's own --workdir is a run directory: its files are jaxcap's."""
+  if _OUT.value and (_PREDICTIONS.value or _IMAGES.value):
+    mine, what = ((files.is_scores_file, "a scores file jaxcap wrote") if _PREDICTIONS.value else
+                  (runs.is_captions_file, "a captions file evaluate.py --images wrote"))
+    atomic.check_output(_OUT.value, f"--out={_OUT.value}", overwrite=_OVERWRITE.value, mine=mine, what=what)
+  if _ENSEMBLE.value and _WORKDIR.value:
+    atomic.check_output(_WORKDIR.value, f"--workdir={_WORKDIR.value}", folder=True,
+                        overwrite=_OVERWRITE.value, mine=runs.is_output_folder,
+                        what="a run directory or one jaxcap's evaluations wrote")
 
 
 def check() -> None:
@@ -206,6 +223,8 @@ def main(argv):
                 caption_postprocess=_POST.value, clip=_clip_request())
   if _ENSEMBLE.value:
     workdirs = [w.strip() for w in _ENSEMBLE.value.split(",") if w.strip()]
+    if _WORKDIR.value and not runs.is_output_folder(_WORKDIR.value):
+      atomic.mark_folder(_WORKDIR.value, "evaluate.py --ensemble")  # checked: new, empty or --overwrite
     runs.evaluate_ensemble(workdirs, _WEIGHTS.value, out_dir=_WORKDIR.value, decode=_decode,
                            tag=_TAG.value or "_ensemble", **common)
     return

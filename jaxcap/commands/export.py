@@ -34,13 +34,25 @@ def parser() -> argparse.ArgumentParser:
   add("--weights", default=None, help="The backbone's .safetensors file, when the run's features.json records one.")
   add("--no_backbone", action="store_true", help="Leave the image backbone out (features only).")
   add("--platforms", default="cpu,cuda", help="Comma-separated platforms to lower for (cpu, cuda, rocm, tpu).")
+  add("--overwrite", action="store_true", help="Replace a file at --out that is not a jaxcap export.")
   return p
 
 
-def main() -> int:
-  a = parser().parse_args()
+def is_artefact(path: str) -> bool:
+  """``path`` is a file jaxcap-export wrote: a zip whose ``metadata.json`` says its format
+  (``jaxcap.serving.artefact.FORMAT``, spelled here: that module imports jax)."""
+  import json
+  import zipfile
+  with zipfile.ZipFile(path) as z:
+    meta = json.loads(z.read("metadata.json"))
+  return isinstance(meta, dict) and meta.get("format") == "jaxcap-captioner"
+
+
+def main(argv=None) -> int:
+  a = parser().parse_args(argv)
   # Bad input is refused before the run is loaded or anything is compiled or written.
-  atomic.check_writable(a.out, f"--out={a.out}", file=True)
+  atomic.check_output(a.out, f"--out={a.out}", overwrite=a.overwrite, mine=is_artefact,
+                      what="a captioner jaxcap-export wrote")
   if not os.path.isdir(a.workdir):
     raise BadInput(f"--workdir={a.workdir}: not a directory; expected a run directory train.py wrote")
   platforms = tuple(p.strip() for p in a.platforms.split(",") if p.strip())

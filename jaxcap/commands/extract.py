@@ -68,7 +68,15 @@ def parser() -> argparse.ArgumentParser:
   add("--val", type=cli.nonnegative_int, default=0, help="Captioned images in the val split.")
   add("--test", type=cli.nonnegative_int, default=0, help="Captioned images in the test split.")
   add("--no_progress", action="store_true", help="No progress bar.")
+  add("--overwrite", action="store_true", help="Write into an --out folder that holds files jaxcap did not write.")
   return p
+
+
+def is_features_folder(path: str) -> bool:
+  """``path`` holds an extraction (its ``features.json``, written before the folder had a
+  marker: ``atomic.FOLDER_MARKER``)."""
+  record = atomic.read_json(os.path.join(path, extract.RECORD_FILE))
+  return isinstance(record, dict) and "backbone" in record
 
 
 def _err(*lines) -> None:
@@ -76,14 +84,16 @@ def _err(*lines) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def main() -> int:
-  a = parser().parse_args()
+def main(argv=None) -> int:
+  a = parser().parse_args(argv)
   # Bad input first, before anything is written or compiled.
   if not os.path.isdir(a.images):
     raise BadInput(f"--images={a.images}: not a directory; expected a folder of images")
   if os.path.exists(a.out) and not os.path.isdir(a.out):
     raise BadInput(f"--out={a.out}: is a file; expected a directory to write the features into")
-  atomic.check_writable(a.out, f"--out={a.out}")  # a read-only place: before the backbone is built
+  # A read-only place or another program's folder: before the backbone is built.
+  atomic.check_output(a.out, f"--out={a.out}", folder=True, overwrite=a.overwrite,
+                      mine=is_features_folder, what="one jaxcap-extract wrote (to resume)")
   if bool(a.weights) == a.random_weights:
     raise BadInput(f"--weights={a.weights} and --random_weights: both given; expected one" if a.weights else
                      "--weights: missing; expected the backbone's .safetensors file "
@@ -130,7 +140,7 @@ def main() -> int:
     variables = registry.random_variables(module, seed=a.seed,
                                           size=None if size == extract.NATIVE else size)
     print(f"{a.backbone}: RANDOM weights (seed {a.seed}); the features mean nothing", flush=True)
-  os.makedirs(a.out, exist_ok=True)
+  atomic.mark_folder(a.out, "jaxcap-extract")
   result = extract.run(a.images, a.out, module, variables, record, size, batch_size=a.batch_size,
                        progress=not a.no_progress, files=files, check=False)
   failed, done = result["failed"], result["done_before"]

@@ -23,6 +23,8 @@ DEFAULT_CONFIG = "configs/transformer.py:synthetic"
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (default: runs/<config name>).")
 _DRY_RUN = flags.DEFINE_bool("dry_run", False, "Compile the training (and SCST) step, print "
                              "parameters, FLOPs per step and per-device memory; write nothing.")
+_OVERWRITE = flags.DEFINE_bool("overwrite", False, "Write into a --workdir that is no run directory "
+                               "but holds files of the names training writes (metrics.jsonl, ...).")
 
 
 def _workdir() -> str:
@@ -41,7 +43,7 @@ def check() -> None:
       raise BadInput(f"config field model.name: {config.model.name!r} has no training step to "
                        "compile; expected a trainable model")
   else:
-    validation.check_workdir_writable(_workdir())
+    validation.check_workdir_writable(_workdir(), _OVERWRITE.value)
 
 
 def main(argv):
@@ -53,7 +55,7 @@ def main(argv):
     return
   # The run prints "workdir: <path>" once its checks have passed, before it writes there: a
   # refused value or file is the only output.
-  train_lib.train_and_evaluate(flags.FLAGS.config, workdir)
+  train_lib.train_and_evaluate(flags.FLAGS.config, workdir, overwrite=_OVERWRITE.value)
 
 
 def run():

@@ -213,6 +213,15 @@ def write_dataset(out: str, scenes: SyntheticScenes, size: int, log=print,
   return counts
 
 
+def is_rendered(out: str) -> bool:
+  """``out`` holds what :func:`write_dataset` writes (a folder of an earlier jaxcap, before
+  ``atomic.FOLDER_MARKER``): ``captions.json`` of ``{"image", "caption", "split"}`` items."""
+  with open(os.path.join(out, CAPTIONS_FILE)) as f:
+    items = json.load(f)
+  return isinstance(items, list) and all(isinstance(i, dict) and set(i) == {"image", "caption", "split"}
+                                         for i in items)
+
+
 def main(argv=None) -> int:
   from jaxcap import cli  # the program's arguments only: the data layer imports no command line
   p = cli.ArgumentParser(prog="python -m jaxcap.data.render",
@@ -226,11 +235,17 @@ def main(argv=None) -> int:
   p.add_argument("--names", choices=("split_index", "image_id"), default="split_index",
                  help="PNG names: <split>_<i>.png (jaxcap-extract's keys) or the synthetic dataset's "
                       "image ids (its runs' predictions: evaluate.py --clip_images).")
+  p.add_argument("--overwrite", action="store_true",
+                 help="Write into an --out folder that holds files jaxcap did not write.")
   args = p.parse_args(argv)
   if args.size < 8:
     raise BadInput(f"--size={args.size}: expected at least 8 pixels")
   if os.path.exists(args.out) and not os.path.isdir(args.out):
     raise BadInput(f"--out={args.out}: is a file; expected a directory")
+  from jaxcap import atomic
+  atomic.check_output(args.out, f"--out={args.out}", folder=True, overwrite=args.overwrite,
+                      mine=is_rendered, what="one this program wrote")
+  atomic.mark_folder(args.out, "jaxcap.data.render")
   scenes = SyntheticScenes(num_train=args.num_train, num_val=args.num_val,
                            num_test=args.num_test, seed=args.seed)
   write_dataset(args.out, scenes, args.size, names=args.names)

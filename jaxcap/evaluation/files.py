@@ -187,6 +187,14 @@ def load_scores(path: str, image_ids=None) -> dict:
   return out
 
 
+def is_scores_file(path: str) -> bool:
+  """``path`` is a scores file jaxcap wrote: a JSON object whose ``signature`` records jaxcap's
+  version (:func:`jaxcap.evaluation.signature.build`)."""
+  obj = atomic.read_json(path)
+  return (isinstance(obj, dict) and isinstance(obj.get("signature"), dict)
+          and "jaxcap" in obj["signature"])
+
+
 def score_files(predictions_path: str, references_path: str, out_path: str, spice: bool = False,
                 *, metrics=None,
                 log: Callable[[str], None] = print, caption_postprocess: str = "none", clip=None) -> dict:

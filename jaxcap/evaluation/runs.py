@@ -18,7 +18,7 @@ from jaxcap import images as images_lib
 from jaxcap import progress
 from jaxcap import data as data_lib
 from jaxcap.errors import BadInput
-from jaxcap.evaluation import coco_metrics, server
+from jaxcap.evaluation import coco_metrics, files, server
 from jaxcap.features import extract
 from jaxcap.features import record as record_lib
 from jaxcap.models import pixels
@@ -214,6 +214,24 @@ def evaluate_ensemble(workdirs, weights=None, *, out_dir: str | None = None, spl
                            config.eval_batch_size, out_dir, tag, spice, sample_n, sample_n_method,
                            members=[f"{w}@{m.step}" for w, m in zip(workdirs, members)],
                            weights=weights, caption_postprocess=post, clip=prepared)
+
+
+def is_captions_file(path: str) -> bool:
+  """``path`` is what :func:`caption_folder` writes: a non-empty JSON list of ``{"image",
+  "caption"}`` objects and nothing else (its known structure: a list carries no marker)."""
+  items = atomic.read_json(path)
+  return (isinstance(items, list) and bool(items)
+          and all(isinstance(i, dict) and set(i) == {"image", "caption"} for i in items))
+
+
+def is_output_folder(path: str) -> bool:
+  """``path`` is a run directory (its ``config.json``) or holds a scores file jaxcap wrote (an
+  ensemble's --workdir of an earlier jaxcap, before ``atomic.FOLDER_MARKER``)."""
+  if os.path.isfile(os.path.join(path, run_dir.CONFIG_FILE)):
+    return True
+  return os.path.isdir(path) and any(
+      n.startswith("scores_") and n.endswith(".json") and atomic.says(files.is_scores_file, os.path.join(path, n))
+      for n in os.listdir(path))
 
 
 def caption_folder(workdir: str, images: str, out: str, *, weights: str | None = None,

@@ -28,7 +28,7 @@ import jax.numpy as jnp
 from jaxcap.errors import BadInput
 from jaxcap.features import image
 from jaxcap.features.resnet import ResNet
-from jaxcap.features.vit import ACTIVATIONS, ViT
+from jaxcap.features.vit import ViT
 
 _SELF_CRITICAL = {"stride_on_1x1": True, "maxpool_ceil": True}
 
@@ -63,9 +63,10 @@ def build(name: str, **fields):
   if unknown:
     raise BadInput(f"backbone {name!r}: unknown field {unknown[0]!r}, expected one of "
                      f"{', '.join(sorted(known))}")
+  own = dict(_defaults(cls), **defaults)
   for key, value in fields.items():
     if key != "dtype":
-      check_field(name, key, value, dict(_defaults(cls), **defaults).get(key))
+      check_field(name, key, value, own.get(key))
   values = dict(defaults, **fields)
   if cls is ViT and values["dim"] % values["num_heads"]:
     raise BadInput(f"backbone {name!r}: dim {values['dim']} does not split into num_heads "
@@ -94,14 +95,10 @@ def _is_real(v) -> bool:
 def check_field(name: str, key: str, value, default) -> None:
   """One-line ``BadInput`` unless ``value`` is a value of field ``key`` (a user's ``--fields``,
   a ``features.json``, a run's config): of its default's kind (a flag, an int >= 1, a
-  finite number, a list of them as long as the default's) and, for the ViT's activation, a
-  known one. A 0 patch or a negative depth would fail deep inside the network (a division by
+  finite number, a list of them as long as the default's). A 0 patch or a negative depth would fail deep inside the network (a division by
   zero, an empty stack) as if it were jaxcap's error."""
   where = f"backbone {name!r}: field {key!r} = {value!r}"
-  if key == "activation":
-    if value not in ACTIVATIONS:
-      raise BadInput(f"{where}: expected one of {', '.join(sorted(ACTIVATIONS))}")
-  elif isinstance(default, bool):
+  if isinstance(default, bool):
     if not isinstance(value, (bool, np.bool_)):
       raise BadInput(f"{where}: expected true or false")
   elif key == "att_size" or _is_int(default):

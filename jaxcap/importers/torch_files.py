@@ -140,7 +140,8 @@ def _resolve(obj, read):
 
 def _read_legacy(path: str):
   with open(path, "rb") as file:  # in memory: each pickle's lengths are checked before it is read
-    f = io.BytesIO(file.read())
+    raw = file.read()
+  f = io.BytesIO(raw)
   magic = _PthUnpickler(check_lengths(f), path).load()
   if magic != _LEGACY_MAGIC:
     raise BadInput("neither a zip nor PyTorch's older format")
@@ -154,6 +155,9 @@ def _read_legacy(path: str):
       raise BadInput(f"storage {key}: not named by the pickle")
     numel = struct.unpack("<q", f.read(8))[0]
     size = numel * np.dtype(u.storages[key]).itemsize
+    left = len(raw) - f.tell()
+    if not 0 <= size <= left:  # a count past the file (or negative) is a damaged file, not a read
+      raise BadInput(f"storage {key}: {numel} elements ({size} bytes), {left} bytes left in the file")
     data[key] = f.read(size)
     if len(data[key]) != size:
       raise BadInput(f"storage {key}: the file ends inside it")

@@ -607,15 +607,17 @@ def dry_run(config, workdir: str = "", log=print) -> dict:
   return report
 
 
-def train_and_evaluate(config, workdir: str) -> dict:
+def train_and_evaluate(config, workdir: str, *, overwrite: bool = False) -> dict:
   """Trains (or resumes) and, when ``config.test_after_training``, tests the best checkpoint.
+  ``overwrite``: write into a folder that holds files of the names training writes but is no
+  run directory (:func:`jaxcap.training.validation.check_workdir_writable`; else refused).
 
   Returns:
     ``{"overall": {...}, "per_image": {...}}`` of the test split (``{}`` when not tested).
   """
   model_cls = registry.get(config.model.name)
   validation.check_config(config)
-  validation.check_workdir_writable(workdir)
+  validation.check_workdir_writable(workdir, overwrite)
   if not getattr(model_cls, "trainable", True):
     return fit_non_trainable(config, workdir)
   trainer = Trainer(config, workdir)

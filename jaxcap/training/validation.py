@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
+import re
 import time
 
 import numpy as np
@@ -223,9 +224,27 @@ def _check_lengths(config, longest: int | None) -> None:
                        f"positions; expected at most {longest - extra}{more}, got {v}")
 
 
-def check_workdir_writable(workdir: str) -> None:
-  """The workdir is a writable directory, or one can be created there (nothing is written)."""
+# The files a training run rewrites in its workdir (written after config.json, so a run
+# directory has it before any of these): their names in a folder without one are another's.
+# checkpoints/ and best/ are not among them: a run resumes from them (or sets a damaged step
+# aside), it does not write over them.
+_RUN_OUTPUTS = re.compile(r"^(metrics\.jsonl|tensorboard|(predictions|scores)_.+\.json)$")
+
+
+def check_workdir_writable(workdir: str, overwrite: bool = False) -> None:
+  """The workdir is a writable directory, or one can be created there (nothing is written);
+  a folder without ``config.json`` (no run directory) that holds a file of the names training
+  rewrites (``metrics.jsonl``, ``tensorboard/``, ``scores_<split>.json``, ...) is another
+  program's: refused unless ``overwrite`` (``train.py --overwrite``)."""
   atomic.check_writable(workdir, f"--workdir={workdir}")
+  if overwrite or not os.path.isdir(workdir) or any(
+      os.path.isfile(os.path.join(workdir, n)) for n in ("config.json", atomic.FOLDER_MARKER)):
+    return
+  theirs = sorted(n for n in os.listdir(workdir) if _RUN_OUTPUTS.match(n))
+  if theirs:
+    raise BadInput(f"--workdir={workdir}: holds {theirs[0]} but no config.json: files jaxcap did "
+                   "not write; expected a new or empty folder or a run directory to resume "
+                   f"({atomic.OVERWRITE_FLAG} writes into it anyway)")
 
 
 def splits_in_use(config) -> list[str]:

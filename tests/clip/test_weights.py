@@ -163,9 +163,10 @@ def test_standin_program_writes_loadable_weights_and_keeps_other_files(tmp_path,
   save_file({"x": np.zeros(2, np.float32)}, str(real))
   (tmp_path / "theirs").mkdir()
   shutil.copy(os.path.join(FIXTURES, "open_clip", "open_clip_config.json"), tmp_path / "theirs")
-  cases = [(["--random", "--out", real], r"real/open_clip_model\.safetensors: a file this program did not write"),
+  cases = [(["--random", "--out", real], r"real/open_clip_model\.safetensors: a file jaxcap did not write "
+            r"is there; expected a new path or one of this program's stand-ins \(--overwrite replaces it\)"),
            (["--random", "--out", tmp_path / "theirs" / "w.safetensors"],
-            r"theirs/open_clip_config\.json: a file this program did not write"),
+            r"theirs/open_clip_config\.json: a file jaxcap did not write"),
            (["--random", "--out", tmp_path / "w.pt"], r"--out=.*w\.pt: expected a file name ending in \.safetensors"),
            (["--out", tmp_path / "w.safetensors"], r"--random"),
            (["--random", "--out", tmp_path / "w.safetensors", "--sizes", "huge"], r"--sizes: invalid choice: 'huge'")]
@@ -176,3 +177,8 @@ def test_standin_program_writes_loadable_weights_and_keeps_other_files(tmp_path,
   assert not weights.is_standin(str(real)) and not (tmp_path / "real" / "open_clip_config.json").exists()
   assert not (tmp_path / "theirs" / "w.safetensors").exists() and not (tmp_path / "w.safetensors").exists()
   assert not weights.is_standin(str(tmp_path / "theirs" / "open_clip_config.json"))
+  real_bytes = real.read_bytes()
+  code, _, err = _standin_cli(["--random", "--out", real], capsys)
+  assert code == 2 and real.read_bytes() == real_bytes, err  # byte-identical
+  code, _, err = _standin_cli(["--random", "--out", real, "--overwrite"], capsys)  # said: replaced
+  assert code == 0 and weights.is_standin(str(real)), err

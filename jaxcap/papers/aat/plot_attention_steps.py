@@ -13,7 +13,6 @@ stay empty.
 
 from __future__ import annotations
 
-import os
 
 
 from jaxcap import api
@@ -49,7 +48,10 @@ def main(argv=None):
   ap.add_argument("--split", default="test")
   ap.add_argument("--index", type=int, default=0, help="row of the image in the split")
   ap.add_argument("--out", default="attention_steps.png")
+  ap.add_argument("--overwrite", action="store_true", help="Replace a PNG at --out jaxcap did not draw.")
   args = ap.parse_args(argv)
+  from jaxcap.analysis.figures import check_png_out
+  check_png_out(args.out, f"--out={args.out}", args.overwrite)  # before a run is loaded
 
   if args.random_init:
     run = untrained_run()

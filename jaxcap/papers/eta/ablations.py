@@ -33,6 +33,7 @@ DEFAULT_ROWS = ("transformer_v", "transformer_s", "parallel", "stacked_v", "stac
 METRICS = (("CIDEr-D", "CIDEr"), ("BLEU-4", "Bleu_4"), ("METEOR", "METEOR"), ("ROUGE-L", "ROUGE_L"))
 
 flags.DEFINE_string("workdir", "runs/eta_ablations", "Parent directory of the per-row runs.")
+flags.DEFINE_bool("overwrite", False, "Write into a --workdir that holds files jaxcap did not write.")
 flags.DEFINE_string("variants", ",".join(DEFAULT_ROWS), "Comma-separated rows (see above).")
 flags.DEFINE_string("dataset", "synthetic", "Dataset argument of configs/eta.py.")
 flags.DEFINE_string("extra", "", "Extra config arguments for every row, e.g. 'attributes=detected'.")
@@ -106,6 +107,7 @@ def main(argv):
   rows = experiment.parse_list(flags.FLAGS.variants, "--variants")
   seeds = experiment.parse_seeds(flags.FLAGS.seeds)
   workdir = flags.FLAGS.workdir
+  experiment.check_workdir(workdir, flags.FLAGS.overwrite)  # before any row trains
   results, summaries = {}, {}
 
   def run(row, seed):

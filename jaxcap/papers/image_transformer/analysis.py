@@ -19,7 +19,6 @@ the decoded caption). The paper reports 30.40 (M = 1) vs 454.57 (M = 3) on COCO 
 from __future__ import annotations
 
 import json
-import os
 
 import numpy as np
 from jaxcap import decoding
@@ -47,6 +46,7 @@ def relations_of(boxes, query: int, epsilon: float = 0.9):
 
 
 def figure3(args):
+  figures.check_png_out(args.out, f"--out={args.out}", args.overwrite)
   ds = synthetic.SyntheticScenes(num_train=10, num_val=10, num_test=max(args.index + 1, 200))
   index, query = args.index, args.query
   if index < 0:  # the first scene with a container
@@ -103,6 +103,7 @@ def main(argv=None):
   sub = ap.add_subparsers(dest="cmd", required=True)
   f = sub.add_parser("figure3")
   f.add_argument("--out", required=True)
+  f.add_argument("--overwrite", action="store_true", help="Replace a PNG at --out jaxcap did not draw.")
   f.add_argument("--split", default="test")
   f.add_argument("--index", type=int, default=-1, help="scene index (-1: the first with a container)")
   f.add_argument("--query", type=int, default=-1, help="query region (-1: the container)")

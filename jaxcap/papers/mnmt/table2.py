@@ -54,6 +54,7 @@ def main(argv=None):
   from jaxcap.cli import ArgumentParser  # its refusals: one line (run_script)
   p = ArgumentParser(description=__doc__.split("\n")[0])
   p.add_argument("--workdir", required=True)
+  experiment.add_overwrite(p)
   p.add_argument("--rows", default="nmt,imgtxt,mnmt1,mnmt2,mnmt3,mnmt4,mnmt5,mnmt6,mnmt7,mnmt8")
   p.add_argument("--seeds", default="0,1,2")
   p.add_argument("--steps", type=int, default=400)
@@ -80,6 +81,7 @@ def main(argv=None):
                      "and --num_val >= 1")
   num_val = args.num_val if args.val_every else 10
   seeds = experiment.parse_seeds(args.seeds)
+  experiment.check_workdir(args.workdir, args.overwrite)  # before anything trains
   os.makedirs(args.workdir, exist_ok=True)
   out_path = os.path.join(args.workdir, "table2.json")
   results = json.load(open(out_path)) if os.path.exists(out_path) else {}

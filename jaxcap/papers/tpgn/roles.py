@@ -257,7 +257,8 @@ def plot_projection(xy_Nx2, tags: Sequence[str], path: str, title: str = "") -> 
   ax.legend(fontsize=7, markerscale=2)
   ax.set_title(title or "unbinding vectors u_t (PCA), by part of speech")
   fig.tight_layout()
-  fig.savefig(path)
+  from jaxcap.analysis import figures
+  fig.savefig(path, metadata=figures.png_metadata())  # marked: a later run may replace it
   plt.close(fig)
   return path
 
@@ -315,7 +316,8 @@ def analyse(model, variables, dataset, *, clusters=(2, 10), fit_split="train", f
     written = plot_projection(xy, tags or ["?"] * len(xy), png)
     if written is None:
       log(f"matplotlib is not installed: no PNG; 2-D coordinates written to {png}.json")
-      atomic.write_json(png + ".json", {"xy": xy.round(4).tolist(), "tags": tags, "words": test["words"]})
+      atomic.write_json(png + ".json", {"xy": xy.round(4).tolist(), "tags": tags, "words": test["words"],
+                                        atomic.JSON_MARKER: atomic.marker_value("jaxcap.papers.tpgn.roles")})
     out["png"] = written
   if ablate:
     out["ablation"] = {}
@@ -338,6 +340,7 @@ def main(argv=None):
   ap.add_argument("--fit-images", dest="fit_images", type=int, default=2000)
   ap.add_argument("--split", default="test")
   ap.add_argument("--png", default="")
+  ap.add_argument("--overwrite", action="store_true", help="Replace a file at --png jaxcap did not write.")
   ap.add_argument("--ablate", action="store_true")
   ap.add_argument("--seed", type=int, default=0)
   args = ap.parse_args(argv)
@@ -348,6 +351,11 @@ def main(argv=None):
   if min(clusters) < 1:
     raise BadInput(f"--clusters={args.clusters}: expected comma-separated positive numbers of "
                      "clusters (the paper's N_u, e.g. 2,10)")
+  if args.png:  # the PNG, or its coordinates when matplotlib is missing: before the run loads
+    from jaxcap.analysis import figures
+    figures.check_png_out(args.png, f"--png={args.png}", args.overwrite)
+    atomic.check_output(args.png + ".json", f"--png={args.png}: {args.png}.json",
+                        overwrite=args.overwrite, mine=atomic.json_marked, what="one this program wrote")
   run = jaxcap.load(args.workdir, args.step)
   if run.config.model.name != "tpgn":
     raise SystemExit(f"{args.workdir}: model.name is {run.config.model.name!r}, not 'tpgn'")
