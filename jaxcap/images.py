@@ -31,13 +31,15 @@ IMAGE_RUNS = ("runs that caption image files: one trained on jaxcap-extract's fe
               "configs/pixels.py:synthetic --workdir runs/pixels_scenes)")
 
 
-def read_image(path: str, size: int | str) -> np.ndarray:
+def read_image(path: str, size: int | str, exif: bool | None = None) -> np.ndarray:
   """``[S, S, 3]`` uint8 RGB of the image file at ``path``, or ``[H, W, 3]`` as stored when
-  ``size`` is :data:`NATIVE` (see the module docstring)."""
+  ``size`` is :data:`NATIVE` (see the module docstring). ``exif``: apply the orientation tag
+  (default: unless ``size`` is NATIVE; the region detector reads unresized photos upright, as the
+  Caffe original's ``cv2.imread`` does)."""
   from PIL import Image, ImageOps
   with opened(path, path) as img:
     img.load()
-    if size != NATIVE:  # prepro_feats' skimage.io.imread ignores the orientation tag
+    if (size != NATIVE) if exif is None else exif:  # prepro_feats' skimage.io.imread ignores the tag
       img = ImageOps.exif_transpose(img)
     if img.mode in ("I", "F") or img.mode.startswith("I;16"):
       img = _high_depth_to_rgb(img, path)

@@ -1,0 +1,201 @@
+"""Bottom-up region features of a folder of photos, in the layout self-critical.pytorch's
+``scripts/make_bu_data.py`` writes from the Caffe original's TSV (and that jaxcap's COCO configs,
+the imported self-critical and M² models and the Image Transformer read):
+
+  python -m jaxcap.detection.extract --images photos/ --out data/mine --weights pytorch_model.bin
+
+- ``<out>/cocobu_att/<stem>.npz``: key ``feat``, ``[n, 2048]`` float32, the regions' pooled res5
+  features (``n`` between ``--min_boxes`` and ``--max_boxes``);
+- ``<out>/cocobu_fc/<stem>.npy``: ``[2048]``, their mean (make_bu_data's ``fc``);
+- ``<out>/cocobu_box/<stem>.npy``: ``[n, 4]`` x1 y1 x2 y2 in the photo's pixels;
+- ``<out>/regions.json``: the detector's weights (file name and sha256), its shape and every
+  setting, written before the first feature so that two detectors never share a folder.
+
+Each photo is read upright (its EXIF orientation applied, as the original's ``cv2.imread``
+does), as RGB, and goes through :class:`jaxcap.detection.regions.RegionDetector` alone (the
+original's one image at a time); ``--canvas_multiple`` pads its canvas further so that photos of
+nearby sizes share a compiled program (1: each size its own, the reference's features exactly).
+Each file is written atomically; a second run skips the photos whose three files exist, and
+refuses a folder whose ``regions.json`` another detector or setting wrote. An unreadable photo
+is a warning line, skipped. Exit 2 with one line on bad input, before anything is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+from jaxcap import atomic, cli
+from jaxcap.errors import BadInput
+from jaxcap.images import NATIVE, read_image, unreadable_reason
+
+RECORD_FILE = "regions.json"
+FOLDERS = ("cocobu_att", "cocobu_fc", "cocobu_box")
+
+
+def parser() -> argparse.ArgumentParser:
+  p = cli.ArgumentParser(prog="python -m jaxcap.detection.extract", description=__doc__.split("\n")[0])
+  add = p.add_argument
+  add("--images", required=True, help="Folder of photos (not recursive).")
+  add("--out", required=True, help="Output folder (cocobu_att/, cocobu_fc/, cocobu_box/, regions.json).")
+  add("--weights", required=True, help="The detector's pytorch_model.bin (LXMERT's frcnn-vg-finetuned) "
+      "or airsplay's faster_rcnn_from_caffe_attr.pkl.")
+  add("--selection", choices=["caffe", "reference"], default="caffe",
+      help="caffe: the original's generate_tsv.py selection (default); reference: LXMERT's.")
+  add("--conf_thresh", type=float, default=0.2, help="caffe selection: a region's least max_conf.")
+  add("--nms_thresh", type=float, default=0.3, help="caffe selection: the per-class NMS IoU.")
+  add("--nms_thresholds", default="0.6", help="reference selection: IoU thresholds tried in order, comma-separated.")
+  add("--min_boxes", type=cli.positive_int, default=10, help="Fewest regions per photo.")
+  add("--max_boxes", type=cli.positive_int, default=100, help="Most regions per photo.")
+  add("--short", type=cli.positive_int, default=600, help="Resized short side.")
+  add("--long", type=cli.positive_int, default=1000, help="Resized long side, at most.")
+  add("--pre_nms_topk", type=cli.positive_int, default=6000, help="RPN proposals before its NMS.")
+  add("--post_nms_topk", type=cli.positive_int, default=300, help="RPN proposals kept after its NMS.")
+  add("--canvas_multiple", type=cli.positive_int, default=1,
+      help="Pad each canvas to a multiple of this many pixels (fewer compiled programs; 1: exact).")
+  add("--no_progress", action="store_true", help="No progress bar.")
+  add("--overwrite", action="store_true", help="Write into an --out folder that holds files jaxcap did not write.")
+  return p
+
+
+def _thresholds(text: str) -> tuple:
+  try:
+    values = tuple(float(t) for t in text.split(","))
+  except ValueError:
+    values = ()
+  if not values or not all(0.0 <= t <= 1.0 for t in values):
+    raise BadInput(f"--nms_thresholds={text}: expected IoU thresholds in [0, 1], comma-separated")
+  return values
+
+
+def is_regions_folder(path: str) -> bool:
+  record = atomic.read_json(os.path.join(path, RECORD_FILE))
+  return isinstance(record, dict) and "detector" in record
+
+
+def _sha256(path: str) -> str:
+  import hashlib  # noqa: PLC0415
+  h = hashlib.sha256()
+  with open(path, "rb") as f:
+    for chunk in iter(lambda: f.read(1 << 20), b""):
+      h.update(chunk)
+  return h.hexdigest()
+
+
+def _done(out: str, stem: str) -> bool:
+  return all(os.path.isfile(os.path.join(out, d, stem + (".npz" if d == "cocobu_att" else ".npy")))
+             for d in FOLDERS)
+
+
+def run(images_dir: str, out: str, detector, record: dict, *, progress: bool = True, log=None) -> dict:
+  """Detects the regions of every photo of ``images_dir`` not done yet (module docstring);
+  returns ``{"total", "done_before", "extracted", "failed": [(name, reason)], "seconds"}``."""
+  from jaxcap.features.extract import list_images  # noqa: PLC0415
+  log = log or (lambda s: print(s, file=sys.stderr, flush=True))
+  names = list_images(images_dir)
+  if not names:
+    raise BadInput(f"--images={images_dir}: no image files; expected a folder of photos")
+  path = os.path.join(out, RECORD_FILE)
+  if os.path.isfile(path):
+    old = atomic.read_json(path)
+    if old != record:
+      raise BadInput(f"{path}: regions of another detector or setting are there; expected a new "
+                     "--out folder (or the same weights and settings, to resume)")
+  left = [p for d in (out,) + tuple(os.path.join(out, f) for f in FOLDERS) for p in atomic.remove_leftovers(d)]
+  if left:
+    log(f"removed {len(left)} temporary file(s) a stopped extraction left (e.g. {left[0]})")
+  for d in FOLDERS:
+    os.makedirs(os.path.join(out, d), exist_ok=True)
+  atomic.write_json(path, record)
+  todo = [n for n in names if not _done(out, os.path.splitext(n)[0])]
+  result = {"total": len(names), "done_before": len(names) - len(todo), "extracted": 0, "failed": [],
+            "seconds": 0.0}
+  bar = None
+  if progress and todo:
+    from tqdm import tqdm  # noqa: PLC0415
+    bar = tqdm(total=len(todo), unit="img", file=sys.stderr, dynamic_ncols=True)
+  start = time.perf_counter()
+  try:
+    for name in todo:
+      file = os.path.join(images_dir, name)
+      try:
+        img = read_image(file, NATIVE, exif=True)
+      except Exception as e:  # pylint: disable=broad-except  (Pillow raises many kinds)
+        reason = unreadable_reason(e)
+        result["failed"].append((name, reason))
+        msg = f"warning: {file}: unreadable image ({reason}); skipped"
+        (bar.write(msg, file=sys.stderr) if bar is not None else log(msg))
+        continue
+      finally:
+        if bar is not None:
+          bar.update(1)
+      r = detector([img])[0]
+      stem = os.path.splitext(name)[0]
+      feat = np.asarray(r["features"], np.float32)
+      # The fc file last: a photo counts as done only when all three are there.
+      atomic.write_with(os.path.join(out, "cocobu_att", stem + ".npz"), lambda f: np.savez_compressed(f, feat=feat))
+      atomic.write_with(os.path.join(out, "cocobu_box", stem + ".npy"),
+                        lambda f: np.save(f, np.asarray(r["boxes"], np.float32)))
+      atomic.write_with(os.path.join(out, "cocobu_fc", stem + ".npy"), lambda f: np.save(f, feat.mean(0)))
+      result["extracted"] += 1
+  finally:
+    if bar is not None:
+      bar.close()
+  result["seconds"] = time.perf_counter() - start
+  return result
+
+
+def main(argv=None) -> int:
+  a = parser().parse_args(argv)
+  thresholds = _thresholds(a.nms_thresholds)
+  if not os.path.isdir(a.images):
+    raise BadInput(f"--images={a.images}: not a directory; expected a folder of photos")
+  if a.min_boxes > a.max_boxes:
+    raise BadInput(f"--min_boxes={a.min_boxes} --max_boxes={a.max_boxes}: expected min_boxes <= max_boxes")
+  if a.short > a.long:
+    raise BadInput(f"--short={a.short} --long={a.long}: expected short <= long")
+  if a.post_nms_topk > a.pre_nms_topk:
+    raise BadInput(f"--post_nms_topk={a.post_nms_topk} --pre_nms_topk={a.pre_nms_topk}: expected "
+                   "post_nms_topk <= pre_nms_topk")
+  for flag, v in (("--conf_thresh", a.conf_thresh), ("--nms_thresh", a.nms_thresh)):
+    if not 0.0 <= v <= 1.0:
+      raise BadInput(f"{flag}={v}: expected a value in [0, 1]")
+  if os.path.exists(a.out) and not os.path.isdir(a.out):
+    raise BadInput(f"--out={a.out}: is a file; expected a folder to write the regions into")
+  atomic.check_output(a.out, f"--out={a.out}", folder=True, overwrite=a.overwrite, mine=is_regions_folder,
+                      what="one this command wrote (to resume)")
+  if not os.path.isfile(a.weights):
+    raise BadInput(f"--weights={a.weights}: no such file; expected the detector's pytorch_model.bin "
+                   "or faster_rcnn_from_caffe_attr.pkl")
+  from jaxcap.detection import regions, weights  # noqa: PLC0415  (jax: after the checks)
+  cfg, variables = weights.load(a.weights, pre_nms_topk=a.pre_nms_topk, post_nms_topk=a.post_nms_topk)
+  settings = dict(short=a.short, long=a.long, selection=a.selection, conf_thresh=a.conf_thresh,
+                  min_boxes=a.min_boxes, max_boxes=a.max_boxes, nms_thresh=a.nms_thresh,
+                  nms_thresholds=list(thresholds), canvas_multiple=a.canvas_multiple)
+  record = {"detector": {"weights": os.path.basename(a.weights), "sha256": _sha256(a.weights),
+                         "config": dataclasses.asdict(cfg)}, "settings": settings}
+  record = json.loads(json.dumps(record))  # tuples as lists: what the file reads back
+  detector = regions.RegionDetector(cfg, variables, **{**settings, "nms_thresholds": thresholds})
+  atomic.mark_folder(a.out, "jaxcap.detection.extract")
+  result = run(a.images, a.out, detector, record, progress=not a.no_progress)
+  if result["extracted"]:
+    print(f"detected the regions of {result['extracted']} photos in {result['seconds']:.1f} s "
+          f"(compilation included); {result['done_before']} done before", flush=True)
+  else:
+    print(f"nothing to do: the {result['done_before']} photos' regions are there", flush=True)
+  if result["failed"]:
+    print(f"{len(result['failed'])} unreadable photo(s) skipped, e.g. {result['failed'][0][0]}", file=sys.stderr)
+  if result["failed"] and not (result["extracted"] or result["done_before"]):
+    raise BadInput(f"--images={a.images}: no photo could be read (e.g. {result['failed'][0][0]}: "
+                   f"{result['failed'][0][1]})")
+  return 0
+
+
+if __name__ == "__main__":
+  cli.run_script(main)

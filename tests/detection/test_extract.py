@@ -1,0 +1,91 @@
+"""python -m jaxcap.detection.extract: a folder of photos -> make_bu_data's layout, read back by
+the COCO reader; resumable; refusals before anything is written."""
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from jaxcap.errors import BadInput
+
+FIXTURES = Path(__file__).parent / "fixtures"
+SMALL = ["--short=96", "--long=160", "--pre_nms_topk=200", "--post_nms_topk=30", "--min_boxes=3",
+         "--max_boxes=12", "--no_progress"]
+
+
+def _photos(tmp_path):
+  with np.load(FIXTURES / "frcnn_tiny.npz") as z:
+    raws = [z[f"raw_{i}"] for i in range(2)]
+  d = tmp_path / "photos"
+  d.mkdir()
+  for i, bgr in enumerate(raws):
+    Image.fromarray(np.ascontiguousarray(bgr[..., ::-1])).save(d / f"p{i}.png")
+  return d, [np.ascontiguousarray(b[..., ::-1]) for b in raws]
+
+
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
+def test_photos_become_region_feature_files_the_coco_reader_reads(tmp_path):
+  from jaxcap.data import karpathy  # noqa: PLC0415
+  from jaxcap.detection import extract, regions, weights  # noqa: PLC0415
+  photos, rgb = _photos(tmp_path)
+  out = tmp_path / "bu"
+  args = ["--images", str(photos), "--out", str(out), "--weights", str(FIXTURES / "pytorch_model.bin"), *SMALL]
+  assert extract.main(args) == 0
+  cfg, variables = weights.load(FIXTURES / "pytorch_model.bin", pre_nms_topk=200, post_nms_topk=30)
+  detect = regions.RegionDetector(cfg, variables, short=96, long=160, min_boxes=3, max_boxes=12)
+  reader = karpathy.DirFeatures(["p0", "p1"], att_dir=str(out / "cocobu_att"), fc_dir=str(out / "cocobu_fc"),
+                                box_dir=str(out / "cocobu_box"), sizes=[r.shape[:2][::-1] for r in rgb])
+  for i in range(2):
+    want = detect([rgb[i]])[0]  # each photo alone, as the command runs them
+    with np.load(out / "cocobu_att" / f"p{i}.npz") as z:
+      np.testing.assert_array_equal(z["feat"], want["features"])
+    np.testing.assert_array_equal(np.load(out / "cocobu_box" / f"p{i}.npy"), want["boxes"])
+    np.testing.assert_allclose(np.load(out / "cocobu_fc" / f"p{i}.npy"), want["features"].mean(0), rtol=1e-6)
+    assert 3 <= len(want["boxes"]) <= 12
+    got = reader.read(i)  # what training and captioning read: regions, boxes in [0, 1], fc
+    np.testing.assert_array_equal(got["feats"], want["features"])
+    h, w = rgb[i].shape[:2]
+    np.testing.assert_allclose(got["boxes"], want["boxes"] / np.asarray([w, h, w, h], np.float32), rtol=1e-5)
+  record = json.loads((out / "regions.json").read_text())
+  assert record["settings"]["selection"] == "caffe" and record["detector"]["weights"] == "pytorch_model.bin"
+  # A second run has nothing to do; a removed file is made again; another setting is refused.
+  before = {p: p.stat().st_mtime_ns for p in out.rglob("*.np*")}
+  assert extract.main(args) == 0
+  assert before == {p: p.stat().st_mtime_ns for p in out.rglob("*.np*")}
+  os.remove(out / "cocobu_fc" / "p1.npy")
+  assert extract.main(args) == 0 and (out / "cocobu_fc" / "p1.npy").exists()
+  with pytest.raises(BadInput, match=r"regions\.json: regions of another detector or setting"):
+    extract.main(args[:-1] + ["--max_boxes=11", "--no_progress"])
+
+
+@pytest.mark.parametrize("change,match", [
+    (["--min_boxes=20"], r"--min_boxes=20 --max_boxes=12: expected min_boxes <= max_boxes"),
+    (["--nms_thresholds=0.3,x"], r"--nms_thresholds=0.3,x: expected IoU thresholds"),
+    (["--weights=nope.bin"], r"--weights=nope\.bin: no such file"),
+    (["--conf_thresh=2"], r"--conf_thresh=2\.0: expected a value in \[0, 1\]"),
+])
+def test_bad_flags_are_one_line_before_anything_is_written(tmp_path, change, match):
+  from jaxcap.detection import extract  # noqa: PLC0415
+  photos, _ = _photos(tmp_path)
+  out = tmp_path / "bu"
+  args = ["--images", str(photos), "--out", str(out), "--weights", str(FIXTURES / "pytorch_model.bin"), *SMALL, *change]
+  with pytest.raises(BadInput, match=match):
+    extract.main(args)
+  assert not out.exists()
+
+
+def test_a_folder_of_other_files_is_not_written_into(tmp_path):
+  from jaxcap.detection import extract  # noqa: PLC0415
+  photos, _ = _photos(tmp_path)
+  out = tmp_path / "bu"
+  out.mkdir()
+  (out / "notes.txt").write_text("mine")
+  args = ["--images", str(photos), "--out", str(out), "--weights", str(FIXTURES / "pytorch_model.bin"), *SMALL]
+  with pytest.raises(BadInput, match=r"--out=.*bu: a folder that holds files jaxcap did not write"):
+    extract.main(args)
+  assert sorted(os.listdir(out)) == ["notes.txt"]
+  shutil.rmtree(out)
