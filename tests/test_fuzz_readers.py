@@ -1158,3 +1158,30 @@ def test_every_json_reader_refuses_the_decoders_own_failures(reader, data):
            "scores": _scores_read, "vocab": _vocab_read, "config": _run_files("config"),
            "info": _run_files("info")}[reader]
   check(data)
+
+
+# ============================================================================ the region detector's checkpoints
+from jaxcap.detection import weights as detector_weights  # noqa: E402
+
+DETECTOR = os.path.join(REPO, "tests", "detection", "fixtures")
+base("DETECTOR_BIN", read_bytes(os.path.join(DETECTOR, "pytorch_model.bin")))  # torch.save of its state_dict
+base("DETECTOR_PKL", read_bytes(os.path.join(DETECTOR, "faster_rcnn_from_caffe_attr.pkl")))  # pickle.dump
+
+
+def _detector_read(name: str):
+  def check(data: bytes):
+    """The reader and the shape read off the tensors (the mapping onto the model is the unit
+    tests'): arrays and a DetectorConfig, or one line naming the file."""
+    with scratch() as folder:
+      path = written(folder, name, data)
+      holds(lambda: detector_weights.config_from_state_dict(detector_weights.read(path), path), folder, path)
+  check.__name__ = f"detector_{name.replace('.', '_')}"
+  return check
+
+
+test_detector_bin, test_detector_bin_slow = both_tiers(
+    st.one_of(mutated("DETECTOR_BIN"), zip_members_mutated("DETECTOR_BIN"), zip_pickle_classes_swapped("DETECTOR_BIN")),
+    examples=10)(_detector_read("pytorch_model.bin"))
+test_detector_pkl, test_detector_pkl_slow = both_tiers(
+    st.one_of(mutated("DETECTOR_PKL"), pickle_classes_swapped("DETECTOR_PKL")), examples=10)(
+        _detector_read("faster_rcnn_from_caffe_attr.pkl"))

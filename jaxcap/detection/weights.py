@@ -159,8 +159,9 @@ def read(path: str) -> dict:
     raise BadInput(f"{path}: holds a {type(tensors).__name__}, not a state_dict; expected {EXPECTED}")
   out = {}
   for k, v in tensors.items():
-    if not isinstance(k, str) or not isinstance(v, np.ndarray):
-      raise BadInput(f"{path}: entry {k!r} is a {type(v).__name__}, not an array; expected {EXPECTED}")
+    if not isinstance(k, str) or not isinstance(v, np.ndarray) or v.dtype.kind not in "fiub":
+      what = f"a {v.dtype} array" if isinstance(v, np.ndarray) else f"a {type(v).__name__}"
+      raise BadInput(f"{path}: entry {k!r:.80} is {what}, not a numeric array; expected {EXPECTED}")
     out[k] = v
   return fw.check_finite(out, path)
 
