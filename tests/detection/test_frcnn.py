@@ -241,3 +241,25 @@ def test_photos_to_regions_end_to_end_are_the_reference_s():
     assert (one["boxes"] >= 0).all() and (one["boxes"][:, 2] <= w + 1e-3).all() and (one["boxes"][:, 3] <= h + 1e-3).all()
   with pytest.raises(BadInput, match=r"image 0: expected a uint8 RGB array"):
     detect([rgb[0].astype(np.float32)])
+
+
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
+def test_bfloat16_computes_near_float32():
+  """bfloat16 compute (float32 parameters, float32 logits / softmax / boxes): the backbone's map
+  within bfloat16's precision of float32's, and the photos' regions still come out."""
+  from jaxcap.detection import regions  # noqa: PLC0415
+  f = _fixture()
+  cfg, variables = weights.load(FIXTURES / "pytorch_model.bin", **SETTINGS)
+  images = jnp.asarray(f["images"].transpose(0, 2, 3, 1))
+  res4 = {}
+  for dt in (jnp.float32, jnp.bfloat16):
+    model = frcnn.Detector(cfg, dtype=dt)
+    res4[dt] = np.asarray(jax.jit(lambda v, x, m=model: m.apply(v, x, method=lambda mm, x: mm.backbone(x)))(
+        variables, images), np.float32)
+  err = np.abs(res4[jnp.bfloat16] - res4[jnp.float32]).mean() / np.abs(res4[jnp.float32]).mean()
+  assert 0 < err < 0.05, err
+  rgb = [f[f"raw_{i}"][..., ::-1] for i in range(2)]
+  out = regions.RegionDetector(cfg, variables, short=96, long=160, min_boxes=3, max_boxes=12, dtype=jnp.bfloat16)(rgb)
+  for one in out:
+    assert 3 <= len(one["boxes"]) <= 12 and one["features"].dtype == np.float32
+    assert np.isfinite(one["features"]).all()
