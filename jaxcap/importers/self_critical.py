@@ -455,7 +455,7 @@ def convert(state: dict, infos: dict, path: str = "model") -> tuple[dict, Vocab,
   imp = importer(opt)
   fields = imp.fields(opt)
   vocab, sc_of = vocabulary(infos["vocab"])
-  tensors = _Tensors(state, path)
+  tensors = _Tensors(fit.named(state), path)
   params = imp.params(tensors, fields, sc_of)
   tensors.check_all_used()
   return fields, vocab, sc_of, params

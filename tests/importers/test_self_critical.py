@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from safetensors import numpy as safetensors_numpy
 
 import jaxcap
 from jaxcap import decoding
@@ -196,6 +197,20 @@ def test_every_tensor_is_mapped(tmp_path):
   del state["model.decoder.layers.1.src_attn.linears.2.bias"]
   with pytest.raises(ValueError, match="src_attn.linears.2.bias"):
     sc.convert(state, sc.read_infos(infos), ckpt)
+
+
+def test_a_tensor_of_another_shape_is_named_as_the_file_names_it(tmp_path):
+  """Issue 70: the refusal names the file's tensor (and the jaxcap parameter it became)."""
+  ckpt, infos, _ = files("transformer")
+  state = sc.read_state_dict(ckpt)
+  state["model.decoder.layers.0.feed_forward.w_1.bias"] = np.zeros((23,), np.float32)
+  path = tmp_path / "model.safetensors"
+  safetensors_numpy.save_file(state, str(path))
+  with pytest.raises(ValueError, match=r"model\.safetensors: tensor 'model\.decoder\.layers\.0\.feed_forward"
+                                       r"\.w_1\.bias' \[23\] does not fit .*expected \[24\]") as e:
+    sc.import_checkpoint(str(path), infos, str(tmp_path / "run"))
+  assert "\n" not in str(e.value)
+  assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.parametrize("option,value,match", [

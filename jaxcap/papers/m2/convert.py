@@ -24,14 +24,14 @@ from jaxcap.errors import BadInput
 
 
 def _linear(state, name, use_bias=True):
-  out = {"kernel": np.asarray(state.pop(f"{name}.weight")).T}
+  out = {"kernel": np.asanyarray(state.pop(f"{name}.weight")).T}
   if use_bias:
-    out["bias"] = np.asarray(state.pop(f"{name}.bias"))
+    out["bias"] = np.asanyarray(state.pop(f"{name}.bias"))
   return out
 
 
 def _layer_norm(state, name):
-  return {"scale": np.asarray(state.pop(f"{name}.weight")), "bias": np.asarray(state.pop(f"{name}.bias"))}
+  return {"scale": np.asanyarray(state.pop(f"{name}.weight")), "bias": np.asanyarray(state.pop(f"{name}.bias"))}
 
 
 def _attention(state, name, h, memory: bool):
@@ -53,8 +53,8 @@ def _attention(state, name, h, memory: bool):
   o = _linear(state, f"{name}.fc_o")
   p["out"] = {"kernel": o["kernel"].reshape(h, -1, o["kernel"].shape[1]), "bias": o["bias"]}
   if memory:
-    p["memory_k"] = np.asarray(state.pop(f"{name}.m_k"))[0]  # [1, m, D] -> [m, D]
-    p["memory_v"] = np.asarray(state.pop(f"{name}.m_v"))[0]
+    p["memory_k"] = np.asanyarray(state.pop(f"{name}.m_k"))[0]  # [1, m, D] -> [m, D]
+    p["memory_v"] = np.asanyarray(state.pop(f"{name}.m_v"))[0]
   return p
 
 
@@ -75,7 +75,7 @@ def to_variables(state_dict: Mapping[str, np.ndarray], model) -> dict:
     raise BadInput("m2 import: their model reads positions='authors', meshed='meshed' and "
                      f"3 encoder layers; got positions={model.positions!r}, "
                      f"meshed={model.meshed!r}, num_layers={model.num_layers}")
-  state = {k: np.asarray(v) for k, v in state_dict.items() if ".running_" not in k}
+  state = {k: np.asanyarray(v) for k, v in state_dict.items() if ".running_" not in k}
   h, memory = model.num_heads, model.memory_slots > 0
   n_enc = 1 + max(int(k.split(".")[2]) for k in state if k.startswith("encoder.layers."))
   n_dec = 1 + max(int(k.split(".")[2]) for k in state if k.startswith("decoder.layers."))

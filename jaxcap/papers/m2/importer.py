@@ -259,7 +259,7 @@ def import_checkpoint(checkpoint: str, vocab_file: str, workdir: str, *, heads: 
   info = run_info(feature_dim, vocab, config)
   model = registry.build(config.model, info)
   try:
-    variables = convert.to_variables(state, model)
+    variables = convert.to_variables(fit.named(state), model)
   except BadInput as e:
     raise BadInput(f"{checkpoint}: {e}") from None
   except KeyError as e:
