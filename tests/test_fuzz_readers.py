@@ -7,7 +7,8 @@ memory, and writes nothing. Any other exception is a bug and fails the test with
 
 Each property starts from a valid file made by the producer's own code path: the
 self-critical.pytorch fixtures its own ``torch.save`` wrote (``.pth`` zip and legacy,
-``.safetensors``, ``infos_<id>.pkl``), the M² authors' ``vocab.pkl``, ``np.save`` / ``np.savez``
+``.safetensors``, ``infos_<id>.pkl``), OpenAI's CLIP as ``torch.jit.save`` wrote it (TorchScript),
+the region detector's ``pytorch_model.bin`` and airsplay's detectron2 pickle, the M² authors' ``vocab.pkl``, ``np.save`` / ``np.savez``
 features, Pillow's PNG / JPEG, tests/data/fakes.py's Karpathy layout, jaxcap's own writers of
 ``vocab.json``, scores and predictions files, COCO annotations, a run's ``config.json`` /
 ``info.json`` and an exported captioner. Mutations (:func:`mutated`): truncation, byte flips,
@@ -484,6 +485,24 @@ test_clip_safetensors, test_clip_safetensors_slow = both_tiers(
 test_clip_pth, test_clip_pth_slow = both_tiers(
     st.one_of(mutated("PTH_ZIP"), zip_members_mutated("PTH_ZIP")), examples=15,
     slow_examples=300)(_clip_pth_read)
+
+
+# OpenAI's CLIP as torch.jit.save writes it (a TorchScript archive: code/, constants.pkl, data.pkl
+# naming __torch__ classes), the small model tests/clip/make_fixtures.py traced.
+base("TORCHSCRIPT", read_bytes(os.path.join(REPO, "tests", "clip", "fixtures", "openai_vit.pt")))
+
+
+def _clip_torchscript_read(data: bytes):
+  with scratch() as folder:
+    path = written(folder, "ViT-B-32.pt", data)
+    result = holds(lambda: clip_weights.read_tensors(path), folder, path)
+    if result is not None:
+      assert all(isinstance(v, np.ndarray) for v in result[0].values())
+
+
+test_clip_torchscript, test_clip_torchscript_slow = both_tiers(
+    st.one_of(mutated("TORCHSCRIPT"), zip_members_mutated("TORCHSCRIPT"), zip_pickle_classes_swapped("TORCHSCRIPT")),
+    examples=10, slow_examples=200)(_clip_torchscript_read)
 
 
 def _patched_data_pkl(old: bytes, new: bytes) -> bytes:
