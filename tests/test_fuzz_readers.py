@@ -751,6 +751,26 @@ test_image_body, test_image_body_slow = both_tiers(IMAGE_MUTANTS)(_decode_image)
 test_image_file, test_image_file_slow = both_tiers(IMAGE_MUTANTS)(_read_image)
 
 
+# A request's query string, as aiohttp hands it over (text values): the decoding settings.
+QUERY_TEXT = st.one_of(
+    st.text(max_size=12), st.sampled_from(["greedy", "beam", "sample", "3", "0", "-1", "+2", " 4 ", "3_0",
+                                           "1e3", "٣", "\x00", "2147483648", "9" * 5000, "nan", ""]),
+    st.integers(-2 ** 70, 2 ** 70).map(str))
+QUERIES = st.dictionaries(st.sampled_from(["method", "beam_size", "samples", "seed", "example", "x"]),
+                          QUERY_TEXT, max_size=5)
+
+
+def _query(query: dict):
+  """A Settings within the server's bounds, or a 4xx line."""
+  got = _body(lambda: server.settings_from(query, {"method": "greedy", "beam_size": 3}))
+  if got is not None:
+    assert got.method in server.METHODS and 1 <= got.beam_size <= server.MAX_BEAM
+    assert 1 <= got.samples <= server.MAX_SAMPLES and (got.seed is None or 0 <= got.seed < 2 ** 31)
+
+
+test_query_string, test_query_string_slow = both_tiers(QUERIES, examples=50)(_query)
+
+
 def _huge_png(width: int, height: int) -> bytes:
   """A valid PNG header declaring ``width x height`` pixels, with a few bytes of pixels."""
   chunks = png_chunks(BASES["PNG"])
