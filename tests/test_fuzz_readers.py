@@ -1224,3 +1224,32 @@ test_detector_bin, test_detector_bin_slow = both_tiers(
 test_detector_pkl, test_detector_pkl_slow = both_tiers(
     st.one_of(mutated("DETECTOR_PKL"), pickle_classes_swapped("DETECTOR_PKL")), examples=10)(
         _detector_read("faster_rcnn_from_caffe_attr.pkl"))
+
+
+# ============================================================================ Multi30k's text files
+import gzip  # noqa: E402
+
+from jaxcap.data import multi30k  # noqa: E402
+
+# Sentences as the WMT16 task-1 files hold them (UTF-8, one per line, "\n" ends), plain and as
+# gzip (the distributed train.en.gz), written by Python's own gzip.
+_M30K = "Zwei junge Männer stehen draußen.\nA man in an orange hat @@ starring at something.\n\u00e9t\u00e9\r\n"
+base("M30K_TXT", _M30K.encode("utf-8"))
+base("M30K_GZ", gzip.compress(_M30K.encode("utf-8"), mtime=0))
+
+
+def _multi30k_read(name: str):
+  def check(data: bytes):
+    with scratch() as folder:
+      path = written(folder, name, data)
+      lines = holds(lambda: multi30k.read_lines(path), folder, path)
+      if lines is not None:
+        assert all(isinstance(l, str) and "\n" not in l for l in lines)
+  check.__name__ = f"multi30k_{name.replace('.', '_')}"
+  return check
+
+
+test_multi30k_text, test_multi30k_text_slow = both_tiers(mutated("M30K_TXT"), examples=20)(_multi30k_read("train.de"))
+test_multi30k_gzip, test_multi30k_gzip_slow = both_tiers(mutated("M30K_GZ"), examples=20, regressions=[
+    splice("M30K_GZ", 9, 11, b"\x00~"),  # a deflate block of an invalid type: zlib.error escaped
+])(_multi30k_read("train.de.gz"))

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import zlib
 
 import numpy as np
 
@@ -45,7 +46,7 @@ def read_lines(path: str) -> list[str]:
   try:
     with opener(path, "rt", encoding="utf-8", newline="") as f:
       lines = f.read().split("\n")
-  except (OSError, UnicodeDecodeError, EOFError) as e:
+  except (OSError, UnicodeDecodeError, EOFError, zlib.error) as e:  # zlib.error: damaged .gz data
     raise BadInput(f"{path}: unreadable text file ({e})") from None
   # Only "\n" separates lines (str.splitlines would also split on U+2028 and misalign files);
   # a final newline does not start another sentence.
@@ -96,7 +97,7 @@ def read_splits(config) -> dict[str, base.SplitData]:
         arr = np.load(path, mmap_mode="r", allow_pickle=False)
       except FileNotFoundError:
         raise BadInput(f"{path}: feature file is missing, expected [{n}, 196, C] .npy") from None
-      except Exception as e:
+      except (OSError, ValueError, EOFError, SyntaxError) as e:  # numpy's refusals of a damaged file
         raise BadInput(f"{path}: unreadable feature file ({type(e).__name__}: {e})") from None
       if arr.ndim not in (3, 4) or arr.shape[0] != n:
         raise BadInput(f"{path}: features have shape {list(arr.shape)}, expected [{n}, 196, C] "
