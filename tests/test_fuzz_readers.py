@@ -465,12 +465,18 @@ def _safetensors_read(data: bytes):
       assert all(isinstance(v, np.ndarray) for v in result.values())
 
 
-def _clip_read(data: bytes):
-  with scratch() as folder:
-    path = written(folder, "open_clip_model.safetensors", data)
-    result = holds(lambda: clip_weights.read_tensors(path), folder, path)
-    if result is not None:
-      assert all(isinstance(v, np.ndarray) for v in result[0].values())
+def _clip_reader(name: str):
+  def check(data: bytes):
+    with scratch() as folder:
+      path = written(folder, name, data)
+      result = holds(lambda: clip_weights.read_tensors(path), folder, path)
+      if result is not None:
+        assert all(isinstance(v, np.ndarray) for v in result[0].values())
+  check.__name__ = "clip_" + "".join(c if c.isalnum() else "_" for c in name)
+  return check
+
+
+_clip_read = _clip_reader("open_clip_model.safetensors")
 
 
 def _clip_pth_read(data: bytes):
@@ -492,17 +498,9 @@ test_clip_pth, test_clip_pth_slow = both_tiers(
 base("TORCHSCRIPT", read_bytes(os.path.join(REPO, "tests", "clip", "fixtures", "openai_vit.pt")))
 
 
-def _clip_torchscript_read(data: bytes):
-  with scratch() as folder:
-    path = written(folder, "ViT-B-32.pt", data)
-    result = holds(lambda: clip_weights.read_tensors(path), folder, path)
-    if result is not None:
-      assert all(isinstance(v, np.ndarray) for v in result[0].values())
-
-
 test_clip_torchscript, test_clip_torchscript_slow = both_tiers(
     st.one_of(mutated("TORCHSCRIPT"), zip_members_mutated("TORCHSCRIPT"), zip_pickle_classes_swapped("TORCHSCRIPT")),
-    examples=10, slow_examples=200)(_clip_torchscript_read)
+    examples=10, slow_examples=200)(_clip_reader("ViT-B-32.pt"))
 
 
 def _patched_data_pkl(old: bytes, new: bytes) -> bytes:

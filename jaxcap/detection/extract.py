@@ -79,15 +79,6 @@ def is_regions_folder(path: str) -> bool:
   return isinstance(record, dict) and "detector" in record
 
 
-def _sha256(path: str) -> str:
-  import hashlib  # noqa: PLC0415
-  h = hashlib.sha256()
-  with open(path, "rb") as f:
-    for chunk in iter(lambda: f.read(1 << 20), b""):
-      h.update(chunk)
-  return h.hexdigest()
-
-
 def _done(out: str, stem: str) -> bool:
   return all(os.path.isfile(os.path.join(out, d, stem + (".npz" if d == "cocobu_att" else ".npy")))
              for d in FOLDERS)
@@ -174,11 +165,12 @@ def main(argv=None) -> int:
     raise BadInput(f"--weights={a.weights}: no such file; expected the detector's pytorch_model.bin "
                    "or faster_rcnn_from_caffe_attr.pkl")
   from jaxcap.detection import regions, weights  # noqa: PLC0415  (jax: after the checks)
+  from jaxcap.features.extract import sha256  # noqa: PLC0415
   cfg, variables = weights.load(a.weights, pre_nms_topk=a.pre_nms_topk, post_nms_topk=a.post_nms_topk)
   settings = dict(short=a.short, long=a.long, selection=a.selection, conf_thresh=a.conf_thresh,
                   min_boxes=a.min_boxes, max_boxes=a.max_boxes, nms_thresh=a.nms_thresh,
                   nms_thresholds=list(thresholds), canvas_multiple=a.canvas_multiple)
-  record = {"detector": {"weights": os.path.basename(a.weights), "sha256": _sha256(a.weights),
+  record = {"detector": {"weights": os.path.basename(a.weights), "sha256": sha256(a.weights),
                          "config": dataclasses.asdict(cfg)}, "settings": settings}
   record = json.loads(json.dumps(record))  # tuples as lists: what the file reads back
   detector = regions.RegionDetector(cfg, variables, **{**settings, "nms_thresholds": thresholds})
