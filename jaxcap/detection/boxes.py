@@ -62,13 +62,15 @@ def clip(boxes_Nx4, height, width):
   return jnp.stack([x[:, 0], y[:, 0], x[:, 1], y[:, 1]], -1)
 
 
-def iou_matrix(a_Nx4, b_Mx4):
-  """``[N, M]`` intersection over union, widths without "+1" (torchvision's ``box_iou``)."""
-  area_a = (a_Nx4[:, 2] - a_Nx4[:, 0]) * (a_Nx4[:, 3] - a_Nx4[:, 1])
-  area_b = (b_Mx4[:, 2] - b_Mx4[:, 0]) * (b_Mx4[:, 3] - b_Mx4[:, 1])
+def iou_matrix(a_Nx4, b_Mx4, plus_one: bool = False):
+  """``[N, M]`` intersection over union, widths without "+1" (torchvision's ``box_iou``), or
+  with it (``plus_one``: py-faster-rcnn's ``nms``, a box ``[x1, x2]`` is ``x2 - x1 + 1`` wide)."""
+  e = 1.0 if plus_one else 0.0
+  area_a = (a_Nx4[:, 2] - a_Nx4[:, 0] + e) * (a_Nx4[:, 3] - a_Nx4[:, 1] + e)
+  area_b = (b_Mx4[:, 2] - b_Mx4[:, 0] + e) * (b_Mx4[:, 3] - b_Mx4[:, 1] + e)
   lt = jnp.maximum(a_Nx4[:, None, :2], b_Mx4[None, :, :2])
   rb = jnp.minimum(a_Nx4[:, None, 2:], b_Mx4[None, :, 2:])
-  wh = jnp.clip(rb - lt, 0.0)
+  wh = jnp.clip(rb - lt + e, 0.0)
   inter = wh[..., 0] * wh[..., 1]
   union = area_a[:, None] + area_b[None, :] - inter
   return jnp.where(union > 0, inter / jnp.where(union > 0, union, 1.0), 0.0)

@@ -36,6 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxcap.detection import boxes as box_ops
+from jaxcap.features.resnet import _max_pool_ceil
 
 # BGR pixel means of the Caffe model (its PIXEL_MEAN; std 1): pixels are 0..255 minus the mean.
 PIXEL_MEAN_BGR = (102.9801, 115.9465, 122.7717)
@@ -117,16 +118,6 @@ class Block(nn.Module):
     return nn.relu(y + x)
 
 
-def caffe_max_pool(x_BxHxWxC):
-  """``max_pool2d(k=3, s=2, pad=0, ceil_mode=True)``: the last window cut by the bottom / right
-  edge (-inf there), ``ceil((n - 3) / 2) + 1`` outputs per side."""
-  pads = []
-  for n in x_BxHxWxC.shape[1:3]:
-    out = -(-(n - 3) // 2) + 1
-    pads.append((0, max(0, 2 * (out - 1) + 3 - n)))
-  return nn.max_pool(x_BxHxWxC, (3, 3), strides=(2, 2), padding=pads)
-
-
 class Backbone(nn.Module):
   """Mean-subtracted BGR ``[B, H, W, 3]`` -> res4 ``[B, h, w, 4 * res2_out]``."""
   cfg: DetectorConfig
@@ -137,7 +128,7 @@ class Backbone(nn.Module):
     c = self.cfg
     x = nn.relu(ConvBN(c.stem_out, 7, 2, dtype=self.dtype, name="stem_conv1")(x.astype(self.dtype)))
     if c.caffe_maxpool:
-      x = caffe_max_pool(x)
+      x = _max_pool_ceil(x)  # the grid backbones' Caffe max pool (self-critical's ResNet)
     else:
       x = nn.max_pool(x, (3, 3), strides=(2, 2), padding=((1, 1), (1, 1)))
     out, bottleneck = c.res2_out, c.width_per_group
@@ -378,18 +369,6 @@ def canvas(images, pad_value: float = 0.0):
   return out, np.asarray([[i.shape[0], i.shape[1]] for i in images], np.int32)
 
 
-def iou_plus_one(a_Nx4, b_Mx4):
-  """``[N, M]`` IoU with Caffe's "+1" widths (py-faster-rcnn's ``nms``: a box ``[x1, x2]`` is
-  ``x2 - x1 + 1`` pixels wide)."""
-  area_a = (a_Nx4[:, 2] - a_Nx4[:, 0] + 1) * (a_Nx4[:, 3] - a_Nx4[:, 1] + 1)
-  area_b = (b_Mx4[:, 2] - b_Mx4[:, 0] + 1) * (b_Mx4[:, 3] - b_Mx4[:, 1] + 1)
-  lt = jnp.maximum(a_Nx4[:, None, :2], b_Mx4[None, :, :2])
-  rb = jnp.minimum(a_Nx4[:, None, 2:], b_Mx4[None, :, 2:])
-  wh = jnp.maximum(rb - lt + 1, 0.0)
-  inter = wh[..., 0] * wh[..., 1]
-  return inter / (area_a[:, None] + area_b[None, :] - inter)
-
-
 def select_caffe(cfg: DetectorConfig, out, scale_yx=(1.0, 1.0), conf_thresh: float = 0.2,
                  min_boxes: int = 10, max_boxes: int = 100, nms_thresh: float = 0.3):
   """One image's regions as the Caffe original picks them (peteanderson80/bottom-up-attention's
@@ -409,7 +388,7 @@ def select_caffe(cfg: DetectorConfig, out, scale_yx=(1.0, 1.0), conf_thresh: flo
   valid = out["valid"]
   p = bx.shape[0]
   probs = jax.nn.softmax(out["cls_logits"], -1)[:, :-1]  # [P, K], background (last) dropped
-  over = iou_plus_one(bx, bx) > nms_thresh  # [P, P], shared by every class (same boxes)
+  over = box_ops.iou_matrix(bx, bx, plus_one=True) > nms_thresh  # [P, P], shared by every class (same boxes)
 
   def kept(score_P):
     order = jnp.argsort(-jnp.where(valid, score_P, -jnp.inf), stable=True)
