@@ -1,7 +1,7 @@
 """The self-critical step with the CLIP-S reward against the same step with CIDEr-D alone.
 
   python benchmarks/clip_reward_step.py [--config configs/transformer.py:synthetic] [--batch 50]
-      [--clip vit_b32|tiny] [--train_images 500] [--steps 5] [--out record.json]
+      [--clip vit_b32|tiny] [--train_images 500] [--steps 5] [--set dim=512,...] [--out record.json]
 
 One Trainer of the config (SCST from step 0, its own ``scst.num_samples`` and baseline) on the
 synthetic scenes; the training images drawn as PNGs (``jaxcap.data.render --names image_id``,
@@ -57,6 +57,8 @@ def main(argv=None) -> dict:
   p.add_argument("--train_images", type=cli.positive_int, default=None,
                  help="training images drawn and embedded (default: the config's; the step does not depend on it)")
   p.add_argument("--steps", type=cli.positive_int, default=5)
+  p.add_argument("--set", default="", help="model fields over the config's, e.g. the paper-sized "
+                 "Transformer: dim=512,num_layers=6,num_dec_layers=6,num_heads=8,ff_dim=2048")
   p.add_argument("--out", default=None, help="the JSON record (default: benchmarks/results/"
                  "clip_reward_step_<device>_<date>.json)")
   a = p.parse_args(argv)
@@ -74,6 +76,12 @@ def main(argv=None) -> dict:
   if a.train_images:
     config.data.num_train = a.train_images
   config.scst.start_step = 0
+  overrides = common.parse_overrides(a.set)
+  unknown = sorted(set(overrides) - set(config.model))
+  if unknown:
+    p.error(f"--set: {', '.join(unknown)} is not a field of the config's model; expected some of "
+            f"{', '.join(sorted(config.model))}")
+  config.model.update(overrides)
   sizes = model_lib.VIT_B_32 if a.clip == "vit_b32" else model_lib.ClipSizes(
       embed_dim=16, image_resolution=32, vision_layers=1, vision_width=64, vision_patch_size=16,
       transformer_width=64, transformer_layers=1, transformer_heads=1, vision_heads=1)
@@ -100,6 +108,7 @@ def main(argv=None) -> dict:
   record = {"benchmark": BENCHMARK, "environment": env, "config": a.config, "batch": config.batch_size,
             "train_images": config.data.num_train,
             "num_samples": config.scst.num_samples, "baseline": config.scst.baseline, "clip": a.clip,
+            "model": {k: v for k, v in config.model.items() if not isinstance(v, dict)},
             "steps": a.steps, "rows": rows, "clip_over_cider": rows[1]["step_ms"] / rows[0]["step_ms"]}
   print(json.dumps(record, indent=1))
   common.write_record("clip_reward_step", record, a.out)

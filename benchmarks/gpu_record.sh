@@ -52,10 +52,14 @@ if [[ "${SMALL:-0}" == 1 ]]; then  # smoke test of this script on a CPU
   PI=40; PSHAPE=(--set dim=16,num_heads=2,ff_dim=32,num_layers=1,num_dec_layers=1 --batches 2)
   PXB=2,4; PXSHAPE=(--fields '{"image_size":32,"patch":8,"dim":32,"depth":1,"num_heads":2,"mlp_dim":64}'
                     --size 32 --set dim=16,num_heads=2,ff_dim=32,num_layers=1,num_dec_layers=1 --vocab 50); PXS=2
+  DETB=1,2; DETSHAPE=(--small --windows 1 --steps 1)
+  CLIPSHAPE=(--clip tiny --train_images 8 --set dim=16,num_heads=2,ff_dim=32,num_layers=1,num_dec_layers=1)
 else
   SHAPE=(); B50=50; B100=100; BIG=200,800; DEV=cuda; REFS=()
   PI=600; PSHAPE=()
   PXB=32,128; PXSHAPE=(); PXS=20  # ViT-B/16 at 224 px + the paper-sized Transformer (issue 58)
+  DETB=1,8; DETSHAPE=()             # the VG detector, 480 x 640 photos (600 x 800 canvases)
+  CLIPSHAPE=(--clip vit_b32 --train_images 100 --set dim=512,num_layers=6,num_dec_layers=6,num_heads=8,ff_dim=2048)
 fi
 # grain and ml_collections for the input pipeline's part, carried as wheels (.whl) to a bare image
 if [[ -d .whl ]]; then
@@ -76,7 +80,8 @@ fi
 # says which go first). Only what decides the targets: the Transformer's training step plain and
 # with the switches prepared on CPU (docs/PERFORMANCE.md "Switches prepared on CPU"), in float32
 # and bfloat16 at 50 images and bfloat16 at 200 / 800 (profiled: the MFU target's batch), the
-# SCST step with its parts, AoANet's training step, train.py's loop; then one switch at a time.
+# SCST step with its parts, AoANet's training step, train.py's loop, the from-pixels memory, the
+# region detector and the CLIP-S reward's SCST step; then one switch at a time.
 # Earlier parts (t1-t18, every model's rows) are in git history and in benchmarks/results/.
 SW="--dropout_bits 8 --set vocab_pad_multiple=128"           # the switches that also run in float32
 SWB="--dropout_bits 8 --set vocab_pad_multiple=128,attention_impl=cudnn"   # and bfloat16's cuDNN
@@ -87,19 +92,25 @@ PARTS=(
   "d4|--models transformer --what scst,scst_split --dtype float32 --reward device --fused_decode off,on --batch $B50"
   "d5|--models aoanet --what train --dtype float32 --batch $B50"
   "d6|@pipeline --images $PI --batch $B50 --batches 20 --threads 2 --workers 0 --loop_steps 60 --log_every 10 --loop_workers -1"
+  # From pixels: images per second and memory per device at two batch sizes, remat off / on, in
+  # bfloat16; both rules (on one GPU FSDP places everything on the one device: the same program)
+  "d11|@sharded --batch $PXB --rules replicated,fsdp --remat 0,1 --dtype bfloat16 --steps $PXS"
+  # The region detector (issue 71): photos per second, device program and end to end
+  "d12|@detector --batch $DETB --dtype float32,bfloat16 ${DETSHAPE[*]}"
+  # SCST with the CLIP-S reward against CIDEr-D at the paper-sized Transformer (issue 68)
+  "d13|@clipreward --batch $B50 --steps 5 ${CLIPSHAPE[*]}"
   "d7|--models transformer --what train --dtype bfloat16 --batch $BIG"
   "d8|--models transformer --what train --dtype bfloat16 --batch $B50 --set attention_impl=cudnn"
   "d9|--models transformer --what train --dtype bfloat16 --batch $B50 --dropout_bits 8"
   "d10|--models transformer --what train --dtype bfloat16 --batch $B50 --set vocab_pad_multiple=128"
-  # From pixels: images per second and memory per device at two batch sizes, remat off / on, in
-  # bfloat16; both rules (on one GPU FSDP places everything on the one device: the same program)
-  "d11|@sharded --batch $PXB --rules replicated,fsdp --remat 0,1 --dtype bfloat16 --steps $PXS"
 )
 # cmd_of ARGS: the command of a part's arguments ("@pipeline ..." is benchmarks/input_pipeline.py)
 cmd_of() {
   case $1 in
     @pipeline*) echo "env PYTHONPATH=$WORK/site $PY benchmarks/input_pipeline.py ${PSHAPE[*]} ${1#@pipeline }" ;;
     @sharded*) echo "$PY benchmarks/sharded_memory.py ${PXSHAPE[*]} ${1#@sharded }" ;;
+    @detector*) echo "$PY benchmarks/detector.py ${1#@detector }" ;;
+    @clipreward*) echo "env PYTHONPATH=$WORK/site $PY benchmarks/clip_reward_step.py ${1#@clipreward }" ;;
     *) echo "${RUN[*]} $1" ;;
   esac
 }
@@ -109,12 +120,14 @@ quick_of() {
   case $1 in
     @pipeline*) echo "--batches 2 --threads 0" ;;
     @sharded*) echo "--steps 0" ;;  # compiles every program (their memory), runs none
+    @detector*) echo "--windows 1 --steps 1" ;;
+    @clipreward*) echo "--steps 1" ;;
     *) echo "--steps 1 --windows 1 --warmup 0" ;;
   esac
 }
 # Precompile groups, one process each, all at once (a paper-sized compile takes 10-130 s),
 # items "part[:model]".
-PRECOMPILE=("d1" "d2" "d3" "d4" "d5" "d6" "d7" "d8" "d9" "d10" "d11")
+PRECOMPILE=("d1" "d2" "d3" "d4" "d5" "d6" "d7" "d8" "d9" "d10" "d11" "d12" "d13")
 # ONLY=d7,d8 keeps those parts (a later call for the rows an earlier one did not reach)
 if [[ -n "${ONLY:-}" ]]; then
   keep=(); for p in "${PARTS[@]}"; do [[ ",$ONLY," == *",${p%%|*},"* ]] && keep+=("$p"); done; PARTS=("${keep[@]}")

@@ -61,9 +61,11 @@ EXPORT = "benchmarks/export.py"
 CLIP_SCORE = "benchmarks/clip_score.py"
 CLIP_REWARD = "benchmarks/clip_reward_step.py"
 SHARDED = "benchmarks/sharded_memory.py"
+DETECTOR = "benchmarks/detector.py"
 OWN_RECORDS = {FEATURES: "features_", PIPELINE: "input_pipeline_",  # records kept in their own file
                CHECKPOINTS: "checkpoint_save_", DECODE_AUX: "decode_aux_", EXPORT: "export_",
-               CLIP_SCORE: "clip_score_", CLIP_REWARD: "clip_reward_step_", SHARDED: "sharded_memory_"}
+               CLIP_SCORE: "clip_score_", CLIP_REWARD: "clip_reward_step_", SHARDED: "sharded_memory_",
+               DETECTOR: "detector_"}
 
 
 def load_records(folder: str = RESULTS) -> list[dict]:
