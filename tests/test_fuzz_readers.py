@@ -11,7 +11,10 @@ self-critical.pytorch fixtures its own ``torch.save`` wrote (``.pth`` zip and le
 the region detector's ``pytorch_model.bin`` and airsplay's detectron2 pickle, the M² authors' ``vocab.pkl``, ``np.save`` / ``np.savez``
 features, Pillow's PNG / JPEG, tests/data/fakes.py's Karpathy layout, jaxcap's own writers of
 ``vocab.json``, scores and predictions files, COCO annotations, a run's ``config.json`` /
-``info.json`` and an exported captioner. Mutations (:func:`mutated`): truncation, byte flips,
+``info.json``, an exported captioner, HDF5 files as h5py writes them (M²'s detections,
+cocotalk's labels), the server's multipart bodies as aiohttp's MultipartWriter writes them, and
+the config arguments the absl programs read (``--config=<file>.py:<arg>``, ``--config.<field>=``).
+Mutations (:func:`mutated`): truncation, byte flips,
 extreme integers (sizes that would exhaust memory), NaN / Inf floats, splices, insertions,
 deletions, appended garbage, non-UTF-8 bytes; structure-aware ones where a checksum would
 otherwise stop every flip at the first check (a zip's members re-zipped, a PNG's chunks with
@@ -1251,3 +1254,227 @@ test_multi30k_text, test_multi30k_text_slow = both_tiers(mutated("M30K_TXT"), ex
 test_multi30k_gzip, test_multi30k_gzip_slow = both_tiers(mutated("M30K_GZ"), examples=20, regressions=[
     splice("M30K_GZ", 9, 11, b"\x00~"),  # a deflate block of an invalid type: zlib.error escaped
 ])(_multi30k_read("train.de.gz"))
+
+
+# ============================================================================ config argument strings
+# What a user types after a config file and as its overrides: ``--config=configs/<file>.py:<arg>``
+# (``dataset,key=value,tiny``) and ``--config.<field>=<value>``. cli.check_command_line reads them
+# before anything runs (train.py, evaluate.py, every absl program); its invariant is the readers':
+# None, or one BadInput line naming the argument, field or flag, quickly, writing nothing.
+from jaxcap import cli, config_files  # noqa: E402
+
+_CONFIG_FILES = ("transformer.py", "aoanet.py", "image_transformer.py", "m2.py")
+_CONFIG_WORDS = ("synthetic", "flickr8k", "coco", "cocotalk", "multi30k", "tiny", "size=small", "size=paper",
+                 "size=", "=small", "size=small=1", "variant=stacked_v", "dataset=coco", "steps=4", "", " ",
+                 "synthetic synthetic", "tiny=1", "nan", "1e999", "\x00", "é", "coco,", ",,")
+_VALUES = st.one_of(st.text(max_size=10), st.sampled_from(
+    ["0", "-1", "1e309", "nan", "inf", "true", "True", "yes", "2147483648", "9" * 5000, "", "none", "None",
+     "[1, 2]", "{}", "1_000", "0x10", "\x00", "\u0663", "1.5"]))
+
+
+@st.composite
+def command_lines(draw) -> list[str]:
+  file = draw(st.sampled_from(_CONFIG_FILES))
+  arg = ",".join(draw(st.lists(st.sampled_from(_CONFIG_WORDS) | st.text(max_size=8), max_size=4)))
+  argv = ["train.py", f"--config=configs/{file}:{arg}" if draw(st.booleans()) else f"--config=configs/{file}"]
+  fields = _config_fields(file)
+  for _ in range(draw(st.integers(0, 3))):
+    path = draw(st.sampled_from(fields) | st.sampled_from(fields).map(lambda p: p + ".x")
+                | st.sampled_from(fields).map(lambda p: p.rpartition(".")[0] or p) | st.text(max_size=8))
+    how = draw(st.sampled_from(("=", " ", "none")))
+    if how == "=":
+      argv.append(f"--config.{path}={draw(_VALUES)}")
+    elif how == " ":
+      argv += [f"--config.{path}", draw(_VALUES)]
+    else:
+      argv.append(f"--noconfig.{path}")
+  if draw(st.booleans()):  # a second --config, or one given after its overrides
+    argv.append(f"--config=configs/{draw(st.sampled_from(_CONFIG_FILES))}")
+  return argv
+
+
+_FIELDS: dict = {}
+
+
+def _config_fields(file: str) -> list[str]:
+  if file not in _FIELDS:
+    config = config_files.load(f"configs/{file}:synthetic")
+    _FIELDS[file] = [line.split(" = ")[0] for line in cli._dotted(config)]
+  return _FIELDS[file]
+
+
+def _command_line(argv: list[str]):
+  with scratch() as folder:
+    holds(lambda: cli.check_command_line(argv, {"config": "configs/transformer.py:synthetic"}), folder,
+          ("config", "--"))
+
+
+test_config_command_line, test_config_command_line_slow = both_tiers(command_lines(), examples=40)(_command_line)
+
+
+# ============================================================================ the server's multipart bodies
+# POST /caption with a multipart form (the page's upload, curl -F): the body as aiohttp's own
+# MultipartWriter writes it (what aiohttp's client sends; browsers write the same layout), its
+# bytes and its Content-Type's boundary mutated. The server's reader (server._read_body, under the
+# server's own error middleware) answers the kind and size of the form's file or a one-line 4xx
+# JSON error; a 500 is a bug.
+import asyncio  # noqa: E402
+
+aiohttp = pytest.importorskip("aiohttp")
+from aiohttp import web  # noqa: E402
+from aiohttp.test_utils import TestClient, TestServer  # noqa: E402
+
+_MAX_BODY = 8192
+
+
+class _Sink:
+  def __init__(self):
+    self.data = bytearray()
+
+  async def write(self, chunk):
+    self.data += chunk
+
+
+def _multipart_written() -> tuple[bytes, str]:
+  async def main():
+    with aiohttp.MultipartWriter("form-data", boundary="jaxcapFuzzBoundary7MA4YWxk") as writer:
+      part = writer.append(BASES["PNG"], {"Content-Type": "image/png"})
+      part.set_content_disposition("form-data", name="image", filename="photo.png")
+      text = writer.append("greedy")
+      text.set_content_disposition("form-data", name="method")
+      sink = _Sink()
+      await writer.write(sink)
+      return bytes(sink.data), writer.headers["Content-Type"]
+  return asyncio.run(main())
+
+
+_MULTIPART, _MULTIPART_TYPE = _multipart_written()
+base("MULTIPART", _MULTIPART)
+
+
+async def _echo_body(request):
+  kind, data = await server._read_body(request)
+  return web.json_response({"kind": kind, "bytes": len(data)})
+
+
+def _post_multipart(body: bytes, content_type: str):
+  async def main():
+    app = web.Application(client_max_size=_MAX_BODY, middlewares=[server._errors])
+    app[server.MAX_BODY] = _MAX_BODY
+    app.router.add_post("/caption", _echo_body)
+    async with TestClient(TestServer(app)) as client:
+      r = await client.post("/caption", data=body, headers={"Content-Type": content_type})
+      return r.status, await r.text()
+
+  started = time.perf_counter()
+  status, text = asyncio.run(main())
+  assert time.perf_counter() - started < TIME_BOUND_S
+  answer = json.loads(text)
+  if status == 200:
+    assert answer["kind"] in ("image", "npy") and 0 <= answer["bytes"] <= len(body), answer
+  else:
+    assert 400 <= status < 500 and set(answer) == {"error"} and "\n" not in answer["error"], (status, text)
+
+
+_BOUNDARIES = st.sampled_from([
+    _MULTIPART_TYPE, "multipart/form-data", "multipart/form-data; boundary=", "multipart/form-data; boundary=x",
+    'multipart/form-data; boundary="jaxcapFuzzBoundary7MA4YWxk"', "multipart/mixed; boundary=jaxcapFuzzBoundary7MA4YWxk",
+    "multipart/form-data; boundary=" + "b" * 200, "multipart/form-data; boundary=jaxcapFuzzBoundary7MA4YWxk; x=y",
+    "multipart/form-data; boundary=jaxcapFuzzBoundary7MA4YWxk; boundary=other"])
+# (control characters in the header itself: aiohttp's client refuses to send them, its server's
+# HTTP parser refuses them as a 400 before a handler runs)
+
+
+@st.composite
+def multipart_requests(draw):
+  return draw(mutated("MULTIPART") | st.just(_MULTIPART)), draw(_BOUNDARIES)
+
+
+def _multipart(request):
+  _post_multipart(*request)
+
+
+test_multipart_body, test_multipart_body_slow = both_tiers(multipart_requests(), examples=30)(_multipart)
+
+
+def test_the_multipart_fixture_reads_as_its_image():
+  status, text = None, None
+
+  async def main():
+    app = web.Application(client_max_size=_MAX_BODY, middlewares=[server._errors])
+    app[server.MAX_BODY] = _MAX_BODY
+    app.router.add_post("/caption", _echo_body)
+    async with TestClient(TestServer(app)) as client:
+      r = await client.post("/caption", data=_MULTIPART, headers={"Content-Type": _MULTIPART_TYPE})
+      return r.status, await r.json()
+
+  status, answer = asyncio.run(main())
+  assert status == 200 and answer == {"kind": "image", "bytes": len(BASES["PNG"])}
+
+
+# ============================================================================ HDF5: detections and cocotalk labels
+# Both written by h5py, as their producers write them: the M² authors' coco_detections.hdf5
+# (one <image_id>_features [regions, D] float32 dataset per image) and self-critical.pytorch's
+# prepro_labels.py cocotalk_label.h5 (labels uint32 [captions, 16], label_start_ix / label_end_ix
+# 1-based uint32 [images], label_length). 4,000 byte mutations of the detections file on this
+# machine made libhdf5 refuse, never crash (so the properties run in-process).
+h5py = pytest.importorskip("h5py")
+from jaxcap.data import cocotalk  # noqa: E402
+from jaxcap.data.karpathy import HDF5Detections  # noqa: E402
+
+
+def _h5_bytes(datasets: dict) -> bytes:
+  buf = io.BytesIO()
+  with h5py.File(buf, "w") as f:
+    for name, value in datasets.items():
+      f.create_dataset(name, data=value)
+  return buf.getvalue()
+
+
+_rng = np.random.default_rng(0)
+base("HDF5_DETECTIONS", _h5_bytes({"123_features": _rng.standard_normal((5, 8)).astype(np.float32),
+                                   "456_features": _rng.standard_normal((3, 8)).astype(np.float32)}))
+base("COCOTALK_H5", _h5_bytes({"labels": _rng.integers(1, 20, (4, 16)).astype(np.uint32),
+                               "label_start_ix": np.asarray([1, 3], np.uint32),
+                               "label_end_ix": np.asarray([2, 4], np.uint32),
+                               "label_length": np.full(4, 16, np.uint32)}))
+
+
+def _hdf5_detections_read(data: bytes):
+  with scratch() as folder:
+    path = written(folder, "coco_detections.hdf5", data)
+
+    def call():
+      reader = HDF5Detections(["123", "456"], path)
+      out = []
+      for i in range(2):
+        shape, dtype, _ = reader.header(i)["feats"]
+        feats = reader.read(i)["feats"]
+        assert feats.shape == shape and feats.dtype == dtype
+        out.append(feats)
+      return out
+
+    holds(call, folder, path)
+
+
+def _cocotalk_labels_read(data: bytes):
+  with scratch() as folder:
+    path = written(folder, "cocotalk_label.h5", data)
+    got = holds(lambda: cocotalk.read_labels(path), folder, path)
+    if got is not None:
+      labels, start, end = got
+      assert labels.ndim == 2 and start.ndim == end.ndim == 1
+
+
+test_hdf5_detections, test_hdf5_detections_slow = both_tiers(mutated("HDF5_DETECTIONS"))(_hdf5_detections_read)
+test_cocotalk_labels, test_cocotalk_labels_slow = both_tiers(mutated("COCOTALK_H5"))(_cocotalk_labels_read)
+
+
+def test_an_hdf5_dataset_declaring_a_huge_size_is_refused_before_it_is_read():
+  with scratch() as folder:
+    path = os.path.join(folder, "coco_detections.hdf5")
+    with h5py.File(path, "w") as f:  # declared, never written: HDF5 stores no bytes for it
+      f.create_dataset("123_features", shape=(1 << 20, 2048), dtype=np.float32)
+    assert holds(lambda: HDF5Detections(["123"], path).read(0), folder, path) is None  # within the bounds
+    with pytest.raises(BadInput, match="at most"):
+      HDF5Detections(["123"], path).read(0)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import sys
 import threading
@@ -183,6 +184,15 @@ class DirFeatures(base.FeatureReader):
     return {"feats": (shape, dtype, path), "global_feat": glob, "boxes": boxes}
 
 
+# What h5py raises for a damaged file's structures (tests/test_fuzz_readers.py found each):
+# KeyError / RuntimeError from libhdf5's object lookups, ValueError for impossible datatypes,
+# OSError for unreadable data blocks, TypeError for datatypes NumPy has no match for.
+_HDF5_ERRORS = (OSError, KeyError, RuntimeError, ValueError, TypeError)
+# One image's regions: 100 x 2048 float32 is 204,800 values; a dataset declaring far more is not
+# one image's detections (and would be allocated whole by ds[()]).
+MAX_HDF5_ELEMENTS = 1 << 24
+
+
 class HDF5Detections(base.FeatureReader):
   """Region features of every image in one HDF5 file, dataset ``<key>_features`` ``[n, D]``:
   the layout of the M² authors' ``coco_detections.hdf5`` (their ``ImageDetectionsField`` reads
@@ -224,16 +234,30 @@ class HDF5Detections(base.FeatureReader):
           raise BadInput(f"{self.path}: unreadable HDF5 file ({e}); expected the detections "
                            "file (datasets <image_id>_features)") from None
     key = f"{self.keys[i]}_features"
-    if key not in self._file:
+    try:
+      present = key in self._file
+      ds = self._file[key] if present else None
+      shape, dtype = (ds.shape, ds.dtype) if hasattr(ds, "shape") else (None, None)
+    except _HDF5_ERRORS as e:  # libhdf5's refusals of a damaged file, as h5py raises them
+      raise BadInput(f"{self.name(i)}: unreadable in this HDF5 file ({type(e).__name__}: "
+                     f"{str(e)[:160]}); expected the detections file") from None
+    if not present:
       raise BadInput(f"{self.path}: no dataset {key!r} for image {self.keys[i]}; expected one "
                        "<image_id>_features [regions, D] per image")
-    ds = self._file[key]
     if not hasattr(ds, "shape"):
       raise BadInput(f"{self.name(i)}: is an HDF5 group, expected a [regions, D] dataset")
+    if len(shape) != 2 or dtype.kind not in "fiu" or math.prod(shape) > MAX_HDF5_ELEMENTS:
+      raise BadInput(f"{self.name(i)}: {dtype} {list(shape)}; expected a numeric [regions, D] "
+                     f"dataset of at most {MAX_HDF5_ELEMENTS:,} values")
     return ds
 
   def read(self, i: int) -> dict:
-    feats = np.asarray(self._dataset(i)[()])
+    ds = self._dataset(i)
+    try:
+      feats = np.asarray(ds[()])
+    except _HDF5_ERRORS as e:
+      raise BadInput(f"{self.name(i)}: unreadable ({type(e).__name__}: {str(e)[:160]}); expected "
+                     "the detections file's [regions, D] features") from None
     return {"feats": feats, "boxes": None, "global_feat": None}
 
   def header(self, i: int) -> dict:

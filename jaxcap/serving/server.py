@@ -35,7 +35,7 @@ import traceback
 from typing import Any
 
 import numpy as np
-from aiohttp import web
+from aiohttp import http_exceptions, web
 
 from jaxcap.errors import BadInput, bug_words, first_line
 from jaxcap.images import IMAGE_RUNS, opened
@@ -621,21 +621,36 @@ def settings_from(query, decoding: dict) -> Settings:
                   seed if method == "sample" else 0)
 
 
+async def _multipart_file(request) -> bytes:
+  """The bytes of a multipart form's first file (or its field 'image', 'features' or 'file')."""
+  reader = await request.multipart()
+  async for part in reader:
+    if part.filename is None and part.name not in ("image", "features", "file"):
+      continue
+    data = await part.read(decode=False)
+    if len(data) > request.app[MAX_BODY]:
+      raise web.HTTPRequestEntityTooLarge(max_size=request.app[MAX_BODY], actual_size=len(data))
+    return bytes(data)
+  raise BadRequest("the multipart form has no file; expected a field 'image' (PNG / JPEG) or "
+                   "'features' (.npy)")
+
+
 async def _read_body(request) -> tuple[str, bytes]:
   """``(kind, bytes)``: kind ``"image"`` or ``"npy"`` from the content type (a multipart form's
   first file: by its bytes)."""
   ctype = request.content_type
   if ctype.startswith("multipart/"):
-    reader = await request.multipart()
-    async for part in reader:
-      if part.filename is None and part.name not in ("image", "features", "file"):
-        continue
-      data = await part.read(decode=False)
-      if len(data) > request.app[MAX_BODY]:
-        raise web.HTTPRequestEntityTooLarge(max_size=request.app[MAX_BODY], actual_size=len(data))
-      return ("npy" if data.startswith(b"\x93NUMPY") else "image"), bytes(data)
-    raise BadRequest("the multipart form has no file; expected a field 'image' (PNG / JPEG) or "
-                     "'features' (.npy)")
+    try:
+      data = await _multipart_file(request)
+    except (BadRequest, web.HTTPException):
+      raise
+    except (ValueError, LookupError, AssertionError, http_exceptions.HttpProcessingError) as e:
+      # aiohttp's multipart parser refuses the client's bytes with these (a missing or too long
+      # boundary, a part's invalid header, a bad transfer encoding; tests/test_fuzz_readers.py)
+      raise BadRequest(f"the multipart form could not be read ({type(e).__name__}: "
+                       f"{str(e).splitlines()[0][:200] if str(e) else 'malformed'}); expected "
+                       "multipart/form-data with a boundary and a field 'image' or 'features'") from None
+    return ("npy" if data.startswith(b"\x93NUMPY") else "image"), data
   if ctype in IMAGE_TYPES or ctype.startswith("image/"):
     return "image", await request.read()
   if ctype in NPY_TYPES:
