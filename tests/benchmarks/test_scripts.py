@@ -39,7 +39,9 @@ TINY = {
     "tpgn.py": ["--d", "3", "--batch", "4", "--vocab", "50", "--words", "5", "--steps", "1"],
     "clip_score.py": ["--pairs", "3", "--size", "tiny", "--batch", "2", "--out", "{tmp}/bench.json"],
     "clip_reward_step.py": ["--config", "configs/transformer.py:synthetic,tiny", "--clip", "tiny", "--batch", "8",
-                            "--steps", "1", "--out", "{tmp}/bench.json"],
+                            "--steps", "1", "--set", "dim=16,num_heads=2", "--out", "{tmp}/bench.json"],
+    # The tests' tiny detector and its weights (tests/detection/fixtures), both dtypes.
+    "detector.py": ["--small", "--batch", "1,2", "--windows", "1", "--steps", "1", "--out", "{tmp}/bench.json"],
     "checkpoint_save.py": ["--config", "configs/transformer.py:synthetic,tiny", "--model-as-configured",
                            "--batch", "8", "--steps", "2", "--every", "1", "--repeats", "1",
                            "--dir", "{tmp}", "--out", "{tmp}/bench.json"],
@@ -97,6 +99,15 @@ def test_benchmark_runs(case, tmp_path):
     import json
     record = json.loads((tmp_path / "bench.json").read_text())
     assert [r["reward"] for r in record["rows"]] == ["cider", "clip"] and record["clip_over_cider"] > 0
+    assert record["model"]["dim"] == 16 and record["model"]["num_heads"] == 2  # --set reached the model
+  elif script == "detector.py":
+    import json
+    record = json.loads((tmp_path / "bench.json").read_text())
+    assert [(r["dtype"], r["batch"]) for r in record["rows"]] == [
+        ("float32", 1), ("float32", 2), ("bfloat16", 1), ("bfloat16", 2)]
+    # the selection's bounds (3-12 regions for the tiny settings) held on every photo
+    assert all(3 <= r["regions_min"] <= r["regions_max"] <= 12 and r["device_photos_per_s"] > 0
+               and r["end_to_end_photos_per_s"] > 0 for r in record["rows"]), record["rows"]
   elif script == "features.py":
     import json
     rows = json.loads((tmp_path / "bench.json").read_text())["rows"]
@@ -179,6 +190,9 @@ BAD_FLAGS = [
     ("cider_throughput.py", ["--images", "0"], "--images"),
     ("clip_score.py", ["--pairs", "0"], "--pairs"),
     ("clip_reward_step.py", ["--config", "configs/transformer.py:flickr8k"], "--config"),
+    ("clip_reward_step.py", ["--set", "depth=3"], "--set"),
+    ("detector.py", ["--hw", "480by640"], "--hw"),
+    ("detector.py", ["--batch", "1,0"], "--batch"),
     ("features.py", ["--backbones", "resnet7"], "--backbones"),
     ("features.py", ["--sizes", "0"], "--sizes"),
     ("input_pipeline.py", ["--threads", "1,x"], "--threads"),
