@@ -279,22 +279,46 @@ class Run:
     return [self.vocab.decode(row) for row in (tokens[:, 0] if tokens.ndim == 3 else tokens)]
 
   # ---------------------------------------------------------------- image files
-  def backbone(self, weights: str | None = None):
+  def backbone(self, weights: str | None = None, **detector):
     """The extractor the run's features came from (:func:`jaxcap.run_dir.backbone`), built
     once per ``weights``; for a run from pixels its trained backbone
-    (:class:`jaxcap.models.pixels.TrainedBackbone`, no ``weights``: they are the checkpoint's)."""
+    (:class:`jaxcap.models.pixels.TrainedBackbone`, no ``weights``: they are the checkpoint's);
+    for a run on region features without ``features.json`` given the region detector's
+    checkpoint (``pytorch_model.bin`` / ``.pkl``), the detector
+    (:class:`jaxcap.detection.backbone.RegionBackbone`; ``detector``: its settings)."""
     if self.from_pixels:
       if weights is not None:
         raise BadInput(f"{weights}: this run trained its backbone ({self.config.backbone.name}); "
                        "expected no weights file (the backbone's weights are the checkpoint's)")
+      if detector:
+        raise BadInput(f"detector settings {sorted(detector)}: this run trained its backbone; "
+                       "expected none")
       if None not in self._backbones:
         self._backbones[None] = pixels.TrainedBackbone(
             self.config.backbone.name, self.model.backbone, pixels.split_variables(self.params)[0],
             self.info["image_size"], self.workdir, self.step)
       return self._backbones[None]
-    if weights not in self._backbones:
-      self._backbones[weights] = run_dir.backbone(self.workdir, weights)
-    return self._backbones[weights]
+    key = (weights, tuple(sorted(detector.items())))
+    if key not in self._backbones:
+      if self.regions_from(weights):
+        from jaxcap.detection import backbone as region_backbone  # noqa: PLC0415
+        self._backbones[key] = region_backbone.RegionBackbone(weights, self.info, **detector)
+      elif detector:
+        raise BadInput(f"detector settings {sorted(detector)}: this run's images go through "
+                       f"{'its features.json backbone' if self.workdir else 'no detector'}; expected "
+                       "them only with the region detector's weights, for a run on region features")
+      else:
+        self._backbones[key] = run_dir.backbone(self.workdir, weights)
+    return self._backbones[key]
+
+  def regions_from(self, weights) -> bool:
+    """Whether ``weights`` puts the region detector in front of this run: a run on region
+    features without ``features.json`` (imported from self-critical.pytorch or M², or trained on
+    ``jaxcap.detection.extract``'s files) given the detector's checkpoint file."""
+    from jaxcap.detection.backbone import is_detector_weights  # noqa: PLC0415 (no jax)
+    if self.from_pixels or not is_detector_weights(weights):
+      return False
+    return not self.workdir or run_dir.read_features_record(self.workdir) is None
 
   @property
   def from_pixels(self) -> bool:
@@ -316,7 +340,7 @@ class Run:
     return data_base.image_features_batch(fc_BxD, att_BxCxD, self.image_layout, self.feature_info)
 
   def caption_images(self, images, weights: str | None = None, *, batch_size: int = 16,
-                     **decode_options) -> list[str | None]:
+                     detector: dict | None = None, **decode_options) -> list[str | None]:
     """Captions image files and / or pixel arrays with the backbone the run's features came from
     (a run from pixels: its trained backbone, :meth:`backbone`).
 
@@ -328,7 +352,12 @@ class Run:
       images: one or a list of image file paths and / or uint8 RGB ``[H, W, 3]`` arrays, read
         as ``jaxcap-extract`` reads files (EXIF orientation, RGB, the recorded square ``size``).
       weights: the backbone's ``.safetensors`` file, whose sha256 must be the one the run's
-        ``features.json`` records; None for a run on random-weight features or from pixels.
+        ``features.json`` records; None for a run on random-weight features or from pixels; for
+        a run on bottom-up region features (imported, or on ``jaxcap.detection.extract``'s
+        files), the region detector's ``pytorch_model.bin`` / ``faster_rcnn_from_caffe_attr.pkl``
+        (:class:`jaxcap.detection.backbone.RegionBackbone`).
+      detector: the region detector's settings (``short``, ``long``, ``min_boxes``, ...;
+        defaults: the original's, ``max_boxes`` the run's ``max_regions`` up to 100).
       batch_size: images per backbone and decoder call. Fewer images are padded to the next
         power of two (1, 2, 4, ... up to ``batch_size``), more go in chunks of ``batch_size``:
         captioning 3, then 5, then 6 images compiles for 4 and 8 only.
@@ -342,12 +371,15 @@ class Run:
       BadInput: one line: a run without ``features.json``, other weights than the recorded
         ones, a directory or a non-image array, or no readable image at all.
     """
-    backbone = self.backbone(weights)
+    backbone = self.backbone(weights, **(detector or {}))
     count = 1 if isinstance(images, (str, os.PathLike)) or getattr(images, "ndim", 0) == 3 else len(images)
     pixels, kept = backbone.read(images, skip_unreadable=True)
     size = _bucket(len(kept), batch_size)
-    fc_BxD, att_BxCxD = backbone.pixel_features(pixels, size)
-    batch = data_base.image_features_batch(fc_BxD, att_BxCxD, self.image_layout, self.feature_info)
+    if hasattr(backbone, "batch"):  # the region detector: regions as the run's reader laid them out
+      batch = backbone.batch(pixels, self.feature_info)
+    else:
+      fc_BxD, att_BxCxD = backbone.pixel_features(pixels, size)
+      batch = data_base.image_features_batch(fc_BxD, att_BxCxD, self.image_layout, self.feature_info)
     if len(kept) < size:  # The decoder's shapes are the bucket's too (caption pads only to B).
       batch = {k: v if v is None else np.concatenate([v, np.repeat(v[-1:], size - len(kept), axis=0)])
                for k, v in batch.items()}

@@ -74,7 +74,8 @@ _PREDICTIONS = flags.DEFINE_string("predictions", None, "Score this COCO results
 _REFERENCES = flags.DEFINE_string("references", None, "COCO annotation file (with --predictions).")
 _OUT = flags.DEFINE_string("out", None, "The scores JSON (--predictions) or captions JSON (--images).")
 _IMAGES = flags.DEFINE_string("images", None, "Caption every image file of this folder (needs --out).")
-_IMAGE_WEIGHTS = flags.DEFINE_string("weights", None, "With --images: the backbone's .safetensors.")
+_IMAGE_WEIGHTS = flags.DEFINE_string("weights", None, "With --images: the backbone's .safetensors, or for a run on "
+                                      "bottom-up region features the region detector's pytorch_model.bin / .pkl.")
 _SERVER = flags.DEFINE_enum("server", None, ["test2014", "val2014"], "Write the COCO evaluation "
                             "server's results file for this set (needs its feature folders).")
 _S = {n: flags.DEFINE_string(n, None, f"--server: {h}") for n, h in [

@@ -4,7 +4,8 @@
   jaxcap-serve --artefact captioner.jaxcap --port 8080 --max_batch 16 --max_wait_ms 5
   python -m jaxcap.commands.serve --workdir RUN              # the same without the console script
 
-``POST /caption`` captions an image (runs on ``jaxcap-extract`` features), a ``.npy`` feature
+``POST /caption`` captions an image (runs on ``jaxcap-extract`` features; runs on bottom-up
+region features with ``--weights`` = the region detector's checkpoint), a ``.npy`` feature
 array or ``?example=<i>`` (a synthetic run's test image); ``GET /`` is the page, ``/health`` and
 ``/metadata`` describe the server (:mod:`jaxcap.serving.server`, docs/USAGE.md "Serving and the
 web page"). Listens on 127.0.0.1 unless ``--host`` says otherwise (``--port 0``: a free port),
@@ -35,6 +36,9 @@ def parser() -> argparse.ArgumentParser:
   add("--max_wait_ms", type=float, default=10.0,
       help="How long the first queued request waits for others to batch with (milliseconds).")
   add("--max_body_mb", type=float, default=16.0, help="Largest request body accepted (MiB).")
+  add("--weights", default=None, help="With --workdir: the image backbone's weights (the .safetensors "
+      "its features.json records), or for a run on bottom-up region features the region detector's "
+      "pytorch_model.bin / faster_rcnn_from_caffe_attr.pkl (photos then go through the detector).")
   return p
 
 
@@ -52,6 +56,10 @@ def _check(a) -> None:
     raise BadInput(f"--workdir={a.workdir}: not a directory; expected a run written by train.py")
   if a.artefact and not os.path.isfile(a.artefact):
     raise BadInput(f"--artefact={a.artefact}: no such file; expected an artefact file")
+  if a.weights is not None and a.artefact:
+    raise BadInput(f"--weights={a.weights}: an artefact carries its backbone; expected --weights with --workdir only")
+  if a.weights is not None and not os.path.isfile(a.weights):
+    raise BadInput(f"--weights={a.weights}: no such file; expected the backbone's or the region detector's weights")
 
 
 def backend_of(a):
@@ -59,7 +67,7 @@ def backend_of(a):
   from jaxcap.serving import server
   if a.workdir:
     import jaxcap
-    return server.RunBackend(jaxcap.load(a.workdir), max_batch=a.max_batch), a.workdir
+    return server.RunBackend(jaxcap.load(a.workdir), max_batch=a.max_batch, weights=a.weights), a.workdir
   from jaxcap.serving import load
   return server.ArtefactBackend(load(a.artefact), a.artefact, max_batch=a.max_batch), a.artefact
 

@@ -644,10 +644,28 @@ def image_features_batch(fc_BxD, att_BxCxD, data_config, info: dict) -> dict:
                                 grid=grid, label="images")
   else:
     reader = ArrayFeatures(fc_BxD[:, None, :], global_feats=fc_BxD, label="images")
+  return _features_batch([(reader.read(i), reader.name(i)) for i in range(len(fc_BxD))], info)
+
+
+def region_features_batch(regions: Sequence[dict], info: dict) -> dict:
+  """:func:`image_features_batch` of detected regions (:class:`jaxcap.detection.regions.RegionDetector`'s
+  ``features [n, D]``, ``boxes [n, 4]`` in pixels, ``image_hw``) as the COCO reader reads the files
+  ``jaxcap.detection.extract`` writes: boxes divided by the photo's width and height, the global
+  feature the regions' mean (``cocobu_fc``), regions beyond ``max_regions`` dropped."""
+  reads = []
+  for i, r in enumerate(regions):
+    h, w = r["image_hw"]
+    boxes = np.asarray(r["boxes"], np.float32) / np.asarray([w, h, w, h], np.float32)
+    feats = np.asarray(r["features"], np.float32)
+    reads.append(({"feats": feats, "boxes": boxes, "global_feat": feats.mean(0)}, f"images[{i}] regions"))
+  return _features_batch(reads, info)
+
+
+def _features_batch(reads, info: dict) -> dict:
+  """``[(reader output, its name)]`` -> the collated batch keys captioning reads."""
   examples = []
-  for i in range(len(fc_BxD)):
-    feats, boxes, glob = resolve_features(reader.read(i), reader.name(i),
-                                               info["feature_dim"], info["global_dim"])
+  for i, (raw, name) in enumerate(reads):
+    feats, boxes, glob = resolve_features(raw, name, info["feature_dim"], info["global_dim"])
     examples.append({"image_index": np.int32(i), "feats": feats, "boxes": boxes,
                      "global_feat": glob,
                      "captions": np.zeros((1, int(info["max_len"]) + 1), np.int32),

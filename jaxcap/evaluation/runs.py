@@ -248,6 +248,7 @@ def caption_folder(workdir: str, images: str, out: str, *, weights: str | None =
                    "expected a folder of images")
   config = run_dir.read_config(workdir)
   section = pixels.backbone_config(config)
+  regions = False  # the region detector in front of a run on region features
   if section is not None:  # a run from pixels: its backbone is in the checkpoint
     if weights is not None:
       raise BadInput(f"--weights={weights}: {workdir} trained its backbone ({section.name}); "
@@ -255,21 +256,33 @@ def caption_folder(workdir: str, images: str, out: str, *, weights: str | None =
     size = int(run_dir.load_info(workdir, config).get("image_size") or config.data.image_size)
     source = f"its trained {section.name}"
   else:
+    from jaxcap.detection.backbone import is_detector_weights  # noqa: PLC0415 (no jax)
     record = run_dir.read_features_record(workdir)
-    if record is None:
+    if record is None and is_detector_weights(weights):
+      # A run on region features (imported, or on jaxcap.detection.extract's files): the region
+      # detector in front of it (Run.caption_images), photos read upright at their own size.
+      if not os.path.isfile(weights):
+        raise BadInput(f"--weights={weights}: no such file; expected the region detector's "
+                       "pytorch_model.bin or faster_rcnn_from_caffe_attr.pkl")
+      size, source = images_lib.NATIVE, f"the regions of the detector {os.path.basename(weights)}"
+      regions = True
+    elif record is None:
       raise BadInput(f"{workdir}: no {run_dir.FEATURES_FILE} and no backbone of its own; it was "
                      "trained on features jaxcap-extract did not write, so it cannot caption "
-                     f"image files; {images_lib.IMAGE_RUNS}")
-    # Refused before any image is read or any checkpoint restored.
-    record_lib.check_weights(record, weights, os.path.join(workdir, run_dir.FEATURES_FILE))
-    size = extract.parse_size(record["size"], "features.json: size")  # an int or "native"
-    source = f"{record['backbone']} features"
+                     f"image files (a run on bottom-up region features: --weights=<the region "
+                     f"detector's pytorch_model.bin>); {images_lib.IMAGE_RUNS}")
+    else:
+      # Refused before any image is read or any checkpoint restored.
+      record_lib.check_weights(record, weights, os.path.join(workdir, run_dir.FEATURES_FILE))
+      size = extract.parse_size(record["size"], "features.json: size")  # an int or "native"
+      source = f"{record['backbone']} features"
   decode = _decode_of(decode, config)
   read, failed = [], []
   for name in progress.bar(names, f"reading {images}", unit="img"):
     path = os.path.join(images, name)
     try:
-      read.append((name, extract.read_image(path, size)))
+      read.append((name, images_lib.read_image(path, size, exif=True) if regions
+                   else extract.read_image(path, size)))
     except Exception as e:  # pylint: disable=broad-except  (Pillow raises many kinds)
       failed.append(name)
       print(f"warning: {path}: unreadable image ({extract.unreadable_reason(e)}); skipped",

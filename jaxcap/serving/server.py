@@ -158,15 +158,19 @@ class RunBackend:
 
   methods = METHODS
 
-  def __init__(self, run, max_batch: int = 8):
-    self.run, self.max_batch = run, int(max_batch)
+  def __init__(self, run, max_batch: int = 8, weights: str | None = None, detector: dict | None = None):
+    self.run, self.max_batch, self.weights, self.detector = run, int(max_batch), weights, dict(detector or {})
     self.info = run.info
     self.max_regions = int(run.info["max_regions"])
     self.feature_dim = int(run.info["feature_dim"])
     self._backbone = None
-    # A run on jaxcap-extract's features (its features.json), or from pixels (its trained backbone).
+    # A run on jaxcap-extract's features (its features.json), from pixels (its trained backbone),
+    # or on region features with the region detector's weights (Run.regions_from).
     self.has_backbone = getattr(run, "from_pixels", False) or (
-        bool(run.workdir) and os.path.exists(os.path.join(run.workdir, "features.json")))
+        bool(run.workdir) and os.path.exists(os.path.join(run.workdir, "features.json"))) or (
+        weights is not None and run.regions_from(weights))
+    if weights is not None:
+      self.backbone()  # the weights' one-line refusal before the server starts
     self._scenes = None
     self._png: dict[int, bytes] = {}
     self.examples = self._examples_split()
@@ -241,7 +245,7 @@ class RunBackend:
 
   def backbone(self):
     if self._backbone is None:
-      self._backbone = self.run.backbone()
+      self._backbone = self.run.backbone(self.weights, **self.detector)
     return self._backbone
 
   # ---------------------------------------------------------------- the synthetic test split
@@ -329,6 +333,8 @@ class RunBackend:
   def _image_rows(self, pixels: list) -> dict:
     """Rows of images read by :meth:`image_pixels`: one backbone call for all of them."""
     from jaxcap.data import base as data_base
+    if hasattr(self.backbone(), "batch"):  # the region detector: its regions, their boxes
+      return self._pad(self.backbone().batch(pixels, self.run.feature_info))
     size = _bucket(len(pixels), self.max_batch)
     stacked = pixels if self.backbone().size == "native" else np.stack(pixels)
     fc, att = self.backbone().pixel_features(stacked, size)

@@ -7,6 +7,8 @@ never copies:
     pip install torch==2.14.1 torchvision==0.29.1 opencv-python-headless requests wget filelock \
         huggingface_hub pyyaml tqdm "transformers<6"
     python scripts/detection/make_frcnn_fixture.py --lxmert /tmp/hfrp/lxmert
+    python scripts/detection/make_frcnn_fixture.py --lxmert /tmp/hfrp/lxmert --res2_out 2 \
+        --width_per_group 1 --out tests/detection/fixtures/d16/frcnn_d16.npz   # 16-d: M2's fixture
 
 What its code does, done here by its code: its ``Config`` (the hub ``config.yaml``'s keys, at a
 small width: ResNet-50 layout with 8 stem / 16 res2 channels, a 16-channel RPN, 20 object and 6
@@ -65,7 +67,11 @@ def main(argv=None):
   p.add_argument("--lxmert", required=True, help="the reference's lxmert/ folder")
   p.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "..", "tests", "detection",
                                                "fixtures", "frcnn_tiny.npz"))
+  p.add_argument("--res2_out", type=int, default=16, help="res2's output channels: the region features "
+                 "are 8x wide (16: 128-d, the tests' detector; 2: 16-d, the width of M2's import fixture)")
+  p.add_argument("--width_per_group", type=int, default=4, help="the bottlenecks' width at res2")
   args = p.parse_args(argv)
+  CONFIG["RESNETS"].update(RES2_OUT_CHANNELS=args.res2_out, WIDTH_PER_GROUP=args.width_per_group)
   sys.path.insert(0, os.path.abspath(args.lxmert))
   import torch  # noqa: PLC0415
   import modeling_frcnn  # noqa: PLC0415

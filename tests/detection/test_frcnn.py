@@ -263,3 +263,29 @@ def test_bfloat16_computes_near_float32():
   for one in out:
     assert 3 <= len(one["boxes"]) <= 12 and one["features"].dtype == np.float32
     assert np.isfinite(one["features"]).all()
+
+
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
+def test_the_16_wide_detector_is_the_reference_s_too():
+  """tests/detection/fixtures/d16 (the script's --res2_out 2: 16-d region features, the width of
+  M²'s import fixture, the detector of docs/USAGE.md's trial): photos to regions as its reference
+  computed them, and the pickle gives the same weights."""
+  from jaxcap.detection import regions  # noqa: PLC0415
+  d16 = FIXTURES / "d16"
+  with np.load(d16 / "frcnn_d16.npz") as z:
+    f = {k: z[k] for k in z.files}
+  cfg, variables = weights.load(d16 / "pytorch_model.bin", **SETTINGS)
+  assert cfg.feature_dim == 16 and cfg.res2_out == 2
+  _, variables2 = weights.load(d16 / "faster_rcnn_from_caffe_attr.pkl", anchor_sizes=(16.0, 32.0, 64.0, 128.0),
+                               **SETTINGS)  # the pickle holds no anchors: the settings give them
+  jax.tree.map(np.testing.assert_array_equal, variables, variables2)
+  rgb = [f[f"raw_{i}"][..., ::-1] for i in range(2)]
+  got = regions.RegionDetector(cfg, variables, short=96, long=160, selection="reference",
+                               nms_thresholds=NMS, min_boxes=MIN_D, max_boxes=MAX_D)(rgb)
+  for i, one in enumerate(got):
+    n = int(f["out_preds_per_image"][i])
+    assert one["enough"] and len(one["boxes"]) == n
+    np.testing.assert_allclose(one["boxes"], f["out_boxes"][i][:n], atol=1e-3)
+    np.testing.assert_allclose(one["features"], f["out_roi_features"][i][:n], rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(one["obj_ids"], f["out_obj_ids"][i][:n])
+    np.testing.assert_array_equal(one["attr_ids"], f["out_attr_ids"][i][:n])
