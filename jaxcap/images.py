@@ -120,3 +120,46 @@ def image_array(array, size: int | str, what: str = "image") -> np.ndarray:
   if size == NATIVE or x.shape[:2] == (size, size):
     return x
   return _square(Image.fromarray(x, "RGB"), size, what)
+
+
+def read_many(images, read_file, read_array, *, skip_unreadable: bool = False):
+  """``(arrays, kept)`` of one or a list of image file paths and / or arrays: each path through
+  ``read_file(path)``, each array through ``read_array(item, i)``; ``kept`` the indices into
+  ``images`` that ``arrays`` holds. A missing or unreadable file is a one-line ``BadInput``, or
+  with ``skip_unreadable`` one ``warning:`` line on stderr (as ``jaxcap-extract`` reports it)
+  and left out; a directory, a bad array or no readable image at all is always an error."""
+  import os  # noqa: PLC0415
+  if isinstance(images, (str, os.PathLike)) or (isinstance(images, np.ndarray) and images.ndim == 3):
+    images = [images]
+  out, kept, skipped = [], [], []
+  for i, item in enumerate(images):
+    if isinstance(item, (str, os.PathLike)):
+      path = os.fspath(item)
+      if os.path.isdir(path):
+        raise BadInput(f"{path}: a directory; expected an image file (a folder's images: "
+                       "evaluate.py --images DIR, or a list of their paths)")
+      try:
+        if not os.path.isfile(path):
+          raise BadInput(f"{path}: no such file; expected an image file")
+        try:
+          out.append(read_file(path))
+        except Exception as e:  # noqa: BLE001 - Pillow raises many kinds for a damaged file
+          raise BadInput(f"{path}: unreadable image ({unreadable_reason(e)}); expected an image "
+                         "file Pillow can open") from None
+      except BadInput as e:
+        if not skip_unreadable:
+          raise
+        skipped.append(path)
+        # The reason without the "expected ..." tail: the line says what was done instead.
+        print(f"warning: {str(e).split('; expected')[0]}; skipped", file=sys.stderr, flush=True)
+        continue
+    else:
+      out.append(read_array(item, i))
+    kept.append(i)
+  if not out:
+    if skipped:
+      raise BadInput(f"images: none of the {len(skipped)} image files could be read (first, "
+                     f"{skipped[0]}); expected image files Pillow can open")
+    raise BadInput("images: empty; expected at least one image path or array")
+  return out, kept
+

@@ -1357,7 +1357,8 @@ async def _echo_body(request):
   return web.json_response({"kind": kind, "bytes": len(data)})
 
 
-def _post_multipart(body: bytes, content_type: str):
+def _posted(body: bytes, content_type: str) -> tuple[int, str]:
+  """``(status, text)`` of POST /caption with ``body``, answered by the server's body reader."""
   async def main():
     app = web.Application(client_max_size=_MAX_BODY, middlewares=[server._errors])
     app[server.MAX_BODY] = _MAX_BODY
@@ -1365,9 +1366,12 @@ def _post_multipart(body: bytes, content_type: str):
     async with TestClient(TestServer(app)) as client:
       r = await client.post("/caption", data=body, headers={"Content-Type": content_type})
       return r.status, await r.text()
+  return asyncio.run(main())
 
+
+def _post_multipart(body: bytes, content_type: str):
   started = time.perf_counter()
-  status, text = asyncio.run(main())
+  status, text = _posted(body, content_type)
   assert time.perf_counter() - started < TIME_BOUND_S
   answer = json.loads(text)
   if status == 200:
@@ -1398,18 +1402,8 @@ test_multipart_body, test_multipart_body_slow = both_tiers(multipart_requests(),
 
 
 def test_the_multipart_fixture_reads_as_its_image():
-  status, text = None, None
-
-  async def main():
-    app = web.Application(client_max_size=_MAX_BODY, middlewares=[server._errors])
-    app[server.MAX_BODY] = _MAX_BODY
-    app.router.add_post("/caption", _echo_body)
-    async with TestClient(TestServer(app)) as client:
-      r = await client.post("/caption", data=_MULTIPART, headers={"Content-Type": _MULTIPART_TYPE})
-      return r.status, await r.json()
-
-  status, answer = asyncio.run(main())
-  assert status == 200 and answer == {"kind": "image", "bytes": len(BASES["PNG"])}
+  status, text = _posted(_MULTIPART, _MULTIPART_TYPE)
+  assert status == 200 and json.loads(text) == {"kind": "image", "bytes": len(BASES["PNG"])}
 
 
 # ============================================================================ HDF5: detections and cocotalk labels

@@ -17,12 +17,11 @@ each file's first 50).
 from __future__ import annotations
 
 import os
-import sys
 
 import numpy as np
 
 from jaxcap.errors import BadInput
-from jaxcap.images import NATIVE, read_image, unreadable_reason
+from jaxcap.images import NATIVE, read_image, read_many
 
 # The checkpoint files the detector's reader takes (jaxcap.detection.weights.read).
 SUFFIXES = (".bin", ".pkl", ".pth", ".pt")
@@ -70,40 +69,14 @@ class RegionBackbone:
     applied, as ``jaxcap.detection.extract`` reads them) and / or arrays, and the indices into
     ``images`` they are. An unreadable file is a one-line ``BadInput``, or with
     ``skip_unreadable`` one ``warning:`` line on stderr and left out."""
-    if isinstance(images, (str, os.PathLike)) or (isinstance(images, np.ndarray) and images.ndim == 3):
-      images = [images]
-    out, kept, skipped = [], [], []
-    for i, item in enumerate(images):
-      if isinstance(item, (str, os.PathLike)):
-        path = os.fspath(item)
-        try:
-          if os.path.isdir(path):
-            raise BadInput(f"{path}: a directory; expected an image file")
-          if not os.path.isfile(path):
-            raise BadInput(f"{path}: no such file; expected an image file")
-          try:
-            out.append(read_image(path, NATIVE, exif=True))
-          except Exception as e:  # noqa: BLE001 - Pillow raises many kinds for a damaged file
-            raise BadInput(f"{path}: unreadable image ({unreadable_reason(e)}); expected an image "
-                           "file Pillow can open") from None
-        except BadInput as e:
-          if not skip_unreadable or os.path.isdir(path):
-            raise
-          skipped.append(path)
-          print(f"warning: {str(e).split('; expected')[0]}; skipped", file=sys.stderr, flush=True)
-          continue
-      else:
-        a = np.asarray(item)
-        if a.ndim != 3 or a.shape[-1] != 3 or a.dtype != np.uint8 or min(a.shape[:2]) < 1:
-          raise BadInput(f"images[{i}]: {a.dtype} {list(a.shape)}; expected a uint8 RGB array [H, W, 3]")
-        out.append(a)
-      kept.append(i)
-    if not out:
-      if skipped:
-        raise BadInput(f"images: none of the {len(skipped)} image files could be read (first, "
-                       f"{skipped[0]}); expected image files Pillow can open")
-      raise BadInput("images: empty; expected at least one image path or array")
-    return out, kept
+    def array(item, i):
+      a = np.asarray(item)
+      if a.ndim != 3 or a.shape[-1] != 3 or a.dtype != np.uint8 or min(a.shape[:2]) < 1:
+        raise BadInput(f"images[{i}]: {a.dtype} {list(a.shape)}; expected a uint8 RGB array [H, W, 3]")
+      return a
+
+    return read_many(images, lambda path: read_image(path, NATIVE, exif=True), array,
+                     skip_unreadable=skip_unreadable)
 
   def regions(self, photos) -> list[dict]:
     """The detector's regions of each photo (:class:`RegionDetector`), one call per photo: the

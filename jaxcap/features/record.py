@@ -16,10 +16,10 @@ This module imports no other part of jaxcap than :mod:`jaxcap.features` and :mod
 from __future__ import annotations
 
 import os
-import sys
 
 import numpy as np
 
+from jaxcap import images as images_lib
 from jaxcap.errors import BadInput
 from jaxcap.features import extract, registry
 from jaxcap.features import weights as weights_lib
@@ -134,38 +134,9 @@ class Backbone:
     ``BadInput``, or with ``skip_unreadable`` one ``warning:`` line on stderr (as
     ``jaxcap-extract`` reports it) and left out; a directory, a non-image array or no readable
     image at all is always an error (``pixels`` is then never empty)."""
-    if isinstance(images, (str, os.PathLike)) or (isinstance(images, np.ndarray) and images.ndim == 3):
-      images = [images]
-    out, kept, skipped = [], [], []
-    for i, item in enumerate(images):
-      if isinstance(item, (str, os.PathLike)):
-        path = os.fspath(item)
-        if os.path.isdir(path):
-          raise BadInput(f"{path}: a directory; expected an image file (a folder's images: "
-                           "evaluate.py --images DIR, or a list of their paths)")
-        try:
-          if not os.path.isfile(path):
-            raise BadInput(f"{path}: no such file; expected an image file")
-          try:
-            out.append(extract.read_image(path, self.size))
-          except Exception as e:  # pylint: disable=broad-except  (Pillow raises many kinds)
-            raise BadInput(f"{path}: unreadable image ({extract.unreadable_reason(e)}); expected "
-                             "an image file Pillow can open") from None
-        except BadInput as e:
-          if not skip_unreadable:
-            raise
-          skipped.append(path)
-          # The reason without the "expected ..." tail: the line says what was done instead.
-          print(f"warning: {str(e).split('; expected')[0]}; skipped", file=sys.stderr, flush=True)
-          continue
-      else:
-        out.append(extract.image_array(item, self.size, what=f"images[{i}]"))
-      kept.append(i)
-    if not out:
-      if skipped:
-        raise BadInput(f"images: none of the {len(skipped)} image files could be read (first, "
-                         f"{skipped[0]}); expected image files Pillow can open")
-      raise BadInput("images: empty; expected at least one image path or array")
+    out, kept = images_lib.read_many(
+        images, lambda path: extract.read_image(path, self.size),
+        lambda item, i: extract.image_array(item, self.size, what=f"images[{i}]"), skip_unreadable=skip_unreadable)
     # At the native resolution the images keep their sizes: a list, not a batch.
     return (out if self.size == extract.NATIVE else np.stack(out)), kept
 

@@ -111,7 +111,8 @@ def test_next_session_command_runs_in_small_mode_and_is_collected(tmp_path, inde
     assert timed == {p + ".json" for p in parts}, "a part was not reached: " + r.stdout[-3000:]
     # a failed variant (cuDNN's attention has no CPU kernel) names its variant; every other row ran
     cudnn = [x for x in rec["rows"] if "attention_impl=cudnn" in (x.get("overrides") or "")]
-    assert bool(cudnn) == any("attention_impl=cudnn" in script_parts[p] for p in parts), cudnn
+    assert bool(cudnn) == any("attention_impl=cudnn" in script_parts[p] or "$SWB" in script_parts[p]
+                              for p in parts), cudnn  # $SWB: the switches with cuDNN's attention
     assert all("error" in x for x in cudnn), cudnn
     assert all("error" not in x for x in rec["rows"] if x not in cudnn), [x for x in rec["rows"] if "error" in x]
     # the switches prepared on CPU are rows of their own, beside the plain ones (of the parts kept)
