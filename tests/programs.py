@@ -51,6 +51,7 @@ for line in sys.stdin:
       os.environ.update(req["env"])
       argv = req["argv"]
       try:
+        exec(req.get("prelude", ""), {})  # a test's patch of the program's process (a planted fault)
         if argv[0] == "-m":
           sys.argv = [argv[1]] + argv[2:]
           runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
@@ -98,10 +99,11 @@ class Programs:
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                   env=env, cwd=str(REPO))
 
-  def run(self, argv, cwd, env: dict | None = None) -> tuple[int, str, str]:
+  def run(self, argv, cwd, env: dict | None = None, prelude: str = "") -> tuple[int, str, str]:
     """``(exit code, stdout, stderr)`` of ``argv`` (``["train.py", ...]`` or ``["-m", module,
-    ...]``; a script path relative to the checkout) run from ``cwd``."""
-    req = {"argv": [str(a) for a in argv], "cwd": str(cwd), "env": dict(env or {})}
+    ...]``; a script path relative to the checkout) run from ``cwd``; ``prelude``: Python run
+    in the program's process first (a test's planted fault)."""
+    req = {"argv": [str(a) for a in argv], "cwd": str(cwd), "env": dict(env or {}), "prelude": prelude}
     self._proc.stdin.write(json.dumps(req) + "\n")
     self._proc.stdin.flush()
     line = self._proc.stdout.readline()

@@ -117,3 +117,68 @@ def test_argparse_programs_refuse_in_one_line_without_patching_argparse(capsys):
     plain.parse_args(["--n", "x"])
   assert e.value.code == 2 and "usage: plain" in capsys.readouterr().err
   assert argparse.ArgumentParser.error is not cli.ArgumentParser.error
+
+
+# ---------------------------------------------------------------------------- every program
+# Every program a user runs (a file with a __main__ block: train.py, evaluate.py, the commands,
+# python -m modules, scripts, table scripts, benchmarks), found by looking, not listed by hand.
+# Those that read no command line (nothing to plant a fault in) are named with why.
+_REPO_DIR = __import__("pathlib").Path(__file__).resolve().parents[1]
+NO_COMMAND_LINE = {
+    "jaxcap/data/synthetic.py": "a developer's timing of the scene generator, no arguments",
+    "jaxcap/papers/__main__.py": "prints the papers' table; reads no input",
+}
+# Fixture generators: a developer's tools, run with torch and the producers' code to write the
+# test fixtures (not installed, not documented for users); a raw traceback is their interface.
+DEVELOPER_TOOLS = {"scripts/detection/make_frcnn_fixture.py", "scripts/self_critical/make_import_fixture.py",
+                   "scripts/self_critical/make_prepro_feats_fixture.py"}
+# A bug planted where every program reads its command line: argparse's parse (every argparse
+# program, cli.ArgumentParser included) and absl's flag parse (cli.parse_flags).
+PLANTED = textwrap.dedent("""
+  import argparse
+  from absl import flags
+  def planted(*a, **k):
+    raise KeyError("planted bug")
+  argparse.ArgumentParser.parse_args = planted
+  argparse.ArgumentParser.parse_known_args = planted
+  flags.FlagValues.__call__ = planted
+""")
+
+
+def user_programs() -> list[list[str]]:
+  """The argv prefix of every program: ``[file.py]`` or ``["-m", module]`` for a package file."""
+  out = []
+  for path in sorted(_REPO_DIR.rglob("*.py")):
+    rel = path.relative_to(_REPO_DIR).as_posix()
+    if rel.split("/")[0] in ("tests", ".venv", ".anchors", "build", ".cache") or "/." in "/" + rel:
+      continue
+    text = path.read_text(errors="replace")
+    if 'if __name__ == "__main__"' not in text or rel in NO_COMMAND_LINE or rel in DEVELOPER_TOOLS:
+      continue
+    if rel.startswith("jaxcap/"):
+      module = rel[:-3].replace("/", ".").removesuffix(".__main__")
+      out.append(["-m", module])
+    else:
+      out.append([rel])
+  return out
+
+
+def test_the_programs_are_found():
+  found = {" ".join(p) for p in user_programs()}
+  assert {"train.py", "evaluate.py", "-m jaxcap.commands.serve", "-m jaxcap.detection.extract",
+          "benchmarks/run.py", "scripts/extract_features.py"} <= found, found
+  assert all((_REPO_DIR / p).exists() for p in [*NO_COMMAND_LINE, *DEVELOPER_TOOLS])
+
+
+@pytest.mark.slow  # ~50 programs, each importing its modules in a forked process
+def test_a_bug_in_any_program_keeps_its_traceback_and_exits_1(tmp_path):
+  from tests.programs import Programs as Server  # noqa: PLC0415
+  wrong = []
+  with Server() as programs:
+    for argv in user_programs():
+      code, out, err = programs.run(argv, cwd=tmp_path, prelude=PLANTED)
+      lines = [l for l in err.strip().splitlines() if l.strip()]
+      if not (code == 1 and "Traceback" in err and "KeyError: 'planted bug'" in err
+              and lines and lines[-1] == errors.bug_line()):
+        wrong.append(f"{' '.join(argv)}: exit {code}, last line {lines[-1] if lines else ''!r}")
+  assert not wrong, "\n".join(wrong)

@@ -170,8 +170,12 @@ class TfdsFeatures(base.RowFeatures):
     self.has_boxes, self.has_image = has_boxes, has_image
 
   def read(self, i: int) -> dict:
-    rec = self.source[i]
-    return {"feats": rec["feats"], "boxes": rec["boxes"], "global_feat": rec["global_feat"]}
+    try:
+      rec = self.source[i]
+      return {"feats": rec["feats"], "boxes": rec["boxes"], "global_feat": rec["global_feat"]}
+    except _RECORD_ERRORS as e:  # array_record's and TFDS's refusals of a damaged shard
+      raise BadInput(f"{self.name(i)}: unreadable record ({type(e).__name__}: {str(e)[:160]}); "
+                     "expected the split's array_record shard as tfds_builders.build wrote it") from None
 
 
 def _find_build(data_config) -> str:
@@ -184,12 +188,58 @@ def _find_build(data_config) -> str:
                    f"{VERSION} (run jaxcap.data.tfds_builders.build)")
 
 
+# What a damaged build raises from TFDS, protobuf's JSON reader and array_record (each found by
+# tests/test_fuzz_readers.py): JSON and UTF-8 errors (ValueError), protobuf's ParseError,
+# array_record's RuntimeError ("Corrupted Riegeli", "ArrayRecord file ..."), and the key / type
+# errors of a record without its features.
+_RECORD_ERRORS = (RuntimeError, ValueError, KeyError, TypeError, OSError, EOFError)
+
+
+def _check_meta(meta, path: str) -> None:
+  """The build's ``jaxcap`` metadata (metadata.json) as :func:`build` writes it, else one line."""
+  def bad(what):
+    return BadInput(f"{path}/metadata.json: {what}; expected the 'jaxcap' metadata tfds_builders.build writes")
+  if not isinstance(meta, dict) or not isinstance(meta.get("splits"), dict) or not meta["splits"]:
+    raise bad("no 'splits' object")
+  for key in ("feature_dim", "global_dim"):
+    if not isinstance(meta.get(key), int) or isinstance(meta.get(key), bool) or meta[key] < 1:
+      raise bad(f"{key}={meta.get(key)!r:.40}, not a positive integer")
+  if meta.get("max_regions") is not None and (not isinstance(meta["max_regions"], int) or meta["max_regions"] < 1):
+    raise bad(f"max_regions={meta['max_regions']!r:.40}, not a positive integer")
+  if not isinstance(meta.get("grid"), bool):
+    raise bad(f"grid={meta.get('grid')!r:.40}, not true / false")
+  for split, text in meta["splits"].items():
+    if split not in base.SPLITS or not isinstance(text, dict):
+      raise bad(f"split {split!r:.40}, not one of {', '.join(base.SPLITS)} with its texts")
+    for key in ("image_ids", "refs", "src", "attributes", "oracle_attributes"):
+      if key not in text:
+        raise bad(f"split {split}: no {key!r}")
+    ids, refs = text["image_ids"], text["refs"]
+    if not isinstance(ids, list) or not isinstance(refs, list) or len(ids) != len(refs):
+      raise bad(f"split {split}: image_ids and refs not two lists of one length")
+    if not all(isinstance(r, list) and all(isinstance(c, list) and all(isinstance(w, str) for w in c)
+                                           for c in r) for r in refs):
+      raise bad(f"split {split}: refs not lists of tokenised captions (lists of words)")
+
+
 def load(data_config) -> base.CaptionDataset:
   """A CaptionDataset over a built TFDS dir (``data_config.tfds_dir``)."""
   path = _find_build(data_config)
-  builder = tfds.builder_from_directory(path)
-  meta = builder.info.metadata["jaxcap"]
-  sources = builder.as_data_source()
+  try:
+    builder = tfds.builder_from_directory(path)
+    meta = builder.info.metadata["jaxcap"]
+    sources = builder.as_data_source()
+  except Exception as e:  # noqa: BLE001 - TFDS reading the build's JSON and shards: the user's files
+    # (JSONDecodeError, UnicodeDecodeError, protobuf's ParseError, array_record's RuntimeError,
+    # a missing key or file; tests/test_fuzz_readers.py)
+    raise BadInput(f"{path}: not a readable jaxcap TFDS build ({type(e).__name__}: "
+                   f"{str(e).splitlines()[0][:160] if str(e) else 'damaged'}); expected the folder "
+                   "tfds_builders.build wrote") from None
+  _check_meta(meta, path)
+  missing = sorted(set(meta["splits"]) - set(sources))
+  if missing:
+    raise BadInput(f"{path}: splits {missing} in metadata.json have no array_record shard; expected "
+                   "the folder tfds_builders.build wrote")
   splits = {}
   for split, text in meta["splits"].items():
     feats = TfdsFeatures(sources[split], split, path, meta["grid"], meta.get("has_boxes"),

@@ -125,11 +125,11 @@ def _read_pickle(path: str) -> dict:
   """airsplay's detectron2 pickle, read without running code: ``{"model": {name: ndarray}, ...}``."""
   import io  # noqa: PLC0415
   import pickle  # noqa: PLC0415
-  from jaxcap.importers import self_critical, torch_files  # noqa: PLC0415
+  from jaxcap.importers import torch_files  # noqa: PLC0415
   try:
     with open(path, "rb") as f:
       data = torch_files.check_lengths(io.BytesIO(f.read()))
-    obj = self_critical._RestrictedUnpickler(data, encoding="latin1").load()
+    obj = torch_files.InfosUnpickler(data, encoding="latin1").load()
   except OSError as e:
     raise BadInput(f"{path}: cannot read ({e.strerror or e})") from None
   except (pickle.UnpicklingError, EOFError, AttributeError, ValueError, TypeError, IndexError) as e:

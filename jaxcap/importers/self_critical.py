@@ -77,29 +77,6 @@ from jaxcap.training import optim, steps
 # Output bias of the ids self-critical has no output for (PAD, BOS): exp(-1e9) is 0 in float32.
 NO_OUTPUT_BIAS = -1e9
 
-# (module, name) pairs the infos unpickler may construct. ``_codecs.encode``: a protocol-2
-# pickle written by Python 3 (self-critical's ``misc.pickle_dump``) stores every ``bytes``
-# object, such as a numpy scalar's raw value (its ``best_val_score``, pycocoevalcap's CIDEr),
-# as ``_codecs.encode(str, "latin1")``; it turns a string into bytes and can do nothing else.
-_SAFE_GLOBALS = {
-    ("_codecs", "encode"),
-    ("argparse", "Namespace"), ("collections", "OrderedDict"), ("collections", "defaultdict"),
-    ("builtins", "set"), ("builtins", "frozenset"), ("builtins", "slice"),
-    ("numpy", "dtype"), ("numpy", "ndarray"),
-    ("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "scalar"),
-    ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
-    ("__builtin__", "set"),
-}
-
-
-class _RestrictedUnpickler(pickle.Unpickler):
-
-  def find_class(self, module, name):
-    if (module, name) in _SAFE_GLOBALS:
-      return super().find_class(module, name)
-    raise pickle.UnpicklingError(f"refused to construct {module}.{name}")
-
-
 def read_infos(path: str) -> dict:
   """The ``infos_<id>.pkl`` dict (``opt`` as a Namespace, ``vocab``), read without running code."""
   last = None
@@ -107,7 +84,7 @@ def read_infos(path: str) -> dict:
     try:
       with open(path, "rb") as f:  # in memory, its lengths checked: a flipped one allocates no GiB
         data = torch_files.check_lengths(io.BytesIO(f.read()))
-      infos = _RestrictedUnpickler(data, encoding=encoding).load()
+      infos = torch_files.InfosUnpickler(data, encoding=encoding).load()
       break
     except UnicodeDecodeError as e:
       last = e

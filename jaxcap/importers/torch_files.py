@@ -240,3 +240,28 @@ def script_tensors(obj: ScriptObject, prefix: str = "") -> dict[str, np.ndarray]
     elif isinstance(value, np.ndarray):
       out[prefix + name] = value
   return out
+
+
+# (module, name) pairs the unpickler of self-critical's infos (and of detectron2's weight pickles)
+# may construct. ``_codecs.encode``: a protocol-2
+# pickle written by Python 3 (self-critical's ``misc.pickle_dump``) stores every ``bytes``
+# object, such as a numpy scalar's raw value (its ``best_val_score``, pycocoevalcap's CIDEr),
+# as ``_codecs.encode(str, "latin1")``; it turns a string into bytes and can do nothing else.
+INFOS_GLOBALS = {
+    ("_codecs", "encode"),
+    ("argparse", "Namespace"), ("collections", "OrderedDict"), ("collections", "defaultdict"),
+    ("builtins", "set"), ("builtins", "frozenset"), ("builtins", "slice"),
+    ("numpy", "dtype"), ("numpy", "ndarray"),
+    ("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "scalar"),
+    ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+    ("__builtin__", "set"),
+}
+
+
+class InfosUnpickler(pickle.Unpickler):
+  """A pickle of plain data (dicts, Namespaces, NumPy arrays and scalars): nothing else is built."""
+
+  def find_class(self, module, name):
+    if (module, name) in INFOS_GLOBALS:
+      return super().find_class(module, name)
+    raise pickle.UnpicklingError(f"refused to construct {module}.{name}")
