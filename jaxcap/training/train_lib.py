@@ -576,6 +576,10 @@ def dry_run(config, workdir: str = "", log=print) -> dict:
   # What one device holds of them under config.sharding (the largest shard of each array).
   held = {k: sharding_lib.per_device_bytes(getattr(state, k), getattr(specs, k))
           for k in ("params", "opt_state")}
+  # How many parameter arrays the rule splits: at tiny sizes fsdp splits none (every array is under
+  # sharding.MIN_ELEMENTS), which the held bytes alone would not say.
+  param_specs = jax.tree.leaves(specs.params, is_leaf=lambda x: hasattr(x, "spec"))
+  split = sum(any(axis is not None for axis in s.spec) for s in param_specs)
   limit, what = memory.device_limit()
   n_dev = trainer.mesh.devices.size
   section = pixels.backbone_config(config)
@@ -584,14 +588,18 @@ def dry_run(config, workdir: str = "", log=print) -> dict:
       f"(parameters, optimiser state)")
   log(f"sharding {trainer.sharding_rule!r} over mesh data={trainer.mesh.shape['data']}, "
       f"model={trainer.mesh.shape['model']}: a device holds parameters "
-      f"{memory.gib(held['params'])}, optimiser state {memory.gib(held['opt_state'])}")
+      f"{memory.gib(held['params'])}, optimiser state {memory.gib(held['opt_state'])}"
+      + (f"; {split} of {len(param_specs)} parameter arrays split (arrays under "
+         f"{sharding_lib.MIN_ELEMENTS:,} elements, or with no dimension the devices divide, stay whole)"
+         if trainer.sharding_rule == "fsdp" else ""))
   log(f"batch {config.batch_size} images over {n_dev} {jax.devices()[0].platform} device(s)"
       + (f"; a device has {memory.gib(limit)} ({what})" if limit else f"; {what}"))
   report = {"parameters": int(params), "state_bytes": int(state_bytes), "devices": n_dev,
             "device": what, "device_limit_bytes": limit, "batch_size": int(config.batch_size),
             "sharding": trainer.sharding_rule, "mesh": dict(trainer.mesh.shape),
             "params_bytes_per_device": int(held["params"]),
-            "opt_state_bytes_per_device": int(held["opt_state"]), "steps": {}}
+            "opt_state_bytes_per_device": int(held["opt_state"]),
+            "arrays_split": [int(split), len(param_specs)], "steps": {}}
   for phase, c in compiled.items():
     m = c["memory"]
     report["steps"][phase] = {"gflop": c["flops"] / 1e9, "compile_s": c["compile_s"],

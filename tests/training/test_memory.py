@@ -111,3 +111,19 @@ def test_dry_run_of_a_paper_sized_transformer(programs, tmp_path):
   params = int(next(l for l in out.splitlines() if l.startswith("model ")).split(": ")[1].split(" ")[0].replace(",", ""))
   assert params > 40_000_000, out  # 6 + 6 layers of d=512 (the synthetic vocabulary is small)
   assert out.splitlines()[-1] == "it fits: nothing written (dry run)" and sorted(os.listdir(tmp_path)) == []
+
+
+@pytest.mark.slow
+def test_dry_run_says_how_many_arrays_fsdp_splits():
+  """At tiny sizes fsdp splits no array (each is under sharding.MIN_ELEMENTS): the dry run says
+  so rather than leaving a reader to infer it from bytes; at the CPU-sized config it splits some."""
+  from jaxcap.training import train_lib  # noqa: PLC0415
+  lines = []
+  tiny = train_lib.dry_run(jaxcap.get_config("transformer.py:synthetic,tiny", sharding="fsdp"), log=lines.append)
+  assert tiny["arrays_split"][0] == 0 < tiny["arrays_split"][1]
+  said = [l for l in lines if l.startswith("sharding 'fsdp'")]
+  assert len(said) == 1 and f"0 of {tiny['arrays_split'][1]} parameter arrays split" in said[0], lines
+  cpu = train_lib.dry_run(jaxcap.get_config("transformer.py:synthetic", sharding="fsdp", batch_size=8),
+                          log=lambda *a: None)
+  assert 0 < cpu["arrays_split"][0] < cpu["arrays_split"][1]
+  assert cpu["params_bytes_per_device"] < cpu["state_bytes"] / 3 / 2  # the split arrays are most of the bytes
