@@ -298,7 +298,7 @@ class Run:
             self.config.backbone.name, self.model.backbone, pixels.split_variables(self.params)[0],
             self.info["image_size"], self.workdir, self.step)
       return self._backbones[None]
-    key = (weights, tuple(sorted(detector.items())))
+    key = (weights, repr(sorted(detector.items())))  # settings may hold lists (nms_thresholds)
     if key not in self._backbones:
       if self.regions_from(weights):
         from jaxcap.detection import backbone as region_backbone  # noqa: PLC0415

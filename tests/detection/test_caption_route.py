@@ -101,6 +101,10 @@ def test_refusals_name_the_file_and_what_the_run_reads(region_run, tmp_path):
   not_a_detector.write_bytes(b"not a checkpoint")
   with pytest.raises(BadInput, match=str(not_a_detector)):
     region_run.caption_images(["x.png"], str(not_a_detector))
+  # settings holding a list (the reference selection's thresholds): one backbone per settings, kept
+  listed = dict(selection="reference", nms_thresholds=[0.5, 0.6], **SMALL)
+  assert region_run.backbone(WEIGHTS, **listed) is region_run.backbone(WEIGHTS, **listed)
+  assert region_run.backbone(WEIGHTS, **listed) is not region_run.backbone(WEIGHTS, **SMALL)
   with pytest.raises(BadInput, match="detector settings"):  # settings without the detector's file
     region_run.caption_images(["x.png"], None, detector={"short": 96})
 
