@@ -71,6 +71,7 @@ def _force_devices(argv) -> None:
 
 
 def main(argv=None) -> dict:
+  _force_devices(sys.argv[1:] if argv is None else argv)  # before anything starts JAX's backend
   p, a = _parse(argv)
   import numpy as np
   import jax
@@ -189,6 +190,5 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-  _force_devices(sys.argv[1:])  # before anything starts JAX's backend
-  from jaxcap.cli import run_script
+  from jaxcap.cli import run_script  # imports JAX; its backend starts later, in main
   run_script(main)
