@@ -357,7 +357,8 @@ class Run:
         files), the region detector's ``pytorch_model.bin`` / ``faster_rcnn_from_caffe_attr.pkl``
         (:class:`jaxcap.detection.backbone.RegionBackbone`).
       detector: the region detector's settings (``short``, ``long``, ``min_boxes``, ...;
-        defaults: the original's, ``max_boxes`` the run's ``max_regions`` up to 100).
+        defaults: ``python -m jaxcap.detection.extract``'s, the original's 10-100 regions, of
+        which the run reads its first ``max_regions`` as it reads a longer file).
       batch_size: images per backbone and decoder call. Fewer images are padded to the next
         power of two (1, 2, 4, ... up to ``batch_size``), more go in chunks of ``batch_size``:
         captioning 3, then 5, then 6 images compiles for 4 and 8 only.

@@ -61,7 +61,7 @@ class RegionBackbone:
       raise BadInput(f"{weights}: a detector of {cfg.feature_dim}-d region features; this run reads "
                      f"{int(info['feature_dim'])}-d features (feature_dim); expected the detector its "
                      "features came from")
-    self.weights, self.max_regions = weights, int(info["max_regions"])
+    self.weights = weights
     self.detector = regions.RegionDetector(cfg, variables, **settings)
 
   def read(self, images, *, skip_unreadable: bool = False):

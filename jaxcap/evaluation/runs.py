@@ -281,6 +281,7 @@ def caption_folder(workdir: str, images: str, out: str, *, weights: str | None =
   for name in progress.bar(names, f"reading {images}", unit="img"):
     path = os.path.join(images, name)
     try:
+      # the detector reads photos upright at their own size (EXIF applied, as its command does)
       read.append((name, images_lib.read_image(path, size, exif=True) if regions
                    else extract.read_image(path, size)))
     except Exception as e:  # pylint: disable=broad-except  (Pillow raises many kinds)

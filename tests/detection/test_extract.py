@@ -89,3 +89,21 @@ def test_a_folder_of_other_files_is_not_written_into(tmp_path):
     extract.main(args)
   assert sorted(os.listdir(out)) == ["notes.txt"]
   shutil.rmtree(out)
+
+
+def test_the_command_s_defaults_are_the_detector_s():
+  """One set of defaults: the command's flags (parsed before JAX is imported) and the API's
+  RegionDetector / DetectorConfig, which Run.caption_images uses, must not drift apart."""
+  import dataclasses  # noqa: PLC0415
+  import inspect  # noqa: PLC0415
+  from jaxcap.detection import extract, frcnn, regions  # noqa: PLC0415
+  flags = vars(extract.parser().parse_args(["--images", "x", "--out", "y", "--weights", "z"]))
+  api = {k: p.default for k, p in inspect.signature(regions.RegionDetector).parameters.items()
+         if p.default is not inspect.Parameter.empty}
+  cfg = {f.name: f.default for f in dataclasses.fields(frcnn.DetectorConfig)}
+  for name in ("short", "long", "selection", "conf_thresh", "min_boxes", "max_boxes", "nms_thresh",
+               "canvas_multiple"):
+    assert flags[name] == api[name], name
+  assert extract._thresholds(flags["nms_thresholds"]) == tuple(api["nms_thresholds"])
+  for name in ("pre_nms_topk", "post_nms_topk"):
+    assert flags[name] == cfg[name], name
