@@ -62,7 +62,8 @@ CLIP_SCORE = "benchmarks/clip_score.py"
 CLIP_REWARD = "benchmarks/clip_reward_step.py"
 SHARDED = "benchmarks/sharded_memory.py"
 DETECTOR = "benchmarks/detector.py"
-OWN_RECORDS = {FEATURES: "features_", PIPELINE: "input_pipeline_",  # records kept in their own file
+MESH_DRIFT = "benchmarks/mesh_drift.py"
+OWN_RECORDS = {MESH_DRIFT: "mesh_drift_", FEATURES: "features_", PIPELINE: "input_pipeline_",  # records kept in their own file
                CHECKPOINTS: "checkpoint_save_", DECODE_AUX: "decode_aux_", EXPORT: "export_",
                CLIP_SCORE: "clip_score_", CLIP_REWARD: "clip_reward_step_", SHARDED: "sharded_memory_",
                DETECTOR: "detector_"}
@@ -358,6 +359,27 @@ def clip_reward_table(rec: dict) -> str:
   return "\n".join(lines)
 
 
+def mesh_drift_table(rec: dict) -> str:
+  base = rec["rows"][0]["losses"]
+  marks = sorted({1, 10, 100, rec["steps"]} & set(range(1, len(base) + 1)))
+  lines = [_head(rec) + f" (whole train.py runs of `{rec['config']}` at batch {rec['batch']}, {rec['steps']} steps: "
+           "each step's loss on the devices of each row, relative to the 1-device run's)", "",
+           "| run | " + " | ".join(f"step {m}" for m in marks) + " | first step past 1e-5 | past 1e-3 | "
+           "past 1e-2 | largest |", "|---|" + "---:|" * (len(marks) + 4)]
+  for r in rec["rows"]:
+    if "drift" not in r:
+      lines.append(f"| {r['run']} (loss) | " + " | ".join(f"{r['losses'][m - 1]:.4f}" for m in marks)
+                   + " | – | – | – | – |")
+      continue
+    d = r["drift"]
+    rel = dict(zip(d["steps"], d["relative"]))
+    first = d["first_step_over"]
+    lines.append(f"| {r['run']} | " + " | ".join(f"{rel[m]:.1e}" for m in marks) + " | "
+                 + " | ".join(str(first[k]) if first[k] is not None else "never" for k in ("1e-05", "0.001", "0.01"))
+                 + f" | {d['max_relative']:.1e} |")
+  return "\n".join(lines)
+
+
 def sharded_table(rec: dict) -> str:
   m = rec["model"]
   mib = lambda b: f"{b / 2**20:,.1f}"
@@ -381,6 +403,8 @@ def sharded_table(rec: dict) -> str:
 
 
 def record_table(rec: dict) -> str:
+  if rec.get("benchmark") == MESH_DRIFT:
+    return mesh_drift_table(rec)
   if rec.get("benchmark") == SHARDED:
     return sharded_table(rec)
   if rec.get("benchmark") == CLIP_SCORE:

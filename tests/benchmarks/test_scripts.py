@@ -49,6 +49,9 @@ TINY = {
                   "--out", "{tmp}/bench.json"],
     "decode_aux.py": ["--config", "configs/transformer.py:synthetic,tiny", "--batch", "8", "--repeats", "1",
                       "--out", "{tmp}/bench.json"],
+    # Three tiny train.py runs (1 device, 2 forced devices replicated and FSDP), a loss per step.
+    "mesh_drift.py": ["--config", "configs/transformer.py:synthetic,tiny", "--steps", "3", "--batch", "8",
+                      "--devices", "2", "--set=--config.eval_num_images=8", "--out", "{tmp}/bench.json"],
     # The loader, then train.py's loop from the .npz files against its step alone.
     "input_pipeline.py": ["--images", "40", "--batch", "8", "--batches", "2", "--threads", "0", "--workers", "0",
                           "--loop_steps", "4", "--log_every", "2",
@@ -141,6 +144,16 @@ def test_benchmark_runs(case, tmp_path):
     assert 0 < record["fsdp_over_replicated_compiled"]["remat=0,batch=8"] < 0.6
   elif script == "tpgn.py":
     assert '"dominant"' in out.stdout, out.stdout
+  elif script == "mesh_drift.py":
+    import json
+    record = json.loads((tmp_path / "bench.json").read_text())
+    rows = {r["run"]: r for r in record["rows"]}
+    assert list(rows) == ["1 device", "2 devices replicated", "2 devices fsdp"], list(rows)
+    assert all(len(r["losses"]) == 3 for r in rows.values()), rows
+    # Three steps from the same initial state: the meshes agree far inside the record's first threshold.
+    for name in ("2 devices replicated", "2 devices fsdp"):
+      d = rows[name]["drift"]
+      assert d["steps"] == [1, 2, 3] and d["max_relative"] < 1e-5 and d["first_step_over"]["1e-05"] is None, d
   elif script == "checkpoint_save.py":
     import json
     record = json.loads((tmp_path / "bench.json").read_text())
@@ -213,6 +226,8 @@ BAD_FLAGS = [
     ("export.py", ["--repeats", "0"], "--repeats"),
     ("decode_aux.py", ["--repeats", "0"], "--repeats"),
     ("checkpoint_save.py", ["--every", "0"], "--every"),
+    ("mesh_drift.py", ["--batch", "10", "--devices", "4"], "--batch"),
+    ("mesh_drift.py", ["--set", "steps=3"], "--set"),
     ("checkpoint_save.py", ["--steps", "4", "--every", "8"], "--every"),
 ]
 
