@@ -9,7 +9,15 @@ the imported self-critical and M² models and the Image Transformer read):
 - ``<out>/cocobu_fc/<stem>.npy``: ``[2048]``, their mean (make_bu_data's ``fc``);
 - ``<out>/cocobu_box/<stem>.npy``: ``[n, 4]`` x1 y1 x2 y2 in the photo's pixels;
 - ``<out>/regions.json``: the detector's weights (file name and sha256), its shape and every
-  setting, written before the first feature so that two detectors never share a folder.
+  setting, written before the first feature so that two detectors never share a folder;
+- with ``--hdf5``, also ``<out>/coco_detections.hdf5``, the M² authors' layout (their
+  ``ImageDetectionsField`` reads it; jaxcap's ``data.detections_hdf5`` too): per photo
+  ``<id>_features [n, 2048]``, ``<id>_boxes [n, 4]`` (x1 y1 x2 y2, pixels) and ``<id>_cls_prob
+  [n, K + 1]`` (the class softmax, background first as in the Caffe model's ``cls_prob``; M²'s
+  ``sort_by_prob`` orders the regions by its row maxima), ``<id>`` the integer that ends the
+  photo's name as their loader parses it (``COCO_val2014_000000391895.jpg`` -> ``391895``). It is
+  assembled, atomically, from the per-photo files once every photo is done (each ``.npz`` then
+  keeps ``cls_prob`` beside ``feat``), so a stopped extraction resumes as without it.
 
 Each photo is read upright (its EXIF orientation applied, as the original's ``cv2.imread``
 does), as RGB, and goes through :class:`jaxcap.detection.regions.RegionDetector` alone (the
@@ -37,6 +45,7 @@ from jaxcap.images import NATIVE, read_image, unreadable_reason
 
 RECORD_FILE = "regions.json"
 FOLDERS = ("cocobu_att", "cocobu_fc", "cocobu_box")
+HDF5_FILE = "coco_detections.hdf5"
 
 
 def parser() -> argparse.ArgumentParser:
@@ -59,6 +68,8 @@ def parser() -> argparse.ArgumentParser:
   add("--post_nms_topk", type=cli.positive_int, default=300, help="RPN proposals kept after its NMS.")
   add("--canvas_multiple", type=cli.positive_int, default=1,
       help="Pad each canvas to a multiple of this many pixels (fewer compiled programs; 1: exact).")
+  add("--hdf5", action="store_true", help=f"Also write <out>/{HDF5_FILE} (M²'s layout: <id>_features, "
+      "<id>_boxes, <id>_cls_prob; <id> the integer ending each photo's name).")
   add("--no_progress", action="store_true", help="No progress bar.")
   add("--overwrite", action="store_true", help="Write into an --out folder that holds files jaxcap did not write.")
   return p
@@ -74,6 +85,47 @@ def _thresholds(text: str) -> tuple:
   return values
 
 
+def m2_ids(names: list[str], images_dir: str) -> list[int]:
+  """Each photo's M² image id: the integer after the last ``_`` of its name's stem, as
+  ``ImageDetectionsField.preprocess`` parses it (``int(x.split('_')[-1].split('.')[0])``)."""
+  ids, seen = [], {}
+  for n in names:
+    tail = os.path.splitext(n)[0].split("_")[-1]
+    if not (tail.isascii() and tail.isdigit()):
+      raise BadInput(f"{os.path.join(images_dir, n)}: --hdf5 keys each photo by the integer ending its "
+                     "name (M²'s loader parses COCO_val2014_000000391895.jpg as 391895); expected names "
+                     "like that, or no --hdf5")
+    i = int(tail)
+    if i in seen:
+      raise BadInput(f"{os.path.join(images_dir, n)}: its id {i} is also {seen[i]}'s; --hdf5 expected one "
+                     "photo per id")
+    seen[i] = n
+    ids.append(i)
+  return ids
+
+
+def write_hdf5(out: str, names: list[str], ids: list[int]) -> int:
+  """``<out>/coco_detections.hdf5`` from the per-photo files of the photos done (module
+  docstring), written to a temporary file and renamed; returns how many photos it holds."""
+  import h5py  # noqa: PLC0415
+
+  done = [(n, i) for n, i in zip(names, ids) if _done(out, os.path.splitext(n)[0])]
+
+  def write(f):
+    with h5py.File(f, "w") as h:
+      for name, i in done:
+        stem = os.path.splitext(name)[0]
+        with np.load(os.path.join(out, "cocobu_att", stem + ".npz")) as z:
+          feat, cls_prob = z["feat"], z["cls_prob"]
+        h.create_dataset(f"{i}_features", data=feat)
+        h.create_dataset(f"{i}_boxes", data=np.load(os.path.join(out, "cocobu_box", stem + ".npy")))
+        # background first, as the Caffe model's cls_prob (the detector's is last)
+        h.create_dataset(f"{i}_cls_prob", data=np.concatenate([cls_prob[:, -1:], cls_prob[:, :-1]], 1))
+
+  atomic.write_with(os.path.join(out, HDF5_FILE), write, mode="w+b")
+  return len(done)
+
+
 def is_regions_folder(path: str) -> bool:
   record = atomic.read_json(os.path.join(path, RECORD_FILE))
   return isinstance(record, dict) and "detector" in record
@@ -84,14 +136,17 @@ def _done(out: str, stem: str) -> bool:
              for d in FOLDERS)
 
 
-def run(images_dir: str, out: str, detector, record: dict, *, progress: bool = True, log=None) -> dict:
+def run(images_dir: str, out: str, detector, record: dict, *, progress: bool = True, log=None,
+        hdf5: bool = False) -> dict:
   """Detects the regions of every photo of ``images_dir`` not done yet (module docstring);
-  returns ``{"total", "done_before", "extracted", "failed": [(name, reason)], "seconds"}``."""
+  returns ``{"total", "done_before", "extracted", "failed": [(name, reason)], "seconds"}`` (and
+  ``"hdf5"``: the photos :data:`HDF5_FILE` holds, with ``hdf5``)."""
   from jaxcap.features.extract import list_images  # noqa: PLC0415
   log = log or (lambda s: print(s, file=sys.stderr, flush=True))
   names = list_images(images_dir)
   if not names:
     raise BadInput(f"--images={images_dir}: no image files; expected a folder of photos")
+  ids = m2_ids(names, images_dir) if hdf5 else None
   path = os.path.join(out, RECORD_FILE)
   if os.path.isfile(path):
     old = atomic.read_json(path)
@@ -130,7 +185,8 @@ def run(images_dir: str, out: str, detector, record: dict, *, progress: bool = T
       stem = os.path.splitext(name)[0]
       feat = np.asarray(r["features"], np.float32)
       # The fc file last: a photo counts as done only when all three are there.
-      atomic.write_with(os.path.join(out, "cocobu_att", stem + ".npz"), lambda f: np.savez_compressed(f, feat=feat))
+      arrays = {"feat": feat, **({"cls_prob": np.asarray(r["class_probs"], np.float32)} if hdf5 else {})}
+      atomic.write_with(os.path.join(out, "cocobu_att", stem + ".npz"), lambda f: np.savez_compressed(f, **arrays))
       atomic.write_with(os.path.join(out, "cocobu_box", stem + ".npy"),
                         lambda f: np.save(f, np.asarray(r["boxes"], np.float32)))
       atomic.write_with(os.path.join(out, "cocobu_fc", stem + ".npy"), lambda f: np.save(f, feat.mean(0)))
@@ -138,6 +194,8 @@ def run(images_dir: str, out: str, detector, record: dict, *, progress: bool = T
   finally:
     if bar is not None:
       bar.close()
+  if hdf5:
+    result["hdf5"] = write_hdf5(out, names, ids)
   result["seconds"] = time.perf_counter() - start
   return result
 
@@ -161,6 +219,9 @@ def main(argv=None) -> int:
     raise BadInput(f"--out={a.out}: is a file; expected a folder to write the regions into")
   atomic.check_output(a.out, f"--out={a.out}", folder=True, overwrite=a.overwrite, mine=is_regions_folder,
                       what="one this command wrote (to resume)")
+  if a.hdf5:  # every photo's id, before anything is written
+    from jaxcap.features.extract import list_images  # noqa: PLC0415
+    m2_ids(list_images(a.images), a.images)
   if not os.path.isfile(a.weights):
     raise BadInput(f"--weights={a.weights}: no such file; expected the detector's pytorch_model.bin "
                    "or faster_rcnn_from_caffe_attr.pkl")
@@ -170,17 +231,22 @@ def main(argv=None) -> int:
   settings = dict(short=a.short, long=a.long, selection=a.selection, conf_thresh=a.conf_thresh,
                   min_boxes=a.min_boxes, max_boxes=a.max_boxes, nms_thresh=a.nms_thresh,
                   nms_thresholds=list(thresholds), canvas_multiple=a.canvas_multiple)
+  if a.hdf5:  # its .npz files keep cls_prob: a folder started without it is another setting
+    settings["hdf5"] = True
   record = {"detector": {"weights": os.path.basename(a.weights), "sha256": sha256(a.weights),
                          "config": dataclasses.asdict(cfg)}, "settings": settings}
   record = json.loads(json.dumps(record))  # tuples as lists: what the file reads back
-  detector = regions.RegionDetector(cfg, variables, **{**settings, "nms_thresholds": thresholds})
+  detector = regions.RegionDetector(cfg, variables, **{**{k: v for k, v in settings.items() if k != "hdf5"},
+                                                       "nms_thresholds": thresholds})
   atomic.mark_folder(a.out, "jaxcap.detection.extract")
-  result = run(a.images, a.out, detector, record, progress=not a.no_progress)
+  result = run(a.images, a.out, detector, record, progress=not a.no_progress, hdf5=a.hdf5)
   if result["extracted"]:
     print(f"detected the regions of {result['extracted']} photos in {result['seconds']:.1f} s "
           f"(compilation included); {result['done_before']} done before", flush=True)
   else:
     print(f"nothing to do: the {result['done_before']} photos' regions are there", flush=True)
+  if a.hdf5:
+    print(f"wrote {os.path.join(a.out, HDF5_FILE)} ({result['hdf5']} photos)", flush=True)
   if result["failed"]:
     print(f"{len(result['failed'])} unreadable photo(s) skipped, e.g. {result['failed'][0][0]}", file=sys.stderr)
   if result["failed"] and not (result["extracted"] or result["done_before"]):

@@ -312,7 +312,8 @@ def select_hf(cfg: DetectorConfig, out, image_hw, nms_thresholds: Sequence[float
 
   ``out``: :class:`Detector`'s outputs of ONE image; ``scale_yx``: original / resized size per
   axis (boxes are returned in the original image's pixels). Returns a dict of ``[M]``-padded
-  arrays (``M = max_detections``) and ``count``."""
+  arrays (``M = max_detections``) and ``count``; ``class_probs`` is each region's softmax over
+  the K + 1 classes (background last)."""
   probs = jax.nn.softmax(out["cls_logits"], -1)[:, :-1]
   cls = jnp.argmax(probs, -1)
   score = jnp.take_along_axis(probs, cls[:, None], -1)[:, 0]
@@ -338,6 +339,7 @@ def select_hf(cfg: DetectorConfig, out, image_hw, nms_thresholds: Sequence[float
   sy, sx = scale_yx[0], scale_yx[1]
   bx = bx * jnp.stack([sx, sy, sx, sy]).astype(jnp.float32)
   return {"boxes": take(bx), "obj_ids": take(cls), "obj_probs": take(score),
+          "class_probs": take(jax.nn.softmax(out["cls_logits"], -1)),
           "attr_ids": take(jnp.argmax(attr_p, -1)), "attr_probs": take(attr_p.max(-1)),
           "features": take(out["features"]), "count": count, "enough": enough}
 
@@ -382,7 +384,8 @@ def select_caffe(cfg: DetectorConfig, out, scale_yx=(1.0, 1.0), conf_thresh: flo
   (NumPy's quicksort leaves them unspecified).
 
   Returns a dict of ``[max_boxes]``-padded arrays and ``count``; ``obj_ids`` / ``obj_probs`` are
-  each region's argmax foreground class and its probability, the attributes as :func:`select_hf`."""
+  each region's argmax foreground class and its probability, ``class_probs`` its softmax over the
+  K + 1 classes (background last), the attributes as :func:`select_hf`."""
   sy, sx = scale_yx[0], scale_yx[1]
   bx = out["proposals"] * jnp.stack([sx, sy, sx, sy]).astype(jnp.float32)
   valid = out["valid"]
@@ -422,5 +425,5 @@ def select_caffe(cfg: DetectorConfig, out, scale_yx=(1.0, 1.0), conf_thresh: flo
     return jnp.where(ok.reshape(-1, *([1] * (v.ndim - 1))), v, fill)
 
   return {"boxes": take(bx), "obj_ids": take(jnp.argmax(probs, -1)), "obj_probs": take(probs.max(-1)),
-          "max_conf": take(max_conf), "attr_ids": take(jnp.argmax(attr_p, -1)),
+          "class_probs": take(jax.nn.softmax(out["cls_logits"], -1)), "max_conf": take(max_conf), "attr_ids": take(jnp.argmax(attr_p, -1)),
           "attr_probs": take(attr_p.max(-1)), "features": take(out["features"]), "count": count}

@@ -107,3 +107,80 @@ def test_the_command_s_defaults_are_the_detector_s():
   assert extract._thresholds(flags["nms_thresholds"]) == tuple(api["nms_thresholds"])
   for name in ("pre_nms_topk", "post_nms_topk"):
     assert flags[name] == cfg[name], name
+
+
+def _m2_image_detections(path, filename, max_detections=50, sort_by_prob=False):
+  """The M² authors' ``ImageDetectionsField.preprocess`` (meshed-memory-transformer,
+  data/field.py), its logic as written there (less its missing-id fallback to random features)."""
+  import h5py  # noqa: PLC0415
+  image_id = int(filename.split("_")[-1].split(".")[0])
+  f = h5py.File(path, "r")
+  precomp_data = f["%d_features" % image_id][()]
+  if sort_by_prob:
+    precomp_data = precomp_data[np.argsort(np.max(f["%d_cls_prob" % image_id][()], -1))[::-1]]
+  delta = max_detections - precomp_data.shape[0]
+  if delta > 0:
+    precomp_data = np.concatenate([precomp_data, np.zeros((delta, precomp_data.shape[1]))], axis=0)
+  elif delta < 0:
+    precomp_data = precomp_data[:max_detections]
+  return precomp_data.astype(np.float32)
+
+
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
+def test_hdf5_is_m2_s_layout_read_by_their_loader_and_jaxcap_s(tmp_path):
+  import h5py  # noqa: PLC0415
+  from jaxcap.data import karpathy  # noqa: PLC0415
+  from jaxcap.detection import extract, regions, weights  # noqa: PLC0415
+  photos, rgb = _photos(tmp_path)
+  names = ["COCO_val2014_000000000042.png", "000000391895.png"]  # M²'s ids 42 and 391895
+  for i, n in enumerate(names):
+    os.rename(photos / f"p{i}.png", photos / n)
+  out = tmp_path / "bu"
+  args = ["--images", str(photos), "--out", str(out), "--weights", str(FIXTURES / "pytorch_model.bin"), *SMALL,
+          "--hdf5"]
+  assert extract.main(args) == 0
+  cfg, variables = weights.load(FIXTURES / "pytorch_model.bin", pre_nms_topk=200, post_nms_topk=30)
+  detect = regions.RegionDetector(cfg, variables, short=96, long=160, min_boxes=3, max_boxes=12)
+  path = out / extract.HDF5_FILE
+  with h5py.File(path, "r") as h:
+    assert sorted(h) == sorted(f"{i}_{k}" for i in (42, 391895) for k in ("features", "boxes", "cls_prob"))
+  for i, n in enumerate(names):
+    want = detect([rgb[i]])[0]
+    k = len(want["boxes"])
+    got = _m2_image_detections(str(path), n)
+    np.testing.assert_array_equal(got[:k], want["features"])
+    assert got.shape == (50, want["features"].shape[1]) and not got[k:].any()
+    with h5py.File(path, "r") as h:
+      image_id = (42, 391895)[i]
+      np.testing.assert_array_equal(h[f"{image_id}_boxes"][()], want["boxes"])
+      cls_prob = h[f"{image_id}_cls_prob"][()]
+    # background first (the Caffe model's order), each row a distribution whose foreground argmax is obj_ids
+    np.testing.assert_allclose(cls_prob.sum(1), 1.0, rtol=1e-5)
+    np.testing.assert_array_equal(cls_prob[:, 1:].argmax(1), want["obj_ids"])
+    np.testing.assert_allclose(cls_prob[:, 1:].max(1), want["obj_probs"], rtol=1e-6)
+    by_prob = _m2_image_detections(str(path), n, sort_by_prob=True)
+    np.testing.assert_array_equal(by_prob[:k], want["features"][np.argsort(cls_prob.max(1))[::-1]])
+    # jaxcap's reader of that layout (configs' data.detections_hdf5) reads the same regions
+    got = karpathy.HDF5Detections([str(image_id)], str(path)).read(0)
+    np.testing.assert_array_equal(got["feats"], want["features"])
+  # Resumed: nothing detected again, the file rebuilt the same; without --hdf5 it is another setting.
+  before = {p: p.stat().st_mtime_ns for p in out.rglob("*.np*")}
+  assert extract.main(args) == 0
+  assert before == {p: p.stat().st_mtime_ns for p in out.rglob("*.np*")}
+  with pytest.raises(BadInput, match=r"regions\.json: regions of another detector or setting"):
+    extract.main(args[:-1])
+
+
+def test_hdf5_refuses_a_photo_without_an_id_before_anything_is_written(tmp_path):
+  from jaxcap.detection import extract  # noqa: PLC0415
+  photos, _ = _photos(tmp_path)  # p0.png, p1.png: no "_<integer>" ending
+  out = tmp_path / "bu"
+  args = ["--images", str(photos), "--out", str(out), "--weights", str(FIXTURES / "pytorch_model.bin"), *SMALL,
+          "--hdf5"]
+  with pytest.raises(BadInput, match=r"p0\.png: --hdf5 keys each photo by the integer ending its name"):
+    extract.main(args)
+  os.rename(photos / "p0.png", photos / "a_7.png")
+  os.rename(photos / "p1.png", photos / "b_007.png")
+  with pytest.raises(BadInput, match=r"b_007\.png: its id 7 is also a_7\.png's"):
+    extract.main(args)
+  assert not out.exists()
