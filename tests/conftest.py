@@ -32,6 +32,43 @@ os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(4 << 30))
 # every scoring that does not name its metrics, in this process and the programs tests start:
 # half of a tiny train.py's time. Tests of METEOR itself name it or clear this (with_meteor).
 os.environ.setdefault("JAXCAP_SKIP_METRICS", "METEOR")
+# The pytest workers' own programs (most of the suite's compiling) go to a cache of their own
+# where every program is kept, however quickly it compiled: a tiny model's steps compile in under
+# a second under FAST_COMPILE, so the one-second rule above kept almost none of them, and each
+# test file compiled again what the files before it had (jax.clear_caches below). Without a size
+# limit JAX takes no lock, but then its put writes the entry in place, where the other worker can
+# read it half-written: here it is written to a temporary file and renamed (os.replace is atomic
+# on one filesystem), so a reader finds a whole entry or none. The programs tests start keep the
+# locked cache above (they do not load this patch). JAXCAP_TEST_WORKER_CACHE=0 turns it off.
+WORKER_CACHE = REPO / ".cache" / "jax-tests-workers"
+
+
+def _cache_every_worker_program() -> None:
+  import threading  # noqa: PLC0415
+
+  import jax  # noqa: PLC0415
+  from jax._src import lru_cache  # noqa: PLC0415
+
+  def put(self, key: str, value: bytes) -> None:
+    if not key:
+      raise ValueError("key cannot be empty")
+    path = self.path / f"{key}{lru_cache._CACHE_SUFFIX}"  # noqa: SLF001  (JAX's own file name)
+    if path.exists():
+      return
+    tmp = self.path / f".{key}.{os.getpid()}.{threading.get_ident()}.tmp"
+    tmp.write_bytes(value)
+    os.replace(tmp, path)
+
+  if not hasattr(lru_cache, "_CACHE_SUFFIX") or not hasattr(lru_cache.LRUCache, "put"):
+    return  # another JAX's cache: keep the locked one above
+  lru_cache.LRUCache.put = put
+  jax.config.update("jax_compilation_cache_dir", str(WORKER_CACHE))
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+  jax.config.update("jax_compilation_cache_max_size", -1)
+
+
+if os.environ.get("JAXCAP_TEST_WORKER_CACHE", "1") != "0":
+  _cache_every_worker_program()
 SHARED_DATA = REPO.parent / "shared" / "data"
 if str(REPO) not in sys.path:
   sys.path.insert(0, str(REPO))
