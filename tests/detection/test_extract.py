@@ -11,6 +11,7 @@ import pytest
 from PIL import Image
 
 from jaxcap.errors import BadInput
+from tests.data.test_detections_hdf5 import _their_field as their_field
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SMALL = ["--short=96", "--long=160", "--pre_nms_topk=200", "--post_nms_topk=30", "--min_boxes=3",
@@ -118,12 +119,7 @@ def _m2_image_detections(path, filename, max_detections=50, sort_by_prob=False):
   precomp_data = f["%d_features" % image_id][()]
   if sort_by_prob:
     precomp_data = precomp_data[np.argsort(np.max(f["%d_cls_prob" % image_id][()], -1))[::-1]]
-  delta = max_detections - precomp_data.shape[0]
-  if delta > 0:
-    precomp_data = np.concatenate([precomp_data, np.zeros((delta, precomp_data.shape[1]))], axis=0)
-  elif delta < 0:
-    precomp_data = precomp_data[:max_detections]
-  return precomp_data.astype(np.float32)
+  return their_field(precomp_data, max_detections)  # their padding / truncation to max_detections
 
 
 @pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
