@@ -138,8 +138,11 @@ def check_same(run: api.Run, feats: dict, got: dict, what: str):
       if att is None:
         assert r["attention"] is None, what
       else:
+        # Two compilations of the same decoder (the run's and the exported program's) round
+        # differently, and a beam's steps carry that on: AoANet's beam attention differed by
+        # 2.1e-5 (at 0.0475) on one CPU while the tokens stayed equal; float32's, not a bug's.
         np.testing.assert_allclose(np.asarray(r["attention"]).reshape(att[i, :len(r["words"])].shape),
-                                   att[i, :len(r["words"])], rtol=1e-4, atol=1e-5,
+                                   att[i, :len(r["words"])], rtol=1e-4, atol=5e-5,
                                    err_msg=f"{what} {method} image {i}")
   assert got["default"] == got["greedy"]  # the run's config.decode.method
 
