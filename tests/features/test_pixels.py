@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from jaxcap import atomic
 from jaxcap.data import render
 from jaxcap.data.synthetic import SyntheticScenes
 from tests.features.test_extract import TINY, run_cli
@@ -42,6 +43,9 @@ def run_script(argv, timeout=600):
 def test_rendered_scenes_extract_train_and_caption_images(tmp_path, capsys):
   work = tmp_path / "pixels"
   scenes_dir = work / "scenes"
+  # The scenes as the script's own first run left them (it marks its folder first, then renders):
+  # without the mark the folder is another program's, refused since the output-folder rule.
+  atomic.mark_folder(str(work), "experiments/pixels/run.py")
   render.write_dataset(str(scenes_dir), SyntheticScenes(num_train=24, num_val=8, num_test=8), 32)
   images = scenes_dir / "images"
   # A grayscale PNG among the test images and a corrupt file beside them.
