@@ -41,7 +41,7 @@ def _parse(argv):
   from jaxcap import cli
   p = cli.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("--config", default="configs/pixels.py:synthetic",
-                 help="train.py's --config (':synthetic' of pixels.py gets root=--scenes)")
+                 help="train.py's --config (configs/pixels.py:synthetic alone gets root=--scenes)")
   p.add_argument("--steps", type=cli.positive_int, default=60)
   p.add_argument("--batch", type=cli.positive_int, default=48, help="global images per step, in every run")
   p.add_argument("--devices", type=cli.positive_int, default=8, help="forced host devices of the sharded runs")
@@ -106,12 +106,12 @@ def main(argv=None):
   root = args.workdir or tempfile.mkdtemp(prefix="jaxcap_mesh_drift_")
   try:
     config = args.config
-    if config.startswith("configs/pixels.py:synthetic"):
+    if config == "configs/pixels.py:synthetic":  # its scenes (a config naming root= brings its own)
       scenes = args.scenes or os.path.join(root, "scenes")
       if not os.path.isdir(os.path.join(scenes, "images")):
         subprocess.run([sys.executable, "-m", "jaxcap.data.render", "--out", scenes, "--size", "64"],
                        check=True, cwd=_REPO, stdout=subprocess.DEVNULL)
-      config += f",root={os.path.abspath(scenes)}" if config.endswith("synthetic") else ""
+      config += f",root={os.path.abspath(scenes)}"
     runs = {"1 device": _train(args, config, os.path.join(root, "d1"), 1, "replicated"),
             f"{args.devices} devices replicated": _train(args, config, os.path.join(root, "rep"), args.devices,
                                                          "replicated"),

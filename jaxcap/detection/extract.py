@@ -231,13 +231,12 @@ def main(argv=None) -> int:
   settings = dict(short=a.short, long=a.long, selection=a.selection, conf_thresh=a.conf_thresh,
                   min_boxes=a.min_boxes, max_boxes=a.max_boxes, nms_thresh=a.nms_thresh,
                   nms_thresholds=list(thresholds), canvas_multiple=a.canvas_multiple)
-  if a.hdf5:  # its .npz files keep cls_prob: a folder started without it is another setting
-    settings["hdf5"] = True
   record = {"detector": {"weights": os.path.basename(a.weights), "sha256": sha256(a.weights),
                          "config": dataclasses.asdict(cfg)}, "settings": settings}
+  if a.hdf5:  # its .npz files keep cls_prob: a folder started without it is another setting
+    record["hdf5"] = True
   record = json.loads(json.dumps(record))  # tuples as lists: what the file reads back
-  detector = regions.RegionDetector(cfg, variables, **{**{k: v for k, v in settings.items() if k != "hdf5"},
-                                                       "nms_thresholds": thresholds})
+  detector = regions.RegionDetector(cfg, variables, **{**settings, "nms_thresholds": thresholds})
   atomic.mark_folder(a.out, "jaxcap.detection.extract")
   result = run(a.images, a.out, detector, record, progress=not a.no_progress, hdf5=a.hdf5)
   if result["extracted"]:

@@ -314,7 +314,8 @@ def select_hf(cfg: DetectorConfig, out, image_hw, nms_thresholds: Sequence[float
   axis (boxes are returned in the original image's pixels). Returns a dict of ``[M]``-padded
   arrays (``M = max_detections``) and ``count``; ``class_probs`` is each region's softmax over
   the K + 1 classes (background last)."""
-  probs = jax.nn.softmax(out["cls_logits"], -1)[:, :-1]
+  class_probs = jax.nn.softmax(out["cls_logits"], -1)  # [P, K + 1], background last
+  probs = class_probs[:, :-1]
   cls = jnp.argmax(probs, -1)
   score = jnp.take_along_axis(probs, cls[:, None], -1)[:, 0]
   d = jnp.take_along_axis(out["deltas"], cls[:, None, None], 1)[:, 0]
@@ -339,7 +340,7 @@ def select_hf(cfg: DetectorConfig, out, image_hw, nms_thresholds: Sequence[float
   sy, sx = scale_yx[0], scale_yx[1]
   bx = bx * jnp.stack([sx, sy, sx, sy]).astype(jnp.float32)
   return {"boxes": take(bx), "obj_ids": take(cls), "obj_probs": take(score),
-          "class_probs": take(jax.nn.softmax(out["cls_logits"], -1)),
+          "class_probs": take(class_probs),
           "attr_ids": take(jnp.argmax(attr_p, -1)), "attr_probs": take(attr_p.max(-1)),
           "features": take(out["features"]), "count": count, "enough": enough}
 
@@ -390,7 +391,8 @@ def select_caffe(cfg: DetectorConfig, out, scale_yx=(1.0, 1.0), conf_thresh: flo
   bx = out["proposals"] * jnp.stack([sx, sy, sx, sy]).astype(jnp.float32)
   valid = out["valid"]
   p = bx.shape[0]
-  probs = jax.nn.softmax(out["cls_logits"], -1)[:, :-1]  # [P, K], background (last) dropped
+  class_probs = jax.nn.softmax(out["cls_logits"], -1)  # [P, K + 1], background last
+  probs = class_probs[:, :-1]  # [P, K], background dropped
   over = box_ops.iou_matrix(bx, bx, plus_one=True) > nms_thresh  # [P, P], shared by every class (same boxes)
 
   def kept(score_P):
@@ -425,5 +427,5 @@ def select_caffe(cfg: DetectorConfig, out, scale_yx=(1.0, 1.0), conf_thresh: flo
     return jnp.where(ok.reshape(-1, *([1] * (v.ndim - 1))), v, fill)
 
   return {"boxes": take(bx), "obj_ids": take(jnp.argmax(probs, -1)), "obj_probs": take(probs.max(-1)),
-          "class_probs": take(jax.nn.softmax(out["cls_logits"], -1)), "max_conf": take(max_conf), "attr_ids": take(jnp.argmax(attr_p, -1)),
+          "class_probs": take(class_probs), "max_conf": take(max_conf), "attr_ids": take(jnp.argmax(attr_p, -1)),
           "attr_probs": take(attr_p.max(-1)), "features": take(out["features"]), "count": count}
