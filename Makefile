@@ -28,23 +28,24 @@ train: $(STAMP)
 	$(PY) train.py $(ARGS)
 
 # The default test suite (what .ci/run runs), in WORKERS processes (pytest-xdist), each test
-# file on one worker (module fixtures are shared within a file). WORKERS=0 runs in this process.
-# A worker that dies is not replaced: with loadfile
+# file on one worker (module fixtures are shared within a file), the costliest files first
+# (tests/conftest.py orders them from tests/durations.json; --no-loadscope-reorder keeps that
+# order). WORKERS=0 runs in this process. A worker that dies is not replaced: with loadfile
 # scheduling a replaced worker can wait forever for work (pytest-xdist #784); this way the run
 # fails at once and names the test that was running.
 WORKERS ?= 2
-PYTEST := $(PY) -m pytest -q -n $(WORKERS) --dist loadfile --max-worker-restart=0 --durations=40
+PYTEST := $(PY) -m pytest -q -n $(WORKERS) --dist loadfile --no-loadscope-reorder --max-worker-restart=0 --durations=40
 
 test: $(STAMP)
 	$(PYTEST) -m "not slow" tests $(ARGS)
 
+# Every test the quick loop leaves out, the heavy tier included (.ci/run's second step).
 test-slow: $(STAMP)
-	$(PYTEST) -m "slow and not heavy" tests $(ARGS)
+	$(PYTEST) -m slow tests $(ARGS)
 
-# Tests of minutes of CPU each (the notebooks, the GPU script's CPU smoke run, benchmarks/run.py
-# on every model, the ETA and AAT table scripts, the from-pixels two-process run, the pixels
-# experiments; pytest.ini's heavy marker): run by hand when a
-# change touches what they cover (.ci/run cannot fit them in its time on 2 cores).
-# `JAXCAP_README_RUN=all make test-slow` adds the documentation's paper-table builds.
+# The heavy tier alone: tests of minutes of CPU each (the notebooks, the GPU script's CPU smoke
+# run, benchmarks/run.py on every model, the ETA and AAT table scripts, the from-pixels
+# two-process run, the pixels experiments; pytest.ini's heavy marker), for a change that touches
+# what they cover. `JAXCAP_README_RUN=all make test-slow` adds the documentation's paper-table builds.
 test-heavy: $(STAMP)
 	$(PYTEST) -m heavy tests $(ARGS)

@@ -71,7 +71,10 @@ def _losses(workdir: str) -> dict[int, float]:
 
 
 def _train(args, config: str, workdir: str, devices: int, sharding: str) -> dict[int, float]:
-  env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+  # the caller's XLA flags kept (the tests' fast-compile ones among them), its device count replaced
+  flags = [f for f in os.environ.get("XLA_FLAGS", "").split()
+           if not f.startswith("--xla_force_host_platform_device_count")]
+  env = dict(os.environ, XLA_FLAGS=" ".join([*flags, f"--xla_force_host_platform_device_count={devices}"]),
              JAX_PLATFORMS="cpu")
   cmd = [sys.executable, os.path.join(_REPO, "train.py"), "--config", config, "--workdir", workdir,
          f"--config.batch_size={args.batch}", f"--config.num_train_steps={args.steps}",

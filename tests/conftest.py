@@ -78,11 +78,42 @@ import pytest  # noqa: E402
 
 def pytest_collection_modifyitems(config, items):
   """A heavy test is a slow one too (pytest.ini): ``make test`` (``-m "not slow"``) never runs
-  it, whichever of the two markers its author wrote."""
+  it, whichever of the two markers its author wrote. Then the files in order of cost, costliest
+  first (:func:`costliest_files_first`)."""
   del config
   for item in items:
     if item.get_closest_marker("heavy") and not item.get_closest_marker("slow"):
       item.add_marker(pytest.mark.slow)
+  costliest_files_first(items)
+
+
+# The heavy tier's cost for a test the record does not know yet (a new one): its tests take minutes.
+UNRECORDED_HEAVY_CPU_S = 120.0
+
+
+def costliest_files_first(items, recorded: dict | None = None) -> None:
+  """Sorts ``items`` by their file's CPU seconds in the committed record (tests/durations.json),
+  costliest first; a file keeps its own order. The Makefile runs pytest-xdist with
+  ``--dist loadfile --no-loadscope-reorder``: each file goes whole to a worker, in this order, so
+  the files of minutes start first and the run ends on short ones instead of one worker finishing a
+  notebook file alone while the other waits (xdist's own order, most tests first, put the GPU
+  script's two smoke runs near the end). The order changes no result: each file's fixtures are its
+  own. A test the record (``recorded``: its ``tests``) does not know counts 0 s, or
+  :data:`UNRECORDED_HEAVY_CPU_S` if heavy."""
+  if recorded is None:
+    import json  # noqa: PLC0415
+    try:
+      recorded = json.loads((REPO / "tests" / "durations.json").read_text())["tests"]
+    except (OSError, ValueError, KeyError):
+      return  # no record: collection order
+  cost: dict = {}
+  for item in items:
+    c = recorded.get(item.nodeid, {}).get("cpu_s")
+    if c is None:
+      c = UNRECORDED_HEAVY_CPU_S if item.get_closest_marker("heavy") else 0.0
+    file = item.nodeid.split("::")[0]
+    cost[file] = cost.get(file, 0.0) + c
+  items.sort(key=lambda item: -cost[item.nodeid.split("::")[0]])  # stable: a file's own order kept
 
 
 @pytest.fixture

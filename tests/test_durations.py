@@ -54,3 +54,24 @@ def test_check_names_a_default_test_over_the_quick_loop_s_limit(tmp_path, capsys
   assert len(err) == 1 and err[0].startswith(f"error: a::costly: {limit + 0.1:.1f} s of CPU")
   assert "@pytest.mark.slow" in err[0]
 
+
+
+def test_files_run_costliest_first_each_in_its_own_order():
+  """conftest's order for pytest-xdist: files by their recorded CPU (the sum of their tests),
+  costliest first, a file's tests in their own order; an unrecorded heavy test counts minutes."""
+  from tests import conftest
+
+  class Item:
+    def __init__(self, nodeid, heavy=False):
+      self.nodeid, self.heavy = nodeid, heavy
+
+    def get_closest_marker(self, name):
+      return name == "heavy" and self.heavy or None
+
+  items = [Item("a.py::1"), Item("a.py::2"), Item("b.py::1"), Item("c.py::2"), Item("c.py::1"),
+           Item("d.py::new", heavy=True), Item("e.py::new")]
+  recorded = {"a.py::1": {"cpu_s": 3.0}, "a.py::2": {"cpu_s": 4.0}, "b.py::1": {"cpu_s": 10.0},
+              "c.py::1": {"cpu_s": 1.0}, "c.py::2": {"cpu_s": 1.0}}
+  conftest.costliest_files_first(items, recorded)
+  assert [i.nodeid for i in items] == ["d.py::new", "b.py::1", "a.py::1", "a.py::2", "c.py::2", "c.py::1",
+                                       "e.py::new"]

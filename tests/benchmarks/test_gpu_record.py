@@ -15,6 +15,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
 import report  # noqa: E402
+from tests import fast_compile  # noqa: E402
 
 SCRIPT = os.path.join("benchmarks", "gpu_record.sh")
 
@@ -75,15 +76,18 @@ def test_the_documented_commands_are_parsed():
 
 
 @pytest.mark.slow
-@pytest.mark.heavy  # ~7 min on 2 cores: make test-heavy, not .ci/run (pytest.ini)
+@pytest.mark.heavy  # 1.5-3 min each on 2 cores (pytest.ini)
 @pytest.mark.parametrize("index", range(len(next_session_commands())))
 def test_next_session_command_runs_in_small_mode_and_is_collected(tmp_path, index):
   """The documented command as written (its ONLY, budgets and switches), with SMALL=1 and the
   environment a GPU host's runner gives (OUT); the script names the checkout's commit itself."""
   documented = next_session_commands()[index]
   env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAXCAP_GIT_COMMIT", "WORK")}
-  # one CPU device (the tiny batches of 2 need not divide by 8); OUT as the runner sets it
-  env.update(documented, SMALL="1", OUT=str(tmp_path / "out"), PYTHON=sys.executable, TMPDIR=str(tmp_path))
+  # one CPU device (the tiny batches of 2 need not divide by 8), compiling under the tests' fast
+  # flags (the smoke run's rows are compiled, not timed: the first command 93 -> 73 s alone);
+  # OUT as the runner sets it
+  env.update(documented, SMALL="1", OUT=str(tmp_path / "out"), PYTHON=sys.executable, TMPDIR=str(tmp_path),
+             XLA_FLAGS=fast_compile.FLAGS)
   r = subprocess.run(["bash", SCRIPT], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
   assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
   groups = _groups_kept(documented.get("ONLY"))

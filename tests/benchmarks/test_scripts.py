@@ -81,8 +81,8 @@ def _check_record(case, path):
 
 # The scripts run under the suite's XLA_FLAGS (8 fake CPU devices), so batches are multiples of 8.
 @pytest.mark.slow
-# run.py on every registered model (~5 min of CPU) is heavy: make test-heavy, not .ci/run
-# (pytest.ini); its other cases cover run.py's kinds, translation and the other scripts.
+# run.py on every registered model (minutes of CPU) is heavy (pytest.ini); its other cases cover
+# run.py's kinds, translation and the other scripts.
 @pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.heavy) if c == "run.py" else c
                                   for c in sorted(TINY)])
 def test_benchmark_runs(case, tmp_path):

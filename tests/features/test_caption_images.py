@@ -18,6 +18,7 @@ import pytest
 import jaxcap
 from jaxcap import run_dir
 from tests.features.test_extract import GOOD, REPO, extract_folder, train_on
+from tests.programs import one_device_env
 
 # The tests of the shared fixture are slow: it extracts and trains (about a minute on busy CPUs).
 slow = pytest.mark.slow
@@ -39,7 +40,7 @@ def run(trained):
 
 
 def _evaluate(argv, cwd):
-  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=1")
+  env = dict(one_device_env(), JAX_PLATFORMS="cpu")  # and the suite's fast-compile flags
   return subprocess.run([sys.executable, str(REPO / "evaluate.py"), *map(str, argv)],
                         capture_output=True, text=True, env=env, timeout=300, cwd=cwd)
 

@@ -20,6 +20,7 @@ from PIL import Image
 from jaxcap.commands import extract as command
 from jaxcap.data import karpathy
 from jaxcap.features import extract
+from tests.programs import one_device_env
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "extract_features.py"
@@ -93,7 +94,7 @@ def train_on(out: Path, workdir: Path) -> subprocess.CompletedProcess:
           "--config.model.ff_dim=64", "--config.model.num_layers=1",
           "--config.model.num_dec_layers=1", "--workdir", str(workdir)]
   # One CPU device: the batch of 4 need not split over the suite's 8.
-  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=1")
+  env = dict(one_device_env(), JAX_PLATFORMS="cpu")  # and the suite's fast-compile flags
   return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300, cwd=REPO)
 
 

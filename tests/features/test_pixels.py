@@ -20,6 +20,7 @@ from jaxcap import atomic
 from jaxcap.data import render
 from jaxcap.data.synthetic import SyntheticScenes
 from tests.features.test_extract import TINY, run_cli
+from tests.programs import one_device_env
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "experiments" / "pixels" / "run.py"
@@ -31,13 +32,13 @@ TINY_RUN = ["--num_train", "24", "--num_val", "8", "--num_test", "8", "--size", 
 
 def run_script(argv, timeout=600):
   # One CPU device: the batches of 8 need not split over the suite's 8 fake ones.
-  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=1")
+  env = dict(one_device_env(), JAX_PLATFORMS="cpu")  # and the suite's fast-compile flags
   return subprocess.run([sys.executable, str(SCRIPT), *map(str, argv)], capture_output=True, text=True,
                         env=env, timeout=timeout, cwd=REPO)
 
 
-# Heavy (95 s in .ci/run): the same path (render, jaxcap-extract on the images, train, evaluate.py
-# --images) runs in the slow step as USAGE's documented commands (tests/test_readme_run_docs.py).
+# Heavy (95 s in an earlier .ci/run): the same path (render, jaxcap-extract on the images, train,
+# evaluate.py --images) also runs as USAGE's documented commands (tests/test_readme_run_docs.py).
 @pytest.mark.slow
 @pytest.mark.heavy
 def test_rendered_scenes_extract_train_and_caption_images(tmp_path, capsys):

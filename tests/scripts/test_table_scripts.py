@@ -368,7 +368,7 @@ def test_flickr8k_table_trains_xe_then_scst(tmp_path, shared_data):
 
 
 @pytest.mark.slow
-@pytest.mark.heavy  # ~4 min of CPU: make test-heavy, not .ci/run (pytest.ini)
+@pytest.mark.heavy  # minutes of CPU (pytest.ini)
 def test_eta_and_aat_tables_train_tiny_runs(tmp_path):
   env = _one_device_env()
   _run("jaxcap/papers/eta/ablations.py", "--workdir", tmp_path / "eta", "--variants", "eta", "--seeds", "0,1", "--steps", "4",
@@ -467,7 +467,7 @@ def test_pixels_joint_rows_differ_only_in_the_frozen_phase(tmp_path):
       {k: v for k, v in trained.backbone.items() if k != "freeze_steps"}
 
 
-# Heavy (135 s in .ci/run): both rows are train.py runs from pixels, which the slow step trains
+# Heavy (135 s in an earlier .ci/run): both rows are train.py runs from pixels, which the slow step trains
 # (tests/training/test_pixels_run.py, USAGE's from-pixels commands); this checks joint.py's table.
 @pytest.mark.slow
 @pytest.mark.heavy

@@ -52,8 +52,8 @@ def _rows(workdir: Path):
   return [json.loads(l) for l in (workdir / "metrics.jsonl").read_text().splitlines()]
 
 
-# Heavy (274 s in .ci/run's slow step, which has to fit its 90 minutes): the same two-process and
-# preemption checks run from features in the slow step (tests/training/test_multihost.py,
+# Heavy (274 s of CPU in an earlier .ci/run): the same two-process and preemption checks run from
+# features too (tests/training/test_multihost.py,
 # test_preemption.py), FSDP from pixels one step at a time (test_sharding.py) and each process
 # reading only its rows' image files below.
 @pytest.mark.slow
