@@ -71,6 +71,13 @@ MODELS = {
     # imports it and captions images through jaxcap-extract's resnet101_self_critical.
     "newfc_resnet101": ["--caption_model", "newfc", "--input_encoding_size", "14", "--rnn_size", "18",
                         "--fc_feat_size", "2048", "--att_feat_size", "2048"],
+    # The Transformer on 16-wide regions, the width of the region detector's fixture
+    # (tests/detection/fixtures/d16): docs/USAGE.md's photo-to-caption trial imports it and
+    # captions photos through that detector. Its fc width is its regions' too, as bottom-up
+    # features have it (cocobu_fc is the regions' mean), though the Transformer reads none.
+    "transformer_d16": ["--caption_model", "transformer", "--num_layers", "2", "--input_encoding_size", "16",
+                        "--rnn_size", "24", "--drop_prob_lm", "0.1", "--fc_feat_size", "16",
+                        "--att_feat_size", "16"],
     # AoA's options exist only in its yml (configs/aoa.yml): its own settings, smaller.
     "aoa": ["--cfg", "{sc_root}/configs/aoa.yml", "--set_cfgs", "input_encoding_size", "12",
             "rnn_size", "16", "num_heads", "2", "--att_hid_size", "16", "--drop_prob_lm", "0.2"],
@@ -246,6 +253,16 @@ def main(argv=None):
         for f in sorted(os.listdir(data["input_fc_dir"])):
           np.save(os.path.join(fc_dir, f), rng.normal(size=opt.fc_feat_size).astype(np.float32))
         opt.input_fc_dir = fc_dir
+      if opt.att_feat_size != ATT_DIM and name.startswith("transformer"):  # its regions, of its width
+        att_dir = os.path.join(tmp, f"att_{opt.att_feat_size}")
+        os.makedirs(att_dir, exist_ok=True)
+        rng = np.random.default_rng(1000 + k)
+        for f in sorted(os.listdir(data["input_att_dir"])):
+          old = np.load(os.path.join(data["input_att_dir"], f))["feat"]  # the same regions per image
+          scale = 1e-5 if np.abs(old).max() < 1e-3 else 1.0  # and the small images small
+          np.savez_compressed(os.path.join(att_dir, f), feat=(rng.normal(size=(len(old), opt.att_feat_size))
+                                                              * scale).astype(np.float32))
+        opt.input_att_dir = att_dir
       # tools/train.py, up to its first save:
       loader = DataLoader(opt)
       opt.vocab_size = loader.vocab_size

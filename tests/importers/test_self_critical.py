@@ -27,7 +27,7 @@ from jaxcap.importers import self_critical as sc
 from tests.tiers import one_in_default
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "self_critical")
-MODELS = ("transformer", "newfc", "newfc_resnet101", "aoa", "aoa_ff", "updown")
+MODELS = ("transformer", "newfc", "newfc_resnet101", "aoa", "aoa_ff", "updown", "transformer_d16")
 BATCHES = (0, 1)  # the fixture's two batches of 24 test images, each padded by its loader
 
 
