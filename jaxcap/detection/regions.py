@@ -78,6 +78,13 @@ class RegionDetector:
 
     self._forward = jax.jit(forward)  # one program per canvas shape
 
+  def canvas_shape(self, hw) -> tuple[int, int]:
+    """The canvas ``(H, W)`` a photo of ``hw = (height, width)`` pixels becomes alone: photos
+    of one canvas shape batch without padding (and share one compiled program)."""
+    h, w = frcnn.preprocess_size(int(hw[0]), int(hw[1]), self.short, self.long)
+    m = self.canvas_multiple
+    return -(-h // m) * m, -(-w // m) * m
+
   def preprocess(self, images):
     """``(canvas [B, H, W, 3] float32, sizes [B, 2] int32, scales_yx [B, 2] float32)``."""
     resized, raw = [], []

@@ -62,26 +62,11 @@ CONFIG = {
 }
 
 
-def main(argv=None):
-  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  p.add_argument("--lxmert", required=True, help="the reference's lxmert/ folder")
-  p.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "..", "tests", "detection",
-                                               "fixtures", "frcnn_tiny.npz"))
-  p.add_argument("--res2_out", type=int, default=16, help="res2's output channels: the region features "
-                 "are 8x wide (16: 128-d, the tests' detector; 2: 16-d, the width of M2's import fixture)")
-  p.add_argument("--width_per_group", type=int, default=4, help="the bottlenecks' width at res2")
-  args = p.parse_args(argv)
-  CONFIG["RESNETS"].update(RES2_OUT_CHANNELS=args.res2_out, WIDTH_PER_GROUP=args.width_per_group)
-  sys.path.insert(0, os.path.abspath(args.lxmert))
-  import torch  # noqa: PLC0415
-  import modeling_frcnn  # noqa: PLC0415
-  import processing_image  # noqa: PLC0415
-  from utils import Config  # noqa: PLC0415
-
-  torch.manual_seed(0)
-  rng = np.random.default_rng(0)
-  cfg = Config(CONFIG)
-  model = modeling_frcnn.GeneralizedRCNN(cfg).eval()
+def randomise(model, torch, rng) -> None:
+  """Random weights shaped so that detections are distinct rather than tied: batch norm
+  statistics and affine moved off their initial values, He-scaled convolutions, each residual
+  branch small beside its identity, the heads widened (the argmax class and the top-k decided by
+  margins far above float32 rounding)."""
   with torch.no_grad():
     for m in model.modules():
       if isinstance(m, torch.nn.BatchNorm2d):
@@ -106,6 +91,29 @@ def main(argv=None):
       lin.weight.copy_(torch.from_numpy(rng.normal(0, std / np.sqrt(fan_in), lin.weight.shape).astype(np.float32)))
       lin.bias.copy_(torch.from_numpy(rng.normal(0, 0.3, lin.bias.shape).astype(np.float32)))
     head.cls_embedding.weight.copy_(torch.from_numpy(rng.normal(0, 1, head.cls_embedding.weight.shape).astype(np.float32)))
+
+
+def main(argv=None):
+  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  p.add_argument("--lxmert", required=True, help="the reference's lxmert/ folder")
+  p.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "..", "tests", "detection",
+                                               "fixtures", "frcnn_tiny.npz"))
+  p.add_argument("--res2_out", type=int, default=16, help="res2's output channels: the region features "
+                 "are 8x wide (16: 128-d, the tests' detector; 2: 16-d, the width of M2's import fixture)")
+  p.add_argument("--width_per_group", type=int, default=4, help="the bottlenecks' width at res2")
+  args = p.parse_args(argv)
+  CONFIG["RESNETS"].update(RES2_OUT_CHANNELS=args.res2_out, WIDTH_PER_GROUP=args.width_per_group)
+  sys.path.insert(0, os.path.abspath(args.lxmert))
+  import torch  # noqa: PLC0415
+  import modeling_frcnn  # noqa: PLC0415
+  import processing_image  # noqa: PLC0415
+  from utils import Config  # noqa: PLC0415
+
+  torch.manual_seed(0)
+  rng = np.random.default_rng(0)
+  cfg = Config(CONFIG)
+  model = modeling_frcnn.GeneralizedRCNN(cfg).eval()
+  randomise(model, torch, rng)
 
   # Two BGR images with structure (smooth gradients plus blocks), of different sizes and aspects.
   raws = []

@@ -180,3 +180,69 @@ def test_hdf5_refuses_a_photo_without_an_id_before_anything_is_written(tmp_path)
   with pytest.raises(BadInput, match=r"b_007\.png: its id 7 is also a_7\.png's"):
     extract.main(args)
   assert not out.exists()
+
+
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
+def test_batches_of_one_canvas_shape_give_each_photo_its_own_regions(tmp_path):
+  """--batch 3 on five photos of two sizes (three of one canvas, two of the other): the files
+  the one-at-a-time run writes, up to float rounding, and a resumed batched run adds nothing."""
+  from jaxcap.detection import extract  # noqa: PLC0415
+  _, rgb = _photos(tmp_path)
+  photos = tmp_path / "many"
+  photos.mkdir()
+  rng = np.random.default_rng(0)
+  for k in range(5):  # p0..p2 the first photo's size, p3 p4 the second's, each its own pixels
+    base = rgb[0] if k < 3 else rgb[1]
+    noisy = np.clip(base.astype(int) + rng.integers(-40, 40, base.shape), 0, 255).astype(np.uint8)
+    Image.fromarray(noisy).save(photos / f"p{k}.png")
+  outs = {}
+  for batch in (1, 3):
+    outs[batch] = tmp_path / f"bu{batch}"
+    args = ["--images", str(photos), "--out", str(outs[batch]), "--weights", str(FIXTURES / "pytorch_model.bin"),
+            *SMALL, f"--batch={batch}"]
+    assert extract.main(args) == 0
+  for k in range(5):
+    with np.load(outs[1] / "cocobu_att" / f"p{k}.npz") as a, np.load(outs[3] / "cocobu_att" / f"p{k}.npz") as b:
+      assert a["feat"].shape == b["feat"].shape and 3 <= len(a["feat"]) <= 12
+      np.testing.assert_allclose(b["feat"], a["feat"], rtol=1e-5, atol=1e-6, err_msg=f"p{k}")
+    np.testing.assert_allclose(np.load(outs[3] / "cocobu_box" / f"p{k}.npy"),
+                               np.load(outs[1] / "cocobu_box" / f"p{k}.npy"), atol=1e-3, err_msg=f"p{k}")
+  before = {p: p.stat().st_mtime_ns for p in outs[3].rglob("*.np*")}
+  assert extract.main(args) == 0
+  assert before == {p: p.stat().st_mtime_ns for p in outs[3].rglob("*.np*")}
+
+
+def test_photos_wait_in_buckets_of_their_canvas_and_are_each_written_once(tmp_path):
+  """run()'s batching with a stand-in detector: every call holds photos of one canvas shape, at
+  most ``batch`` of them; no more than 4 x batch photos wait; every photo is written once, an
+  unreadable one skipped."""
+  from jaxcap.detection import extract  # noqa: PLC0415
+  photos = tmp_path / "photos"
+  photos.mkdir()
+  heights = [10, 20, 30, 10, 40, 50, 60, 70, 80, 90, 20, 10, 100, 110, 10]  # 11 canvas shapes
+  for k, h in enumerate(heights):
+    Image.fromarray(np.full((h, 8, 3), k * 10, np.uint8)).save(photos / f"p{k:02d}.png")
+  (photos / "p99.png").write_bytes(b"not a png")
+  calls = []
+
+  class Detector:
+    def canvas_shape(self, hw):
+      return tuple(hw)
+
+    def __call__(self, images):
+      calls.append([im.shape[:2] for im in images])
+      return [{"features": np.full((2, 4), im[0, 0, 0], np.float32), "boxes": np.zeros((2, 4), np.float32)}
+              for im in images]
+
+  result = extract.run(str(photos), str(tmp_path / "out"), Detector(), {"detector": {}}, progress=False,
+                       log=lambda s: None, batch=2)
+  assert result["extracted"] == len(heights) and len(result["failed"]) == 1
+  assert all(len(c) <= 2 and len(set(c)) == 1 for c in calls), calls
+  assert sum(map(len, calls)) == len(heights)
+  # Full buckets go at once; from p09 on 8 photos wait (4 x 2), so the fullest bucket (the
+  # oldest of equals) goes at each new photo; the rest at the end, in the order they began.
+  assert [[h for h, _ in c] for c in calls] == [[10, 10], [20], [30], [40], [50], [60], [10, 10], [70], [80],
+                                                [90], [20], [100], [110]]
+  for k in range(len(heights)):
+    with np.load(tmp_path / "out" / "cocobu_att" / f"p{k:02d}.npz") as z:
+      assert z["feat"][0, 0] == k * 10
