@@ -91,6 +91,57 @@ def pytest_collection_modifyitems(config, items):
 UNRECORDED_HEAVY_CPU_S = 120.0
 
 
+def _recorded() -> dict:
+  """The committed record's tests (tests/durations.json), {} without one."""
+  import json  # noqa: PLC0415
+  try:
+    return json.loads((REPO / "tests" / "durations.json").read_text())["tests"]
+  except (OSError, ValueError, KeyError):
+    return {}
+
+
+# CI's time limit (90 minutes for the whole .ci/run, on machines up to about twice as slow as the
+# one of the record): .ci/run sets JAXCAP_CI_DEADLINE (seconds since the epoch, 85 minutes after
+# it starts), and a test that would still be running past it, by twice its recorded wall time
+# (30 s unrecorded, 120 s a heavy one), is skipped by name instead of the run being killed with
+# nothing reported; .ci/run then prints how many were, listed in .cache/ci-budget-skips/
+# (tests/test_durations.py). On the machine
+# of the record the whole run takes less than half that time: nothing is skipped.
+DEADLINE_ENV = "JAXCAP_CI_DEADLINE"
+DEADLINE_SKIP = "CI time budget"
+
+
+def budget_skip_reason(item, now: float, deadline: float, recorded: dict) -> str | None:
+  """Why ``item`` is skipped at ``now`` before ``deadline``, or None (it fits)."""
+  rec = recorded.get(item.nodeid)
+  need = 2 * rec["wall_s"] if rec and "wall_s" in rec else (
+      UNRECORDED_HEAVY_CPU_S if item.get_closest_marker("heavy") else 30.0)
+  left = deadline - now
+  if need <= left:
+    return None
+  return (f"{DEADLINE_SKIP}: {max(left, 0):.0f} s left before .ci/run's deadline ({DEADLINE_ENV}), "
+          f"this test may take {need:.0f} s")
+
+
+def pytest_runtest_setup(item):
+  deadline = os.environ.get(DEADLINE_ENV)
+  if deadline:
+    import time  # noqa: PLC0415
+    global _RECORD
+    if _RECORD is None:
+      _RECORD = _recorded()
+    why = budget_skip_reason(item, time.time(), float(deadline), _RECORD)
+    if why:
+      folder = REPO / ".cache" / "ci-budget-skips"  # .ci/run counts them
+      folder.mkdir(parents=True, exist_ok=True)
+      with open(folder / f"{os.environ.get('PYTEST_XDIST_WORKER', 'main')}.txt", "a") as f:
+        f.write(f"{item.nodeid}\t{why}\n")
+      pytest.skip(why)
+
+
+_RECORD = None
+
+
 def costliest_files_first(items, recorded: dict | None = None) -> None:
   """Sorts ``items`` by their file's CPU seconds in the committed record (tests/durations.json),
   costliest first; a file keeps its own order. The Makefile runs pytest-xdist with
@@ -101,10 +152,8 @@ def costliest_files_first(items, recorded: dict | None = None) -> None:
   own. A test the record (``recorded``: its ``tests``) does not know counts 0 s, or
   :data:`UNRECORDED_HEAVY_CPU_S` if heavy."""
   if recorded is None:
-    import json  # noqa: PLC0415
-    try:
-      recorded = json.loads((REPO / "tests" / "durations.json").read_text())["tests"]
-    except (OSError, ValueError, KeyError):
+    recorded = _recorded()
+    if not recorded:
       return  # no record: collection order
   cost: dict = {}
   for item in items:

@@ -75,3 +75,27 @@ def test_files_run_costliest_first_each_in_its_own_order():
   conftest.costliest_files_first(items, recorded)
   assert [i.nodeid for i in items] == ["d.py::new", "b.py::1", "a.py::1", "a.py::2", "c.py::2", "c.py::1",
                                        "e.py::new"]
+
+
+def test_past_ci_s_deadline_a_test_is_skipped_by_its_recorded_time():
+  """conftest's time guard (JAXCAP_CI_DEADLINE, set by .ci/run): a test runs when twice its
+  recorded wall time fits before the deadline, else it is skipped naming the budget; unrecorded
+  tests count 30 s, unrecorded heavy ones 120 s."""
+  from tests import conftest
+
+  class Item:
+    def __init__(self, nodeid, heavy=False):
+      self.nodeid, self.heavy = nodeid, heavy
+
+    def get_closest_marker(self, name):
+      return name == "heavy" and self.heavy or None
+
+  recorded = {"a.py::t": {"wall_s": 40.0, "cpu_s": 1.0}}
+  reason = conftest.budget_skip_reason
+  assert reason(Item("a.py::t"), now=1000.0, deadline=1081.0, recorded=recorded) is None
+  why = reason(Item("a.py::t"), now=1000.0, deadline=1079.0, recorded=recorded)
+  assert why.startswith(conftest.DEADLINE_SKIP) and "79 s left" in why and "80 s" in why
+  assert reason(Item("b.py::new"), now=0.0, deadline=31.0, recorded=recorded) is None
+  assert reason(Item("b.py::new"), now=0.0, deadline=29.0, recorded=recorded)
+  assert reason(Item("b.py::new", heavy=True), now=0.0, deadline=100.0, recorded=recorded)
+  assert reason(Item("b.py::new", heavy=True), now=0.0, deadline=121.0, recorded=recorded) is None
