@@ -289,3 +289,48 @@ def test_the_16_wide_detector_is_the_reference_s_too():
     np.testing.assert_allclose(one["features"], f["out_roi_features"][i][:n], rtol=1e-4, atol=1e-4)
     np.testing.assert_array_equal(one["obj_ids"], f["out_obj_ids"][i][:n])
     np.testing.assert_array_equal(one["attr_ids"], f["out_attr_ids"][i][:n])
+
+
+@pytest.mark.parametrize("stride,bias,dtype", [(1, False, jnp.float32), (2, True, jnp.float32),
+                                               (2, False, jnp.bfloat16)])
+def test_1x1_convolutions_are_flax_s_conv_as_a_product(stride, bias, dtype):
+  """frcnn.Conv1x1 (the 1 x 1 convolutions computed as matrix products) takes nn.Conv's
+  parameters and gives its outputs, strided included, in float32 and bfloat16."""
+  import flax.linen as nn  # noqa: PLC0415
+  x = jnp.asarray(np.random.default_rng(0).normal(size=(2, 7, 9, 6)).astype(np.float32))
+  ours = frcnn.Conv1x1(5, stride, bias, dtype)
+  theirs = nn.Conv(5, (1, 1), strides=(stride, stride), padding=((0, 0), (0, 0)), use_bias=bias, dtype=dtype)
+  params = ours.init(jax.random.PRNGKey(0), x)
+  assert jax.tree.map(jnp.shape, params) == jax.tree.map(jnp.shape, theirs.init(jax.random.PRNGKey(0), x))
+  if bias:
+    params = jax.tree.map(lambda p: p + 0.5, params)
+  got, want = ours.apply(params, x), theirs.apply(params, x)
+  assert got.shape == want.shape == (2, -(-7 // stride), -(-9 // stride), 5) and got.dtype == want.dtype
+  tol = 1e-6 if dtype == jnp.float32 else 2e-2
+  np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(want, np.float32), rtol=tol, atol=tol)
+
+
+def test_roi_pool_is_a_max_over_each_bin_s_cells():
+  """frcnn.roi_pool against its definition, bin by bin in NumPy (torchvision's bin edges):
+  boxes inside, across and outside the map, one cell, the whole map; empty bins 0."""
+  rng = np.random.default_rng(1)
+  h, w, c, size = 9, 13, 3, 4
+  feat = rng.normal(size=(h, w, c)).astype(np.float32)
+  boxes = np.asarray([[0, 0, 16 * w - 1, 16 * h - 1], [30, 20, 31, 21], [-40, -40, 100, 60],
+                      [150, 100, 400, 300], [16 * w + 50, 0, 16 * w + 90, 40]], np.float32)
+  corners = np.sort(rng.uniform(-20, 16 * w + 20, (40, 2)), 1), np.sort(rng.uniform(-20, 16 * h + 20, (40, 2)), 1)
+  boxes = np.concatenate([boxes, np.stack([corners[0][:, 0], corners[1][:, 0], corners[0][:, 1],
+                                           corners[1][:, 1]], 1).astype(np.float32)])
+  got = np.asarray(frcnn.roi_pool(jnp.asarray(feat), jnp.asarray(boxes), size, 1 / 16))
+  lo_t, hi_t = frcnn._bin_table(max(h, w) + 2, size)
+  for i, (bx0, by0, bx1, by1) in enumerate(boxes):
+    x0, y0, x1, y1 = (int(np.sign(v / 16) * np.floor(abs(v / 16) + 0.5)) for v in (bx0, by0, bx1, by1))
+    rw, rh = max(x1 - x0 + 1, 1), max(y1 - y0 + 1, 1)
+    for p in range(size):
+      ys = np.clip(lo_t[min(rh, len(lo_t) - 1), p] + y0, 0, h)
+      ye = np.clip(hi_t[min(rh, len(lo_t) - 1), p] + y0, 0, h)
+      for q in range(size):
+        xs = np.clip(lo_t[min(rw, len(lo_t) - 1), q] + x0, 0, w)
+        xe = np.clip(hi_t[min(rw, len(lo_t) - 1), q] + x0, 0, w)
+        want = feat[ys:ye, xs:xe].max((0, 1)) if ye > ys and xe > xs else np.zeros(c, np.float32)
+        np.testing.assert_array_equal(got[i, p, q], want, err_msg=f"box {i} bin {p},{q}")
