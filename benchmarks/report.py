@@ -63,10 +63,11 @@ CLIP_REWARD = "benchmarks/clip_reward_step.py"
 SHARDED = "benchmarks/sharded_memory.py"
 DETECTOR = "benchmarks/detector.py"
 MESH_DRIFT = "benchmarks/mesh_drift.py"
+DETECTOR_VS_REFERENCE = "scripts/detection/time_against_reference.py"
 OWN_RECORDS = {MESH_DRIFT: "mesh_drift_", FEATURES: "features_", PIPELINE: "input_pipeline_",  # records kept in their own file
                CHECKPOINTS: "checkpoint_save_", DECODE_AUX: "decode_aux_", EXPORT: "export_",
                CLIP_SCORE: "clip_score_", CLIP_REWARD: "clip_reward_step_", SHARDED: "sharded_memory_",
-               DETECTOR: "detector_"}
+               DETECTOR: "detector_", DETECTOR_VS_REFERENCE: "detector_vs_reference_"}
 
 
 def load_records(folder: str = RESULTS) -> list[dict]:
@@ -402,7 +403,23 @@ def sharded_table(rec: dict) -> str:
   return "\n".join(lines)
 
 
+def detector_vs_reference_table(rec: dict) -> str:
+  env = rec["environment"]
+  lines = [_head(rec) + f" (the VG region detector on random weights, the same tensors on both sides, "
+           f"{rec['photos_timed']} JPEG photos of {rec['photo_hw'][0]} x {rec['photo_hw'][1]} px at batch "
+           f"{rec['batch']}, each side reading the file itself; torch {env['torch']} with "
+           f"{env['torch_threads']} threads; seconds per photo)", "",
+           "| side | first photo s | median s | mean s | regions | reference's median / this |",
+           "|---|---:|---:|---:|---:|---:|"]
+  for r in rec["rows"]:
+    lines.append(f"| {r['side']} | {r['first_s']:.2f} | {r['median_s']:.2f} | {r['mean_s']:.2f} | "
+                 f"{min(r['regions'])}-{max(r['regions'])} | {r['reference_over_this']:.2f} |")
+  return "\n".join(lines)
+
+
 def record_table(rec: dict) -> str:
+  if rec.get("benchmark") == DETECTOR_VS_REFERENCE:
+    return detector_vs_reference_table(rec)
   if rec.get("benchmark") == MESH_DRIFT:
     return mesh_drift_table(rec)
   if rec.get("benchmark") == SHARDED:
