@@ -24,7 +24,6 @@ compiling). ``--threads``: torch's intra-op threads (JAX uses every core). Write
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -87,14 +86,23 @@ def photos(folder: str, n: int, hw: tuple[int, int], seed: int = 0) -> list[str]
 
 
 def main(argv=None) -> int:
-  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  from jaxcap import cli  # noqa: PLC0415  (one-line refusals, a bug's traceback: cli.run_script)
+  p = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
   p.add_argument("--lxmert", required=True, help="the reference's lxmert/ folder")
-  p.add_argument("--photos", type=int, default=4, help="photos timed per side, after the first")
+  p.add_argument("--photos", type=cli.positive_int, default=4, help="photos timed per side, after the first")
   p.add_argument("--hw", default="480x640", help="the photos' HEIGHTxWIDTH (COCO's typical)")
-  p.add_argument("--threads", type=int, default=os.cpu_count(), help="torch's intra-op threads")
+  p.add_argument("--threads", type=cli.positive_int, default=os.cpu_count(), help="torch's intra-op threads")
   p.add_argument("--out", default=None)
   args = p.parse_args(argv)
-  hw = tuple(int(t) for t in args.hw.lower().split("x"))
+  try:
+    hw = tuple(int(t) for t in args.hw.lower().split("x"))
+  except ValueError:
+    hw = ()
+  if len(hw) != 2 or min(hw) < 32:
+    raise cli.BadInput(f"--hw={args.hw}: expected HEIGHTxWIDTH in pixels, each at least 32 (480x640)")
+  if not os.path.isfile(os.path.join(args.lxmert, "modeling_frcnn.py")):
+    raise cli.BadInput(f"--lxmert={args.lxmert}: no modeling_frcnn.py there; expected the lxmert/ folder "
+                       "of huggingface/transformers-research-projects")
   sys.path.insert(0, os.path.abspath(args.lxmert))
   import torch  # noqa: PLC0415
   import modeling_frcnn  # noqa: PLC0415
@@ -174,4 +182,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  from jaxcap.cli import run_script
+  run_script(main)
