@@ -64,10 +64,12 @@ SHARDED = "benchmarks/sharded_memory.py"
 DETECTOR = "benchmarks/detector.py"
 MESH_DRIFT = "benchmarks/mesh_drift.py"
 DETECTOR_VS_REFERENCE = "scripts/detection/time_against_reference.py"
+SIDE_BY_SIDE = "benchmarks/cpu_side_by_side.py"
 OWN_RECORDS = {MESH_DRIFT: "mesh_drift_", FEATURES: "features_", PIPELINE: "input_pipeline_",  # records kept in their own file
                CHECKPOINTS: "checkpoint_save_", DECODE_AUX: "decode_aux_", EXPORT: "export_",
                CLIP_SCORE: "clip_score_", CLIP_REWARD: "clip_reward_step_", SHARDED: "sharded_memory_",
-               DETECTOR: "detector_", DETECTOR_VS_REFERENCE: "detector_vs_reference_"}
+               DETECTOR: "detector_", DETECTOR_VS_REFERENCE: "detector_vs_reference_",
+               SIDE_BY_SIDE: "cpu_side_by_side_"}
 
 
 def load_records(folder: str = RESULTS) -> list[dict]:
@@ -417,7 +419,38 @@ def detector_vs_reference_table(rec: dict) -> str:
   return "\n".join(lines)
 
 
+def side_by_side_table(rec: dict) -> str:
+  names = {"sc_transformer": "self-critical.pytorch's Transformer", "m2": "the Meshed-Memory Transformer"}
+  parts = []
+  for model, info in rec["models"].items():
+    f = info["fields"]
+    text = f"{names.get(model, model)} ({f.get('num_layers')} + {f.get('num_dec_layers')} layers, d = {f.get('dim')}"
+    ref = info.get("reference")
+    if ref:
+      text += (f"; random weights, the end token's logit shifted so that the reference's "
+               f"{'greedy' if model == 'sc_transformer' else 'beam-5'} captions average "
+               f"{ref['calibrated_mean_words']:.1f} words; reference: {ref['code']}, torch {ref['torch']}, "
+               f"{ref['threads']} threads")
+    parts.append(text + ")")
+  lines = [_head(rec) + f" ({'; '.join(parts)}; {rec['images']} images x {rec['regions']} regions; batch 1: "
+           f"{rec['b1_images']} images x {rec['b1_repeats']} calls, median and p99; batch {rec['images']}: "
+           f"median of {rec['repeats']}; seconds per call)", "",
+           "| model | route | decoding | first call s | batch 1 median s | batch 1 p99 s | "
+           f"batch {rec['images']} median s | mean words | same captions | speed-up b1 | speed-up b{rec['images']} |",
+           "|---|---|---|---:|---:|---:|---:|---:|---|---:|---:|"]
+  for r in rec["rows"]:
+    dec = "greedy" if r["method"] == "greedy" else f"beam-{r['beam_size']}"
+    route = r["route"].split(" ")[0]  # the reference's code, without its call
+    same = {True: "yes", False: "**no**"}.get(r.get("same_captions"), "–")
+    lines.append(f"| {r['model']} | {route} | {dec} | {r['first_call_s']:.2f} | {r['b1_median_s']:.4f} | "
+                 f"{r['b1_p99_s']:.4f} | {r['batch_median_s']:.4f} | {r['mean_words']:.1f} | {same} | "
+                 f"{_fmt(r.get('speedup_b1'), 2)} | {_fmt(r.get('speedup_batch'), 2)} |")
+  return "\n".join(lines)
+
+
 def record_table(rec: dict) -> str:
+  if rec.get("benchmark") == SIDE_BY_SIDE:
+    return side_by_side_table(rec)
   if rec.get("benchmark") == DETECTOR_VS_REFERENCE:
     return detector_vs_reference_table(rec)
   if rec.get("benchmark") == MESH_DRIFT:

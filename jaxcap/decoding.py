@@ -13,7 +13,9 @@ variables dict given to ``model.apply`` (``{"params": ...}``). Beam search and s
 and reorder the cache by gathering rows along axis 0. Every function is jitted with the model,
 the sizes and the options that change the program (``block_trigrams``, ``return_aux``, whether
 top-k/top-p filtering is on) static; option values (``alpha``, ``min_len``, ``temperature``, ...)
-are traced, so they never recompile. The loop over time is a ``lax.scan`` over ``max_len`` steps.
+are traced, so they never recompile. The loop over time is a ``lax.while_loop`` of at most
+``max_len`` steps that stops once every caption has ended (one compiled program; the output is
+the full loop's, the skipped steps would change nothing).
 
 Output conventions (:class:`DecodeOutput`):
   * ``tokens`` int32 never contain BOS: the first position is the first word. A sequence is its
@@ -75,8 +77,9 @@ On random tiny models (tests/test_decoding.py) ``"live"`` is never worse than
 ``"self_critical"`` on the top-1 log-probability; it is often better, since an early EOS no
 longer removes a live beam. Once no alive beam can beat the worst finished one
 (log-probabilities only decrease and the length penalty grows with length, so a bound is
-known), an image is done: the scan keeps running and its sequences, scores and finished set
-stay frozen (its cache keeps being computed but is never read again); ``"in_slots"`` fills its
+known), an image is done: the loop keeps running while another image is not, and its
+sequences, scores and finished set stay frozen (its cache keeps being computed but is never read
+again); the loop stops once every image is done. ``"in_slots"`` fills its
 finished set at the last step only and runs every step, as its authors' search does. If fewer
 than K hypotheses exist at all, the missing places have score -inf and length 0.
 
@@ -311,32 +314,45 @@ def _sequential(model, params, enc, keys_T, *, max_len, pick, opts, return_aux):
 
   ``keys_T``: the keys of the steps (leading axis ``max_len``; e.g. ``[T, B]`` keys, one per
   image and step), or None when ``pick`` draws nothing.
+
+  A ``lax.while_loop`` that stops once every row has emitted EOS (or after ``max_len`` steps):
+  the steps it skips would write PAD, 0 and zero aux, which the buffers already hold, so the
+  output is the full loop's; with a trained model the captions end at about half of
+  ``max_len`` on COCO, and so does the work (self-critical.pytorch's loop breaks the same way).
   """
   n = _batch_size(enc)
   cache = model.apply(params, enc, max_len, method="init_cache")
   keys = keys_T if keys_T is not None else jnp.zeros((max_len, 2), jnp.uint32)
+  aux0 = None
+  if return_aux:
+    aux0 = jax.tree.map(lambda s: jnp.zeros((max_len,) + s.shape, s.dtype),
+                        _aux_template(model, params, enc, cache, n))
 
-  def body(carry, xs):
-    cache, prev_N, done_N = carry
-    t, key = xs
+  def body(state):
+    t, cache, prev_N, done_N, tok_TxN, tok_lp_TxN, aux_T = state
     lp_NxV, cache, aux = _step_logprobs(model, params, enc, cache, prev_N, t)
     lp_NxV = _banned_tokens(lp_NxV, t, opts, prev_N)
-    tok_N = pick(lp_NxV, key).astype(jnp.int32)
+    tok_N = pick(lp_NxV, jax.tree.map(lambda k: k[t], keys)).astype(jnp.int32)
     tok_lp_N = jnp.take_along_axis(lp_NxV, tok_N[:, None], axis=-1)[:, 0]
     tok_N = jnp.where(done_N, PAD, tok_N)
     tok_lp_N = jnp.where(done_N, 0.0, tok_lp_N)
-    out = (tok_N, tok_lp_N)
     if return_aux:
-      out += (jax.tree.map(
-          lambda a: jnp.where(done_N.reshape((-1,) + (1,) * (a.ndim - 1)), jnp.zeros_like(a), a),
-          aux),)
-    return (cache, tok_N, done_N | (tok_N == EOS)), out
+      aux_T = jax.tree.map(
+          lambda buf, a: buf.at[t].set(
+              jnp.where(done_N.reshape((-1,) + (1,) * (a.ndim - 1)), jnp.zeros_like(a), a)),
+          aux_T, aux)
+    return (t + 1, cache, tok_N, done_N | (tok_N == EOS), tok_TxN.at[t].set(tok_N),
+            tok_lp_TxN.at[t].set(tok_lp_N), aux_T)
 
-  init = (cache, jnp.full((n,), BOS, jnp.int32), jnp.zeros((n,), bool))
-  _, outs = jax.lax.scan(body, init, (jnp.arange(max_len, dtype=jnp.int32), keys))
-  tokens_NxT = outs[0].T
-  tok_lp_NxT = outs[1].T
-  aux = jax.tree.map(lambda a: jnp.moveaxis(a, 0, 1), outs[2]) if return_aux else None
+  def running(state):
+    return (state[0] < max_len) & ~state[3].all()
+
+  init = (jnp.int32(0), cache, jnp.full((n,), BOS, jnp.int32), jnp.zeros((n,), bool),
+          jnp.full((max_len, n), PAD, jnp.int32), jnp.zeros((max_len, n), jnp.float32), aux0)
+  state = jax.lax.while_loop(running, body, init)
+  tokens_NxT = state[4].T
+  tok_lp_NxT = state[5].T
+  aux = jax.tree.map(lambda a: jnp.moveaxis(a, 0, 1), state[6]) if return_aux else None
   logprobs_N = tok_lp_NxT.sum(-1)
   return DecodeOutput(tokens=tokens_NxT, token_logprobs=tok_lp_NxT, logprobs=logprobs_N,
                       lengths=(tokens_NxT != PAD).sum(-1).astype(jnp.int32), scores=logprobs_N,
@@ -474,13 +490,13 @@ def sample(model, params, batch, rng, *, max_len: int, num_samples: int = 1,
 def sample_and_greedy(model, params, batch, keys_B, *, max_len: int, num_samples: int,
                       with_greedy: bool = True, suppress_unk: bool = False, min_len: int = 0,
                       bad_endings: Sequence[int] = ()):
-  """n samples per image at temperature 1 and its greedy caption, from one encoding and one scan.
+  """n samples per image at temperature 1 and its greedy caption, from one encoding and one loop.
 
   Image b's samples are those of ``sample(model, params, <image b alone>, keys_B[b], ...)``
   and its greedy row that of ``greedy(model, params, batch, ...)`` (equal tokens wherever the
   model's arithmetic does not depend on how many rows a call has), but the image is encoded
   once, its encoding repeated to n + 1 rows (n without the greedy row), and every row decoded
-  in the same ``lax.scan``: self-critical training's decode (:mod:`jaxcap.training.scst`) with
+  in the same loop: self-critical training's decode (:mod:`jaxcap.training.scst`) with
   one encoder pass and one loop instead of two of each.
 
   Args:
@@ -697,6 +713,7 @@ def _beam_search_jit(model, params, batch, opts, *, beam_size, max_len, beam_mod
   # G groups of K' = K / G beams (G = 1: the ordinary search). The search's arrays are
   # [B, G, K', ...]; the model's rows are image-major, then group, then beam: b*K + g*K' + k.
   g_n, k, big_t = groups, beam_size // groups, max_len
+  in_slots = beam_mode == "in_slots"
   enc = model.apply(params, batch, method="encode")
   b = _batch_size(enc)
   n = b * g_n * k
@@ -772,7 +789,15 @@ def _beam_search_jit(model, params, batch, opts, *, beam_size, max_len, beam_mod
     out["cache"] = jax.tree.map(lambda x: x[rows_N], new_cache)
     return out, None
 
-  s, _ = jax.lax.scan(body, state, jnp.arange(big_t, dtype=jnp.int32))
+  # Stops once every image is done (no alive beam can beat its worst finished one: the
+  # remaining steps would change nothing returned); "in_slots" fills its finished set at the
+  # last step, so it runs every step, as its authors' search does.
+  def running(ts):
+    t, s = ts
+    return (t < big_t) & (jnp.bool_(in_slots) | ~s["done"].all())
+
+  _, s = jax.lax.while_loop(running, lambda ts: (ts[0] + 1, body(ts[1], ts[0])[0]),
+                            (jnp.int32(0), state))
 
   # Groups one after the other, each best first (self-critical.pytorch's done_beams order).
   def flat(x):

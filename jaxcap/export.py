@@ -1,6 +1,7 @@
 """A run's whole captioner as one file that runs with jax and numpy only (``jaxcap-export``).
 
-Dimension legend: b the symbolic batch size, N ``max_regions``, F ``feature_dim``, Dg
+Dimension legend: b the symbolic batch size, n the symbolic number of regions (N ``max_regions``
+where the model's encoder needs a fixed count), F ``feature_dim``, Dg
 ``global_dim``, T ``max_len`` decoding steps, S the backbone's square image side, K beams.
 
 :func:`export` writes a zip (:data:`jaxcap.serving.artefact.FORMAT`) holding
@@ -16,7 +17,9 @@ Dimension legend: b the symbolic batch size, N ``max_regions``, F ``feature_dim`
   order;
 - ``greedy.jaxexport`` and ``beam.jaxexport``: ``jax.export`` of ``(param leaves, batch) ->
   {"tokens" [b, T], "attention" [b, T, ...]}`` (beam search's best hypothesis), encoder and
-  search in one program; ``features.jaxexport``: ``(backbone leaves, images uint8 [b, S, S, 3])
+  search in one program, the region axis symbolic too (``metadata.inputs.symbolic_regions``:
+  a request runs at a bucket of its own region count, :func:`jaxcap.data.batch.bucket`, not
+  padded to ``max_regions``); ``features.jaxexport``: ``(backbone leaves, images uint8 [b, S, S, 3])
   -> batch``, the backbone and the layout :func:`jaxcap.data.base.image_features_batch` gives
   its features. Serialized StableHLO with the batch size symbolic, lowered for each of
   ``platforms``.
@@ -44,7 +47,7 @@ import jax.numpy as jnp
 from jaxcap import atomic, decoding, run_dir
 from jaxcap.data import base as data_base
 from jaxcap.data import batch as batch_lib
-from jaxcap.errors import BadInput
+from jaxcap.errors import BadInput, first_line
 from jaxcap.evaluation import signature
 from jaxcap.features import extract as extract_lib
 from jaxcap.serving import artefact
@@ -75,10 +78,15 @@ class _Recording(dict):
     return super().__contains__(key)
 
 
-def input_spec(model, params, info: dict) -> dict:
+# The region axis of these keys is symbolic ("n") in the exported programs: a request is padded to
+# a bucket of its own region count (jaxcap.data.batch.bucket), not to max_regions.
+_REGION_KEYS = ("feats", "feats_mask", "boxes")
+
+
+def input_spec(model, params, info: dict, symbolic_regions: bool = True) -> dict:
   """``{key: (shape with "b", dtype name)}`` of the batch keys ``model.encode`` reads, at the
-  padded sizes the exported programs take (N = ``max_regions``, A = ``max_attributes``, Ls =
-  ``src_max_len + 1``)."""
+  padded sizes the exported programs take ("n" for the region axis when ``symbolic_regions``,
+  else N = ``max_regions``; A = ``max_attributes``, Ls = ``src_max_len + 1``)."""
   has_src = bool(info.get("src_vocab_size", 0))
   shapes = batch_lib.shapes(info, 1, 1, has_src)
   dummy = batch_lib.dummy(info, 1)
@@ -86,8 +94,14 @@ def input_spec(model, params, info: dict) -> dict:
   jax.eval_shape(lambda p: model.apply(p, probe, method="encode"), params)
   if not probe.read:
     raise ValueError("export: the model's encode read no batch key; expected it to read features")
-  return {k: (("b",) + tuple(shapes[k][0][1:]), np.dtype(shapes[k][1]).name)
-          for k in _INPUT_KEYS if k in probe.read}
+  out = {}
+  for k in _INPUT_KEYS:
+    if k in probe.read:
+      rest = tuple(shapes[k][0][1:])
+      if symbolic_regions and k in _REGION_KEYS:
+        rest = ("n",) + rest[1:]
+      out[k] = (("b",) + rest, np.dtype(shapes[k][1]).name)
+  return out
 
 
 def _symbolic(spec: dict, scope) -> dict:
@@ -203,17 +217,29 @@ def export(run, path: str, *, method: str | None = None, beam_size: int | None =
   info = run.feature_info
   # A run from pixels exports as a feature run whose backbone is its trained one: the decoders
   # take its captioner's features, features.jaxexport computes them from images.
-  spec = input_spec(run.feature_model, run.feature_params, info)
   leaves, treedef = jax.tree.flatten(jax.device_get(run.feature_params))
   leaves = [np.asarray(x) for x in leaves]
-  scope = jax.export.SymbolicScope()
-  batch_specs = _symbolic(spec, scope)
-  programs, outputs = {}, {}
-  for name, fn in _decoders(run, cfg, treedef).items():
-    exp = jax.export.export(jax.jit(fn), platforms=tuple(platforms))(_leaf_specs(leaves), batch_specs)
-    programs[name] = exp.serialize()
-    outputs[name] = {k: [str(d) for d in a.shape] for k, a in
-                     zip(sorted(exp.out_tree.unflatten(range(len(exp.out_avals)))), _sorted_avals(exp))}
+  decoders = _decoders(run, cfg, treedef)
+  # The region axis symbolic, so that a request runs at its own number of regions (bucketed),
+  # not padded to max_regions (100 for an import: a 36-region request ran as 100); a model whose
+  # encoder needs a fixed region count (shape polymorphism refused) is exported at max_regions.
+  for symbolic_regions in (True, False):
+    spec = input_spec(run.feature_model, run.feature_params, info, symbolic_regions)
+    scope = jax.export.SymbolicScope()
+    batch_specs = _symbolic(spec, scope)
+    programs, outputs = {}, {}
+    try:
+      for name, fn in decoders.items():
+        exp = jax.export.export(jax.jit(fn), platforms=tuple(platforms))(_leaf_specs(leaves), batch_specs)
+        programs[name] = exp.serialize()
+        outputs[name] = {k: [str(d) for d in a.shape] for k, a in
+                         zip(sorted(exp.out_tree.unflatten(range(len(exp.out_avals)))), _sorted_avals(exp))}
+      break
+    except jax.errors.InconclusiveDimensionOperation as e:
+      if not symbolic_regions or not any(k in spec for k in _REGION_KEYS):
+        raise
+      log(f"note: the model's encoder needs a fixed number of regions ({first_line(e)}); "
+          f"exported at max_regions={info['max_regions']}")
 
   if run.from_pixels:
     if weights is not None:
@@ -261,7 +287,7 @@ def export(run, path: str, *, method: str | None = None, beam_size: int | None =
       "vocab": list(run.vocab.itos),
       "decode": decode_meta,
       "inputs": {"reads": sorted(spec), "arrays": {k: {"shape": list(s), "dtype": d} for k, (s, d) in spec.items()},
-                 "max_regions": int(info["max_regions"]), "feature_dim": int(info["feature_dim"]),
+                 "max_regions": int(info["max_regions"]), "symbolic_regions": symbolic_regions and any(k in spec for k in _REGION_KEYS), "feature_dim": int(info["feature_dim"]),
                  "global_dim": int(info["global_dim"]), "vocab_size": int(info["vocab_size"]),
                  "src_vocab_size": int(info.get("src_vocab_size", 0) or 0)},
       "required": list(batch_lib.required_inputs(run.model)),

@@ -30,10 +30,12 @@ def _conv_flops(eqn) -> float:
   return 2.0 * float(np.prod(out)) * float(np.prod(rhs)) / out_feat
 
 
-def jaxpr_matmul_flops(jaxpr) -> float:
+def jaxpr_matmul_flops(jaxpr, while_trips: int = 1) -> float:
   """Matrix-multiply FLOPs of a (closed) jaxpr, with scan bodies counted ``length`` times.
 
-  ``while`` bodies (unknown trip count) count once; ``cond`` counts its most expensive branch.
+  ``while`` bodies (a trip count known only when it runs) count ``while_trips`` times: the
+  caller's bound, e.g. ``max_len`` for a decoder whose captions never end early (random
+  weights); ``cond`` counts its most expensive branch.
   """
   jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
   total = 0.0
@@ -44,21 +46,25 @@ def jaxpr_matmul_flops(jaxpr) -> float:
     elif name == "conv_general_dilated":
       total += _conv_flops(eqn)
     elif name == "scan":
-      total += eqn.params["length"] * jaxpr_matmul_flops(eqn.params["jaxpr"])
+      total += eqn.params["length"] * jaxpr_matmul_flops(eqn.params["jaxpr"], while_trips)
+    elif name == "while":
+      total += while_trips * jaxpr_matmul_flops(eqn.params["body_jaxpr"], while_trips)
+      total += jaxpr_matmul_flops(eqn.params["cond_jaxpr"], while_trips)
     elif name == "cond":
-      total += max(jaxpr_matmul_flops(b) for b in eqn.params["branches"])
+      total += max(jaxpr_matmul_flops(b, while_trips) for b in eqn.params["branches"])
     else:
       for p in eqn.params.values():
         for sub in (p if isinstance(p, (tuple, list)) else (p,)):
           if hasattr(sub, "eqns") or hasattr(getattr(sub, "jaxpr", None), "eqns"):
-            total += jaxpr_matmul_flops(sub)
+            total += jaxpr_matmul_flops(sub, while_trips)
   return total
 
 
-def step_flops(fn, *args, lowered=None) -> tuple[float, float]:
+def step_flops(fn, *args, lowered=None, while_trips: int = 1) -> tuple[float, float]:
   """``(matmul FLOPs from the jaxpr, all-op FLOPs from the lowered HLO)`` of one call
-  (``lowered``: ``jax.jit(fn).lower(*args)`` where the caller has it, not lowered twice)."""
-  matmul = jaxpr_matmul_flops(jax.make_jaxpr(fn)(*args))
+  (``lowered``: ``jax.jit(fn).lower(*args)`` where the caller has it, not lowered twice;
+  ``while_trips``: as :func:`jaxpr_matmul_flops`)."""
+  matmul = jaxpr_matmul_flops(jax.make_jaxpr(fn)(*args), while_trips)
   try:
     cost = (lowered if lowered is not None else jax.jit(fn).lower(*args)).cost_analysis()
     cost = cost[0] if isinstance(cost, (list, tuple)) else cost

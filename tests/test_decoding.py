@@ -497,6 +497,55 @@ def test_encode_once_and_enc_expanded_before_the_loop():
   assert steps and all(rows == 2 * 5 for rows in steps)
 
 
+class CountingToy(MarkovToy):
+  """MarkovToy whose decode steps are counted as they run (not as they are traced)."""
+
+  executed = []
+
+  def decode_step(self, enc, cache, tokens, t, train=False):
+    jax.debug.callback(lambda t: CountingToy.executed.append(int(t)), t)
+    return super().decode_step(enc, cache, tokens, t, train)
+
+
+@pytest.mark.parametrize("method", ["greedy", "beam", "sample", "in_slots"])
+def test_decoding_stops_when_every_caption_has_ended(method):
+  # EOS dominates from step 2 on (or, for the last image, only from step 4): every caption has
+  # ended after step 4, so 5 of the 8 steps run; the result is the full loop's, checked
+  # against the plain-Python references.
+  t_max, k = 8, 3
+  batch = toy_batch(11, B, t_max, V)
+  batch["t1"][:, 2:, :, EOS] += 40.0
+  batch["t1"][-1, 2:4, :, EOS] -= 80.0
+  CountingToy.executed.clear()
+  model = CountingToy(tag=7)
+  if method == "greedy":
+    out = decoding.greedy(model, {}, batch, max_len=t_max)
+    for b in range(B):
+      seq = []
+      for t in range(t_max):
+        lp = toy_step_logprobs(batch, b, seq, t)
+        lp[banned(V, t)] = -np.inf
+        seq.append(int(np.argmax(lp)))
+        if seq[-1] == EOS:
+          break
+      assert strip(out.tokens[b]) == seq
+  elif method == "sample":
+    out = decoding.sample(model, {}, batch, jax.random.key(0), max_len=t_max, num_samples=2)
+  else:
+    mode = "in_slots" if method == "in_slots" else "live"
+    out = decoding.beam_search(model, {}, batch, beam_size=k, max_len=t_max, beam_mode=mode)
+    if mode == "live":
+      for b in range(B):
+        ref = reference_beam_search(batch, b, V, k, t_max)
+        assert [strip(row) for row in out.tokens[b]] == [c[2] for c in ref]
+  jax.block_until_ready(out.tokens)
+  check_conventions(out, t_max, V)
+  lengths = np.asarray(out.lengths)
+  assert lengths.max() == 5 and (lengths == 3).any()
+  # in_slots fills its finished set at the last step: every step runs, as its authors' search.
+  assert CountingToy.executed == list(range(t_max if method == "in_slots" else 5))
+
+
 @pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_eos_handling_all_methods(lstm):
   model, params, batch = lstm

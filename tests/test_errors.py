@@ -132,6 +132,9 @@ NO_COMMAND_LINE = {
 # test fixtures (not installed, not documented for users); a raw traceback is their interface.
 DEVELOPER_TOOLS = {"scripts/detection/make_frcnn_fixture.py", "scripts/self_critical/make_import_fixture.py",
                    "scripts/self_critical/make_prepro_feats_fixture.py"}
+# The reference side of a benchmark, run by the benchmark under a Python with torch and the
+# producer's code (its job file written by the benchmark, not by a user).
+DEVELOPER_TOOLS |= {"benchmarks/side_by_side_torch.py"}
 # A bug planted where every program reads its command line: argparse's parse (every argparse
 # program, cli.ArgumentParser included) and absl's flag parse (cli.parse_flags).
 PLANTED = textwrap.dedent("""

@@ -180,7 +180,9 @@ def test_metadata_says_what_the_file_holds(transformer):
   assert meta["decode"]["method"] == "greedy" and meta["decode"]["beam_size"] == 3
   assert meta["decode"]["max_len"] == MAX_LEN
   assert meta["inputs"]["reads"] == ["feats", "feats_mask"]
-  assert meta["inputs"]["arrays"]["feats"] == {"shape": ["b", 5, 12], "dtype": "float32"}
+  # Images and regions symbolic: a request runs at its own number of regions (bucketed).
+  assert meta["inputs"]["arrays"]["feats"] == {"shape": ["b", "n", 12], "dtype": "float32"}
+  assert meta["inputs"]["max_regions"] == 5 and meta["inputs"]["symbolic_regions"] is True
   assert meta["backbone"] is None
   with zipfile.ZipFile(path) as z:
     assert sorted(z.namelist()) == ["beam.jaxexport", "greedy.jaxexport", "metadata.json", "params.npz"]
@@ -207,6 +209,9 @@ def test_ragged_and_fewer_regions_and_overrides(transformer, tmp_path):
   feats = features(INFO)
   ragged = [feats["feats"][i, :k] for i, k in enumerate((2, 5, 3))]
   ref = run.decode(ragged, "greedy", return_aux=True)
+  # A request runs at its own number of regions (the list's longest), not at max_regions.
+  assert c.batch([x[:3] for x in ragged])[0]["feats"].shape == (3, 3, 12)
+  assert c.batch(ragged)[0]["feats"].shape == (3, 5, 12)
   got = c.caption(ragged, method="greedy")
   for i, r in enumerate(got):
     assert r["tokens"] == [int(t) for t in ref.tokens[i] if t]
@@ -218,6 +223,38 @@ def test_ragged_and_fewer_regions_and_overrides(transformer, tmp_path):
   out = serving.load(str(short)).caption(feats["feats"])
   want = run.decode(feats["feats"], "beam", 2, max_len=3).tokens[:, 0]
   assert [r["tokens"] for r in out] == [[int(t) for t in row if t] for row in want]
+
+
+@pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
+def test_an_encoder_that_needs_a_fixed_region_count_is_exported_at_max_regions(transformer, tmp_path,
+                                                                                 monkeypatch):
+  # A model whose encoder branches on the number of regions refuses a symbolic region axis;
+  # the export notes it and writes programs at max_regions, which the reader pads to.
+  run, _, _ = transformer
+  real = jax.export.export
+
+  def refusing(fn, **kw):
+    exporter = real(fn, **kw)
+
+    def go(leaves, batch):
+      if any(not isinstance(d, int) for d in batch["feats"].shape[1:]):
+        raise jax.errors.InconclusiveDimensionOperation("the encoder compares n with a constant")
+      return exporter(leaves, batch)
+    return go
+
+  monkeypatch.setattr(jax.export, "export", refusing)
+  notes = []
+  from jaxcap import export as export_lib
+  meta = export_lib.export(run, str(tmp_path / "fixed.jaxcap"), platforms=("cpu",), log=notes.append)
+  monkeypatch.undo()
+  assert meta["inputs"]["symbolic_regions"] is False
+  assert meta["inputs"]["arrays"]["feats"]["shape"] == ["b", 5, 12]
+  assert len(notes) == 1 and "exported at max_regions=5" in notes[0]
+  c = serving.load(str(tmp_path / "fixed.jaxcap"))
+  feats = features(INFO)["feats"][:, :3]
+  assert c.batch(feats)[0]["feats"].shape == (3, 5, 12)
+  want = run.decode(feats, "greedy").tokens
+  assert [r["tokens"] for r in c.caption(feats, method="greedy")] == [[int(t) for t in row if t] for row in want]
 
 
 @pytest.mark.parametrize("bad, match", [
@@ -366,7 +403,9 @@ def test_every_model_reloads_and_decodes_as_the_run(tmp_path):
   runs, jobs = {}, {}
   for name in names:
     run = runs[name] = tiny_run(name)
-    run.export(str(tmp_path / f"{name}.jaxcap"), platforms=("cpu",))
+    meta = run.export(str(tmp_path / f"{name}.jaxcap"), platforms=("cpu",))
+    # Every model's encoder takes any number of regions (a fixed count is the fallback).
+    assert meta["inputs"]["symbolic_regions"] is ("feats" in meta["inputs"]["reads"]), name
     np.savez(tmp_path / f"{name}.npz", **features(run.info))
     jobs[name] = {"file": str(tmp_path / f"{name}.jaxcap"), "features": str(tmp_path / f"{name}.npz")}
   got = reload(jobs, tmp_path)

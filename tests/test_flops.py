@@ -15,6 +15,12 @@ def test_matmul_flops_count_scan_bodies_length_times():
 
   assert flops.jaxpr_matmul_flops(jax.make_jaxpr(lambda x, w: x @ w)(x, w)) == one
   assert flops.jaxpr_matmul_flops(jax.make_jaxpr(looped)(x, w)) == 7 * one
+  # A while loop's body counts the caller's bound of trips (its count is known only as it runs).
+  def until(x, w):
+    return jax.lax.while_loop(lambda c: c[0] < 5, lambda c: (c[0] + 1, jnp.tanh(c[1] @ w)), (0, x))[1]
+
+  assert flops.jaxpr_matmul_flops(jax.make_jaxpr(until)(x, w)) == one
+  assert flops.jaxpr_matmul_flops(jax.make_jaxpr(until)(x, w), while_trips=5) == 5 * one
   # Inside jit and vmap too; a batched einsum counts every batch element.
   jitted = jax.jit(jax.vmap(lambda a, b: jnp.einsum("ij,jk->ik", a, b), in_axes=(0, None)))
   assert flops.jaxpr_matmul_flops(jax.make_jaxpr(jitted)(jnp.ones((3, 8, 16)), w)) == 3 * one

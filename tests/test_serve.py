@@ -123,8 +123,16 @@ def test_health_metadata_examples_and_a_caption(run):
 
 
 @pytest.mark.slow
-def test_concurrent_requests_are_batched_into_fewer_decode_calls(run):
+def test_concurrent_requests_are_batched_into_fewer_decode_calls(run, monkeypatch):
   xs = [_features(run, 2 + i % 4, seed=i) for i in range(6)]
+  shapes, decode = [], run.decode
+
+  def recording(batch, *args, **kwargs):
+    if isinstance(batch, dict):  # the server's calls (the checks below call it with arrays)
+      shapes.append(batch["feats"].shape)
+    return decode(batch, *args, **kwargs)
+
+  monkeypatch.setattr(run, "decode", recording)
 
   async def test(client, app):
     async def one(x):
@@ -136,6 +144,8 @@ def test_concurrent_requests_are_batched_into_fewer_decode_calls(run):
   out, calls, images = _serve(run, test, max_batch=8, max_wait_ms=300)
   assert [s for s, _ in out] == [200] * 6 and images == 6
   assert calls < 6, f"6 concurrent requests took {calls} decode calls"
+  # A call runs at its longest request's regions (at most 5 here), not at the run's max_regions.
+  assert run.info["max_regions"] > 5 and shapes and all(s[1] <= 5 for s in shapes), shapes
   for x, (_, body) in zip(xs, out):  # each answer is its own image's (the order kept)
     assert body["captions"][0]["caption"] == run.caption(x[None], "greedy")[0]
 

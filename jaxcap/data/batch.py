@@ -44,6 +44,17 @@ KEYS = {
 FEATURE_KEYS = ("feats", "feats_mask", "boxes", "global_feat")
 
 
+def bucket(n: int, limit: int | None = None) -> int:
+  """The padded size of an axis of ``n`` (images of a call, regions of an image): ``n`` rounded up
+  to four significant bits (exact up to 16, then 18, 20, ..., 32, 36, 40, ..., 64, 72, ...), at
+  most ``limit``. Padding costs under 12.5 % of the rows (50 -> 52, 36 -> 36, 100 -> 104) while
+  a server or a loop over requests compiles eight sizes per doubling, not one per size."""
+  n = max(1, int(n))
+  step = 1 << max(0, n.bit_length() - 4)
+  size = -(-n // step) * step
+  return size if limit is None else max(1, min(size, int(limit)))
+
+
 def _sizes(info: Mapping, batch_size: int, seq_per_img: int) -> dict:
   return {"B": batch_size, "N": int(info["max_regions"]), "D": int(info["feature_dim"]),
           "Dg": int(info["global_dim"]), "S": seq_per_img, "T": int(info["max_len"]) + 1,

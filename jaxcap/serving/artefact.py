@@ -21,9 +21,10 @@ The file (:data:`FORMAT`, written by :mod:`jaxcap.export`) is a zip of ``metadat
 ``params.npz`` / ``backbone.npz`` (the variables, as arguments of the programs) and
 ``greedy`` / ``beam`` / ``features`` ``.jaxexport`` (``jax.export``'s serialized StableHLO,
 batch size symbolic). Features are checked as :func:`jaxcap.data.batch.from_features` checks
-them, one ``BadInput`` line naming the argument and what was expected, padded to the exported
-``max_regions`` (mask False), and the batch is padded to the next power of two (copies of its
-first image), so a server compiles a few batch sizes only.
+them, one ``BadInput`` line naming the argument and what was expected; the regions are padded
+(mask False) to a bucket of their own number (:func:`jaxcap.data.batch.bucket`: 36 stay 36, 50
+become 52; a version-1 file's programs take its ``max_regions``), and the images likewise (copies
+of the first), so a server compiles a few shapes only and a request pays at most 12.5 % padding.
 
 This module imports the standard library, numpy and jax, and of jaxcap only the numpy-only
 :mod:`jaxcap.images` (Pillow when reading images), :mod:`jaxcap.data.batch` (the feature
@@ -50,7 +51,10 @@ from jaxcap.data import batch as batch_lib
 from jaxcap.errors import BadInput, first_line
 
 FORMAT = "jaxcap-captioner"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+# Version 1 (before 2026-12-07) took every request at max_regions regions; version 2's programs take
+# any number (metadata inputs.symbolic_regions). Both are read.
+READS_VERSIONS = (1, 2)
 METHODS = ("greedy", "beam")
 PAD, BOS, EOS = 0, 1, 2  # jaxcap.data.vocab's fixed special ids (docs/DESIGN.md, section 1)
 # The batch keys of jaxcap.data.batch.KEYS: the others (captions, labels, ...) are training's and
@@ -86,9 +90,10 @@ class Captioner:
         raise ValueError("not a JSON object")
     except (KeyError, ValueError, RecursionError):
       raise BadInput(f"{self.path}: no readable metadata.json; expected a file jaxcap-export wrote") from None
-    if self.metadata.get("format") != FORMAT or self.metadata.get("format_version") != FORMAT_VERSION:
+    if self.metadata.get("format") != FORMAT or self.metadata.get("format_version") not in READS_VERSIONS:
       raise BadInput(f"{self.path}: format {self.metadata.get('format')!r} version "
-                     f"{self.metadata.get('format_version')!r}; expected {FORMAT!r} version {FORMAT_VERSION}")
+                     f"{self.metadata.get('format_version')!r}; expected {FORMAT!r} version "
+                     f"{' or '.join(map(str, READS_VERSIONS))}")
     try:  # a member or a metadata field missing or damaged: the file's, not jaxcap's
       self._exported = {}
       for name in METHODS + ("features",):
@@ -133,7 +138,8 @@ class Captioner:
 
   def batch(self, features) -> tuple[dict, int]:
     """``(batch, N)``: the arrays the exported programs take (the keys the model reads,
-    regions padded to ``max_regions``) and the number of regions given."""
+    regions padded to a bucket of their number, or a version-1 file's ``max_regions``) and the
+    number of regions given."""
     return _prepare(features, self.metadata["inputs"], self.metadata.get("required", ()))
 
   # ---------------------------------------------------------------- image files
@@ -168,6 +174,7 @@ class Captioner:
 
   def _decode(self, batch, method, n_regions, rows=None) -> list[dict]:
     b = rows if rows is not None else len(next(iter(batch.values())))
+    padded_regions = batch["feats"].shape[1] if "feats" in batch else self.max_regions
     if rows is None:
       batch = {k: jnp.asarray(_pad_rows(v, _bucket(b))) for k, v in batch.items()}
     out = jax.device_get(self._call[method](self._params, batch))
@@ -185,7 +192,7 @@ class Captioner:
       per_word = None
       if att is not None:
         a = att[i, :len(words)]
-        if n_regions is not None and a.ndim >= 2 and a.shape[-1] == self.max_regions:
+        if n_regions is not None and a.ndim >= 2 and a.shape[-1] == padded_regions:
           a = a[..., :n_regions]  # the padding regions (weight 0) are not the caller's
         per_word = a.tolist()
       results.append({"caption": " ".join(words), "tokens": row, "words": words, "attention": per_word})
@@ -269,8 +276,11 @@ def _prepare(features, inputs: Mapping, required=()) -> tuple[dict, int]:
                    f"{int(np.argmax(~mask.any(1)))} as real; expected at least one True per image")
   batch_lib._check_finite(feats, "features['feats']" if isinstance(features, Mapping) else "features")
   if "global_feat" not in batch:
-    w = mask[..., None].astype(np.float32)
-    batch["global_feat"] = (feats * w).sum(1) / np.maximum(w.sum(1), 1.0)  # mean of the real regions
+    if "global_feat" in reads:
+      w = mask[..., None].astype(np.float32)
+      batch["global_feat"] = (feats * w).sum(1) / np.maximum(w.sum(1), 1.0)  # mean of the real regions
+    else:  # never read: zeros of the run's width (its regions may be of another, as from_features)
+      batch["global_feat"] = np.zeros((b, dg), np.float32)
   if batch["global_feat"].shape != (b, dg):
     raise BadInput(f"caption: expected global features [{b}, {dg}], got shape {batch['global_feat'].shape}")
   batch_lib._check_finite(batch["global_feat"], "features['global_feat']")
@@ -285,6 +295,9 @@ def _prepare(features, inputs: Mapping, required=()) -> tuple[dict, int]:
       raise BadInput("caption: this model builds its spatial graph from region boxes; expected "
                      "features['boxes'] [B, N, 4] (x1, y1, x2, y2 normalised to [0, 1]) with the region features")
     batch["boxes"] = np.tile(np.float32([0.0, 0.0, 1.0, 1.0]), (b, n, 1))  # one region: the whole image
+  # A version-2 program takes any number of regions: the request's own, bucketed (a few compiled
+  # sizes); a version-1 program takes max_regions.
+  padded = batch_lib.bucket(n, n_max) if inputs.get("symbolic_regions") else n_max
   out = {}
   for key in sorted(reads):
     shape = arrays[key]["shape"]
@@ -306,15 +319,16 @@ def _prepare(features, inputs: Mapping, required=()) -> tuple[dict, int]:
       out[key] = np.pad(ids.astype(np.int32), ((0, 0), (0, int(shape[1]) - ids.shape[1])))  # PAD = 0
     elif key in ("feats", "feats_mask", "boxes"):
       x = batch[key]
-      out[key] = np.pad(x, ((0, 0), (0, n_max - n)) + ((0, 0),) * (x.ndim - 2))  # zeros / False
+      out[key] = np.pad(x, ((0, 0), (0, padded - n)) + ((0, 0),) * (x.ndim - 2))  # zeros / False
     else:
       out[key] = batch[key]
   return out, n
 
 
 def _bucket(n: int) -> int:
-  """The next power of two: a few compiled batch sizes whatever the requests."""
-  return 1 << max(0, int(n) - 1).bit_length()
+  """The rows a call of ``n`` images runs at (:func:`jaxcap.data.batch.bucket`: at most 12.5 %
+  padding, eight compiled sizes per doubling)."""
+  return batch_lib.bucket(n)
 
 
 def _pad_rows(x, size: int):
@@ -356,13 +370,20 @@ def _check_metadata(meta: dict, exported: dict) -> None:
   batch = _arguments(exported["greedy"])[1]
   if not isinstance(batch, dict) or sorted(inputs["reads"]) != sorted(batch):
     raise ValueError(f"inputs.reads {inputs['reads']!r:.60} are not the program's")
+  symbolic = inputs.get("symbolic_regions", False)
+  if not isinstance(symbolic, bool):
+    raise ValueError("inputs.symbolic_regions is not true or false")
   for key, aval in batch.items():
     shape = inputs["arrays"][key]["shape"]
-    if list(shape[1:]) != list(aval.shape[1:]):
+    if [str(d) for d in shape[1:]] != [str(d) for d in aval.shape[1:]]:
       raise ValueError(f"inputs.arrays.{key}.shape {shape!r:.60} is not the program's "
                        f"[b, {', '.join(map(str, aval.shape[1:]))}]")
-  if "feats" in batch and [int(inputs["max_regions"]), int(inputs["feature_dim"])] != list(batch["feats"].shape[1:]):
-    raise ValueError(f"inputs.max_regions / feature_dim are not the program's {list(batch['feats'].shape[1:])}")
+  if "feats" in batch:
+    regions = "n" if symbolic else int(inputs["max_regions"])
+    if [str(regions), str(int(inputs["feature_dim"]))] != [str(d) for d in batch["feats"].shape[1:]]:
+      raise ValueError("inputs.max_regions / symbolic_regions / feature_dim are not the program's "
+                       f"{[str(d) for d in batch['feats'].shape[1:]]}")
+  int(inputs["max_regions"])
   if "global_feat" in batch and int(inputs["global_dim"]) != batch["global_feat"].shape[1]:
     raise ValueError(f"inputs.global_dim is not the program's {batch['global_feat'].shape[1]}")
   size = int(inputs.get("vocab_size", 0))

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 from aiohttp import http_exceptions, web
 
+from jaxcap.data import batch as batch_lib
 from jaxcap.errors import BadInput, bug_words, first_line
 from jaxcap.images import IMAGE_RUNS, opened
 
@@ -143,17 +144,18 @@ def sequence_results(vocab, tokens, aux, regions: list[int], boxes) -> list[dict
 
 
 def _bucket(n: int, limit: int) -> int:
-  """The rows of one decode call for ``n`` images: the next power of two, at most ``limit``
-  (so a few shapes are compiled whatever the traffic)."""
-  return max(1, min(max(1, int(limit)), 1 << max(0, int(n) - 1).bit_length()))
+  """The rows of one decode call for ``n`` images (:func:`jaxcap.data.batch.bucket`, at most
+  ``limit``): a few shapes compiled whatever the traffic, at most 12.5 % padding."""
+  return batch_lib.bucket(n, max(1, int(limit)))
 
 
 class RunBackend:
   """Serves a :class:`jaxcap.api.Run` (``jaxcap.load(workdir)``).
 
   Requests become rows of the run's batch dict (:meth:`features_rows`, :meth:`image_rows`,
-  :meth:`example_rows`) padded to the run's ``max_regions``, so every decode call has the
-  shape ``[bucket, max_regions, F]``.
+  :meth:`example_rows`) padded to the run's ``max_regions``; a decode call trims them to a bucket
+  of its longest request's regions, so every call has a shape ``[bucket(B), bucket(N), F]``
+  (:func:`jaxcap.data.batch.bucket`) and each bucket's program stays compiled.
   """
 
   methods = METHODS
@@ -307,6 +309,10 @@ class RunBackend:
     counts = [len(r["feats"]) for r in rows]
     batch = {k: np.concatenate([r[k] for r in rows]) for k in keys}
     has_boxes = np.concatenate([r["has_boxes"] for r in rows])
+    # The region axis at a bucket of the call's longest request (past it only padding).
+    real = batch["feats_mask"].any(0)
+    n = batch_lib.bucket(int(np.flatnonzero(real).max()) + 1 if real.any() else 1, self.max_regions)
+    batch = {k: (v[:, :n] if k != "global_feat" else v) for k, v in batch.items()}
     total = len(batch["feats"])
     size = _bucket(total, self.max_batch)
     if total % size:  # the last call's rows padded with copies: its shape is the bucket's

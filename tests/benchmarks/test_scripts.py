@@ -53,6 +53,13 @@ TINY = {
     "mesh_drift.py": ["--config", "configs/transformer.py:synthetic,tiny", "--steps", "3", "--batch", "8",
                       "--devices", "2", "--set=--config.eval_num_images=8", "--out", "{tmp}/bench.json"],
     # The loader, then train.py's loop from the .npz files against its step alone.
+    # The importers' tiny self-critical Transformer and M2 model, jaxcap's routes only (no torch in the tests).
+    "cpu_side_by_side.py": ["--checkpoint", "tests/importers/fixtures/self_critical/transformer/model.safetensors",
+                            "--infos", "tests/importers/fixtures/self_critical/transformer/infos_transformer.pkl",
+                            "--m2_checkpoint", "tests/papers/m2/fixtures/import/meshed_memory_transformer.pth",
+                            "--m2_vocab", "tests/papers/m2/fixtures/import/vocab.pkl",
+                            "--images", "4", "--regions", "5", "--b1_images", "2", "--b1_repeats", "2",
+                            "--repeats", "1", "--out", "{tmp}/bench.json"],
     "input_pipeline.py": ["--images", "40", "--batch", "8", "--batches", "2", "--threads", "0", "--workers", "0",
                           "--loop_steps", "4", "--log_every", "2",
                           "--set", "dim=16,num_heads=2,ff_dim=32,num_layers=1,num_dec_layers=1"],
@@ -119,6 +126,19 @@ def test_benchmark_runs(case, tmp_path):
         ("resnet50", 32, "float32"), ("resnet50", 48, "float32"), ("resnet50", 32, "bfloat16"),
         ("resnet50", 48, "bfloat16"), ("vit_b16", 224, "float32"), ("vit_b16", 224, "bfloat16")]
     assert all(r["images_per_s"] > 0 and r["gflop_per_image"] > 0 for r in rows), rows
+  elif script == "cpu_side_by_side.py":
+    import json
+    record = json.loads((tmp_path / "bench.json").read_text())
+    rows = record["rows"]
+    routes = ("Run.caption", "artefact", "jaxcap-serve")
+    assert [(r["model"], r["route"], r["method"], r["beam_size"]) for r in rows] == [
+        ("sc_transformer", route, m, k) for m, k in (("greedy", 1), ("beam", 3)) for route in routes] + [
+        ("m2", route, "beam", 5) for route in routes]
+    # Every route captions the images as Run.caption does, at batch 1 and 4.
+    assert all(r["same_as_run_caption"] and r["b1_median_s"] > 0 and r["batch_median_s"] > 0 for r in rows), rows
+    assert record["models"]["sc_transformer"]["fields"]["num_layers"] == 2
+    assert record["models"]["m2"]["decode"]["beam_mode"] == "in_slots"
+    assert not any("reference" in m for m in record["models"].values())
   elif script == "export.py":
     import json
     record = json.loads((tmp_path / "bench.json").read_text())
@@ -229,11 +249,17 @@ BAD_FLAGS = [
     ("mesh_drift.py", ["--batch", "10", "--devices", "4"], "--batch"),
     ("mesh_drift.py", ["--set", "steps=3"], "--set"),
     ("checkpoint_save.py", ["--steps", "4", "--every", "8"], "--every"),
+    ("cpu_side_by_side.py", ["--checkpoint", "{tmp}/model.safetensors", "--infos", "{tmp}/infos.pkl"], "--checkpoint"),
+    ("cpu_side_by_side.py", ["--torch-python", "python3"], "--torch-python"),
+    ("cpu_side_by_side.py", ["--images", "0"], "--images"),
 ]
 
 
 def test_every_benchmark_script_is_covered():
-  scripts = {f for f in os.listdir(os.path.join(ROOT, "benchmarks")) if f.endswith(".py")} - {"common.py"}
+  # side_by_side_torch.py: cpu_side_by_side.py's reference side, run under a torch Python with the
+  # job file the benchmark writes (its --torch-python), not a user's command.
+  scripts = {f for f in os.listdir(os.path.join(ROOT, "benchmarks")) if f.endswith(".py")} - {
+      "common.py", "side_by_side_torch.py"}
   assert {s for s, _, _ in BAD_FLAGS} == scripts
 
 

@@ -54,3 +54,14 @@ def test_a_batch_of_pixels_has_pixels_instead_of_the_feature_keys():
   assert set(batch) == set(batch_lib.KEYS) - set(batch_lib.FEATURE_KEYS) - {"src"}
   assert batch["pixels"].shape == (3, 16, 16, 3) and batch["pixels"].dtype == np.uint8
   assert "feats" in batch_lib.zeros(dict(info, image_size=0, max_regions=2, feature_dim=4, global_dim=4), 3, 2)
+
+
+def test_bucket_pads_at_most_an_eighth_and_compiles_eight_sizes_per_doubling():
+  sizes = [batch_lib.bucket(n) for n in range(1, 4097)]
+  assert sizes[:16] == list(range(1, 17))  # small counts exactly
+  assert all(n <= s <= n * 1.125 for n, s in zip(range(1, 4097), sizes))
+  assert all(a <= b for a, b in zip(sizes, sizes[1:]))  # monotone
+  for k in range(4, 12):  # (2^k, 2^(k+1)]: eight sizes
+    assert len({s for n, s in zip(range(1, 4097), sizes) if 2 ** k < n <= 2 ** (k + 1)}) == 8
+  assert (batch_lib.bucket(36), batch_lib.bucket(50), batch_lib.bucket(100)) == (36, 52, 104)
+  assert batch_lib.bucket(100, 100) == 100 and batch_lib.bucket(9, 8) == 8 and batch_lib.bucket(0) == 1
