@@ -63,6 +63,45 @@ def causal_mask(length: int) -> jnp.ndarray:
   return jnp.tril(jnp.ones((length, length), bool))[None]
 
 
+def _one_row(x) -> bool:
+  """Whether ``x`` has exactly one row (False for a symbolic batch size: an exported program)."""
+  return isinstance(x.shape[0], int) and x.shape[0] == 1
+
+
+def query_key(q_BxLxHxDh, k_BxMxHxDh):
+  """``q . k`` per head: ``[B, H, L, M]``. For one query (a decoding step) on a CPU, as a product
+  and a sum over the head's depth: XLA's CPU batched matrix product over B x H tiny matrices ran
+  1.4x slower (0.91 against 0.64 ms at B = 50, M = 36, 8 heads of 64; the same sums in another
+  order, within float32 rounding; one row: the product was as fast); elsewhere, and for longer
+  queries, the batched product."""
+  def product(q, k):
+    return jnp.einsum("blhd,bmhd->bhlm", q, k)
+
+  if q_BxLxHxDh.shape[1] != 1 or _one_row(q_BxLxHxDh):
+    return product(q_BxLxHxDh, k_BxMxHxDh)
+
+  def summed(q, k):  # [B, 1, H, D] * [B, M, H, D] -> [B, M, H] -> [B, H, 1, M]
+    return jnp.moveaxis((q * k).sum(-1), 1, 2)[:, :, None, :]
+
+  return jax.lax.platform_dependent(q_BxLxHxDh, k_BxMxHxDh, cpu=summed, default=product)
+
+
+def weighted_values(w_BxHxLxM, v_BxMxHxDh):
+  """``sum_m w v`` per head: ``[B, L, H, Dh]``; for one query on a CPU as a product and a sum
+  over the keys (XLA's CPU batched product: 3.1x slower, 0.88 against 0.28 ms at B = 50, M = 36),
+  elsewhere the batched product."""
+  def product(w, v):
+    return jnp.einsum("bhlm,bmhd->blhd", w, v)
+
+  if w_BxHxLxM.shape[2] != 1 or _one_row(w_BxHxLxM):
+    return product(w_BxHxLxM, v_BxMxHxDh)
+
+  def summed(w, v):  # [B, M, H, 1] * [B, M, H, D] -> [B, H, D] -> [B, 1, H, D]
+    return (jnp.moveaxis(w[:, :, 0, :], 1, 2)[..., None] * v).sum(1)[:, None]
+
+  return jax.lax.platform_dependent(w_BxHxLxM, v_BxMxHxDh, cpu=summed, default=product)
+
+
 def attention_weights(q_BxLxHxDh, k_BxMxHxDh, mask_BxLxM=None):
   """Scaled dot-product weights ``[B, H, L, M]`` in float32; masked keys get zero weight.
 
@@ -71,8 +110,7 @@ def attention_weights(q_BxLxHxDh, k_BxMxHxDh, mask_BxLxM=None):
   must not rely on the value.
   """
   depth = q_BxLxHxDh.shape[-1]
-  logits_BxHxLxM = jnp.einsum("blhd,bmhd->bhlm", q_BxLxHxDh.astype(jnp.float32),
-                              k_BxMxHxDh.astype(jnp.float32)) / np.sqrt(depth)
+  logits_BxHxLxM = query_key(q_BxLxHxDh.astype(jnp.float32), k_BxMxHxDh.astype(jnp.float32)) / np.sqrt(depth)
   if mask_BxLxM is not None:
     logits_BxHxLxM = jnp.where(mask_BxLxM[:, None], logits_BxHxLxM, NEG_INF)
   return jax.nn.softmax(logits_BxHxLxM, axis=-1)
@@ -192,7 +230,7 @@ class MultiHeadAttention(nn.Module):
       mask_BxLxM = causal if mask_BxLxM is None else mask_BxLxM & causal
     w_BxHxLxM = attention_weights(q_BxLxHxDh, k_BxMxHxDh, mask_BxLxM)
     w_drop = self.attn_dropout(w_BxHxLxM, deterministic=not train)
-    o_BxLxHxDh = jnp.einsum("bhlm,bmhd->blhd", w_drop.astype(self.dtype), v_BxMxHxDh.astype(self.dtype))
+    o_BxLxHxDh = weighted_values(w_drop.astype(self.dtype), v_BxMxHxDh.astype(self.dtype))
     out_BxLxD = self.out(o_BxLxHxDh)
     if return_weights:
       return out_BxLxD, w_BxHxLxM

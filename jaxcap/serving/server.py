@@ -153,8 +153,8 @@ class RunBackend:
   """Serves a :class:`jaxcap.api.Run` (``jaxcap.load(workdir)``).
 
   Requests become rows of the run's batch dict (:meth:`features_rows`, :meth:`image_rows`,
-  :meth:`example_rows`) padded to the run's ``max_regions``; a decode call trims them to a bucket
-  of its longest request's regions, so every call has a shape ``[bucket(B), bucket(N), F]``
+  :meth:`example_rows`) at their own number of regions; a decode call pads them to a bucket of
+  its longest request's regions, so every call has a shape ``[bucket(B), bucket(N), F]``
   (:func:`jaxcap.data.batch.bucket`) and each bucket's program stays compiled.
   """
 
@@ -198,22 +198,19 @@ class RunBackend:
 
   # ---------------------------------------------------------------- inputs
   def _pad(self, batch: dict) -> dict:
-    """The batch's region axis padded to ``max_regions`` (feats, feats_mask, boxes)."""
+    """The request's rows (feats, feats_mask, boxes, global_feat) at its own number of regions,
+    at most ``max_regions``; :meth:`decode` pads a call's requests to one bucket of regions."""
     n = batch["feats"].shape[1]
     if n > self.max_regions:
       raise BadRequest(f"features of shape {list(batch['feats'].shape)}: {n} regions; expected at "
                        f"most {self.max_regions} per image (this run's max_regions)")
     b = len(batch["feats"])
-    out = {"feats": np.zeros((b, self.max_regions, self.feature_dim), np.float32),
-           "feats_mask": np.zeros((b, self.max_regions), bool),
-           "boxes": np.zeros((b, self.max_regions, 4), np.float32),
+    out = {"feats": np.asarray(batch["feats"], np.float32), "feats_mask": np.asarray(batch["feats_mask"], bool),
            "global_feat": np.asarray(batch["global_feat"], np.float32)}
-    out["feats"][:, :n] = batch["feats"]
-    out["feats_mask"][:, :n] = batch["feats_mask"]
     if batch.get("boxes") is not None:
-      out["boxes"][:, :n] = batch["boxes"]
+      out["boxes"] = np.asarray(batch["boxes"], np.float32)
     else:  # drawn as whole-image boxes: the model reads none (from_features checked that)
-      out["boxes"][:, :n] = (0.0, 0.0, 1.0, 1.0)
+      out["boxes"] = np.broadcast_to(np.float32([0.0, 0.0, 1.0, 1.0]), (b, n, 4))
     out["has_boxes"] = np.full((b,), batch.get("boxes") is not None)
     return out
 
@@ -307,12 +304,16 @@ class RunBackend:
         rows.append(value)
     keys = ("feats", "feats_mask", "boxes", "global_feat")
     counts = [len(r["feats"]) for r in rows]
-    batch = {k: np.concatenate([r[k] for r in rows]) for k in keys}
+    # The region axis at a bucket of the call's longest request (zeros / False after each).
+    n = batch_lib.bucket(max(r["feats"].shape[1] for r in rows), self.max_regions)
+
+    def padded(x, key):
+      if key == "global_feat":
+        return x
+      return np.pad(x, ((0, 0), (0, n - x.shape[1])) + ((0, 0),) * (x.ndim - 2))
+
+    batch = {k: np.concatenate([padded(r[k], k) for r in rows]) for k in keys}
     has_boxes = np.concatenate([r["has_boxes"] for r in rows])
-    # The region axis at a bucket of the call's longest request (past it only padding).
-    real = batch["feats_mask"].any(0)
-    n = batch_lib.bucket(int(np.flatnonzero(real).max()) + 1 if real.any() else 1, self.max_regions)
-    batch = {k: (v[:, :n] if k != "global_feat" else v) for k, v in batch.items()}
     total = len(batch["feats"])
     size = _bucket(total, self.max_batch)
     if total % size:  # the last call's rows padded with copies: its shape is the bucket's

@@ -1,9 +1,10 @@
-"""jaxcap.models.layers.Embed: flax's embedding, gathered in float32 then cast."""
+"""jaxcap.models.layers: the embedding (gathered in float32 then cast) and the attention products."""
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from jaxcap.models import layers
 
@@ -37,3 +38,18 @@ def test_bfloat16_gradient_accumulates_a_frequent_row_in_float32():
   flax_ = np.abs(grad(nn.Embed(7, 16, dtype=jnp.bfloat16)) / exact - 1).max()
   assert ours < 1e-5, ours          # float32 accumulation of 4,096 terms
   assert flax_ > 1e-3, flax_        # bfloat16 accumulation: what the subclass avoids
+
+
+@pytest.mark.parametrize("b, l", [(1, 1), (3, 1), (3, 2)])
+def test_query_key_and_weighted_values_are_the_batched_products(b, l):
+  # One query of several rows takes the CPU's product-and-sum form; the values are the einsums'.
+  rng = np.random.default_rng(b + l)
+  q = jnp.asarray(rng.normal(size=(b, l, 4, 8)), jnp.float32)
+  k = jnp.asarray(rng.normal(size=(b, 7, 4, 8)), jnp.float32)
+  w = jax.nn.softmax(jnp.asarray(rng.normal(size=(b, 4, l, 7)), jnp.float32), axis=-1)
+  np.testing.assert_allclose(jax.jit(layers.query_key)(q, k), np.einsum("blhd,bmhd->bhlm", q, k),
+                             rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(jax.jit(layers.weighted_values)(w, k), np.einsum("bhlm,bmhd->blhd", w, k),
+                             rtol=1e-5, atol=1e-5)
+  # Shapes as the einsums': [B, H, L, M] and [B, L, H, D].
+  assert layers.query_key(q, k).shape == (b, 4, l, 7) and layers.weighted_values(w, k).shape == (b, l, 4, 8)

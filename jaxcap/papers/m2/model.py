@@ -134,7 +134,7 @@ class Attention(nn.Module):
       mask_BxLxM = jnp.concatenate([mask_BxLxM, slots_BxLxm], -1)
     # Softmax in float32 (layers.attention_weights: the small weights of long key sets).
     w_BxHxLxM = layers.attention_weights(q_BxLxHxDh, k_BxMxHxDh, mask_BxLxM)
-    o_BxLxHxDh = jnp.einsum("bhlm,bmhd->blhd", w_BxHxLxM, v_BxMxHxDh.astype(jnp.float32))
+    o_BxLxHxDh = layers.weighted_values(w_BxHxLxM, v_BxMxHxDh.astype(jnp.float32))
     return self.out(o_BxLxHxDh), w_BxHxLxM[..., :n]
 
 
