@@ -68,6 +68,17 @@ def _one_row(x) -> bool:
   return isinstance(x.shape[0], int) and x.shape[0] == 1
 
 
+def _cpu_form(summed, product, *args):
+  """``summed`` on a CPU (the product where a concrete batch has one row), ``product`` elsewhere;
+  for a symbolic batch size (an exported program) the choice of the CPU's is made when it runs."""
+  def cpu(*xs):
+    if isinstance(xs[0].shape[0], int):
+      return summed(*xs)
+    return jax.lax.cond(jnp.asarray(xs[0].shape[0]) == 1, product, summed, *xs)
+
+  return jax.lax.platform_dependent(*args, cpu=cpu, default=product)
+
+
 def query_key(q_BxLxHxDh, k_BxMxHxDh):
   """``q . k`` per head: ``[B, H, L, M]``. For one query (a decoding step) on a CPU, as a product
   and a sum over the head's depth: XLA's CPU batched matrix product over B x H tiny matrices ran
@@ -83,7 +94,7 @@ def query_key(q_BxLxHxDh, k_BxMxHxDh):
   def summed(q, k):  # [B, 1, H, D] * [B, M, H, D] -> [B, M, H] -> [B, H, 1, M]
     return jnp.moveaxis((q * k).sum(-1), 1, 2)[:, :, None, :]
 
-  return jax.lax.platform_dependent(q_BxLxHxDh, k_BxMxHxDh, cpu=summed, default=product)
+  return _cpu_form(summed, product, q_BxLxHxDh, k_BxMxHxDh)
 
 
 def weighted_values(w_BxHxLxM, v_BxMxHxDh):
@@ -99,7 +110,7 @@ def weighted_values(w_BxHxLxM, v_BxMxHxDh):
   def summed(w, v):  # [B, M, H, 1] * [B, M, H, D] -> [B, H, D] -> [B, 1, H, D]
     return (jnp.moveaxis(w[:, :, 0, :], 1, 2)[..., None] * v).sum(1)[:, None]
 
-  return jax.lax.platform_dependent(w_BxHxLxM, v_BxMxHxDh, cpu=summed, default=product)
+  return _cpu_form(summed, product, w_BxHxLxM, v_BxMxHxDh)
 
 
 def attention_weights(q_BxLxHxDh, k_BxMxHxDh, mask_BxLxM=None):
