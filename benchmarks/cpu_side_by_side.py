@@ -231,6 +231,9 @@ def sc_model(a, tmp: str, feats_path: str):
                     "cfg": os.path.join(os.path.abspath(a.sc_root), "configs", "transformer", "transformer.yml"),
                     "vocab_size": a.vocab_size, "target_words": a.target_words}
   ref = _torch_job(a, tmp, job, "sc")
+  if "build" not in job and os.path.isfile(os.path.join(keep or "", "built.json")):
+    with open(os.path.join(keep, "built.json")) as f:  # the kept checkpoint's calibration
+      ref["built"] = dict(json.load(f), reused=True)
   built = ref.get("built", {})
   return ref, built.get("checkpoint", job.get("checkpoint")), built.get("infos", job.get("infos"))
 

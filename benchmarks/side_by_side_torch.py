@@ -95,9 +95,12 @@ def build(job: dict, torch, fixture):
   from safetensors.torch import save_file
   state = torch.load(os.path.join(ckpt, "model.pth"), map_location="cpu")
   save_file({k: v.contiguous() for k, v in state.items()}, os.path.join(ckpt, "model.safetensors"))
-  return {"checkpoint": os.path.join(ckpt, "model.safetensors"), "infos": os.path.join(ckpt, "infos_bench.pkl"),
-          "eos_bias_shift": shift, "calibrated_mean_words": got,
-          "parameters": int(sum(p.numel() for p in model.parameters()))}, model, opt
+  built = {"checkpoint": os.path.join(ckpt, "model.safetensors"), "infos": os.path.join(ckpt, "infos_bench.pkl"),
+           "eos_bias_shift": shift, "calibrated_mean_words": got,
+           "parameters": int(sum(p.numel() for p in model.parameters()))}
+  with open(os.path.join(ckpt, "built.json"), "w") as f:  # what a later run reusing it reports
+    json.dump(built, f)
+  return built, model, opt
 
 
 def load(job: dict, torch):
