@@ -42,6 +42,19 @@ def _parse_opt(sc_root: str, argv: list[str]):
     sys.argv = saved
 
 
+def _bisect(mean_words, target: float, span: float, steps: int) -> float:
+  """The end token's shift in [-span, span] at which ``mean_words(shift)`` crosses ``target``
+  (more shift, shorter captions), by ``steps`` halvings."""
+  lo, hi = -span, span
+  for _ in range(steps):
+    mid = (lo + hi) / 2
+    if mean_words(mid) > target:
+      lo = mid
+    else:
+      hi = mid
+  return (lo + hi) / 2
+
+
 def _eos_bias(model):
   """Its output layer's bias (the end token is row 0)."""
   for name, p in model.named_parameters():
@@ -77,15 +90,7 @@ def build(job: dict, torch, fixture):
       seq, _ = model(fc, att, masks, opt=fixture.eval_options(opt, 1), mode="sample")
     return float((seq > 0).sum(1).float().mean())
 
-  # Bisection on the end token's bias: more bias, shorter captions.
-  lo, hi = -30.0, 30.0
-  for _ in range(12):
-    mid = (lo + hi) / 2
-    if mean_words(mid) > spec["target_words"]:
-      lo = mid
-    else:
-      hi = mid
-  shift = (lo + hi) / 2
+  shift = _bisect(mean_words, spec["target_words"], 30.0, 12)
   got = mean_words(shift)
   infos = {"iter": 0, "epoch": 0, "loader_state_dict": None, "vocab": words, "opt": opt,
            "best_val_score": 0.0}
@@ -180,14 +185,7 @@ def m2(job: dict) -> dict:
       make_fixture._shift_logits(torch, model, {pad: -8.0, bos: -8.0, unk: -8.0, eos: shift})
     return float(np.mean([len(c.split()) for c in words(beam_search(visual[:spec["calibration_images"]]))]))
 
-  lo, hi = -20.0, 20.0
-  for _ in range(10):
-    mid = (lo + hi) / 2
-    if mean_words(mid) > spec["target_words"]:
-      lo = mid
-    else:
-      hi = mid
-  shift = (lo + hi) / 2
+  shift = _bisect(mean_words, spec["target_words"], 20.0, 10)
   calibrated = mean_words(shift)
   os.makedirs(spec["dir"], exist_ok=True)
   with open(os.path.join(spec["dir"], "vocab.pkl"), "wb") as f:
