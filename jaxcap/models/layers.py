@@ -91,8 +91,9 @@ def query_key(q_BxLxHxDh, k_BxMxHxDh):
   if q_BxLxHxDh.shape[1] != 1 or _one_row(q_BxLxHxDh):
     return product(q_BxLxHxDh, k_BxMxHxDh)
 
-  def summed(q, k):  # [B, 1, H, D] * [B, M, H, D] -> [B, M, H] -> [B, H, 1, M]
-    return jnp.moveaxis((q * k).sum(-1), 1, 2)[:, :, None, :]
+  def summed(q, k):  # [B, 1, H, D] * [B, M, H, D] -> [B, M, H] -> [B, H, 1, M], summed in float32
+    out = (q.astype(jnp.float32) * k.astype(jnp.float32)).sum(-1)
+    return jnp.moveaxis(out, 1, 2)[:, :, None, :].astype(jnp.result_type(q, k))
 
   return _cpu_form(summed, product, q_BxLxHxDh, k_BxMxHxDh)
 
@@ -107,8 +108,9 @@ def weighted_values(w_BxHxLxM, v_BxMxHxDh):
   if w_BxHxLxM.shape[2] != 1 or _one_row(w_BxHxLxM):
     return product(w_BxHxLxM, v_BxMxHxDh)
 
-  def summed(w, v):  # [B, M, H, 1] * [B, M, H, D] -> [B, H, D] -> [B, 1, H, D]
-    return (jnp.moveaxis(w[:, :, 0, :], 1, 2)[..., None] * v).sum(1)[:, None]
+  def summed(w, v):  # [B, M, H, 1] * [B, M, H, D] -> [B, H, D] -> [B, 1, H, D], summed in float32
+    out = (jnp.moveaxis(w[:, :, 0, :], 1, 2)[..., None].astype(jnp.float32) * v.astype(jnp.float32)).sum(1)
+    return out[:, None].astype(jnp.result_type(w, v))
 
   return _cpu_form(summed, product, w_BxHxLxM, v_BxMxHxDh)
 

@@ -51,5 +51,11 @@ def test_query_key_and_weighted_values_are_the_batched_products(b, l):
                              rtol=1e-5, atol=1e-5)
   np.testing.assert_allclose(jax.jit(layers.weighted_values)(w, k), np.einsum("bhlm,bmhd->blhd", w, k),
                              rtol=1e-5, atol=1e-5)
-  # Shapes as the einsums': [B, H, L, M] and [B, L, H, D].
+  # Shapes and dtypes as the einsums': [B, H, L, M] and [B, L, H, D]; bfloat16 in, bfloat16 out
+  # (summed in float32).
   assert layers.query_key(q, k).shape == (b, 4, l, 7) and layers.weighted_values(w, k).shape == (b, l, 4, 8)
+  bf = lambda x: x.astype(jnp.bfloat16)  # noqa: E731
+  got = jax.jit(layers.weighted_values)(bf(w), bf(k))
+  assert got.dtype == jnp.bfloat16
+  np.testing.assert_allclose(np.float32(got), np.einsum("bhlm,bmhd->blhd", np.float32(bf(w)), np.float32(bf(k))),
+                             rtol=1e-2, atol=1e-2)
