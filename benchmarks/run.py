@@ -250,7 +250,7 @@ class ScstRunner:
     samples_shape = jax.eval_shape(sample_fn, params, batch, key)[0]
     fake_samples = jnp.zeros(samples_shape.shape, jnp.int32)
     fake_adv = jnp.zeros(samples_shape.shape[:2], jnp.float32)
-    f1 = common.step_flops(sample_fn, params, batch, key, while_trips=args.words)  # as bench_decode
+    f1 = common.step_flops(sample_fn, params, batch, key, while_trips=max_len)  # as bench_decode
     f2 = common.step_flops(grad_fn, self.state, batch, fake_samples, fake_adv)
     self.flops = (f1[0] + f2[0], f1[1] + f2[1])
     self.calls = 0
