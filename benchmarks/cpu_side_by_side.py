@@ -48,7 +48,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import shutil
 import socket
 import statistics
 import subprocess
@@ -68,7 +67,6 @@ for _p in (_REPO, _HERE):
 from jaxcap import cli  # noqa: E402
 
 BENCHMARK = "benchmarks/cpu_side_by_side.py"
-ROUTES = ("Run.caption", "artefact", "jaxcap-serve")
 MODELS = ("sc_transformer", "m2")
 REFERENCE = {"sc_transformer": "self-critical.pytorch@4c48a33 model(..., mode='sample')",
              "m2": "meshed-memory-transformer@239100b model.beam_search(visual, 20, eos, 5, out_size=1)"}
@@ -123,12 +121,12 @@ def parse_args(argv=None):
 
 
 def _feature_width(infos: str | None) -> int:
-  """The model's region width: its infos' ``opt.att_feat_size`` (2048 for the built model)."""
+  """The model's region width: its infos' ``opt.att_feat_size`` (2048 for the built model), read
+  by the importer's restricted unpickler."""
   if not infos or not os.path.isfile(infos):
     return 2048
-  import pickle
-  with open(infos, "rb") as f:  # the user's own file, as self-critical's code reads it
-    return int(getattr(pickle.load(f)["opt"], "att_feat_size", 2048))
+  from jaxcap.importers import self_critical
+  return int(getattr(self_critical.read_infos(infos)["opt"], "att_feat_size", 2048))
 
 
 def features(images: int, regions: int, width: int) -> dict:

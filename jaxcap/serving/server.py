@@ -197,7 +197,7 @@ class RunBackend:
     """Every method and size of :func:`settings_from` decodes a run."""
 
   # ---------------------------------------------------------------- inputs
-  def _pad(self, batch: dict) -> dict:
+  def _rows(self, batch: dict) -> dict:
     """The request's rows (feats, feats_mask, boxes, global_feat) at its own number of regions,
     at most ``max_regions``; :meth:`decode` pads a call's requests to one bucket of regions."""
     n = batch["feats"].shape[1]
@@ -222,14 +222,14 @@ class RunBackend:
       batch = self.run.batch(x)
     except BadInput as e:
       raise BadRequest(str(e).splitlines()[0]) from None
-    return self._pad(batch)
+    return self._rows(batch)
 
   def example_rows(self, i: int) -> dict:
     source = self.examples
     example = source[i]
     batch = {"feats": example["feats"][None], "feats_mask": np.ones((1, len(example["feats"])), bool),
              "boxes": example["boxes"][None], "global_feat": example["global_feat"][None]}
-    return self._pad(batch)
+    return self._rows(batch)
 
   def image_pixels(self, data: bytes) -> np.ndarray:
     """The image bytes read as the backbone reads files (one line for a non-image)."""
@@ -341,13 +341,13 @@ class RunBackend:
     """Rows of images read by :meth:`image_pixels`: one backbone call for all of them."""
     from jaxcap.data import base as data_base
     if hasattr(self.backbone(), "batch"):  # the region detector: its regions, their boxes
-      return self._pad(self.backbone().batch(pixels, self.run.feature_info))
+      return self._rows(self.backbone().batch(pixels, self.run.feature_info))
     size = _bucket(len(pixels), self.max_batch)
     stacked = pixels if self.backbone().size == "native" else np.stack(pixels)
     fc, att = self.backbone().pixel_features(stacked, size)
     batch = data_base.image_features_batch(fc[:len(pixels)], att[:len(pixels)], self.run.image_layout,
                                              self.run.feature_info)
-    return self._pad(batch)
+    return self._rows(batch)
 
 
 class ArtefactBackend:
