@@ -6,13 +6,13 @@
 The VG model's sizes (ResNet-101 C4, 1,600 objects, 400 attributes, RPN 6000 -> 300) with random
 weights (``Detector.init``, tamed by :func:`tame` so that the selection sees regions inside the
 photo as with trained weights; the program's shapes, and so its work, do not depend on the values), the
-default selection (``select_caffe``, 10-100 regions). Each row is one batch of same-size photos
-(``--hw``: COCO's typical 480 x 640 becomes a 600 x 800 canvas): ``device`` times the jitted
-canvas -> regions program alone on a canvas already on the device; ``end_to_end`` times
-``RegionDetector(photos)`` (the host's resize, the transfer, the program, the copy back), what
-``python -m jaxcap.detection.extract`` does per batch. ``--small``: a tiny detector and photos,
-a smoke run of the script on a CPU. Writes one JSON record (``--out``; default
-``benchmarks/results/detector_<device>_<date>.json``).
+default resize and selection (the original's: ``resize_caffe``, ``select_caffe``, 10-100 regions).
+Each row is one batch of same-size photos (``--hw``: COCO's typical 480 x 640 becomes a 600 x 800
+canvas): ``device`` times the jitted canvas -> regions program alone on a canvas already on the
+device; ``end_to_end`` times ``RegionDetector(photos)`` (the host's resize, the transfer, the
+program, the copy back), what ``python -m jaxcap.detection.extract`` does per batch.
+``--small``: a tiny detector and photos, a smoke run of the script on a CPU. Writes one JSON
+record (``--out``; default ``benchmarks/results/detector_<device>_<date>.json``).
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ def main(argv=None) -> dict:
     cfg = frcnn.DetectorConfig()
     short, long, min_boxes, max_boxes = 600, 1000, 10, 100
     hw = a.hw
-    ch, cw = frcnn.preprocess_size(hw[0], hw[1], short, long)
+    ch, cw = frcnn.caffe_scale(hw[0], hw[1], short, long)[1]  # the default resize's canvas
     variables = tame(jax.jit(frcnn.Detector(cfg).init)(
         jax.random.key(0), jnp.zeros((1, ch, cw, 3)), jnp.asarray([[ch, cw]], jnp.int32)))
   jax.block_until_ready(variables)
@@ -133,7 +133,7 @@ def main(argv=None) -> dict:
             "config": {"depth": cfg.depth, "num_classes": cfg.num_classes, "num_attrs": cfg.num_attrs,
                        "pre_nms_topk": cfg.pre_nms_topk, "post_nms_topk": cfg.post_nms_topk,
                        "short": short, "long": long, "min_boxes": min_boxes, "max_boxes": max_boxes,
-                       "selection": "caffe"},
+                       "resize": "caffe", "selection": "caffe"},
             "windows": a.windows, "steps": a.steps, "rows": rows}
   common.write_record("detector", record, a.out)
   return record

@@ -354,7 +354,7 @@ class Run:
       weights: the backbone's ``.safetensors`` file, whose sha256 must be the one the run's
         ``features.json`` records; None for a run on random-weight features or from pixels; for
         a run on bottom-up region features (imported, or on ``jaxcap.detection.extract``'s
-        files), the region detector's ``pytorch_model.bin`` / ``faster_rcnn_from_caffe_attr.pkl``
+        files), the region detector's ``pytorch_model.bin`` / ``faster_rcnn_from_caffe_attr.pkl`` / MILVLG's ``bua-caffe-frcn-r101*.pth``
         (:class:`jaxcap.detection.backbone.RegionBackbone`).
       detector: the region detector's settings (``short``, ``long``, ``min_boxes``, ...;
         defaults: ``python -m jaxcap.detection.extract``'s, the original's 10-100 regions, of

@@ -130,7 +130,9 @@ NO_COMMAND_LINE = {
 }
 # Fixture generators: a developer's tools, run with torch and the producers' code to write the
 # test fixtures (not installed, not documented for users); a raw traceback is their interface.
-DEVELOPER_TOOLS = {"scripts/detection/make_frcnn_fixture.py", "scripts/self_critical/make_import_fixture.py",
+DEVELOPER_TOOLS = {"scripts/detection/make_frcnn_fixture.py", "scripts/detection/make_caffe_resize_fixture.py",
+                   "scripts/detection/make_bua_fixture.py",
+                   "scripts/self_critical/make_import_fixture.py",
                    "scripts/self_critical/make_prepro_feats_fixture.py"}
 # The reference side of a benchmark, run by the benchmark under a Python with torch and the
 # producer's code (its job file written by the benchmark, not by a user).

@@ -1223,16 +1223,18 @@ from jaxcap.detection import weights as detector_weights  # noqa: E402
 DETECTOR = os.path.join(REPO, "tests", "detection", "fixtures")
 base("DETECTOR_BIN", read_bytes(os.path.join(DETECTOR, "pytorch_model.bin")))  # torch.save of its state_dict
 base("DETECTOR_PKL", read_bytes(os.path.join(DETECTOR, "faster_rcnn_from_caffe_attr.pkl")))  # pickle.dump
+# detectron2's DetectionCheckpointer.save of MILVLG's bua-caffe model: {"model": state_dict}
+base("DETECTOR_BUA", read_bytes(os.path.join(DETECTOR, "bua_caffe", "bua-caffe-tiny.pth")))
 
 
 def _detector_read(name: str):
   def check(data: bytes):
-    """The reader and the shape read off the tensors (the mapping onto the model is the unit
-    tests'): arrays and a DetectorConfig, or one line naming the file."""
+    """The reader, a bua-caffe file's conversion and the shape read off the tensors (the mapping
+    onto the model is the unit tests'): arrays and a DetectorConfig, or one line naming the file."""
     with scratch() as folder:
       path = written(folder, name, data)
-      holds(lambda: detector_weights.config_from_state_dict(detector_weights.read(path), path), folder, path)
-  check.__name__ = f"detector_{name.replace('.', '_')}"
+      holds(lambda: detector_weights.read_config(path), folder, path)
+  check.__name__ = f"detector_{name.replace('.', '_').replace('-', '_')}"
   return check
 
 
@@ -1242,6 +1244,9 @@ test_detector_bin, test_detector_bin_slow = both_tiers(
 test_detector_pkl, test_detector_pkl_slow = both_tiers(
     st.one_of(mutated("DETECTOR_PKL"), pickle_classes_swapped("DETECTOR_PKL")), examples=10)(
         _detector_read("faster_rcnn_from_caffe_attr.pkl"))
+test_detector_bua, test_detector_bua_slow = both_tiers(
+    st.one_of(mutated("DETECTOR_BUA"), zip_members_mutated("DETECTOR_BUA"), zip_pickle_classes_swapped("DETECTOR_BUA")),
+    examples=10)(_detector_read("bua-caffe-frcn-r101.pth"))
 
 
 # ============================================================================ Multi30k's text files

@@ -38,7 +38,7 @@ def parser() -> argparse.ArgumentParser:
   add("--max_body_mb", type=float, default=16.0, help="Largest request body accepted (MiB).")
   add("--weights", default=None, help="With --workdir: the image backbone's weights (the .safetensors "
       "its features.json records), or for a run on bottom-up region features the region detector's "
-      "pytorch_model.bin / faster_rcnn_from_caffe_attr.pkl (photos then go through the detector).")
+      "pytorch_model.bin / faster_rcnn_from_caffe_attr.pkl / bua-caffe-frcn-r101*.pth (photos then go through the detector).")
   return p
 
 

@@ -37,12 +37,13 @@ class RegionBackbone:
   """Photos -> the region batch of a run trained on bottom-up features.
 
   Args:
-    weights: the detector's ``pytorch_model.bin`` or ``faster_rcnn_from_caffe_attr.pkl``.
+    weights: the detector's ``pytorch_model.bin``, ``faster_rcnn_from_caffe_attr.pkl`` or MILVLG's ``bua-caffe-frcn-r101*.pth``.
     info: the run's dataset description (``feature_dim``, ``max_regions``): the detector's
       feature width must be the run's.
     **settings: :class:`jaxcap.detection.regions.RegionDetector`'s (``short``, ``long``,
-      ``selection``, ``min_boxes``, ...) and the RPN's ``pre_nms_topk`` / ``post_nms_topk``;
-      the defaults are ``python -m jaxcap.detection.extract``'s (the original's: 10-100 regions).
+      ``resize``, ``selection``, ``min_boxes``, ...) and the RPN's ``pre_nms_topk`` /
+      ``post_nms_topk``; the defaults are ``python -m jaxcap.detection.extract``'s (the
+      original's: its resize, 10-100 regions).
   """
 
   size = NATIVE  # photos keep their sizes (the detector resizes them itself)
@@ -50,8 +51,8 @@ class RegionBackbone:
   def __init__(self, weights: str, info: dict, **settings):
     from jaxcap.detection import regions, weights as weights_lib  # noqa: PLC0415 (jax)
     if not os.path.isfile(weights):
-      raise BadInput(f"{weights}: no such file; expected the region detector's pytorch_model.bin or "
-                     "faster_rcnn_from_caffe_attr.pkl")
+      raise BadInput(f"{weights}: no such file; expected the region detector's pytorch_model.bin, "
+                     "faster_rcnn_from_caffe_attr.pkl or bua-caffe-frcn-r101*.pth")
     if info.get("grid"):
       raise BadInput(f"{weights}: this run was trained on grid features (data.grid), not on a "
                      "detector's regions; expected the backbone its features came from")

@@ -30,6 +30,9 @@ reference's features exactly).
 Each file is written atomically; a second run skips the photos whose three files exist, and
 refuses a folder whose ``regions.json`` another detector or setting wrote. An unreadable photo
 is a warning line, skipped. Exit 2 with one line on bad input, before anything is written.
+``--resize`` (``caffe``, the default: the original's resize, whose features the captioning models
+read; ``reference``: LXMERT's) is one of the recorded settings; a ``regions.json`` written before
+it existed records the reference's resize, the only one then.
 """
 
 from __future__ import annotations
@@ -57,8 +60,12 @@ def parser() -> argparse.ArgumentParser:
   add = p.add_argument
   add("--images", required=True, help="Folder of photos (not recursive).")
   add("--out", required=True, help="Output folder (cocobu_att/, cocobu_fc/, cocobu_box/, regions.json).")
-  add("--weights", required=True, help="The detector's pytorch_model.bin (LXMERT's frcnn-vg-finetuned) "
-      "or airsplay's faster_rcnn_from_caffe_attr.pkl.")
+  add("--weights", required=True, help="The detector's pytorch_model.bin (LXMERT's frcnn-vg-finetuned), "
+      "airsplay's faster_rcnn_from_caffe_attr.pkl or MILVLG's bua-caffe-frcn-r101*.pth (read with its "
+      "Caffe geometry).")
+  add("--resize", choices=["caffe", "reference"], default="caffe",
+      help="caffe: the original's _get_image_blob (means subtracted first, one scale, cv2.resize's "
+      "bilinear and rounding; default); reference: LXMERT's Preprocess.")
   add("--selection", choices=["caffe", "reference"], default="caffe",
       help="caffe: the original's generate_tsv.py selection (default); reference: LXMERT's.")
   add("--conf_thresh", type=float, default=0.2, help="caffe selection: a region's least max_conf.")
@@ -137,6 +144,27 @@ def is_regions_folder(path: str) -> bool:
   return isinstance(record, dict) and "detector" in record
 
 
+def _as_now(record):
+  """A ``regions.json`` as this version writes it: one written before ``--resize`` existed
+  records no resize, and its photos were resized as the reference does (the only resize then), so
+  it reads as ``resize: reference`` (resumed by ``--resize reference``, refused otherwise)."""
+  settings = record.get("settings") if isinstance(record, dict) else None
+  if isinstance(settings, dict) and "resize" not in settings:
+    record = {**record, "settings": {**settings, "resize": "reference"}}
+  return record
+
+
+def _differences(old, new) -> str:
+  """`` (resize: 'reference' there, 'caffe' asked)``: the settings that differ, when both records
+  have settings (the weights' difference speaks for itself)."""
+  a, b = (r.get("settings") if isinstance(r, dict) else None for r in (old, new))
+  if not (isinstance(a, dict) and isinstance(b, dict)):
+    return ""
+  diff = [f"{k}: {a.get(k)!r} there, {b.get(k)!r} asked" for k in sorted(set(a) | set(b))
+          if a.get(k) != b.get(k)]
+  return f" ({'; '.join(diff)})" if diff else ""
+
+
 def _done(out: str, stem: str) -> bool:
   return all(os.path.isfile(os.path.join(out, d, stem + (".npz" if d == "cocobu_att" else ".npy")))
              for d in FOLDERS)
@@ -156,10 +184,10 @@ def run(images_dir: str, out: str, detector, record: dict, *, progress: bool = T
   ids = m2_ids(names, images_dir) if hdf5 else None
   path = os.path.join(out, RECORD_FILE)
   if os.path.isfile(path):
-    old = atomic.read_json(path)
+    old = _as_now(atomic.read_json(path))
     if old != record:
-      raise BadInput(f"{path}: regions of another detector or setting are there; expected a new "
-                     "--out folder (or the same weights and settings, to resume)")
+      raise BadInput(f"{path}: regions of another detector or setting are there{_differences(old, record)}; "
+                     "expected a new --out folder (or the same weights and settings, to resume)")
   left = [p for d in (out,) + tuple(os.path.join(out, f) for f in FOLDERS) for p in atomic.remove_leftovers(d)]
   if left:
     log(f"removed {len(left)} temporary file(s) a stopped extraction left (e.g. {left[0]})")
@@ -248,12 +276,12 @@ def main(argv=None) -> int:
     from jaxcap.features.extract import list_images  # noqa: PLC0415
     m2_ids(list_images(a.images), a.images)
   if not os.path.isfile(a.weights):
-    raise BadInput(f"--weights={a.weights}: no such file; expected the detector's pytorch_model.bin "
-                   "or faster_rcnn_from_caffe_attr.pkl")
+    raise BadInput(f"--weights={a.weights}: no such file; expected the detector's pytorch_model.bin, "
+                   "faster_rcnn_from_caffe_attr.pkl or bua-caffe-frcn-r101*.pth")
   from jaxcap.detection import regions, weights  # noqa: PLC0415  (jax: after the checks)
   from jaxcap.features.extract import sha256  # noqa: PLC0415
   cfg, variables = weights.load(a.weights, pre_nms_topk=a.pre_nms_topk, post_nms_topk=a.post_nms_topk)
-  settings = dict(short=a.short, long=a.long, selection=a.selection, conf_thresh=a.conf_thresh,
+  settings = dict(short=a.short, long=a.long, resize=a.resize, selection=a.selection, conf_thresh=a.conf_thresh,
                   min_boxes=a.min_boxes, max_boxes=a.max_boxes, nms_thresh=a.nms_thresh,
                   nms_thresholds=list(thresholds), canvas_multiple=a.canvas_multiple)
   record = {"detector": {"weights": os.path.basename(a.weights), "sha256": sha256(a.weights),

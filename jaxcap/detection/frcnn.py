@@ -66,7 +66,18 @@ class DetectorConfig:
   pooler_resolution: int = 14
   num_classes: int = 1600
   num_attrs: int = 400
+  # The attribute head's embedding and hidden widths; 0: D / 8 and D / 4 (the reference's rule,
+  # 256 / 512 at full width; MILVLG's code fixes 256 / 512 whatever D is).
+  attr_embed: int = 0
+  attr_hidden: int = 0
   bbox_reg_weights: Tuple[float, float, float, float] = (10.0, 10.0, 5.0, 5.0)
+  # MILVLG's bua-caffe reading (its checkpoints are the Caffe model's blobs; weights.py sets it
+  # for a file in that layout): "+1" box widths in every decoding, clipping to w - 1 / h - 1,
+  # RPN proposals filtered (empty, or a side of at most min_box_size x the image's resize factor)
+  # BEFORE the top pre_nms_topk, NMS with "+1" areas suppressing at IoU >= the threshold
+  # (maskrcnn-benchmark's kernel), attribute probabilities a softmax over all T + 1 (no-attribute
+  # included, as its head computes them), not renormalised over the T.
+  bua_caffe: bool = False
 
   @property
   def num_anchors(self) -> int:
@@ -208,8 +219,9 @@ class BoxPredictor(nn.Module):
     scores = nn.Dense(c.num_classes + 1, dtype=self.dtype, name="cls_score")(f_RxD).astype(jnp.float32)
     deltas = nn.Dense(4 * c.num_classes, dtype=self.dtype, name="bbox_pred")(f_RxD).astype(jnp.float32)
     # The attribute head sees the argmax over all K + 1 classes, background included.
-    emb = nn.Embed(c.num_classes + 1, d // 8, dtype=self.dtype, name="cls_embedding")(jnp.argmax(scores, -1))
-    h = nn.relu(nn.Dense(d // 4, dtype=self.dtype, name="fc_attr")(jnp.concatenate([f_RxD, emb.astype(f_RxD.dtype)], -1)))
+    emb = nn.Embed(c.num_classes + 1, c.attr_embed or d // 8, dtype=self.dtype,
+                   name="cls_embedding")(jnp.argmax(scores, -1))
+    h = nn.relu(nn.Dense(c.attr_hidden or d // 4, dtype=self.dtype, name="fc_attr")(jnp.concatenate([f_RxD, emb.astype(f_RxD.dtype)], -1)))
     attrs = nn.Dense(c.num_attrs + 1, dtype=self.dtype, name="attr_score")(h).astype(jnp.float32)
     return scores, deltas.reshape(-1, c.num_classes, 4), attrs
 
@@ -278,15 +290,31 @@ def roi_pool(feat_hxwxC, boxes_Rx4, size: int, scale: float):
   return jnp.where(empty, jnp.zeros((), g.dtype), g)
 
 
-def propose(cfg: DetectorConfig, logits_hxwxA, deltas_hxwxAx4, cell_Ax4, image_hw):
+def propose(cfg: DetectorConfig, logits_hxwxA, deltas_hxwxAx4, cell_Ax4, image_hw, image_scale=1.0):
   """One image's proposals: the top ``pre_nms_topk`` anchors by objectness, decoded, clipped to
   the image, the empty ones dropped, NMS at ``rpn_nms``, the first ``post_nms_topk`` kept.
   Returns ``boxes [P, 4]`` (image pixels of the resized image), ``logits [P]`` (descending) and
-  ``valid [P]`` (False on the padding past the kept count)."""
+  ``valid [P]`` (False on the padding past the kept count). ``cfg.bua_caffe``: MILVLG's order
+  (``find_top_bua_rpn_proposals``): every anchor decoded and clipped, the empty ones and those
+  with a side (+1) of at most ``min_box_size * image_scale`` dropped, then the top
+  ``pre_nms_topk``, then NMS; ``image_scale`` the resized / original size."""
   h, w, a = logits_hxwxA.shape
   anchors = box_ops.grid_anchors(cell_Ax4, h, w, cfg.stride, cfg.anchor_offset)
   logits = logits_hxwxA.reshape(-1)
   k = min(cfg.pre_nms_topk, logits.shape[0])
+  if cfg.bua_caffe:
+    every = box_ops.apply_deltas(deltas_hxwxAx4.reshape(-1, 4), anchors, plus_one=True)
+    every = box_ops.clip(every, image_hw[0], image_hw[1], minus_one=True)
+    bw, bh = every[:, 2] - every[:, 0], every[:, 3] - every[:, 1]
+    least = cfg.min_box_size * image_scale
+    ok = (bw > 0) & (bh > 0) & (bw + 1 > least) & (bh + 1 > least)
+    top, idx = jax.lax.top_k(jnp.where(ok, logits, -jnp.inf), k)
+    props = every[idx]
+    keep, count = box_ops.nms(props, top, cfg.rpn_nms, cfg.post_nms_topk, ok[idx], plus_one=True,
+                              inclusive=True)
+    valid = jnp.arange(cfg.post_nms_topk) < count
+    safe = jnp.where(valid, keep, 0)
+    return props[safe], jnp.where(valid, top[safe], -jnp.inf), valid
   top, idx = jax.lax.top_k(logits, k)
   props = box_ops.apply_deltas(deltas_hxwxAx4.reshape(-1, 4)[idx], anchors[idx])
   props = box_ops.clip(props, image_hw[0], image_hw[1])
@@ -299,6 +327,7 @@ def propose(cfg: DetectorConfig, logits_hxwxA, deltas_hxwxAx4, cell_Ax4, image_h
 
 class Detector(nn.Module):
   """Mean-subtracted BGR canvases ``[B, H, W, 3]`` and each image's resized size ``[B, 2]`` (h, w)
+  (and, for ``cfg.bua_caffe``, each image's resize factor ``[B]``)
   -> per-proposal outputs: ``proposals [B, P, 4]``, ``valid [B, P]``, ``features [B, P, D]``
   (the mean-pooled res5), ``cls_logits [B, P, K + 1]``, ``deltas [B, P, K, 4]``,
   ``attr_logits [B, P, T + 1]``. Selection of the regions is :func:`select_hf` /
@@ -315,12 +344,15 @@ class Detector(nn.Module):
     self.cell_anchors = self.variable(
         "consts", "cell_anchors", lambda: jnp.asarray(box_ops.cell_anchors(c.anchor_sizes, c.aspect_ratios)))
 
-  def __call__(self, images_BxHxWx3, image_hw_Bx2):
+  def __call__(self, images_BxHxWx3, image_hw_Bx2, image_scale_B=None):
     c = self.cfg
     feat = self.backbone(images_BxHxWx3)
     logits, deltas = self.rpn_head(feat)
     cell = self.cell_anchors.value
-    props, _, valid = jax.vmap(lambda l, d, hw: propose(c, l, d, cell, hw))(logits, deltas, image_hw_Bx2)
+    if image_scale_B is None:  # only cfg.bua_caffe's minimum proposal side reads it
+      image_scale_B = jnp.ones((images_BxHxWx3.shape[0],), jnp.float32)
+    props, _, valid = jax.vmap(lambda l, d, hw, s: propose(c, l, d, cell, hw, s))(
+        logits, deltas, image_hw_Bx2, image_scale_B)
     pooled = jax.vmap(lambda f, b: roi_pool(f, b, c.pooler_resolution, 1.0 / c.stride))(feat, props)
     b, p = props.shape[:2]
     x = self.res5(pooled.reshape(b * p, *pooled.shape[2:]))
@@ -350,7 +382,8 @@ def select_hf(cfg: DetectorConfig, out, image_hw, nms_thresholds: Sequence[float
   cls = jnp.argmax(probs, -1)
   score = jnp.take_along_axis(probs, cls[:, None], -1)[:, 0]
   d = jnp.take_along_axis(out["deltas"], cls[:, None, None], 1)[:, 0]
-  bx = box_ops.clip(box_ops.apply_deltas(d, out["proposals"], cfg.bbox_reg_weights), image_hw[0], image_hw[1])
+  bx = box_ops.clip(box_ops.apply_deltas(d, out["proposals"], cfg.bbox_reg_weights, plus_one=cfg.bua_caffe),
+                    image_hw[0], image_hw[1], minus_one=cfg.bua_caffe)
   chosen = None
   for t in reversed(nms_thresholds):  # the first threshold with enough wins: fold from the last
     keep, count = box_ops.nms(bx, score, t, max_detections, out["valid"])
@@ -362,7 +395,7 @@ def select_hf(cfg: DetectorConfig, out, image_hw, nms_thresholds: Sequence[float
   keep, count, enough = chosen
   valid = jnp.arange(max_detections) < count
   safe = jnp.where(valid, keep, 0)
-  attr_p = jax.nn.softmax(out["attr_logits"][:, :-1], -1)
+  attr_p = attribute_probs(cfg, out["attr_logits"])
 
   def take(x, fill=0):
     v = x[safe]
@@ -374,6 +407,15 @@ def select_hf(cfg: DetectorConfig, out, image_hw, nms_thresholds: Sequence[float
           "class_probs": take(class_probs),
           "attr_ids": take(jnp.argmax(attr_p, -1)), "attr_probs": take(attr_p.max(-1)),
           "features": take(out["features"]), "count": count, "enough": enough}
+
+
+def attribute_probs(cfg: DetectorConfig, attr_logits_PxT1):
+  """``[P, T]``: the reference's softmax over the T attributes (the no-attribute logit, last,
+  dropped first); ``cfg.bua_caffe``: MILVLG's, a softmax over all T + 1 with no-attribute's
+  column then dropped."""
+  if cfg.bua_caffe:
+    return jax.nn.softmax(attr_logits_PxT1, -1)[:, :-1]
+  return jax.nn.softmax(attr_logits_PxT1[:, :-1], -1)
 
 
 def preprocess_size(h: int, w: int, short: int = 600, long: int = 1000) -> Tuple[int, int]:
@@ -390,6 +432,45 @@ def resize_bilinear(image_HxWx3, out_hw):
   """``F.interpolate(mode="bilinear", align_corners=False)`` without antialiasing, float32."""
   x = jnp.asarray(image_HxWx3, jnp.float32)
   return jax.image.resize(x, (*out_hw, x.shape[-1]), "bilinear", antialias=False)
+
+
+def caffe_scale(h: int, w: int, short: int = 600, long: int = 1000) -> Tuple[float, Tuple[int, int]]:
+  """The Caffe original's resize of an ``h`` x ``w`` photo (``_get_image_blob``,
+  peteanderson80/bottom-up-attention's lib/fast_rcnn/test.py): ``(scale, (h', w'))``, ONE scale
+  for both axes, ``short / min(h, w)`` unless the long side would then round (``np.round``: half
+  to even) past ``long``, then ``long / max(h, w)``; and ``cv2.resize``'s output size at ``fx = fy
+  = scale``: each side times the scale rounded half to even (OpenCV's ``saturate_cast<int>`` of a
+  double), where :func:`preprocess_size` rounds half up."""
+  scale = float(short) / float(min(h, w))
+  if np.round(scale * max(h, w)) > long:
+    scale = float(long) / float(max(h, w))
+  return scale, (int(np.round(h * scale)), int(np.round(w * scale)))
+
+
+def _linear_taps(n_in: int, n_out: int, inv_scale: float):
+  """Each output's two source pixels and their weights along one axis: ``cv2.INTER_LINEAR``'s
+  half-pixel centres ``(d + 0.5) * inv_scale - 0.5`` with the scale the caller gave (not
+  ``n_in / n_out``, which differs once the size is rounded), clamped to the first / last pixel
+  (its replicated border), no antialiasing. The coordinate in float64, as opencv-python's IPP
+  path computes it; OpenCV's own code rounds it to float32 first, which moves a value by up to
+  ~0.007 (of 0..255) at coordinates near 1,000 (scripts/detection/make_caffe_resize_fixture.py)."""
+  x = np.clip((np.arange(n_out, dtype=np.float64) + 0.5) * inv_scale - 0.5, 0.0, n_in - 1.0)
+  lo = np.minimum(np.floor(x).astype(np.int64), max(n_in - 2, 0))
+  frac = x - lo
+  return lo, np.minimum(lo + 1, n_in - 1), (1.0 - frac).astype(np.float32), frac.astype(np.float32)
+
+
+def resize_caffe(image_HxWxC, scale: float, out_hw) -> np.ndarray:
+  """``cv2.resize(image, None, fx=scale, fy=scale, interpolation=cv2.INTER_LINEAR)`` of a float32
+  image (the original resizes the mean-subtracted float image), ``out_hw`` from
+  :func:`caffe_scale`: rows then columns, float32, in NumPy (on the host, as the photos are read:
+  no program per photo size)."""
+  x = np.asarray(image_HxWxC, np.float32)
+  inv = 1.0 / float(scale)
+  x0, x1, wx0, wx1 = _linear_taps(x.shape[1], int(out_hw[1]), inv)
+  y0, y1, wy0, wy1 = _linear_taps(x.shape[0], int(out_hw[0]), inv)
+  rows_HxwxC = x[:, x0] * wx0[:, None] + x[:, x1] * wx1[:, None]
+  return rows_HxwxC[y0] * wy0[:, None, None] + rows_HxwxC[y1] * wy1[:, None, None]
 
 
 def canvas(images, pad_value: float = 0.0):
@@ -451,7 +532,7 @@ def select_caffe(cfg: DetectorConfig, out, scale_yx=(1.0, 1.0), conf_thresh: flo
   idx = jnp.concatenate([idx, jnp.zeros((max(0, max_boxes - p),), idx.dtype)])[:max_boxes]
   ok = jnp.arange(max_boxes) < count
   safe = jnp.where(ok, idx, 0)
-  attr_p = jax.nn.softmax(out["attr_logits"][:, :-1], -1)
+  attr_p = attribute_probs(cfg, out["attr_logits"])
 
   def take(x, fill=0):
     v = x[safe]

@@ -7,6 +7,26 @@ Conv ``weight [O, I, Kh, Kw]`` -> ``kernel [Kh, Kw, I, O]``; linear ``weight [O,
 ``kernel [I, O]``; batch norm ``weight`` / ``bias`` -> ``scale`` / ``bias``, ``running_mean`` /
 ``running_var`` -> ``batch_stats`` ``mean`` / ``var``; ``cell_anchors.0 [A, 4]`` -> the
 ``consts`` collection (the reference loads it from the file too, over its computed anchors).
+
+MILVLG/bottom-up-attention.pytorch's ``bua-caffe-frcn-r101*.pth`` (the Caffe model's blobs under
+detectron2 names, read by its ``bua/caffe`` modules) is not a renaming: :func:`from_bua_caffe`
+turns its head tensors into the reference's, exactly where the two compute the same thing, and
+sets ``DetectorConfig.bua_caffe`` (its "+1" box geometry, which no tensor can absorb):
+
+* RPN objectness ``[2A]``: a 2-way softmax, channels ``[0, A)`` background and ``[A, 2A)``
+  object (its ``view(N, 2, A, H, W)``); its object probability is ``sigmoid(fg - bg)``, so the
+  sigmoid-form logit's weights are ``w[A + a] - w[a]`` (same for the bias).
+* ``cls_score`` / ``cls_embed`` ``[K + 1]``: background at row 0 -> rows ``[1..K, 0]``
+  (background last).
+* ``bbox_pred`` ``[4 (K + 1)]``: class-specific, background's 4 rows first -> dropped; its
+  deltas are decoded with weights (1, 1, 1, 1) (Caffe baked the (0.1, 0.1, 0.2, 0.2) stds in).
+* ``attr_linear1`` -> ``fc_attr``; ``attr_linear2`` ``[T + 1]``, no-attribute at row 0 ->
+  ``attr_score`` rows ``[1..T, 0]``.
+* anchors: the file's ``cell_anchors.0`` where it holds them (detectron2 then saved its
+  anchor buffers; its channels follow them), else py-faster-rcnn's ``generate_anchors`` (base 16,
+  ratios 0.5 / 1 / 2, scales 4 / 8 / 16 / 32, ratio-major: the Caffe model's, the order of its
+  blobs' channels) -- an assumption: the checkpoint itself was not available to read.
+* ``min_box_size`` 16 (its configs' ``PROPOSAL_GENERATOR.MIN_SIZE``).
 """
 
 from __future__ import annotations
@@ -69,6 +89,70 @@ def name_map(cfg: DetectorConfig) -> dict:
   return out
 
 
+BUA_HEAD = "roi_heads.box_predictor."
+BUA_RPN = "proposal_generator.rpn_head."
+# The settings a bua-caffe file implies (its configs/caffe/test-caffe-r101.yaml and box coder).
+BUA_SETTINGS = {"bua_caffe": True, "bbox_reg_weights": (1.0, 1.0, 1.0, 1.0), "min_box_size": 16.0}
+
+
+def is_bua_caffe(tensors: dict) -> bool:
+  """MILVLG's bua-caffe layout: its attribute head's names (``cls_embed``, ``attr_linear1``)."""
+  return f"{BUA_HEAD}cls_embed.weight" in tensors or f"{BUA_HEAD}attr_linear1.weight" in tensors
+
+
+def from_bua_caffe(tensors: dict, source: str = "state_dict") -> tuple[dict, dict]:
+  """``(tensors under the reference's names, settings)`` of a MILVLG bua-caffe state_dict (the
+  module docstring gives each conversion). A missing or wrongly shaped tensor is one line
+  naming it as the file does."""
+  def get(name, rows_mod=None):
+    if name not in tensors:
+      raise BadInput(f"{source}: missing tensor {name}: expected MILVLG's bua-caffe state_dict "
+                     f"(bottom-up-attention.pytorch's bua/caffe names)")
+    v = np.asarray(tensors[name])
+    if rows_mod and (v.ndim < 1 or v.shape[0] % rows_mod or v.shape[0] < 2 * rows_mod):
+      raise BadInput(f"{source}: tensor {name} {list(v.shape)}: expected a multiple of {rows_mod} rows "
+                     f"(at least {2 * rows_mod}) in the bua-caffe layout")
+    return v
+
+  out = {k: v for k, v in tensors.items() if not k.startswith((BUA_HEAD, f"{BUA_RPN}objectness_logits."))}
+  for p in ("weight", "bias"):
+    obj = get(f"{BUA_RPN}objectness_logits.{p}", 2)
+    a = obj.shape[0] // 2
+    # softmax([bg, fg])[fg] = sigmoid(fg - bg): the sigmoid form's logit is the difference.
+    out[f"{BUA_RPN}objectness_logits.{p}"] = (obj[a:].astype(np.float64) - obj[:a]).astype(np.float32)
+  cls_w = get(f"{BUA_HEAD}cls_score.weight")
+  k1 = cls_w.shape[0]
+  bg_last = np.r_[1:k1, 0]
+  for p in ("weight", "bias"):
+    out[f"{BUA_HEAD}cls_score.{p}"] = get(f"{BUA_HEAD}cls_score.{p}")[bg_last]
+    box = get(f"{BUA_HEAD}bbox_pred.{p}")
+    if box.shape[0] != 4 * k1:
+      raise BadInput(f"{source}: tensor {BUA_HEAD}bbox_pred.{p} has {box.shape[0]} rows; expected "
+                     f"4 x {k1} (class-specific, background first, as cls_score's {k1} classes)")
+    out[f"{BUA_HEAD}bbox_pred.{p}"] = box[4:]
+    out[f"{BUA_HEAD}fc_attr.{p}"] = get(f"{BUA_HEAD}attr_linear1.{p}")
+    attr = get(f"{BUA_HEAD}attr_linear2.{p}")
+    out[f"{BUA_HEAD}attr_score.{p}"] = attr[np.r_[1:attr.shape[0], 0]]
+  emb = get(f"{BUA_HEAD}cls_embed.weight")
+  if emb.shape[0] != k1:
+    raise BadInput(f"{source}: tensor {BUA_HEAD}cls_embed.weight has {emb.shape[0]} rows; expected "
+                   f"{k1} (one per class of cls_score)")
+  out[f"{BUA_HEAD}cls_embedding.weight"] = emb[bg_last]
+  known = {f"{BUA_HEAD}{n}.{p}" for n in ("cls_score", "bbox_pred", "attr_linear1", "attr_linear2")
+           for p in ("weight", "bias")} | {f"{BUA_HEAD}cls_embed.weight"}
+  extra = sorted(k for k in tensors if k.startswith(BUA_HEAD) and k not in known)
+  if extra:
+    raise BadInput(f"{source}: unexpected tensor {extra[0]} in the bua-caffe box predictor")
+  if CELL_ANCHORS not in out:
+    a = out[f"{BUA_RPN}objectness_logits.weight"].shape[0]
+    anchors = box_ops.caffe_cell_anchors()
+    if a != anchors.shape[0]:
+      raise BadInput(f"{source}: no {CELL_ANCHORS} and {a} anchors per cell; the Caffe model's "
+                     f"anchors (scales 4-32 x ratios 0.5-2) are {anchors.shape[0]}")
+    out[CELL_ANCHORS] = anchors
+  return out, dict(BUA_SETTINGS)
+
+
 def config_from_state_dict(tensors: dict, source: str = "state_dict", **settings) -> DetectorConfig:
   """The detector's shape read off the tensors' shapes (depth from the res4 block count, widths,
   classes, attributes, anchors per cell); ``settings`` are the inference fields the file does
@@ -89,11 +173,17 @@ def config_from_state_dict(tensors: dict, source: str = "state_dict", **settings
   width = shape("backbone.res2.0.conv1.weight")
   cls = shape("roi_heads.box_predictor.cls_score.weight")
   attr = shape("roi_heads.box_predictor.attr_score.weight")
+  embed = shape("roi_heads.box_predictor.cls_embedding.weight")
+  hidden = shape("roi_heads.box_predictor.fc_attr.weight")
   rpn = shape("proposal_generator.rpn_head.conv.weight")
   obj = shape("proposal_generator.rpn_head.objectness_logits.weight")
   anchors = np.asarray(tensors[CELL_ANCHORS], np.float64) if CELL_ANCHORS in tensors else None
   fields = dict(depth=depth, stem_out=stem[0], res2_out=res2[0], width_per_group=width[0],
                 rpn_hidden=rpn[0], num_classes=cls[0] - 1, num_attrs=attr[0] - 1)
+  feature = res2[0] * 8
+  # The attribute head's widths: 0 (D / 8, D / 4) where they follow the reference's rule.
+  fields.update(attr_embed=0 if embed[1] == feature // 8 else embed[1],
+                attr_hidden=0 if hidden[0] == feature // 4 else hidden[0])
   cfg = DetectorConfig(**{**fields, **settings})
   if obj[0] != cfg.num_anchors:
     raise BadInput(f"{source}: tensor proposal_generator.rpn_head.objectness_logits.weight has {obj[0]} "
@@ -118,7 +208,8 @@ def from_state_dict(tensors: dict, cfg: DetectorConfig, source: str = "state_dic
 
 
 EXPECTED = ("the bottom-up-attention detector's weights: LXMERT's pytorch_model.bin "
-            "(unc-nlp/frcnn-vg-finetuned) or airsplay's faster_rcnn_from_caffe_attr.pkl")
+            "(unc-nlp/frcnn-vg-finetuned), airsplay's faster_rcnn_from_caffe_attr.pkl or MILVLG's "
+            "bua-caffe-frcn-r101*.pth")
 
 
 def _read_pickle(path: str) -> dict:
@@ -155,6 +246,9 @@ def read(path: str) -> dict:
     tensors = _read_pickle(path)
   else:
     tensors = torch_files.read(path, EXPECTED)
+  if isinstance(tensors, dict) and isinstance(tensors.get("model"), dict):
+    # detectron2's Checkpointer.save: {"model": state_dict, ...extras} (MILVLG's .pth files).
+    tensors = tensors["model"]
   if not isinstance(tensors, dict):
     raise BadInput(f"{path}: holds a {type(tensors).__name__}, not a state_dict; expected {EXPECTED}")
   out = {}
@@ -166,9 +260,24 @@ def read(path: str) -> dict:
   return fw.check_finite(out, path)
 
 
-def load(path: str, **settings):
-  """``(DetectorConfig, variables)`` of the checkpoint at ``path``; ``settings``: the inference
-  fields a checkpoint does not hold (DetectorConfig)."""
+def read_config(path: str, **settings):
+  """``(tensors under the reference's names, DetectorConfig)`` of the checkpoint at ``path``;
+  ``settings``: the inference fields a checkpoint does not hold (DetectorConfig). A bua-caffe
+  file (:func:`is_bua_caffe`) brings its own geometry settings; one given that contradicts them
+  is refused."""
   tensors = read(path)
-  cfg = config_from_state_dict(tensors, str(path), **settings)
+  if is_bua_caffe(tensors):
+    tensors, implied = from_bua_caffe(tensors, str(path))
+    for k, v in implied.items():
+      if k in settings and settings[k] != v:
+        raise BadInput(f"{path}: {k}={settings[k]!r} contradicts the file, a MILVLG bua-caffe checkpoint "
+                       f"(its reading needs {k}={v!r})")
+    settings = {**settings, **implied}
+  return tensors, config_from_state_dict(tensors, str(path), **settings)
+
+
+def load(path: str, **settings):
+  """``(DetectorConfig, variables)`` of the checkpoint at ``path`` (:func:`read_config`'s
+  reading)."""
+  tensors, cfg = read_config(path, **settings)
   return cfg, from_state_dict(tensors, cfg, str(path))

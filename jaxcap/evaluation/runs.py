@@ -263,7 +263,7 @@ def caption_folder(workdir: str, images: str, out: str, *, weights: str | None =
       # detector in front of it (Run.caption_images), photos read upright at their own size.
       if not os.path.isfile(weights):
         raise BadInput(f"--weights={weights}: no such file; expected the region detector's "
-                       "pytorch_model.bin or faster_rcnn_from_caffe_attr.pkl")
+                       "pytorch_model.bin, faster_rcnn_from_caffe_attr.pkl or bua-caffe-frcn-r101*.pth")
       size, source = images_lib.NATIVE, f"the regions of the detector {os.path.basename(weights)}"
       regions = True
     elif record is None:

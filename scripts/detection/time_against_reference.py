@@ -16,7 +16,8 @@ saved as the hub's ``pytorch_model.bin`` and read by ``jaxcap.detection.weights.
 compute with the same tensors. Each photo is a JPEG file read by each side's own reader (the
 reference: its ``Preprocess`` on the path, ``cv2``; jaxcap: ``jaxcap.images``, then
 ``RegionDetector``), then detected at batch 1 (the reference: ``model(..., padding="max_detections")``
-as its demo calls it; jaxcap: its default selection, the original's, and the reference's reading).
+as its demo calls it; jaxcap: its defaults, the original's resize and selection, and the
+reference's resize and selection).
 The sides alternate photo by photo; each side's first photo is timed apart (jaxcap's includes
 compiling). ``--threads``: torch's intra-op threads (JAX uses every core). Writes one JSON record
 (``--out``; default ``benchmarks/results/detector_vs_reference_cpu_<date>.json``).
@@ -132,8 +133,9 @@ def main(argv=None) -> int:
                     max_detections=cfg.MAX_DETECTIONS, return_tensors="np")
       return int(np.asarray(out["preds_per_image"])[0])
 
-    detectors = {"jaxcap (caffe selection, default)": regions.RegionDetector(dcfg, variables),
-                 "jaxcap (reference selection)": regions.RegionDetector(dcfg, variables, selection="reference")}
+    detectors = {"jaxcap (caffe resize and selection, default)": regions.RegionDetector(dcfg, variables),
+                 "jaxcap (reference resize and selection)": regions.RegionDetector(
+                     dcfg, variables, resize="reference", selection="reference")}
 
     def ours(name):
       def run(path):

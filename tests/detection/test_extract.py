@@ -102,12 +102,47 @@ def test_the_command_s_defaults_are_the_detector_s():
   api = {k: p.default for k, p in inspect.signature(regions.RegionDetector).parameters.items()
          if p.default is not inspect.Parameter.empty}
   cfg = {f.name: f.default for f in dataclasses.fields(frcnn.DetectorConfig)}
-  for name in ("short", "long", "selection", "conf_thresh", "min_boxes", "max_boxes", "nms_thresh",
+  for name in ("short", "long", "resize", "selection", "conf_thresh", "min_boxes", "max_boxes", "nms_thresh",
                "canvas_multiple"):
     assert flags[name] == api[name], name
   assert extract._thresholds(flags["nms_thresholds"]) == tuple(api["nms_thresholds"])
   for name in ("pre_nms_topk", "post_nms_topk"):
     assert flags[name] == cfg[name], name
+
+
+def test_a_folder_from_before_resize_resumes_only_with_the_reference_s_resize(tmp_path):
+  """A regions.json written before --resize existed records no resize: its photos were resized
+  as the reference does (the only resize then). Resumed with --resize reference (the record then
+  says so); refused, naming the setting, with the default's caffe resize."""
+  from jaxcap.detection import extract  # noqa: PLC0415
+  photos = tmp_path / "photos"
+  photos.mkdir()
+  Image.fromarray(np.full((8, 6, 3), 7, np.uint8)).save(photos / "p0.png")
+  out = tmp_path / "out"
+  out.mkdir()
+  detector = {"weights": "pytorch_model.bin", "sha256": "0" * 64}
+  settings = {"short": 600, "selection": "caffe"}
+  (out / extract.RECORD_FILE).write_text(json.dumps({"detector": detector, "settings": settings}))
+
+  class Detector:
+    def canvas_shape(self, hw):
+      return tuple(hw)
+
+    def __call__(self, images):
+      return [{"features": np.ones((2, 4), np.float32), "boxes": np.zeros((2, 4), np.float32)} for _ in images]
+
+  def run(resize):
+    record = {"detector": detector, "settings": {**settings, "resize": resize}}
+    return record, extract.run(str(photos), str(out), Detector(), record, progress=False, log=lambda s: None)
+
+  with pytest.raises(BadInput, match=r"regions\.json: regions of another detector or setting are there "
+                                     r"\(resize: 'reference' there, 'caffe' asked\); expected a new --out"):
+    run("caffe")
+  assert sorted(os.listdir(out)) == [extract.RECORD_FILE]  # refused before anything was written
+  record, result = run("reference")
+  assert result["extracted"] == 1 and json.loads((out / extract.RECORD_FILE).read_text()) == record
+  with pytest.raises(BadInput, match=r"\(resize: 'reference' there, 'caffe' asked\)"):
+    run("caffe")
 
 
 def _m2_image_detections(path, filename, max_detections=50, sort_by_prob=False):

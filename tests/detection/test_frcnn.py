@@ -70,6 +70,13 @@ def test_preprocessing_is_the_reference_s():
     np.testing.assert_allclose(x, f["images"][i].transpose(1, 2, 0)[:h, :w], atol=2e-3)
     # The canvas' padding (bottom / right, 0 = the mean) is the reference's.
     assert not f["images"][i][:, h:, :].any() and not f["images"][i][:, :, w:].any()
+  # RegionDetector's switch to the reference's reading: its canvas, sizes and per-axis scales.
+  from jaxcap.detection import regions  # noqa: PLC0415
+  detect = regions.RegionDetector(frcnn.DetectorConfig(), None, short=96, long=160, resize="reference")
+  canvas, sizes, scales = detect.preprocess([f[f"raw_{i}"][..., ::-1] for i in range(2)])  # as RGB
+  np.testing.assert_array_equal(sizes, f["sizes"])
+  np.testing.assert_allclose(canvas, f["images"].transpose(0, 2, 3, 1), atol=2e-3)
+  np.testing.assert_allclose(scales, f["scales_yx"], rtol=1e-6)
 
 
 @pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
@@ -222,7 +229,7 @@ def test_photos_to_regions_end_to_end_are_the_reference_s():
   f = _fixture()
   cfg, variables = weights.load(FIXTURES / "pytorch_model.bin", **SETTINGS)
   rgb = [f[f"raw_{i}"][..., ::-1] for i in range(2)]
-  detect = regions.RegionDetector(cfg, variables, short=96, long=160, selection="reference",
+  detect = regions.RegionDetector(cfg, variables, short=96, long=160, resize="reference", selection="reference",
                                   nms_thresholds=NMS, min_boxes=MIN_D, max_boxes=MAX_D)
   got = detect(rgb)
   for i, one in enumerate(got):
@@ -232,8 +239,8 @@ def test_photos_to_regions_end_to_end_are_the_reference_s():
     np.testing.assert_allclose(one["features"], f["out_roi_features"][i][:n], rtol=1e-4, atol=1e-4)
     np.testing.assert_array_equal(one["obj_ids"], f["out_obj_ids"][i][:n])
     np.testing.assert_array_equal(one["attr_ids"], f["out_attr_ids"][i][:n])
-  # The original's selection on the same photos: between min_boxes and max_boxes regions, each
-  # a proposal (boxes inside the photo) with its pooled feature.
+  # The original's resize and selection (the defaults) on the same photos: between min_boxes and
+  # max_boxes regions, each a proposal (boxes inside the photo) with its pooled feature.
   caffe = regions.RegionDetector(cfg, variables, short=96, long=160, min_boxes=3, max_boxes=12)(rgb)
   for i, one in enumerate(caffe):
     assert 3 <= len(one["boxes"]) <= 12
@@ -280,7 +287,7 @@ def test_the_16_wide_detector_is_the_reference_s_too():
                                **SETTINGS)  # the pickle holds no anchors: the settings give them
   jax.tree.map(np.testing.assert_array_equal, variables, variables2)
   rgb = [f[f"raw_{i}"][..., ::-1] for i in range(2)]
-  got = regions.RegionDetector(cfg, variables, short=96, long=160, selection="reference",
+  got = regions.RegionDetector(cfg, variables, short=96, long=160, resize="reference", selection="reference",
                                nms_thresholds=NMS, min_boxes=MIN_D, max_boxes=MAX_D)(rgb)
   for i, one in enumerate(got):
     n = int(f["out_preds_per_image"][i])
