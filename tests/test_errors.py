@@ -132,6 +132,7 @@ NO_COMMAND_LINE = {
 # test fixtures (not installed, not documented for users); a raw traceback is their interface.
 DEVELOPER_TOOLS = {"scripts/detection/make_frcnn_fixture.py", "scripts/detection/make_caffe_resize_fixture.py",
                    "scripts/detection/make_bua_fixture.py",
+                   "scripts/detection/make_frcnn_photos_fixture.py",
                    "scripts/self_critical/make_import_fixture.py",
                    "scripts/self_critical/make_prepro_feats_fixture.py"}
 # The reference side of a benchmark, run by the benchmark under a Python with torch and the

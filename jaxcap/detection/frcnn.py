@@ -290,14 +290,13 @@ def roi_pool(feat_hxwxC, boxes_Rx4, size: int, scale: float):
   return jnp.where(empty, jnp.zeros((), g.dtype), g)
 
 
-def propose(cfg: DetectorConfig, logits_hxwxA, deltas_hxwxAx4, cell_Ax4, image_hw, image_scale=1.0):
-  """One image's proposals: the top ``pre_nms_topk`` anchors by objectness, decoded, clipped to
-  the image, the empty ones dropped, NMS at ``rpn_nms``, the first ``post_nms_topk`` kept.
-  Returns ``boxes [P, 4]`` (image pixels of the resized image), ``logits [P]`` (descending) and
-  ``valid [P]`` (False on the padding past the kept count). ``cfg.bua_caffe``: MILVLG's order
-  (``find_top_bua_rpn_proposals``): every anchor decoded and clipped, the empty ones and those
-  with a side (+1) of at most ``min_box_size * image_scale`` dropped, then the top
-  ``pre_nms_topk``, then NMS; ``image_scale`` the resized / original size."""
+def pre_nms(cfg: DetectorConfig, logits_hxwxA, deltas_hxwxAx4, cell_Ax4, image_hw, image_scale=1.0):
+  """One image's proposals before NMS: the top ``pre_nms_topk`` anchors by objectness, decoded
+  and clipped to the image. Returns ``boxes [k, 4]`` (pixels of the resized image), ``logits
+  [k]`` (descending) and ``ok [k]`` (not empty: a side longer than ``min_box_size``).
+  ``cfg.bua_caffe``: MILVLG's order (``find_top_bua_rpn_proposals``): every anchor decoded and
+  clipped, the empty ones and those with a side (+1) of at most ``min_box_size * image_scale``
+  dropped BEFORE the top ``pre_nms_topk``; ``image_scale`` the resized / original size."""
   h, w, a = logits_hxwxA.shape
   anchors = box_ops.grid_anchors(cell_Ax4, h, w, cfg.stride, cfg.anchor_offset)
   logits = logits_hxwxA.reshape(-1)
@@ -309,17 +308,22 @@ def propose(cfg: DetectorConfig, logits_hxwxA, deltas_hxwxAx4, cell_Ax4, image_h
     least = cfg.min_box_size * image_scale
     ok = (bw > 0) & (bh > 0) & (bw + 1 > least) & (bh + 1 > least)
     top, idx = jax.lax.top_k(jnp.where(ok, logits, -jnp.inf), k)
-    props = every[idx]
-    keep, count = box_ops.nms(props, top, cfg.rpn_nms, cfg.post_nms_topk, ok[idx], plus_one=True,
-                              inclusive=True)
-    valid = jnp.arange(cfg.post_nms_topk) < count
-    safe = jnp.where(valid, keep, 0)
-    return props[safe], jnp.where(valid, top[safe], -jnp.inf), valid
+    return every[idx], top, ok[idx]
   top, idx = jax.lax.top_k(logits, k)
   props = box_ops.apply_deltas(deltas_hxwxAx4.reshape(-1, 4)[idx], anchors[idx])
   props = box_ops.clip(props, image_hw[0], image_hw[1])
   ok = ((props[:, 2] - props[:, 0]) > cfg.min_box_size) & ((props[:, 3] - props[:, 1]) > cfg.min_box_size)
-  keep, count = box_ops.nms(props, top, cfg.rpn_nms, cfg.post_nms_topk, ok)
+  return props, top, ok
+
+
+def propose(cfg: DetectorConfig, logits_hxwxA, deltas_hxwxAx4, cell_Ax4, image_hw, image_scale=1.0):
+  """One image's proposals: :func:`pre_nms`'s, NMS at ``rpn_nms`` (``cfg.bua_caffe``: its
+  kernel's "+1" areas, suppressed at IoU >= the threshold), the first ``post_nms_topk`` kept.
+  Returns ``boxes [P, 4]`` (image pixels of the resized image), ``logits [P]`` (descending) and
+  ``valid [P]`` (False on the padding past the kept count)."""
+  props, top, ok = pre_nms(cfg, logits_hxwxA, deltas_hxwxAx4, cell_Ax4, image_hw, image_scale)
+  keep, count = box_ops.nms(props, top, cfg.rpn_nms, cfg.post_nms_topk, ok, plus_one=cfg.bua_caffe,
+                            inclusive=cfg.bua_caffe)
   valid = jnp.arange(cfg.post_nms_topk) < count
   safe = jnp.where(valid, keep, 0)
   return props[safe], jnp.where(valid, top[safe], -jnp.inf), valid
