@@ -69,6 +69,24 @@ def _layer_norm(name: str) -> nn.LayerNorm:
   return nn.LayerNorm(epsilon=EPS, name=name)
 
 
+class PatchEmbed(nn.Module):
+  """Their ``conv1`` (P x P, stride P, no bias) as one matrix product over the image's P x P
+  patches: the same parameter (``kernel [P, P, 3, D]``, nn.Conv's layout and initialiser), half
+  the time of XLA's CPU convolution (ViT-B/32 at 64 images: 0.13 s against 0.30 s here).
+  ``[B, S, S, C] -> [B, N, D]``, patches in row-major order, as the convolution's output."""
+  features: int
+  patch: int
+
+  @nn.compact
+  def __call__(self, x_BxSxSxC):
+    b, h, w, c = x_BxSxSxC.shape
+    p = self.patch
+    kernel_PxPxCxD = self.param("kernel", nn.initializers.lecun_normal(), (p, p, c, self.features))
+    g_h, g_w = h // p, w // p
+    patches = x_BxSxSxC[:, :g_h * p, :g_w * p].reshape(b, g_h, p, g_w, p, c).transpose(0, 1, 3, 2, 4, 5)
+    return patches.reshape(b, g_h * g_w, p * p * c) @ kernel_PxPxCxD.reshape(p * p * c, self.features)
+
+
 class ImageTower(nn.Module):
   sizes: ClipSizes
 
@@ -80,18 +98,17 @@ class ImageTower(nn.Module):
       raise BadInput(f"images: expected {s.image_resolution} x {s.image_resolution} pixels for "
                        f"this CLIP, got {h} x {w} (jaxcap.clip.preprocess resizes and crops)")
     x = image.normalize(images_BxSxSx3, CLIP_MEAN, CLIP_STD)
-    p = s.vision_patch_size
-    x = nn.Conv(s.vision_width, (p, p), strides=(p, p), padding="VALID", use_bias=False,
-                name="conv1")(x)
-    x_BxNxD = x.reshape(b, s.grid * s.grid, s.vision_width)
+    x_BxNxD = PatchEmbed(s.vision_width, s.vision_patch_size, name="conv1")(x)
     init = nn.initializers.normal(s.vision_width ** -0.5)
     cls_D = self.param("class_embedding", init, (s.vision_width,))
     pos_LxD = self.param("positional_embedding", init, (1 + s.grid * s.grid, s.vision_width))
     x_BxLxD = jnp.concatenate([jnp.broadcast_to(cls_D, (b, 1, s.vision_width)), x_BxNxD], 1)
     x_BxLxD = _layer_norm("ln_pre")(x_BxLxD + pos_LxD)
     for i in range(s.vision_layers):
+      # The last block computes the class token alone: it is all the tower reads.
+      last = i == s.vision_layers - 1
       x_BxLxD = Block(s.vision_heads, 4 * s.vision_width, EPS, activation=s.activation,
-                      name=f"resblocks_{i}")(x_BxLxD)
+                      name=f"resblocks_{i}")(x_BxLxD, rows_BxR=jnp.zeros((b, 1), jnp.int32) if last else None)
     cls_BxD = _layer_norm("ln_post")(x_BxLxD[:, 0])
     proj_DxE = self.param("proj", init, (s.vision_width, s.embed_dim))
     return cls_BxD @ proj_DxE
@@ -105,20 +122,26 @@ class TextTower(nn.Module):
     """``[B, E]`` embeddings; ``project=False``: the pooled ``[B, Dt]`` before the projection
     (what CLIP-Caption-Reward's grammar head reads)."""
     s = self.sizes
-    if tokens_BxT.shape[-1] != s.context_length:
-      raise BadInput(f"tokens: expected {s.context_length} per caption, got {tokens_BxT.shape[-1]}")
+    t = tokens_BxT.shape[-1]
+    if not 0 < t <= s.context_length:
+      raise BadInput(f"tokens: expected at most {s.context_length} per caption, got {t}")
     d = s.transformer_width
     x_BxTxD = nn.Embed(s.vocab_size, d, embedding_init=nn.initializers.normal(0.02),
                        name="token_embedding")(tokens_BxT)
+    # Fewer than context_length tokens (every caption's end of text among them) give the same
+    # embeddings: under the causal mask no position sees a later one, so the padding past the
+    # longest caption changes nothing it pools (jaxcap.clip.score cuts batches to their length).
     x_BxTxD = x_BxTxD + self.param("positional_embedding", nn.initializers.normal(0.01),
-                                   (s.context_length, d))
-    causal_1x1xTxT = nn.make_causal_mask(jnp.ones((1, s.context_length)))
-    for i in range(s.transformer_layers):
-      x_BxTxD = Block(s.transformer_heads, 4 * d, EPS, activation=s.activation,
-                      name=f"resblocks_{i}")(x_BxTxD, causal_1x1xTxT)
-    x_BxTxD = _layer_norm("ln_final")(x_BxTxD)
+                                   (s.context_length, d))[:t]
+    causal_1x1xTxT = nn.make_causal_mask(jnp.ones((1, t)))
     eot_B = jnp.argmax(tokens_BxT, axis=-1)  # their pooling: the end-of-text token has the largest id
-    pooled_BxD = jnp.take_along_axis(x_BxTxD, eot_B[:, None, None], axis=1)[:, 0]
+    # The last block computes the end-of-text token alone (all the tower reads), its causal row.
+    eot_mask_Bx1x1xT = (jnp.arange(t)[None, :] <= eot_B[:, None])[:, None, None, :]
+    for i in range(s.transformer_layers):
+      last = i == s.transformer_layers - 1
+      x_BxTxD = Block(s.transformer_heads, 4 * d, EPS, activation=s.activation, name=f"resblocks_{i}")(
+          x_BxTxD, eot_mask_Bx1x1xT if last else causal_1x1xTxT, rows_BxR=eot_B[:, None] if last else None)
+    pooled_BxD = _layer_norm("ln_final")(x_BxTxD[:, 0])  # [B, 1, D] after the last block
     proj_DxE = self.param("text_projection", nn.initializers.normal(d ** -0.5), (d, s.embed_dim))
     return pooled_BxD @ proj_DxE if project else pooled_BxD
 

@@ -57,13 +57,20 @@ class Block(nn.Module):
   activation: str = "gelu"
 
   @nn.compact
-  def __call__(self, x_BxLxD, mask_BxHxLxL=None):
-    h = nn.LayerNorm(epsilon=self.eps, dtype=self.dtype, name="norm1")(x_BxLxD)
-    x_BxLxD = x_BxLxD + nn.MultiHeadDotProductAttention(
+  def __call__(self, x_BxLxD, mask_BxHxLxL=None, rows_BxR=None):
+    """``rows_BxR``: only those positions' outputs ``[B, R, D]`` (their queries against every
+    key, then their MLP; ``mask`` then ``[B, 1, R, L]``): the last block of a tower that reads
+    one token computes that token alone, the same numbers for it."""
+    h_BxLxD = nn.LayerNorm(epsilon=self.eps, dtype=self.dtype, name="norm1")(x_BxLxD)
+    q_BxRxD, x_BxRxD = h_BxLxD, x_BxLxD
+    if rows_BxR is not None:  # LayerNorm is per position: norm1's rows are the rows' norm1
+      q_BxRxD = jnp.take_along_axis(h_BxLxD, rows_BxR[..., None], axis=1)
+      x_BxRxD = jnp.take_along_axis(x_BxLxD, rows_BxR[..., None], axis=1)
+    x_BxRxD = x_BxRxD + nn.MultiHeadDotProductAttention(
         num_heads=self.num_heads, dtype=self.dtype, deterministic=True,
-        force_fp32_for_softmax=True, name="attn")(h, mask=mask_BxHxLxL)  # bfloat16 softmax loses small weights
-    h = nn.LayerNorm(epsilon=self.eps, dtype=self.dtype, name="norm2")(x_BxLxD)
-    return x_BxLxD + Mlp(self.mlp_dim, self.dtype, self.activation, name="mlp")(h)
+        force_fp32_for_softmax=True, name="attn")(q_BxRxD, h_BxLxD, mask=mask_BxHxLxL)  # bfloat16 softmax loses small weights
+    h = nn.LayerNorm(epsilon=self.eps, dtype=self.dtype, name="norm2")(x_BxRxD)
+    return x_BxRxD + Mlp(self.mlp_dim, self.dtype, self.activation, name="mlp")(h)
 
 
 class ViT(nn.Module):

@@ -54,6 +54,28 @@ def scorer_and_images(tmp_path_factory):
   return score.Scorer(path, batch_size=3), helpers.images(tmp, 4)
 
 
+@pytest.mark.slow  # several text programs (one per length): past the quick loop's CPU limit
+def test_captions_cut_to_their_batch_s_length_embed_as_at_77_tokens(scorer_and_images):
+  """text_embeddings embeds shortest first, each batch cut to its longest caption (rounded up to
+  8 tokens): the same embeddings, in the callers' order, as the tower on all 77 positions."""
+  scorer, _ = scorer_and_images
+  captions = ["a dog", "a very " + "long " * 90 + "caption", "two cats on a mat by the door",
+              "a bus", "x " * 20, "one two three four five six seven eight nine ten eleven", "a"]
+  toks = tokenizer.tokenize([score.PREFIX + c for c in captions], truncate=True)
+  lengths = toks.argmax(-1) + 1
+  assert len({-(-int(n) // score.TOKEN_STEP) for n in lengths}) >= 3  # batches of several lengths
+  model = model_lib.CLIP(scorer.sizes)
+  for pooled, fn in ((False, model.encode_text), (True, model.encode_text_pooled)):
+    full = np.asarray(model.apply(scorer.variables, toks, method=fn))
+    got = scorer.text_embeddings(captions, pooled=pooled)
+    np.testing.assert_allclose(got, full, rtol=0, atol=1e-5 * np.abs(full).max())
+  # A token before a caption's end of text does change its embedding (the comparison can fail).
+  changed = toks[:1].copy()
+  changed[0, 2] += 1
+  base = np.asarray(model.apply(scorer.variables, toks[:1], method=model.encode_text))
+  assert np.abs(np.asarray(model.apply(scorer.variables, changed[:, :8], method=model.encode_text)) - base).max() > 1e-4
+
+
 @pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_scorer_end_to_end(scorer_and_images):
   scorer, files = scorer_and_images
