@@ -139,6 +139,8 @@ def main(argv=None):
   args = p.parse_args(argv)
   import torch  # noqa: PLC0415
   torch.manual_seed(0)
+  sys.path.insert(0, HERE)
+  import make_frcnn_fixture  # noqa: PLC0415  (the fixtures' photo drawing)
   sys.path[:0] = [os.path.abspath(args.detectron2), os.path.abspath(args.bua)]
   _stubs(os.path.abspath(args.bua), torch)
   from detectron2.checkpoint import DetectionCheckpointer  # noqa: PLC0415
@@ -176,13 +178,8 @@ def main(argv=None):
   model.proposal_generator.register_forward_hook(lambda m, i, o: rpn_out.update(p=o[0][0]))
   with np.load(os.path.join(FIXTURES, "frcnn_tiny.npz")) as z:
     raws = [z["raw_0"], z["raw_1"]]
-  for h, w in ((64, 64), (50, 190)):  # a square one that upscales, a wide one the long side caps
-    yy, xx = np.mgrid[0:h, 0:w]
-    img = np.stack([(xx * 255 / w), (yy * 255 / h), ((xx + yy) * 127 / (h + w))], -1)
-    for _ in range(5):
-      y0, x0 = rng.integers(0, h - 10), rng.integers(0, w - 10)
-      img[y0:y0 + rng.integers(5, h // 2), x0:x0 + rng.integers(5, w // 2)] = rng.uniform(0, 255, 3)
-    raws.append(np.clip(img, 0, 255).astype(np.uint8))
+  # a square one that upscales, a wide one the long side caps
+  raws += [make_frcnn_fixture.picture(rng, h, w, blocks=5) for h, w in ((64, 64), (50, 190))]
   fixture = {}
   with tempfile.TemporaryDirectory() as tmp:
     save_args = types.SimpleNamespace(output_dir=tmp)

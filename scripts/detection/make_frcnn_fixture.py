@@ -93,6 +93,17 @@ def randomise(model, torch, rng) -> None:
     head.cls_embedding.weight.copy_(torch.from_numpy(rng.normal(0, 1, head.cls_embedding.weight.shape).astype(np.float32)))
 
 
+def picture(rng, h: int, w: int, blocks: int = 6) -> np.ndarray:
+  """``[h, w, 3]`` uint8: smooth gradients plus ``blocks`` flat blocks (structure for the
+  backbone; the detector fixtures' photos)."""
+  yy, xx = np.mgrid[0:h, 0:w]
+  img = np.stack([(xx * 255 / w), (yy * 255 / h), ((xx + yy) * 127 / (h + w))], -1)
+  for _ in range(blocks):
+    y0, x0 = rng.integers(0, max(1, h - 10)), rng.integers(0, max(1, w - 10))
+    img[y0:y0 + rng.integers(5, max(6, h // 2)), x0:x0 + rng.integers(5, max(6, w // 2))] = rng.uniform(0, 255, 3)
+  return np.clip(img, 0, 255).astype(np.uint8)
+
+
 def main(argv=None):
   p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   p.add_argument("--lxmert", required=True, help="the reference's lxmert/ folder")
@@ -116,14 +127,7 @@ def main(argv=None):
   randomise(model, torch, rng)
 
   # Two BGR images with structure (smooth gradients plus blocks), of different sizes and aspects.
-  raws = []
-  for h, w in ((120, 90), (70, 130)):
-    yy, xx = np.mgrid[0:h, 0:w]
-    img = np.stack([(xx * 255 / w), (yy * 255 / h), ((xx + yy) * 127 / (h + w))], -1)
-    for _ in range(6):
-      y0, x0 = rng.integers(0, h - 10), rng.integers(0, w - 10)
-      img[y0:y0 + rng.integers(5, h // 2), x0:x0 + rng.integers(5, w // 2)] = rng.uniform(0, 255, 3)
-    raws.append(np.clip(img, 0, 255).astype(np.uint8))
+  raws = [picture(rng, h, w) for h, w in ((120, 90), (70, 130))]
 
   pre = processing_image.Preprocess(cfg)
   out = {}

@@ -47,22 +47,14 @@ PHOTOS = [
 ]
 
 
-def _picture(rng, h: int, w: int) -> np.ndarray:
-  """Smooth gradients plus blocks (structure for the backbone), uint8 RGB."""
-  yy, xx = np.mgrid[0:h, 0:w]
-  img = np.stack([(xx * 255 / w), (yy * 255 / h), ((xx + yy) * 127 / (h + w))], -1)
-  for _ in range(6):
-    y0, x0 = rng.integers(0, max(1, h - 10)), rng.integers(0, max(1, w - 10))
-    img[y0:y0 + rng.integers(5, max(6, h // 2)), x0:x0 + rng.integers(5, max(6, w // 2))] = rng.uniform(0, 255, 3)
-  return np.clip(img, 0, 255).astype(np.uint8)
-
-
 def write_photos(folder: str, rng) -> list:
   from PIL import Image  # noqa: PLC0415
+  sys.path.insert(0, HERE)
+  from make_frcnn_fixture import picture  # noqa: PLC0415
   os.makedirs(folder, exist_ok=True)
   paths = []
   for name, mode, h, w, opts in PHOTOS:
-    im = Image.fromarray(_picture(rng, h, w), "RGB")
+    im = Image.fromarray(picture(rng, h, w), "RGB")
     if mode == "P":
       im = im.quantize(colors=64, method=Image.Quantize.MEDIANCUT)
     elif mode in ("L", "LA", "RGBA"):
