@@ -138,6 +138,7 @@ def decode_features(model, params, vocab, batch: dict, decode_config, *, batch_s
   """
   cfg = _as_dict(decode_config)
   bad = decoding.bad_ending_ids(vocab)
+  sampling = cfg.get("method") == "sample"  # unset: the default, greedy
   b = len(batch["feats"])
   size = max(1, min(int(batch_size), b))
   outs = []
@@ -147,8 +148,9 @@ def decode_features(model, params, vocab, batch: dict, decode_config, *, batch_s
       rows = v[start:start + size]
       if len(rows) < size:
         rows = np.concatenate([rows, np.repeat(rows[:1], size - len(rows), axis=0)])
-      chunk[key] = jnp.asarray(rows)
-    rng = jax.random.fold_in(jax.random.PRNGKey(seed), k)
+      chunk[key] = np.asarray(rows)  # the jitted decoder puts it on the device itself, at less cost
+    # Only sampling draws: the key (two device calls, ~1 ms on a CPU) is made for it alone.
+    rng = jax.random.fold_in(jax.random.PRNGKey(seed), k) if sampling else None
     try:
       out = decoding.decode(model, params, chunk, cfg, rng=rng, bad_endings=bad, return_aux=return_aux)
     except KeyError as e:

@@ -88,7 +88,9 @@ def test_the_detector_computes_what_its_code_computes(i):
   assert out["valid"].sum() == n
   # Its RPN: 2-way softmax objectness, "+1" decoding, clipping to w - 1, its filters before the
   # top-k, its NMS kernel; the proposals in its order.
-  np.testing.assert_allclose(out["proposals"][:n], f[f"proposals_{i}"], atol=2e-4)
+  # 5e-4 px: float32 rounding through the backbone differs by CPU (2.6e-4 px on an AVX2-only
+  # host, below 2e-4 on the one the fixture was first checked on); its rules move boxes >= 0.5 px.
+  np.testing.assert_allclose(out["proposals"][:n], f[f"proposals_{i}"], atol=5e-4)
   np.testing.assert_allclose(np.asarray(jax.nn.softmax(out["cls_logits"][:n], -1)), _bg_last(f[f"probs_{i}"]), atol=1e-5)
   np.testing.assert_allclose(np.asarray(frcnn.attribute_probs(cfg, out["attr_logits"][:n])),
                              f[f"attr_{i}"][:, 1:], atol=1e-5)
