@@ -254,7 +254,9 @@ def _head(rec: dict) -> str:
   env = rec["environment"]
   refs = rec.get("_references") or {}
   ref_env = refs.get("env") or {}
-  return (f"**{env['device_kind']}** × {env['device_count']}, {env['date'][:10]}, jax {env['jax']}"
+  host = (f" ({env['cpu_model']}, {'/'.join(env.get('cpu_isa') or []) or 'no AVX2'})"
+          if env.get("platform") == "cpu" and env.get("cpu_model") else "")
+  return (f"**{env['device_kind']}**{host} × {env['device_count']}, {env['date'][:10]}, jax {env['jax']}"
           f"{', CUDA ' + str(env['cuda'].get('cuda_runtime')) if env.get('cuda') else ''}, "
           f"commit `{(env.get('git_commit') or '?')[:10]}`{' (dirty)' if env.get('git_dirty') else ''} "
           f"— `{rec['_file']}`"

@@ -382,6 +382,7 @@ def environment() -> dict:
   except Exception:  # noqa: BLE001
     pass
   env["cuda"] = _cuda_versions()
+  env.update(_host_cpu())
   try:
     env["git_commit"] = subprocess.run(["git", "rev-parse", "HEAD"], cwd=_REPO, capture_output=True,
                                        text=True, timeout=10).stdout.strip() or None
@@ -398,6 +399,22 @@ def environment() -> dict:
                     ("compilation_cache_dir", "jax_compilation_cache_dir")):
     env[key] = getattr(jax.config, flag, None) or None
   return env
+
+
+def _host_cpu() -> dict:
+  """The host CPU's model and its widest vector instructions (Linux's /proc/cpuinfo; {}
+  elsewhere): CPU rows of two days compare only on the same kind of host (cpu_side_by_side.py
+  timed PyTorch's reference 1.7-1.9x slower on 2026-12-07 than on 12-06 on the same code, with
+  nothing in the records to tell the two hosts apart)."""
+  try:
+    with open("/proc/cpuinfo") as f:
+      text = f.read()
+  except OSError:
+    return {}
+  model = next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")), None)
+  flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
+  isa = [f for f in ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile") if f in flags]
+  return {"cpu_model": model, "cpu_isa": isa}
 
 
 def _cuda_versions():

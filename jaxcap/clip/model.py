@@ -141,7 +141,11 @@ class TextTower(nn.Module):
       last = i == s.transformer_layers - 1
       x_BxTxD = Block(s.transformer_heads, 4 * d, EPS, activation=s.activation, name=f"resblocks_{i}")(
           x_BxTxD, eot_mask_Bx1x1xT if last else causal_1x1xTxT, rows_BxR=eot_B[:, None] if last else None)
-    pooled_BxD = _layer_norm("ln_final")(x_BxTxD[:, 0])  # [B, 1, D] after the last block
+    if s.transformer_layers:
+      x_BxD = x_BxTxD[:, 0]  # the last block returned the end-of-text row alone: [B, 1, D]
+    else:  # no blocks: the embeddings' end-of-text position
+      x_BxD = jnp.take_along_axis(x_BxTxD, eot_B[:, None, None], axis=1)[:, 0]
+    pooled_BxD = _layer_norm("ln_final")(x_BxD)
     proj_DxE = self.param("text_projection", nn.initializers.normal(d ** -0.5), (d, s.embed_dim))
     return pooled_BxD @ proj_DxE if project else pooled_BxD
 

@@ -176,7 +176,7 @@ class Captioner:
     b = rows if rows is not None else len(next(iter(batch.values())))
     padded_regions = batch["feats"].shape[1] if "feats" in batch else self.max_regions
     if rows is None:
-      batch = {k: jnp.asarray(_pad_rows(v, _bucket(b))) for k, v in batch.items()}
+      batch = {k: _pad_rows(v, _bucket(b)) for k, v in batch.items()}  # NumPy: the jitted call puts it on the device
     out = jax.device_get(self._call[method](self._params, batch))
     tokens = np.asarray(out["tokens"])[:b]
     att = np.asarray(out["attention"])[:b] if "attention" in out else None

@@ -60,6 +60,27 @@ def test_text_pooling_reads_the_end_of_text_position(reference):
   assert np.abs(np.asarray(model.apply(variables, before, method=model.encode_text))[0] - base[0]).max() > 1e-4
 
 
+def test_a_text_tower_without_blocks_pools_the_end_of_text_embedding():
+  """With zero text blocks the pooled row is ln_final of the end-of-text position's embedding
+  (token + position), not position 0's: the block loop's one-row return is not there to read."""
+  import jax
+  sizes = model_lib.ClipSizes(embed_dim=8, image_resolution=32, vision_layers=1, vision_width=64,
+                              vision_patch_size=16, context_length=10, vocab_size=20,
+                              transformer_width=16, transformer_heads=1, transformer_layers=0,
+                              vision_heads=1)
+  tower = model_lib.TextTower(sizes)
+  tokens = np.array([[3, 19, 0, 0, 0, 0], [5, 6, 7, 8, 19, 0]], np.int32)  # end of text (19) at 1 and 4
+  variables = tower.init(jax.random.PRNGKey(0), tokens)
+  p = variables["params"]
+  eot = tokens.argmax(-1)
+  x = np.asarray(p["token_embedding"]["embedding"])[tokens[np.arange(2), eot]] + np.asarray(p["positional_embedding"])[eot]
+  x = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + model_lib.EPS)
+  x = x * np.asarray(p["ln_final"]["scale"]) + np.asarray(p["ln_final"]["bias"])
+  np.testing.assert_allclose(np.asarray(tower.apply(variables, tokens, project=False)), x, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(np.asarray(tower.apply(variables, tokens)), x @ np.asarray(p["text_projection"]),
+                             rtol=1e-5, atol=1e-5)
+
+
 def _copy(tmp_path, name):
   src = os.path.join(FIXTURES, name)
   dst = tmp_path / os.path.basename(name)
