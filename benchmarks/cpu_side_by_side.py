@@ -94,6 +94,8 @@ def parse_args(argv=None):
   p.add_argument("--repeats", type=cli.positive_int, default=3, help="timed calls at the whole batch")
   p.add_argument("--threads", type=cli.positive_int, default=2, help="torch's threads (this machine's cores)")
   p.add_argument("--no_serve", action="store_true", help="leave the jaxcap-serve route out")
+  p.add_argument("--no_floor", action="store_true", help="leave out the batch-1 breakdown beside NumPy's "
+                 "products of the same matrices (the record's floor)")
   p.add_argument("--out", default=None)
   a = p.parse_args(argv)
   for flag, path in (("--checkpoint", a.checkpoint), ("--infos", a.infos), ("--m2_checkpoint", a.m2_checkpoint),
@@ -345,8 +347,98 @@ def main(argv=None) -> dict:
                              **{k: v for k, v in ref.get("built", {}).items() if k not in ("checkpoint", "infos", "vocab")}}
       record["models"][model] = info
       record["rows"] += time_routes(a, model, run, workdir, feats["att"], decodings, ref, tmp)
+      if model == "sc_transformer" and not a.no_floor:
+        record["floor"] = floor(run, feats["att"])
+        print(json.dumps(record["floor"]), flush=True)
   common.write_record("cpu_side_by_side", record, a.out)
   return record
+
+
+def _kernels(params) -> list:
+  """``(path, [in, out] float32 matrix)`` of every Dense kernel under ``params`` (DenseGeneral's
+  ``[D, H, Dh]`` / ``[H, Dh, D]`` kernels flattened to the product they compute)."""
+  import jax
+  out = []
+  for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
+    name = "/".join(str(getattr(k, "key", k)) for k in path)
+    name = name[len("params/"):] if name.startswith("params/") else name
+    if name.endswith("/kernel"):
+      a = np.asarray(leaf, np.float32)
+      if a.ndim == 3:  # [D, H, Dh] (queries, keys, values) or [H, Dh, D] (the output)
+        a = a.reshape(a.shape[0], -1) if "/out/" not in name else a.reshape(-1, a.shape[-1])
+      out.append((name, np.ascontiguousarray(a)))
+  return out
+
+
+def floor(run, att, repeats: int = 15) -> dict:
+  """Where one image's greedy caption goes, beside what NumPy's BLAS does with the same matrices
+  on this host: the encoder (every product that runs once per image: the region projection,
+  the encoder blocks, the decoder layers' cross-attention keys and values) at the image's
+  regions, and one decoding step (every product of a step: self-attention, cross-attention's
+  queries and output, FFN, output layer) at one row. NumPy runs the model's own kernels in
+  order, each on a random activation of its width (the encoder's ~92 MB and a step's ~108 MB
+  exceed the 32 MB L3 cache, so the weights stream from memory as in the model). jaxcap's
+  encoder: ``encode`` jitted alone; a step: greedy at max_len 20 minus max_len 1, divided by
+  the further steps the captions ran."""
+  import jax
+  from jaxcap import decoding
+  model, params = run.feature_model, run.feature_params
+  x = run.batch(att[:1])
+  x = {k: jax.numpy.asarray(v) for k, v in x.items()}
+
+  def median(fn):
+    jax.block_until_ready(fn())
+    ts = []
+    for _ in range(repeats):
+      t0 = time.perf_counter()
+      jax.block_until_ready(fn())
+      ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
+
+  encode = jax.jit(lambda p, b: model.apply(p, b, method="encode"))
+  encode_s = median(lambda: encode(params, x))
+  greedy = {n: jax.jit(lambda p, b, n=n: decoding.greedy(model, p, b, max_len=n)) for n in (1, 20)}
+  t1 = median(lambda: greedy[1](params, x).tokens)
+  t20 = median(lambda: greedy[20](params, x).tokens)
+  steps = int(np.asarray(greedy[20](params, x).lengths).max())  # the loop stops when the caption ends
+  step_s = (t20 - t1) / max(1, steps - 1)
+  kernels = _kernels(params)
+  once = [a for n, a in kernels if n.startswith(("encoder/", "feat_proj/"))
+          or ("cross_attn/" in n and ("/key/" in n or "/value/" in n))]
+  per_step = [a for n, a in kernels if n.startswith(("dec_layers_", "logits_proj/"))
+              and not ("cross_attn/" in n and ("/key/" in n or "/value/" in n))]
+  rng = np.random.default_rng(0)
+  n = att.shape[1]
+
+  def numpy_pass(mats, rows):
+    xs = {a.shape[0]: rng.standard_normal((rows, a.shape[0])).astype(np.float32) for a in mats}
+    ts = []
+    for _ in range(repeats + 1):
+      t0 = time.perf_counter()
+      for a in mats:
+        xs[a.shape[0]] @ a
+      ts.append(time.perf_counter() - t0)
+    return statistics.median(ts[1:])
+
+  enc_flop = 2.0 * n * sum(a.size for a in once)
+  step_bytes = 4.0 * sum(a.size for a in per_step)
+  np_enc, np_step = numpy_pass(once, n), numpy_pass(per_step, 1)
+  return {"model": "sc_transformer", "regions": int(n), "steps_at_max_len_20": steps,
+          "kernels": {"all": len(kernels), "encoder": len(once), "step": len(per_step)},
+          "encoder": {"gflop": enc_flop / 1e9, "jaxcap_ms": 1e3 * encode_s, "numpy_ms": 1e3 * np_enc,
+                      "jaxcap_gflop_s": enc_flop / encode_s / 1e9, "numpy_gflop_s": enc_flop / np_enc / 1e9},
+          "step": {"weights_mb": step_bytes / 1e6, "jaxcap_ms": 1e3 * step_s, "numpy_ms": 1e3 * np_step,
+                   "jaxcap_gb_s": step_bytes / step_s / 1e9, "numpy_gb_s": step_bytes / np_step / 1e9},
+          "greedy_max_len_1_ms": 1e3 * t1, "greedy_max_len_20_ms": 1e3 * t20,
+          "numpy_blas": _blas_name()}
+
+
+def _blas_name() -> str | None:
+  try:
+    cfg = np.show_config(mode="dicts")
+    return cfg["Build Dependencies"]["blas"]["name"]
+  except Exception:  # noqa: BLE001 - older NumPy
+    return None
 
 
 def _m2_width(checkpoint: str | None) -> int:

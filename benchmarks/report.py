@@ -447,6 +447,17 @@ def side_by_side_table(rec: dict) -> str:
     lines.append(f"| {r['model']} | {route} | {dec} | {r['first_call_s']:.2f} | {r['b1_median_s']:.4f} | "
                  f"{r['b1_p99_s']:.4f} | {r['batch_median_s']:.4f} | {r['mean_words']:.1f} | {same} | "
                  f"{_fmt(r.get('speedup_b1'), 2)} | {_fmt(r.get('speedup_batch'), 2)} |")
+  fl = rec.get("floor")
+  if fl:
+    enc, step = fl["encoder"], fl["step"]
+    lines += ["", f"One image's greedy caption ({fl['model']}), part by part, beside NumPy ({fl.get('numpy_blas') or 'its BLAS'}) "
+              f"running the same matrices in the same process (a step: greedy at max_len 20 minus max_len 1 over "
+              f"{fl['steps_at_max_len_20'] - 1} further steps):", "",
+              "| part | work | jaxcap ms | NumPy ms | jaxcap rate | NumPy rate |", "|---|---|---:|---:|---:|---:|",
+              f"| encoder, once per image ({fl['regions']} regions) | {enc['gflop']:.2f} GFLOP | {enc['jaxcap_ms']:.1f} | "
+              f"{enc['numpy_ms']:.1f} | {enc['jaxcap_gflop_s']:.0f} GFLOP/s | {enc['numpy_gflop_s']:.0f} GFLOP/s |",
+              f"| one decoding step (1 row) | {step['weights_mb']:.1f} MB of weights | {step['jaxcap_ms']:.2f} | "
+              f"{step['numpy_ms']:.2f} | {step['jaxcap_gb_s']:.1f} GB/s | {step['numpy_gb_s']:.1f} GB/s |"]
   return "\n".join(lines)
 
 

@@ -139,6 +139,13 @@ def test_benchmark_runs(case, tmp_path):
     assert record["models"]["sc_transformer"]["fields"]["num_layers"] == 2
     assert record["models"]["m2"]["decode"]["beam_mode"] == "in_slots"
     assert not any("reference" in m for m in record["models"].values())
+    # The batch-1 breakdown: every kernel of the model in exactly one part; the report renders it.
+    fl = record["floor"]
+    assert fl["kernels"]["encoder"] + fl["kernels"]["step"] == fl["kernels"]["all"] > 0, fl
+    assert fl["encoder"]["jaxcap_ms"] > 0 and fl["step"]["numpy_ms"] > 0 and fl["steps_at_max_len_20"] >= 1, fl
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import report  # noqa: PLC0415
+    assert "| one decoding step (1 row) |" in report.side_by_side_table(dict(record, _file="bench.json"))
   elif script == "export.py":
     import json
     record = json.loads((tmp_path / "bench.json").read_text())
