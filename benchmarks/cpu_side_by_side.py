@@ -375,8 +375,8 @@ def floor(run, att, repeats: int = 15) -> dict:
   on this host: the encoder (every product that runs once per image: the region projection,
   the encoder blocks, the decoder layers' cross-attention keys and values) at the image's
   regions, and one decoding step (every product of a step: self-attention, cross-attention's
-  queries and output, FFN, output layer) at one row. NumPy runs the model's own kernels in
-  order, each on a random activation of its width (the encoder's ~92 MB and a step's ~108 MB
+  queries and output, FFN, output layer) at one row. NumPy runs the model's own kernels one
+  after another (in the parameter tree's order), each on a random activation of its width (the encoder's ~92 MB and a step's ~108 MB
   exceed the 32 MB L3 cache, so the weights stream from memory as in the model). jaxcap's
   encoder: ``encode`` jitted alone; a step: greedy at max_len 20 minus max_len 1, divided by
   the further steps the captions ran."""
@@ -400,7 +400,8 @@ def floor(run, att, repeats: int = 15) -> dict:
   greedy = {n: jax.jit(lambda p, b, n=n: decoding.greedy(model, p, b, max_len=n)) for n in (1, 20)}
   t1 = median(lambda: greedy[1](params, x).tokens)
   t20 = median(lambda: greedy[20](params, x).tokens)
-  steps = int(np.asarray(greedy[20](params, x).lengths).max())  # the loop stops when the caption ends
+  # The loop stops when the caption ends: the steps it ran are the caption's length (EOS included).
+  steps = int(np.asarray(greedy[20](params, x).lengths).max())
   step_s = (t20 - t1) / max(1, steps - 1)
   kernels = _kernels(params)
   once = [a for n, a in kernels if n.startswith(("encoder/", "feat_proj/"))

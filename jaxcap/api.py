@@ -178,6 +178,7 @@ class Run:
     self._dataset, self._mesh = dataset, mesh
     self._predict_fns: dict = {}  # compiled split decoders, by decoding options
     self._backbones: dict = {}  # image backbones, by weights file
+    self._checked_decode: set = set()  # decoding option sets already validated
 
   def __repr__(self):
     extra = f", ablations={self.ablations}" if self.ablations else ""
@@ -220,11 +221,10 @@ class Run:
       hash(key)
     except TypeError:
       key = None
-    checked = self.__dict__.setdefault("_checked_decode", set())
-    if key is None or key not in checked:
+    if key is None or key not in self._checked_decode:
       self._check_decode(cfg)
       if key is not None:
-        checked.add(key)
+        self._checked_decode.add(key)
     return cfg
 
   def _check_decode(self, cfg: dict) -> None:

@@ -12,7 +12,6 @@ import math
 
 import numpy as np
 import jax
-import jax.numpy as jnp
 
 from jaxcap import decoding, progress
 from jaxcap.data import batch as batch_lib

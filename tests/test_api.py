@@ -194,6 +194,11 @@ def test_decoding_options_are_checked_at_every_entry_point(workdir):
   with pytest.raises(ValueError, match=r"^decoding option beam_size: "):
     run.decode_config("beam", words + 1)
   assert run.decode_config("beam", words)["beam_size"] == words
+  # Valid option sets are checked once (Run keeps them); a refused one is refused every time.
+  for _ in range(2):
+    with pytest.raises(ValueError, match=r"^decoding option beam_size: "):
+      run.decode_config("beam", words + 1)
+  assert run.decode_config("beam", words)["beam_size"] == words
 
 
 @pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
