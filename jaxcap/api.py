@@ -242,11 +242,11 @@ class Run:
       raise BadInput(str(e).replace("config field decode.", "decoding option ")) from None
 
   def decode(self, features, method: str | None = None, beam_size: int | None = None, *,
-             batch_size: int = 50, seed: int = 0, return_aux: bool = False, **options):
+             batch_size: int = 50, seed: int = 0, return_aux: bool | Sequence[str] = False, **options):
     """Decodes ``features`` (:func:`jaxcap.inference.decode_features`) in chunks of
     ``batch_size`` images with the run's ``config.decode`` unless told otherwise (:meth:`decode_config`);
     arguments as :meth:`caption`. ``return_aux`` also returns the model's per-step outputs
-    (attention weights, AAT's steps, ETA's gate, ...).
+    (attention weights, AAT's steps, ETA's gate, ...): True for all, or the names of those kept.
 
     Returns:
       :class:`jaxcap.decoding.DecodeOutput` of numpy arrays: ``tokens`` int32 ``[B, T]``

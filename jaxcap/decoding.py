@@ -35,9 +35,11 @@ Output conventions (:class:`DecodeOutput`):
   * Shapes: greedy ``[B, T]``; sampling ``[B, n, T]``; beam search ``[B, K, T]`` with the K beams
     of an image sorted best first (``scores`` descending, ties broken towards the hypothesis
     that finished first). Scalars per sequence drop the trailing T.
-  * ``aux`` (only with ``return_aux=True``): the dict returned by ``decode_step`` with each
+  * ``aux`` (only with ``return_aux``): the dict returned by ``decode_step`` with each
     array stacked along time, ``[B, (n | K,) T, ...]``, following the beam's own history; zeros
-    after EOS. Otherwise None.
+    after EOS. ``return_aux`` may name the entries to keep (e.g. ``("attention",)``, what the
+    server and the exported captioner return): the others are dropped at every step, not
+    carried through the loop. Otherwise None.
 
 Beam search keeps two sets per image (the alive/finished formulation): up to K alive
 hypotheses that have not ended, and the K best finished ones. A hypothesis ends with EOS, or
@@ -212,9 +214,28 @@ def _batch_size(tree) -> int:
   return leaves[0].shape[0]
 
 
-def _step_logprobs(model, params, enc, cache, tokens, t):
+def _step_logprobs(model, params, enc, cache, tokens, t, aux_keys=True):
   logits, cache, aux = model.apply(params, enc, cache, tokens, t, method="decode_step")
-  return jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1), cache, aux
+  return jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1), cache, _select_aux(aux, aux_keys)
+
+
+def _aux_spec(return_aux):
+  """The static form of a ``return_aux`` argument: False, True (all of decode_step's aux) or a
+  sorted tuple of the aux entries to keep (an empty selection is False)."""
+  if isinstance(return_aux, (bool, np.bool_)):
+    return bool(return_aux)
+  if isinstance(return_aux, str):
+    return (return_aux,)
+  return tuple(sorted({str(k) for k in return_aux})) or False
+
+
+def _select_aux(aux, aux_keys):
+  """decode_step's aux, or only its entries named in ``aux_keys`` (those the model returns):
+  what a search does not keep it does not carry through its steps (the beam search gathers and
+  merges every carried entry at every step)."""
+  if not isinstance(aux_keys, tuple):
+    return aux
+  return {k: aux[k] for k in aux_keys if k in aux} if isinstance(aux, dict) else {}
 
 
 def _banned_tokens(lp_NxV, t, opts, prev_N):
@@ -272,11 +293,11 @@ def _set_at(x_NxTx, t, value_Nx):
   return jnp.where(at_t, jnp.expand_dims(value_Nx, 1).astype(x_NxTx.dtype), x_NxTx)
 
 
-def _aux_template(model, params, enc, cache, n: int):
-  """Shapes/dtypes of ``decode_step``'s aux for ``n`` rows, without running it."""
+def _aux_template(model, params, enc, cache, n: int, aux_keys=True):
+  """Shapes/dtypes of ``decode_step``'s aux (the kept entries) for ``n`` rows, without running it."""
   tokens = jnp.full((n,), BOS, jnp.int32)
-  return jax.eval_shape(
-      lambda: model.apply(params, enc, cache, tokens, jnp.int32(0), method="decode_step")[2])
+  return jax.eval_shape(lambda: _select_aux(
+      model.apply(params, enc, cache, tokens, jnp.int32(0), method="decode_step")[2], aux_keys))
 
 
 def _penalty_coefficients(kind: str, alpha: float):
@@ -330,11 +351,11 @@ def _sequential(model, params, enc, keys_T, *, max_len, pick, opts, return_aux):
   aux0 = None
   if return_aux:
     aux0 = jax.tree.map(lambda s: jnp.zeros((max_len,) + s.shape, s.dtype),
-                        _aux_template(model, params, enc, cache, n))
+                        _aux_template(model, params, enc, cache, n, return_aux))
 
   def body(state):
     t, cache, prev_N, done_N, tok_TxN, tok_lp_TxN, aux_T = state
-    lp_NxV, cache, aux = _step_logprobs(model, params, enc, cache, prev_N, t)
+    lp_NxV, cache, aux = _step_logprobs(model, params, enc, cache, prev_N, t, return_aux)
     lp_NxV = _banned_tokens(lp_NxV, t, opts, prev_N)
     tok_N = pick(lp_NxV, jax.tree.map(lambda k: k[t], keys)).astype(jnp.int32)
     tok_lp_N = jnp.take_along_axis(lp_NxV, tok_N[:, None], axis=-1)[:, 0]
@@ -434,7 +455,7 @@ def _sample_and_greedy_jit(model, params, batch, keys_B, opts, *, max_len, num_s
 
 
 def greedy(model, params, batch, *, max_len: int, suppress_unk: bool = False, min_len: int = 0,
-           bad_endings: Sequence[int] = (), return_aux: bool = False) -> DecodeOutput:
+           bad_endings: Sequence[int] = (), return_aux: bool | Sequence[str] = False) -> DecodeOutput:
   """Arg-max decoding.
 
   Args:
@@ -447,20 +468,20 @@ def greedy(model, params, batch, *, max_len: int, suppress_unk: bool = False, mi
     bad_endings: token ids after which EOS is banned (self-critical.pytorch's
       ``remove_bad_endings``: no caption ends with "a", "the", "of", ...; see
       :func:`bad_ending_ids`). A caption cut at ``max_len`` may still end with one.
-    return_aux: also return the per-step aux outputs.
+    return_aux: also return the per-step aux outputs (True), or only the named entries.
 
   Returns:
     DecodeOutput with ``tokens [B, T]``.
   """
   _check_common(max_len, min_len)
   return _greedy_jit(model, params, batch, _common_opts(min_len, suppress_unk, bad_endings),
-                     max_len=int(max_len), return_aux=bool(return_aux))
+                     max_len=int(max_len), return_aux=_aux_spec(return_aux))
 
 
 def sample(model, params, batch, rng, *, max_len: int, num_samples: int = 1,
            temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
            suppress_unk: bool = False, min_len: int = 0, bad_endings: Sequence[int] = (),
-           return_aux: bool = False) -> DecodeOutput:
+           return_aux: bool | Sequence[str] = False) -> DecodeOutput:
   """Ancestral sampling from ``softmax(logits / temperature)``, optionally top-k / top-p filtered.
 
   Args:
@@ -488,7 +509,7 @@ def sample(model, params, batch, rng, *, max_len: int, num_samples: int = 1,
                       bad_endings=bad_endings)
   return _sample_jit(model, params, batch, rng, opts, max_len=int(max_len),
                      num_samples=int(num_samples), filtered=bool(top_k > 0 or top_p < 1.0),
-                     return_aux=bool(return_aux))
+                     return_aux=_aux_spec(return_aux))
 
 
 def sample_and_greedy(model, params, batch, keys_B, *, max_len: int, num_samples: int,
@@ -732,7 +753,7 @@ def _beam_search_jit(model, params, batch, opts, *, beam_size, max_len, beam_mod
   if return_aux:
     aux0 = jax.tree.map(
         lambda s: jnp.zeros((b, g_n, k, big_t) + s.shape[1:], s.dtype),
-        _aux_template(model, params, enc, cache, n))
+        _aux_template(model, params, enc, cache, n, return_aux))
   else:
     aux0 = None
   state = {
@@ -749,7 +770,7 @@ def _beam_search_jit(model, params, batch, opts, *, beam_size, max_len, beam_mod
   def body(s, t):
     last_N = s["last"].reshape(n)
     # One decode_step for every group's beams: groups differ only in which words they pick.
-    lp_NxV, new_cache, aux = _step_logprobs(model, params, enc, s["cache"], last_N, t)
+    lp_NxV, new_cache, aux = _step_logprobs(model, params, enc, s["cache"], last_N, t, return_aux)
     v = lp_NxV.shape[-1]
     lp_NxV = _banned_tokens(lp_NxV, t, opts, last_N)
     if block_trigrams:
@@ -817,7 +838,7 @@ def beam_search(model, params, batch, *, beam_size: int, max_len: int,
                 beam_mode: str = "live", length_penalty: str = "none", alpha: float = 0.6,
                 min_len: int = 0, block_trigrams: bool = False, suppress_unk: bool = False,
                 bad_endings: Sequence[int] = (), beam_groups: int = 1,
-                diversity_strength: float = 0.5, return_aux: bool = False) -> DecodeOutput:
+                diversity_strength: float = 0.5, return_aux: bool | Sequence[str] = False) -> DecodeOutput:
   """Beam search (alive/finished formulation, see the module docstring), optionally diverse.
 
   Args:
@@ -842,7 +863,8 @@ def beam_search(model, params, batch, *, beam_size: int, max_len: int,
       when > 1 (K must be a multiple of G); see the module docstring.
     diversity_strength: lambda, the diversity penalty per earlier-group choice of a word
       (>= 0; read only when G > 1).
-    return_aux: also return the per-step aux outputs along each returned beam.
+    return_aux: also return the per-step aux outputs along each returned beam (True), or only
+      the named entries.
 
   Returns:
     DecodeOutput with ``tokens [B, K, T]``: best first, or with G > 1 group after group
@@ -877,7 +899,7 @@ def beam_search(model, params, batch, *, beam_size: int, max_len: int,
   return _beam_search_jit(model, params, batch, opts, beam_size=int(beam_size),
                           max_len=int(max_len), beam_mode=str(beam_mode),
                           groups=int(beam_groups), block_trigrams=bool(block_trigrams),
-                          return_aux=bool(return_aux))
+                          return_aux=_aux_spec(return_aux))
 
 
 def _check_common(max_len, min_len):
@@ -888,7 +910,7 @@ def _check_common(max_len, min_len):
 
 
 def decode(model, params, batch, decode_config, rng=None, *,
-           bad_endings: Sequence[int] | None = None, return_aux: bool = False) -> DecodeOutput:
+           bad_endings: Sequence[int] | None = None, return_aux: bool | Sequence[str] = False) -> DecodeOutput:
   """Dispatches on ``decode_config.method`` (fields as in :func:`default_decode_config`).
 
   ``decode_config`` is any mapping with ``items()`` (a ConfigDict or a dict).

@@ -155,7 +155,7 @@ def make_ensemble(models: Sequence[Any], params_list: Sequence[Any],
 def ensemble_decode(models: Sequence[Any], params_list: Sequence[Any], batch: dict,
                     decode_config, rng=None, *, weights: Sequence[float] | None = None,
                     bad_endings: Sequence[int] | None = None,
-                    return_aux: bool = False) -> decoding.DecodeOutput:
+                    return_aux: bool | Sequence[str] = False) -> decoding.DecodeOutput:
   """Decodes ``batch`` with the ensemble of ``models`` (``decoding.decode``'s options).
 
   Args:

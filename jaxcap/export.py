@@ -149,7 +149,7 @@ def _decoders(run, cfg: dict, treedef):
 
   def greedy(leaves, batch):
     params = jax.tree.unflatten(treedef, leaves)
-    return outputs(decoding.greedy(model, params, batch, return_aux=True, **common), False)
+    return outputs(decoding.greedy(model, params, batch, return_aux=("attention",), **common), False)
 
   def beam(leaves, batch):
     params = jax.tree.unflatten(treedef, leaves)
@@ -157,7 +157,7 @@ def _decoders(run, cfg: dict, treedef):
         model, params, batch, beam_size=int(cfg["beam_size"]), beam_mode=cfg["beam_mode"],
         length_penalty=cfg["length_penalty"], alpha=float(cfg["alpha"]),
         block_trigrams=bool(cfg["block_trigrams"]), beam_groups=int(cfg["beam_groups"]),
-        diversity_strength=float(cfg["diversity_strength"]), return_aux=True,
+        diversity_strength=float(cfg["diversity_strength"]), return_aux=("attention",),
         **dict(common, suppress_unk=decoding.beam_suppresses_unk(cfg)))
     return outputs(out, True)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from typing import Sequence
 
 import numpy as np
 import jax
@@ -128,7 +129,7 @@ class _Prefix:
 
 
 def decode_features(model, params, vocab, batch: dict, decode_config, *, batch_size: int = 50,
-                    seed: int = 0, return_aux: bool = False):
+                    seed: int = 0, return_aux: bool | Sequence[str] = False):
   """Decodes a batch of a user's features (:func:`jaxcap.data.batch.from_features`) in chunks
   of ``batch_size`` images on the default device (the last chunk padded with copies of its
   first row, so every chunk has the same shapes and the decoder compiles once).

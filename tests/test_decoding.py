@@ -475,6 +475,35 @@ def test_aux_follows_the_beams():
                                 np.where(valid_g, np.asarray(shift_right(g.tokens)), 0))
 
 
+def test_aux_named_entries_only():
+  """``return_aux=("prev",)`` keeps that entry, equal to ``return_aux=True``'s, and carries no
+  other through the loop (the server and the exported captioner keep "attention" only); a name
+  the model does not return is no entry."""
+  batch = toy_batch(6, B, T, V, eos_bias=0.5)
+  key = jax.random.PRNGKey(3)
+  calls = {
+      "greedy": lambda aux: decoding.greedy(TOY, {}, batch, max_len=T, return_aux=aux),
+      "beam": lambda aux: decoding.beam_search(TOY, {}, batch, beam_size=K, max_len=T, return_aux=aux),
+      "in_slots": lambda aux: decoding.beam_search(TOY, {}, batch, beam_size=K, max_len=T,
+                                                   beam_mode="in_slots", return_aux=aux),
+      "sample": lambda aux: decoding.sample(TOY, {}, batch, key, max_len=T, num_samples=2,
+                                            return_aux=aux),
+  }
+  for name, call in calls.items():
+    full, kept, none = call(True), call(("prev",)), call(("no_such_entry",))
+    np.testing.assert_array_equal(kept.tokens, full.tokens, err_msg=name)
+    assert set(kept.aux) == {"prev"}, name
+    np.testing.assert_array_equal(kept.aux["prev"], full.aux["prev"], err_msg=name)
+    assert none.aux == {}, name
+    np.testing.assert_array_equal(none.tokens, full.tokens, err_msg=name)
+  # The carried state holds the kept entry only: no [.., V] one-hot history in the loop.
+  jaxpr = str(jax.make_jaxpr(lambda b: decoding.beam_search(
+      TOY, {}, b, beam_size=K, max_len=T, return_aux=("prev",)).tokens)(batch))
+  assert f"{K},{T},{V}]" not in jaxpr.replace(" ", "")
+  assert f"{K},{T},{V}]" in str(jax.make_jaxpr(lambda b: decoding.beam_search(
+      TOY, {}, b, beam_size=K, max_len=T, return_aux=True).tokens)(batch)).replace(" ", "")
+
+
 def test_aux_attention_lstm(lstm):
   model, params, batch = lstm
   out = decoding.beam_search(model, params, batch, beam_size=K, max_len=LSTM_T, return_aux=True)

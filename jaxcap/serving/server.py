@@ -321,8 +321,10 @@ class RunBackend:
       batch = {k: np.concatenate([v, np.repeat(v[-1:], pad, axis=0)]) for k, v in batch.items()}
     options = {"num_samples": settings.samples} if settings.method == "sample" else {}
     seed = settings.seed if settings.seed is not None else time.time_ns() % (2 ** 31)
+    # Only the attention the page shows: a model's other per-step outputs (M2's cross-attention
+    # of every layer and head) would be carried through every step of the search.
     out = self.run.decode(batch, settings.method, settings.beam_size, batch_size=size, seed=seed,
-                          return_aux=True, **options)
+                          return_aux=("attention",), **options)
     aux = out.aux if isinstance(out.aux, dict) else None
     regions = batch["feats_mask"][:total].sum(1).astype(int).tolist()
     results = sequence_results(self.run.vocab, out.tokens[:total],
