@@ -909,8 +909,8 @@ def _check_common(max_len, min_len):
     raise BadInput(f"decode option min_len: expected in [0, max_len={max_len}), got {min_len}")
 
 
-def decode(model, params, batch, decode_config, rng=None, *,
-           bad_endings: Sequence[int] | None = None, return_aux: bool | Sequence[str] = False) -> DecodeOutput:
+def decode(model, params, batch, decode_config, rng=None, *, bad_endings: Sequence[int] | None = None,
+           return_aux: bool | Sequence[str] = False) -> DecodeOutput:
   """Dispatches on ``decode_config.method`` (fields as in :func:`default_decode_config`).
 
   ``decode_config`` is any mapping with ``items()`` (a ConfigDict or a dict).
