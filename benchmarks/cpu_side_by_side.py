@@ -376,10 +376,10 @@ def floor(run, att, repeats: int = 15) -> dict:
   the encoder blocks, the decoder layers' cross-attention keys and values) at the image's
   regions, and one decoding step (every product of a step: self-attention, cross-attention's
   queries and output, FFN, output layer) at one row. NumPy runs the model's own kernels one
-  after another (in the parameter tree's order), each on a random activation of its width (the encoder's ~92 MB and a step's ~108 MB
-  exceed the 32 MB L3 cache, so the weights stream from memory as in the model). jaxcap's
-  encoder: ``encode`` jitted alone; a step: greedy at max_len 20 minus max_len 1, divided by
-  the further steps the captions ran."""
+  after another (in the parameter tree's order), each on a random activation of its width (the
+  encoder's ~92 MB and a step's ~108 MB exceed the 32 MB L3 cache, so the weights stream from
+  memory as in the model). jaxcap's encoder: ``encode`` jitted alone; a step: greedy at
+  max_len 20 minus max_len 1, divided by the further steps the captions ran."""
   import jax
   from jaxcap import decoding
   model, params = run.feature_model, run.feature_params
