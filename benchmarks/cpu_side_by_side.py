@@ -381,7 +381,7 @@ def floor(run, att, repeats: int = 15) -> dict:
   memory as in the model). jaxcap's encoder: ``encode`` jitted alone; a step: greedy at
   max_len 20 minus max_len 1, divided by the further steps the captions ran."""
   import jax
-  from jaxcap import decoding
+  from jaxcap import decoding, xla_options
   model, params = run.feature_model, run.feature_params
   x = run.batch(att[:1])
   x = {k: jax.numpy.asarray(v) for k, v in x.items()}
@@ -395,9 +395,11 @@ def floor(run, att, repeats: int = 15) -> dict:
       ts.append(time.perf_counter() - t0)
     return statistics.median(ts)
 
-  encode = jax.jit(lambda p, b: model.apply(p, b, method="encode"))
+  options = xla_options.decode_compiler_options()  # decoding's own (its programs are compiled so)
+  encode = jax.jit(lambda p, b: model.apply(p, b, method="encode"), compiler_options=options)
   encode_s = median(lambda: encode(params, x))
-  greedy = {n: jax.jit(lambda p, b, n=n: decoding.greedy(model, p, b, max_len=n)) for n in (1, 20)}
+  greedy = {n: jax.jit(lambda p, b, n=n: decoding.greedy(model, p, b, max_len=n), compiler_options=options)
+            for n in (1, 20)}
   t1 = median(lambda: greedy[1](params, x).tokens)
   t20 = median(lambda: greedy[20](params, x).tokens)
   # The loop stops when the caption ends: the steps it ran are the caption's length (EOS included).

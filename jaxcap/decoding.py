@@ -82,8 +82,11 @@ longer removes a live beam. Once no alive beam can beat the worst finished one
 known), an image is done: the loop keeps running while another image is not, and its
 sequences, scores and finished set stay frozen (its cache keeps being computed but is never read
 again); the loop stops once every image is done. ``"in_slots"`` fills its
-finished set at the last step only and runs every step, as its authors' search does. If fewer
-than K hypotheses exist at all, the missing places have score -inf and length 0.
+finished set at the last step only, as its authors' search does; once every slot of every
+image has ended (each with a score above their -999), the steps left would only write PAD after
+the slots' EOS and keep their order, so the search goes straight to the last step (their
+search runs every step: the same output). If fewer than K hypotheses exist at all, the missing
+places have score -inf and length 0.
 
 Diverse beam search (Vijayakumar et al., "Diverse Beam Search", 2016/2018; ``beam_groups`` G
 > 1, ``diversity_strength`` lambda) splits the K beams into G groups of K' = K / G, each its
@@ -679,9 +682,18 @@ def _beam_group_step(s, lp_BxKxV, aug_BxKxV, aux_BxK, t, *, beam_mode, max_len, 
   # are <= 0) and the length penalty is largest at max_len, so nothing enters the finished
   # set afterwards and freezing the image changes no output.
   best_bound_B = alive_aug_BxK.max(-1) / penalty(jnp.int32(big_t))
-  # "in_slots" runs every step (its finished set is filled at the last one).
-  done_B = s["done"] if in_slots else s["done"] | (fin_score_BxK[:, -1] >= best_bound_B)
-  frozen_B = s["done"] if freeze else jnp.zeros_like(s["done"])
+  if in_slots:
+    # "in_slots" fills its finished set at the last step, so nothing is frozen. Its image is
+    # done once every slot has ended with a score above -999: from then on each slot's one
+    # candidate beats every other word, the K slots are already in top_k's order (score, then
+    # slot), and every further step writes PAD, 0 and zero aux where the initial state already
+    # holds them; the search skips to the last step (_beam_search_jit).
+    ended_BxK = (word_BxC == EOS) | (word_BxC == PAD)
+    done_B = (ended_BxK & (top_aug_BxC > _IN_SLOTS_OTHER_WORDS)).all(-1)
+    frozen_B = jnp.zeros_like(s["done"])
+  else:
+    done_B = s["done"] | (fin_score_BxK[:, -1] >= best_bound_B)
+    frozen_B = s["done"] if freeze else jnp.zeros_like(s["done"])
 
   def keep(old, new):
     return jnp.where(frozen_B.reshape((-1,) + (1,) * (old.ndim - 1)), old, new)
@@ -815,14 +827,20 @@ def _beam_search_jit(model, params, batch, opts, *, beam_size, max_len, beam_mod
     return out, None
 
   # Stops once every image is done (no alive beam can beat its worst finished one: the
-  # remaining steps would change nothing returned); "in_slots" fills its finished set at the
-  # last step, so it runs every step, as its authors' search does.
+  # remaining steps would change nothing returned). "in_slots" fills its finished set at the
+  # last step: once every image's slots have all ended, it goes straight to that step.
   def running(ts):
     t, s = ts
     return (t < big_t) & (jnp.bool_(in_slots) | ~s["done"].all())
 
-  _, s = jax.lax.while_loop(running, lambda ts: (ts[0] + 1, body(ts[1], ts[0])[0]),
-                            (jnp.int32(0), state))
+  def advance(ts):
+    t, s = ts
+    s = body(s, t)[0]
+    if in_slots:
+      return jnp.where(s["done"].all(), jnp.maximum(t + 1, big_t - 1), t + 1), s
+    return t + 1, s
+
+  _, s = jax.lax.while_loop(running, advance, (jnp.int32(0), state))
 
   # Groups one after the other, each best first (self-critical.pytorch's done_beams order).
   def flat(x):

@@ -14,7 +14,7 @@ from typing import Sequence
 import numpy as np
 import jax
 
-from jaxcap import decoding, progress
+from jaxcap import decoding, progress, xla_options
 from jaxcap.data import batch as batch_lib
 from jaxcap.data import pipeline
 from jaxcap.errors import BadInput
@@ -49,7 +49,8 @@ def decode_fn(model, vocab, decode_config, mesh, all_sequences: bool = False, ca
       tokens = tokens[:, 0]
     return tokens
 
-  fn = jax.jit(run, in_shardings=(parallel.replicated(mesh), data, None), out_shardings=data)
+  fn = jax.jit(run, in_shardings=(parallel.replicated(mesh), data, None), out_shardings=data,
+               compiler_options=xla_options.decode_compiler_options())
   if cache is not None:
     cache[key] = fn
   return fn

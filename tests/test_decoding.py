@@ -562,17 +562,30 @@ def test_decoding_stops_when_every_caption_has_ended(method):
     out = decoding.sample(model, {}, batch, jax.random.key(0), max_len=t_max, num_samples=2)
   else:
     mode = "in_slots" if method == "in_slots" else "live"
-    out = decoding.beam_search(model, {}, batch, beam_size=k, max_len=t_max, beam_mode=mode)
+    if mode == "in_slots":  # their search, which runs every step, first (its steps counted too)
+      theirs = their_beam_search(model, {}, batch, k, t_max)
+      CountingToy.executed.clear()
+    out = decoding.beam_search(model, {}, batch, beam_size=k, max_len=t_max, beam_mode=mode,
+                               return_aux=mode == "in_slots")
     if mode == "live":
       for b in range(B):
         ref = reference_beam_search(batch, b, V, k, t_max)
         assert [strip(row) for row in out.tokens[b]] == [c[2] for c in ref]
+    else:
+      np.testing.assert_array_equal(np.asarray(out.tokens), theirs[0])
+      np.testing.assert_allclose(np.asarray(out.token_logprobs), theirs[1], rtol=1e-5, atol=1e-5)
+      np.testing.assert_allclose(np.asarray(out.scores), theirs[2], rtol=1e-5, atol=1e-5)
+      valid = np.arange(t_max) < np.asarray(out.lengths)[..., None]
+      np.testing.assert_array_equal(np.asarray(out.aux["prev"]),
+                                    np.where(valid, np.asarray(shift_right(out.tokens)), 0))
   jax.block_until_ready(out.tokens)
   check_conventions(out, t_max, V)
   lengths = np.asarray(out.lengths)
   assert lengths.max() == 5 and (lengths == 3).any()
-  # in_slots fills its finished set at the last step: every step runs, as its authors' search.
-  assert CountingToy.executed == list(range(t_max if method == "in_slots" else 5))
+  # in_slots fills its finished set at the last step: once every slot has ended (after step 4)
+  # it goes straight there; the others stop after step 4.
+  assert CountingToy.executed == ([0, 1, 2, 3, 4, t_max - 1] if method == "in_slots"
+                                  else list(range(5)))
 
 
 @pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
@@ -904,9 +917,11 @@ def their_beam_search(model, params, batch, beam_size, max_len):
   written as selects (``0 * -inf`` would be NaN). Ties: stable (lower flat index first).
 
   Returns:
-    ``(outputs [B, K, T], log_probs [B, K, T], seq_logprob [B, K], kept, pushed)``: their
-    outputs, per-word log-probabilities and scores, best first; ``kept`` counts ended beams
-    that held their place through a step, ``pushed`` those that lost it.
+    ``(outputs [B, K, T], log_probs [B, K, T], seq_logprob [B, K], kept, pushed, all_ended_at)``:
+    their outputs, per-word log-probabilities and scores, best first; ``kept`` counts ended
+    beams that held their place through a step, ``pushed`` those that lost it; the first step
+    after which every place of every image has ended above -999 (None if none): jaxcap
+    skips the steps between it and the last.
   """
   f32 = np.float32
   enc = model.apply(params, batch, method="encode")
@@ -920,6 +935,7 @@ def their_beam_search(model, params, batch, beam_size, max_len):
   last = np.full((b_s,), BOS, np.int32)
   selected_words = None
   kept = pushed = 0
+  all_ended_at = None
   for t in range(max_len):
     cur_beam_size = 1 if t == 0 else beam_size
     logits, cache = step(enc, cache, jnp.asarray(last), jnp.int32(t))
@@ -955,11 +971,14 @@ def their_beam_search(model, params, batch, beam_size, max_len):
     log_probs = [np.take_along_axis(o, selected_beam[..., None], 1) for o in log_probs]
     log_probs.append(this_word_logprob[..., None])
     last = selected_words.reshape(-1).astype(np.int32)
+    if all_ended_at is None and (seq_mask[..., 0] * (selected_words != EOS) == 0).all() and (
+        selected_logprob > -999).all():
+      all_ended_at = t
   sort_idxs = np.argsort(-seq_logprob[..., 0], axis=1, kind="stable")
   outputs = np.take_along_axis(np.concatenate(outputs, -1), sort_idxs[..., None], 1)
   log_probs = np.take_along_axis(np.concatenate(log_probs, -1), sort_idxs[..., None], 1)
   return (outputs, log_probs, np.take_along_axis(seq_logprob[..., 0], sort_idxs, 1), kept,
-          pushed)
+          pushed, all_ended_at)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -1007,27 +1026,37 @@ _IN_SLOTS_MODELS = {
 
 
 def _check_in_slots(model, params, batch, k, max_len, v):
-  """``beam_mode="in_slots"`` against :func:`their_beam_search`; returns (kept, pushed)."""
+  """``beam_mode="in_slots"`` against :func:`their_beam_search`; returns (kept, pushed,
+  skipped): skipped is whether jaxcap's search could skip steps (every place had ended
+  before the last two)."""
   out = decoding.beam_search(model, params, batch, beam_size=k, max_len=max_len,
                              beam_mode="in_slots")
   check_conventions(out, max_len, v)
-  tokens, lps, scores, kept, pushed = their_beam_search(model, params, batch, k, max_len)
+  tokens, lps, scores, kept, pushed, ended_at = their_beam_search(model, params, batch, k, max_len)
   np.testing.assert_array_equal(np.asarray(out.tokens), tokens, err_msg=f"K={k}, T={max_len}")
   np.testing.assert_allclose(np.asarray(out.token_logprobs), lps, rtol=1e-5, atol=1e-5)
   np.testing.assert_allclose(np.asarray(out.scores), scores, rtol=1e-5, atol=1e-5)
   np.testing.assert_allclose(np.asarray(out.logprobs), lps.sum(-1), rtol=1e-5, atol=1e-5)
-  return kept, pushed
+  return kept, pushed, ended_at is not None and ended_at < max_len - 2
 
 
 @pytest.mark.slow  # past the quick loop's CPU limit (tests/durations.py)
 def test_in_slots_equals_their_beam_search_toy():
   """MarkovToy tables (B = 4 images each), K = 1, 3, 5: equal to their search, finished
-  captions kept and pushed out; K = 1 is greedy decoding."""
+  captions kept and pushed out, steps skipped once every place has ended; K = 1 is greedy
+  decoding."""
   kept = pushed = 0
-  for seed, k in itertools.product(range(3), (1, 3, 5)):
-    batch = toy_batch(300 + seed, B, T, V, scale=2.0, eos_bias=seed - 1.0)
-    n_kept, n_pushed = _check_in_slots(TOY, {}, batch, k, T, V)
+  skipped = set()
+  # T steps with EOS biased by seed - 1, then 10 steps with EOS favoured (+3), where every
+  # place ends early enough that jaxcap skips to the last step.
+  runs = [(seed, k, T, seed - 1.0) for seed, k in itertools.product(range(3), (1, 3, 5))]
+  runs += [(seed, k, 10, 3.0) for seed, k in itertools.product(range(3), (1, 3, 5))]
+  for seed, k, t_max, eos_bias in runs:
+    batch = toy_batch(300 + seed, B, t_max, V, scale=2.0, eos_bias=eos_bias)
+    n_kept, n_pushed, n_skipped = _check_in_slots(TOY, {}, batch, k, t_max, V)
     kept, pushed = kept + n_kept, pushed + n_pushed
+    if n_skipped:
+      skipped.add(k)
     if k == 1:
       np.testing.assert_array_equal(
           decoding.beam_search(TOY, {}, batch, beam_size=1, max_len=T,
@@ -1040,7 +1069,7 @@ def test_in_slots_equals_their_beam_search_toy():
       valid = np.arange(T) < np.asarray(out.lengths)[..., None]
       np.testing.assert_array_equal(np.asarray(out.aux["prev"]),
                                     np.where(valid, np.asarray(shift_right(out.tokens)), 0))
-  assert kept > 0 and pushed > 0, (kept, pushed)
+  assert kept > 0 and pushed > 0 and skipped == {1, 3, 5}, (kept, pushed, skipped)
 
 
 @pytest.mark.slow
@@ -1054,7 +1083,7 @@ def test_in_slots_equals_their_beam_search(name):
   model, params, batch = _random_tiny(fields, v, 3, scale, sharpness, eos_shift)
   kept = pushed = 0
   for k, max_len in [(2, 7), (3, 6), (5, 8)]:
-    n_kept, n_pushed = _check_in_slots(model, params, batch, k, max_len, v)
+    n_kept, n_pushed, _ = _check_in_slots(model, params, batch, k, max_len, v)
     kept, pushed = kept + n_kept, pushed + n_pushed
   # The tables exercise their bookkeeping: ended beams held places and lost them.
   assert kept > 0 and pushed > 0, (kept, pushed)

@@ -46,7 +46,7 @@ import jax
 import jax.numpy as jnp
 
 # Both import numpy only (no flax, no model code): the checks and pixels every reader shares.
-from jaxcap import images
+from jaxcap import images, xla_options  # xla_options: jax and numpy only
 from jaxcap.data import batch as batch_lib
 from jaxcap.errors import BadInput, first_line
 
@@ -102,7 +102,8 @@ class Captioner:
       missing = [f"{name}.jaxexport" for name in METHODS if name not in self._exported]
       if missing:  # jaxcap-export writes both
         raise KeyError(missing[0])
-      self._call = {name: jax.jit(exp.call) for name, exp in self._exported.items()}
+      options = xla_options.decode_compiler_options()
+      self._call = {name: jax.jit(exp.call, compiler_options=options) for name, exp in self._exported.items()}
       self._params = _leaves(members["params.npz"], _arguments(self._exported["greedy"])[0])
       self._backbone = (_leaves(members["backbone.npz"], _arguments(self._exported["features"])[0])
                         if "features" in self._exported else None)

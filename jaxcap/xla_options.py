@@ -1,0 +1,47 @@
+"""The XLA compiler options jaxcap's decoding programs are compiled with.
+
+On CPU, XLA (jaxlib 0.10) hands every dot to a YNNPACK fusion. A decoding step's products have
+a few rows (one per image, beam or sample), and there those fusions are slower than XLA's own
+dots: measured on a 2-core AVX2 host (2026-12-07), one decoding step of the Meshed-Memory
+Transformer at 5 beams took 20.5 ms with them and 13.6-14.9 ms without (in the step's profile its
+FFN's first product took 1.05 ms, against 0.19 ms for the same product jitted alone), and
+benchmarks/cpu_side_by_side.py's M² beam-5 caption of one image 0.38 s with them and 0.19 s
+without (run with the option set for the whole process; every row's captions the same).
+
+The option is given per compiled program (``jax.jit``'s ``compiler_options``), so a user's own
+programs keep XLA's defaults, and only on the CPU backend. JAX accepts it on an outermost jit
+only, so the programs that compile with :func:`decode_compiler_options` are the routes'
+outermost ones: :func:`jaxcap.inference.decode_fn` (``Run.caption`` / ``Run.decode`` /
+``predict`` / ``evaluate.py`` / ``jaxcap-serve``) and the exported captioner's
+:func:`jaxcap.serving.load`. :mod:`jaxcap.decoding`'s functions, which a user may call inside a
+jit of their own, keep XLA's defaults; so does training (its products have many rows).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import numpy as np
+
+# An empty list of YNN fusion types: XLA's own dot emitter for every dot.
+_CPU_DECODE = {"xla_cpu_experimental_ynn_fusion_type": ""}
+
+
+@functools.cache
+def decode_compiler_options() -> dict | None:
+  """``compiler_options`` for a decoding program on the default backend: without YNNPACK
+  fusions on CPU (see the module docstring), None elsewhere or where this jaxlib has no such
+  option (a jaxlib before or after it: XLA's defaults, nothing else changes).
+
+  Called at the first decode, not at import: asking for the backend initialises it, which must
+  come after ``jax.distributed.initialize``."""
+  if jax.default_backend() != "cpu":
+    return None
+  try:
+    jax.jit(lambda x: x + 1, compiler_options=_CPU_DECODE).lower(np.float32(0)).compile()
+  except jax.errors.JaxRuntimeError as e:
+    if "No such compile option" not in str(e):
+      raise
+    return None
+  return dict(_CPU_DECODE)

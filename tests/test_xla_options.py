@@ -1,0 +1,70 @@
+"""jaxcap.xla_options: the routes' decoding programs (``Run.caption``'s decode_fn, the exported
+captioner) are compiled without YNNPACK fusions on CPU; a user's own programs keep XLA's
+defaults."""
+
+from __future__ import annotations
+
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxcap import decoding, inference, serving, xla_options
+from jaxcap.training import parallel
+
+from tests.test_export import INFO, features, tiny_run
+
+pytestmark = pytest.mark.skipif(jax.default_backend() != "cpu", reason="a CPU backend's option")
+
+
+def _ynn(compiled_text: str) -> bool:
+  """Whether the compiled program holds a YNNPACK fusion (an instruction, not the option's
+  name, which the program's text may print too)."""
+  return re.search(r"%ynn_fusion[.\d]* = ", compiled_text) is not None
+
+
+def _plain_uses_ynn() -> bool:
+  """Whether this jaxlib fuses a dot into YNNPACK by default (else nothing to turn off)."""
+  x = np.ones((5, 64), np.float32)
+  return _ynn(jax.jit(lambda a, b: a @ b).lower(x, x.T).compile().as_text())
+
+
+def test_options_are_cpu_only_and_known_to_this_jaxlib():
+  options = xla_options.decode_compiler_options()
+  if options is None:  # a jaxlib without the option: XLA's defaults everywhere
+    assert not _plain_uses_ynn()
+    return
+  assert options == {"xla_cpu_experimental_ynn_fusion_type": ""}
+  x = np.ones((5, 64), np.float32)
+  assert not _ynn(jax.jit(lambda a, b: a @ b, compiler_options=options).lower(x, x.T).compile().as_text())
+
+
+def test_decoding_programs_are_compiled_without_ynn_fusions():
+  if not _plain_uses_ynn():
+    pytest.skip("this jaxlib does not fuse dots into YNNPACK")
+  run = tiny_run("transformer")
+  model, params, batch = run.feature_model, run.feature_params, run.batch(features(INFO))
+  # Run.caption / predict / evaluate.py / jaxcap-serve's program.
+  for method in ("greedy", "beam"):
+    fn = inference.decode_fn(model, run.vocab, run.decode_config(method, 3),
+                              parallel.make_mesh(jax.devices()[:1]))
+    assert not _ynn(fn.lower(params, batch, jax.random.key(0)).compile().as_text())
+  # The control: the same search under a plain jax.jit fuses its dots.
+  plain = jax.jit(lambda p, x: decoding.greedy(model, p, x, max_len=4).tokens)
+  assert _ynn(plain.lower(params, batch).compile().as_text())
+
+
+def test_the_exported_captioner_is_compiled_without_ynn_fusions(tmp_path):
+  if not _plain_uses_ynn():
+    pytest.skip("this jaxlib does not fuse dots into YNNPACK")
+  run = tiny_run("transformer")
+  run.export(str(tmp_path / "t.jaxcap"), platforms=("cpu",))
+  c = serving.load(str(tmp_path / "t.jaxcap"))
+  feats = features(INFO)
+  batch = {k: jnp.asarray(feats[k]) for k in c.reads}
+  for method in ("greedy", "beam"):
+    assert not _ynn(c._call[method].lower(c._params, batch).compile().as_text())
+  # Its captions are Run.caption's (both without the fusions).
+  assert [r["caption"] for r in c.caption(feats)] == run.caption(feats)
