@@ -118,6 +118,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from jaxcap import xla_options
 from jaxcap.data.vocab import BOS, EOS, PAD, UNK
 from jaxcap.errors import BadInput
 from jaxcap.models.base import repeat_batch
@@ -414,14 +415,14 @@ def _sample_opts(temperature, top_k, top_p, **common):
 
 # Sizes and the options that change the program are static; option values are traced, so
 # changing min_len, suppress_unk, temperature, top_k, top_p or alpha never recompiles.
-@functools.partial(jax.jit, static_argnums=0, static_argnames=("max_len", "return_aux"))
+@xla_options.decode_jit(static_argnums=0, static_argnames=("max_len", "return_aux"))
 def _greedy_jit(model, params, batch, opts, *, max_len, return_aux):
   enc = model.apply(params, batch, method="encode")
   return _sequential(model, params, enc, None, max_len=max_len, pick=_greedy_pick, opts=opts,
                      return_aux=return_aux)
 
 
-@functools.partial(jax.jit, static_argnums=0,
+@xla_options.decode_jit(static_argnums=0,
                    static_argnames=("max_len", "num_samples", "filtered", "return_aux"))
 def _sample_jit(model, params, batch, rng, opts, *, max_len, num_samples, filtered, return_aux):
   enc = model.apply(params, batch, method="encode")
@@ -432,7 +433,7 @@ def _sample_jit(model, params, batch, rng, opts, *, max_len, num_samples, filter
   return jax.tree.map(lambda x: x.reshape((b, num_samples) + x.shape[1:]), out)
 
 
-@functools.partial(jax.jit, static_argnums=0, static_argnames=("max_len", "num_samples", "with_greedy"))
+@xla_options.decode_jit(static_argnums=0, static_argnames=("max_len", "num_samples", "with_greedy"))
 def _sample_and_greedy_jit(model, params, batch, keys_B, opts, *, max_len, num_samples, with_greedy):
   # Rows b*m .. b*m + m-1 are image b's: its n samples, then its greedy row (m = n + 1).
   enc = model.apply(params, batch, method="encode")
@@ -742,7 +743,7 @@ def diversity_penalty(words_BxM, chosen_BxM, vocab_size: int, strength):
   return strength * counts_BxV
 
 
-@functools.partial(jax.jit, static_argnums=0,
+@xla_options.decode_jit(static_argnums=0,
                    static_argnames=("beam_size", "max_len", "beam_mode", "groups", "block_trigrams",
                                     "return_aux"))
 def _beam_search_jit(model, params, batch, opts, *, beam_size, max_len, beam_mode, groups,

@@ -10,11 +10,11 @@ without (run with the option set for the whole process; every row's captions the
 
 The option is given per compiled program (``jax.jit``'s ``compiler_options``), so a user's own
 programs keep XLA's defaults, and only on the CPU backend. JAX accepts it on an outermost jit
-only, so the programs that compile with :func:`decode_compiler_options` are the routes'
-outermost ones: :func:`jaxcap.inference.decode_fn` (``Run.caption`` / ``Run.decode`` /
-``predict`` / ``evaluate.py`` / ``jaxcap-serve``) and the exported captioner's
-:func:`jaxcap.serving.load`. :mod:`jaxcap.decoding`'s functions, which a user may call inside a
-jit of their own, keep XLA's defaults; so does training (its products have many rows).
+only. :mod:`jaxcap.decoding`'s jitted searches (:func:`decode_jit`: ``Run.caption`` /
+``Run.decode`` / ``jaxcap-serve`` call them directly), :func:`jaxcap.inference.decode_fn`
+(``predict`` / ``evaluate.py``) and the exported captioner's :func:`jaxcap.serving.load` compile
+with :func:`decode_compiler_options`; a search called inside a user's own jit is compiled with
+that program, under its options. Training keeps XLA's defaults (its products have many rows).
 """
 
 from __future__ import annotations
@@ -45,3 +45,40 @@ def decode_compiler_options() -> dict | None:
       raise
     return None
   return dict(_CPU_DECODE)
+
+
+def _top_level() -> bool:
+  """Whether JAX is not tracing (a jit called here is an outermost one)."""
+  from jax._src import core  # noqa: PLC0415  (no public name; both supported JAX releases have it)
+  return core.trace_state_clean()
+
+
+def decode_jit(fun=None, **jit_kwargs):
+  """A decorator: ``jax.jit(fun, **jit_kwargs)``, compiled with :func:`decode_compiler_options`
+  when called outside any trace (JAX refuses compiler options on a nested jit, so inside a
+  user's jit it is the plain one, compiled with the user's program). ``.lower`` / ``.trace`` /
+  ... are the top-level one's."""
+  if fun is None:
+    return functools.partial(decode_jit, **jit_kwargs)
+  return _DecodeJit(fun, jit_kwargs)
+
+
+class _DecodeJit:
+
+  def __init__(self, fun, jit_kwargs):
+    functools.update_wrapper(self, fun)
+    self._plain = jax.jit(fun, **jit_kwargs)
+    self._fun, self._jit_kwargs, self._top = fun, jit_kwargs, None
+
+  def _top_jit(self):
+    if self._top is None:  # built at the first call: the backend is known by then
+      options = decode_compiler_options()
+      self._top = (jax.jit(self._fun, compiler_options=options, **self._jit_kwargs)
+                   if options else self._plain)
+    return self._top
+
+  def __call__(self, *args, **kwargs):
+    return (self._top_jit() if _top_level() else self._plain)(*args, **kwargs)
+
+  def __getattr__(self, name):
+    return getattr(self._top_jit(), name)

@@ -423,9 +423,10 @@ def test_every_model_reloads_and_decodes_as_the_run(tmp_path):
 TRAINING_STACK = ("flax", "optax", "orbax", "tensorflow", "tensorflow_datasets", "grain", "array_record",
                   "tensorboard", "tensorboardX", "ml_collections", "absl", "pycocoevalcap", "h5py",
                   "matplotlib", "safetensors", "sacrebleu", "aiohttp", "tqdm")
-# jaxcap.serving's docstring: of jaxcap, it imports jaxcap.errors, jaxcap.images and jaxcap.data.batch only.
+# jaxcap.serving's docstring: of jaxcap, it imports jaxcap.errors, jaxcap.images, jaxcap.data.batch and
+# jaxcap.xla_options only.
 SERVING_MODULES = {"jaxcap", "jaxcap.version", "jaxcap.errors", "jaxcap.serving", "jaxcap.serving.artefact",
-                   "jaxcap.images", "jaxcap.data", "jaxcap.data.batch"}
+                   "jaxcap.images", "jaxcap.data", "jaxcap.data.batch", "jaxcap.xla_options"}
 
 # Imports jaxcap.serving, captions with an exported file, and records the modules it loaded and
 # whether the training stack is importable at all (in the light environment it must not be).

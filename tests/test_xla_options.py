@@ -1,6 +1,7 @@
-"""jaxcap.xla_options: the routes' decoding programs (``Run.caption``'s decode_fn, the exported
-captioner) are compiled without YNNPACK fusions on CPU; a user's own programs keep XLA's
-defaults."""
+"""jaxcap.xla_options: decoding's programs (the searches called at the top level, as
+``Run.caption`` and ``jaxcap-serve`` call them; ``predict``'s decode_fn; the exported captioner)
+are compiled without YNNPACK fusions on CPU; a user's own programs, a search inside them
+included, keep XLA's defaults."""
 
 from __future__ import annotations
 
@@ -46,14 +47,25 @@ def test_decoding_programs_are_compiled_without_ynn_fusions():
     pytest.skip("this jaxlib does not fuse dots into YNNPACK")
   run = tiny_run("transformer")
   model, params, batch = run.feature_model, run.feature_params, run.batch(features(INFO))
-  # Run.caption / predict / evaluate.py / jaxcap-serve's program.
+  # decoding's searches called at the top level (Run.caption, Run.decode, jaxcap-serve).
+  opts = decoding._common_opts(0, False)
+  greedy = decoding._greedy_jit.lower(model, params, batch, opts, max_len=4, return_aux=False)
+  assert not _ynn(greedy.compile().as_text())
+  beam = decoding._beam_search_jit.lower(
+      model, params, batch, dict(opts, penalty=decoding._penalty_coefficients("none", 0.6),
+                                 diversity=np.float32(0.5)),
+      beam_size=3, max_len=4, beam_mode="live", groups=1, block_trigrams=False, return_aux=False)
+  assert not _ynn(beam.compile().as_text())
+  # predict / evaluate.py's program.
   for method in ("greedy", "beam"):
     fn = inference.decode_fn(model, run.vocab, run.decode_config(method, 3),
                               parallel.make_mesh(jax.devices()[:1]))
     assert not _ynn(fn.lower(params, batch, jax.random.key(0)).compile().as_text())
-  # The control: the same search under a plain jax.jit fuses its dots.
+  # Inside a user's own jit a search is compiled with the user's program, under its options
+  # (JAX refuses options on a nested jit): the control, whose dots are fused.
   plain = jax.jit(lambda p, x: decoding.greedy(model, p, x, max_len=4).tokens)
   assert _ynn(plain.lower(params, batch).compile().as_text())
+  np.testing.assert_array_equal(plain(params, batch), decoding.greedy(model, params, batch, max_len=4).tokens)
 
 
 def test_the_exported_captioner_is_compiled_without_ynn_fusions(tmp_path):

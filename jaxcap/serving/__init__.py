@@ -5,7 +5,8 @@
 
 :mod:`jaxcap.serving.artefact` reads the file; importing this package imports, of jaxcap,
 only :mod:`jaxcap.errors`, :mod:`jaxcap.images` and :mod:`jaxcap.data.batch` (numpy only;
-``jaxcap.data``'s other names load on first use), and no flax, so a server can load it anywhere jax runs. ``pip install
+``jaxcap.data``'s other names load on first use) and :mod:`jaxcap.xla_options` (jax only), and
+no flax, so a server can load it anywhere jax runs. ``pip install
 .`` (jaxcap without its ``train`` extra) installs what it needs: jax, numpy, flatbuffers and
 Pillow (tests/test_export.py checks both).
 """
