@@ -423,7 +423,7 @@ def _greedy_jit(model, params, batch, opts, *, max_len, return_aux):
 
 
 @xla_options.decode_jit(static_argnums=0,
-                   static_argnames=("max_len", "num_samples", "filtered", "return_aux"))
+                        static_argnames=("max_len", "num_samples", "filtered", "return_aux"))
 def _sample_jit(model, params, batch, rng, opts, *, max_len, num_samples, filtered, return_aux):
   enc = model.apply(params, batch, method="encode")
   b = _batch_size(enc)
@@ -744,8 +744,8 @@ def diversity_penalty(words_BxM, chosen_BxM, vocab_size: int, strength):
 
 
 @xla_options.decode_jit(static_argnums=0,
-                   static_argnames=("beam_size", "max_len", "beam_mode", "groups", "block_trigrams",
-                                    "return_aux"))
+                        static_argnames=("beam_size", "max_len", "beam_mode", "groups",
+                                         "block_trigrams", "return_aux"))
 def _beam_search_jit(model, params, batch, opts, *, beam_size, max_len, beam_mode, groups,
                      block_trigrams, return_aux):
   # G groups of K' = K / G beams (G = 1: the ordinary search). The search's arrays are

@@ -23,6 +23,7 @@ import functools
 
 import jax
 import numpy as np
+from jax._src import core as _jax_core
 
 # An empty list of YNN fusion types: XLA's own dot emitter for every dot.
 _CPU_DECODE = {"xla_cpu_experimental_ynn_fusion_type": ""}
@@ -47,10 +48,14 @@ def decode_compiler_options() -> dict | None:
   return dict(_CPU_DECODE)
 
 
+# Whether JAX is tracing has no public name; a release without this one gets None: the plain
+# jit everywhere (always accepted).
+_TRACE_STATE_CLEAN = getattr(_jax_core, "trace_state_clean", None)
+
+
 def _top_level() -> bool:
   """Whether JAX is not tracing (a jit called here is an outermost one)."""
-  from jax._src import core  # noqa: PLC0415  (no public name; both supported JAX releases have it)
-  return core.trace_state_clean()
+  return bool(_TRACE_STATE_CLEAN is not None and _TRACE_STATE_CLEAN())
 
 
 def decode_jit(fun=None, **jit_kwargs):
@@ -78,7 +83,8 @@ class _DecodeJit:
     return self._top
 
   def __call__(self, *args, **kwargs):
-    return (self._top_jit() if _top_level() else self._plain)(*args, **kwargs)
+    top = self._top_jit()
+    return (top if top is not self._plain and _top_level() else self._plain)(*args, **kwargs)
 
   def __getattr__(self, name):
     return getattr(self._top_jit(), name)

@@ -80,3 +80,15 @@ def test_the_exported_captioner_is_compiled_without_ynn_fusions(tmp_path):
     assert not _ynn(c._call[method].lower(c._params, batch).compile().as_text())
   # Its captions are Run.caption's (both without the fusions).
   assert [r["caption"] for r in c.caption(feats)] == run.caption(feats)
+
+
+def test_a_jax_without_the_trace_check_decodes_with_the_plain_jit(monkeypatch):
+  # The check is JAX's private trace_state_clean: a release without it gets the plain jit.
+  assert xla_options._top_level() is True
+  monkeypatch.setattr(xla_options, "_TRACE_STATE_CLEAN", None)
+  assert xla_options._top_level() is False
+  run = tiny_run("transformer")
+  model, params, batch = run.feature_model, run.feature_params, run.batch(features(INFO))
+  out = decoding.greedy(model, params, batch, max_len=4).tokens
+  monkeypatch.undo()
+  np.testing.assert_array_equal(out, jax.jit(lambda p, x: decoding.greedy(model, p, x, max_len=4).tokens)(params, batch))
