@@ -48,7 +48,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxcap import decoding
+from jaxcap import decoding, xla_options
 from jaxcap.data.vocab import BOS, EOS, PAD
 from jaxcap.models import registry
 from jaxcap.models.base import repeat_batch
@@ -136,7 +136,10 @@ def _model(case):
 
 @functools.lru_cache(maxsize=None)
 def _stepper(model):
-  @functools.partial(jax.jit, static_argnums=3)
+  # Compiled as decoding's own programs are (jaxcap/xla_options.py), so that the two compute the
+  # same products the same way: a recurrent model's weights drift past 1e-5 over its steps when
+  # one side's dots are YNNPACK's and the other's XLA's.
+  @functools.partial(jax.jit, static_argnums=3, compiler_options=xla_options.decode_compiler_options())
   def run(params, batch, tokens_RxT, repeat):
     """decode_step along ``tokens_RxT`` (image-major rows, ``repeat`` per image) from BOS:
     aux stacked to ``[R, T, ...]``."""
