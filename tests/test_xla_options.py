@@ -42,36 +42,58 @@ def test_options_are_cpu_only_and_known_to_this_jaxlib():
   assert not _ynn(jax.jit(lambda a, b: a @ b, compiler_options=options).lower(x, x.T).compile().as_text())
 
 
-def test_decoding_programs_are_compiled_without_ynn_fusions():
+@pytest.fixture(scope="module")
+def run():
+  """The tiny Transformer run every test here decodes with (built once: its initialisation is
+  seconds of CPU)."""
+  return tiny_run("transformer")
+
+
+def _lowered(run, program: str):
+  """One of decoding's programs as it is compiled when called at the top level."""
+  model, params, batch = run.feature_model, run.feature_params, run.batch(features(INFO))
+  opts = decoding._common_opts(0, False)
+  if program == "greedy":  # decoding's searches called at the top level (Run.caption, jaxcap-serve)
+    return decoding._greedy_jit.lower(model, params, batch, opts, max_len=4, return_aux=False)
+  if program == "beam":
+    return decoding._beam_search_jit.lower(
+        model, params, batch, dict(opts, penalty=decoding._penalty_coefficients("none", 0.6),
+                                   diversity=np.float32(0.5)),
+        beam_size=3, max_len=4, beam_mode="live", groups=1, block_trigrams=False, return_aux=False)
+  # predict / evaluate.py's program.
+  method = program.removeprefix("decode_fn_")
+  fn = inference.decode_fn(model, run.vocab, run.decode_config(method, 3),
+                           parallel.make_mesh(jax.devices()[:1]))
+  return fn.lower(params, batch, jax.random.key(0))
+
+
+# One program per test (each compilation is a second or two of CPU); greedy in the quick loop.
+@pytest.mark.parametrize("program", [
+    "greedy",
+    pytest.param("beam", marks=pytest.mark.slow),
+    pytest.param("decode_fn_greedy", marks=pytest.mark.slow),
+    pytest.param("decode_fn_beam", marks=pytest.mark.slow)])
+def test_decoding_programs_are_compiled_without_ynn_fusions(run, program):
   if not _plain_uses_ynn():
     pytest.skip("this jaxlib does not fuse dots into YNNPACK")
-  run = tiny_run("transformer")
-  model, params, batch = run.feature_model, run.feature_params, run.batch(features(INFO))
-  # decoding's searches called at the top level (Run.caption, Run.decode, jaxcap-serve).
-  opts = decoding._common_opts(0, False)
-  greedy = decoding._greedy_jit.lower(model, params, batch, opts, max_len=4, return_aux=False)
-  assert not _ynn(greedy.compile().as_text())
-  beam = decoding._beam_search_jit.lower(
-      model, params, batch, dict(opts, penalty=decoding._penalty_coefficients("none", 0.6),
-                                 diversity=np.float32(0.5)),
-      beam_size=3, max_len=4, beam_mode="live", groups=1, block_trigrams=False, return_aux=False)
-  assert not _ynn(beam.compile().as_text())
-  # predict / evaluate.py's program.
-  for method in ("greedy", "beam"):
-    fn = inference.decode_fn(model, run.vocab, run.decode_config(method, 3),
-                              parallel.make_mesh(jax.devices()[:1]))
-    assert not _ynn(fn.lower(params, batch, jax.random.key(0)).compile().as_text())
+  assert not _ynn(_lowered(run, program).compile().as_text())
+
+
+def test_a_search_inside_a_user_s_jit_keeps_xla_s_defaults(run):
   # Inside a user's own jit a search is compiled with the user's program, under its options
   # (JAX refuses options on a nested jit): the control, whose dots are fused.
+  if not _plain_uses_ynn():
+    pytest.skip("this jaxlib does not fuse dots into YNNPACK")
+  model, params, batch = run.feature_model, run.feature_params, run.batch(features(INFO))
   plain = jax.jit(lambda p, x: decoding.greedy(model, p, x, max_len=4).tokens)
   assert _ynn(plain.lower(params, batch).compile().as_text())
   np.testing.assert_array_equal(plain(params, batch), decoding.greedy(model, params, batch, max_len=4).tokens)
 
 
-def test_the_exported_captioner_is_compiled_without_ynn_fusions(tmp_path):
+@pytest.mark.slow  # an export, two compilations and a caption call: several seconds of CPU
+def test_the_exported_captioner_is_compiled_without_ynn_fusions(run, tmp_path):
   if not _plain_uses_ynn():
     pytest.skip("this jaxlib does not fuse dots into YNNPACK")
-  run = tiny_run("transformer")
   run.export(str(tmp_path / "t.jaxcap"), platforms=("cpu",))
   c = serving.load(str(tmp_path / "t.jaxcap"))
   feats = features(INFO)
@@ -82,12 +104,11 @@ def test_the_exported_captioner_is_compiled_without_ynn_fusions(tmp_path):
   assert [r["caption"] for r in c.caption(feats)] == run.caption(feats)
 
 
-def test_a_jax_without_the_trace_check_decodes_with_the_plain_jit(monkeypatch):
+def test_a_jax_without_the_trace_check_decodes_with_the_plain_jit(run, monkeypatch):
   # The check is JAX's private trace_state_clean: a release without it gets the plain jit.
   assert xla_options._top_level() is True
   monkeypatch.setattr(xla_options, "_TRACE_STATE_CLEAN", None)
   assert xla_options._top_level() is False
-  run = tiny_run("transformer")
   model, params, batch = run.feature_model, run.feature_params, run.batch(features(INFO))
   out = decoding.greedy(model, params, batch, max_len=4).tokens
   monkeypatch.undo()
