@@ -12,20 +12,25 @@ The models (``--models``), each built by its producer's own code under ``--torch
 - ``sc_transformer``: self-critical.pytorch's Transformer of its configs/transformer/transformer.yml
   (6 + 6 layers, d = 512, 8 heads, d_ff 2048; a COCO-sized vocabulary of ``--vocab_size`` words)
   on random weights of its own initialisation, saved by its ``utils.save_checkpoint``, with its end
-  token's output bias shifted so that its greedy captions of the features average
-  ``--target_words`` words; imported with ``jaxcap-import``; greedy and beam-3 (its eval.py's
+  token's logit rising with the caption's position and its output bias shifted so that its greedy
+  captions of the features average ``--target_words`` words; imported with ``jaxcap-import``; greedy and beam-3 (its eval.py's
   options), against ``model(fc, att, masks, opt=..., mode="sample")``;
 - ``m2``: the Meshed-Memory Transformer at its test.py's sizes (3 + 3 layers, d = 512, 40 memory
   slots) with its authors' code, their initialisation with the tests' fixture moves (layer norms,
-  biases; ``<pad>`` / ``<bos>`` / ``<unk>`` logits lowered), the ``<eos>`` logit shifted so that
-  their beam-5 captions average ``--target_words`` words, saved as their train.py saves; imported
+  biases; ``<pad>`` / ``<bos>`` / ``<unk>`` logits lowered), the ``<eos>`` logit rising with the
+  caption's position and shifted so that their beam-5 captions average ``--target_words`` words, saved as their train.py saves; imported
   with ``jaxcap-import --format m2``; beam-5 against test.py's ``model.beam_search(visual, 20,
   eos, 5, out_size=1)``.
 
 Random weights with an unshifted end token never end a caption, and every decode would run all
-20 steps; trained models stop at about 10 words on COCO, and so do both sides here
-(self-critical's greedy loop and jaxcap's decoders stop once every caption has ended; the
-reference beam searches run every step).
+20 steps; with a constant shift, a beam search ends each caption at once or never (a random
+model's word distributions barely change between steps). A trained model's end token grows
+likely as its caption grows: here the end token's logit rises by 1 per word along a direction of
+the output layer's input that reads the position (a least-squares fit on the model's own states;
+benchmarks/side_by_side_torch.py ``_position_direction``), so captions end around ~10 words, as a
+trained model's do on COCO, on both sides (self-critical's greedy loop and jaxcap's decoders stop
+once every caption has ended; the reference beam searches run every step). Each row records the
+captions' mean, shortest and longest length (``words_min`` / ``words_max``) and the empty ones.
 
 The features: ``--images`` images of ``--regions`` regions of the model's width, ReLU'd Gaussian
 (bottom-up features are non-negative), fc the regions' mean (as cocobu_fc).
@@ -253,8 +258,13 @@ def _reference_row(model: str, theirs: dict, images: int) -> dict:
   return {"model": model, "route": REFERENCE[model], "method": theirs["method"], "beam_size": theirs["beam_size"],
           "first_call_s": theirs["first_call_s"], "b1_median_s": theirs["b1_median_s"],
           "b1_p99_s": _stats(theirs["b1_s"])["p99_s"], "batch": images, "batch_median_s": theirs["batch_median_s"],
-          "mean_words": float(np.mean([len(c.split()) for c in theirs["captions"]])),
-          "empty_captions": sum(1 for c in theirs["captions"] if not c)}
+          **_lengths(theirs["captions"])}
+
+
+def _lengths(captions: list) -> dict:
+  n = [len(c.split()) for c in captions]
+  return {"mean_words": float(np.mean(n)), "words_min": min(n), "words_max": max(n),
+          "empty_captions": n.count(0)}
 
 
 def time_routes(a, model: str, run, workdir: str, att, decodings, ref, tmp: str) -> list[dict]:
@@ -286,7 +296,7 @@ def time_routes(a, model: str, run, workdir: str, att, decodings, ref, tmp: str)
                "first_call_s": t["first_call_s"], "first_batch_call_s": t["first_batch_call_s"],
                "b1_median_s": t["b1"]["median_s"], "b1_p99_s": t["b1"]["p99_s"], "batch": a.images,
                "batch_median_s": t["batch"]["median_s"],
-               "mean_words": float(np.mean([len(c.split()) for c in t["captions"]]))}
+               **_lengths(t["captions"])}
         if route == "artefact":
           row["export_s"] = export_s
         if route == "Run.caption":

@@ -421,6 +421,13 @@ def detector_vs_reference_table(rec: dict) -> str:
   return "\n".join(lines)
 
 
+def _words(row: dict) -> str:
+  """A row's caption lengths: the mean, and the range where the record has it."""
+  if "words_min" not in row:
+    return f"{row['mean_words']:.1f}"
+  return f"{row['mean_words']:.1f} ({row['words_min']}-{row['words_max']})"
+
+
 def side_by_side_table(rec: dict) -> str:
   names = {"sc_transformer": "self-critical.pytorch's Transformer", "m2": "the Meshed-Memory Transformer"}
   parts = []
@@ -429,7 +436,8 @@ def side_by_side_table(rec: dict) -> str:
     text = f"{names.get(model, model)} ({f.get('num_layers')} + {f.get('num_dec_layers')} layers, d = {f.get('dim')}"
     ref = info.get("reference")
     if ref:
-      text += (f"; random weights, the end token's logit shifted so that the reference's "
+      rise = (f"rising {ref['eos_slope_per_word']:g} per word and " if ref.get("eos_slope_per_word") else "")
+      text += (f"; random weights, the end token's logit {rise}shifted so that the reference's "
                f"{'greedy' if model == 'sc_transformer' else 'beam-5'} captions average "
                f"{ref['calibrated_mean_words']:.1f} words; reference: {ref['code']}, torch {ref['torch']}, "
                f"{ref['threads']} threads")
@@ -438,14 +446,14 @@ def side_by_side_table(rec: dict) -> str:
            f"{rec['b1_images']} images x {rec['b1_repeats']} calls, median and p99; batch {rec['images']}: "
            f"median of {rec['repeats']}; seconds per call)", "",
            "| model | route | decoding | first call s | batch 1 median s | batch 1 p99 s | "
-           f"batch {rec['images']} median s | mean words | same captions | speed-up b1 | speed-up b{rec['images']} |",
+           f"batch {rec['images']} median s | words: mean (min-max) | same captions | speed-up b1 | speed-up b{rec['images']} |",
            "|---|---|---|---:|---:|---:|---:|---:|---|---:|---:|"]
   for r in rec["rows"]:
     dec = "greedy" if r["method"] == "greedy" else f"beam-{r['beam_size']}"
     route = r["route"].split(" ")[0]  # the reference's code, without its call
     same = {True: "yes", False: "**no**"}.get(r.get("same_captions"), "–")
     lines.append(f"| {r['model']} | {route} | {dec} | {r['first_call_s']:.2f} | {r['b1_median_s']:.4f} | "
-                 f"{r['b1_p99_s']:.4f} | {r['batch_median_s']:.4f} | {r['mean_words']:.1f} | {same} | "
+                 f"{r['b1_p99_s']:.4f} | {r['batch_median_s']:.4f} | {_words(r)} | {same} | "
                  f"{_fmt(r.get('speedup_b1'), 2)} | {_fmt(r.get('speedup_batch'), 2)} |")
   fl = rec.get("floor")
   if fl:

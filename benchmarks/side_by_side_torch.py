@@ -10,8 +10,17 @@ JOB.json (written by cpu_side_by_side.py): ``sc_root`` (self-critical.pytorch at
 ``b1_images``, ``out`` (the JSON written here), and either ``checkpoint`` + ``infos`` (a model
 to time) or ``build`` (``dir``, ``cfg``, ``vocab_size``, ``target_words``): a model of its
 ``cfg`` (configs/transformer/transformer.yml: 6 + 6 layers, d = 512) on random weights (its own
-initialisation), its end token's output bias set so that its greedy captions of the features
-average ``target_words`` words, saved by its ``utils.save_checkpoint`` into ``dir``.
+initialisation), its end token's logit made to rise with the caption's position
+(:func:`_position_direction`) and its output bias set so that its greedy captions of the
+features average ``target_words`` words, saved by its ``utils.save_checkpoint`` into ``dir``.
+
+Why the rise: a random model's word distributions barely change from one step to the next, so a
+constant end-token shift gives captions that end at a geometric spread of lengths under greedy
+decoding and, under a beam search that sums log-probabilities (both producers' searches), at
+once or never (each further word only lowers the score). A trained model's end token grows
+likely as the caption grows; here a direction of the output layer's input that reads the
+position (its least-squares fit, on the model's own hidden states) is added to the end token's
+row, ``EOS_SLOPE`` nats per word, so both searches end captions around the calibrated length.
 """
 
 from __future__ import annotations
@@ -55,6 +64,33 @@ def _bisect(mean_words, target: float, span: float, steps: int) -> float:
   return (lo + hi) / 2
 
 
+# How much the end token's logit rises per word of the caption (a trained model's rises too).
+EOS_SLOPE = 1.0
+
+
+def _position_direction(torch, layer, decode) -> tuple:
+  """``(w [D], b, rmse)``: the least-squares fit ``t ~ w . h_t + b`` of the position ``t``
+  (1, 2, ...) on ``h_t``, the input of the output ``layer`` at each step, captured by a hook while
+  ``decode()`` runs (it returns nothing; it calls ``layer`` once per step on ``[B, D]`` rows, or
+  once on ``[B, T, D]``). The positional encodings reach the last layer's output linearly
+  enough that the fit is near exact (its rmse is recorded)."""
+  got = []
+  hook = layer.register_forward_hook(lambda m, i, o: got.append(i[0].detach().double()))
+  try:
+    with torch.no_grad():
+      decode()
+  finally:
+    hook.remove()
+  h_BxTxD = got[0] if len(got) == 1 else torch.stack([g.reshape(g.shape[0], -1) for g in got], 1)
+  b, t_len, d = h_BxTxD.shape
+  x = torch.cat([h_BxTxD.reshape(-1, d), torch.ones(b * t_len, 1, dtype=torch.double)], 1)
+  t = torch.arange(1, t_len + 1, dtype=torch.double).repeat(b)
+  # A little ridge: the fit needs no more than the directions the data spans.
+  coef = torch.linalg.solve(x.T @ x + 1e-3 * torch.eye(d + 1, dtype=torch.double), x.T @ t)
+  rmse = float(((x @ coef - t) ** 2).mean().sqrt())
+  return coef[:d].float(), float(coef[d]), rmse
+
+
 def _eos_bias(model):
   """Its output layer's bias (the end token is row 0)."""
   for name, p in model.named_parameters():
@@ -83,6 +119,18 @@ def build(job: dict, torch, fixture):
   masks = torch.ones(att.shape[:2])
   bias = _eos_bias(model)
   base = bias.data[0].item()
+  proj = model.model.generator.proj
+  n_fit = min(len(fc), 10)
+
+  def never_ending_greedy():  # its greedy loop with the end token out of reach: every step runs
+    bias.data[0] = base - 1e4
+    model(fc[:n_fit], att[:n_fit], masks[:n_fit], opt=fixture.eval_options(opt, 1), mode="sample")
+    bias.data[0] = base
+
+  w, b, fit_rmse = _position_direction(torch, proj, never_ending_greedy)
+  with torch.no_grad():
+    proj.weight[0] += EOS_SLOPE * w
+  base -= EOS_SLOPE * b  # so that the shift below is the logit at position 0
 
   def mean_words(shift):
     with torch.no_grad():
@@ -101,7 +149,8 @@ def build(job: dict, torch, fixture):
   state = torch.load(os.path.join(ckpt, "model.pth"), map_location="cpu")
   save_file({k: v.contiguous() for k, v in state.items()}, os.path.join(ckpt, "model.safetensors"))
   built = {"checkpoint": os.path.join(ckpt, "model.safetensors"), "infos": os.path.join(ckpt, "infos_bench.pkl"),
-           "eos_bias_shift": shift, "calibrated_mean_words": got,
+           "eos_bias_shift": shift, "eos_slope_per_word": EOS_SLOPE, "position_fit_rmse": fit_rmse,
+           "calibrated_mean_words": got,
            "parameters": int(sum(p.numel() for p in model.parameters()))}
   with open(os.path.join(ckpt, "built.json"), "w") as f:  # what a later run reusing it reports
     json.dump(built, f)
@@ -133,8 +182,10 @@ def m2(job: dict) -> dict:
   generators patch it (tests/papers/m2/make_fixture.py): test.py's sizes (3 + 3 layers, d = 512,
   40 memory slots, d_in 2048, max_len 54), their default initialisation, then make_fixture's
   ``prepare`` (layer norms and biases moved, so that a logit can be shifted) and logit shifts:
-  ``<pad>`` / ``<bos>`` / ``<unk>`` -8 (jaxcap never emits the first two) and ``<eos>`` by the
-  bisection's amount, so that their beam search's captions average ``target_words`` words. Saved
+  ``<pad>`` / ``<bos>`` / ``<unk>`` -8 (jaxcap never emits the first two) and ``<eos>`` rising
+  ``EOS_SLOPE`` per word (:func:`_position_direction`, fit on the decoder run over their beam
+  search's 20-word captions) from the bisection's amount, so that their beam search's captions
+  average ``target_words`` words. Saved
   as their train.py saves (``torch.save`` of its dict; ``vocab.pkl`` by ``pickle.dump`` of their
   ``Vocab``), then timed: test.py's ``model.beam_search(visual, 20, eos, 5, out_size=1)``."""
   import collections
@@ -160,8 +211,19 @@ def m2(job: dict) -> dict:
   make_fixture.prepare(torch, model)
   feats = np.load(job["features"])
   visual = torch.from_numpy(feats["att"])
-  fc0 = model.decoder.fc.weight.detach().clone()
   beam = int(job.get("beam_size", 5))
+  n_fit = spec["calibration_images"]
+  with torch.no_grad():  # captions that never end, the decoder's states along them
+    fc0 = model.decoder.fc.weight.detach().clone()
+    make_fixture._shift_logits(torch, model, {pad: -8.0, bos: -8.0, unk: -8.0, eos: -30.0})
+    seq, _ = model.beam_search(visual[:n_fit], 20, eos, beam, out_size=1)
+    model.decoder.fc.weight.copy_(fc0)
+  assert not bool((seq == eos).any()), "the end token was out of reach"
+  inputs = torch.cat([torch.full((n_fit, 1), bos, dtype=seq.dtype), seq[:, :-1]], 1)
+  w, b, fit_rmse = _position_direction(torch, model.decoder.fc, lambda: model(visual[:n_fit], inputs))
+  with torch.no_grad():
+    model.decoder.fc.weight[eos] += EOS_SLOPE * w
+    fc0 = model.decoder.fc.weight.detach().clone()
 
   def beam_search(v):
     with torch.no_grad():
@@ -182,8 +244,8 @@ def m2(job: dict) -> dict:
   def mean_words(shift):
     with torch.no_grad():
       model.decoder.fc.weight.copy_(fc0)
-      make_fixture._shift_logits(torch, model, {pad: -8.0, bos: -8.0, unk: -8.0, eos: shift})
-    return float(np.mean([len(c.split()) for c in words(beam_search(visual[:spec["calibration_images"]]))]))
+      make_fixture._shift_logits(torch, model, {pad: -8.0, bos: -8.0, unk: -8.0, eos: shift - EOS_SLOPE * b})
+    return float(np.mean([len(c.split()) for c in words(beam_search(visual[:n_fit]))]))
 
   shift = _bisect(mean_words, spec["target_words"], 20.0, 10)
   calibrated = mean_words(shift)
@@ -195,6 +257,7 @@ def m2(job: dict) -> dict:
   record = {"torch": torch.__version__, "threads": torch.get_num_threads(),
             "built": {"checkpoint": os.path.join(spec["dir"], "meshed_memory_transformer.pth"),
                       "vocab": os.path.join(spec["dir"], "vocab.pkl"), "eos_logit_shift": shift,
+                      "eos_slope_per_word": EOS_SLOPE, "position_fit_rmse": fit_rmse,
                       "calibrated_mean_words": calibrated, "calibration_images": spec["calibration_images"],
                       "parameters": int(sum(p.numel() for p in model.parameters()))}}
   record["rows"] = [_time(lambda sl: words(beam_search(visual[sl])), len(visual), job, "beam", beam)]

@@ -136,6 +136,9 @@ def test_benchmark_runs(case, tmp_path):
         ("m2", route, "beam", 5) for route in routes]
     # Every route captions the images as Run.caption does, at batch 1 and 4.
     assert all(r["same_as_run_caption"] and r["b1_median_s"] > 0 and r["batch_median_s"] > 0 for r in rows), rows
+    # Each row's caption lengths: mean within its range, the empty ones counted.
+    assert all(r["words_min"] <= r["mean_words"] <= r["words_max"] <= 20 and r["empty_captions"] <= 4
+               and (r["empty_captions"] > 0) == (r["words_min"] == 0) for r in rows), rows
     assert record["models"]["sc_transformer"]["fields"]["num_layers"] == 2
     assert record["models"]["m2"]["decode"]["beam_mode"] == "in_slots"
     assert not any("reference" in m for m in record["models"].values())
@@ -145,7 +148,9 @@ def test_benchmark_runs(case, tmp_path):
     assert fl["encoder"]["jaxcap_ms"] > 0 and fl["step"]["numpy_ms"] > 0 and fl["steps_at_max_len_20"] >= 1, fl
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     import report  # noqa: PLC0415
-    assert "| one decoding step (1 row) |" in report.side_by_side_table(dict(record, _file="bench.json"))
+    table = report.side_by_side_table(dict(record, _file="bench.json"))
+    assert "| one decoding step (1 row) |" in table
+    assert f"| {rows[0]['mean_words']:.1f} ({rows[0]['words_min']}-{rows[0]['words_max']}) |" in table
   elif script == "export.py":
     import json
     record = json.loads((tmp_path / "bench.json").read_text())
