@@ -124,8 +124,10 @@ def build(job: dict, torch, fixture):
 
   def never_ending_greedy():  # its greedy loop with the end token out of reach: every step runs
     bias.data[0] = base - 1e4
-    model(fc[:n_fit], att[:n_fit], masks[:n_fit], opt=fixture.eval_options(opt, 1), mode="sample")
-    bias.data[0] = base
+    try:
+      model(fc[:n_fit], att[:n_fit], masks[:n_fit], opt=fixture.eval_options(opt, 1), mode="sample")
+    finally:
+      bias.data[0] = base
 
   w, b, fit_rmse = _position_direction(torch, proj, never_ending_greedy)
   with torch.no_grad():
