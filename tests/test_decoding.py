@@ -35,6 +35,7 @@ finished hypotheses ranked by the true log-probability instead of the penalised 
 """
 
 import dataclasses
+import functools
 import itertools
 from typing import Any
 
@@ -48,6 +49,7 @@ from jaxcap import decoding
 from jaxcap.data.vocab import BOS, EOS, PAD, UNK
 from jaxcap.models import registry
 from jaxcap.models.base import CaptionModel, shift_right
+from tests.tiers import one_in_default
 
 
 class MarkovToy(CaptionModel):
@@ -475,28 +477,36 @@ def test_aux_follows_the_beams():
                                 np.where(valid_g, np.asarray(shift_right(g.tokens)), 0))
 
 
-def test_aux_named_entries_only():
+_AUX_SEARCHES = {
+    "greedy": lambda batch, aux: decoding.greedy(TOY, {}, batch, max_len=T, return_aux=aux),
+    "beam": lambda batch, aux: decoding.beam_search(TOY, {}, batch, beam_size=K, max_len=T, return_aux=aux),
+    "in_slots": lambda batch, aux: decoding.beam_search(TOY, {}, batch, beam_size=K, max_len=T,
+                                                        beam_mode="in_slots", return_aux=aux),
+    "sample": lambda batch, aux: decoding.sample(TOY, {}, batch, jax.random.PRNGKey(3), max_len=T,
+                                                 num_samples=2, return_aux=aux),
+}
+
+
+# One search per case (each compiles three programs): greedy in the quick loop, the others in
+# the slow step (all four in one test took 6.3 s of CPU there, limit 2 s: tests/durations.py).
+@pytest.mark.parametrize("name", one_in_default(_AUX_SEARCHES))
+def test_aux_named_entries_only(name):
   """``return_aux=("prev",)`` keeps that entry, equal to ``return_aux=True``'s, and carries no
   other through the loop (the server and the exported captioner keep "attention" only); a name
   the model does not return is no entry."""
   batch = toy_batch(6, B, T, V, eos_bias=0.5)
-  key = jax.random.PRNGKey(3)
-  calls = {
-      "greedy": lambda aux: decoding.greedy(TOY, {}, batch, max_len=T, return_aux=aux),
-      "beam": lambda aux: decoding.beam_search(TOY, {}, batch, beam_size=K, max_len=T, return_aux=aux),
-      "in_slots": lambda aux: decoding.beam_search(TOY, {}, batch, beam_size=K, max_len=T,
-                                                   beam_mode="in_slots", return_aux=aux),
-      "sample": lambda aux: decoding.sample(TOY, {}, batch, key, max_len=T, num_samples=2,
-                                            return_aux=aux),
-  }
-  for name, call in calls.items():
-    full, kept, none = call(True), call(("prev",)), call(("no_such_entry",))
-    np.testing.assert_array_equal(kept.tokens, full.tokens, err_msg=name)
-    assert set(kept.aux) == {"prev"}, name
-    np.testing.assert_array_equal(kept.aux["prev"], full.aux["prev"], err_msg=name)
-    assert none.aux == {}, name
-    np.testing.assert_array_equal(none.tokens, full.tokens, err_msg=name)
-  # The carried state holds the kept entry only: no [.., V] one-hot history in the loop.
+  call = functools.partial(_AUX_SEARCHES[name], batch)
+  full, kept, none = call(True), call(("prev",)), call(("no_such_entry",))
+  np.testing.assert_array_equal(kept.tokens, full.tokens, err_msg=name)
+  assert set(kept.aux) == {"prev"}, name
+  np.testing.assert_array_equal(kept.aux["prev"], full.aux["prev"], err_msg=name)
+  assert none.aux == {}, name
+  np.testing.assert_array_equal(none.tokens, full.tokens, err_msg=name)
+
+
+def test_aux_named_entries_are_all_the_loop_carries():
+  """The carried state holds the kept entry only: no [.., V] one-hot history in the loop."""
+  batch = toy_batch(6, B, T, V, eos_bias=0.5)
   jaxpr = str(jax.make_jaxpr(lambda b: decoding.beam_search(
       TOY, {}, b, beam_size=K, max_len=T, return_aux=("prev",)).tokens)(batch))
   assert f"{K},{T},{V}]" not in jaxpr.replace(" ", "")
