@@ -95,7 +95,7 @@ def test_notebook_executes(path, tmp_path, monkeypatch):
   # The kernel inherits this environment: import jaxcap from the checkout, and run on the real
   # CPU device, not the 8 fake devices of tests/conftest.py. A notebook trains hundreds of
   # steps, which the tests' fast-compile flags (tests/fast_compile.py: no LLVM optimisation)
-  # slow down more than they save in compiling (measured alone, the M² notebook: 188 s with
+  # slow down more than they save in compiling (measured alone, the M² notebook at d = 128: 188 s with
   # them, 99 s with only the elemental emitters, 90 s with neither); LLVM's first optimisation
   # level instead of XLA's default third one compiles in half the time and runs as fast
   # (the quickstart's training alone: its train step compiled in 14 s instead of 32 s, its 300
