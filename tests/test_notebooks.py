@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import fast_compile
+
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted([*(REPO / "notebooks").glob("*.ipynb"), *(REPO / "jaxcap" / "papers").glob("*/*.ipynb")])
 EXPECTED = {"notebooks/quickstart", "jaxcap/papers/eta/ablations", "jaxcap/papers/aat/attention_time",
@@ -94,14 +96,11 @@ def test_notebook_executes(path, tmp_path, monkeypatch):
   pytest.importorskip("nbclient")
   # The kernel inherits this environment: import jaxcap from the checkout, and run on the real
   # CPU device, not the 8 fake devices of tests/conftest.py. A notebook trains hundreds of
-  # steps, which the tests' fast-compile flags (tests/fast_compile.py: no LLVM optimisation)
-  # slow down more than they save in compiling (measured alone, the M² notebook at d = 128: 188 s with
-  # them, 99 s with only the elemental emitters, 90 s with neither); LLVM's first optimisation
-  # level instead of XLA's default third one compiles in half the time and runs as fast
-  # (the quickstart's training alone: its train step compiled in 14 s instead of 32 s, its 300
-  # steps 24.5 s against 26.5 s). Same functions either way (no fast-math at either level).
+  # steps: the flags for many steps, not the tests' fast-compile ones (tests/fast_compile.py says
+  # why, with the measurements; the M² notebook at d = 128 alone: 188 s with the fast-compile
+  # flags, 99 s with only the elemental emitters, 90 s with neither).
   monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
-  monkeypatch.setenv("XLA_FLAGS", "--xla_backend_optimization_level=1")
+  monkeypatch.setenv("XLA_FLAGS", fast_compile.MANY_STEPS_FLAGS)
   monkeypatch.setenv("JAX_PLATFORMS", "cpu")
   out = tmp_path / path.name  # the executed copy, outputs included
   for attempt in range(2):  # a second attempt only after a hang, never after a failure
